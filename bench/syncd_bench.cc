@@ -1,0 +1,262 @@
+// syncd-bench: collective benchmarks run by every rank under syncrun.
+//   syncrun -n 4 -- syncd-bench allreduce [--sizes 8,1K,64M] [--iters N] [--warmup N] [--dtype float32] [--json]
+// Definitions follow nccl-tests: time_us is the mean of back-to-back iterations after warm-up,
+// averaged across ranks; algbw = bytes / time; busbw = algbw * 2(n-1)/n. lat_p50_us follows OSU:
+// the median of individually timed operations with a barrier outside the timed region.
+#include <syncd/client.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+[[noreturn]] void Die(const std::string& what) {
+  fprintf(stderr, "syncd-bench: %s: %s\n", what.c_str(), syncd_last_error());
+  exit(1);
+}
+
+void Check(int rc, const std::string& what) {
+  if (rc != SYNCD_OK) Die(what);
+}
+
+struct Options {
+  std::vector<std::string> sizes;
+  int iters = 200;
+  int warmup = 10;
+  double seconds_per_size = 1.0;
+  std::string dtype = "float32";
+  bool json = false;
+  bool staged = false;
+  int submit_batch = 512;
+};
+
+uint64_t ParseSize(const std::string& s) {
+  char* end = nullptr;
+  double v = strtod(s.c_str(), &end);
+  std::string unit(end);
+  uint64_t mult = unit.empty() || unit == "B" ? 1 : unit[0] == 'K' ? 1ull << 10 : unit[0] == 'M' ? 1ull << 20
+                                                   : unit[0] == 'G' ? 1ull << 30 : 0;
+  if (mult == 0 || v < 0) {
+    fprintf(stderr, "syncd-bench: bad size '%s'\n", s.c_str());
+    exit(2);
+  }
+  return uint64_t(v * double(mult));
+}
+
+syncd_dtype ParseDtype(const std::string& s) {
+  const char* names[] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  for (int i = 0; i < SYNCD_DTYPE_COUNT; ++i)
+    if (s == names[i]) return syncd_dtype(i);
+  fprintf(stderr, "syncd-bench: unknown dtype '%s'\n", s.c_str());
+  exit(2);
+}
+
+class Bench {
+ public:
+  Bench(syncd_client* c, const Options& o) : c_(c), o_(o), dtype_(ParseDtype(o.dtype)) {}
+
+  void Barrier() {
+    syncd_handle h;
+    Check(syncd_barrier_async(c_, &h), "barrier");
+    Check(syncd_wait(c_, h, -1), "barrier");
+  }
+
+  void Allreduce(const char* name, void* data, int64_t count, syncd_dtype dt, syncd_reduce_op op) {
+    syncd_tensor t{name, data, dt, 1, &count};
+    syncd_handle h;
+    Check(syncd_allreduce_async(c_, &t, op, 1.0, 1.0, &h), std::string("allreduce ") + name);
+    Check(syncd_wait(c_, h, -1), std::string("allreduce ") + name);
+  }
+
+  // Mean of `v` over all ranks, computed through syncd itself.
+  double MeanAcrossRanks(double v) {
+    Allreduce("bench.stat", &v, 1, SYNCD_FLOAT64, SYNCD_AVERAGE);
+    return v;
+  }
+
+  void RunAllreduce() {
+    const int n = syncd_size(c_), rank = syncd_rank(c_);
+    const size_t esize = syncd_dtype_size(dtype_);
+    std::vector<uint64_t> sizes;
+    if (o_.sizes.empty())
+      for (uint64_t b = 8; b <= (64ull << 20); b *= 2) sizes.push_back(b);
+    else
+      for (const auto& s : o_.sizes) sizes.push_back(ParseSize(s));
+    if (rank == 0 && !o_.json) {
+      printf("# syncd-bench allreduce: %d ranks, dtype %s, %s buffers\n", n, o_.dtype.c_str(),
+             o_.staged ? "staged (user memory)" : "zero-copy (arena)");
+      printf("# %12s %12s %9s %12s %10s %10s %12s %6s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+             "busbw(GB/s)", "p50(us)", "wrong");
+    }
+    for (uint64_t bytes : sizes) {
+      const int64_t count = int64_t(std::max<uint64_t>(1, bytes / esize));
+      bytes = uint64_t(count) * esize;
+      void* buf = o_.staged ? malloc(bytes) : syncd_alloc(c_, bytes);
+      if (buf == nullptr) Die("allocating " + std::to_string(bytes) + " bytes");
+      const std::string name = "bench.allreduce." + std::to_string(bytes);
+      // Correctness: every rank contributes rank+1 (exact in every dtype for small rank counts).
+      const long wrong = Validate(buf, count, name, n, rank);
+      memset(buf, 0, bytes);
+      const double t_one = [&] {
+        const double t0 = Now();
+        Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+        return Now() - t0;
+      }();
+      // Every rank must run the same number of iterations: derive it from the mean across ranks.
+      const double t_est = MeanAcrossRanks(t_one);
+      const int iters = std::clamp(int(o_.seconds_per_size / 2 / std::max(t_est, 1e-7)), 5, o_.iters);
+      for (int i = 0; i < o_.warmup; ++i) Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+      Barrier();
+      const double t0 = Now();
+      for (int i = 0; i < iters; ++i) Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+      const double mean_s = (Now() - t0) / iters;
+      std::vector<double> lat;
+      for (int i = 0; i < iters; ++i) {
+        Barrier();
+        const double s = Now();
+        Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+        lat.push_back(Now() - s);
+      }
+      std::nth_element(lat.begin(), lat.begin() + lat.size() / 2, lat.end());
+      const double time_us = MeanAcrossRanks(mean_s) * 1e6;
+      const double p50_us = MeanAcrossRanks(lat[lat.size() / 2]) * 1e6;
+      const double algbw = double(bytes) / (time_us * 1e-6) / 1e9;
+      const double busbw = algbw * 2.0 * (n - 1) / n;
+      if (rank == 0) {
+        if (o_.json)
+          printf("{\"op\":\"allreduce\",\"bytes\":%lu,\"ranks\":%d,\"dtype\":\"%s\",\"time_us\":%.3f,\"lat_p50_us\":%.3f,"
+                 "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"iters\":%d,\"wrong\":%ld,\"zero_copy\":%s}\n",
+                 (unsigned long)bytes, n, o_.dtype.c_str(), time_us, p50_us, algbw, busbw, iters, wrong,
+                 o_.staged ? "false" : "true");
+        else
+          printf("  %12lu %12ld %9s %12.2f %10.3f %10.3f %12.2f %6ld\n", (unsigned long)bytes, (long)count,
+                 o_.dtype.c_str(), time_us, algbw, busbw, p50_us, wrong);
+        fflush(stdout);
+      }
+      if (o_.staged) free(buf);
+      else syncd_free(c_, buf);
+    }
+    SubmitCost();
+  }
+
+ private:
+  long Validate(void* buf, int64_t count, const std::string& name, int n, int rank) {
+    std::vector<double> expect(1, n * (n + 1) / 2.0);
+    Fill(buf, count, rank + 1);
+    Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+    long wrong = 0;
+    for (int64_t i = 0; i < count; ++i) wrong += Get(buf, i) != expect[0];
+    double total = double(wrong);
+    Allreduce("bench.wrong", &total, 1, SYNCD_FLOAT64, SYNCD_SUM);
+    return long(total);
+  }
+
+  void Fill(void* buf, int64_t count, int v) {
+    for (int64_t i = 0; i < count; ++i) Set(buf, i, v);
+  }
+  void Set(void* b, int64_t i, double v) {
+    switch (dtype_) {
+      case SYNCD_INT8: static_cast<int8_t*>(b)[i] = int8_t(v); break;
+      case SYNCD_UINT8: static_cast<uint8_t*>(b)[i] = uint8_t(v); break;
+      case SYNCD_INT32: static_cast<int32_t*>(b)[i] = int32_t(v); break;
+      case SYNCD_INT64: static_cast<int64_t*>(b)[i] = int64_t(v); break;
+      case SYNCD_FLOAT16: static_cast<uint16_t*>(b)[i] = HalfOfSmallInt(int(v)); break;
+      case SYNCD_BFLOAT16: { float f = float(v); uint32_t x; memcpy(&x, &f, 4); static_cast<uint16_t*>(b)[i] = uint16_t(x >> 16); break; }
+      case SYNCD_FLOAT32: static_cast<float*>(b)[i] = float(v); break;
+      case SYNCD_FLOAT64: static_cast<double*>(b)[i] = v; break;
+      default: break;
+    }
+  }
+  double Get(void* b, int64_t i) {
+    switch (dtype_) {
+      case SYNCD_INT8: return static_cast<int8_t*>(b)[i];
+      case SYNCD_UINT8: return static_cast<uint8_t*>(b)[i];
+      case SYNCD_INT32: return static_cast<int32_t*>(b)[i];
+      case SYNCD_INT64: return double(static_cast<int64_t*>(b)[i]);
+      case SYNCD_FLOAT16: return SmallIntOfHalf(static_cast<uint16_t*>(b)[i]);
+      case SYNCD_BFLOAT16: { uint32_t x = uint32_t(static_cast<uint16_t*>(b)[i]) << 16; float f; memcpy(&f, &x, 4); return f; }
+      case SYNCD_FLOAT32: return static_cast<float*>(b)[i];
+      case SYNCD_FLOAT64: return static_cast<double*>(b)[i];
+      default: return 0;
+    }
+  }
+  // Small non-negative integers are exact in half precision.
+  static uint16_t HalfOfSmallInt(int v) {
+    if (v == 0) return 0;
+    int e = 0;
+    while ((1 << (e + 1)) <= v) ++e;
+    return uint16_t(((e + 15) << 10) | (((v << 10) >> e) & 0x3ff));
+  }
+  static double SmallIntOfHalf(uint16_t h) {
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    return e == 0 ? m / 16777216.0 : std::ldexp(1.0 + m / 1024.0, e - 15);
+  }
+
+  // Client cost of one submission: the caller's time inside syncd_allreduce_async.
+  void SubmitCost() {
+    const int batch = o_.submit_batch;
+    std::vector<float*> bufs;
+    std::vector<std::string> names;
+    for (int i = 0; i < batch; ++i) {
+      bufs.push_back(static_cast<float*>(syncd_alloc(c_, sizeof(float) * 2)));
+      names.push_back("bench.submit." + std::to_string(i));
+    }
+    std::vector<syncd_handle> handles(batch);
+    double total = 0;
+    const int rounds = 20;
+    for (int r = 0; r < rounds; ++r) {
+      Barrier();
+      const double t0 = Now();
+      for (int i = 0; i < batch; ++i) {
+        int64_t n = 2;
+        syncd_tensor t{names[i].c_str(), bufs[i], SYNCD_FLOAT32, 1, &n};
+        Check(syncd_allreduce_async(c_, &t, SYNCD_SUM, 1.0, 1.0, &handles[i]), "submit");
+      }
+      total += Now() - t0;
+      for (int i = 0; i < batch; ++i) Check(syncd_wait(c_, handles[i], -1), "submit wait");
+    }
+    const double ns = MeanAcrossRanks(total / (rounds * batch)) * 1e9;
+    if (syncd_rank(c_) == 0) {
+      if (o_.json) printf("{\"op\":\"submit\",\"ranks\":%d,\"ns_per_request\":%.1f}\n", syncd_size(c_), ns);
+      else printf("# client submit cost: %.1f ns per request (zero-copy, %d in flight)\n", ns, batch);
+    }
+    for (float* b : bufs) syncd_free(c_, b);
+  }
+
+  syncd_client* c_;
+  const Options& o_;
+  syncd_dtype dtype_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"syncd-bench: collective benchmarks (run every rank under syncrun)"};
+  Options o;
+  CLI::App* ar = app.add_subcommand("allreduce", "Allreduce time, bandwidth and latency per size");
+  ar->add_option("--sizes", o.sizes, "Sizes in bytes (8,1K,64M); default 8 B .. 64 MiB doubling")->delimiter(',');
+  ar->add_option("--iters", o.iters, "Maximum timed iterations per size");
+  ar->add_option("--warmup", o.warmup, "Warm-up iterations per size");
+  ar->add_option("--seconds", o.seconds_per_size, "Time budget per size (iterations shrink for large sizes)");
+  ar->add_option("--dtype", o.dtype, "int8 uint8 int32 int64 float16 bfloat16 float32 float64");
+  ar->add_flag("--json", o.json, "One JSON object per size");
+  ar->add_flag("--staged", o.staged, "Use ordinary memory (one staging copy each way) instead of the arena");
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  syncd_client* c = nullptr;
+  Check(syncd_init(nullptr, &c), "attach");
+  Bench b(c, o);
+  b.RunAllreduce();
+  syncd_shutdown(c);
+  return 0;
+}

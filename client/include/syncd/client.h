@@ -1,0 +1,125 @@
+/* libsyncclient: the thin client a framework process links to talk to its node's syncd.
+ *
+ * Contract
+ * - No threads, no third-party dependencies: only the C/C++ runtime. Every call runs on the
+ *   caller's thread. A syncd_client may be used from several threads; calls are serialised
+ *   internally, and a thread blocked in syncd_wait() does not block submissions.
+ * - Tensors are matched across ranks by name, as in Horovod. All ranks must submit the same names
+ *   with the same dtype, shape, op and root; a disagreement fails the collective on every rank with
+ *   a message naming the tensor and the ranks.
+ * - Collectives work in place on `data`. When `data` lies in this client's arena (syncd_alloc) the
+ *   daemon reads and writes it directly (zero copy); otherwise it is staged through the arena, one
+ *   copy each way, and must stay valid until the request completes (syncd_wait/syncd_poll).
+ * - Every submitted request gets exactly one completion. Errors are returned as syncd_status codes;
+ *   syncd_last_error() holds the text of the most recent error on the calling thread.
+ */
+#ifndef SYNCD_CLIENT_H_
+#define SYNCD_CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SYNCD_API __attribute__((visibility("default")))
+
+typedef enum syncd_status {
+  SYNCD_OK = 0,
+  SYNCD_IN_PROGRESS = 1,        /* syncd_poll: not complete yet (not an error) */
+  SYNCD_ERR_INVALID = 2,        /* bad argument: name, dtype, shape, pointer, handle */
+  SYNCD_ERR_MISMATCH = 3,       /* ranks disagreed on dtype, op, shape or root for one name */
+  SYNCD_ERR_DUPLICATE = 4,      /* the name is already in flight on this rank */
+  SYNCD_ERR_RANK_LOST = 5,      /* a participating rank died */
+  SYNCD_ERR_DAEMON_LOST = 6,    /* the node's syncd is gone */
+  SYNCD_ERR_TIMEOUT = 7,        /* syncd_wait deadline passed; the request is still in flight */
+  SYNCD_ERR_NO_MEMORY = 8,      /* arena exhausted or too many requests in flight */
+  SYNCD_ERR_PROTOCOL = 9,       /* version mismatch or malformed message */
+  SYNCD_ERR_REFUSED = 10,       /* the daemon refused the attach (rank taken, wrong uid, ...) */
+  SYNCD_ERR_SYSTEM = 11,        /* an OS call failed */
+  SYNCD_ERR_INTERNAL = 12
+} syncd_status;
+
+typedef enum syncd_dtype {
+  SYNCD_INT8 = 0,
+  SYNCD_UINT8 = 1,
+  SYNCD_INT32 = 2,
+  SYNCD_INT64 = 3,
+  SYNCD_FLOAT16 = 4,
+  SYNCD_BFLOAT16 = 5,
+  SYNCD_FLOAT32 = 6,
+  SYNCD_FLOAT64 = 7,
+  SYNCD_DTYPE_COUNT = 8
+} syncd_dtype;
+
+typedef enum syncd_reduce_op {
+  SYNCD_SUM = 0,
+  SYNCD_AVERAGE = 1, /* sum divided by the number of ranks; integers truncate toward zero */
+  SYNCD_MIN = 2,
+  SYNCD_MAX = 3,
+  SYNCD_PRODUCT = 4,
+  SYNCD_REDUCE_OP_COUNT = 5
+} syncd_reduce_op;
+
+#define SYNCD_MAX_NAME 191 /* bytes, without the terminating NUL */
+#define SYNCD_MAX_DIMS 8
+
+typedef struct syncd_client syncd_client;
+typedef uint64_t syncd_handle;
+
+/* Where to attach and who this process is. Fields left at -1 / NULL are read from the environment:
+ * SYNCD_RUN_DIR, SYNCD_RANK, SYNCD_SIZE, SYNCD_LOCAL_RANK, SYNCD_LOCAL_SIZE (syncrun sets them). */
+typedef struct syncd_init_options {
+  const char* run_dir;
+  int rank, size, local_rank, local_size;
+  int attach_timeout_ms; /* how long to retry while the daemon's socket is not there yet; -1: 10 s */
+} syncd_init_options;
+
+SYNCD_API void syncd_init_options_default(syncd_init_options* opts);
+/* Attaches to the daemon. On failure *out is NULL and syncd_last_error() says why. */
+SYNCD_API int syncd_init(const syncd_init_options* opts, syncd_client** out);
+/* Detaches. Requests still in flight are abandoned (the daemon fails them on the other ranks). */
+SYNCD_API void syncd_shutdown(syncd_client* c);
+
+SYNCD_API int syncd_rank(const syncd_client* c);
+SYNCD_API int syncd_size(const syncd_client* c);
+SYNCD_API int syncd_local_rank(const syncd_client* c);
+SYNCD_API int syncd_local_size(const syncd_client* c);
+SYNCD_API int syncd_cross_rank(const syncd_client* c);
+SYNCD_API int syncd_cross_size(const syncd_client* c);
+
+/* Zero-copy buffers in the client's shared arena (64-byte aligned). NULL when exhausted. */
+SYNCD_API void* syncd_alloc(syncd_client* c, size_t bytes);
+SYNCD_API void syncd_free(syncd_client* c, void* ptr);
+/* Whether [ptr, ptr+bytes) lies inside the arena. */
+SYNCD_API int syncd_in_arena(const syncd_client* c, const void* ptr, size_t bytes);
+
+typedef struct syncd_tensor {
+  const char* name;      /* unique among this rank's in-flight requests */
+  void* data;            /* input and output */
+  syncd_dtype dtype;
+  int ndim;              /* 0 for a scalar */
+  const int64_t* shape;  /* ndim extents */
+} syncd_tensor;
+
+SYNCD_API int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                                    double prescale, double postscale, syncd_handle* out);
+SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root,
+                                    syncd_handle* out);
+SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
+
+/* SYNCD_IN_PROGRESS while running; otherwise the request's final status (the handle is released). */
+SYNCD_API int syncd_poll(syncd_client* c, syncd_handle h);
+/* Blocks until completion or timeout_ms (-1: forever). A timeout leaves the request in flight. */
+SYNCD_API int syncd_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms);
+
+/* Text of the most recent error returned on this thread (never NULL). */
+SYNCD_API const char* syncd_last_error(void);
+SYNCD_API const char* syncd_status_name(int status);
+SYNCD_API size_t syncd_dtype_size(syncd_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SYNCD_CLIENT_H_ */

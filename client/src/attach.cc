@@ -1,0 +1,171 @@
+// Client::Attach: the UDS handshake and the mapping of the segment and node page.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "client/src/client_impl.h"
+#include "proto/doorbell.h"
+
+namespace syncd::client {
+namespace {
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = strtol(v, &end, 10);
+  return (*end == '\0') ? int(x) : fallback;
+}
+
+int Connect(const std::string& path, int timeout_ms, int* out_fd) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path))
+    return Fail(SYNCD_ERR_INVALID, "attach socket path too long: " + path);
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
+  int last_errno = 0;
+  do {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Fail(SYNCD_ERR_SYSTEM, std::string("socket: ") + strerror(errno));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      *out_fd = fd;
+      return SYNCD_OK;
+    }
+    last_errno = errno;
+    close(fd);
+    if (last_errno != ENOENT && last_errno != ECONNREFUSED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (abi::MonotonicNs() < deadline);
+  return Fail(SYNCD_ERR_DAEMON_LOST, "cannot reach syncd at " + path + ": " + strerror(last_errno) +
+                                         " (is the daemon running? is SYNCD_RUN_DIR right?)");
+}
+
+bool SendAll(int fd, const void* buf, size_t n) {
+  const char* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+// Receives the reply and up to two descriptors passed with SCM_RIGHTS.
+bool RecvReply(int fd, abi::AttachReply* reply, int fds[2]) {
+  fds[0] = fds[1] = -1;
+  iovec iov{reply, sizeof(*reply)};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t r;
+  do r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  while (r < 0 && errno == EINTR);
+  if (r != ssize_t(sizeof(*reply))) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      memcpy(fds, CMSG_DATA(c), std::min<size_t>(n, 2) * sizeof(int));
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int Client::Attach(const syncd_init_options& opts, Client** out) {
+  *out = nullptr;
+  std::unique_ptr<Client> c(new Client());
+  Identity& id = c->id_;
+  const char* env_dir = getenv("SYNCD_RUN_DIR");
+  id.run_dir = opts.run_dir ? opts.run_dir : (env_dir ? env_dir : "");
+  if (id.run_dir.empty())
+    return Fail(SYNCD_ERR_INVALID, "no run directory: set SYNCD_RUN_DIR or pass run_dir (syncrun sets it)");
+  id.rank = opts.rank >= 0 ? opts.rank : EnvInt("SYNCD_RANK", 0);
+  id.size = opts.size >= 0 ? opts.size : EnvInt("SYNCD_SIZE", 1);
+  id.local_rank = opts.local_rank >= 0 ? opts.local_rank : EnvInt("SYNCD_LOCAL_RANK", id.rank);
+  id.local_size = opts.local_size >= 0 ? opts.local_size : EnvInt("SYNCD_LOCAL_SIZE", id.size);
+  if (id.size < 1 || id.rank < 0 || id.rank >= id.size || id.local_size < 1 || id.local_rank < 0 ||
+      id.local_rank >= id.local_size)
+    return Fail(SYNCD_ERR_INVALID, "inconsistent identity: rank " + std::to_string(id.rank) + " of " +
+                                       std::to_string(id.size) + ", local rank " +
+                                       std::to_string(id.local_rank) + " of " +
+                                       std::to_string(id.local_size));
+  c->spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", 50)) * 1000;
+
+  const int timeout_ms = opts.attach_timeout_ms >= 0 ? opts.attach_timeout_ms : 10'000;
+  if (int rc = Connect(id.run_dir + "/attach.sock", timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
+
+  abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
+                         int32_t(getpid()), 0};
+  if (!SendAll(c->sock_, &req, sizeof(req)))
+    return Fail(SYNCD_ERR_DAEMON_LOST, std::string("attach handshake: send failed: ") + strerror(errno));
+  abi::AttachReply reply{};
+  int fds[2];
+  if (!RecvReply(c->sock_, &reply, fds))
+    return Fail(SYNCD_ERR_DAEMON_LOST, "attach handshake: syncd closed the connection without a reply");
+  if (reply.magic != abi::kMagic || reply.version != abi::kVersion) {
+    for (int fd : fds) if (fd >= 0) close(fd);
+    return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: daemon speaks protocol version " +
+                                        std::to_string(reply.version) + ", client speaks " +
+                                        std::to_string(abi::kVersion));
+  }
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  if (reply.status != SYNCD_OK) {
+    for (int fd : fds) if (fd >= 0) close(fd);
+    return Fail(reply.status, std::string("syncd refused the attach: ") + reply.message);
+  }
+  if (fds[0] < 0 || fds[1] < 0) return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: missing descriptors");
+
+  c->segment_bytes_ = reply.segment_bytes;
+  c->node_bytes_ = reply.node_page_bytes;
+  c->segment_ = mmap(nullptr, c->segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  c->node_map_ = mmap(nullptr, c->node_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+  close(fds[0]);
+  close(fds[1]);
+  if (c->segment_ == MAP_FAILED || c->node_map_ == MAP_FAILED) {
+    if (c->segment_ == MAP_FAILED) c->segment_ = nullptr;
+    if (c->node_map_ == MAP_FAILED) c->node_map_ = nullptr;
+    return Fail(SYNCD_ERR_SYSTEM, std::string("mmap of the shared segment failed: ") + strerror(errno));
+  }
+  auto* h = static_cast<abi::SegmentHeader*>(c->segment_);
+  if (h->magic != abi::kMagic || h->version != abi::kVersion || h->segment_bytes != c->segment_bytes_)
+    return Fail(SYNCD_ERR_PROTOCOL, "shared segment header is not what the handshake announced");
+  c->header_ = h;
+  c->node_ = static_cast<abi::NodePage*>(c->node_map_);
+  char* base = static_cast<char*>(c->segment_);
+  c->submit_ = abi::RingView<abi::SubmitEntry>(
+      &h->submit, reinterpret_cast<abi::SubmitEntry*>(base + h->submit_ring_offset), h->ring_entries);
+  c->completion_ = abi::RingView<abi::CompletionEntry>(
+      &h->completion, reinterpret_cast<abi::CompletionEntry*>(base + h->completion_ring_offset),
+      h->ring_entries);
+  c->messages_ = base + h->message_offset;
+  c->arena_ = base + h->arena_offset;
+  c->arena_alloc_ = std::make_unique<ArenaAllocator>(h->arena_bytes, abi::kArenaAlignment);
+  c->slots_.resize(h->ring_entries);
+  for (uint32_t i = h->ring_entries; i-- > 0;) c->free_slots_.push_back(i);
+  id.node_rank = reply.node_rank;
+  id.node_count = reply.node_count;
+  *out = c.release();
+  return SYNCD_OK;
+}
+
+Client::~Client() {
+  if (sock_ >= 0) close(sock_);
+  if (segment_) munmap(segment_, segment_bytes_);
+  if (node_map_) munmap(node_map_, node_bytes_);
+}
+
+}  // namespace syncd::client

@@ -1,0 +1,72 @@
+// The exported C functions: argument checks and forwarding to Client.
+#include "client/src/client_impl.h"
+#include "proto/status_names.h"
+
+namespace syncd::client {
+const char* LastError();
+}  // namespace syncd::client
+
+using syncd::client::Client;
+using syncd::client::Fail;
+namespace abi = syncd::abi;
+
+namespace {
+Client* Unwrap(syncd_client* c) { return reinterpret_cast<Client*>(c); }
+const Client* Unwrap(const syncd_client* c) { return reinterpret_cast<const Client*>(c); }
+}  // namespace
+
+extern "C" {
+
+void syncd_init_options_default(syncd_init_options* o) {
+  o->run_dir = nullptr;
+  o->rank = o->size = o->local_rank = o->local_size = -1;
+  o->attach_timeout_ms = -1;
+}
+
+int syncd_init(const syncd_init_options* opts, syncd_client** out) {
+  if (out == nullptr) return Fail(SYNCD_ERR_INVALID, "syncd_init: out is NULL");
+  syncd_init_options defaults;
+  syncd_init_options_default(&defaults);
+  Client* c = nullptr;
+  int rc = Client::Attach(opts ? *opts : defaults, &c);
+  *out = reinterpret_cast<syncd_client*>(c);
+  return rc;
+}
+
+void syncd_shutdown(syncd_client* c) { delete Unwrap(c); }
+
+int syncd_rank(const syncd_client* c) { return Unwrap(c)->identity().rank; }
+int syncd_size(const syncd_client* c) { return Unwrap(c)->identity().size; }
+int syncd_local_rank(const syncd_client* c) { return Unwrap(c)->identity().local_rank; }
+int syncd_local_size(const syncd_client* c) { return Unwrap(c)->identity().local_size; }
+int syncd_cross_rank(const syncd_client* c) { return Unwrap(c)->identity().node_rank; }
+int syncd_cross_size(const syncd_client* c) { return Unwrap(c)->identity().node_count; }
+
+void* syncd_alloc(syncd_client* c, size_t bytes) { return Unwrap(c)->Alloc(bytes); }
+void syncd_free(syncd_client* c, void* p) { Unwrap(c)->Free(p); }
+int syncd_in_arena(const syncd_client* c, const void* p, size_t bytes) {
+  return Unwrap(c)->InArena(p, bytes) ? 1 : 0;
+}
+
+int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                          double prescale, double postscale, syncd_handle* out) {
+  return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out);
+}
+int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, syncd_handle* out) {
+  return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out);
+}
+int syncd_barrier_async(syncd_client* c, syncd_handle* out) {
+  return Unwrap(c)->Submit(abi::OpKind::kBarrier, nullptr, SYNCD_SUM, 0, 1.0, 1.0, out);
+}
+
+int syncd_poll(syncd_client* c, syncd_handle h) { return Unwrap(c)->Poll(h); }
+int syncd_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms) {
+  return Unwrap(c)->Wait(h, timeout_ms);
+}
+
+const char* syncd_last_error(void) { return syncd::client::LastError(); }
+size_t syncd_dtype_size(syncd_dtype d) { return abi::DtypeSize(d); }
+
+const char* syncd_status_name(int s) { return abi::StatusName(s); }
+
+}  // extern "C"

@@ -1,0 +1,274 @@
+// Client request path: submit, completion draining, poll and wait.
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "client/src/client_impl.h"
+#include "proto/doorbell.h"
+#include "proto/status_names.h"
+
+namespace syncd::client {
+namespace {
+
+constexpr uint64_t kSleepSliceNs = 50'000'000;       // re-check the daemon at least this often
+constexpr uint64_t kHeartbeatStaleNs = 200'000'000;  // older than this: ask the socket
+constexpr uint64_t kPureSpinNs = 2'000;
+
+thread_local std::string g_last_error;
+
+inline void CpuRelax() { __builtin_ia32_pause(); }
+
+}  // namespace
+
+int Fail(int status, std::string message) {
+  g_last_error = std::move(message);
+  return status;
+}
+const char* LastError() { return g_last_error.c_str(); }
+
+void* Client::Alloc(size_t bytes) {
+  std::lock_guard lock(mu_);
+  auto off = arena_alloc_->Allocate(bytes);
+  if (!off) {
+    Fail(SYNCD_ERR_NO_MEMORY, "arena exhausted: " + std::to_string(bytes) + " bytes requested, " +
+                                  std::to_string(arena_alloc_->capacity() - arena_alloc_->bytes_in_use()) +
+                                  " free of " + std::to_string(arena_alloc_->capacity()));
+    return nullptr;
+  }
+  return arena_ + *off;
+}
+
+void Client::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard lock(mu_);
+  if (!InArena(ptr, 0) || !arena_alloc_->Free(uint64_t(static_cast<char*>(ptr) - arena_)))
+    Fail(SYNCD_ERR_INVALID, "syncd_free: pointer was not returned by syncd_alloc");
+}
+
+bool Client::InArena(const void* ptr, size_t bytes) const {
+  const char* p = static_cast<const char*>(ptr);
+  return p >= arena_ && p <= arena_ + arena_alloc_->capacity() &&
+         bytes <= uint64_t(arena_ + arena_alloc_->capacity() - p);
+}
+
+int Client::DaemonLostError() const {
+  return Fail(SYNCD_ERR_DAEMON_LOST,
+              "syncd daemon at " + id_.run_dir + " is gone (rank " + std::to_string(id_.rank) + ")");
+}
+
+bool Client::DaemonAlive() {
+  if (daemon_lost_) return false;
+  if (node_->daemon_state.load(std::memory_order_acquire) ==
+      uint32_t(abi::DaemonState::kStopping)) {
+    daemon_lost_ = true;
+    return false;
+  }
+  const uint64_t beat = node_->engine_heartbeat_ns.load(std::memory_order_relaxed);
+  if (abi::MonotonicNs() - beat < kHeartbeatStaleNs) return true;
+  // The engine may just be busy with a large reduction; the socket says for sure.
+  pollfd p{sock_, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN))) {
+    char byte;
+    if (recv(sock_, &byte, 1, MSG_DONTWAIT | MSG_PEEK) <= 0) {
+      daemon_lost_ = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
+                   double prescale, double postscale, syncd_handle* out) {
+  if (out == nullptr) return Fail(SYNCD_ERR_INVALID, "handle output pointer is NULL");
+  std::string name;
+  uint64_t bytes = 0;
+  void* data = nullptr;
+  abi::SubmitEntry entry{};
+  std::lock_guard lock(mu_);
+  if (kind == abi::OpKind::kBarrier) {
+    name = "syncd.barrier." + std::to_string(barrier_seq_++);
+  } else {
+    if (t == nullptr || t->name == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor or tensor name is NULL");
+    name = t->name;
+    const std::string what = "tensor '" + name + "'";
+    if (name.empty() || name.size() > SYNCD_MAX_NAME)
+      return Fail(SYNCD_ERR_INVALID, what + ": name must have 1.." + std::to_string(SYNCD_MAX_NAME) + " bytes");
+    const size_t esize = abi::DtypeSize(t->dtype);
+    if (esize == 0) return Fail(SYNCD_ERR_INVALID, what + ": unknown dtype " + std::to_string(t->dtype));
+    if (t->ndim < 0 || t->ndim > SYNCD_MAX_DIMS || (t->ndim > 0 && t->shape == nullptr))
+      return Fail(SYNCD_ERR_INVALID, what + ": ndim must be 0.." + std::to_string(SYNCD_MAX_DIMS));
+    uint64_t count = 1;
+    for (int d = 0; d < t->ndim; ++d) {
+      if (t->shape[d] < 0) return Fail(SYNCD_ERR_INVALID, what + ": negative extent in dimension " + std::to_string(d));
+      if (t->shape[d] != 0 && count > (UINT64_MAX / esize) / uint64_t(t->shape[d]))
+        return Fail(SYNCD_ERR_INVALID, what + ": shape overflows");
+      count *= uint64_t(t->shape[d]);
+      entry.shape[d] = t->shape[d];
+    }
+    entry.ndim = uint32_t(t->ndim);
+    bytes = count * esize;
+    if (bytes > 0 && t->data == nullptr) return Fail(SYNCD_ERR_INVALID, what + ": data is NULL");
+    if (kind == abi::OpKind::kAllreduce && (op < 0 || op >= SYNCD_REDUCE_OP_COUNT))
+      return Fail(SYNCD_ERR_INVALID, what + ": unknown reduce op " + std::to_string(op));
+    if (kind == abi::OpKind::kBroadcast && (root < 0 || root >= id_.size))
+      return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) +
+                                         " is not a rank (size " + std::to_string(id_.size) + ")");
+    data = t->data;
+    entry.dtype = t->dtype;
+  }
+  if (in_flight_names_.count(name))
+    return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));
+  if (!DaemonAlive()) return DaemonLostError();
+  if (free_slots_.empty())
+    return Fail(SYNCD_ERR_NO_MEMORY, "too many requests in flight (" + std::to_string(slots_.size()) + ")");
+
+  uint64_t offset = 0, staging = 0;
+  void* user = nullptr;
+  if (bytes > 0) {
+    if (InArena(data, bytes)) {
+      offset = uint64_t(static_cast<char*>(data) - arena_);
+    } else {
+      auto off = arena_alloc_->Allocate(bytes);
+      if (!off)
+        return Fail(SYNCD_ERR_NO_MEMORY, "tensor '" + name + "': arena has no room to stage " +
+                                             std::to_string(bytes) + " bytes (arena " +
+                                             std::to_string(arena_alloc_->capacity()) +
+                                             " bytes; use syncd_alloc or a larger --arena-size)");
+      staging = offset = *off;
+      user = data;
+      memcpy(arena_ + offset, data, bytes);
+    }
+  }
+  abi::SubmitEntry* e = submit_.Reserve();
+  if (e == nullptr) {  // cannot happen while slots <= ring entries; keep the invariant checked
+    if (user) arena_alloc_->Free(staging);
+    return Fail(SYNCD_ERR_INTERNAL, "submission ring full");
+  }
+  const uint32_t idx = free_slots_.back();
+  free_slots_.pop_back();
+  Slot& s = slots_[idx];
+  s.state = SlotState::kInFlight;
+  s.generation++;
+  s.status = SYNCD_OK;
+  s.message.clear();
+  s.name = name;
+  s.user_data = user;
+  s.staging_offset = staging;
+  s.bytes = bytes;
+  in_flight_names_.emplace(name, idx);
+
+  const syncd_handle h = (uint64_t(s.generation) << 32) | idx;
+  entry.handle = h;
+  entry.kind = uint32_t(kind);
+  entry.op = uint32_t(op);
+  entry.root = root;
+  entry.prescale = prescale;
+  entry.postscale = postscale;
+  entry.arena_offset = offset;
+  entry.bytes = bytes;
+  memcpy(entry.name, name.c_str(), name.size() + 1);
+  memcpy(e, &entry, offsetof(abi::SubmitEntry, name) + name.size() + 1);
+  submit_.Publish();
+  abi::Ring(&node_->engine_doorbell);
+  *out = h;
+  return SYNCD_OK;
+}
+
+Client::Slot* Client::Lookup(syncd_handle h) {
+  const uint32_t idx = uint32_t(h & 0xffffffffu);
+  if (idx >= slots_.size()) return nullptr;
+  Slot& s = slots_[idx];
+  if (s.state == SlotState::kFree || s.generation != uint32_t(h >> 32)) return nullptr;
+  return &s;
+}
+
+void Client::DrainCompletions() {
+  while (const abi::CompletionEntry* c = completion_.Front()) {
+    const uint32_t ring_index = completion_.FrontIndex();
+    abi::CompletionEntry entry = *c;
+    Slot* s = Lookup(entry.handle);
+    if (s != nullptr && s->state == SlotState::kInFlight) {
+      s->state = SlotState::kDone;
+      s->status = entry.status;
+      if (entry.status != SYNCD_OK) {
+        const char* text = messages_ + size_t(ring_index & (completion_.capacity() - 1)) * abi::kMessageBytes;
+        s->message.assign(text, std::min<size_t>(entry.message_bytes, abi::kMessageBytes));
+      }
+    }
+    completion_.Pop();
+  }
+}
+
+int Client::Finish(Slot* s) {
+  if (s->user_data != nullptr) {
+    if (s->status == SYNCD_OK) memcpy(s->user_data, arena_ + s->staging_offset, s->bytes);
+    arena_alloc_->Free(s->staging_offset);
+  }
+  in_flight_names_.erase(s->name);
+  const int status = s->status;
+  if (status != SYNCD_OK) Fail(status, s->message);
+  s->state = SlotState::kFree;
+  s->user_data = nullptr;
+  free_slots_.push_back(uint32_t(s - slots_.data()));
+  return status;
+}
+
+int Client::Poll(syncd_handle h) {
+  std::lock_guard lock(mu_);
+  Slot* s = Lookup(h);
+  if (s == nullptr) return Fail(SYNCD_ERR_INVALID, "unknown or already completed handle");
+  DrainCompletions();
+  if (s->state == SlotState::kDone) return Finish(s);
+  if (!DaemonAlive()) {
+    s->state = SlotState::kDone;
+    s->status = DaemonLostError();
+    s->message = g_last_error;
+    return Finish(s);
+  }
+  return SYNCD_IN_PROGRESS;
+}
+
+int Client::Wait(syncd_handle h, int64_t timeout_ms) {
+  const uint64_t start = abi::MonotonicNs();
+  const uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + uint64_t(timeout_ms) * 1'000'000ull;
+  uint64_t last_check = start;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      Slot* s = Lookup(h);
+      if (s == nullptr) return Fail(SYNCD_ERR_INVALID, "unknown or already completed handle");
+      DrainCompletions();
+      if (s->state == SlotState::kDone) return Finish(s);
+      const uint64_t now = abi::MonotonicNs();
+      if (now - last_check >= kSleepSliceNs) {
+        last_check = now;
+        if (!DaemonAlive()) {
+          s->state = SlotState::kDone;
+          s->status = DaemonLostError();
+          s->message = g_last_error;
+          return Finish(s);
+        }
+      }
+      if (now >= deadline)
+        return Fail(SYNCD_ERR_TIMEOUT, "tensor '" + s->name + "' not complete after " +
+                                           std::to_string(timeout_ms) + " ms (still in flight)");
+    }
+    // Spin briefly, then keep polling but hand the core to whoever else is runnable (ranks
+    // often share cores), then sleep on the doorbell.
+    const uint64_t now = abi::MonotonicNs();
+    if (now - start < kPureSpinNs) {
+      for (int i = 0; i < 32; ++i) CpuRelax();
+      continue;
+    }
+    if (now - start < spin_ns_) {
+      sched_yield();
+      continue;
+    }
+    const uint64_t slice = std::min<uint64_t>(kSleepSliceNs, deadline - now);
+    abi::SleepUnlessWork(&header_->client_doorbell, slice, [&] { return completion_.Depth() > 0; });
+  }
+}
+
+}  // namespace syncd::client

@@ -1,0 +1,94 @@
+// The state behind one syncd_client handle. One per attached process; see syncd/client.h for the
+// public contract. All members are guarded by mu_ except the immutable attach results.
+#ifndef SYNCD_CLIENT_CLIENT_IMPL_H_
+#define SYNCD_CLIENT_CLIENT_IMPL_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "client/src/arena_allocator.h"
+#include "proto/shm_abi.h"
+#include "syncd/client.h"
+
+namespace syncd::client {
+
+// Records the error text for syncd_last_error() and returns the code.
+int Fail(int status, std::string message);
+
+struct Identity {
+  std::string run_dir;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  int node_rank = 0, node_count = 1;
+};
+
+class Client {
+ public:
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Connects to <run_dir>/attach.sock, performs the handshake and maps the segment.
+  static int Attach(const syncd_init_options& opts, Client** out);
+
+  const Identity& identity() const { return id_; }
+
+  void* Alloc(size_t bytes);
+  void Free(void* ptr);
+  bool InArena(const void* ptr, size_t bytes) const;
+
+  int Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
+             double prescale, double postscale, syncd_handle* out);
+  int Poll(syncd_handle h);
+  int Wait(syncd_handle h, int64_t timeout_ms);
+
+ private:
+  enum class SlotState : uint8_t { kFree, kInFlight, kDone };
+  struct Slot {
+    SlotState state = SlotState::kFree;
+    uint32_t generation = 0;
+    int status = SYNCD_OK;
+    std::string message;
+    std::string name;
+    void* user_data = nullptr;  // non-null when staged: copy back here on completion
+    uint64_t staging_offset = 0;
+    uint64_t bytes = 0;
+  };
+
+  Client() = default;
+
+  // All below require mu_.
+  Slot* Lookup(syncd_handle h);
+  void DrainCompletions();
+  int Finish(Slot* slot);
+  bool DaemonAlive();  // may block for a zero-timeout poll(2) on the socket
+  int DaemonLostError() const;
+
+  Identity id_;
+  int sock_ = -1;
+  void* segment_ = nullptr;
+  uint64_t segment_bytes_ = 0;
+  void* node_map_ = nullptr;
+  uint64_t node_bytes_ = 0;
+  abi::SegmentHeader* header_ = nullptr;
+  abi::NodePage* node_ = nullptr;
+  char* arena_ = nullptr;
+  char* messages_ = nullptr;
+  uint64_t spin_ns_ = 20'000;
+
+  std::mutex mu_;
+  abi::RingView<abi::SubmitEntry> submit_;
+  abi::RingView<abi::CompletionEntry> completion_;
+  std::unique_ptr<ArenaAllocator> arena_alloc_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::unordered_map<std::string, uint32_t> in_flight_names_;
+  uint64_t barrier_seq_ = 0;
+  bool daemon_lost_ = false;
+};
+
+}  // namespace syncd::client
+
+#endif  // SYNCD_CLIENT_CLIENT_IMPL_H_

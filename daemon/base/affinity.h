@@ -1,0 +1,39 @@
+// Core sets and pinning (static core partitioning). The daemon pins its whole process before it
+// starts any thread, so every thread it creates (engine, control, gRPC's) inherits the set.
+#ifndef SYNCD_DAEMON_BASE_AFFINITY_H_
+#define SYNCD_DAEMON_BASE_AFFINITY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+
+namespace syncd {
+
+using CoreSet = std::vector<uint32_t>;  // sorted, unique logical CPU ids
+
+// "1,3-4" -> {1,3,4}. Errors name the offending token.
+StatusOr<CoreSet> ParseCoreList(const std::string& text);
+// {1,3,4} -> "1,3-4"
+std::string FormatCoreList(const CoreSet& cores);
+
+// CPUs this process may run on now.
+CoreSet AllowedCores();
+
+struct CorePartition {
+  CoreSet daemon;   // empty: not pinned
+  CoreSet workers;  // what remains for framework processes
+};
+
+// Resolves the `cores` setting: "auto" takes the last physical core (all its hardware threads)
+// that this process may use, found with hwloc; "none" pins nothing. A list must be a subset of
+// the allowed CPUs.
+StatusOr<CorePartition> ResolveCores(const std::string& setting);
+
+// Pins the calling thread (before other threads exist: the whole process) to `cores`.
+Status PinCurrentThread(const CoreSet& cores);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_BASE_AFFINITY_H_

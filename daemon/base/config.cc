@@ -1,0 +1,145 @@
+#include "daemon/base/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+
+namespace syncd {
+namespace {
+
+StatusOr<uint64_t> ParseUnsigned(const std::string& name, const std::string& text, uint64_t max) {
+  if (text.empty() || !std::all_of(text.begin(), text.end(), ::isdigit))
+    return InvalidArgument(name + ": expected a non-negative integer, got '" + text + "'");
+  errno = 0;
+  unsigned long long v = strtoull(text.c_str(), nullptr, 10);
+  if (errno != 0 || v > max)
+    return InvalidArgument(name + ": " + text + " is out of range (max " + std::to_string(max) + ")");
+  return uint64_t(v);
+}
+
+template <typename T>
+std::function<Status(Config&, const std::string&)> Unsigned(T Config::*field, const std::string& name,
+                                                             uint64_t min = 0) {
+  return [field, name, min](Config& c, const std::string& text) -> Status {
+    auto v = ParseUnsigned(name, text, std::numeric_limits<T>::max());
+    if (!v.ok()) return v.status();
+    if (*v < min) return InvalidArgument(name + ": must be at least " + std::to_string(min));
+    c.*field = T(*v);
+    return Status::Ok();
+  };
+}
+
+std::function<Status(Config&, const std::string&)> Bytes(uint64_t Config::*field, const std::string& name) {
+  return [field, name](Config& c, const std::string& text) -> Status {
+    auto v = ParseBytes(text);
+    if (!v.ok()) return InvalidArgument(name + ": " + v.status().message());
+    c.*field = *v;
+    return Status::Ok();
+  };
+}
+
+std::function<Status(Config&, const std::string&)> Text(std::string Config::*field) {
+  return [field](Config& c, const std::string& text) -> Status {
+    c.*field = text;
+    return Status::Ok();
+  };
+}
+
+std::string DefaultRunDir() {
+  const char* tmp = getenv("TMPDIR");
+  return std::string(tmp && *tmp ? tmp : "/tmp") + "/syncd-" + std::to_string(getuid());
+}
+
+}  // namespace
+
+StatusOr<uint64_t> ParseBytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0) return InvalidArgument("expected a size like 4096, 64K, 64M or 1G, got '" + text + "'");
+  auto number = ParseUnsigned("size", text.substr(0, i), std::numeric_limits<uint64_t>::max());
+  if (!number.ok()) return number.status();
+  std::string unit = text.substr(i);
+  for (auto& ch : unit) ch = char(toupper(static_cast<unsigned char>(ch)));
+  uint64_t mult = 1;
+  if (unit == "" || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1ull << 10;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1ull << 20;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1ull << 30;
+  else return InvalidArgument("unknown size unit '" + text.substr(i) + "' in '" + text + "'");
+  if (*number > std::numeric_limits<uint64_t>::max() / mult) return InvalidArgument("size '" + text + "' overflows");
+  return *number * mult;
+}
+
+const std::vector<ConfigEntry>& ConfigTable() {
+  static const std::vector<ConfigEntry> table = {
+      {"run-dir", "SYNCD_RUN_DIR", "$TMPDIR/syncd-$UID",
+       "Directory for attach.sock and control.sock (created 0700)", Text(&Config::run_dir)},
+      {"local-size", "SYNCD_LOCAL_SIZE", "0",
+       "Client processes on this node; 0 takes it from the first client", Unsigned(&Config::local_size, "local-size")},
+      {"cores", "SYNCD_CORES", "auto",
+       "Dedicated cores for the daemon: auto (last core), none (no pinning) or a list like 1,3-4",
+       Text(&Config::cores)},
+      {"fusion-threshold", "SYNCD_FUSION_THRESHOLD", "64M",
+       "Largest fused allreduce in bytes; 0 disables fusion", Bytes(&Config::fusion_threshold, "fusion-threshold")},
+      {"arena-size", "SYNCD_ARENA_SIZE", "512M",
+       "Shared data arena per client (zero-copy tensors and staging)", Bytes(&Config::arena_bytes, "arena-size")},
+      {"ring-entries", "SYNCD_RING_ENTRIES", "1024",
+       "Submission/completion ring slots per client (power of two): the in-flight request limit",
+       [](Config& c, const std::string& t) -> Status {
+         SYNCD_RETURN_IF_ERROR(Unsigned(&Config::ring_entries, "ring-entries", 2)(c, t));
+         if ((c.ring_entries & (c.ring_entries - 1)) != 0 || c.ring_entries > (1u << 16))
+           return InvalidArgument("ring-entries: must be a power of two up to 65536, got " + t);
+         return Status::Ok();
+       }},
+      {"spin-us", "SYNCD_SPIN_US", "200",
+       "Microseconds the engine keeps polling after its last work before it sleeps on the doorbell",
+       Unsigned(&Config::spin_us, "spin-us")},
+      {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
+       [](Config& c, const std::string& t) -> Status {
+         static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+         for (const char* l : kLevels)
+           if (t == l) return c.log_level = t, Status::Ok();
+         return InvalidArgument("log-level: unknown level '" + t + "'");
+       }},
+  };
+  return table;
+}
+
+StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
+                             const std::map<std::string, std::string>& env) {
+  Config c;
+  for (const ConfigEntry& e : ConfigTable()) {
+    if (e.default_text.front() != '$') {
+      Status st = e.set(c, e.default_text);
+      if (!st.ok()) return Status(SYNCD_ERR_INTERNAL, "bad default for " + e.name + ": " + st.message());
+    }
+    if (auto f = flags.find(e.name); f != flags.end()) {
+      SYNCD_RETURN_IF_ERROR(e.set(c, f->second));
+    } else if (auto v = env.find(e.env); v != env.end()) {
+      Status st = e.set(c, v->second);
+      if (!st.ok()) return InvalidArgument("from " + e.env + ": " + st.message());
+    }
+  }
+  if (c.run_dir.empty()) c.run_dir = DefaultRunDir();
+  return c;
+}
+
+std::map<std::string, std::string> ConfigEnvironment() {
+  std::map<std::string, std::string> env;
+  for (const ConfigEntry& e : ConfigTable())
+    if (const char* v = getenv(e.env.c_str()); v != nullptr) env.emplace(e.env, v);
+  return env;
+}
+
+std::string ConfigMarkdownTable() {
+  std::string out = "| Flag | Environment | Default | Meaning |\n|---|---|---|---|\n";
+  for (const ConfigEntry& e : ConfigTable())
+    out += "| `--" + e.name + "` | `" + e.env + "` | `" + e.default_text + "` | " + e.help + " |\n";
+  return out;
+}
+
+}  // namespace syncd

@@ -1,0 +1,55 @@
+// The daemon's settings, declared once. Each entry has a flag, an SYNCD_* environment variable, a
+// default and help text; `syncd --help` prints the table and `syncd --config-markdown` prints the
+// README's configuration table from it (a test keeps the two equal). Precedence: flag > env > default.
+#ifndef SYNCD_DAEMON_BASE_CONFIG_H_
+#define SYNCD_DAEMON_BASE_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+
+namespace syncd {
+
+// Field defaults live in ConfigTable() only; BuildConfig applies them.
+struct Config {
+  std::string run_dir;        // holds attach.sock and control.sock
+  uint32_t local_size = 0;    // clients expected on this node (0: taken from the first client)
+  std::string cores;          // dedicated cores: "auto", "none" or a list like "1,3-4"
+  uint64_t fusion_threshold = 0;
+  uint64_t arena_bytes = 0;
+  uint32_t ring_entries = 0;
+  uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
+  std::string log_level;
+  uint32_t node_rank = 0;     // multi-node settings arrive with the transport
+  uint32_t nodes = 1;
+};
+
+struct ConfigEntry {
+  std::string name;          // flag without the leading dashes
+  std::string env;           // environment variable
+  std::string default_text;  // as shown to users
+  std::string help;
+  std::function<Status(Config&, const std::string&)> set;
+};
+
+const std::vector<ConfigEntry>& ConfigTable();
+
+// Builds a Config from defaults, then `env`, then `flags` (name -> value). Errors name the setting.
+StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
+                             const std::map<std::string, std::string>& env);
+
+// The environment variables of the table that are set in this process.
+std::map<std::string, std::string> ConfigEnvironment();
+
+std::string ConfigMarkdownTable();
+
+// "64M", "64MiB", "1G", "4096" -> bytes.
+StatusOr<uint64_t> ParseBytes(const std::string& text);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_BASE_CONFIG_H_

@@ -1,0 +1,90 @@
+// syncctl: inspect a running syncd over its gRPC control socket.
+//   syncctl [--run-dir DIR] status [--json]
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+
+#include "daemon/base/affinity.h"
+#include "syncd.grpc.pb.h"
+
+namespace {
+
+std::string Bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+syncd::CoreSet Cores(const google::protobuf::RepeatedField<uint32_t>& f) { return {f.begin(), f.end()}; }
+
+void PrintTable(const syncd::control::StatusReply& s) {
+  size_t attached = 0;
+  for (const auto& c : s.clients()) attached += c.state() == "attached";
+  printf("syncd %s   node %u of %u   up %.1f s   %s\n", s.version().c_str(), s.node_rank(), s.node_count(),
+         s.uptime_s(), s.run_dir().c_str());
+  printf("cores      daemon %s   workers %s\n",
+         s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
+         syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
+  printf("clients    %zu attached of %u local ranks\n", attached, s.local_size());
+  if (s.clients_size() > 0) {
+    printf("  %5s %5s %8s %-9s %10s %12s %7s %5s %5s\n", "RANK", "LOCAL", "PID", "STATE", "OPS", "BYTES", "ERRORS",
+           "SUBQ", "COMPQ");
+    for (const auto& c : s.clients())
+      printf("  %5u %5u %8d %-9s %10lu %12s %7lu %5u %5u\n", c.rank(), c.local_rank(), c.pid(), c.state().c_str(),
+             (unsigned long)c.ops(), Bytes(c.bytes()).c_str(), (unsigned long)c.errors(), c.submit_depth(),
+             c.completion_depth());
+  }
+  printf("ops        allreduce %lu   broadcast %lu   barrier %lu   errors %lu\n", (unsigned long)s.ops().allreduce(),
+         (unsigned long)s.ops().broadcast(), (unsigned long)s.ops().barrier(), (unsigned long)s.ops().errors());
+  printf("fusion     %lu fused ops, %.2f tensors each, threshold %s   reduced %s\n", (unsigned long)s.fused_ops(),
+         s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
+  printf("engine     busy %.2f %%   wake-ups %lu   pending tensors %lu\n", s.engine_busy_pct(),
+         (unsigned long)s.engine_wakeups(), (unsigned long)s.pending_tensors());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"syncctl: inspect a running syncd"};
+  const char* env_dir = getenv("SYNCD_RUN_DIR");
+  std::string run_dir = env_dir ? env_dir : std::string(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") + "/syncd-" +
+                                                std::to_string(getuid());
+  app.add_option("--run-dir", run_dir, "The daemon's run directory [env SYNCD_RUN_DIR]");
+  bool json = false;
+  CLI::App* status = app.add_subcommand("status", "Clients, cores, operations and engine state");
+  status->add_flag("--json", json, "Print the status as one JSON object");
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+
+  auto channel = grpc::CreateChannel("unix:" + run_dir + "/control.sock", grpc::InsecureChannelCredentials());
+  auto stub = syncd::control::Control::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  syncd::control::StatusReply reply;
+  grpc::Status st = stub->Status(&ctx, syncd::control::StatusRequest(), &reply);
+  if (!st.ok()) {
+    fprintf(stderr, "syncctl: no syncd answers at %s/control.sock: %s\n", run_dir.c_str(), st.error_message().c_str());
+    return 1;
+  }
+  if (json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.always_print_primitive_fields = true;
+    opts.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
+    printf("%s\n", out.c_str());
+  } else {
+    PrintTable(reply);
+  }
+  return 0;
+}

@@ -1,0 +1,33 @@
+// syncrun: start a local syncd and K ranks of a command, e.g. `syncrun -n 4 -- python3 train.py`.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <filesystem>
+
+#include "daemon/launch/launcher.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"syncrun: launch a local syncd and N ranks of a command"};
+  syncd::LaunchOptions opts;
+  std::string cores;
+  bool no_bind = false;
+  app.add_option("-n,--ranks", opts.ranks, "Number of ranks")->check(CLI::Range(1, 1024));
+  app.add_option("--run-dir", opts.run_dir, "Run directory (default: a fresh one, removed at exit)");
+  app.add_option("--cores", cores, "Daemon cores (passed to syncd --cores)");
+  app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");
+  app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
+  app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
+  app.add_option("command", opts.command, "Command each rank runs")->required();
+  app.allow_extras(false);
+  app.prefix_command(false);
+  CLI11_PARSE(app, argc, argv);
+  opts.bind_workers = !no_bind;
+  if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return 1;
+  self[n] = '\0';
+  opts.syncd_path = (std::filesystem::path(self).parent_path() / "syncd").string();
+  return syncd::RunJob(opts);
+}

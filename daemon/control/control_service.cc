@@ -1,0 +1,62 @@
+#include "daemon/control/control_service.h"
+
+#include <sys/stat.h>
+
+#include "daemon/base/version.h"
+
+namespace syncd {
+
+grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusRequest*,
+                                    control::StatusReply* r) {
+  std::shared_ptr<const StatusSnapshot> s = engine_->Snapshot();
+  r->set_version(kVersionString);
+  r->set_uptime_s(s->uptime_s);
+  r->set_node_rank(s->node_rank);
+  r->set_node_count(s->node_count);
+  r->set_run_dir(config_.run_dir);
+  for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
+  for (uint32_t c : cores_.workers) r->add_worker_cores(c);
+  r->set_local_size(s->local_size);
+  for (const ClientSnapshot& c : s->clients) {
+    control::ClientStatus* out = r->add_clients();
+    out->set_rank(c.rank);
+    out->set_local_rank(c.local_rank);
+    out->set_pid(c.pid);
+    out->set_state(c.state);
+    out->set_ops(c.ops);
+    out->set_bytes(c.bytes);
+    out->set_errors(c.errors);
+    out->set_submit_depth(c.submit_depth);
+    out->set_completion_depth(c.completion_depth);
+  }
+  control::OpCounters* ops = r->mutable_ops();
+  ops->set_allreduce(s->allreduce_ops);
+  ops->set_broadcast(s->broadcast_ops);
+  ops->set_barrier(s->barrier_ops);
+  ops->set_errors(s->error_ops);
+  r->set_bytes_reduced(s->bytes_reduced);
+  r->set_fused_ops(s->fused_ops);
+  r->set_mean_tensors_per_fusion(s->fused_ops ? double(s->fused_tensors) / double(s->fused_ops) : 0.0);
+  r->set_pending_tensors(s->pending_tensors);
+  r->set_fusion_threshold_bytes(config_.fusion_threshold);
+  r->set_engine_busy_pct(s->uptime_s > 0 ? 100.0 * double(s->engine_busy_ns) / 1e9 / s->uptime_s : 0.0);
+  r->set_engine_wakeups(s->engine_wakeups);
+  return grpc::Status::OK;
+}
+
+StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service) {
+  const std::string path = run_dir + "/control.sock";
+  unlink(path.c_str());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
+  builder.RegisterService(service);
+  // Few, short RPCs: keep gRPC's thread pool small on the daemon's dedicated cores.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return Status(SYNCD_ERR_SYSTEM, "gRPC control server could not listen on " + path);
+  chmod(path.c_str(), 0600);
+  return server;
+}
+
+}  // namespace syncd

@@ -1,0 +1,35 @@
+// The gRPC control service on <run-dir>/control.sock (see proto/syncd.proto). It reads only the
+// engine's published snapshot, never engine state, so a slow client cannot stall the engine.
+#ifndef SYNCD_DAEMON_CONTROL_CONTROL_SERVICE_H_
+#define SYNCD_DAEMON_CONTROL_CONTROL_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "daemon/base/affinity.h"
+#include "daemon/base/config.h"
+#include "daemon/engine/engine.h"
+#include "syncd.grpc.pb.h"
+
+namespace syncd {
+
+class ControlService final : public control::Control::Service {
+ public:
+  ControlService(const Config& config, const CorePartition& cores, const Engine* engine)
+      : config_(config), cores_(cores), engine_(engine) {}
+
+  grpc::Status Status(grpc::ServerContext*, const control::StatusRequest*, control::StatusReply* reply) override;
+
+ private:
+  const Config config_;
+  const CorePartition cores_;
+  const Engine* engine_;
+};
+
+// Starts a gRPC server for `service` on unix:<run-dir>/control.sock.
+StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_CONTROL_CONTROL_SERVICE_H_

@@ -1,0 +1,329 @@
+#include "daemon/engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "daemon/plan/fusion.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+constexpr uint64_t kSnapshotPeriodNs = 20'000'000;
+constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
+constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
+
+std::string RankName(uint32_t rank, int32_t pid) {
+  return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
+}
+
+}  // namespace
+
+Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_size,
+               std::function<void(uint32_t)> kick_client)
+    : config_(config),
+      node_page_(node_page),
+      local_size_(local_size),
+      world_size_(local_size * config.nodes),
+      kick_client_(std::move(kick_client)),
+      table_(local_size),
+      executor_(local_size * config.nodes) {
+  start_ns_ = abi::MonotonicNs();
+  PublishSnapshot();
+}
+
+bool Engine::Post(EngineEvent event) {
+  if (!inbox_.Push(std::move(event))) return false;
+  node_page_->Wake();
+  return true;
+}
+
+void Engine::Stop() {
+  stop_.store(true, std::memory_order_release);
+  node_page_->Wake();
+}
+
+bool Engine::HasWork() {
+  if (!inbox_.Empty()) return true;
+  for (auto& [id, c] : clients_)
+    if (c.info->segment.HasSubmission()) return true;
+  return false;
+}
+
+void Engine::Run() {
+  node_page_->SetState(abi::DaemonState::kRunning);
+  const uint64_t spin_ns = uint64_t(config_.spin_us) * 1000;
+  uint64_t last_work = abi::MonotonicNs(), last_snapshot = 0, last_beat = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    const uint64_t t0 = abi::MonotonicNs();
+    const bool did = Poll();
+    const uint64_t t1 = abi::MonotonicNs();
+    if (did) {
+      busy_ns_ += t1 - t0;
+      last_work = t1;
+    }
+    if (t1 - last_beat > kHeartbeatPeriodNs) {
+      node_page_->Heartbeat();
+      last_beat = t1;
+    }
+    if (t1 - last_snapshot > kSnapshotPeriodNs) {
+      PublishSnapshot();
+      last_snapshot = t1;
+    }
+    if (!did && t1 - last_work > spin_ns) {
+      if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, kIdleSleepNs, [this] {
+            return HasWork() || stop_.load(std::memory_order_relaxed);
+          }))
+        ++wakeups_;
+      node_page_->Heartbeat();
+      last_work = abi::MonotonicNs();
+    } else if (!did) {
+      __builtin_ia32_pause();
+    }
+  }
+  PublishSnapshot();
+}
+
+bool Engine::Poll() {
+  bool did = DrainEvents();
+  std::vector<uint32_t> broken;
+  for (auto& [id, c] : clients_)
+    if (!DrainSubmissions(c, &did)) broken.push_back(id);
+  for (uint32_t id : broken) {
+    Disconnect(id, "broke the shared-memory protocol (corrupt ring indices)");
+    kick_client_(id);
+    did = true;
+  }
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  table_.TakeCompleted(&ready, &failed);
+  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  if (!ready.empty()) Execute(ready);
+  did |= !ready.empty() || !failed.empty();
+  FlushClients();
+  return did;
+}
+
+bool Engine::DrainEvents() {
+  bool did = false;
+  while (auto ev = inbox_.Pop()) {
+    did = true;
+    if (auto* a = std::get_if<ClientAttachedEvent>(&*ev)) {
+      if (local_size_ == 0) {
+        local_size_ = a->client->local_size;
+        world_size_ = local_size_ * config_.nodes;
+        table_ = TensorTable(local_size_);
+        executor_ = HostExecutor(world_size_);
+      }
+      const uint32_t id = a->client->client_id;
+      const uint32_t lr = a->client->local_rank;
+      lost_ranks_.erase(lr);
+      client_by_local_rank_[lr] = id;
+      spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
+      clients_[id].info = std::move(a->client);
+    } else {
+      auto& lost = std::get<ClientLostEvent>(*ev);
+      Disconnect(lost.client_id, lost.reason);
+    }
+  }
+  return did;
+}
+
+void Engine::Disconnect(uint32_t client_id, const std::string& reason) {
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) return;
+  const AttachedClient& info = *it->second.info;
+  const std::string who = RankName(info.rank, info.pid);
+  spdlog::warn("{} {}", who, reason);
+  lost_ranks_[info.local_rank] = LostRank{info.pid, who + " " + reason};
+  client_by_local_rank_.erase(info.local_rank);
+  clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
+  std::vector<FailedTensor> failed;
+  table_.FailAll(Status(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight"), &failed);
+  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+}
+
+bool Engine::DrainSubmissions(ClientState& c, bool* did) {
+  ClientSegment& seg = c.info->segment;
+  for (;;) {
+    bool corrupt = false;
+    std::optional<abi::SubmitEntry> e = seg.PopSubmission(&corrupt);
+    if (corrupt) return false;
+    if (!e) return true;
+    *did = true;
+    std::optional<Request> r = Validate(c, *e);
+    if (!r) continue;  // already completed with an error
+    if (!lost_ranks_.empty()) {
+      const LostRank& lost = lost_ranks_.begin()->second;
+      Complete(*r, Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + lost.reason));
+      continue;
+    }
+    Request copy_for_error = *r;
+    Status st = table_.Add(std::move(*r));
+    if (!st.ok()) Complete(copy_for_error, st);
+  }
+}
+
+std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {
+  Request r;
+  r.client_id = c.info->client_id;
+  r.rank = c.info->rank;
+  r.local_rank = c.info->local_rank;
+  r.handle = e.handle;
+  const size_t name_len = strnlen(e.name, abi::kNameBytes);
+  const std::string who = "rank " + std::to_string(r.rank);
+  auto reject = [&](int code, const std::string& why) -> std::optional<Request> {
+    spdlog::warn("refused request from {}: {}", who, why);
+    Complete(r, Status(syncd_status(code), why));
+    return std::nullopt;
+  };
+  if (name_len == 0 || name_len == abi::kNameBytes)
+    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry from " + who + ": tensor name is empty or not terminated");
+  r.name.assign(e.name, name_len);
+  const std::string what = "tensor '" + r.name + "' from " + who;
+  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kBarrier))
+    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown operation " + std::to_string(e.kind));
+  r.kind = abi::OpKind(e.kind);
+  if (r.kind == abi::OpKind::kBarrier) {
+    if (e.bytes != 0) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: barrier " + what + " carries data");
+    return r;
+  }
+  if (e.dtype >= SYNCD_DTYPE_COUNT)
+    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown dtype " + std::to_string(e.dtype));
+  r.dtype = syncd_dtype(e.dtype);
+  if (e.ndim > abi::kMaxDims)
+    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has " + std::to_string(e.ndim) + " dimensions");
+  const uint64_t esize = abi::DtypeSize(r.dtype);
+  uint64_t count = 1;
+  for (uint32_t d = 0; d < e.ndim; ++d) {
+    if (e.shape[d] < 0 || (e.shape[d] > 0 && count > (UINT64_MAX / esize) / uint64_t(e.shape[d])))
+      return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has an invalid shape");
+    count *= uint64_t(e.shape[d]);
+    r.shape.push_back(e.shape[d]);
+  }
+  if (count * esize != e.bytes)
+    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " says " + std::to_string(e.bytes) +
+                                          " bytes but its shape holds " + std::to_string(count * esize));
+  r.bytes = e.bytes;
+  if (r.bytes > 0) {
+    r.data = c.info->segment.ArenaRange(e.arena_offset, e.bytes);
+    if (r.data == nullptr)
+      return reject(SYNCD_ERR_INVALID, what + ": data range [" + std::to_string(e.arena_offset) + ", +" +
+                                           std::to_string(e.bytes) + ") is outside the client's arena of " +
+                                           std::to_string(c.info->segment.arena_bytes()) + " bytes");
+  }
+  if (r.kind == abi::OpKind::kAllreduce) {
+    if (e.op >= SYNCD_REDUCE_OP_COUNT)
+      return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
+    r.op = syncd_reduce_op(e.op);
+    r.prescale = e.prescale;
+    r.postscale = e.postscale;
+  } else {
+    if (e.root < 0 || uint32_t(e.root) >= world_size_)
+      return reject(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(e.root) +
+                                           " is not a rank (size " + std::to_string(world_size_) + ")");
+    r.root = e.root;
+  }
+  return r;
+}
+
+void Engine::Execute(std::vector<ReadyTensor>& ready) {
+  std::vector<FusionCandidate> candidates;
+  candidates.reserve(ready.size());
+  for (const ReadyTensor& t : ready) {
+    const Request& f = t.first();
+    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
+  }
+  for (const FusionGroup& g : PlanFusion(candidates, config_.fusion_threshold)) {
+    const ReadyTensor& head = ready[g.front()];
+    switch (head.first().kind) {
+      case abi::OpKind::kAllreduce: {
+        std::vector<const ReadyTensor*> members;
+        for (size_t i : g) members.push_back(&ready[i]);
+        executor_.Allreduce(members);
+        ++fused_ops_;
+        fused_tensors_ += g.size();
+        allreduce_ops_ += g.size();
+        for (const ReadyTensor* t : members) bytes_reduced_ += t->first().bytes;
+        break;
+      }
+      case abi::OpKind::kBroadcast:
+        executor_.Broadcast(head);
+        ++broadcast_ops_;
+        break;
+      case abi::OpKind::kBarrier:
+        ++barrier_ops_;
+        break;
+    }
+    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
+  }
+}
+
+void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
+  if (!status.ok()) {
+    ++error_ops_;
+    spdlog::warn("{}", status.message());
+  }
+  for (const Request& r : requests) Complete(r, status);
+}
+
+void Engine::Complete(const Request& r, const Status& status) {
+  auto it = clients_.find(r.client_id);
+  if (it == clients_.end()) return;  // the client is gone; nobody to tell
+  ClientState& c = it->second;
+  if (status.ok()) {
+    ++c.ops;
+    c.bytes += r.bytes;
+  } else {
+    ++c.errors;
+  }
+  c.info->segment.Complete(r.handle, status.code(), status.message());
+}
+
+void Engine::FlushClients() {
+  // Completions a full ring held back stay queued in the segment and go out on a later pass.
+  for (auto& [id, c] : clients_) c.info->segment.Flush();
+}
+
+void Engine::PublishSnapshot() {
+  auto s = std::make_shared<StatusSnapshot>();
+  s->uptime_s = double(abi::MonotonicNs() - start_ns_) / 1e9;
+  s->node_rank = config_.node_rank;
+  s->node_count = config_.nodes;
+  s->local_size = local_size_;
+  for (auto& [id, c] : clients_) {
+    ClientSnapshot cs;
+    cs.rank = c.info->rank;
+    cs.local_rank = c.info->local_rank;
+    cs.pid = c.info->pid;
+    cs.state = "attached";
+    cs.ops = c.ops;
+    cs.bytes = c.bytes;
+    cs.errors = c.errors;
+    cs.submit_depth = c.info->segment.submit_depth();
+    cs.completion_depth = c.info->segment.completion_depth();
+    s->clients.push_back(cs);
+  }
+  for (auto& [lr, lost] : lost_ranks_) {
+    ClientSnapshot cs;
+    cs.rank = config_.node_rank * local_size_ + lr;
+    cs.local_rank = lr;
+    cs.pid = lost.pid;
+    cs.state = "lost";
+    s->clients.push_back(cs);
+  }
+  s->allreduce_ops = allreduce_ops_;
+  s->broadcast_ops = broadcast_ops_;
+  s->barrier_ops = barrier_ops_;
+  s->error_ops = error_ops_;
+  s->bytes_reduced = bytes_reduced_;
+  s->fused_ops = fused_ops_;
+  s->fused_tensors = fused_tensors_;
+  s->pending_tensors = table_.pending();
+  s->engine_busy_ns = busy_ns_;
+  s->engine_wakeups = wakeups_;
+  snapshot_.store(std::move(s), std::memory_order_release);
+}
+
+}  // namespace syncd

@@ -1,0 +1,103 @@
+// The engine: the daemon's one pinned progress thread. It polls every client's submission ring,
+// matches tensors across ranks, executes ready collectives and posts completions. When idle for
+// `spin_us` it sleeps on the node page's doorbell (clients and the control plane ring it).
+//
+// Threads: Run() is the engine thread. Post() and Stop() may be called from any other single
+// producer thread (the attach server); Snapshot() from any thread. Nothing else is shared.
+#ifndef SYNCD_DAEMON_ENGINE_ENGINE_H_
+#define SYNCD_DAEMON_ENGINE_ENGINE_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <variant>
+
+#include "daemon/base/config.h"
+#include "daemon/base/spsc_queue.h"
+#include "daemon/engine/tensor_table.h"
+#include "daemon/exec/host_executor.h"
+#include "daemon/obs/status_snapshot.h"
+#include "daemon/shm/client_segment.h"
+#include "daemon/shm/node_page.h"
+
+namespace syncd {
+
+struct AttachedClient {
+  uint32_t client_id = 0;
+  uint32_t rank = 0, local_rank = 0, local_size = 0;
+  int32_t pid = 0;
+  ClientSegment segment;
+};
+
+// Control plane -> engine.
+struct ClientAttachedEvent { std::unique_ptr<AttachedClient> client; };
+struct ClientLostEvent { uint32_t client_id; std::string reason; };
+using EngineEvent = std::variant<ClientAttachedEvent, ClientLostEvent>;
+
+class Engine {
+ public:
+  // `kick_client` is called on the engine thread when a client broke the protocol and must be
+  // disconnected; it must not block.
+  // `local_size` may be 0: the first attached client then fixes it.
+  Engine(const Config& config, const NodePage* node_page, uint32_t local_size,
+         std::function<void(uint32_t client_id)> kick_client);
+
+  // Runs until Stop(). Call from the engine thread.
+  void Run();
+  // One pass over all inputs; returns whether it did any work. Exposed for tests.
+  bool Poll();
+
+  // From the single producer thread. Returns false when the queue is full (retry later).
+  bool Post(EngineEvent event);
+  void Stop();
+
+  std::shared_ptr<const StatusSnapshot> Snapshot() const { return snapshot_.load(std::memory_order_acquire); }
+
+ private:
+  struct ClientState {
+    std::unique_ptr<AttachedClient> info;
+    uint64_t ops = 0, bytes = 0, errors = 0;
+  };
+  struct LostRank {
+    int32_t pid;
+    std::string reason;
+  };
+
+  bool HasWork();
+  bool DrainEvents();
+  // False when the client broke the ring protocol; sets *did when it consumed anything.
+  bool DrainSubmissions(ClientState& c, bool* did);
+  std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
+  void Execute(std::vector<ReadyTensor>& ready);
+  void CompleteAll(const std::vector<Request>& requests, const Status& status);
+  void Complete(const Request& r, const Status& status);
+  void Disconnect(uint32_t client_id, const std::string& reason);
+  void FlushClients();
+  void PublishSnapshot();
+
+  const Config config_;
+  const NodePage* node_page_;
+  uint32_t local_size_;
+  uint32_t world_size_;
+  const std::function<void(uint32_t)> kick_client_;
+  TensorTable table_;
+  HostExecutor executor_;
+  SpscQueue<EngineEvent> inbox_{256};
+  std::atomic<bool> stop_{false};
+  std::atomic<std::shared_ptr<const StatusSnapshot>> snapshot_;
+
+  std::map<uint32_t, ClientState> clients_;          // by client id
+  std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id
+  std::map<uint32_t, LostRank> lost_ranks_;          // local rank -> why it is gone
+
+  uint64_t start_ns_ = 0;
+  uint64_t allreduce_ops_ = 0, broadcast_ops_ = 0, barrier_ops_ = 0, error_ops_ = 0;
+  uint64_t bytes_reduced_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
+  uint64_t busy_ns_ = 0, wakeups_ = 0;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_ENGINE_H_

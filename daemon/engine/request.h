@@ -1,0 +1,33 @@
+// A validated collective request from one rank: what the engine works with after a ring entry
+// has been copied out of shared memory and checked.
+#ifndef SYNCD_DAEMON_ENGINE_REQUEST_H_
+#define SYNCD_DAEMON_ENGINE_REQUEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/shm_abi.h"
+
+namespace syncd {
+
+struct Request {
+  uint32_t client_id = 0;
+  uint32_t rank = 0;        // global rank of the submitter
+  uint32_t local_rank = 0;
+  uint64_t handle = 0;      // the client's handle, echoed in the completion
+  abi::OpKind kind = abi::OpKind::kAllreduce;
+  syncd_dtype dtype = SYNCD_FLOAT32;
+  syncd_reduce_op op = SYNCD_SUM;
+  int32_t root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+  char* data = nullptr;     // inside the client's arena, valid while the client is attached
+  std::string name;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_REQUEST_H_

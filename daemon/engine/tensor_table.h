@@ -1,0 +1,63 @@
+// Matches requests across the local ranks by tensor name (Horovod's model). A name becomes ready
+// once every local rank has submitted it; then the requests are checked for agreement (kind,
+// dtype, op, shape, root, scale factors) and handed out in the order they became ready.
+//
+// Pure bookkeeping: no I/O, no threads. Owned and called by the engine thread.
+#ifndef SYNCD_DAEMON_ENGINE_TENSOR_TABLE_H_
+#define SYNCD_DAEMON_ENGINE_TENSOR_TABLE_H_
+
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "daemon/engine/request.h"
+
+namespace syncd {
+
+// One tensor submitted by every local rank; requests[i] is local rank i's.
+struct ReadyTensor {
+  std::vector<Request> requests;
+  const Request& first() const { return requests.front(); }
+};
+
+// Requests that cannot proceed, with the error each of them gets.
+struct FailedTensor {
+  std::vector<Request> requests;
+  Status error;
+};
+
+class TensorTable {
+ public:
+  explicit TensorTable(uint32_t local_size) : local_size_(local_size) {}
+
+  // Records one rank's request. Fails (and keeps nothing) when the same rank already has this
+  // name in flight, or the local rank is out of range.
+  Status Add(Request r);
+
+  // Moves out every tensor that all ranks have submitted: consistent ones into `ready` (in the
+  // order they completed), disagreeing ones into `failed` with a message naming the ranks.
+  void TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<FailedTensor>* failed);
+
+  // Fails every pending tensor (a rank is gone): each is returned with `error`.
+  void FailAll(const Status& error, std::vector<FailedTensor>* failed);
+
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Entry {
+    std::vector<Request> requests;  // by local rank
+    std::vector<bool> present;
+    uint32_t count = 0;
+  };
+  static Status CheckAgreement(const std::vector<Request>& requests);
+
+  uint32_t local_size_;
+  std::unordered_map<std::string, Entry> pending_;
+  std::deque<std::string> completed_;  // names in the order their last rank arrived
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_TENSOR_TABLE_H_

@@ -1,0 +1,29 @@
+// Executes ready collectives on host memory for the ranks of this node: reads every rank's tensor
+// in its arena and writes the result back into each, in place. Stateless apart from statistics;
+// called by the engine thread only.
+#ifndef SYNCD_DAEMON_EXEC_HOST_EXECUTOR_H_
+#define SYNCD_DAEMON_EXEC_HOST_EXECUTOR_H_
+
+#include <vector>
+
+#include "daemon/engine/tensor_table.h"
+
+namespace syncd {
+
+class HostExecutor {
+ public:
+  // `world_size` is the divisor of AVERAGE.
+  explicit HostExecutor(uint32_t world_size) : world_size_(world_size) {}
+
+  // One fused allreduce over the member tensors (all share dtype, op and scale factors).
+  void Allreduce(const std::vector<const ReadyTensor*>& group);
+  // Copies the root's tensor into every other rank's. The root is a global rank on this node.
+  void Broadcast(const ReadyTensor& t);
+
+ private:
+  uint32_t world_size_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_EXEC_HOST_EXECUTOR_H_

@@ -1,0 +1,193 @@
+#include "daemon/exec/reduce_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "proto/status_names.h"
+
+namespace syncd {
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf / nan
+  if (abs >= 0x477ff000) return sign | 0x7c00;                                   // overflow -> inf
+  if (abs < 0x38800000) {  // below the smallest normal half: a multiple of 2^-24, round to even
+    float magnitude;
+    memcpy(&magnitude, &abs, 4);
+    return sign | uint16_t(std::nearbyint(magnitude * 16777216.0f));
+  }
+  uint32_t h = ((abs >> 13) - (112u << 10));
+  const uint32_t rem = abs & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return sign | uint16_t(h);
+}
+
+float Bfloat16ToFloat(uint16_t b) {
+  const uint32_t bits = uint32_t(b) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBfloat16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x40);  // quiet nan
+  x += 0x7fff + ((x >> 16) & 1);
+  return uint16_t(x >> 16);
+}
+
+namespace {
+
+struct Half { uint16_t bits; };
+struct Bf16 { uint16_t bits; };
+
+// Storage type -> accumulator type and conversions.
+template <typename T> struct Acc { using type = T; static T In(T v) { return v; } static T Out(T v) { return v; } };
+template <> struct Acc<Half> {
+  using type = float;
+  static float In(Half v) { return HalfToFloat(v.bits); }
+  static Half Out(float v) { return Half{FloatToHalf(v)}; }
+};
+template <> struct Acc<Bf16> {
+  using type = float;
+  static float In(Bf16 v) { return Bfloat16ToFloat(v.bits); }
+  static Bf16 Out(float v) { return Bf16{FloatToBfloat16(v)}; }
+};
+
+// Integer sum/product wrap: compute in the unsigned type to avoid signed-overflow UB.
+template <typename A>
+A Add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return A(U(a) + U(b));
+  } else {
+    return a + b;
+  }
+}
+template <typename A>
+A Mul(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return A(U(a) * U(b));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename A>
+A Scale(A v, double factor) {
+  if constexpr (std::is_integral_v<A>) {
+    return A(std::trunc(double(v) * factor));
+  } else {
+    return A(v * A(factor));
+  }
+}
+
+template <typename T, syncd_reduce_op Op>
+void Kernel(const ReduceSpec& spec, const void* const* inputs, size_t n, void* out, size_t count) {
+  using A = typename Acc<T>::type;
+  A acc[kReduceChunkElements];
+  const bool prescaled = spec.prescale != 1.0;
+  const T* in0 = static_cast<const T*>(inputs[0]);
+  for (size_t k = 0; k < count; ++k) acc[k] = prescaled ? Scale(Acc<T>::In(in0[k]), spec.prescale) : Acc<T>::In(in0[k]);
+  for (size_t i = 1; i < n; ++i) {
+    const T* in = static_cast<const T*>(inputs[i]);
+    if (prescaled) {
+      for (size_t k = 0; k < count; ++k) {
+        const A v = Scale(Acc<T>::In(in[k]), spec.prescale);
+        if constexpr (Op == SYNCD_SUM) acc[k] = Add(acc[k], v);
+        else if constexpr (Op == SYNCD_MIN) acc[k] = std::min(acc[k], v);
+        else if constexpr (Op == SYNCD_MAX) acc[k] = std::max(acc[k], v);
+        else acc[k] = Mul(acc[k], v);
+      }
+    } else {
+      for (size_t k = 0; k < count; ++k) {
+        const A v = Acc<T>::In(in[k]);
+        if constexpr (Op == SYNCD_SUM) acc[k] = Add(acc[k], v);
+        else if constexpr (Op == SYNCD_MIN) acc[k] = std::min(acc[k], v);
+        else if constexpr (Op == SYNCD_MAX) acc[k] = std::max(acc[k], v);
+        else acc[k] = Mul(acc[k], v);
+      }
+    }
+  }
+  T* o = static_cast<T*>(out);
+  if constexpr (std::is_integral_v<A>) {
+    if (spec.divisor > 1)
+      for (size_t k = 0; k < count; ++k) acc[k] = A(int64_t(acc[k]) / int64_t(spec.divisor));
+    if (spec.postscale != 1.0)
+      for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], spec.postscale);
+  } else {
+    const double factor = spec.postscale / double(spec.divisor);
+    if (factor != 1.0)
+      for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], factor);
+  }
+  for (size_t k = 0; k < count; ++k) o[k] = Acc<T>::Out(acc[k]);
+}
+
+template <typename T>
+void Dispatch(const ReduceSpec& spec, const void* const* inputs, size_t n, void* out, size_t count) {
+  switch (spec.op) {
+    case SYNCD_SUM:
+    case SYNCD_AVERAGE: return Kernel<T, SYNCD_SUM>(spec, inputs, n, out, count);
+    case SYNCD_MIN: return Kernel<T, SYNCD_MIN>(spec, inputs, n, out, count);
+    case SYNCD_MAX: return Kernel<T, SYNCD_MAX>(spec, inputs, n, out, count);
+    case SYNCD_PRODUCT: return Kernel<T, SYNCD_PRODUCT>(spec, inputs, n, out, count);
+    default: return;
+  }
+}
+
+}  // namespace
+
+void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, void* const* outputs,
+                 size_t n_outputs, size_t count) {
+  if (count == 0 || n_outputs == 0) return;
+  void* first = outputs[0];
+  switch (spec.dtype) {
+    case SYNCD_INT8: Dispatch<int8_t>(spec, inputs, n, first, count); break;
+    case SYNCD_UINT8: Dispatch<uint8_t>(spec, inputs, n, first, count); break;
+    case SYNCD_INT32: Dispatch<int32_t>(spec, inputs, n, first, count); break;
+    case SYNCD_INT64: Dispatch<int64_t>(spec, inputs, n, first, count); break;
+    case SYNCD_FLOAT16: Dispatch<Half>(spec, inputs, n, first, count); break;
+    case SYNCD_BFLOAT16: Dispatch<Bf16>(spec, inputs, n, first, count); break;
+    case SYNCD_FLOAT32: Dispatch<float>(spec, inputs, n, first, count); break;
+    case SYNCD_FLOAT64: Dispatch<double>(spec, inputs, n, first, count); break;
+    default: return;
+  }
+  const size_t bytes = count * abi::DtypeSize(spec.dtype);
+  for (size_t i = 1; i < n_outputs; ++i)
+    if (outputs[i] != first) memcpy(outputs[i], first, bytes);
+}
+
+}  // namespace syncd

@@ -1,0 +1,42 @@
+// Element-wise reduction of n equally shaped inputs, written to n outputs, for every dtype and op.
+// Pure functions, no state; the host executor calls them chunk by chunk so inputs and outputs may
+// alias (each chunk is read completely before it is written).
+//
+// Semantics: out = postscale * reduce_i(prescale * in_i), then divided by `divisor` (the rank
+// count for AVERAGE, else 1). float16/bfloat16 accumulate in float. Integer SUM/PRODUCT wrap like
+// NCCL's; integer AVERAGE divides the exact sum and truncates toward zero; integer scaling rounds
+// toward zero as well.
+#ifndef SYNCD_DAEMON_EXEC_REDUCE_KERNELS_H_
+#define SYNCD_DAEMON_EXEC_REDUCE_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "syncd/client.h"
+
+namespace syncd {
+
+struct ReduceSpec {
+  syncd_dtype dtype;
+  syncd_reduce_op op;  // AVERAGE is SUM with divisor = ranks
+  double prescale = 1.0;
+  double postscale = 1.0;
+  uint64_t divisor = 1;
+};
+
+// Elements processed per call of ReduceChunk by the executor; keeps the accumulator in L1/L2.
+inline constexpr size_t kReduceChunkElements = 4096;
+
+// Reduces `count` (<= kReduceChunkElements) elements of each of `n` inputs into every output.
+void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, void* const* outputs,
+                 size_t n_outputs, size_t count);
+
+// IEEE half and bfloat16 <-> float, exact where representable, round to nearest even.
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float Bfloat16ToFloat(uint16_t b);
+uint16_t FloatToBfloat16(float f);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_EXEC_REDUCE_KERNELS_H_

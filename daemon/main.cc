@@ -1,0 +1,123 @@
+// syncd: one per node per job. Pins itself to its dedicated cores, serves clients over shared
+// memory and the control API over gRPC, and exits cleanly on SIGTERM/SIGINT.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "daemon/base/affinity.h"
+#include "daemon/base/config.h"
+#include "daemon/base/logging.h"
+#include "daemon/base/version.h"
+#include "daemon/control/attach_server.h"
+#include "daemon/control/control_service.h"
+#include "daemon/control/notify.h"
+#include "daemon/engine/engine.h"
+
+namespace syncd {
+namespace {
+
+Status PrepareRunDir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir);
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir);
+  if (!S_ISDIR(st.st_mode)) return InvalidArgument("run directory " + dir + " is not a directory");
+  if (st.st_uid != geteuid())
+    return Status(SYNCD_ERR_REFUSED, "run directory " + dir + " belongs to uid " + std::to_string(st.st_uid));
+  if (chmod(dir.c_str(), 0700) != 0) return ErrnoError("chmod 0700 " + dir);
+  return Status::Ok();
+}
+
+int Serve(const Config& config) {
+  SetupLogging(config.log_level, config.node_rank);
+  umask(077);
+  auto fail = [](const Status& st) {
+    spdlog::error("{}", st.ToString());
+    NotifyService("STATUS=failed: " + st.message() + "\nERRNO=1");
+    return 1;
+  };
+  if (Status st = PrepareRunDir(config.run_dir); !st.ok()) return fail(st);
+  auto cores = ResolveCores(config.cores);
+  if (!cores.ok()) return fail(cores.status());
+  // Pin before any thread exists so that every thread of the daemon inherits the core set.
+  if (Status st = PinCurrentThread(cores->daemon); !st.ok()) return fail(st);
+
+  // SIGTERM/SIGINT are taken synchronously by the main thread only.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto node_page = NodePage::Create();
+  if (!node_page.ok()) return fail(node_page.status());
+  AttachServer attach(config, &*node_page);
+  if (Status st = attach.Listen(); !st.ok()) return fail(st);
+  Engine engine(config, &*node_page, config.local_size,
+                [&attach](uint32_t client_id) { attach.KickClient(client_id); });
+  attach.set_engine(&engine);
+  ControlService control(config, *cores, &engine);
+  auto server = StartControlServer(config.run_dir, &control);
+  if (!server.ok()) return fail(server.status());
+
+  std::thread engine_thread([&engine] { engine.Run(); });
+  std::thread attach_thread([&attach] { attach.Run(); });
+  spdlog::info("syncd {} serving {} (daemon cores: {}, worker cores: {}, local size: {}, fusion threshold: {} B)",
+               kVersionString, config.run_dir,
+               cores->daemon.empty() ? "not pinned" : FormatCoreList(cores->daemon),
+               FormatCoreList(cores->workers), config.local_size ? std::to_string(config.local_size) : "from first client",
+               config.fusion_threshold);
+  NotifyService("READY=1\nSTATUS=serving " + config.run_dir + "\nSYNCD_WORKER_CORES=" + FormatCoreList(cores->workers) +
+                "\nSYNCD_DAEMON_CORES=" + FormatCoreList(cores->daemon) + "\nMAINPID=" + std::to_string(getpid()));
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  NotifyService("STOPPING=1");
+  node_page->SetState(abi::DaemonState::kStopping);
+  attach.Stop();
+  attach_thread.join();
+  engine.Stop();
+  engine_thread.join();
+  (*server)->Shutdown();
+  unlink((config.run_dir + "/control.sock").c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace syncd
+
+int main(int argc, char** argv) {
+  CLI::App app{"syncd: per-node communication daemon for data-parallel training.\n"
+               "Every setting is a flag, or an environment variable; a flag wins."};
+  std::map<std::string, std::string> flags;
+  std::map<std::string, std::string> values;
+  for (const syncd::ConfigEntry& e : syncd::ConfigTable()) {
+    app.add_option_function<std::string>(
+           "--" + e.name, [&flags, name = e.name](const std::string& v) { flags[name] = v; },
+           e.help + " [env " + e.env + ", default " + e.default_text + "]")
+        ->type_name("VALUE");
+  }
+  bool markdown = false, version = false;
+  app.add_flag("--config-markdown", markdown, "Print the configuration table as Markdown and exit");
+  app.add_flag("--version", version, "Print the version and exit");
+  CLI11_PARSE(app, argc, argv);
+  if (markdown) {
+    fputs(syncd::ConfigMarkdownTable().c_str(), stdout);
+    return 0;
+  }
+  if (version) {
+    printf("syncd %s\n", syncd::kVersionString);
+    return 0;
+  }
+  auto config = syncd::BuildConfig(flags, syncd::ConfigEnvironment());
+  if (!config.ok()) {
+    fprintf(stderr, "syncd: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  return syncd::Serve(*config);
+}

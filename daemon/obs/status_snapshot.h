@@ -1,0 +1,35 @@
+// What `syncctl status` shows, as the engine last published it. Plain data: the engine builds a
+// new snapshot every few milliseconds and swaps it in; readers never touch engine state.
+#ifndef SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
+#define SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/base/affinity.h"
+
+namespace syncd {
+
+struct ClientSnapshot {
+  uint32_t rank = 0, local_rank = 0;
+  int32_t pid = 0;
+  std::string state;  // "attached" or "lost"
+  uint64_t ops = 0, bytes = 0, errors = 0;
+  uint32_t submit_depth = 0, completion_depth = 0;
+};
+
+struct StatusSnapshot {
+  double uptime_s = 0;
+  uint32_t node_rank = 0, node_count = 1, local_size = 0;
+  std::vector<ClientSnapshot> clients;
+  uint64_t allreduce_ops = 0, broadcast_ops = 0, barrier_ops = 0, error_ops = 0;
+  uint64_t bytes_reduced = 0;
+  uint64_t fused_ops = 0, fused_tensors = 0;
+  uint64_t pending_tensors = 0;
+  uint64_t engine_busy_ns = 0, engine_wakeups = 0;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_

@@ -1,0 +1,73 @@
+#include "daemon/shm/client_segment.h"
+
+#include <cstring>
+
+#include "proto/doorbell.h"
+
+namespace syncd {
+
+StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes) {
+  const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes);
+  ClientSegment s;
+  SYNCD_ASSIGN_OR_RETURN(s.mapping_,
+                         SharedMapping::Create("syncd-client-" + std::to_string(client_id), layout.total_bytes));
+  char* base = s.mapping_.data();
+  auto* h = new (base) abi::SegmentHeader();
+  h->magic = abi::kMagic;
+  h->version = abi::kVersion;
+  h->segment_bytes = layout.total_bytes;
+  h->ring_entries = ring_entries;
+  h->client_id = client_id;
+  h->submit_ring_offset = layout.submit_ring_offset;
+  h->completion_ring_offset = layout.completion_ring_offset;
+  h->message_offset = layout.message_offset;
+  h->arena_offset = layout.arena_offset;
+  h->arena_bytes = layout.total_bytes - layout.arena_offset;
+  s.submit_ = abi::RingView<abi::SubmitEntry>(
+      &h->submit, reinterpret_cast<abi::SubmitEntry*>(base + layout.submit_ring_offset), ring_entries);
+  s.completion_ = abi::RingView<abi::CompletionEntry>(
+      &h->completion, reinterpret_cast<abi::CompletionEntry*>(base + layout.completion_ring_offset), ring_entries);
+  s.messages_ = base + layout.message_offset;
+  s.arena_ = base + layout.arena_offset;
+  return s;
+}
+
+std::optional<abi::SubmitEntry> ClientSegment::PopSubmission(bool* corrupt) {
+  const abi::SubmitEntry* e = submit_.Front(corrupt);
+  if (e == nullptr) return std::nullopt;
+  abi::SubmitEntry copy;
+  memcpy(&copy, e, sizeof(copy));
+  submit_.Pop();
+  return copy;
+}
+
+char* ClientSegment::ArenaRange(uint64_t offset, uint64_t bytes) const {
+  const uint64_t size = arena_bytes();
+  if (offset > size || bytes > size - offset) return nullptr;
+  return arena_ + offset;
+}
+
+void ClientSegment::Complete(uint64_t handle, int status, const std::string& message) {
+  overflow_.push_back(Pending{handle, status, message});
+}
+
+void ClientSegment::Flush() {
+  bool published = false;
+  while (!overflow_.empty()) {
+    abi::CompletionEntry* slot = completion_.Reserve();
+    if (slot == nullptr) break;
+    const Pending& p = overflow_.front();
+    const uint32_t index = completion_.ReservedIndex() & (completion_.capacity() - 1);
+    const size_t n = std::min(p.message.size(), abi::kMessageBytes);
+    memcpy(messages_ + size_t(index) * abi::kMessageBytes, p.message.data(), n);
+    slot->handle = p.handle;
+    slot->status = p.status;
+    slot->message_bytes = uint32_t(n);
+    completion_.Publish();
+    overflow_.pop_front();
+    published = true;
+  }
+  if (published) abi::Ring(&header()->client_doorbell);
+}
+
+}  // namespace syncd

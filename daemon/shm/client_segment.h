@@ -1,0 +1,62 @@
+// The daemon's view of one client's segment (abi::SegmentHeader and what follows it). Owned by
+// the engine thread once the client is attached; only that thread calls it.
+//
+// The daemon consumes the submission ring and produces the completion ring. Everything read from
+// the segment is copied before it is checked, since the client can change it at any moment.
+#ifndef SYNCD_DAEMON_SHM_CLIENT_SEGMENT_H_
+#define SYNCD_DAEMON_SHM_CLIENT_SEGMENT_H_
+
+#include <deque>
+#include <optional>
+#include <string>
+
+#include "daemon/shm/shared_mapping.h"
+#include "proto/shm_abi.h"
+
+namespace syncd {
+
+class ClientSegment {
+ public:
+  static StatusOr<ClientSegment> Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes);
+
+  int fd() const { return mapping_.fd(); }
+  uint64_t size() const { return mapping_.size(); }
+  void CloseFd() { mapping_.CloseFd(); }
+
+  // The next submission, copied out of shared memory; nullopt when the ring is empty. Sets
+  // *corrupt (and returns nullopt) when the client broke the ring's indices.
+  std::optional<abi::SubmitEntry> PopSubmission(bool* corrupt);
+  bool HasSubmission() { return submit_.Depth() != 0; }
+
+  // The arena range [offset, offset+bytes), or nullptr when it is not inside the arena.
+  char* ArenaRange(uint64_t offset, uint64_t bytes) const;
+  uint64_t arena_bytes() const { return header()->arena_bytes; }
+
+  // Queues one completion. If the client is not draining its ring, completions wait in the daemon
+  // (never dropped) and go out on a later Flush().
+  void Complete(uint64_t handle, int status, const std::string& message);
+  // Publishes what fits and rings the client's doorbell if anything was published.
+  void Flush();
+
+  uint32_t submit_depth() const { return submit_.Depth(); }
+  uint32_t completion_depth() const { return completion_.Depth() + uint32_t(overflow_.size()); }
+
+ private:
+  struct Pending {
+    uint64_t handle;
+    int status;
+    std::string message;
+  };
+  abi::SegmentHeader* header() const { return reinterpret_cast<abi::SegmentHeader*>(mapping_.data()); }
+
+  SharedMapping mapping_;
+  abi::RingView<abi::SubmitEntry> submit_;
+  abi::RingView<abi::CompletionEntry> completion_;
+  char* messages_ = nullptr;
+  char* arena_ = nullptr;
+  std::deque<Pending> overflow_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_SHM_CLIENT_SEGMENT_H_

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package syncd needs to build, test and benchmark.
+# Idempotent and quiet: packages already present are skipped without touching apt.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # daemon dependencies
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libucx-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # python binding and peers (torch.distributed/gloo is the benchmark peer)
+  pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}" >&2
+"${sudo_cmd[@]}" apt-get update -qq >/dev/null
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

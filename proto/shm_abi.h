@@ -1,0 +1,201 @@
+// The shared-memory protocol between a client process and its node's syncd.
+//
+// Both sides include this header; nothing here allocates or owns memory. The daemon creates each
+// client's segment (a memfd it passes at attach) and a node page shared by all its clients; the
+// client maps both. Layout rules: every field has a fixed size, offsets are relative to the start
+// of the mapping, and indices that two processes write live on their own cache lines.
+//
+// Trust: the daemon never trusts what a client wrote. It copies each ring entry out of shared
+// memory before validating it, and checks ring indices and arena ranges itself.
+#ifndef SYNCD_PROTO_SHM_ABI_H_
+#define SYNCD_PROTO_SHM_ABI_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "syncd/client.h"
+
+namespace syncd::abi {
+
+inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kCacheLine = 64;
+inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
+inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
+inline constexpr size_t kMessageBytes = 480;
+inline constexpr size_t kArenaAlignment = 64;
+
+enum class OpKind : uint32_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3 };
+
+// ---- UDS handshake: one AttachRequest from the client, one AttachReply (+ 2 fds) back. ----
+struct AttachRequest {
+  uint32_t magic;
+  uint32_t version;
+  int32_t rank, size, local_rank, local_size;
+  int32_t pid;
+  uint32_t reserved;
+};
+
+struct AttachReply {
+  uint32_t magic;
+  uint32_t version;
+  int32_t status;  // syncd_status
+  uint32_t client_id;
+  uint64_t segment_bytes;
+  uint64_t node_page_bytes;
+  int32_t node_rank, node_count;
+  char message[256];  // why the attach was refused
+};
+
+// ---- Rings ----
+// One submission entry per request. The name is NUL-terminated inside the entry.
+struct SubmitEntry {
+  uint64_t handle;
+  uint32_t kind;   // OpKind
+  uint32_t dtype;  // syncd_dtype
+  uint32_t op;     // syncd_reduce_op
+  int32_t root;
+  double prescale;
+  double postscale;
+  uint64_t arena_offset;  // payload location inside the client's arena
+  uint64_t bytes;
+  uint32_t ndim;
+  uint32_t reserved;
+  int64_t shape[kMaxDims];
+  char name[kNameBytes];
+};
+static_assert(sizeof(SubmitEntry) == 320);
+
+struct CompletionEntry {
+  uint64_t handle;
+  int32_t status;          // syncd_status
+  uint32_t message_bytes;  // length of the text in the message slot of the same ring index
+};
+
+struct alignas(kCacheLine) PaddedIndex {
+  std::atomic<uint32_t> value{0};
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// Free-running indices: depth = head - tail, slot = index & (capacity - 1).
+struct RingIndices {
+  PaddedIndex head;  // written by the producer only
+  PaddedIndex tail;  // written by the consumer only
+};
+
+// A doorbell is a futex word the sleeper waits on plus a flag saying it sleeps, so the other side
+// only pays for a wake-up syscall when someone is actually asleep.
+struct alignas(kCacheLine) Doorbell {
+  std::atomic<uint32_t> seq{0};
+  std::atomic<uint32_t> sleeping{0};
+};
+
+enum class DaemonState : uint32_t { kStarting = 0, kRunning = 1, kStopping = 2 };
+
+// Shared by all clients of one daemon: the engine's doorbell and its liveness.
+struct NodePage {
+  uint32_t magic;
+  uint32_t version;
+  Doorbell engine_doorbell;
+  alignas(kCacheLine) std::atomic<uint64_t> engine_heartbeat_ns;  // CLOCK_MONOTONIC
+  std::atomic<uint32_t> daemon_state;                              // DaemonState
+};
+
+// Start of every client segment. Offsets point into the same mapping.
+struct SegmentHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t segment_bytes;
+  uint32_t ring_entries;  // power of two, same for both rings
+  uint32_t client_id;
+  uint64_t submit_ring_offset;      // SubmitEntry[ring_entries]
+  uint64_t completion_ring_offset;  // CompletionEntry[ring_entries]
+  uint64_t message_offset;          // char[ring_entries][kMessageBytes]
+  uint64_t arena_offset;
+  uint64_t arena_bytes;
+  RingIndices submit;
+  RingIndices completion;
+  Doorbell client_doorbell;  // the client sleeps here waiting for completions
+};
+
+struct SegmentLayout {
+  uint64_t submit_ring_offset, completion_ring_offset, message_offset, arena_offset, total_bytes;
+};
+
+constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+constexpr SegmentLayout ComputeLayout(uint32_t ring_entries, uint64_t arena_bytes) {
+  SegmentLayout l{};
+  l.submit_ring_offset = AlignUp(sizeof(SegmentHeader), 4096);
+  l.completion_ring_offset =
+      AlignUp(l.submit_ring_offset + uint64_t{ring_entries} * sizeof(SubmitEntry), kCacheLine);
+  l.message_offset =
+      AlignUp(l.completion_ring_offset + uint64_t{ring_entries} * sizeof(CompletionEntry), kCacheLine);
+  l.arena_offset = AlignUp(l.message_offset + uint64_t{ring_entries} * kMessageBytes, 4096);
+  l.total_bytes = AlignUp(l.arena_offset + arena_bytes, 4096);
+  return l;
+}
+
+// Single-producer single-consumer ring over memory owned by someone else. The producer and the
+// consumer each hold their own RingView on the same RingIndices; a view is not thread-safe.
+template <typename Entry>
+class RingView {
+ public:
+  RingView() = default;
+  RingView(RingIndices* indices, Entry* slots, uint32_t capacity)
+      : indices_(indices), slots_(slots), mask_(capacity - 1) {}
+
+  uint32_t capacity() const { return mask_ + 1; }
+
+  // Producer side: the slot to fill, or nullptr when full. Publish() makes it visible.
+  Entry* Reserve() {
+    const uint32_t head = indices_->head.value.load(std::memory_order_relaxed);
+    if (head - cached_tail_ > mask_) {
+      cached_tail_ = indices_->tail.value.load(std::memory_order_acquire);
+      if (head - cached_tail_ > mask_) return nullptr;
+    }
+    return &slots_[head & mask_];
+  }
+  uint32_t ReservedIndex() const { return indices_->head.value.load(std::memory_order_relaxed); }
+  void Publish() {
+    indices_->head.value.store(indices_->head.value.load(std::memory_order_relaxed) + 1,
+                               std::memory_order_release);
+  }
+
+  // Consumer side: the oldest entry, or nullptr when empty. `corrupt` is set when the producer's
+  // head is further ahead than the ring holds (a misbehaving peer).
+  const Entry* Front(bool* corrupt = nullptr) {
+    const uint32_t tail = indices_->tail.value.load(std::memory_order_relaxed);
+    if (tail == cached_head_) {
+      cached_head_ = indices_->head.value.load(std::memory_order_acquire);
+      if (tail == cached_head_) return nullptr;
+    }
+    if (cached_head_ - tail > mask_ + 1) {
+      if (corrupt) *corrupt = true;
+      return nullptr;
+    }
+    return &slots_[tail & mask_];
+  }
+  uint32_t FrontIndex() const { return indices_->tail.value.load(std::memory_order_relaxed); }
+  void Pop() {
+    indices_->tail.value.store(indices_->tail.value.load(std::memory_order_relaxed) + 1,
+                               std::memory_order_release);
+  }
+
+  uint32_t Depth() const {
+    return indices_->head.value.load(std::memory_order_acquire) -
+           indices_->tail.value.load(std::memory_order_acquire);
+  }
+
+ private:
+  RingIndices* indices_ = nullptr;
+  Entry* slots_ = nullptr;
+  uint32_t mask_ = 0;
+  uint32_t cached_tail_ = 0;  // producer's last view of tail
+  uint32_t cached_head_ = 0;  // consumer's last view of head
+};
+
+}  // namespace syncd::abi
+
+#endif  // SYNCD_PROTO_SHM_ABI_H_

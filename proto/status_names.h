@@ -1,0 +1,51 @@
+// Names of the syncd_status codes, shared by the client library and the daemon.
+#ifndef SYNCD_PROTO_STATUS_NAMES_H_
+#define SYNCD_PROTO_STATUS_NAMES_H_
+
+#include "syncd/client.h"
+
+namespace syncd::abi {
+
+inline const char* StatusName(int s) {
+  switch (s) {
+    case SYNCD_OK: return "OK";
+    case SYNCD_IN_PROGRESS: return "IN_PROGRESS";
+    case SYNCD_ERR_INVALID: return "INVALID";
+    case SYNCD_ERR_MISMATCH: return "MISMATCH";
+    case SYNCD_ERR_DUPLICATE: return "DUPLICATE";
+    case SYNCD_ERR_RANK_LOST: return "RANK_LOST";
+    case SYNCD_ERR_DAEMON_LOST: return "DAEMON_LOST";
+    case SYNCD_ERR_TIMEOUT: return "TIMEOUT";
+    case SYNCD_ERR_NO_MEMORY: return "NO_MEMORY";
+    case SYNCD_ERR_PROTOCOL: return "PROTOCOL";
+    case SYNCD_ERR_REFUSED: return "REFUSED";
+    case SYNCD_ERR_SYSTEM: return "SYSTEM";
+    case SYNCD_ERR_INTERNAL: return "INTERNAL";
+    default: return "UNKNOWN";
+  }
+}
+
+inline size_t DtypeSize(uint32_t dtype) {
+  switch (dtype) {
+    case SYNCD_INT8: case SYNCD_UINT8: return 1;
+    case SYNCD_FLOAT16: case SYNCD_BFLOAT16: return 2;
+    case SYNCD_INT32: case SYNCD_FLOAT32: return 4;
+    case SYNCD_INT64: case SYNCD_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+inline const char* DtypeName(uint32_t dtype) {
+  static const char* const kNames[] = {"int8", "uint8", "int32", "int64",
+                                       "float16", "bfloat16", "float32", "float64"};
+  return dtype < SYNCD_DTYPE_COUNT ? kNames[dtype] : "invalid-dtype";
+}
+
+inline const char* ReduceOpName(uint32_t op) {
+  static const char* const kNames[] = {"sum", "average", "min", "max", "product"};
+  return op < SYNCD_REDUCE_OP_COUNT ? kNames[op] : "invalid-op";
+}
+
+}  // namespace syncd::abi
+
+#endif  // SYNCD_PROTO_STATUS_NAMES_H_
