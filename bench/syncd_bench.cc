@@ -135,7 +135,7 @@ class Bench {
       if (rank == 0) {
         if (o_.json)
           printf("{\"op\":\"allreduce\",\"bytes\":%lu,\"ranks\":%d,\"dtype\":\"%s\",\"time_us\":%.3f,\"lat_p50_us\":%.3f,"
-                 "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"iters\":%d,\"wrong\":%ld,\"zero_copy\":%s}\n",
+                 "\"algbw_GBps\":%.7f,\"busbw_GBps\":%.7f,\"iters\":%d,\"wrong\":%ld,\"zero_copy\":%s}\n",
                  (unsigned long)bytes, n, o_.dtype.c_str(), time_us, p50_us, algbw, busbw, iters, wrong,
                  o_.staged ? "false" : "true");
         else

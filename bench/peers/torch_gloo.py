@@ -73,8 +73,8 @@ def worker(rank, args, port):
             if args.json:
                 print(json.dumps({"op": "allreduce", "peer": "torch_gloo", "bytes": nbytes, "ranks": n,
                                   "dtype": args.dtype, "time_us": round(time_us, 3),
-                                  "lat_p50_us": round(p50_us, 3), "algbw_GBps": round(algbw, 4),
-                                  "busbw_GBps": round(busbw, 4), "iters": iters}), flush=True)
+                                  "lat_p50_us": round(p50_us, 3), "algbw_GBps": round(algbw, 7),
+                                  "busbw_GBps": round(busbw, 7), "iters": iters}), flush=True)
             else:
                 print(f"  {nbytes:12d} {count:12d} {args.dtype:>9} {time_us:12.2f} {algbw:10.3f} "
                       f"{busbw:10.3f} {p50_us:12.2f}", flush=True)

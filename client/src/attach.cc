@@ -110,12 +110,17 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
 
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
                          int32_t(getpid()), 0};
-  if (!SendAll(c->sock_, &req, sizeof(req)))
-    return Fail(SYNCD_ERR_DAEMON_LOST, std::string("attach handshake: send failed: ") + strerror(errno));
+  // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
+  // when the send fails, the reply says why.
+  const bool sent = SendAll(c->sock_, &req, sizeof(req));
+  const int send_errno = errno;
   abi::AttachReply reply{};
   int fds[2];
-  if (!RecvReply(c->sock_, &reply, fds))
+  if (!RecvReply(c->sock_, &reply, fds)) {
+    if (!sent)
+      return Fail(SYNCD_ERR_DAEMON_LOST, std::string("attach handshake: send failed: ") + strerror(send_errno));
     return Fail(SYNCD_ERR_DAEMON_LOST, "attach handshake: syncd closed the connection without a reply");
+  }
   if (reply.magic != abi::kMagic || reply.version != abi::kVersion) {
     for (int fd : fds) if (fd >= 0) close(fd);
     return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: daemon speaks protocol version " +

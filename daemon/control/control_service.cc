@@ -8,7 +8,7 @@ namespace syncd {
 
 grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusRequest*,
                                     control::StatusReply* r) {
-  std::shared_ptr<const StatusSnapshot> s = engine_->Snapshot();
+  std::shared_ptr<const StatusSnapshot> s = engine_->FreshSnapshot(100);
   r->set_version(kVersionString);
   r->set_uptime_s(s->uptime_s);
   r->set_node_rank(s->node_rank);

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "daemon/plan/fusion.h"
 #include "proto/status_names.h"
@@ -67,13 +69,16 @@ void Engine::Run() {
       node_page_->Heartbeat();
       last_beat = t1;
     }
-    if (t1 - last_snapshot > kSnapshotPeriodNs) {
+    if (t1 - last_snapshot > kSnapshotPeriodNs ||
+        snapshot_requested_.load(std::memory_order_relaxed) != snapshot_published_.load(std::memory_order_relaxed)) {
       PublishSnapshot();
       last_snapshot = t1;
     }
     if (!did && t1 - last_work > spin_ns) {
       if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, kIdleSleepNs, [this] {
-            return HasWork() || stop_.load(std::memory_order_relaxed);
+            return HasWork() || stop_.load(std::memory_order_relaxed) ||
+                   snapshot_requested_.load(std::memory_order_relaxed) !=
+                       snapshot_published_.load(std::memory_order_relaxed);
           }))
         ++wakeups_;
       node_page_->Heartbeat();
@@ -136,12 +141,26 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason) {
   const AttachedClient& info = *it->second.info;
   const std::string who = RankName(info.rank, info.pid);
   spdlog::warn("{} {}", who, reason);
-  lost_ranks_[info.local_rank] = LostRank{info.pid, who + " " + reason};
+  lost_ranks_[info.local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
   client_by_local_rank_.erase(info.local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
+  // With no client left the job is over: the next job's ranks may attach in any order, so a
+  // departed rank stops failing new requests (it stays listed as lost until its slot is reused).
+  if (clients_.empty())
+    for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
   std::vector<FailedTensor> failed;
   table_.FailAll(Status(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight"), &failed);
   for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+}
+
+std::string Engine::BlockingLosses() const {
+  std::vector<const LostRank*> losses;
+  for (const auto& [lr, lost] : lost_ranks_)
+    if (lost.blocking) losses.push_back(&lost);
+  std::sort(losses.begin(), losses.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
+  std::string out;
+  for (const LostRank* l : losses) out += (out.empty() ? "" : "; ") + l->reason;
+  return out;
 }
 
 bool Engine::DrainSubmissions(ClientState& c, bool* did) {
@@ -155,9 +174,10 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
     if (!lost_ranks_.empty()) {
-      const LostRank& lost = lost_ranks_.begin()->second;
-      Complete(*r, Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + lost.reason));
-      continue;
+      if (std::string losses = BlockingLosses(); !losses.empty()) {
+        Complete(*r, Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + losses));
+        continue;
+      }
     }
     Request copy_for_error = *r;
     Status st = table_.Add(std::move(*r));
@@ -286,7 +306,17 @@ void Engine::FlushClients() {
   for (auto& [id, c] : clients_) c.info->segment.Flush();
 }
 
+std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) const {
+  const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_relaxed) + 1;
+  node_page_->Wake();
+  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
+  while (snapshot_published_.load(std::memory_order_acquire) < want && abi::MonotonicNs() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return Snapshot();
+}
+
 void Engine::PublishSnapshot() {
+  const uint64_t requested = snapshot_requested_.load(std::memory_order_relaxed);
   auto s = std::make_shared<StatusSnapshot>();
   s->uptime_s = double(abi::MonotonicNs() - start_ns_) / 1e9;
   s->node_rank = config_.node_rank;
@@ -324,6 +354,7 @@ void Engine::PublishSnapshot() {
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
   snapshot_.store(std::move(s), std::memory_order_release);
+  snapshot_published_.store(requested, std::memory_order_release);
 }
 
 }  // namespace syncd

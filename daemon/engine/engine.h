@@ -54,6 +54,9 @@ class Engine {
   void Stop();
 
   std::shared_ptr<const StatusSnapshot> Snapshot() const { return snapshot_.load(std::memory_order_acquire); }
+  // Asks the engine for a new snapshot and waits up to `timeout_ms` for it (never blocks the
+  // engine); falls back to the latest one. Any thread but the engine's.
+  std::shared_ptr<const StatusSnapshot> FreshSnapshot(int timeout_ms) const;
 
  private:
   struct ClientState {
@@ -63,9 +66,13 @@ class Engine {
   struct LostRank {
     int32_t pid;
     std::string reason;
+    bool blocking;  // new requests fail at once; cleared when the job's last client leaves
+    uint64_t seq;   // order of loss
   };
 
   bool HasWork();
+  // Why new requests must fail now (every lost rank of this job, first loss first), or "".
+  std::string BlockingLosses() const;
   bool DrainEvents();
   // False when the client broke the ring protocol; sets *did when it consumed anything.
   bool DrainSubmissions(ClientState& c, bool* did);
@@ -87,12 +94,15 @@ class Engine {
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   std::atomic<std::shared_ptr<const StatusSnapshot>> snapshot_;
+  mutable std::atomic<uint64_t> snapshot_requested_{0};
+  std::atomic<uint64_t> snapshot_published_{0};
 
   std::map<uint32_t, ClientState> clients_;          // by client id
   std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id
   std::map<uint32_t, LostRank> lost_ranks_;          // local rank -> why it is gone
 
   uint64_t start_ns_ = 0;
+  uint64_t loss_seq_ = 0;
   uint64_t allreduce_ops_ = 0, broadcast_ops_ = 0, barrier_ops_ = 0, error_ops_ = 0;
   uint64_t bytes_reduced_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
   uint64_t busy_ns_ = 0, wakeups_ = 0;

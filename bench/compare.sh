@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs syncd-bench and torch.distributed/gloo with the same ranks and sizes, back to back in one
+# go, and prints the ratio per size (p50 latency: gloo/syncd; busbw: syncd/gloo; > 1 means
+# syncd is better). The last line is one JSON object with both result sets.
+#   bench/compare.sh [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ranks=4 sizes="" seconds=1 build="$here/../build" extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ranks) ranks=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --staged) extra+=(--staged); shift ;;
+    *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+size_args=()
+[ -n "$sizes" ] && size_args=(--sizes "$sizes")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+"$build/bin/syncrun" -n "$ranks" -- "$build/bin/syncd-bench" allreduce --json --seconds "$seconds" \
+  "${size_args[@]}" "${extra[@]}" >"$out/syncd.jsonl" 2>"$out/syncd.log" ||
+  { cat "$out/syncd.log" >&2; exit 1; }
+/usr/bin/python3 "$here/peers/torch_gloo.py" --ranks "$ranks" --json --seconds "$seconds" \
+  "${size_args[@]}" >"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
+
+/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" <<'PY'
+import json, sys
+def load(path):
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    return [r for r in rows if r.get("op") == "allreduce"], [r for r in rows if r.get("op") == "submit"]
+syncd, submit = load(sys.argv[1])
+gloo, _ = load(sys.argv[2])
+gloo_by = {r["bytes"]: r for r in gloo}
+ranks = syncd[0]["ranks"] if syncd else 0
+print(f"# allreduce, {ranks} ranks, float32: syncd (zero-copy arena) vs torch.distributed gloo, same run")
+print(f"# {'bytes':>10} | {'syncd p50 us':>12} {'gloo p50 us':>12} {'p50 x':>7} | "
+      f"{'syncd busbw':>11} {'gloo busbw':>10} {'busbw x':>8}")
+ratios = []
+for r in syncd:
+    g = gloo_by.get(r["bytes"])
+    if not g:
+        continue
+    lat_x = g["lat_p50_us"] / r["lat_p50_us"] if r["lat_p50_us"] else 0
+    bw_x = r["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0
+    ratios.append({"bytes": r["bytes"], "p50_ratio": round(lat_x, 2), "busbw_ratio": round(bw_x, 2)})
+    print(f"  {r['bytes']:>10} | {r['lat_p50_us']:>12.1f} {g['lat_p50_us']:>12.1f} {lat_x:>7.1f} | "
+          f"{r['busbw_GBps']:>11.3f} {g['busbw_GBps']:>10.3f} {bw_x:>8.2f}")
+if submit:
+    print(f"# client submit cost: {submit[0]['ns_per_request']:.0f} ns per request")
+print(json.dumps({"bench": "compare_allreduce", "ranks": ranks, "syncd": syncd, "gloo": gloo,
+                  "ratios": ratios, "submit": submit}))
+PY

@@ -1,0 +1,60 @@
+#include "daemon/base/config.h"
+
+#include <gtest/gtest.h>
+
+namespace syncd {
+namespace {
+
+TEST(Config, DefaultsComeFromTheTable) {
+  auto c = BuildConfig({}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->fusion_threshold, 64ull << 20);
+  EXPECT_EQ(c->arena_bytes, 512ull << 20);
+  EXPECT_EQ(c->ring_entries, 1024u);
+  EXPECT_EQ(c->cores, "auto");
+  EXPECT_EQ(c->log_level, "info");
+  EXPECT_EQ(c->local_size, 0u);
+  EXPECT_FALSE(c->run_dir.empty());
+}
+
+TEST(Config, FlagBeatsEnvironmentBeatsDefault) {
+  auto c = BuildConfig({{"fusion-threshold", "1M"}},
+                       {{"SYNCD_FUSION_THRESHOLD", "2M"}, {"SYNCD_ARENA_SIZE", "64M"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->fusion_threshold, 1ull << 20);
+  EXPECT_EQ(c->arena_bytes, 64ull << 20);
+}
+
+TEST(Config, BadValuesNameTheSetting) {
+  auto a = BuildConfig({{"ring-entries", "1000"}}, {});
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("ring-entries"), std::string::npos);
+  auto b = BuildConfig({}, {{"SYNCD_SPIN_US", "fast"}});
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("SYNCD_SPIN_US"), std::string::npos);
+  auto d = BuildConfig({{"log-level", "loud"}}, {});
+  EXPECT_FALSE(d.ok());
+}
+
+TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {
+  for (const ConfigEntry& e : ConfigTable()) {
+    EXPECT_FALSE(e.name.empty());
+    EXPECT_EQ(e.env.rfind("SYNCD_", 0), 0u) << e.env;
+    EXPECT_FALSE(e.default_text.empty()) << e.name;
+    EXPECT_FALSE(e.help.empty()) << e.name;
+    EXPECT_NE(ConfigMarkdownTable().find("`--" + e.name + "`"), std::string::npos);
+  }
+}
+
+TEST(ParseBytes, UnitsAndErrors) {
+  EXPECT_EQ(*ParseBytes("4096"), 4096u);
+  EXPECT_EQ(*ParseBytes("64K"), 64u << 10);
+  EXPECT_EQ(*ParseBytes("64MiB"), 64u << 20);
+  EXPECT_EQ(*ParseBytes("1g"), 1ull << 30);
+  EXPECT_FALSE(ParseBytes("").ok());
+  EXPECT_FALSE(ParseBytes("12Q").ok());
+  EXPECT_FALSE(ParseBytes("99999999999999999999G").ok());
+}
+
+}  // namespace
+}  // namespace syncd

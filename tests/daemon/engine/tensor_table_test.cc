@@ -1,0 +1,125 @@
+#include "daemon/engine/tensor_table.h"
+
+#include <gtest/gtest.h>
+
+namespace syncd {
+namespace {
+
+Request Req(uint32_t rank, const std::string& name, std::vector<int64_t> shape = {4}) {
+  Request r;
+  r.rank = r.local_rank = rank;
+  r.client_id = rank + 1;
+  r.handle = 100 + rank;
+  r.name = name;
+  r.shape = std::move(shape);
+  r.bytes = 16;
+  return r;
+}
+
+TEST(TensorTable, ReadyOnlyWhenEveryRankSubmittedInCompletionOrder) {
+  TensorTable t(3);
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  ASSERT_TRUE(t.Add(Req(0, "a")).ok());
+  ASSERT_TRUE(t.Add(Req(0, "b")).ok());
+  ASSERT_TRUE(t.Add(Req(1, "b")).ok());
+  ASSERT_TRUE(t.Add(Req(1, "a")).ok());
+  t.TakeCompleted(&ready, &failed);
+  EXPECT_TRUE(ready.empty());
+  ASSERT_TRUE(t.Add(Req(2, "b")).ok());
+  ASSERT_TRUE(t.Add(Req(2, "a")).ok());
+  t.TakeCompleted(&ready, &failed);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].first().name, "b");
+  EXPECT_EQ(ready[1].first().name, "a");
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(ready[0].requests[r].local_rank, r);
+  EXPECT_TRUE(failed.empty());
+  EXPECT_EQ(t.pending(), 0u);
+}
+
+TEST(TensorTable, DuplicateInFlightNameIsRefusedForThatRankOnly) {
+  TensorTable t(2);
+  ASSERT_TRUE(t.Add(Req(0, "w")).ok());
+  Status dup = t.Add(Req(0, "w"));
+  EXPECT_EQ(dup.code(), SYNCD_ERR_DUPLICATE);
+  EXPECT_NE(dup.message().find("'w'"), std::string::npos);
+  ASSERT_TRUE(t.Add(Req(1, "w")).ok());
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  t.TakeCompleted(&ready, &failed);
+  EXPECT_EQ(ready.size(), 1u);
+}
+
+TEST(TensorTable, ShapeMismatchNamesTensorAndRanks) {
+  TensorTable t(3);
+  ASSERT_TRUE(t.Add(Req(0, "grad", {4, 4})).ok());
+  ASSERT_TRUE(t.Add(Req(1, "grad", {4, 5})).ok());
+  ASSERT_TRUE(t.Add(Req(2, "grad", {4, 4})).ok());
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  t.TakeCompleted(&ready, &failed);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_TRUE(ready.empty());
+  EXPECT_EQ(failed[0].error.code(), SYNCD_ERR_MISMATCH);
+  EXPECT_EQ(failed[0].error.message(),
+            "tensor 'grad': mismatched shape across ranks: [4,4] on ranks 0,2; [4,5] on rank 1");
+  EXPECT_EQ(failed[0].requests.size(), 3u) << "every participating rank gets the error";
+}
+
+TEST(TensorTable, DtypeOpAndRootMismatches) {
+  struct Case {
+    std::function<void(Request&)> tweak;
+    std::string what;
+  };
+  std::vector<Case> cases = {
+      {[](Request& r) { r.dtype = SYNCD_INT32; }, "mismatched dtype"},
+      {[](Request& r) { r.op = SYNCD_MAX; }, "mismatched reduce op"},
+      {[](Request& r) { r.kind = abi::OpKind::kBroadcast; }, "mismatched operation"},
+      {[](Request& r) { r.prescale = 2.0; }, "mismatched scale factors"},
+  };
+  for (const Case& c : cases) {
+    TensorTable t(2);
+    Request odd = Req(1, "x");
+    c.tweak(odd);
+    ASSERT_TRUE(t.Add(Req(0, "x")).ok());
+    ASSERT_TRUE(t.Add(odd).ok());
+    std::vector<ReadyTensor> ready;
+    std::vector<FailedTensor> failed;
+    t.TakeCompleted(&ready, &failed);
+    ASSERT_EQ(failed.size(), 1u) << c.what;
+    EXPECT_NE(failed[0].error.message().find(c.what), std::string::npos) << failed[0].error.message();
+  }
+  TensorTable t(2);
+  Request a = Req(0, "b"), b = Req(1, "b");
+  a.kind = b.kind = abi::OpKind::kBroadcast;
+  a.root = 0;
+  b.root = 1;
+  ASSERT_TRUE(t.Add(a).ok());
+  ASSERT_TRUE(t.Add(b).ok());
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  t.TakeCompleted(&ready, &failed);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].error.message(), "tensor 'b': mismatched root across ranks: root 0 on rank 0; root 1 on rank 1");
+}
+
+TEST(TensorTable, FailAllReturnsOnlySubmittedRequests) {
+  TensorTable t(3);
+  ASSERT_TRUE(t.Add(Req(0, "a")).ok());
+  ASSERT_TRUE(t.Add(Req(2, "a")).ok());
+  ASSERT_TRUE(t.Add(Req(1, "b")).ok());
+  std::vector<FailedTensor> failed;
+  t.FailAll(Status(SYNCD_ERR_RANK_LOST, "rank 1 died"), &failed);
+  ASSERT_EQ(failed.size(), 2u);
+  size_t total = 0;
+  for (auto& f : failed) {
+    total += f.requests.size();
+    EXPECT_EQ(f.error.code(), SYNCD_ERR_RANK_LOST);
+    EXPECT_NE(f.error.message().find("rank 1 died"), std::string::npos);
+  }
+  EXPECT_EQ(total, 3u);
+  EXPECT_EQ(t.pending(), 0u);
+}
+
+}  // namespace
+}  // namespace syncd

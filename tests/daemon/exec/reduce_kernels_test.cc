@@ -1,0 +1,133 @@
+#include "daemon/exec/reduce_kernels.h"
+#include "tests/integration/values.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace syncd {
+namespace {
+
+uint16_t Bits(_Float16 h) {
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+
+TEST(HalfConversion, HalfToFloatMatchesTheCompilerForAllBitPatterns) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    _Float16 h;
+    const uint16_t bits = uint16_t(b);
+    memcpy(&h, &bits, 2);
+    const float want = float(h);
+    const float got = HalfToFloat(bits);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << b;
+    } else {
+      ASSERT_EQ(got, want) << "bits " << b;
+    }
+  }
+}
+
+TEST(HalfConversion, FloatToHalfRoundsToNearestEvenLikeTheCompiler) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 2'000'000; ++i) {
+    uint32_t x = any(rng);
+    float f;
+    memcpy(&f, &x, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), Bits(_Float16(f))) << "float bits " << x;
+  }
+  // Ties and the subnormal/normal boundary.
+  for (float f : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, 5.9604645e-8f, 2.9802322e-8f, 6.1035156e-5f, 1.00048828125f})
+    EXPECT_EQ(FloatToHalf(f), Bits(_Float16(f))) << f;
+}
+
+TEST(Bfloat16Conversion, RoundTripAndRounding) {
+  for (float f : {0.0f, 1.0f, -2.5f, 256.0f, 0x1.fep+127f}) EXPECT_EQ(Bfloat16ToFloat(FloatToBfloat16(f)), f);
+  EXPECT_EQ(Bfloat16ToFloat(FloatToBfloat16(1.00390625f)), 1.0f);  // tie rounds to even
+  EXPECT_EQ(Bfloat16ToFloat(FloatToBfloat16(1.01171875f)), 1.015625f);
+  EXPECT_TRUE(std::isnan(Bfloat16ToFloat(FloatToBfloat16(NAN))));
+}
+
+template <typename T>
+std::vector<T> Reduce(const ReduceSpec& spec, std::vector<std::vector<T>> inputs) {
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (auto& v : inputs) {
+    in.push_back(v.data());
+    out.push_back(v.data());  // in place, as the executor runs it
+  }
+  ReduceChunk(spec, in.data(), in.size(), out.data(), out.size(), inputs[0].size());
+  for (size_t i = 1; i < inputs.size(); ++i) EXPECT_EQ(inputs[i], inputs[0]) << "every output holds the result";
+  return inputs[0];
+}
+
+TEST(ReduceChunk, IntegerOps) {
+  auto in = [] { return std::vector<std::vector<int32_t>>{{1, -7, 100}, {2, 3, -50}, {4, 3, 1}}; };
+  EXPECT_EQ(Reduce<int32_t>({SYNCD_INT32, SYNCD_SUM}, in()), (std::vector<int32_t>{7, -1, 51}));
+  EXPECT_EQ(Reduce<int32_t>({SYNCD_INT32, SYNCD_MIN}, in()), (std::vector<int32_t>{1, -7, -50}));
+  EXPECT_EQ(Reduce<int32_t>({SYNCD_INT32, SYNCD_MAX}, in()), (std::vector<int32_t>{4, 3, 100}));
+  EXPECT_EQ(Reduce<int32_t>({SYNCD_INT32, SYNCD_PRODUCT}, in()), (std::vector<int32_t>{8, -63, -5000}));
+  // AVERAGE divides the exact sum and truncates toward zero.
+  EXPECT_EQ(Reduce<int32_t>({SYNCD_INT32, SYNCD_AVERAGE, 1.0, 1.0, 3}, in()), (std::vector<int32_t>{2, 0, 17}));
+}
+
+TEST(ReduceChunk, Int8SumWrapsLikeNccl) {
+  EXPECT_EQ(Reduce<int8_t>({SYNCD_INT8, SYNCD_SUM}, {{100}, {100}}), (std::vector<int8_t>{-56}));
+  EXPECT_EQ(Reduce<uint8_t>({SYNCD_UINT8, SYNCD_SUM}, {{200}, {100}}), (std::vector<uint8_t>{44}));
+}
+
+TEST(ReduceChunk, ScaleFactors) {
+  EXPECT_EQ(Reduce<float>({SYNCD_FLOAT32, SYNCD_SUM, 0.5, 3.0, 1}, {{2.0f}, {4.0f}}), (std::vector<float>{9.0f}));
+  EXPECT_EQ(Reduce<double>({SYNCD_FLOAT64, SYNCD_AVERAGE, 1.0, 1.0, 4}, {{1.0}, {2.0}, {3.0}, {6.0}}),
+            (std::vector<double>{3.0}));
+}
+
+TEST(ReduceChunk, HalfAccumulatesInFloat) {
+  // In half arithmetic 2048 + 1 + 1 stays 2048 (the spacing there is 2); in float it is 2050.
+  std::vector<std::vector<uint16_t>> in = {{FloatToHalf(2048)}, {FloatToHalf(1)}, {FloatToHalf(1)}};
+  EXPECT_EQ(HalfToFloat(Reduce<uint16_t>({SYNCD_FLOAT16, SYNCD_SUM}, in)[0]), 2050.0f);
+  std::vector<std::vector<uint16_t>> b = {{FloatToBfloat16(256)}, {FloatToBfloat16(1)}, {FloatToBfloat16(1)}};
+  EXPECT_EQ(Bfloat16ToFloat(Reduce<uint16_t>({SYNCD_BFLOAT16, SYNCD_SUM}, b)[0]), 258.0f);
+}
+
+TEST(ReduceChunk, FullChunkOfEveryDtypeAndOp) {
+  for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt) {
+    for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op) {
+      const size_t n = kReduceChunkElements;
+      std::vector<std::vector<double>> raw(3, std::vector<double>(n));
+      std::vector<std::vector<char>> buf(3, std::vector<char>(n * 8));
+      for (int r = 0; r < 3; ++r)
+        for (size_t i = 0; i < n; ++i) {
+          const double v = double((i * 7 + size_t(r) * 3) % 5 + 1);
+          raw[r][i] = v;
+          syncd::testing::SetValue(buf[r].data(), syncd_dtype(dt), i, v);
+        }
+      const void* in[3] = {buf[0].data(), buf[1].data(), buf[2].data()};
+      void* out[3] = {buf[0].data(), buf[1].data(), buf[2].data()};
+      ReduceChunk({syncd_dtype(dt), syncd_reduce_op(op), 1.0, 1.0, op == SYNCD_AVERAGE ? 3u : 1u}, in, 3, out, 3, n);
+      for (size_t i = 0; i < n; ++i) {
+        const double a = raw[0][i], b = raw[1][i], c = raw[2][i];
+        double want = op == SYNCD_MIN ? std::min({a, b, c}) : op == SYNCD_MAX ? std::max({a, b, c})
+                    : op == SYNCD_PRODUCT ? a * b * c : a + b + c;
+        const double got = syncd::testing::GetValue(buf[2].data(), syncd_dtype(dt), i);
+        if (op == SYNCD_AVERAGE) {
+          if (dt <= SYNCD_INT64) want = std::trunc(want / 3);
+          else if (dt == SYNCD_FLOAT64) want = want * (1.0 / 3);
+          else if (dt == SYNCD_FLOAT32) want = float(want) * float(1.0 / 3);
+          else if (dt == SYNCD_FLOAT16) want = HalfToFloat(FloatToHalf(float(want) * float(1.0 / 3)));
+          else want = Bfloat16ToFloat(FloatToBfloat16(float(want) * float(1.0 / 3)));
+        }
+        ASSERT_EQ(got, want) << "dtype " << dt << " op " << op << " element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace syncd

@@ -1,0 +1,212 @@
+// One daemon, several real client processes: results of every collective, op and dtype.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/harness.h"
+#include "tests/integration/values.h"
+
+namespace syncd::testing {
+namespace {
+
+void ExpectAllSucceeded(const std::vector<int>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+        << "rank " << r << " status " << statuses[r];
+  }
+}
+
+int AllreduceChecked(syncd_client* c, int rank, int n, syncd_dtype dt, syncd_reduce_op op, size_t count,
+                     bool zero_copy, const std::string& name) {
+  const size_t bytes = count * syncd_dtype_size(dt);
+  std::vector<char> user(zero_copy ? 0 : bytes);
+  void* buf = zero_copy ? syncd_alloc(c, bytes) : user.data();
+  CHILD_CHECK(buf != nullptr, "alloc %zu: %s", bytes, syncd_last_error());
+  for (size_t i = 0; i < count; ++i) SetValue(buf, dt, i, Input(rank, i));
+  int64_t shape[2] = {int64_t(count), 1};
+  syncd_tensor t{name.c_str(), buf, dt, 2, shape};
+  syncd_handle h;
+  CHILD_CHECK(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h) == SYNCD_OK, "%s", syncd_last_error());
+  CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  for (size_t i = 0; i < count; ++i) {
+    const double want = Expected(dt, op, n, i), got = GetValue(buf, dt, i);
+    CHILD_CHECK(got == want, "%s element %zu: got %g want %g", name.c_str(), i, got, want);
+  }
+  if (zero_copy) syncd_free(c, buf);
+  return 0;
+}
+
+TEST(Collectives, AllreduceEveryOpAndDtypeIsExact) {
+  Daemon d(3);
+  auto st = RunRanks(d.run_dir(), 3, [](syncd_client* c, int rank, int n) {
+    for (size_t count : {size_t(1), size_t(4099)})
+      for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
+        for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op)
+          for (bool zc : {true, false}) {
+            const std::string name = "t." + std::to_string(count) + "." + std::to_string(dt) + "." +
+                                     std::to_string(op) + (zc ? ".zc" : ".staged");
+            if (AllreduceChecked(c, rank, n, syncd_dtype(dt), syncd_reduce_op(op), count, zc, name)) return 1;
+          }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Collectives, AllreduceLargeTensorsUpTo64MiB) {
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    if (AllreduceChecked(c, rank, n, SYNCD_INT32, SYNCD_SUM, (1u << 20) + 3, false, "mid.staged")) return 1;
+    if (AllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 16u << 20, true, "big.zc")) return 1;  // 64 MiB
+    if (AllreduceChecked(c, rank, n, SYNCD_INT64, SYNCD_MAX, 8u << 20, false, "big.staged")) return 1;  // 64 MiB
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Collectives, ScaleFactorsApplyBeforeAndAfterTheReduction) {
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    double v[3] = {1.0 + rank, 10.0, -4.0};
+    int64_t shape = 3;
+    syncd_tensor t{"scaled", v, SYNCD_FLOAT64, 1, &shape};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 0.5, 4.0, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(v[0] == 6.0 && v[1] == 40.0 && v[2] == -16.0, "got %g %g %g", v[0], v[1], v[2]);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Collectives, BroadcastFromEveryRootAndDtype) {
+  Daemon d(4);
+  auto st = RunRanks(d.run_dir(), 4, [](syncd_client* c, int rank, int n) {
+    for (int root = 0; root < n; ++root)
+      for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
+        for (size_t count : {size_t(1), size_t(1000)}) {
+          const size_t bytes = count * syncd_dtype_size(syncd_dtype(dt));
+          void* buf = syncd_alloc(c, bytes);
+          for (size_t i = 0; i < count; ++i) SetValue(buf, syncd_dtype(dt), i, double((rank * 31 + i) % 100));
+          int64_t shape = int64_t(count);
+          const std::string name = "b." + std::to_string(root) + "." + std::to_string(dt) + "." + std::to_string(count);
+          syncd_tensor t{name.c_str(), buf, syncd_dtype(dt), 1, &shape};
+          syncd_handle h;
+          CHILD_CHECK(syncd_broadcast_async(c, &t, root, &h) == SYNCD_OK, "%s", syncd_last_error());
+          CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+          for (size_t i = 0; i < count; ++i)
+            CHILD_CHECK(GetValue(buf, syncd_dtype(dt), i) == double((root * 31 + i) % 100), "%s element %zu",
+                        name.c_str(), i);
+          syncd_free(c, buf);
+        }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Collectives, NoRankLeavesABarrierBeforeAllEntered) {
+  auto* arrived = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (arrived) std::atomic<int>(0);
+  Daemon d(3);
+  auto st = RunRanks(d.run_dir(), 3, [arrived](syncd_client* c, int rank, int n) {
+    for (int round = 1; round <= 10; ++round) {
+      usleep(useconds_t((rank * 7 + round) % 4) * 3000);  // arrive in varying order
+      arrived->fetch_add(1);
+      syncd_handle h;
+      CHILD_CHECK(syncd_barrier_async(c, &h) == SYNCD_OK, "%s", syncd_last_error());
+      CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+      const int seen = arrived->load();
+      CHILD_CHECK(seen >= round * n, "round %d: left the barrier after %d arrivals", round, seen);
+      // A second barrier keeps a fast rank from counting the next round's arrival early.
+      CHILD_CHECK(syncd_barrier_async(c, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK, "%s",
+                  syncd_last_error());
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  munmap(arrived, 4096);
+}
+
+// Many tensors in flight at once, waited for in reverse order; fused by the daemon.
+int ManyInFlight(syncd_client* c, int rank, int n, int tensors) {
+  std::vector<float*> bufs;
+  std::vector<syncd_handle> handles(static_cast<size_t>(tensors));
+  for (int i = 0; i < tensors; ++i) {
+    auto* b = static_cast<float*>(syncd_alloc(c, 64 * sizeof(float)));
+    for (int k = 0; k < 64; ++k) b[k] = float(rank + i + k);
+    int64_t shape = 64;
+    const std::string name = "grad." + std::to_string(i);
+    syncd_tensor t{name.c_str(), b, SYNCD_FLOAT32, 1, &shape};
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &handles[size_t(i)]) == SYNCD_OK, "%s",
+                syncd_last_error());
+    bufs.push_back(b);
+  }
+  for (int i = tensors - 1; i >= 0; --i) {
+    CHILD_CHECK(syncd_wait(c, handles[size_t(i)], 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    for (int k = 0; k < 64; ++k) {
+      const float want = float(n * (i + k) + n * (n - 1) / 2);
+      CHILD_CHECK(bufs[size_t(i)][k] == want, "grad.%d[%d] = %g, want %g", i, k, bufs[size_t(i)][k], want);
+    }
+  }
+  return 0;
+}
+
+uint64_t JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return UINT64_MAX;
+  size_t p = at + key.size() + 3;
+  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
+  return std::stoull(json.substr(p));
+}
+
+TEST(Collectives, ReadyTensorsAreFusedAndStatusShowsIt) {
+  Daemon d(2);
+  // Rank 1 submits only after rank 0 has queued everything, so all 300 become ready together.
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    if (rank == 1) usleep(200'000);
+    return ManyInFlight(c, rank, n, 300);
+  });
+  ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  ASSERT_FALSE(json.empty());
+  const uint64_t allreduce = JsonNumber(json, "allreduce"), fused = JsonNumber(json, "fused_ops");
+  EXPECT_EQ(allreduce, 300u) << json;
+  EXPECT_LT(fused, 30u) << "300 small ready tensors should fuse into a few operations: " << json;
+}
+
+TEST(Collectives, FusionThresholdZeroRunsEveryTensorAlone) {
+  Daemon d(2, {"--fusion-threshold", "0"});
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    if (rank == 1) usleep(100'000);
+    return ManyInFlight(c, rank, n, 50);
+  });
+  ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  EXPECT_EQ(JsonNumber(json, "fused_ops"), 50u) << json;
+}
+
+TEST(Collectives, StatusReportsClientsCoresAndCounters) {
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    CHILD_CHECK(syncd_rank(c) == rank && syncd_size(c) == n && syncd_local_rank(c) == rank &&
+                    syncd_local_size(c) == n && syncd_cross_rank(c) == 0 && syncd_cross_size(c) == 1,
+                "identity");
+    return ManyInFlight(c, rank, n, 5);
+  });
+  ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  for (const char* key : {"\"version\"", "\"uptime_s\"", "\"worker_cores\"", "\"clients\"", "\"bytes_reduced\"",
+                          "\"mean_tensors_per_fusion\"", "\"submit_depth\"", "\"node_count\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
+  EXPECT_EQ(JsonNumber(json, "bytes_reduced"), 5u * 64 * 4);
+}
+
+}  // namespace
+}  // namespace syncd::testing

@@ -1,0 +1,396 @@
+// Every failure the one-node issue names: each must give a clear error, never a hang, and leave
+// the daemon serving.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "proto/doorbell.h"
+#include "proto/shm_abi.h"
+#include "tests/integration/harness.h"
+
+namespace syncd::testing {
+namespace {
+
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void ExpectAllSucceeded(const std::vector<int>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r)
+    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+        << "rank " << r << " status " << statuses[r];
+}
+
+// A quick allreduce among `n` ranks proving the daemon still serves.
+void ExpectDaemonServes(const Daemon& d, int n) {
+  auto st = RunRanks(d.run_dir(), n, [](syncd_client* c, int rank, int) {
+    int32_t v = rank + 1;
+    int64_t shape = 1;
+    syncd_tensor t{"alive", &v, SYNCD_INT32, 1, &shape};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+int Submit(syncd_client* c, const char* name, void* data, syncd_dtype dt, int ndim, const int64_t* shape,
+           syncd_reduce_op op, syncd_handle* h) {
+  syncd_tensor t{name, data, dt, ndim, shape};
+  return syncd_allreduce_async(c, &t, op, 1, 1, h);
+}
+
+struct MismatchCase {
+  const char* label;
+  const char* expect;  // substring of the error every rank must see
+};
+
+void PrintTo(const MismatchCase& c, std::ostream* os) { *os << c.label; }
+
+class Mismatch : public ::testing::TestWithParam<MismatchCase> {};
+
+TEST_P(Mismatch, EveryRankGetsAnErrorNamingTensorAndRanksThenDaemonServes) {
+  const std::string label = GetParam().label, expect = GetParam().expect;
+  Daemon d(3);
+  auto st = RunRanks(d.run_dir(), 3, [&](syncd_client* c, int rank, int) {
+    float buf[8] = {};
+    int64_t shape[1] = {4};
+    syncd_dtype dt = SYNCD_FLOAT32;
+    syncd_reduce_op op = SYNCD_SUM;
+    const bool odd = rank == 1;
+    if (odd && label == "shape") shape[0] = 5;
+    if (odd && label == "dtype") dt = SYNCD_INT32;
+    if (odd && label == "op") op = SYNCD_MAX;
+    syncd_handle h;
+    int rc;
+    if (label == "root") {
+      syncd_tensor t{"grad.w", buf, dt, 1, shape};
+      rc = syncd_broadcast_async(c, &t, odd ? 2 : 0, &h);
+    } else {
+      rc = Submit(c, "grad.w", buf, dt, 1, shape, op, &h);
+    }
+    CHILD_CHECK(rc == SYNCD_OK, "%s", syncd_last_error());
+    rc = syncd_wait(c, h, 10'000);
+    const std::string msg = syncd_last_error();
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "rank %d: status %s: %s", rank, syncd_status_name(rc), msg.c_str());
+    CHILD_CHECK(Contains(msg, "'grad.w'") && Contains(msg, expect) && Contains(msg, "rank 1"), "message: %s",
+                msg.c_str());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  ExpectDaemonServes(d, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Errors, Mismatch,
+                         ::testing::Values(MismatchCase{"shape", "mismatched shape"},
+                                           MismatchCase{"dtype", "mismatched dtype"},
+                                           MismatchCase{"op", "mismatched reduce op"},
+                                           MismatchCase{"root", "mismatched root"}),
+                         [](const auto& info) { return std::string(info.param.label); });
+
+TEST(Errors, DuplicateInFlightNameFailsLocallyAtOnce) {
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
+    float a[4] = {1, 1, 1, 1};
+    int64_t shape = 4;
+    syncd_handle h1, h2;
+    CHILD_CHECK(Submit(c, "dup", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h1) == SYNCD_OK, "%s", syncd_last_error());
+    if (rank == 0) {
+      const double t0 = NowS();
+      const int rc = Submit(c, "dup", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h2);
+      CHILD_CHECK(rc == SYNCD_ERR_DUPLICATE, "status %s", syncd_status_name(rc));
+      CHILD_CHECK(NowS() - t0 < 0.01, "duplicate detection took %.3f s", NowS() - t0);
+      CHILD_CHECK(Contains(syncd_last_error(), "'dup'") && Contains(syncd_last_error(), "in flight"), "%s",
+                  syncd_last_error());
+    }
+    CHILD_CHECK(syncd_wait(c, h1, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(a[0] == 2, "first request still completes correctly: %g", a[0]);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Errors, KilledClientFailsOthersNamingTheRankWithinOneSecond) {
+  Daemon d(3);
+  auto st = RunRanks(d.run_dir(), 3, [](syncd_client* c, int rank, int) {
+    float a[4] = {};
+    int64_t shape = 4;
+    syncd_handle h;
+    if (rank == 2) {
+      CHILD_CHECK(Submit(c, "first", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+      usleep(300'000);  // the others are waiting on "second" by now
+      raise(SIGKILL);
+    }
+    CHILD_CHECK(Submit(c, "first", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(Submit(c, "second", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    const double t0 = NowS();
+    const int rc = syncd_wait(c, h, 10'000);
+    const double waited = NowS() - t0;
+    CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "status %s: %s", syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(Contains(syncd_last_error(), "rank 2") && Contains(syncd_last_error(), "'second'"), "%s",
+                syncd_last_error());
+    CHILD_CHECK(waited < 1.0, "error came after %.2f s", waited);
+    // Later calls fail at once too, naming the lost rank; no hang.
+    CHILD_CHECK(Submit(c, "third", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 2'000) == SYNCD_ERR_RANK_LOST && Contains(syncd_last_error(), "rank 2"), "%s",
+                syncd_last_error());
+    return 0;
+  });
+  EXPECT_TRUE(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
+  st.pop_back();
+  ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  EXPECT_NE(json.find("\"lost\""), std::string::npos) << json;
+  ExpectDaemonServes(d, 3);  // the dead rank's slot is reusable: its segment was reclaimed
+}
+
+TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
+  Daemon d(2);
+  auto* t_kill = static_cast<std::atomic<double>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  pid_t client = Spawn([&] {
+    syncd_client* c = Attach(d.run_dir(), 0, 2);
+    CHILD_CHECK(c != nullptr, "attach");
+    float a[4] = {};
+    int64_t shape = 4;
+    syncd_handle h;
+    CHILD_CHECK(Submit(c, "pending", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    const int rc = syncd_wait(c, h, 20'000);  // rank 1 never comes; the daemon dies meanwhile
+    const double wait_delay = NowS() - t_kill->load();
+    CHILD_CHECK(rc == SYNCD_ERR_DAEMON_LOST, "wait: %s: %s", syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(wait_delay < 1.0, "pending wait failed %.2f s after the kill", wait_delay);
+    const double t0 = NowS();
+    const int rc2 = Submit(c, "next", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h);
+    int rc3 = rc2 == SYNCD_OK ? syncd_wait(c, h, 5'000) : rc2;
+    CHILD_CHECK(rc3 == SYNCD_ERR_DAEMON_LOST, "next call: %s: %s", syncd_status_name(rc3), syncd_last_error());
+    CHILD_CHECK(NowS() - t0 < 1.0, "next call failed after %.2f s", NowS() - t0);
+    CHILD_CHECK(Contains(syncd_last_error(), "gone"), "%s", syncd_last_error());
+    syncd_shutdown(c);
+    return 0;
+  });
+  usleep(300'000);
+  t_kill->store(NowS());
+  d.Kill(SIGKILL);
+  const int status = WaitChild(client, 10'000);
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  munmap(t_kill, 4096);
+}
+
+// ---- Raw protocol access: what a broken or hostile client could send. ----
+
+int RawConnect(const std::string& run_dir) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/attach.sock", run_dir.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[2]) {
+  EXPECT_EQ(send(fd, &req, sizeof(req), 0), ssize_t(sizeof(req)));
+  abi::AttachReply reply{};
+  iovec iov{&reply, sizeof(reply)};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  fds[0] = fds[1] = -1;
+  EXPECT_EQ(recvmsg(fd, &msg, MSG_WAITALL), ssize_t(sizeof(reply)));
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_type == SCM_RIGHTS) memcpy(fds, CMSG_DATA(c), 2 * sizeof(int));
+  return reply;
+}
+
+abi::AttachRequest Request(int rank, int size) {
+  return abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, rank, size, int32_t(getpid()), 0};
+}
+
+TEST(Errors, WrongProtocolVersionIsRefusedWithBothVersions) {
+  Daemon d(1);
+  int fd = RawConnect(d.run_dir());
+  ASSERT_GE(fd, 0);
+  abi::AttachRequest req = Request(0, 1);
+  req.version = 99;
+  int fds[2];
+  abi::AttachReply reply = RawAttach(fd, req, fds);
+  close(fd);
+  EXPECT_EQ(reply.status, SYNCD_ERR_PROTOCOL);
+  EXPECT_TRUE(Contains(reply.message, "version 99")) << reply.message;
+  EXPECT_TRUE(Contains(reply.message, "version " + std::to_string(abi::kVersion))) << reply.message;
+  EXPECT_EQ(fds[0], -1) << "no segment for a refused client";
+  ExpectDaemonServes(d, 1);
+}
+
+TEST(Errors, AttachIdentityConflictsAreRefused) {
+  Daemon d(2);
+  syncd_client* first = Attach(d.run_dir(), 0, 2);
+  ASSERT_NE(first, nullptr);
+  syncd_client* again = Attach(d.run_dir(), 0, 2);
+  EXPECT_EQ(again, nullptr);
+  EXPECT_TRUE(Contains(syncd_last_error(), "already attached")) << syncd_last_error();
+  syncd_client* wrong_size = Attach(d.run_dir(), 1, 3);
+  EXPECT_EQ(wrong_size, nullptr);
+  EXPECT_TRUE(Contains(syncd_last_error(), "local size")) << syncd_last_error();
+  syncd_shutdown(first);
+}
+
+TEST(Errors, OtherUsersAreRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  Daemon d(1);
+  // Open the directory and socket so the refusal comes from the daemon's SO_PEERCRED check.
+  chmod(d.run_dir().c_str(), 0755);
+  chmod((d.run_dir() + "/attach.sock").c_str(), 0666);
+  pid_t p = Spawn([&] {
+    if (setgid(65534) != 0 || setuid(65534) != 0) return 2;
+    syncd_client* c = Attach(d.run_dir(), 0, 1);
+    CHILD_CHECK(c == nullptr, "another uid attached");
+    CHILD_CHECK(Contains(syncd_last_error(), "uid 65534"), "%s", syncd_last_error());
+    return 0;
+  });
+  const int st = WaitChild(p, 10'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ExpectDaemonServes(d, 1);
+}
+
+// A client that writes ring entries by hand.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& run_dir, int size = 1) {
+    fd_ = RawConnect(run_dir);
+    int fds[2];
+    reply_ = RawAttach(fd_, Request(0, size), fds);
+    EXPECT_EQ(reply_.status, SYNCD_OK) << reply_.message;
+    seg_ = static_cast<char*>(mmap(nullptr, reply_.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
+    node_ = static_cast<abi::NodePage*>(mmap(nullptr, reply_.node_page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0));
+    close(fds[0]);
+    close(fds[1]);
+    h_ = reinterpret_cast<abi::SegmentHeader*>(seg_);
+    submit_ = abi::RingView<abi::SubmitEntry>(&h_->submit, reinterpret_cast<abi::SubmitEntry*>(seg_ + h_->submit_ring_offset), h_->ring_entries);
+    done_ = abi::RingView<abi::CompletionEntry>(&h_->completion, reinterpret_cast<abi::CompletionEntry*>(seg_ + h_->completion_ring_offset), h_->ring_entries);
+  }
+  ~RawClient() {
+    munmap(seg_, reply_.segment_bytes);
+    munmap(node_, reply_.node_page_bytes);
+    close(fd_);
+  }
+  abi::SubmitEntry Valid(uint64_t handle) const {
+    abi::SubmitEntry e{};
+    e.handle = handle;
+    e.kind = uint32_t(abi::OpKind::kAllreduce);
+    e.dtype = SYNCD_FLOAT32;
+    e.op = SYNCD_SUM;
+    e.prescale = e.postscale = 1;
+    e.ndim = 1;
+    e.shape[0] = 4;
+    e.bytes = 16;
+    snprintf(e.name, sizeof(e.name), "raw.%lu", (unsigned long)handle);
+    return e;
+  }
+  void Push(const abi::SubmitEntry& e) {
+    *submit_.Reserve() = e;
+    submit_.Publish();
+    Kick();
+  }
+  void Kick() { abi::Ring(&node_->engine_doorbell); }
+  // Whether the daemon closed our socket within `timeout_s`.
+  bool ClosedByDaemon(double timeout_s) {
+    for (double end = NowS() + timeout_s; NowS() < end;) {
+      char b;
+      const ssize_t r = recv(fd_, &b, 1, MSG_DONTWAIT);
+      if (r == 0) return true;
+      usleep(1000);
+    }
+    return false;
+  }
+  // Waits for the completion of `handle`; returns its status and message.
+  std::pair<int, std::string> Await(uint64_t handle, double timeout_s = 5) {
+    for (double end = NowS() + timeout_s; NowS() < end;) {
+      if (const abi::CompletionEntry* c = done_.Front()) {
+        const uint32_t idx = done_.FrontIndex() & (done_.capacity() - 1);
+        std::pair<int, std::string> r{c->status, std::string(seg_ + h_->message_offset + idx * abi::kMessageBytes, c->message_bytes)};
+        const uint64_t got = c->handle;
+        done_.Pop();
+        if (got == handle) return r;
+      }
+      usleep(100);
+    }
+    return {-1, "no completion"};
+  }
+  abi::SegmentHeader* header() { return h_; }
+  uint64_t arena_bytes() const { return h_->arena_bytes; }
+
+ private:
+  int fd_ = -1;
+  abi::AttachReply reply_{};
+  char* seg_ = nullptr;
+  abi::NodePage* node_ = nullptr;
+  abi::SegmentHeader* h_ = nullptr;
+  abi::RingView<abi::SubmitEntry> submit_;
+  abi::RingView<abi::CompletionEntry> done_;
+};
+
+TEST(Errors, MalformedRingEntriesAreRefusedOneByOne) {
+  Daemon d(1);
+  RawClient raw(d.run_dir());
+  struct Case {
+    const char* what;
+    std::function<void(abi::SubmitEntry&)> corrupt;
+    int status;
+    const char* expect;
+  };
+  const uint64_t arena = raw.arena_bytes();
+  std::vector<Case> cases = {
+      {"unknown kind", [](auto& e) { e.kind = 77; }, SYNCD_ERR_PROTOCOL, "unknown operation 77"},
+      {"unterminated name", [](auto& e) { memset(e.name, 'x', sizeof(e.name)); }, SYNCD_ERR_PROTOCOL, "not terminated"},
+      {"bad dtype", [](auto& e) { e.dtype = 42; }, SYNCD_ERR_PROTOCOL, "unknown dtype 42"},
+      {"bad op", [](auto& e) { e.op = 9; }, SYNCD_ERR_PROTOCOL, "unknown reduce op 9"},
+      {"too many dims", [](auto& e) { e.ndim = 9; }, SYNCD_ERR_PROTOCOL, "9 dimensions"},
+      {"bytes disagree with shape", [](auto& e) { e.bytes = 20; }, SYNCD_ERR_PROTOCOL, "says 20 bytes"},
+      {"offset out of arena", [arena](auto& e) { e.arena_offset = arena - 8; }, SYNCD_ERR_INVALID, "outside the client's arena"},
+      {"too-large request", [arena](auto& e) { e.shape[0] = int64_t(arena); e.bytes = arena * 4; }, SYNCD_ERR_INVALID, "outside the client's arena"},
+      {"broadcast root out of range", [](auto& e) { e.kind = 2; e.root = 5; }, SYNCD_ERR_INVALID, "root 5"},
+  };
+  uint64_t handle = 1;
+  for (const Case& c : cases) {
+    abi::SubmitEntry e = raw.Valid(handle);
+    c.corrupt(e);
+    raw.Push(e);
+    auto [status, msg] = raw.Await(handle);
+    EXPECT_EQ(status, c.status) << c.what << ": " << msg;
+    EXPECT_TRUE(Contains(msg, c.expect)) << c.what << ": " << msg;
+    ++handle;
+  }
+  // The same client, well-formed again, still works: one rank, so the sum is the input.
+  abi::SubmitEntry ok = raw.Valid(handle);
+  raw.Push(ok);
+  EXPECT_EQ(raw.Await(handle).first, SYNCD_OK);
+}
+
+TEST(Errors, CorruptRingIndicesDisconnectOnlyThatClient) {
+  Daemon d(2);
+  {
+    RawClient raw(d.run_dir(), 2);
+    raw.header()->submit.head.value.store(123456);  // far beyond the ring's capacity
+    raw.Kick();
+    EXPECT_TRUE(raw.ClosedByDaemon(2.0)) << "the daemon must drop a client that corrupts its ring";
+  }
+  ExpectDaemonServes(d, 2);
+}
+
+}  // namespace
+}  // namespace syncd::testing

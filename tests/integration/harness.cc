@@ -1,0 +1,156 @@
+#include "tests/integration/harness.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+namespace syncd::testing {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string BinDir() { return SYNCD_TEST_BIN_DIR; }
+
+bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
+
+Daemon::Daemon(int local_size, std::vector<std::string> args) {
+  char templ[] = "/tmp/syncd-test-XXXXXX";
+  run_dir_ = mkdtemp(templ);
+  const std::string notify = run_dir_ + "/notify.sock";
+  int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify.c_str());
+  EXPECT_EQ(bind(nfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::vector<std::string> argv = {BinDir() + "/syncd", "--run-dir", run_dir_, "--local-size",
+                                   std::to_string(local_size), "--log-level", "warn", "--cores", "none"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  pollfd p{nfd, POLLIN, 0};
+  char buf[512] = {};
+  bool ready = false;
+  for (int64_t end = NowMs() + 20'000; NowMs() < end && !ready;) {
+    if (poll(&p, 1, 100) > 0 && recv(nfd, buf, sizeof(buf) - 1, 0) > 0) ready = Contains(buf, "READY=1");
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      break;
+    }
+  }
+  close(nfd);
+  EXPECT_TRUE(ready) << "syncd did not become ready in " << run_dir_;
+}
+
+Daemon::~Daemon() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    if (Wait(5000) == -1) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(run_dir_, ec);
+}
+
+void Daemon::Kill(int sig) {
+  if (pid_ > 0) kill(pid_, sig);
+}
+
+int Daemon::Wait(int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  int status = WaitChild(pid_, timeout_ms);
+  if (status != -1) pid_ = -1;
+  return status;
+}
+
+std::string Daemon::StatusJson() const {
+  const std::string cmd = BinDir() + "/syncctl --run-dir " + run_dir_ + " status --json";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return "";
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  return pclose(f) == 0 ? out : "";
+}
+
+syncd_client* Attach(const std::string& run_dir, int rank, int size) {
+  syncd_init_options o;
+  syncd_init_options_default(&o);
+  o.run_dir = run_dir.c_str();
+  o.rank = o.local_rank = rank;
+  o.size = o.local_size = size;
+  o.attach_timeout_ms = 5000;
+  syncd_client* c = nullptr;
+  if (syncd_init(&o, &c) != SYNCD_OK) fprintf(stderr, "[rank %d] attach failed: %s\n", rank, syncd_last_error());
+  return c;
+}
+
+pid_t Spawn(const std::function<int()>& fn) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int rc = fn();
+    fflush(stderr);
+    _exit(rc);
+  }
+  return pid;
+}
+
+int WaitChild(pid_t pid, int timeout_ms) {
+  int status = 0;
+  for (int64_t end = NowMs() + timeout_ms; NowMs() < end;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& body, int timeout_ms) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < size; ++r) {
+    pids.push_back(Spawn([&, r] {
+      syncd_client* c = Attach(run_dir, r, size);
+      if (c == nullptr) return 100;
+      int rc = body(c, r, size);
+      syncd_shutdown(c);
+      return rc;
+    }));
+  }
+  std::vector<int> statuses;
+  const int64_t end = NowMs() + timeout_ms;
+  for (pid_t p : pids) statuses.push_back(WaitChild(p, int(std::max<int64_t>(1, end - NowMs()))));
+  return statuses;
+}
+
+}  // namespace syncd::testing

@@ -1,0 +1,68 @@
+// Multi-process test harness: a real syncd binary in a fresh run directory and K real client
+// processes forked from the test. Child bodies return 0 on success and print what went wrong;
+// the parent asserts on exit codes. Fork before any thread exists in the test process.
+#ifndef SYNCD_TESTS_INTEGRATION_HARNESS_H_
+#define SYNCD_TESTS_INTEGRATION_HARNESS_H_
+
+#include <sys/types.h>
+#include <syncd/client.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace syncd::testing {
+
+std::string BinDir();
+
+class Daemon {
+ public:
+  // Starts syncd with `--run-dir <fresh dir> --local-size <local_size>` plus `args`, and waits
+  // until it reports ready (NOTIFY_SOCKET). Fails the test if it does not come up.
+  explicit Daemon(int local_size, std::vector<std::string> args = {});
+  ~Daemon();
+
+  const std::string& run_dir() const { return run_dir_; }
+  pid_t pid() const { return pid_; }
+  void Kill(int sig);
+  // Waits for exit; returns the exit status as from waitpid, or -1 on timeout.
+  int Wait(int timeout_ms);
+  // Output of `syncctl --run-dir <dir> status --json` (empty on failure).
+  std::string StatusJson() const;
+
+ private:
+  std::string run_dir_;
+  pid_t pid_ = -1;
+};
+
+// Attaches as `rank` of `size` (single node: local rank = rank).
+syncd_client* Attach(const std::string& run_dir, int rank, int size);
+
+using RankBody = std::function<int(syncd_client* c, int rank, int size)>;
+
+// Forks `size` children; each attaches, runs body, shuts down and exits with body's result.
+// Returns the children's exit statuses (waitpid form), in rank order. Children still running
+// after `timeout_ms` are killed and reported as -1.
+std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& body, int timeout_ms = 60'000);
+
+// Forks one child running `fn` (no attach) and returns its pid.
+pid_t Spawn(const std::function<int()>& fn);
+// waitpid with a timeout; -1 on timeout (the child is then killed).
+int WaitChild(pid_t pid, int timeout_ms);
+
+// For child bodies: prints and returns 1 when `cond` is false.
+#define CHILD_CHECK(cond, ...)                                              \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "[child %d] check failed: %s: ", getpid(), #cond);    \
+      fprintf(stderr, __VA_ARGS__);                                         \
+      fprintf(stderr, "\n");                                                \
+      return 1;                                                             \
+    }                                                                       \
+  } while (0)
+
+bool Contains(const std::string& haystack, const std::string& needle);
+
+}  // namespace syncd::testing
+
+#endif  // SYNCD_TESTS_INTEGRATION_HARNESS_H_

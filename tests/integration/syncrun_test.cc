@@ -1,0 +1,124 @@
+// syncrun as a user runs it: environment, exit codes, teardown on failure and on Ctrl-C.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/integration/harness.h"
+
+namespace syncd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+class SyncrunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/syncrun-test-XXXXXX";
+    dir_ = mkdtemp(templ);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Starts syncrun with `args` in the background; stdout goes to dir_/out.
+  pid_t Start(const std::vector<std::string>& args) {
+    return Spawn([&] {
+      std::vector<std::string> argv = {BinDir() + "/syncrun", "--syncd-arg=--log-level=warn"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::vector<char*> a;
+      for (auto& s : argv) a.push_back(s.data());
+      a.push_back(nullptr);
+      freopen((dir_ + "/out").c_str(), "w", stdout);
+      execv(a[0], a.data());
+      return 127;
+    });
+  }
+  std::string Out() {
+    std::ifstream f(dir_ + "/out");
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  static bool Alive(pid_t p) { return kill(p, 0) == 0; }
+  std::vector<pid_t> Pids(const std::string& file) {
+    std::vector<pid_t> pids;
+    std::ifstream f(file);
+    for (pid_t p; f >> p;) pids.push_back(p);
+    return pids;
+  }
+  std::string dir_;
+};
+
+TEST_F(SyncrunTest, EveryRankGetsItsEnvironmentAndTheDaemonIsReachable) {
+  const pid_t p = Start({"-n", "3", "--", "sh", "-c",
+                         "echo rank=$SYNCD_RANK size=$SYNCD_SIZE local=$SYNCD_LOCAL_RANK/$SYNCD_LOCAL_SIZE "
+                         "cross=$SYNCD_CROSS_RANK/$SYNCD_CROSS_SIZE sock=$(test -S $SYNCD_RUN_DIR/attach.sock && echo yes)"});
+  const int st = WaitChild(p, 30'000);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << Out();
+  const std::string out = Out();
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(Contains(out, "rank=" + std::to_string(r) + " size=3 local=" + std::to_string(r) +
+                                  "/3 cross=0/1 sock=yes"))
+        << out;
+}
+
+TEST_F(SyncrunTest, ReturnsTheFirstFailureAndStopsTheOtherRanks) {
+  const std::string pids = dir_ + "/pids";
+  const double t0 = NowS();
+  const pid_t p = Start({"-n", "3", "--", "sh", "-c",
+                         "echo $$ >> " + pids + "; echo $SYNCD_RUN_DIR > " + dir_ + "/rundir; "
+                         "if [ $SYNCD_RANK = 1 ]; then sleep 0.3; exit 7; fi; exec sleep 60"});
+  const int st = WaitChild(p, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << "status " << st;
+  EXPECT_LT(NowS() - t0, 10.0);
+  for (pid_t w : Pids(pids)) EXPECT_FALSE(Alive(w)) << "worker " << w << " left behind";
+  std::ifstream rd(dir_ + "/rundir");
+  std::string run_dir;
+  rd >> run_dir;
+  ASSERT_FALSE(run_dir.empty());
+  EXPECT_FALSE(fs::exists(run_dir)) << "run directory left behind: " << run_dir;
+}
+
+TEST_F(SyncrunTest, SignalledRankReportsSignalExitCode) {
+  const pid_t p = Start({"-n", "2", "--", "sh", "-c", "if [ $SYNCD_RANK = 0 ]; then kill -9 $$; fi; sleep 60"});
+  const int st = WaitChild(p, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL) << "status " << st;
+}
+
+TEST_F(SyncrunTest, CtrlCStopsEverything) {
+  const std::string pids = dir_ + "/pids";
+  const pid_t p = Start({"-n", "2", "--", "sh", "-c", "echo $$ >> " + pids + "; exec sleep 60"});
+  for (double end = NowS() + 10; NowS() < end && Pids(pids).size() < 2;) usleep(10'000);
+  ASSERT_EQ(Pids(pids).size(), 2u);
+  kill(p, SIGINT);
+  const int st = WaitChild(p, 10'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130) << "status " << st;
+  for (pid_t w : Pids(pids)) EXPECT_FALSE(Alive(w)) << "worker " << w << " left behind";
+}
+
+TEST_F(SyncrunTest, MissingCommandFailsClearly) {
+  const pid_t p = Start({"-n", "1", "--", "/nonexistent/program"});
+  const int st = WaitChild(p, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 127) << "status " << st;
+}
+
+TEST_F(SyncrunTest, RunsTheBenchmarkEndToEnd) {
+  const pid_t p = Start({"-n", "2", "--", BinDir() + "/syncd-bench", "allreduce", "--sizes", "8,64K", "--json",
+                         "--seconds", "0.05"});
+  const int st = WaitChild(p, 60'000);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << Out();
+  const std::string out = Out();
+  for (const char* key : {"\"op\":\"allreduce\"", "\"bytes\":8,", "\"bytes\":65536,", "\"ranks\":2", "\"time_us\"",
+                          "\"lat_p50_us\"", "\"algbw_GBps\"", "\"busbw_GBps\"", "\"wrong\":0", "\"ns_per_request\""})
+    EXPECT_TRUE(Contains(out, key)) << key << " missing from\n" << out;
+}
+
+}  // namespace
+}  // namespace syncd::testing

@@ -1,0 +1,66 @@
+// Reading and writing tensor elements of any dtype as doubles, for checking results in tests.
+#ifndef SYNCD_TESTS_INTEGRATION_VALUES_H_
+#define SYNCD_TESTS_INTEGRATION_VALUES_H_
+
+#include <syncd/client.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "daemon/exec/reduce_kernels.h"
+
+namespace syncd::testing {
+
+inline void SetValue(void* b, syncd_dtype dt, size_t i, double v) {
+  switch (dt) {
+    case SYNCD_INT8: static_cast<int8_t*>(b)[i] = int8_t(v); break;
+    case SYNCD_UINT8: static_cast<uint8_t*>(b)[i] = uint8_t(v); break;
+    case SYNCD_INT32: static_cast<int32_t*>(b)[i] = int32_t(v); break;
+    case SYNCD_INT64: static_cast<int64_t*>(b)[i] = int64_t(v); break;
+    case SYNCD_FLOAT16: static_cast<uint16_t*>(b)[i] = FloatToHalf(float(v)); break;
+    case SYNCD_BFLOAT16: static_cast<uint16_t*>(b)[i] = FloatToBfloat16(float(v)); break;
+    case SYNCD_FLOAT32: static_cast<float*>(b)[i] = float(v); break;
+    case SYNCD_FLOAT64: static_cast<double*>(b)[i] = v; break;
+    default: break;
+  }
+}
+
+inline double GetValue(const void* b, syncd_dtype dt, size_t i) {
+  switch (dt) {
+    case SYNCD_INT8: return static_cast<const int8_t*>(b)[i];
+    case SYNCD_UINT8: return static_cast<const uint8_t*>(b)[i];
+    case SYNCD_INT32: return static_cast<const int32_t*>(b)[i];
+    case SYNCD_INT64: return double(static_cast<const int64_t*>(b)[i]);
+    case SYNCD_FLOAT16: return HalfToFloat(static_cast<const uint16_t*>(b)[i]);
+    case SYNCD_BFLOAT16: return Bfloat16ToFloat(static_cast<const uint16_t*>(b)[i]);
+    case SYNCD_FLOAT32: return static_cast<const float*>(b)[i];
+    case SYNCD_FLOAT64: return static_cast<const double*>(b)[i];
+    default: return NAN;
+  }
+}
+
+// The value rank `r` contributes at element `i`: small positive integers, exact in every dtype,
+// whose sum and product over up to 4 ranks stay inside int8.
+inline double Input(int r, size_t i) { return double((i * 7 + size_t(r) * 3) % 3 + 1); }
+
+// Expected allreduce result at element i over `n` ranks, following syncd's documented semantics.
+inline double Expected(syncd_dtype dt, syncd_reduce_op op, int n, size_t i) {
+  double acc = Input(0, i);
+  for (int r = 1; r < n; ++r) {
+    const double v = Input(r, i);
+    acc = op == SYNCD_MIN ? std::fmin(acc, v) : op == SYNCD_MAX ? std::fmax(acc, v)
+        : op == SYNCD_PRODUCT ? acc * v : acc + v;
+  }
+  if (op != SYNCD_AVERAGE) return acc;
+  switch (dt) {
+    case SYNCD_FLOAT64: return acc * (1.0 / n);
+    case SYNCD_FLOAT32: return float(acc) * float(1.0 / n);
+    case SYNCD_FLOAT16: return HalfToFloat(FloatToHalf(float(acc) * float(1.0 / n)));
+    case SYNCD_BFLOAT16: return Bfloat16ToFloat(FloatToBfloat16(float(acc) * float(1.0 / n)));
+    default: return std::trunc(acc / n);
+  }
+}
+
+}  // namespace syncd::testing
+
+#endif  // SYNCD_TESTS_INTEGRATION_VALUES_H_
