@@ -48,6 +48,10 @@ struct AttachReply {
   char message[256];  // why the attach was refused
 };
 
+// After the handshake the socket carries one thing: this byte, sent by a client that detaches
+// cleanly (syncd_shutdown) just before it closes. A close without it means the process died.
+inline constexpr char kGoodbyeByte = 'G';
+
 // ---- Rings ----
 // One submission entry per request. The name is NUL-terminated inside the entry.
 struct SubmitEntry {

@@ -168,7 +168,10 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
 }
 
 Client::~Client() {
-  if (sock_ >= 0) close(sock_);
+  if (sock_ >= 0) {
+    send(sock_, &abi::kGoodbyeByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(sock_);
+  }
   if (segment_) munmap(segment_, segment_bytes_);
   if (node_map_) munmap(node_map_, node_bytes_);
 }

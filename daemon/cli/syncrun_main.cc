@@ -18,10 +18,31 @@ int main(int argc, char** argv) {
   app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
-  app.add_option("command", opts.command, "Command each rank runs")->required();
-  app.allow_extras(false);
-  app.prefix_command(false);
-  CLI11_PARSE(app, argc, argv);
+  app.footer("Usage: syncrun [OPTIONS] [--] COMMAND [ARGS...]");
+  // Everything from "--" (or from the first word that is not an option of syncrun) on is the
+  // command, passed through untouched.
+  int split = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      split = i;
+      break;
+    }
+  if (split < argc) {
+    opts.command.assign(argv + split + 1, argv + argc);
+    app.allow_extras(false);
+  } else {
+    app.prefix_command(true);
+  }
+  try {
+    app.parse(split, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (split == argc) opts.command = app.remaining();
+  if (opts.command.empty()) {
+    fprintf(stderr, "syncrun: no command given\n%s", app.help().c_str());
+    return 2;
+  }
   opts.bind_workers = !no_bind;
   if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);
   char self[PATH_MAX];

@@ -116,16 +116,21 @@ void AttachServer::Run() {
         while (auto id = kicks_.Pop())
           for (auto& [fd, conn] : connections_)
             if (conn.client_id == *id) {
-              Drop(fd, "");
+              Drop(fd, "", false);
               break;
             }
       } else {
         const int fd = int(tag);
         char buf[64];
         const ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (events[i].events & (EPOLLHUP | EPOLLERR)))
-          Drop(fd, "exited (connection closed)");
-        // Bytes after the handshake are not part of the protocol; ignore them.
+        if (r > 0 && memchr(buf, abi::kGoodbyeByte, size_t(r)) != nullptr) {
+          connections_[fd].said_goodbye = true;
+          continue;  // the close follows; it is reported then
+        }
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (events[i].events & (EPOLLHUP | EPOLLERR))) {
+          const bool clean = connections_.count(fd) && connections_[fd].said_goodbye;
+          Drop(fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
+        }
       }
     }
   }
@@ -222,7 +227,7 @@ void AttachServer::Handshake(int fd) {
   PostToEngine(ClientAttachedEvent{std::move(client)});
   timeval none{0, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  connections_[fd] = Connection{id, uint32_t(req.local_rank), cred.pid, uint32_t(req.rank)};
+  connections_[fd] = Connection{id, uint32_t(req.local_rank), cred.pid, uint32_t(req.rank), false};
   fd_by_local_rank_[uint32_t(req.local_rank)] = fd;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
@@ -230,7 +235,7 @@ void AttachServer::Handshake(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void AttachServer::Drop(int fd, const std::string& reason) {
+void AttachServer::Drop(int fd, const std::string& reason, bool clean) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   const Connection conn = it->second;
@@ -238,7 +243,7 @@ void AttachServer::Drop(int fd, const std::string& reason) {
   close(fd);
   connections_.erase(it);
   fd_by_local_rank_.erase(conn.local_rank);
-  if (!reason.empty()) PostToEngine(ClientLostEvent{conn.client_id, reason});
+  if (!reason.empty()) PostToEngine(ClientLostEvent{conn.client_id, reason, clean});
 }
 
 }  // namespace syncd

@@ -42,11 +42,13 @@ class AttachServer {
     uint32_t local_rank;
     int32_t pid;
     uint32_t rank;
+    bool said_goodbye;
   };
   void Accept();
   void Handshake(int fd);
   void Refuse(int fd, int status, const std::string& why);
-  void Drop(int fd, const std::string& reason);
+  // Forgets the connection; a non-empty reason is reported to the engine as a lost client.
+  void Drop(int fd, const std::string& reason, bool clean);
   void PostToEngine(EngineEvent event);
 
   const Config config_;

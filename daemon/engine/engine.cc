@@ -129,18 +129,19 @@ bool Engine::DrainEvents() {
       clients_[id].info = std::move(a->client);
     } else {
       auto& lost = std::get<ClientLostEvent>(*ev);
-      Disconnect(lost.client_id, lost.reason);
+      Disconnect(lost.client_id, lost.reason, lost.clean);
     }
   }
   return did;
 }
 
-void Engine::Disconnect(uint32_t client_id, const std::string& reason) {
+void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clean) {
   auto it = clients_.find(client_id);
   if (it == clients_.end()) return;
   const AttachedClient& info = *it->second.info;
   const std::string who = RankName(info.rank, info.pid);
-  spdlog::warn("{} {}", who, reason);
+  if (clean) spdlog::info("{} {}", who, reason);
+  else spdlog::warn("{} {}", who, reason);
   lost_ranks_[info.local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
   client_by_local_rank_.erase(info.local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
@@ -343,6 +344,7 @@ void Engine::PublishSnapshot() {
     cs.state = "lost";
     s->clients.push_back(cs);
   }
+  std::sort(s->clients.begin(), s->clients.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   s->allreduce_ops = allreduce_ops_;
   s->broadcast_ops = broadcast_ops_;
   s->barrier_ops = barrier_ops_;

@@ -33,7 +33,11 @@ struct AttachedClient {
 
 // Control plane -> engine.
 struct ClientAttachedEvent { std::unique_ptr<AttachedClient> client; };
-struct ClientLostEvent { uint32_t client_id; std::string reason; };
+struct ClientLostEvent {
+  uint32_t client_id;
+  std::string reason;
+  bool clean = false;  // detached with syncd_shutdown rather than died
+};
 using EngineEvent = std::variant<ClientAttachedEvent, ClientLostEvent>;
 
 class Engine {
@@ -80,7 +84,7 @@ class Engine {
   void Execute(std::vector<ReadyTensor>& ready);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);
-  void Disconnect(uint32_t client_id, const std::string& reason);
+  void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   void PublishSnapshot();
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -65,7 +66,7 @@ class Job {
   void Supervise();
   void Terminate(pid_t pid, bool group);
   void StopAll();
-  bool Reap(bool block_ms);
+  void Reap();
 
   const LaunchOptions& opts_;
   std::string run_dir_;
@@ -160,13 +161,11 @@ void Job::Terminate(pid_t pid, bool group) {
   if (pid > 0) kill(group ? -pid : pid, SIGTERM);
 }
 
-// Reaps whatever has exited; records the first failure. Returns whether anything was reaped.
-bool Job::Reap(bool) {
-  bool any = false;
+// Reaps whatever has exited and records the first failure.
+void Job::Reap() {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    any = true;
     if (pid == daemon_) {
       daemon_alive_ = false;
       if (!workers_.empty() && !failed_) {
@@ -187,7 +186,6 @@ bool Job::Reap(bool) {
       result_ = code;
     }
   }
-  return any;
 }
 
 void Job::Supervise() {
@@ -210,7 +208,7 @@ void Job::Supervise() {
         }
       }
     }
-    Reap(false);
+    Reap();
   }
 }
 
@@ -255,6 +253,11 @@ int Job::Run() {
     own_run_dir_ = true;
   } else {
     run_dir_ = opts_.run_dir;
+    std::error_code ec;
+    if (std::filesystem::create_directories(run_dir_, ec); ec || chmod(run_dir_.c_str(), 0700) != 0) {
+      Say("cannot create run directory " + run_dir_ + ": " + (ec ? ec.message() : strerror(errno)));
+      return 1;
+    }
   }
   if (StartDaemon() && WaitReady()) {
     StartWorkers();

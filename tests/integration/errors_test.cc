@@ -136,8 +136,9 @@ TEST(Errors, KilledClientFailsOthersNamingTheRankWithinOneSecond) {
     const int rc = syncd_wait(c, h, 10'000);
     const double waited = NowS() - t0;
     CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "status %s: %s", syncd_status_name(rc), syncd_last_error());
-    CHILD_CHECK(Contains(syncd_last_error(), "rank 2") && Contains(syncd_last_error(), "'second'"), "%s",
-                syncd_last_error());
+    CHILD_CHECK(Contains(syncd_last_error(), "rank 2") && Contains(syncd_last_error(), "'second'") &&
+                    Contains(syncd_last_error(), "without detaching"),
+                "%s", syncd_last_error());
     CHILD_CHECK(waited < 1.0, "error came after %.2f s", waited);
     // Later calls fail at once too, naming the lost rank; no hang.
     CHILD_CHECK(Submit(c, "third", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
@@ -151,6 +152,24 @@ TEST(Errors, KilledClientFailsOthersNamingTheRankWithinOneSecond) {
   const std::string json = d.StatusJson();
   EXPECT_NE(json.find("\"lost\""), std::string::npos) << json;
   ExpectDaemonServes(d, 3);  // the dead rank's slot is reusable: its segment was reclaimed
+}
+
+TEST(Errors, RankThatDetachesEarlyFailsPeersThatStillNeedIt) {
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
+    if (rank == 1) return 0;  // shuts down cleanly at once
+    usleep(200'000);
+    float a[4] = {};
+    int64_t shape = 4;
+    syncd_handle h;
+    CHILD_CHECK(Submit(c, "late", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    const int rc = syncd_wait(c, h, 5'000);
+    CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "status %s", syncd_status_name(rc));
+    CHILD_CHECK(Contains(syncd_last_error(), "rank 1") && Contains(syncd_last_error(), "detached"), "%s",
+                syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
 }
 
 TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {

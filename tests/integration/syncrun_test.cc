@@ -103,6 +103,21 @@ TEST_F(SyncrunTest, CtrlCStopsEverything) {
   for (pid_t w : Pids(pids)) EXPECT_FALSE(Alive(w)) << "worker " << w << " left behind";
 }
 
+TEST_F(SyncrunTest, OptionsMayComeInAnyOrderAndTheCommandKeepsItsOwn) {
+  // Options of syncrun before "--" in any order; the command's own options pass through untouched.
+  const std::string run_dir = dir_ + "/fresh/run";  // does not exist yet: syncrun creates it
+  const pid_t p = Start({"-n", "2", "--run-dir", run_dir, "--no-bind", "--", "sh", "-c", "echo got $0 $1", "--sizes",
+                         "--seconds"});
+  const int st = WaitChild(p, 30'000);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << Out();
+  EXPECT_TRUE(Contains(Out(), "got --sizes --seconds")) << Out();
+  // Without "--", the first word that is not a syncrun option starts the command.
+  const pid_t q = Start({"-n", "1", "sh", "-c", "echo plain $0", "-n"});
+  const int st2 = WaitChild(q, 30'000);
+  ASSERT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 0) << Out();
+  EXPECT_TRUE(Contains(Out(), "plain -n")) << Out();
+}
+
 TEST_F(SyncrunTest, MissingCommandFailsClearly) {
   const pid_t p = Start({"-n", "1", "--", "/nonexistent/program"});
   const int st = WaitChild(p, 30'000);
