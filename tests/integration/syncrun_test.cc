@@ -53,6 +53,18 @@ class SyncrunTest : public ::testing::Test {
     for (pid_t p; f >> p;) pids.push_back(p);
     return pids;
   }
+  // Processes whose command line mentions `needle` (e.g. a daemon still serving a run dir).
+  static std::vector<pid_t> ProcessesMentioning(const std::string& needle) {
+    std::vector<pid_t> found;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream f(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (cmd.find(needle) != std::string::npos) found.push_back(pid_t(std::stoi(name)));
+    }
+    return found;
+  }
   std::string dir_;
 };
 
@@ -84,6 +96,7 @@ TEST_F(SyncrunTest, ReturnsTheFirstFailureAndStopsTheOtherRanks) {
   rd >> run_dir;
   ASSERT_FALSE(run_dir.empty());
   EXPECT_FALSE(fs::exists(run_dir)) << "run directory left behind: " << run_dir;
+  EXPECT_TRUE(ProcessesMentioning(run_dir).empty()) << "a syncd for " << run_dir << " is still running";
 }
 
 TEST_F(SyncrunTest, SignalledRankReportsSignalExitCode) {
@@ -94,13 +107,15 @@ TEST_F(SyncrunTest, SignalledRankReportsSignalExitCode) {
 
 TEST_F(SyncrunTest, CtrlCStopsEverything) {
   const std::string pids = dir_ + "/pids";
-  const pid_t p = Start({"-n", "2", "--", "sh", "-c", "echo $$ >> " + pids + "; exec sleep 60"});
+  const pid_t p = Start({"-n", "2", "--run-dir", dir_ + "/ctrl-c-run", "--", "sh", "-c", "echo $$ >> " + pids + "; exec sleep 60"});
   for (double end = NowS() + 10; NowS() < end && Pids(pids).size() < 2;) usleep(10'000);
   ASSERT_EQ(Pids(pids).size(), 2u);
+  const std::string run_dir = dir_ + "/ctrl-c-run";
   kill(p, SIGINT);
   const int st = WaitChild(p, 10'000);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130) << "status " << st;
   for (pid_t w : Pids(pids)) EXPECT_FALSE(Alive(w)) << "worker " << w << " left behind";
+  EXPECT_TRUE(ProcessesMentioning(run_dir).empty()) << "syncd left behind after Ctrl-C";
 }
 
 TEST_F(SyncrunTest, OptionsMayComeInAnyOrderAndTheCommandKeepsItsOwn) {
