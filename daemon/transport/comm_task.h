@@ -1,0 +1,119 @@
+// A non-blocking collective written as a C++20 coroutine over a Transport.
+//
+//   CommTask Ring(Transport* t, ...) {
+//     Status st = co_await Wait(t, t->Send(...), t->Recv(...));
+//     if (!st.ok()) co_return st;
+//     ...
+//     co_return Status::Ok();
+//   }
+//
+// The coroutine runs eagerly until its first co_await. The owner then calls Poll() from its
+// loop (the engine thread): it progresses the transport and resumes the coroutine once all
+// awaited handles finished, or at once with the error when one failed (the others are
+// cancelled). A task may also await child tasks (WaitTasks), which Poll() drives in turn.
+// Nothing ever blocks. Destroying an unfinished task cancels what it awaits.
+#ifndef SYNCD_DAEMON_TRANSPORT_COMM_TASK_H_
+#define SYNCD_DAEMON_TRANSPORT_COMM_TASK_H_
+
+#include <coroutine>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "daemon/transport/transport.h"
+
+namespace syncd {
+
+class CommTask {
+ public:
+  struct promise_type {
+    Status result;
+    Transport* transport = nullptr;
+    std::vector<CommHandle> waiting;
+    std::vector<class CommTask*> children;  // child tasks awaited with WaitTasks
+    Status wait_status;
+
+    CommTask get_return_object() { return CommTask(std::coroutine_handle<promise_type>::from_promise(*this)); }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_value(Status s) { result = std::move(s); }
+    void unhandled_exception() { std::terminate(); }
+  };
+
+  CommTask() = default;
+  CommTask(CommTask&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  CommTask& operator=(CommTask&& o) noexcept {
+    std::swap(h_, o.h_);
+    return *this;
+  }
+  ~CommTask();
+
+  bool done() const { return !h_ || h_.done(); }
+  // The result once done().
+  const Status& status() const { return h_.promise().result; }
+  // Drives the task; returns done().
+  bool Poll();
+
+ private:
+  explicit CommTask(std::coroutine_handle<promise_type> h) : h_(h) {}
+  std::coroutine_handle<promise_type> h_;
+};
+
+// co_await Wait(t, handles...): Status::Ok() when all finished, else the first failure.
+struct WaitAll {
+  Transport* transport;
+  std::vector<CommHandle> handles;
+  std::coroutine_handle<CommTask::promise_type> h;
+
+  bool await_ready() const noexcept { return handles.empty(); }
+  void await_suspend(std::coroutine_handle<CommTask::promise_type> handle) {
+    h = handle;
+    h.promise().transport = transport;
+    h.promise().waiting = std::move(handles);
+    h.promise().wait_status = Status::Ok();
+  }
+  Status await_resume() { return h ? std::move(h.promise().wait_status) : Status::Ok(); }
+};
+
+// co_await WaitTasks{{&a, &b}}: resumes once every child task is done; the first failure wins.
+struct WaitTasks {
+  std::vector<CommTask*> tasks;
+  std::coroutine_handle<CommTask::promise_type> h;
+
+  bool await_ready() const noexcept {
+    for (CommTask* t : tasks)
+      if (!t->done()) return false;
+    return true;
+  }
+  void await_suspend(std::coroutine_handle<CommTask::promise_type> handle) {
+    h = handle;
+    h.promise().children = tasks;
+  }
+  Status await_resume() {
+    for (CommTask* t : tasks)
+      if (!t->status().ok()) return t->status();
+    return Status::Ok();
+  }
+};
+
+// (GCC 12 cannot keep an initializer_list's array in a coroutine frame, hence no braces.)
+inline WaitTasks Await(CommTask* task) {
+  WaitTasks w;
+  w.tasks.push_back(task);
+  return w;
+}
+inline WaitTasks Await(std::vector<CommTask*> tasks) {
+  WaitTasks w;
+  w.tasks = std::move(tasks);
+  return w;
+}
+
+template <typename... H>
+WaitAll Wait(Transport* t, H... handles) {
+  return WaitAll{t, {CommHandle(handles)...}, {}};
+}
+inline WaitAll Wait(Transport* t, std::vector<CommHandle> handles) { return WaitAll{t, std::move(handles), {}}; }
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_TRANSPORT_COMM_TASK_H_

@@ -1,0 +1,149 @@
+#include "daemon/transport/host_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "daemon/exec/reduce_kernels.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+// acc = op(acc, other), element-wise over `count` elements.
+void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* other, size_t count) {
+  const ReduceSpec spec{dtype, op == SYNCD_AVERAGE ? SYNCD_SUM : op};
+  const size_t esize = abi::DtypeSize(dtype);
+  for (size_t off = 0; off < count; off += kReduceChunkElements) {
+    const size_t n = std::min(kReduceChunkElements, count - off);
+    const void* in[2] = {acc + off * esize, other + off * esize};
+    void* out[1] = {acc + off * esize};
+    ReduceChunk(spec, in, 2, out, 1, n);
+  }
+}
+
+}  // namespace
+
+CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype,
+                                    syncd_reduce_op op) {
+  const uint32_t n = t->size(), r = t->rank();
+  const size_t bytes = count * abi::DtypeSize(dtype);
+  if (n == 1 || bytes == 0) co_return Status::Ok();
+  char* buf = static_cast<char*>(data);
+  std::vector<char> tmp(bytes);
+  uint32_t pow2 = 1;
+  while (pow2 * 2 <= n) pow2 *= 2;
+  const uint32_t extra = n - pow2;
+  // Fold: among the first 2*extra nodes, even ones hand their data to the next odd one and wait.
+  int64_t vrank;
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      Status st = co_await Wait(t, t->Send(r + 1, tag, buf, bytes));
+      if (!st.ok()) co_return st;
+      vrank = -1;
+    } else {
+      Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.data(), bytes));
+      if (!st.ok()) co_return st;
+      ReduceInto(dtype, op, buf, tmp.data(), count);
+      vrank = r / 2;
+    }
+  } else {
+    vrank = int64_t(r) - extra;
+  }
+  if (vrank >= 0) {
+    for (uint32_t mask = 1; mask < pow2; mask <<= 1) {
+      const uint32_t vpeer = uint32_t(vrank) ^ mask;
+      const uint32_t peer = vpeer < extra ? vpeer * 2 + 1 : vpeer + extra;
+      Status st = co_await Wait(t, t->Send(peer, tag, buf, bytes), t->Recv(peer, tag, tmp.data(), bytes));
+      if (!st.ok()) co_return st;
+      ReduceInto(dtype, op, buf, tmp.data(), count);
+    }
+  }
+  // Unfold: the odd partners return the result.
+  // (One co_await per statement: GCC 12 miscompiles co_await inside ?:.)
+  if (r < 2 * extra) {
+    const CommHandle h = r % 2 == 0 ? t->Recv(r + 1, tag, buf, bytes) : t->Send(r - 1, tag, buf, bytes);
+    Status st = co_await Wait(t, h);
+    if (!st.ok()) co_return st;
+  }
+  co_return Status::Ok();
+}
+
+CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op) {
+  const uint32_t n = t->size(), r = t->rank();
+  if (n == 1 || count == 0) co_return Status::Ok();
+  const size_t esize = abi::DtypeSize(dtype);
+  char* buf = static_cast<char*>(data);
+  // Chunk i covers elements [begin(i), begin(i+1)); the first count % n chunks get one extra.
+  auto begin = [&](uint32_t i) { return i * (count / n) + std::min<size_t>(i, count % n); };
+  auto len = [&](uint32_t i) { return begin(i + 1) - begin(i); };
+  std::vector<char> tmp((count / n + 1) * esize);
+  const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
+  // Reduce-scatter: after n-1 steps node r holds the reduced chunk (r+1) % n.
+  for (uint32_t s = 0; s + 1 < n; ++s) {
+    const uint32_t send_chunk = (r + n - s) % n, recv_chunk = (r + 2 * n - s - 1) % n;
+    Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize),
+                              t->Recv(left, tag, tmp.data(), len(recv_chunk) * esize));
+    if (!st.ok()) co_return st;
+    ReduceInto(dtype, op, buf + begin(recv_chunk) * esize, tmp.data(), len(recv_chunk));
+  }
+  // Allgather: pass the reduced chunks around.
+  for (uint32_t s = 0; s + 1 < n; ++s) {
+    const uint32_t send_chunk = (r + 1 + n - s) % n, recv_chunk = (r + n - s) % n;
+    Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize),
+                              t->Recv(left, tag, buf + begin(recv_chunk) * esize, len(recv_chunk) * esize));
+    if (!st.ok()) co_return st;
+  }
+  co_return Status::Ok();
+}
+
+CommTask Allreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op,
+                   const AllreduceOptions& options) {
+  const size_t esize = abi::DtypeSize(dtype);
+  if (t->size() == 1 || count == 0) co_return Status::Ok();
+  if (count * esize < options.ring_threshold || count < size_t(t->size()) * options.slices) {
+    CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, data, count, dtype, op);
+    co_return co_await Await(&rd);
+  }
+  // Independent rings over slices of the buffer run concurrently: while one slice's data is on
+  // the wire, another slice is being reduced.
+  const size_t slices = std::max<size_t>(1, options.slices);
+  std::vector<CommTask> rings;
+  rings.reserve(slices);
+  char* buf = static_cast<char*>(data);
+  for (size_t i = 0; i < slices; ++i) {
+    const size_t b = i * (count / slices) + std::min(i, count % slices);
+    const size_t e = (i + 1) * (count / slices) + std::min(i + 1, count % slices);
+    rings.push_back(RingAllreduce(t, (tag << 8) | i, buf + b * esize, e - b, dtype, op));
+  }
+  std::vector<CommTask*> refs;
+  for (auto& ring : rings) refs.push_back(&ring);
+  co_return co_await Await(std::move(refs));
+}
+
+CommTask Broadcast(Transport* t, uint64_t tag, void* data, size_t bytes, uint32_t root) {
+  const uint32_t n = t->size();
+  if (n == 1 || bytes == 0) co_return Status::Ok();
+  const uint32_t vrank = (t->rank() + n - root) % n;
+  uint32_t mask = 1;
+  while (mask < n) {
+    if (vrank & mask) {
+      Status st = co_await Wait(t, t->Recv((vrank - mask + root) % n, tag << 8, data, bytes));
+      if (!st.ok()) co_return st;
+      break;
+    }
+    mask <<= 1;
+  }
+  std::vector<CommHandle> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (vrank + mask < n) sends.push_back(t->Send((vrank + mask + root) % n, tag << 8, data, bytes));
+  co_return co_await Wait(t, std::move(sends));
+}
+
+CommTask Barrier(Transport* t, uint64_t tag) {
+  uint8_t token = 1;
+  CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, &token, 1, SYNCD_UINT8, SYNCD_MAX);
+  co_return co_await Await(&rd);
+}
+
+}  // namespace syncd

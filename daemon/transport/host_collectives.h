@@ -1,0 +1,40 @@
+// Inter-node collectives on host memory, written on the Transport's point-to-point API. One
+// participant per node (the daemon); each call returns a CommTask the engine polls.
+//
+// - Allreduce: recursive doubling below `ring_threshold` bytes, ring reduce-scatter + allgather
+//   above it, split into `slices` concurrently running rings so reduction of one slice overlaps
+//   the transfer of the others. Correct for any node count (non-powers of two fold the extra
+//   nodes into partners first). Every node ends with bit-identical results.
+// - Broadcast: binomial tree from the root node.
+// - Barrier: a one-byte allreduce.
+// `tag` must be unique among collectives in flight; the low 8 bits are used for slices.
+#ifndef SYNCD_DAEMON_TRANSPORT_HOST_COLLECTIVES_H_
+#define SYNCD_DAEMON_TRANSPORT_HOST_COLLECTIVES_H_
+
+#include <memory>
+
+#include "daemon/transport/comm_task.h"
+#include "syncd/client.h"
+
+namespace syncd {
+
+struct AllreduceOptions {
+  size_t ring_threshold = 64 * 1024;  // bytes; smaller messages use recursive doubling
+  size_t slices = 4;                   // concurrent rings for large messages
+};
+
+// Reduces `count` elements of `data` in place with `op` (AVERAGE reduces as SUM: the caller
+// divides once at the end).
+CommTask Allreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op,
+                   const AllreduceOptions& options = {});
+CommTask Broadcast(Transport* t, uint64_t tag, void* data, size_t bytes, uint32_t root);
+CommTask Barrier(Transport* t, uint64_t tag);
+
+// Individual algorithms, exposed for tests and benchmarks.
+CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype,
+                                    syncd_reduce_op op);
+CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_TRANSPORT_HOST_COLLECTIVES_H_

@@ -1,0 +1,55 @@
+// Point-to-point messaging among the daemons of one job: the interface every inter-node
+// algorithm is written on. Implementations: ucx/ (the real one) and loopback/ (in-process, for
+// unit tests). tests/daemon/transport/transport_conformance_test.cc runs against both.
+//
+// Contract
+// - Owned and driven by one thread (the engine). Nothing blocks: Send/Recv post and return a
+//   handle; Progress() moves data; Test() reports completion.
+// - A posted buffer must stay valid and untouched until Test() reports the handle finished.
+// - Messages from one peer with one tag are matched in posting order. A receive must post the
+//   exact size that was sent; a different size fails that receive.
+// - A lost peer fails every pending operation that involves it, and PeerFailure() says which.
+#ifndef SYNCD_DAEMON_TRANSPORT_TRANSPORT_H_
+#define SYNCD_DAEMON_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "daemon/base/status.h"
+
+namespace syncd {
+
+using CommHandle = uint64_t;
+
+enum class CommState { kPending, kDone, kFailed };
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual uint32_t rank() const = 0;
+  virtual uint32_t size() const = 0;
+
+  // `tag` uses the low 48 bits; the transport adds the source rank.
+  virtual CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) = 0;
+  virtual CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Makes progress on everything posted; returns whether anything happened.
+  virtual bool Progress() = 0;
+
+  // kPending, or the final state (the handle is released then). On kFailed, *error says why.
+  virtual CommState Test(CommHandle h, Status* error) = 0;
+
+  // Withdraws a pending operation (used when a collective aborts); its buffer is free afterwards.
+  virtual void Cancel(CommHandle h) = 0;
+
+  // The first peer failure seen (message names the node), if any.
+  virtual std::optional<Status> PeerFailure() const = 0;
+};
+
+inline constexpr uint64_t kTagMask = (uint64_t{1} << 48) - 1;
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_TRANSPORT_TRANSPORT_H_

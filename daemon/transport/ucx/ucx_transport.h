@@ -1,0 +1,97 @@
+// The UCX transport: one ucp_context and one ucp_worker (single-threaded mode) owned by the engine
+// thread, an endpoint per peer with peer-failure handling, tag matching for messages. UCX picks
+// its transports from the environment as usual (UCX_TLS=tcp, UCX_TLS=shm,tcp, ...).
+//
+// Two phases: Create() makes the worker and exposes its address (published through the
+// rendezvous); Connect() takes every node's address and makes the endpoints.
+#ifndef SYNCD_DAEMON_TRANSPORT_UCX_UCX_TRANSPORT_H_
+#define SYNCD_DAEMON_TRANSPORT_UCX_UCX_TRANSPORT_H_
+
+#include <ucp/api/ucp.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/transport/transport.h"
+
+namespace syncd {
+
+struct UcxOptions {
+  // Ask UCX to report lost peers (UCP_ERR_HANDLING_MODE_PEER). UCX 1.13's shared-memory
+  // transports cannot do that, so with it on UCX uses TCP even between daemons of one host;
+  // with it off shm works, and a lost peer shows only as operations that never finish.
+  bool detect_peer_failure = true;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  static StatusOr<std::unique_ptr<UcxTransport>> Create(uint32_t rank, uint32_t size, UcxOptions options = {});
+  ~UcxTransport() override;
+
+  // This worker's address, to publish to the other nodes.
+  const std::string& address() const { return address_; }
+  // `addresses[r]` is node r's worker address (this node's entry is ignored).
+  Status Connect(const std::vector<std::string>& addresses);
+
+  // Graceful shutdown in two steps, so that several transports (or a job's daemons) can close
+  // their endpoints together: StartClose() once, then CloseDone() until it returns true.
+  void StartClose();
+  bool CloseDone();
+
+  uint32_t rank() const override { return rank_; }
+  uint32_t size() const override { return size_; }
+  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) override;
+  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) override;
+  bool Progress() override;
+  CommState Test(CommHandle h, Status* error) override;
+  void Cancel(CommHandle h) override;
+  std::optional<Status> PeerFailure() const override { return peer_failure_; }
+
+  // Called from UCX callbacks; public only for them.
+  struct Slot {
+    UcxTransport* owner = nullptr;
+    uint32_t index = 0;
+    uint32_t generation = 0;
+    bool in_use = false;
+    bool orphaned = false;  // cancelled: release when UCX reports back
+    bool is_recv = false;
+    uint32_t peer = 0;
+    size_t expected = 0;
+    void* request = nullptr;
+    CommState state = CommState::kPending;
+    Status error;
+  };
+  struct PeerContext {
+    UcxTransport* owner;
+    uint32_t peer;
+  };
+  void OnPeerError(uint32_t peer, ucs_status_t status);
+  void Finish(Slot* s, ucs_status_t status, size_t received);
+
+ private:
+  UcxTransport(uint32_t rank, uint32_t size) : rank_(rank), size_(size) {}
+  std::pair<CommHandle, Slot*> NewSlot(bool is_recv, uint32_t peer, size_t bytes);
+  Slot* Lookup(CommHandle h);
+  void Release(Slot* s);
+  CommHandle Failed(Slot* s, CommHandle h, Status error);
+
+  uint32_t rank_, size_;
+  UcxOptions options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<std::unique_ptr<PeerContext>> peer_contexts_;
+  std::vector<bool> peer_lost_;
+  std::optional<Status> peer_failure_;
+  bool closing_started_ = false;
+  std::vector<void*> closing_;
+  std::deque<Slot> slots_;  // stable addresses: UCX callbacks hold Slot*
+  std::vector<uint32_t> free_slots_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_TRANSPORT_UCX_UCX_TRANSPORT_H_

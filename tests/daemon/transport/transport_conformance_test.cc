@@ -1,0 +1,249 @@
+// One suite, every Transport implementation: the loopback fake and UCX (over TCP and over shared
+// memory), N endpoints in this process driven from one thread.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "daemon/transport/host_collectives.h"
+#include "daemon/transport/loopback/loopback_transport.h"
+#include "daemon/transport/ucx/ucx_transport.h"
+
+namespace syncd {
+namespace {
+
+struct Group {
+  std::unique_ptr<LoopbackHub> hub;
+  std::vector<std::unique_ptr<Transport>> members;
+  std::vector<UcxTransport*> ucx;
+  Group() = default;
+  Group(Group&&) = default;
+  ~Group() {  // close UCX endpoints together, as a job's daemons do
+    for (auto* u : ucx) u->StartClose();
+    for (int i = 0; i < 100000; ++i) {
+      bool all = true;
+      for (auto* u : ucx) all &= u->CloseDone();
+      if (all) break;
+    }
+  }
+  Transport* operator[](size_t i) { return members[i].get(); }
+  void ProgressAll() {
+    for (auto& m : members) m->Progress();
+  }
+};
+
+struct LoopbackFactory {
+  static Group Make(uint32_t n) {
+    Group g;
+    g.hub = std::make_unique<LoopbackHub>(n);
+    for (uint32_t r = 0; r < n; ++r) g.members.push_back(std::make_unique<LoopbackTransport>(g.hub.get(), r));
+    return g;
+  }
+};
+
+template <const char* kTls, bool kDetectPeerFailure>
+struct UcxFactory {
+  static Group Make(uint32_t n) {
+    setenv("UCX_TLS", kTls, 1);
+    Group g;
+    std::vector<std::string> addrs;
+    std::vector<UcxTransport*> raw;
+    for (uint32_t r = 0; r < n; ++r) {
+      auto t = UcxTransport::Create(r, n, UcxOptions{kDetectPeerFailure});
+      EXPECT_TRUE(t.ok()) << t.status().ToString();
+      addrs.push_back((*t)->address());
+      raw.push_back(t->get());
+      g.members.push_back(std::move(t.value()));
+    }
+    for (UcxTransport* t : raw) EXPECT_TRUE(t->Connect(addrs).ok());
+    g.ucx = raw;
+    unsetenv("UCX_TLS");
+    return g;
+  }
+};
+constexpr char kTcp[] = "tcp,self";
+constexpr char kShm[] = "shm,self";
+
+template <typename F>
+class TransportConformance : public ::testing::Test {};
+// Shared memory cannot report lost peers in UCX 1.13 (see UcxOptions).
+using Factories = ::testing::Types<LoopbackFactory, UcxFactory<kTcp, true>, UcxFactory<kShm, false>>;
+class FactoryNames {
+ public:
+  template <typename T>
+  static std::string GetName(int i) {
+    return i == 0 ? "Loopback" : i == 1 ? "UcxTcp" : "UcxShm";
+  }
+};
+TYPED_TEST_SUITE(TransportConformance, Factories, FactoryNames);
+
+// Polls every task until all are done (or 20 s pass).
+bool RunAll(Group& g, std::vector<CommTask>& tasks) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    bool all = true;
+    for (auto& t : tasks) all &= t.Poll();
+    if (all) return true;
+    g.ProgressAll();
+    if (std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+CommState AwaitHandle(Group& g, Transport* t, CommHandle h, Status* err) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    g.ProgressAll();
+    CommState s = t->Test(h, err);
+    if (s != CommState::kPending || std::chrono::steady_clock::now() > deadline) return s;
+  }
+}
+
+TYPED_TEST(TransportConformance, MessagesWithOneTagArriveInOrder) {
+  Group g = TypeParam::Make(2);
+  int64_t a = 11, b = 22, c = 33, x = 0, y = 0, z = 0;
+  CommHandle rx = g[1]->Recv(0, 7, &x, 8), ry = g[1]->Recv(0, 7, &y, 8), rz = g[1]->Recv(0, 7, &z, 8);
+  CommHandle s1 = g[0]->Send(1, 7, &a, 8), s2 = g[0]->Send(1, 7, &b, 8), s3 = g[0]->Send(1, 7, &c, 8);
+  Status err;
+  for (CommHandle h : {rx, ry, rz}) ASSERT_EQ(AwaitHandle(g, g[1], h, &err), CommState::kDone) << err.ToString();
+  for (CommHandle h : {s1, s2, s3}) ASSERT_EQ(AwaitHandle(g, g[0], h, &err), CommState::kDone) << err.ToString();
+  EXPECT_EQ(x, 11);
+  EXPECT_EQ(y, 22);
+  EXPECT_EQ(z, 33);
+}
+
+TYPED_TEST(TransportConformance, TagsAndSourcesMatchIndependently) {
+  Group g = TypeParam::Make(3);
+  int32_t from0 = 100, from2 = 200, tag9 = 9, got0 = 0, got2 = 0, got9 = 0;
+  CommHandle r9 = g[1]->Recv(0, 9, &got9, 4), r2 = g[1]->Recv(2, 5, &got2, 4), r0 = g[1]->Recv(0, 5, &got0, 4);
+  g[2]->Send(1, 5, &from2, 4);
+  g[0]->Send(1, 5, &from0, 4);
+  g[0]->Send(1, 9, &tag9, 4);
+  Status err;
+  for (CommHandle h : {r0, r2, r9}) ASSERT_EQ(AwaitHandle(g, g[1], h, &err), CommState::kDone) << err.ToString();
+  EXPECT_EQ(got0, 100);
+  EXPECT_EQ(got2, 200);
+  EXPECT_EQ(got9, 9);
+}
+
+TYPED_TEST(TransportConformance, LargeMessageIsIntact) {
+  Group g = TypeParam::Make(2);
+  std::vector<uint32_t> out(2 << 20), in(2 << 20, 0);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = uint32_t(i * 2654435761u);
+  CommHandle r = g[1]->Recv(0, 1, in.data(), in.size() * 4);
+  CommHandle s = g[0]->Send(1, 1, out.data(), out.size() * 4);
+  Status err;
+  ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
+  ASSERT_EQ(AwaitHandle(g, g[0], s, &err), CommState::kDone) << err.ToString();
+  EXPECT_EQ(in, out);
+}
+
+TYPED_TEST(TransportConformance, ReceiveOfTheWrongSizeFails) {
+  Group g = TypeParam::Make(2);
+  int64_t big = 5;
+  int32_t small = 0;
+  std::vector<char> roomy(64);
+  CommHandle r = g[1]->Recv(0, 3, TypeParam::Make == LoopbackFactory::Make ? static_cast<void*>(&small)
+                                                                            : static_cast<void*>(roomy.data()),
+                            TypeParam::Make == LoopbackFactory::Make ? 4 : 64);
+  g[0]->Send(1, 3, &big, 8);
+  Status err;
+  EXPECT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kFailed);
+  EXPECT_NE(err.message().find("8 bytes"), std::string::npos) << err.ToString();
+}
+
+// Collectives that may overlap anywhere in the job need distinct tags (a node that finished one
+// may already send for the next while a slower node still receives for the first).
+uint64_t NextTag() {
+  static uint64_t tag = 1000;
+  return ++tag;
+}
+
+template <typename T>
+void CheckAllreduce(Group& g, uint32_t n, size_t count, syncd_dtype dt,
+                    CommTask (*algo)(Transport*, uint64_t, void*, size_t, syncd_dtype, syncd_reduce_op)) {
+  std::vector<std::vector<T>> data(n, std::vector<T>(count));
+  for (uint32_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) data[r][i] = T((i * 13 + r * 7) % 17);
+  std::vector<CommTask> tasks;
+  const uint64_t tag = NextTag();
+  for (uint32_t r = 0; r < n; ++r) tasks.push_back(algo(g[r], tag, data[r].data(), count, dt, SYNCD_SUM));
+  ASSERT_TRUE(RunAll(g, tasks)) << "timed out: n=" << n << " count=" << count;
+  for (auto& t : tasks) ASSERT_TRUE(t.status().ok()) << t.status().ToString();
+  for (uint32_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      T want = 0;
+      for (uint32_t q = 0; q < n; ++q) want += T((i * 13 + q * 7) % 17);
+      ASSERT_EQ(data[r][i], want) << "rank " << r << " element " << i << " n=" << n;
+    }
+}
+
+CommTask SlicedAllreduce(Transport* t, uint64_t tag, void* d, size_t c, syncd_dtype dt, syncd_reduce_op op) {
+  return Allreduce(t, tag, d, c, dt, op, AllreduceOptions{0, 3});
+}
+
+TYPED_TEST(TransportConformance, AllreduceAlgorithmsAreExactForAnyNodeCount) {
+  for (uint32_t n = 1; n <= 5; ++n) {
+    Group g = TypeParam::Make(n);
+    for (size_t count : {size_t(1), size_t(7), size_t(10007)}) {
+      CheckAllreduce<int32_t>(g, n, count, SYNCD_INT32, RecursiveDoublingAllreduce);
+      CheckAllreduce<int32_t>(g, n, count, SYNCD_INT32, RingAllreduce);
+      CheckAllreduce<float>(g, n, count, SYNCD_FLOAT32, SlicedAllreduce);
+    }
+  }
+}
+
+TYPED_TEST(TransportConformance, AllreduceGivesBitIdenticalFloatsOnEveryNode) {
+  const uint32_t n = 3;
+  Group g = TypeParam::Make(n);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (size_t count : {size_t(100), size_t(300000)}) {
+    std::vector<std::vector<float>> data(n, std::vector<float>(count));
+    for (auto& v : data) for (auto& x : v) x = u(rng);
+    std::vector<CommTask> tasks;
+    const uint64_t tag = NextTag();
+    for (uint32_t r = 0; r < n; ++r) tasks.push_back(Allreduce(g[r], tag, data[r].data(), count, SYNCD_FLOAT32, SYNCD_SUM));
+    ASSERT_TRUE(RunAll(g, tasks));
+    for (uint32_t r = 1; r < n; ++r) ASSERT_EQ(memcmp(data[r].data(), data[0].data(), count * 4), 0) << "rank " << r;
+  }
+}
+
+TYPED_TEST(TransportConformance, BroadcastFromEveryRootAndBarrier) {
+  for (uint32_t n : {2u, 3u, 5u}) {
+    Group g = TypeParam::Make(n);
+    for (uint32_t root = 0; root < n; ++root) {
+      std::vector<std::vector<uint8_t>> data(n, std::vector<uint8_t>(1000));
+      for (uint32_t r = 0; r < n; ++r) std::fill(data[r].begin(), data[r].end(), uint8_t(r + 1));
+      std::vector<CommTask> tasks;
+      const uint64_t tag = NextTag();
+      for (uint32_t r = 0; r < n; ++r) tasks.push_back(Broadcast(g[r], tag, data[r].data(), 1000, root));
+      ASSERT_TRUE(RunAll(g, tasks));
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(tasks[r].status().ok()) << tasks[r].status().ToString();
+        EXPECT_EQ(data[r], std::vector<uint8_t>(1000, uint8_t(root + 1))) << "rank " << r << " root " << root;
+      }
+    }
+    std::vector<CommTask> barrier;
+    const uint64_t tag = NextTag();
+    for (uint32_t r = 0; r < n; ++r) barrier.push_back(Barrier(g[r], tag));
+    ASSERT_TRUE(RunAll(g, barrier));
+  }
+}
+
+TEST(LoopbackTransport, LostPeerFailsPendingCollectiveWithItsName) {
+  Group g = LoopbackFactory::Make(3);
+  std::vector<int32_t> d(100, 1);
+  CommTask t0 = Allreduce(g[0], 1, d.data(), d.size(), SYNCD_INT32, SYNCD_SUM);
+  g.hub->Kill(2);
+  for (int i = 0; i < 100 && !t0.Poll(); ++i) g.ProgressAll();
+  ASSERT_TRUE(t0.done());
+  EXPECT_EQ(t0.status().code(), SYNCD_ERR_RANK_LOST);
+  EXPECT_NE(t0.status().message().find("node 2"), std::string::npos) << t0.status().ToString();
+}
+
+}  // namespace
+}  // namespace syncd
