@@ -15,6 +15,8 @@
 #include "daemon/control/attach_server.h"
 #include "daemon/control/control_service.h"
 #include "daemon/control/notify.h"
+#include "daemon/control/rendezvous.h"
+#include "daemon/transport/ucx/ucx_transport.h"
 #include "daemon/engine/engine.h"
 
 namespace syncd {
@@ -57,8 +59,43 @@ int Serve(const Config& config) {
   if (!node_page.ok()) return fail(node_page.status());
   AttachServer attach(config, &*node_page);
   if (Status st = attach.Listen(); !st.ok()) return fail(st);
+
+  // Many nodes: node 0 serves the rendezvous; every daemon joins with its UCX address and
+  // connects to all others before the engine starts.
+  std::unique_ptr<UcxTransport> transport;
+  std::unique_ptr<RendezvousService> rendezvous;
+  std::unique_ptr<grpc::Server> rendezvous_server;
+  if (config.nodes > 1) {
+    auto t = UcxTransport::Create(config.node_rank, config.nodes);
+    if (!t.ok()) return fail(t.status());
+    transport = std::move(t.value());
+    const auto timeout = std::chrono::seconds(config.join_timeout_s);
+    if (config.node_rank == 0) {
+      rendezvous = std::make_unique<RendezvousService>(config.job_token, config.nodes, config.local_size, timeout);
+      grpc::ServerBuilder builder;
+      builder.AddListeningPort(config.rendezvous, grpc::InsecureServerCredentials());
+      builder.RegisterService(rendezvous.get());
+      rendezvous_server = builder.BuildAndStart();
+      if (!rendezvous_server) return fail(Status(SYNCD_ERR_SYSTEM, "cannot serve the rendezvous on " + config.rendezvous));
+    }
+    control::JoinRequest join;
+    join.set_job_token(config.job_token);
+    join.set_node_rank(config.node_rank);
+    join.set_nodes(config.nodes);
+    join.set_local_size(config.local_size);
+    join.set_ucx_address(transport->address());
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    join.set_hostname(host);
+    join.set_pid(getpid());
+    spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
+    auto table = JoinJob(config.rendezvous, join, timeout);
+    if (!table.ok()) return fail(table.status());
+    if (Status st = transport->Connect(table->ucx_addresses); !st.ok()) return fail(st);
+    spdlog::info("connected to {} peer daemons", config.nodes - 1);
+  }
   Engine engine(config, &*node_page, config.local_size,
-                [&attach](uint32_t client_id) { attach.KickClient(client_id); });
+                [&attach](uint32_t client_id) { attach.KickClient(client_id); }, std::move(transport));
   attach.set_engine(&engine);
   ControlService control(config, *cores, &engine);
   auto server = StartControlServer(config.run_dir, &control);
@@ -84,6 +121,7 @@ int Serve(const Config& config) {
   engine.Stop();
   engine_thread.join();
   (*server)->Shutdown();
+  if (rendezvous_server) rendezvous_server->Shutdown();
   unlink((config.run_dir + "/control.sock").c_str());
   return 0;
 }
@@ -100,7 +138,8 @@ int main(int argc, char** argv) {
     app.add_option_function<std::string>(
            "--" + e.name, [&flags, name = e.name](const std::string& v) { flags[name] = v; },
            e.help + " [env " + e.env + ", default " + e.default_text + "]")
-        ->type_name("VALUE");
+        ->type_name("VALUE")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // wrappers append; the last one wins
   }
   bool markdown = false, version = false;
   app.add_flag("--config-markdown", markdown, "Print the configuration table as Markdown and exit");

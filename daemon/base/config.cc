@@ -98,6 +98,25 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"spin-us", "SYNCD_SPIN_US", "200",
        "Microseconds the engine keeps polling after its last work before it sleeps on the doorbell",
        Unsigned(&Config::spin_us, "spin-us")},
+      {"nodes", "SYNCD_NODES", "1", "Daemons in the job, one per node", Unsigned(&Config::nodes, "nodes", 1)},
+      {"node-rank", "SYNCD_NODE_RANK", "0", "This daemon's node rank (0 serves the rendezvous)",
+       Unsigned(&Config::node_rank, "node-rank")},
+      {"rendezvous", "SYNCD_RENDEZVOUS", "127.0.0.1:29500", "HOST:PORT where node 0 serves the rendezvous",
+       Text(&Config::rendezvous)},
+      {"job-token", "SYNCD_JOB_TOKEN", "syncd", "Shared secret of the job's daemons; joins with another token are refused",
+       Text(&Config::job_token)},
+      {"join-timeout", "SYNCD_JOIN_TIMEOUT", "60", "Seconds to wait for every node to join the rendezvous",
+       Unsigned(&Config::join_timeout_s, "join-timeout", 1)},
+      {"coord", "SYNCD_COORD", "negotiate", "How daemons agree on what to reduce: negotiate (Horovod's cycle)",
+       [](Config& c, const std::string& t) -> Status {
+         if (t != "negotiate") return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate)");
+         c.coord = t;
+         return Status::Ok();
+       }},
+      {"cycle-time-us", "SYNCD_CYCLE_TIME_US", "1000", "Negotiation cycle in microseconds (Horovod 0.16 used 5000)",
+       Unsigned(&Config::cycle_time_us, "cycle-time-us", 1)},
+      {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
+       Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
       {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
        [](Config& c, const std::string& t) -> Status {
          static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -125,6 +144,10 @@ StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
     }
   }
   if (c.run_dir.empty()) c.run_dir = DefaultRunDir();
+  if (c.node_rank >= c.nodes)
+    return InvalidArgument("node-rank " + std::to_string(c.node_rank) + " is not below nodes " + std::to_string(c.nodes));
+  if (c.nodes > 1 && c.local_size == 0)
+    return InvalidArgument("local-size is required when nodes > 1 (every node must run the same number of ranks)");
   return c;
 }
 

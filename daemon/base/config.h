@@ -24,8 +24,14 @@ struct Config {
   uint32_t ring_entries = 0;
   uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
   std::string log_level;
-  uint32_t node_rank = 0;     // multi-node settings arrive with the transport
-  uint32_t nodes = 1;
+  uint32_t nodes = 1;         // daemons in the job (one per node)
+  uint32_t node_rank = 0;
+  std::string rendezvous;     // HOST:PORT served by node 0
+  std::string job_token;
+  uint32_t join_timeout_s = 0;
+  uint32_t cycle_time_us = 0;
+  uint32_t cache_capacity = 0;
+  std::string coord;
 };
 
 struct ConfigEntry {

@@ -50,6 +50,19 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
   printf("engine     busy %.2f %%   wake-ups %lu   pending tensors %lu\n", s.engine_busy_pct(),
          (unsigned long)s.engine_wakeups(), (unsigned long)s.pending_tensors());
+  if (s.has_coordination()) {
+    const auto& c = s.coordination();
+    printf("coord      %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",
+           c.mode().c_str(), (unsigned long)c.cycles(), c.mean_cycle_ms(), c.coordination_ms_total(),
+           (unsigned long)c.coordinator_rounds());
+    printf("cache      hits %lu   misses %lu   hit rate %.1f %%   waiting for other nodes %lu\n",
+           (unsigned long)c.cache_hits(), (unsigned long)c.cache_misses(), 100.0 * c.cache_hit_rate(),
+           (unsigned long)c.pending_names());
+    std::string peers;
+    for (const auto& p : c.peers()) peers += " node " + std::to_string(p.node()) + " " + p.state() + ";";
+    printf("peers     %s\n", peers.c_str());
+    if (!c.failure().empty()) printf("FAILED     %s\n", c.failure().c_str());
+  }
 }
 
 }  // namespace

@@ -12,7 +12,9 @@ int main(int argc, char** argv) {
   syncd::LaunchOptions opts;
   std::string cores;
   bool no_bind = false;
-  app.add_option("-n,--ranks", opts.ranks, "Number of ranks")->check(CLI::Range(1, 1024));
+  app.add_option("-N,--nodes", opts.nodes, "Daemons to start on this machine, each standing in for a node")
+      ->check(CLI::Range(1, 64));
+  app.add_option("-n,--ranks", opts.ranks, "Number of ranks, spread evenly over the nodes")->check(CLI::Range(1, 1024));
   app.add_option("--run-dir", opts.run_dir, "Run directory (default: a fresh one, removed at exit)");
   app.add_option("--cores", cores, "Daemon cores (passed to syncd --cores)");
   app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");

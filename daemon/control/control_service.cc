@@ -41,6 +41,25 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_fusion_threshold_bytes(config_.fusion_threshold);
   r->set_engine_busy_pct(s->uptime_s > 0 ? 100.0 * double(s->engine_busy_ns) / 1e9 / s->uptime_s : 0.0);
   r->set_engine_wakeups(s->engine_wakeups);
+  if (s->coordinated) {
+    control::Coordination* c = r->mutable_coordination();
+    c->set_mode(s->coord_mode);
+    c->set_cycles(s->cycles);
+    c->set_mean_cycle_ms(s->cycles ? double(s->cycle_ns_total) / double(s->cycles) / 1e6 : 0.0);
+    c->set_coordination_ms_total(double(s->coordination_ns_total) / 1e6);
+    c->set_cache_hits(s->cache_hits);
+    c->set_cache_misses(s->cache_misses);
+    const uint64_t names = s->cache_hits + s->cache_misses;
+    c->set_cache_hit_rate(names ? double(s->cache_hits) / double(names) : 0.0);
+    c->set_coordinator_rounds(s->coordinator_rounds);
+    c->set_pending_names(s->pending_names);
+    c->set_failure(s->failure);
+    for (const auto& [node, state] : s->peers) {
+      control::PeerStatus* p = c->add_peers();
+      p->set_node(node);
+      p->set_state(state);
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -1,5 +1,6 @@
 #include "daemon/engine/engine.h"
 
+#include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <thread>
 
 #include "daemon/plan/fusion.h"
+#include "daemon/transport/host_collectives.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -23,17 +25,27 @@ std::string RankName(uint32_t rank, int32_t pid) {
 }  // namespace
 
 Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_size,
-               std::function<void(uint32_t)> kick_client)
+               std::function<void(uint32_t)> kick_client, std::unique_ptr<Transport> transport)
     : config_(config),
       node_page_(node_page),
       local_size_(local_size),
       world_size_(local_size * config.nodes),
       kick_client_(std::move(kick_client)),
       table_(local_size),
-      executor_(local_size * config.nodes) {
+      executor_(local_size * config.nodes),
+      transport_(std::move(transport)) {
+  if (transport_) {
+    NegotiatorOptions opts{uint64_t(config.cycle_time_us) * 1000, config.cache_capacity, local_size};
+    negotiator_ = std::make_unique<Negotiator>(
+        transport_.get(), opts,
+        [this](std::vector<ReadyTensor> ready, uint64_t tag) { return ExecuteAgreed(std::move(ready), tag); },
+        [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
+  }
   start_ns_ = abi::MonotonicNs();
   PublishSnapshot();
 }
+
+Engine::~Engine() { negotiator_.reset(); }
 
 bool Engine::Post(EngineEvent event) {
   if (!inbox_.Push(std::move(event))) return false;
@@ -74,8 +86,13 @@ void Engine::Run() {
       PublishSnapshot();
       last_snapshot = t1;
     }
-    if (!did && t1 - last_work > spin_ns) {
-      if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, kIdleSleepNs, [this] {
+    uint64_t sleep_ns = kIdleSleepNs;
+    if (negotiator_ && !negotiator_->broken()) {
+      const uint64_t next = negotiator_->next_cycle_ns();  // 0: a cycle is in flight, keep polling
+      sleep_ns = next > t1 ? std::min(sleep_ns, next - t1) : 0;
+    }
+    if (!did && t1 - last_work > spin_ns && sleep_ns > 0) {
+      if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
             return HasWork() || stop_.load(std::memory_order_relaxed) ||
                    snapshot_requested_.load(std::memory_order_relaxed) !=
                        snapshot_published_.load(std::memory_order_relaxed);
@@ -83,6 +100,9 @@ void Engine::Run() {
         ++wakeups_;
       node_page_->Heartbeat();
       last_work = abi::MonotonicNs();
+    } else if (!did && sleep_ns == 0) {
+      // A cycle waits on the network: give the core to whoever shares it (ranks, other daemons).
+      sched_yield();
     } else if (!did) {
       __builtin_ia32_pause();
     }
@@ -103,9 +123,16 @@ bool Engine::Poll() {
   std::vector<ReadyTensor> ready;
   std::vector<FailedTensor> failed;
   table_.TakeCompleted(&ready, &failed);
-  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  if (!ready.empty()) Execute(ready);
   did |= !ready.empty() || !failed.empty();
+  if (negotiator_) {
+    // Other nodes must learn of a local disagreement too: it travels with the name.
+    for (FailedTensor& f : failed) negotiator_->Add(ReadyTensor{std::move(f.requests)}, f.error);
+    for (ReadyTensor& t : ready) negotiator_->Add(std::move(t));
+    did |= negotiator_->Poll(abi::MonotonicNs());
+  } else {
+    for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+    if (!ready.empty()) Execute(ready);
+  }
   FlushClients();
   return did;
 }
@@ -150,8 +177,14 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   if (clients_.empty())
     for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
   std::vector<FailedTensor> failed;
-  table_.FailAll(Status(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight"), &failed);
+  const Status lost(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight");
+  table_.FailAll(lost, &failed);
   for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
+  // flight here (the normal end of a job), the job cannot go on.
+  const bool work_in_flight = !failed.empty() || (negotiator_ && negotiator_->pending() > 0);
+  if (negotiator_ && !clients_.empty() && (!clean || work_in_flight))
+    negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
 }
 
 std::string Engine::BlockingLosses() const {
@@ -174,6 +207,11 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     *did = true;
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
+    if (negotiator_ && negotiator_->broken()) {
+      Complete(*r, Status(negotiator_->failure().code(),
+                          "tensor '" + r->name + "': cannot run, " + negotiator_->failure().message()));
+      continue;
+    }
     if (!lost_ranks_.empty()) {
       if (std::string losses = BlockingLosses(); !losses.empty()) {
         Complete(*r, Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + losses));
@@ -263,22 +301,74 @@ void Engine::Execute(std::vector<ReadyTensor>& ready) {
         std::vector<const ReadyTensor*> members;
         for (size_t i : g) members.push_back(&ready[i]);
         executor_.Allreduce(members);
-        ++fused_ops_;
-        fused_tensors_ += g.size();
-        allreduce_ops_ += g.size();
-        for (const ReadyTensor* t : members) bytes_reduced_ += t->first().bytes;
         break;
       }
       case abi::OpKind::kBroadcast:
         executor_.Broadcast(head);
-        ++broadcast_ops_;
         break;
       case abi::OpKind::kBarrier:
-        ++barrier_ops_;
         break;
     }
+    CountExecuted(ready, g);
     for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
   }
+}
+
+void Engine::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  switch (ready[g.front()].first().kind) {
+    case abi::OpKind::kAllreduce:
+      ++fused_ops_;
+      fused_tensors_ += g.size();
+      allreduce_ops_ += g.size();
+      for (size_t i : g) bytes_reduced_ += ready[i].first().bytes;
+      break;
+    case abi::OpKind::kBroadcast: broadcast_ops_ += g.size(); break;
+    case abi::OpKind::kBarrier: barrier_ops_ += g.size(); break;
+  }
+}
+
+CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
+  std::vector<FusionCandidate> candidates;
+  for (const ReadyTensor& t : ready) {
+    const Request& f = t.first();
+    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
+  }
+  const std::vector<FusionGroup> groups = PlanFusion(candidates, config_.fusion_threshold);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const FusionGroup& g = groups[gi];
+    const ReadyTensor& head = ready[g.front()];
+    const Request& f = head.first();
+    const uint64_t group_tag = tag + gi;
+    if (f.kind == abi::OpKind::kAllreduce) {
+      std::vector<const ReadyTensor*> members;
+      uint64_t bytes = 0;
+      for (size_t i : g) {
+        members.push_back(&ready[i]);
+        bytes += ready[i].first().bytes;
+      }
+      if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+      const size_t count = executor_.ReduceToBuffer(members, fusion_buffer_.data());
+      CommTask inter = Allreduce(transport_.get(), group_tag, fusion_buffer_.data(), count, f.dtype, f.op);
+      Status st = co_await Await(&inter);
+      if (!st.ok()) co_return st;
+      executor_.ScatterFromBuffer(members, fusion_buffer_.data());
+    } else if (f.kind == abi::OpKind::kBroadcast) {
+      const uint32_t root_node = uint32_t(f.root) / local_size_;
+      if (fusion_buffer_.size() < f.bytes) fusion_buffer_.resize(f.bytes);
+      if (root_node == config_.node_rank)
+        for (const Request& r : head.requests)
+          if (int32_t(r.rank) == r.root && r.bytes > 0) memcpy(fusion_buffer_.data(), r.data, r.bytes);
+      CommTask inter = Broadcast(transport_.get(), group_tag, fusion_buffer_.data(), f.bytes, root_node);
+      Status st = co_await Await(&inter);
+      if (!st.ok()) co_return st;
+      executor_.ScatterBroadcast(head, fusion_buffer_.data());
+    }
+    // A barrier needs nothing more: being agreed means every rank of every node has arrived.
+    CountExecuted(ready, g);
+    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
+    FlushClients();
+  }
+  co_return Status::Ok();
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
@@ -355,6 +445,21 @@ void Engine::PublishSnapshot() {
   s->pending_tensors = table_.pending();
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
+  if (negotiator_) {
+    const NegotiationStats& n = negotiator_->stats();
+    s->coordinated = true;
+    s->coord_mode = config_.coord;
+    s->cycles = n.cycles;
+    s->cycle_ns_total = n.cycle_ns_total;
+    s->coordination_ns_total = n.coordination_ns_total;
+    s->cache_hits = n.cache_hits;
+    s->cache_misses = n.cache_misses;
+    s->coordinator_rounds = n.coordinator_rounds;
+    s->pending_names = negotiator_->pending();
+    if (negotiator_->broken()) s->failure = negotiator_->failure().message();
+    for (uint32_t p = 0; p < transport_->size(); ++p)
+      if (p != transport_->rank()) s->peers.emplace_back(p, transport_->PeerLost(p) ? "lost" : "connected");
+  }
   snapshot_.store(std::move(s), std::memory_order_release);
   snapshot_published_.store(requested, std::memory_order_release);
 }

@@ -16,7 +16,10 @@
 
 #include "daemon/base/config.h"
 #include "daemon/base/spsc_queue.h"
+#include "daemon/coord/negotiator.h"
 #include "daemon/engine/tensor_table.h"
+#include "daemon/plan/fusion.h"
+#include "daemon/transport/transport.h"
 #include "daemon/exec/host_executor.h"
 #include "daemon/obs/status_snapshot.h"
 #include "daemon/shm/client_segment.h"
@@ -45,8 +48,10 @@ class Engine {
   // `kick_client` is called on the engine thread when a client broke the protocol and must be
   // disconnected; it must not block.
   // `local_size` may be 0: the first attached client then fixes it.
+  // `transport` connects the job's daemons (nullptr for a one-node job).
   Engine(const Config& config, const NodePage* node_page, uint32_t local_size,
-         std::function<void(uint32_t client_id)> kick_client);
+         std::function<void(uint32_t client_id)> kick_client, std::unique_ptr<Transport> transport = nullptr);
+  ~Engine();
 
   // Runs until Stop(). Call from the engine thread.
   void Run();
@@ -82,6 +87,10 @@ class Engine {
   bool DrainSubmissions(ClientState& c, bool* did);
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   void Execute(std::vector<ReadyTensor>& ready);
+  // Many nodes: runs the tensors every node agreed on, hierarchically (local reduce, inter-node
+  // collective, scatter back). `tag` is unique to this execution across the job.
+  CommTask ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag);
+  void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
@@ -95,6 +104,9 @@ class Engine {
   const std::function<void(uint32_t)> kick_client_;
   TensorTable table_;
   HostExecutor executor_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Negotiator> negotiator_;
+  std::vector<char> fusion_buffer_;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   std::atomic<std::shared_ptr<const StatusSnapshot>> snapshot_;

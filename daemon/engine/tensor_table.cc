@@ -66,7 +66,7 @@ Status TensorTable::Add(Request r) {
   return Status::Ok();
 }
 
-Status TensorTable::CheckAgreement(const std::vector<Request>& rs) {
+Status CheckAgreement(const std::vector<Request>& rs) {
   std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(KindName(r.kind)); });
   if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
   if (msg.empty()) msg = Disagreement(rs, "shape", [](const Request& r) { return ShapeText(r.shape); });

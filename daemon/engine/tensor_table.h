@@ -28,6 +28,10 @@ struct FailedTensor {
   Status error;
 };
 
+// Whether every request of one name agrees (kind, dtype, shape, op, scale factors, root). The
+// error names the tensor, the property and which ranks had which value.
+Status CheckAgreement(const std::vector<Request>& requests);
+
 class TensorTable {
  public:
   explicit TensorTable(uint32_t local_size) : local_size_(local_size) {}
@@ -51,7 +55,6 @@ class TensorTable {
     std::vector<bool> present;
     uint32_t count = 0;
   };
-  static Status CheckAgreement(const std::vector<Request>& requests);
 
   uint32_t local_size_;
   std::unordered_map<std::string, Entry> pending_;

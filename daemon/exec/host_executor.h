@@ -20,6 +20,15 @@ class HostExecutor {
   // Copies the root's tensor into every other rank's. The root is a global rank on this node.
   void Broadcast(const ReadyTensor& t);
 
+  // Hierarchical allreduce, around the inter-node step:
+  // ReduceToBuffer writes op(prescale * rank tensors) of every member back to back into `buffer`
+  // (AVERAGE reduces as SUM); ScatterFromBuffer writes postscale * buffer / divisor into every
+  // local rank's tensor. Returns / takes the element count.
+  size_t ReduceToBuffer(const std::vector<const ReadyTensor*>& group, char* buffer);
+  void ScatterFromBuffer(const std::vector<const ReadyTensor*>& group, const char* buffer);
+  // Copies `buffer` into every local rank's tensor except the root's.
+  void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
+
  private:
   uint32_t world_size_;
 };

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -54,97 +56,155 @@ void PrepareChild(const sigset_t& blocked) {
   _exit(127);
 }
 
+// A free TCP port on 127.0.0.1 for the rendezvous (bound and released; the daemon binds it next).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string RandomToken() {
+  unsigned char b[16] = {};
+  FILE* f = fopen("/dev/urandom", "rb");
+  if (f) {
+    if (fread(b, 1, sizeof(b), f) != sizeof(b)) { /* keep what we have */ }
+    fclose(f);
+  }
+  char out[33];
+  for (int i = 0; i < 16; ++i) snprintf(out + 2 * i, 3, "%02x", b[i]);
+  return out;
+}
+
 class Job {
  public:
   explicit Job(const LaunchOptions& o) : opts_(o) {}
   int Run();
 
  private:
-  bool StartDaemon();
+  struct Daemon {
+    std::string run_dir;
+    int notify_fd = -1;
+    pid_t pid = -1;
+    bool alive = false;
+    bool ready = false;
+    CoreSet worker_cores;
+  };
+  bool StartDaemon(int node);
   bool WaitReady();
   void StartWorkers();
   void Supervise();
-  void Terminate(pid_t pid, bool group);
   void StopAll();
   void Reap();
 
   const LaunchOptions& opts_;
   std::string run_dir_;
   bool own_run_dir_ = false;
-  int notify_fd_ = -1, signal_fd_ = -1;
+  int signal_fd_ = -1;
   sigset_t blocked_{};
-  pid_t daemon_ = -1;
-  bool daemon_alive_ = false;
+  std::vector<Daemon> daemons_;
+  std::string rendezvous_, token_;
   std::map<pid_t, int> workers_;  // pid -> rank
-  CoreSet worker_cores_;
   int result_ = 0;
   bool failed_ = false;
 };
 
-bool Job::StartDaemon() {
-  const std::string notify_path = run_dir_ + "/notify.sock";
-  notify_fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+bool Job::StartDaemon(int node) {
+  Daemon& d = daemons_[size_t(node)];
+  d.run_dir = opts_.nodes == 1 ? run_dir_ : run_dir_ + "/node" + std::to_string(node);
+  std::error_code ec;
+  std::filesystem::create_directories(d.run_dir, ec);
+  chmod(d.run_dir.c_str(), 0700);
+  const std::string notify_path = d.run_dir + "/notify.sock";
+  d.notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify_path.c_str());
-  if (notify_fd_ < 0 || bind(notify_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  unlink(notify_path.c_str());
+  if (d.notify_fd < 0 || bind(d.notify_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     Say("cannot create " + notify_path + ": " + strerror(errno));
     return false;
   }
-  std::vector<std::string> argv = {opts_.syncd_path, "--run-dir", run_dir_, "--local-size",
-                                   std::to_string(opts_.ranks)};
+  const int local = opts_.ranks / opts_.nodes;
+  std::vector<std::string> argv = {opts_.syncd_path, "--run-dir", d.run_dir, "--local-size", std::to_string(local)};
+  if (opts_.nodes > 1) {
+    argv.insert(argv.end(), {"--nodes", std::to_string(opts_.nodes), "--node-rank", std::to_string(node),
+                             "--rendezvous", rendezvous_, "--job-token", token_});
+    // Spread the daemons over the cores from the last one down, unless told otherwise.
+    bool cores_given = false;
+    for (const auto& a : opts_.daemon_args) cores_given |= a.rfind("--cores", 0) == 0;
+    const CoreSet allowed = AllowedCores();
+    if (!cores_given && !allowed.empty())
+      argv.push_back("--cores=" + std::to_string(allowed[allowed.size() - 1 - size_t(node) % allowed.size()]));
+  }
   argv.insert(argv.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());
-  daemon_ = fork();
-  if (daemon_ == 0) {
+  d.pid = fork();
+  if (d.pid == 0) {
     PrepareChild(blocked_);
     setenv("NOTIFY_SOCKET", notify_path.c_str(), 1);
     Exec(argv);
   }
-  daemon_alive_ = daemon_ > 0;
-  return daemon_alive_;
+  d.alive = d.pid > 0;
+  return d.alive;
 }
 
 bool Job::WaitReady() {
   const uint64_t deadline = abi::MonotonicNs() + uint64_t(opts_.ready_timeout_s) * 1'000'000'000ull;
   char buf[1024];
-  while (abi::MonotonicNs() < deadline) {
-    int status;
-    if (waitpid(daemon_, &status, WNOHANG) == daemon_) {
-      daemon_alive_ = false;
-      Say("syncd " + Describe(status) + " before it was ready");
-      return false;
+  size_t ready = 0;
+  while (ready < daemons_.size() && abi::MonotonicNs() < deadline) {
+    Reap();
+    for (size_t i = 0; i < daemons_.size(); ++i)
+      if (!daemons_[i].alive) {
+        Say("syncd of node " + std::to_string(i) + " exited before it was ready");
+        return false;
+      }
+    std::vector<pollfd> fds;
+    for (const Daemon& d : daemons_) fds.push_back(pollfd{d.notify_fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      if (!(fds[i].revents & POLLIN)) continue;
+      const ssize_t n = recv(daemons_[i].notify_fd, buf, sizeof(buf) - 1, 0);
+      if (n <= 0) continue;
+      buf[n] = '\0';
+      const std::string msg(buf);
+      if (msg.find("READY=1") == std::string::npos || daemons_[i].ready) continue;
+      daemons_[i].ready = true;
+      ++ready;
+      const std::string key = "SYNCD_WORKER_CORES=";
+      if (size_t at = msg.find(key); at != std::string::npos) {
+        const std::string list = msg.substr(at + key.size(), msg.find('\n', at) - at - key.size());
+        if (auto cores = ParseCoreList(list); cores.ok()) daemons_[i].worker_cores = *cores;
+      }
     }
-    pollfd p{notify_fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    const ssize_t n = recv(notify_fd_, buf, sizeof(buf) - 1, 0);
-    if (n <= 0) continue;
-    buf[n] = '\0';
-    const std::string msg(buf);
-    if (msg.find("READY=1") == std::string::npos) continue;
-    const std::string key = "SYNCD_WORKER_CORES=";
-    if (size_t at = msg.find(key); at != std::string::npos) {
-      const std::string list = msg.substr(at + key.size(), msg.find('\n', at) - at - key.size());
-      if (auto cores = ParseCoreList(list); cores.ok()) worker_cores_ = *cores;
-    }
-    return true;
   }
-  Say("syncd was not ready within " + std::to_string(opts_.ready_timeout_s) + " s");
-  return false;
+  if (ready < daemons_.size()) Say("the daemons were not ready within " + std::to_string(opts_.ready_timeout_s) + " s");
+  return ready == daemons_.size();
 }
 
 void Job::StartWorkers() {
+  const int local = opts_.ranks / opts_.nodes;
   for (int rank = 0; rank < opts_.ranks; ++rank) {
+    const int node = rank / local;
+    const Daemon& d = daemons_[size_t(node)];
     const pid_t pid = fork();
     if (pid == 0) {
       PrepareChild(blocked_);
-      setenv("SYNCD_RUN_DIR", run_dir_.c_str(), 1);
+      setenv("SYNCD_RUN_DIR", d.run_dir.c_str(), 1);
       setenv("SYNCD_RANK", std::to_string(rank).c_str(), 1);
       setenv("SYNCD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
-      setenv("SYNCD_LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("SYNCD_LOCAL_SIZE", std::to_string(opts_.ranks).c_str(), 1);
-      setenv("SYNCD_CROSS_RANK", "0", 1);
-      setenv("SYNCD_CROSS_SIZE", "1", 1);
-      if (opts_.bind_workers && !worker_cores_.empty()) (void)PinCurrentThread(worker_cores_);
+      setenv("SYNCD_LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
+      setenv("SYNCD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
+      setenv("SYNCD_CROSS_RANK", std::to_string(node).c_str(), 1);
+      setenv("SYNCD_CROSS_SIZE", std::to_string(opts_.nodes).c_str(), 1);
+      if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
       Exec(opts_.command);
     }
     if (pid < 0) {
@@ -157,24 +217,23 @@ void Job::StartWorkers() {
   }
 }
 
-void Job::Terminate(pid_t pid, bool group) {
-  if (pid > 0) kill(group ? -pid : pid, SIGTERM);
-}
-
 // Reaps whatever has exited and records the first failure.
 void Job::Reap() {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    if (pid == daemon_) {
-      daemon_alive_ = false;
+    bool was_daemon = false;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      if (daemons_[i].pid != pid) continue;
+      was_daemon = true;
+      daemons_[i].alive = false;
       if (!workers_.empty() && !failed_) {
-        Say("syncd " + Describe(status) + " while the job was running");
+        Say("syncd of node " + std::to_string(i) + " " + Describe(status) + " while the job was running");
         failed_ = true;
         result_ = 1;
       }
-      continue;
     }
+    if (was_daemon) continue;
     auto it = workers_.find(pid);
     if (it == workers_.end()) continue;
     const int rank = it->second;
@@ -192,7 +251,7 @@ void Job::Supervise() {
   uint64_t term_sent = 0;
   while (!workers_.empty()) {
     if (failed_ && term_sent == 0) {
-      for (auto& [pid, rank] : workers_) Terminate(pid, true);
+      for (auto& [pid, rank] : workers_) kill(-pid, SIGTERM);
       term_sent = abi::MonotonicNs();
     }
     if (term_sent != 0 && abi::MonotonicNs() - term_sent > uint64_t(kTermGraceMs) * 1'000'000ull)
@@ -214,27 +273,35 @@ void Job::Supervise() {
 
 void Job::StopAll() {
   for (auto& [pid, rank] : workers_) kill(-pid, SIGKILL);
-  if (daemon_alive_) {
-    Terminate(daemon_, false);
-    const uint64_t start = abi::MonotonicNs();
-    while (daemon_alive_ && abi::MonotonicNs() - start < uint64_t(kTermGraceMs) * 1'000'000ull) {
+  for (Daemon& d : daemons_)
+    if (d.alive) kill(d.pid, SIGTERM);
+  const uint64_t start = abi::MonotonicNs();
+  for (Daemon& d : daemons_) {
+    while (d.alive && abi::MonotonicNs() - start < uint64_t(kTermGraceMs) * 1'000'000ull) {
       int status;
-      if (waitpid(daemon_, &status, WNOHANG) == daemon_) daemon_alive_ = false;
+      if (waitpid(d.pid, &status, WNOHANG) == d.pid) d.alive = false;
       else usleep(10'000);
     }
-    if (daemon_alive_) {
-      kill(daemon_, SIGKILL);
-      waitpid(daemon_, nullptr, 0);
+    if (d.alive) {
+      kill(d.pid, SIGKILL);
+      waitpid(d.pid, nullptr, 0);
+      d.alive = false;
     }
+    if (d.notify_fd >= 0) close(d.notify_fd);
+    std::error_code ec;
+    std::filesystem::remove(d.run_dir + "/notify.sock", ec);
   }
-  if (notify_fd_ >= 0) close(notify_fd_);
   if (signal_fd_ >= 0) close(signal_fd_);
   std::error_code ec;
   if (own_run_dir_) std::filesystem::remove_all(run_dir_, ec);
-  else std::filesystem::remove(run_dir_ + "/notify.sock", ec);
 }
 
 int Job::Run() {
+  if (opts_.nodes < 1 || opts_.ranks < opts_.nodes || opts_.ranks % opts_.nodes != 0) {
+    Say(std::to_string(opts_.ranks) + " ranks do not spread evenly over " + std::to_string(opts_.nodes) +
+        " nodes (ranks must be a multiple of nodes)");
+    return 2;
+  }
   sigemptyset(&blocked_);
   sigaddset(&blocked_, SIGINT);
   sigaddset(&blocked_, SIGTERM);
@@ -259,7 +326,12 @@ int Job::Run() {
       return 1;
     }
   }
-  if (StartDaemon() && WaitReady()) {
+  daemons_.resize(size_t(opts_.nodes));
+  rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
+  token_ = RandomToken();
+  bool started = true;
+  for (int node = 0; node < opts_.nodes && started; ++node) started = StartDaemon(node);
+  if (started && WaitReady()) {
     StartWorkers();
     Supervise();
   } else {

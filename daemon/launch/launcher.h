@@ -1,4 +1,5 @@
-// The local launcher behind syncrun: one daemon in a fresh run directory, K worker processes with
+// The local launcher behind syncrun: N daemons (one per simulated node, each with its own run
+// directory, rendezvous port and cores, talking over loopback) and K worker processes with
 // the SYNCD_* environment, the first failure propagated, and nothing left behind (processes, run
 // directory) on exit, failure or Ctrl-C. On a cluster, srun or jsrun takes this role.
 #ifndef SYNCD_DAEMON_LAUNCH_LAUNCHER_H_
@@ -10,7 +11,8 @@
 namespace syncd {
 
 struct LaunchOptions {
-  int ranks = 1;
+  int nodes = 1;                         // daemons to start, standing in for nodes
+  int ranks = 1;                         // spread evenly over the nodes, node-major
   std::string run_dir;                   // empty: a fresh directory under $TMPDIR, removed at exit
   std::string syncd_path;                // the daemon binary
   std::vector<std::string> daemon_args;  // extra flags for syncd

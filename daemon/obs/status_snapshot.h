@@ -28,6 +28,14 @@ struct StatusSnapshot {
   uint64_t fused_ops = 0, fused_tensors = 0;
   uint64_t pending_tensors = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
+
+  // Many-node jobs.
+  bool coordinated = false;
+  std::string coord_mode;
+  uint64_t cycles = 0, cycle_ns_total = 0, coordination_ns_total = 0;
+  uint64_t cache_hits = 0, cache_misses = 0, coordinator_rounds = 0, pending_names = 0;
+  std::vector<std::pair<uint32_t, std::string>> peers;  // node, state
+  std::string failure;
 };
 
 }  // namespace syncd

@@ -24,10 +24,8 @@ void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* ot
 
 }  // namespace
 
-CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype,
-                                    syncd_reduce_op op) {
+CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t bytes, Combiner combine) {
   const uint32_t n = t->size(), r = t->rank();
-  const size_t bytes = count * abi::DtypeSize(dtype);
   if (n == 1 || bytes == 0) co_return Status::Ok();
   char* buf = static_cast<char*>(data);
   std::vector<char> tmp(bytes);
@@ -44,7 +42,7 @@ CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size
     } else {
       Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.data(), bytes));
       if (!st.ok()) co_return st;
-      ReduceInto(dtype, op, buf, tmp.data(), count);
+      combine(buf, tmp.data(), bytes);
       vrank = r / 2;
     }
   } else {
@@ -56,7 +54,7 @@ CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size
       const uint32_t peer = vpeer < extra ? vpeer * 2 + 1 : vpeer + extra;
       Status st = co_await Wait(t, t->Send(peer, tag, buf, bytes), t->Recv(peer, tag, tmp.data(), bytes));
       if (!st.ok()) co_return st;
-      ReduceInto(dtype, op, buf, tmp.data(), count);
+      combine(buf, tmp.data(), bytes);
     }
   }
   // Unfold: the odd partners return the result.
@@ -67,6 +65,76 @@ CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size
     if (!st.ok()) co_return st;
   }
   co_return Status::Ok();
+}
+
+namespace {
+template <syncd_dtype D, syncd_reduce_op Op>
+void CombineTyped(char* acc, const char* other, size_t bytes) {
+  ReduceInto(D, Op, acc, other, bytes / abi::DtypeSize(D));
+}
+template <syncd_dtype D>
+Combiner CombinerFor(syncd_reduce_op op) {
+  switch (op) {
+    case SYNCD_MIN: return CombineTyped<D, SYNCD_MIN>;
+    case SYNCD_MAX: return CombineTyped<D, SYNCD_MAX>;
+    case SYNCD_PRODUCT: return CombineTyped<D, SYNCD_PRODUCT>;
+    default: return CombineTyped<D, SYNCD_SUM>;
+  }
+}
+Combiner ElementCombiner(syncd_dtype dtype, syncd_reduce_op op) {
+  switch (dtype) {
+    case SYNCD_INT8: return CombinerFor<SYNCD_INT8>(op);
+    case SYNCD_UINT8: return CombinerFor<SYNCD_UINT8>(op);
+    case SYNCD_INT32: return CombinerFor<SYNCD_INT32>(op);
+    case SYNCD_INT64: return CombinerFor<SYNCD_INT64>(op);
+    case SYNCD_FLOAT16: return CombinerFor<SYNCD_FLOAT16>(op);
+    case SYNCD_BFLOAT16: return CombinerFor<SYNCD_BFLOAT16>(op);
+    case SYNCD_FLOAT64: return CombinerFor<SYNCD_FLOAT64>(op);
+    default: return CombinerFor<SYNCD_FLOAT32>(op);
+  }
+}
+}  // namespace
+
+CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype,
+                                    syncd_reduce_op op) {
+  CommTask rd = RecursiveDoublingCombine(t, tag, data, count * abi::DtypeSize(dtype), ElementCombiner(dtype, op));
+  co_return co_await Await(&rd);
+}
+
+CommTask GatherBytes(Transport* t, uint64_t tag, uint32_t root, const std::string* mine, std::vector<std::string>* all) {
+  const uint32_t n = t->size();
+  if (t->rank() != root) {
+    uint64_t size = mine->size();
+    Status st = co_await Wait(t, t->Send(root, tag, &size, 8));
+    if (!st.ok()) co_return st;
+    st = co_await Wait(t, t->Send(root, tag, mine->data(), mine->size()));
+    co_return st;
+  }
+  all->assign(n, std::string());
+  (*all)[root] = *mine;
+  std::vector<uint64_t> sizes(n, 0);
+  std::vector<CommHandle> hs;
+  for (uint32_t p = 0; p < n; ++p)
+    if (p != root) hs.push_back(t->Recv(p, tag, &sizes[p], 8));
+  Status st = co_await Wait(t, std::move(hs));
+  if (!st.ok()) co_return st;
+  std::vector<CommHandle> payloads;
+  for (uint32_t p = 0; p < n; ++p) {
+    if (p == root) continue;
+    (*all)[p].resize(sizes[p]);
+    payloads.push_back(t->Recv(p, tag, (*all)[p].data(), sizes[p]));
+  }
+  co_return co_await Wait(t, std::move(payloads));
+}
+
+CommTask BroadcastBytes(Transport* t, uint64_t tag, uint32_t root, std::string* data) {
+  uint64_t size = data->size();
+  CommTask sz = Broadcast(t, tag, &size, 8, root);
+  Status st = co_await Await(&sz);
+  if (!st.ok()) co_return st;
+  data->resize(size);
+  CommTask payload = Broadcast(t, tag + 1, data->data(), size, root);
+  co_return co_await Await(&payload);
 }
 
 CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op) {

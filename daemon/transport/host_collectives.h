@@ -12,6 +12,8 @@
 #define SYNCD_DAEMON_TRANSPORT_HOST_COLLECTIVES_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "daemon/transport/comm_task.h"
 #include "syncd/client.h"
@@ -29,6 +31,16 @@ CommTask Allreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_d
                    const AllreduceOptions& options = {});
 CommTask Broadcast(Transport* t, uint64_t tag, void* data, size_t bytes, uint32_t root);
 CommTask Barrier(Transport* t, uint64_t tag);
+
+// Element-wise combination of equally sized byte buffers: acc = f(acc, other). Must be
+// commutative and associative (bitwise AND/OR of flags, for example).
+using Combiner = void (*)(char* acc, const char* other, size_t bytes);
+CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t bytes, Combiner combine);
+
+// Variable-sized byte strings: every node's `mine` lands in (*all)[node] on `root`.
+CommTask GatherBytes(Transport* t, uint64_t tag, uint32_t root, const std::string* mine, std::vector<std::string>* all);
+// `*data` on `root` replaces `*data` everywhere else.
+CommTask BroadcastBytes(Transport* t, uint64_t tag, uint32_t root, std::string* data);
 
 // Individual algorithms, exposed for tests and benchmarks.
 CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype,

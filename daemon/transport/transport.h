@@ -46,6 +46,8 @@ class Transport {
 
   // The first peer failure seen (message names the node), if any.
   virtual std::optional<Status> PeerFailure() const = 0;
+  // Whether this peer is known to be lost.
+  virtual bool PeerLost(uint32_t peer) const = 0;
 };
 
 inline constexpr uint64_t kTagMask = (uint64_t{1} << 48) - 1;

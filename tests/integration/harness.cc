@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <array>
@@ -29,15 +31,15 @@ std::string BinDir() { return SYNCD_TEST_BIN_DIR; }
 
 bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
 
-Daemon::Daemon(int local_size, std::vector<std::string> args) {
+Daemon::Daemon(int local_size, std::vector<std::string> args, bool wait_ready) {
   char templ[] = "/tmp/syncd-test-XXXXXX";
   run_dir_ = mkdtemp(templ);
   const std::string notify = run_dir_ + "/notify.sock";
-  int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  notify_fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify.c_str());
-  EXPECT_EQ(bind(nfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(bind(notify_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   std::vector<std::string> argv = {BinDir() + "/syncd", "--run-dir", run_dir_, "--local-size",
                                    std::to_string(local_size), "--log-level", "warn", "--cores", "none"};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -51,21 +53,25 @@ Daemon::Daemon(int local_size, std::vector<std::string> args) {
     execv(a[0], a.data());
     _exit(127);
   }
-  pollfd p{nfd, POLLIN, 0};
+  if (wait_ready) EXPECT_TRUE(WaitReady(30'000)) << "syncd did not become ready in " << run_dir_;
+}
+
+bool Daemon::WaitReady(int timeout_ms) {
+  pollfd p{notify_fd_, POLLIN, 0};
   char buf[512] = {};
-  bool ready = false;
-  for (int64_t end = NowMs() + 20'000; NowMs() < end && !ready;) {
-    if (poll(&p, 1, 100) > 0 && recv(nfd, buf, sizeof(buf) - 1, 0) > 0) ready = Contains(buf, "READY=1");
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+  for (int64_t end = NowMs() + timeout_ms; NowMs() < end;) {
+    if (poll(&p, 1, 100) > 0 && recv(notify_fd_, buf, sizeof(buf) - 1, 0) > 0 && Contains(buf, "READY=1")) return true;
+    int status;
+    if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      break;
+      return false;
     }
   }
-  close(nfd);
-  EXPECT_TRUE(ready) << "syncd did not become ready in " << run_dir_;
+  return false;
 }
 
 Daemon::~Daemon() {
+  if (notify_fd_ >= 0) close(notify_fd_);
   if (pid_ > 0) {
     kill(pid_, SIGTERM);
     if (Wait(5000) == -1) {
@@ -100,11 +106,17 @@ std::string Daemon::StatusJson() const {
 }
 
 syncd_client* Attach(const std::string& run_dir, int rank, int size) {
+  return AttachAs(run_dir, rank, size, rank, size);
+}
+
+syncd_client* AttachAs(const std::string& run_dir, int rank, int size, int local_rank, int local_size) {
   syncd_init_options o;
   syncd_init_options_default(&o);
   o.run_dir = run_dir.c_str();
-  o.rank = o.local_rank = rank;
-  o.size = o.local_size = size;
+  o.rank = rank;
+  o.size = size;
+  o.local_rank = local_rank;
+  o.local_size = local_size;
   o.attach_timeout_ms = 5000;
   syncd_client* c = nullptr;
   if (syncd_init(&o, &c) != SYNCD_OK) fprintf(stderr, "[rank %d] attach failed: %s\n", rank, syncd_last_error());
@@ -141,6 +153,55 @@ std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& 
   for (int r = 0; r < size; ++r) {
     pids.push_back(Spawn([&, r] {
       syncd_client* c = Attach(run_dir, r, size);
+      if (c == nullptr) return 100;
+      int rc = body(c, r, size);
+      syncd_shutdown(c);
+      return rc;
+    }));
+  }
+  std::vector<int> statuses;
+  const int64_t end = NowMs() + timeout_ms;
+  for (pid_t p : pids) statuses.push_back(WaitChild(p, int(std::max<int64_t>(1, end - NowMs()))));
+  return statuses;
+}
+
+}  // namespace syncd::testing
+
+namespace syncd::testing {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+Cluster::Cluster(int nodes, int local_size, std::vector<std::string> args) : local_size_(local_size) {
+  rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
+  for (int i = 0; i < nodes; ++i) {
+    std::vector<std::string> a = {"--nodes", std::to_string(nodes), "--node-rank", std::to_string(i),
+                                  "--rendezvous", rendezvous_, "--job-token", "test-token", "--join-timeout", "20"};
+    a.insert(a.end(), args.begin(), args.end());
+    daemons_.push_back(std::make_unique<Daemon>(local_size, a, false));
+  }
+  for (auto& d : daemons_) EXPECT_TRUE(d->WaitReady(30'000)) << "daemon in " << d->run_dir() << " not ready";
+}
+
+std::vector<int> RunClusterRanks(Cluster& cluster, const RankBody& body, int timeout_ms) {
+  const int size = cluster.nodes() * cluster.local_size();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < size; ++r) {
+    const int node = r / cluster.local_size();
+    const std::string dir = cluster.node(node).run_dir();
+    pids.push_back(Spawn([&, r, dir] {
+      syncd_client* c = AttachAs(dir, r, size, r % cluster.local_size(), cluster.local_size());
       if (c == nullptr) return 100;
       int rc = body(c, r, size);
       syncd_shutdown(c);

@@ -8,6 +8,7 @@
 #include <syncd/client.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,11 +16,15 @@ namespace syncd::testing {
 
 std::string BinDir();
 
+using RankBody = std::function<int(syncd_client* c, int rank, int size)>;
+
 class Daemon {
  public:
   // Starts syncd with `--run-dir <fresh dir> --local-size <local_size>` plus `args`, and waits
   // until it reports ready (NOTIFY_SOCKET). Fails the test if it does not come up.
-  explicit Daemon(int local_size, std::vector<std::string> args = {});
+  explicit Daemon(int local_size, std::vector<std::string> args = {}, bool wait_ready = true);
+  // Waits for READY=1 (or the daemon's exit); returns whether it came.
+  bool WaitReady(int timeout_ms);
   ~Daemon();
 
   const std::string& run_dir() const { return run_dir_; }
@@ -33,12 +38,34 @@ class Daemon {
  private:
   std::string run_dir_;
   pid_t pid_ = -1;
+  int notify_fd_ = -1;
 };
+
+// N daemons on this machine forming one job (each its own run dir, all on loopback).
+class Cluster {
+ public:
+  Cluster(int nodes, int local_size, std::vector<std::string> args = {});
+  Daemon& node(int i) { return *daemons_[size_t(i)]; }
+  int nodes() const { return int(daemons_.size()); }
+  int local_size() const { return local_size_; }
+  const std::string& rendezvous() const { return rendezvous_; }
+
+ private:
+  std::vector<std::unique_ptr<Daemon>> daemons_;
+  int local_size_;
+  std::string rendezvous_;
+};
+
+// Forks every rank of the cluster (node-major), each attached to its node's daemon.
+std::vector<int> RunClusterRanks(Cluster& cluster, const RankBody& body, int timeout_ms = 120'000);
+// A free TCP port on 127.0.0.1.
+int FreePort();
 
 // Attaches as `rank` of `size` (single node: local rank = rank).
 syncd_client* Attach(const std::string& run_dir, int rank, int size);
+syncd_client* AttachAs(const std::string& run_dir, int rank, int size, int local_rank, int local_size);
 
-using RankBody = std::function<int(syncd_client* c, int rank, int size)>;
+
 
 // Forks `size` children; each attaches, runs body, shuts down and exits with body's result.
 // Returns the children's exit statuses (waitpid form), in rank order. Children still running

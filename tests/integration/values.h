@@ -39,9 +39,10 @@ inline double GetValue(const void* b, syncd_dtype dt, size_t i) {
   }
 }
 
-// The value rank `r` contributes at element `i`: small positive integers, exact in every dtype,
-// whose sum and product over up to 4 ranks stay inside int8.
-inline double Input(int r, size_t i) { return double((i * 7 + size_t(r) * 3) % 3 + 1); }
+// The value rank `r` contributes at element `i`: 1 or 2, so that every sum and product over up
+// to 8 ranks is exact in every dtype, however a reduction orders and rounds its steps (products
+// are powers of two up to 256; int8/uint8 wrap at 256 as documented).
+inline double Input(int r, size_t i) { return double((i * 7 + size_t(r) * 3) % 2 + 1); }
 
 // Expected allreduce result at element i over `n` ranks, following syncd's documented semantics.
 inline double Expected(syncd_dtype dt, syncd_reduce_op op, int n, size_t i) {
@@ -51,7 +52,14 @@ inline double Expected(syncd_dtype dt, syncd_reduce_op op, int n, size_t i) {
     acc = op == SYNCD_MIN ? std::fmin(acc, v) : op == SYNCD_MAX ? std::fmax(acc, v)
         : op == SYNCD_PRODUCT ? acc * v : acc + v;
   }
-  if (op != SYNCD_AVERAGE) return acc;
+  if (op != SYNCD_AVERAGE) {
+    switch (dt) {  // integer results wrap like the daemon's (two's complement)
+      case SYNCD_INT8: return double(int8_t(int64_t(acc)));
+      case SYNCD_UINT8: return double(uint8_t(int64_t(acc)));
+      case SYNCD_INT32: return double(int32_t(int64_t(acc)));
+      default: return acc;
+    }
+  }
   switch (dt) {
     case SYNCD_FLOAT64: return acc * (1.0 / n);
     case SYNCD_FLOAT32: return float(acc) * float(1.0 / n);

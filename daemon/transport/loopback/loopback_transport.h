@@ -42,6 +42,7 @@ class LoopbackTransport final : public Transport {
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
   std::optional<Status> PeerFailure() const override;
+  bool PeerLost(uint32_t peer) const override { return hub_->lost(peer); }
 
  private:
   struct Op {

@@ -48,6 +48,7 @@ class UcxTransport final : public Transport {
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
   std::optional<Status> PeerFailure() const override { return peer_failure_; }
+  bool PeerLost(uint32_t peer) const override { return peer < peer_lost_.size() && peer_lost_[peer]; }
 
   // Called from UCX callbacks; public only for them.
   struct Slot {

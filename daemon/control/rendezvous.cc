@@ -1,0 +1,92 @@
+#include "daemon/control/rendezvous.h"
+
+#include <spdlog/spdlog.h>
+
+namespace syncd {
+namespace {
+
+std::string MissingNodes(const std::vector<bool>& joined) {
+  std::string out;
+  for (size_t i = 0; i < joined.size(); ++i)
+    if (!joined[i]) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
+}
+
+}  // namespace
+
+RendezvousService::RendezvousService(std::string job_token, uint32_t nodes, uint32_t local_size,
+                                     std::chrono::milliseconds timeout)
+    : token_(std::move(job_token)),
+      nodes_(nodes),
+      local_size_(local_size),
+      deadline_(std::chrono::steady_clock::now() + timeout),
+      joined_(nodes, false),
+      addresses_(nodes),
+      hostnames_(nodes) {}
+
+grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::JoinRequest* req,
+                                     control::JoinReply* reply) {
+  const std::string who = "node " + std::to_string(req->node_rank()) + " (" + req->hostname() + ", pid " +
+                          std::to_string(req->pid()) + ", from " + ctx->peer() + ")";
+  if (req->job_token() != token_) {
+    spdlog::warn("rendezvous: refused {}: wrong job token", who);
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, who + ": wrong job token");
+  }
+  if (req->nodes() != nodes_ || req->node_rank() >= nodes_)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        who + " says the job has " + std::to_string(req->nodes()) + " nodes; node 0 says " +
+                            std::to_string(nodes_));
+  if (req->local_size() != local_size_)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        who + " runs " + std::to_string(req->local_size()) + " local ranks; node 0 runs " +
+                            std::to_string(local_size_) + " (every node must run the same number)");
+  std::unique_lock lock(mu_);
+  if (joined_[req->node_rank()]) {
+    spdlog::warn("rendezvous: refused {}: node rank already joined by {}", who, hostnames_[req->node_rank()]);
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        who + ": node rank " + std::to_string(req->node_rank()) + " already joined from " +
+                            hostnames_[req->node_rank()]);
+  }
+  joined_[req->node_rank()] = true;
+  addresses_[req->node_rank()] = req->ucx_address();
+  hostnames_[req->node_rank()] = req->hostname();
+  if (++count_ == nodes_) all_joined_.notify_all();
+  spdlog::info("rendezvous: {} joined ({} of {})", who, count_, nodes_);
+  if (!all_joined_.wait_until(lock, deadline_, [&] { return count_ == nodes_ || ctx->IsCancelled(); }) ||
+      count_ != nodes_)
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        "rendezvous incomplete: nodes " + MissingNodes(joined_) + " of " + std::to_string(nodes_) +
+                            " did not join in time");
+  for (uint32_t i = 0; i < nodes_; ++i) {
+    reply->add_ucx_addresses(addresses_[i]);
+    reply->add_hostnames(hostnames_[i]);
+  }
+  return grpc::Status::OK;
+}
+
+StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinRequest& request,
+                           std::chrono::milliseconds timeout) {
+  auto channel = grpc::CreateChannel(rendezvous, grpc::InsecureChannelCredentials());
+  auto stub = control::Rendezvous::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(2));
+  ctx.set_wait_for_ready(true);  // node 0 may not be listening yet
+  control::JoinReply reply;
+  grpc::Status st = stub->Join(&ctx, request, &reply);
+  if (!st.ok()) {
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && st.error_message().find("rendezvous") == std::string::npos)
+      return Status(SYNCD_ERR_REFUSED, "node " + std::to_string(request.node_rank()) + ": no rendezvous at " +
+                                           rendezvous + " within " + std::to_string(timeout.count() / 1000) + " s");
+    return Status(SYNCD_ERR_REFUSED, "node " + std::to_string(request.node_rank()) + ": rendezvous at " + rendezvous +
+                                         " failed: " + st.error_message());
+  }
+  if (uint32_t(reply.ucx_addresses_size()) != request.nodes())
+    return ProtocolError("rendezvous returned " + std::to_string(reply.ucx_addresses_size()) + " addresses for " +
+                         std::to_string(request.nodes()) + " nodes");
+  JobTable table;
+  table.ucx_addresses.assign(reply.ucx_addresses().begin(), reply.ucx_addresses().end());
+  table.hostnames.assign(reply.hostnames().begin(), reply.hostnames().end());
+  return table;
+}
+
+}  // namespace syncd

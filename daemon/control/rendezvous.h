@@ -1,0 +1,52 @@
+// Rendezvous of one job's daemons (see proto/syncd.proto, service Rendezvous).
+//
+// RendezvousService runs on node 0 inside its gRPC server; each Join blocks (in a gRPC thread,
+// never the engine) until all nodes have joined or the deadline passes. JoinJob() is what every
+// daemon, node 0 included, calls at startup before its engine starts.
+#ifndef SYNCD_DAEMON_CONTROL_RENDEZVOUS_H_
+#define SYNCD_DAEMON_CONTROL_RENDEZVOUS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "syncd.grpc.pb.h"
+
+namespace syncd {
+
+class RendezvousService final : public control::Rendezvous::Service {
+ public:
+  RendezvousService(std::string job_token, uint32_t nodes, uint32_t local_size, std::chrono::milliseconds timeout);
+
+  grpc::Status Join(grpc::ServerContext* ctx, const control::JoinRequest* req, control::JoinReply* reply) override;
+
+ private:
+  const std::string token_;
+  const uint32_t nodes_;
+  const uint32_t local_size_;
+  const std::chrono::steady_clock::time_point deadline_;
+  std::mutex mu_;
+  std::condition_variable all_joined_;
+  std::vector<bool> joined_;                 // GUARDED_BY(mu_)
+  std::vector<std::string> addresses_;       // GUARDED_BY(mu_)
+  std::vector<std::string> hostnames_;       // GUARDED_BY(mu_)
+  uint32_t count_ = 0;                       // GUARDED_BY(mu_)
+};
+
+struct JobTable {
+  std::vector<std::string> ucx_addresses;  // by node rank
+  std::vector<std::string> hostnames;
+};
+
+// Joins the job at `rendezvous` (HOST:PORT), retrying while node 0 is not up yet, until `timeout`.
+StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinRequest& request,
+                           std::chrono::milliseconds timeout);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_CONTROL_RENDEZVOUS_H_

@@ -1,0 +1,288 @@
+#include "daemon/coord/negotiator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "daemon/transport/host_collectives.h"
+#include "proto/doorbell.h"
+
+namespace syncd {
+namespace {
+
+// Reserved for abort messages: above every tag a cycle uses (cycles use < 2^47). Collectives
+// shift their tag left by 8 for slices; the raw-tag calls here shift the same way so that all
+// of a job's tags come from one space.
+constexpr uint64_t kAbortTag = kTagMask;
+constexpr uint64_t kCycleTagBits = 12;  // tags per cycle: base + small offsets (executions from 16)
+
+// Layout of the agreement vector: [W][hits: W words, AND][invalid: W words, OR][flags, OR].
+void CombineAgreement(char* acc, const char* other, size_t bytes) {
+  auto* a = reinterpret_cast<uint64_t*>(acc);
+  const auto* b = reinterpret_cast<const uint64_t*>(other);
+  const size_t words = bytes / 8, w = a[0];
+  for (size_t i = 1; i <= w; ++i) a[i] &= b[i];
+  for (size_t i = w + 1; i < words; ++i) a[i] |= b[i];
+}
+
+}  // namespace
+
+Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail)
+    : t_(transport), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
+      cache_(options.cache_capacity) {
+  const uint32_t n = t_->size();
+  abort_in_.resize(n);
+  abort_recvs_.assign(n, 0);
+  for (uint32_t p = 0; p < n; ++p)
+    if (p != t_->rank()) abort_recvs_[p] = t_->Recv(p, kAbortTag, abort_in_[p].data(), kAbortBytes);
+}
+
+Negotiator::~Negotiator() {
+  cycle_ = CommTask();
+  for (uint32_t p = 0; p < abort_recvs_.size(); ++p)
+    if (p != t_->rank() && abort_recvs_[p] != 0) t_->Cancel(abort_recvs_[p]);
+  for (CommHandle h : abort_sends_) t_->Cancel(h);
+}
+
+void Negotiator::Add(ReadyTensor t, Status local_error) {
+  const std::string name = t.first().name;
+  if (broken_) {
+    fail_(t.requests, Status(failure_.code(), "tensor '" + name + "': cannot run, " + failure_.message()));
+    return;
+  }
+  order_.push_back(name);
+  pending_.emplace(name, Pending{std::move(t), std::move(local_error)});
+}
+
+bool Negotiator::Poll(uint64_t now_ns) {
+  bool did = CheckAbortMessages();
+  if (broken_) return did;
+  if (!cycle_running_ && now_ns >= last_cycle_start_ + options_.cycle_ns) {
+    last_cycle_start_ = now_ns;
+    cycle_running_ = true;
+    cycle_ = Cycle();
+    did = true;
+  }
+  if (cycle_running_ && cycle_.Poll()) {
+    cycle_running_ = false;
+    ++stats_.cycles;
+    stats_.cycle_ns_total += abi::MonotonicNs() - last_cycle_start_;
+    if (!cycle_.status().ok()) Abort(cycle_.status());
+    did = true;
+  }
+  return did;
+}
+
+CommTask Negotiator::Cycle() {
+  const uint64_t base = ((++cycle_seq_) % (uint64_t{1} << 27)) << kCycleTagBits;
+  const uint64_t start = abi::MonotonicNs();
+  const uint32_t words = (cache_.capacity() + 63) / 64;
+  std::vector<uint64_t> agree(2 * words + 2, 0);
+  agree[0] = words;
+  uint64_t* hits = &agree[1];
+  uint64_t* invalid = &agree[1 + words];
+  uint64_t& flags = agree[1 + 2 * words];
+  std::vector<NameRequest> uncached;
+  for (const std::string& name : order_) {
+    if (announced_.count(name)) continue;
+    const Pending& p = pending_.at(name);
+    const TensorMeta meta = TensorMeta::Of(p.tensor.first());
+    const std::optional<int32_t> bit = cache_.Find(name);
+    if (bit && p.local_error.ok() && cache_.meta(*bit) == meta) {
+      hits[*bit / 64] |= uint64_t{1} << (*bit % 64);
+    } else {
+      if (bit) invalid[*bit / 64] |= uint64_t{1} << (*bit % 64);
+      uncached.push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message()});
+    }
+  }
+  if (!uncached.empty()) flags |= 1;
+
+  CommTask agreement = RecursiveDoublingCombine(t_, (base + 1) << 8, agree.data(), agree.size() * 8, CombineAgreement);
+  Status st = co_await Await(&agreement);
+  if (!st.ok()) co_return st;
+
+  // Identical on every node from here: evict invalidated entries, collect hits in bit order.
+  std::vector<std::string> run;
+  for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
+    const uint64_t mask = uint64_t{1} << (bit % 64);
+    if (invalid[bit / 64] & mask) {
+      cache_.Evict(int32_t(bit));
+    } else if (hits[bit / 64] & mask) {
+      run.push_back(cache_.name(int32_t(bit)));
+    }
+  }
+  // A name this node meant to send as a hit but whose entry was just evicted goes uncached next cycle.
+  stats_.cache_hits += run.size();
+
+  std::vector<NameResponse> responses;
+  if (flags & 1) {
+    ++stats_.coordinator_rounds;
+    for (const NameRequest& r : uncached) announced_.insert(r.name);
+    const std::string mine = EncodeRequests(uncached);
+    std::vector<std::string> all;
+    CommTask gather = GatherBytes(t_, (base + 2) << 8, 0, &mine, &all);
+    st = co_await Await(&gather);
+    if (!st.ok()) co_return st;
+    std::string out;
+    if (t_->rank() == 0) {
+      responses = Coordinate(all);
+      out = EncodeResponses(responses);
+    }
+    CommTask bcast = BroadcastBytes(t_, base + 3, 0, &out);
+    st = co_await Await(&bcast);
+    if (!st.ok()) co_return st;
+    if (t_->rank() != 0) {
+      auto decoded = DecodeResponses(out);
+      if (!decoded.ok()) co_return decoded.status();
+      responses = std::move(decoded.value());
+      for (const NameResponse& r : responses)
+        if (r.status == SYNCD_OK && r.cache_bit >= 0) cache_.Put(r.cache_bit, r.name, r.meta);
+    }
+    stats_.cache_misses += responses.size();
+  }
+  stats_.coordination_ns_total += abi::MonotonicNs() - start;
+
+  std::vector<ReadyTensor> ready;
+  auto take = [&](const std::string& name) {
+    auto it = pending_.find(name);
+    ReadyTensor t = std::move(it->second.tensor);
+    pending_.erase(it);
+    order_.erase(std::find(order_.begin(), order_.end(), name));
+    announced_.erase(name);
+    return t;
+  };
+  for (const std::string& name : run)
+    if (pending_.count(name)) ready.push_back(take(name));
+  for (const NameResponse& r : responses) {
+    if (!pending_.count(r.name)) continue;
+    if (r.status == SYNCD_OK) ready.push_back(take(r.name));
+    else TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
+  }
+  if (ready.empty()) co_return Status::Ok();
+  CommTask exec = execute_(std::move(ready), base + 16);
+  co_return co_await Await(&exec);
+}
+
+std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
+  const uint32_t n = t_->size();
+  std::vector<std::string> complete;
+  for (uint32_t node = 0; node < n; ++node) {
+    auto reqs = DecodeRequests(all_requests[node]);
+    if (!reqs.ok()) {
+      spdlog::error("coordinator: node {}: {}", node, reqs.status().message());
+      continue;
+    }
+    for (NameRequest& r : *reqs) {
+      Announcement& a = coord_[r.name];
+      if (a.ready.empty()) {
+        a.ready.assign(n, false);
+        a.metas.resize(n);
+        a.errors.resize(n);
+      }
+      if (a.ready[node]) continue;
+      a.ready[node] = true;
+      a.metas[node] = std::move(r.meta);
+      a.errors[node] = std::move(r.error);
+      if (++a.count == n) complete.push_back(r.name);
+    }
+  }
+  std::vector<NameResponse> responses;
+  for (const std::string& name : complete) {
+    Announcement& a = coord_[name];
+    NameResponse resp{name, SYNCD_OK, "", -1, a.metas[0]};
+    for (uint32_t node = 0; node < n && resp.status == SYNCD_OK; ++node)
+      if (!a.errors[node].empty()) {
+        resp.status = SYNCD_ERR_MISMATCH;
+        resp.message = a.errors[node];
+      }
+    if (resp.status == SYNCD_OK) {
+      // Same check as within a node, over every rank of the job.
+      std::vector<Request> ranks;
+      for (uint32_t node = 0; node < n; ++node)
+        for (uint32_t l = 0; l < options_.local_size; ++l) {
+          Request r;
+          r.name = name;
+          r.rank = node * options_.local_size + l;
+          r.kind = abi::OpKind(a.metas[node].kind);
+          r.dtype = syncd_dtype(a.metas[node].dtype);
+          r.op = syncd_reduce_op(a.metas[node].op);
+          r.root = a.metas[node].root;
+          r.prescale = a.metas[node].prescale;
+          r.postscale = a.metas[node].postscale;
+          r.shape = a.metas[node].shape;
+          ranks.push_back(std::move(r));
+        }
+      Status agree = CheckAgreement(ranks);
+      if (!agree.ok()) {
+        resp.status = agree.code();
+        resp.message = agree.message();
+      }
+    }
+    if (resp.status == SYNCD_OK) {
+      resp.cache_bit = cache_.FreeBit();
+      if (resp.cache_bit >= 0) cache_.Put(resp.cache_bit, name, resp.meta);
+    }
+    responses.push_back(std::move(resp));
+    coord_.erase(name);
+  }
+  return responses;
+}
+
+void Negotiator::TakeAndFail(const std::string& name, const Status& st) {
+  auto it = pending_.find(name);
+  if (it == pending_.end()) return;
+  std::vector<Request> requests = std::move(it->second.tensor.requests);
+  pending_.erase(it);
+  order_.erase(std::find(order_.begin(), order_.end(), name));
+  announced_.erase(name);
+  fail_(requests, st);
+}
+
+void Negotiator::Abort(const Status& why) {
+  if (broken_) return;
+  broken_ = true;
+  failure_ = why;
+  spdlog::error("job aborted: {}", why.message());
+  cycle_ = CommTask();  // cancels whatever the cycle awaited
+  cycle_running_ = false;
+  snprintf(abort_out_.data(), kAbortBytes, "%s", why.message().c_str());
+  for (uint32_t p = 0; p < t_->size(); ++p)
+    if (p != t_->rank()) abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
+  std::vector<std::string> names = order_;
+  for (const std::string& name : names)
+    TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
+}
+
+bool Negotiator::CheckAbortMessages() {
+  bool did = false;
+  for (auto it = abort_sends_.begin(); it != abort_sends_.end();) {
+    Status err;
+    if (t_->Test(*it, &err) == CommState::kPending) ++it;
+    else it = abort_sends_.erase(it);
+  }
+  if (broken_) return false;
+  t_->Progress();
+  for (uint32_t p = 0; p < abort_recvs_.size(); ++p) {
+    if (p == t_->rank() || abort_recvs_[p] == 0) continue;
+    Status err;
+    const CommState s = t_->Test(abort_recvs_[p], &err);
+    if (s == CommState::kPending) continue;
+    abort_recvs_[p] = 0;
+    did = true;
+    if (s == CommState::kDone) {
+      const std::string msg(abort_in_[p].data(), strnlen(abort_in_[p].data(), kAbortBytes));
+      Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + msg));
+    } else {
+      Abort(err);  // the peer itself is lost
+    }
+    break;
+  }
+  if (!broken_)
+    if (std::optional<Status> lost = t_->PeerFailure()) {
+      Abort(*lost);
+      did = true;
+    }
+  return did;
+}
+
+}  // namespace syncd

@@ -1,0 +1,116 @@
+// Coordination of one job's daemons in `negotiate` mode: Horovod's cycle, the baseline that the
+// paper's techniques are measured against.
+//
+// Every cycle (cycle_time after the previous one started):
+//  1. One bit-vector allreduce: AND of "cached and ready here" bits, OR of invalidation bits, OR
+//     of "someone has names the cache does not know".
+//  2. Only if that flag is set: the uncached names go to the coordinator (node 0), which matches
+//     them across nodes, checks that every node agrees on dtype/shape/op/root, assigns cache bits,
+//     and broadcasts the responses.
+//  3. Every node then executes the same list in the same order: cache hits in bit order, then the
+//     coordinator's responses.
+// A failure anywhere (lost peer, dead local rank) aborts the job on every node: the node that
+// sees it sends the reason to all others, and everything pending fails with it.
+//
+// Threads: engine thread only. The cycle is a CommTask: nothing here blocks.
+#ifndef SYNCD_DAEMON_COORD_NEGOTIATOR_H_
+#define SYNCD_DAEMON_COORD_NEGOTIATOR_H_
+
+#include <array>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "daemon/coord/response_cache.h"
+#include "daemon/coord/wire.h"
+#include "daemon/engine/tensor_table.h"
+#include "daemon/transport/comm_task.h"
+
+namespace syncd {
+
+struct NegotiatorOptions {
+  uint64_t cycle_ns = 1'000'000;
+  uint32_t cache_capacity = 1024;
+  uint32_t local_size = 1;
+};
+
+struct NegotiationStats {
+  uint64_t cycles = 0;
+  uint64_t cycle_ns_total = 0;         // start to end of each cycle, execution included
+  uint64_t coordination_ns_total = 0;  // bit-vector agreement + coordinator round
+  uint64_t cache_hits = 0;             // names agreed through the cache
+  uint64_t cache_misses = 0;           // names that needed the coordinator
+  uint64_t coordinator_rounds = 0;
+};
+
+class Negotiator {
+ public:
+  // Runs the agreed tensors (all nodes call it with the same list, in the same order).
+  using Execute = std::function<CommTask(std::vector<ReadyTensor>, uint64_t tag)>;
+  // Fails these requests with `status` (completions to local clients).
+  using Fail = std::function<void(const std::vector<Request>&, const Status&)>;
+
+  Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail);
+  ~Negotiator();
+
+  // A tensor every local rank submitted. `local_error` set: the local ranks disagreed; the error
+  // reaches every rank of the job once all nodes have the name.
+  void Add(ReadyTensor t, Status local_error = Status::Ok());
+  // Starts a cycle when one is due and drives the current one. Returns whether it did work.
+  bool Poll(uint64_t now_ns);
+  // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
+  uint64_t next_cycle_ns() const { return cycle_running_ ? 0 : last_cycle_start_ + options_.cycle_ns; }
+  // Fails the whole job with `why`: tells every other node and fails everything pending here.
+  void Abort(const Status& why);
+  bool broken() const { return broken_; }
+  const Status& failure() const { return failure_; }
+  size_t pending() const { return pending_.size(); }
+  const NegotiationStats& stats() const { return stats_; }
+
+ private:
+  struct Pending {
+    ReadyTensor tensor;
+    Status local_error;
+  };
+  CommTask Cycle();
+  std::vector<NameResponse> Coordinate(const std::vector<std::string>& all_requests);
+  void TakeAndFail(const std::string& name, const Status& st);
+  bool CheckAbortMessages();
+
+  Transport* t_;
+  const NegotiatorOptions options_;
+  Execute execute_;
+  Fail fail_;
+  ResponseCache cache_;
+  std::unordered_map<std::string, Pending> pending_;
+  std::vector<std::string> order_;  // pending names in the order they became ready here
+  std::unordered_set<std::string> announced_;
+  // Coordinator (node 0) only: which nodes have announced a name, with what.
+  struct Announcement {
+    std::vector<bool> ready;
+    std::vector<TensorMeta> metas;
+    std::vector<std::string> errors;
+    uint32_t count = 0;
+  };
+  std::unordered_map<std::string, Announcement> coord_;
+
+  CommTask cycle_;
+  bool cycle_running_ = false;
+  uint64_t cycle_seq_ = 0;
+  uint64_t last_cycle_start_ = 0;
+  NegotiationStats stats_;
+
+  bool broken_ = false;
+  Status failure_;
+  static constexpr size_t kAbortBytes = 384;
+  std::vector<std::array<char, kAbortBytes>> abort_in_;
+  std::vector<CommHandle> abort_recvs_;
+  std::array<char, kAbortBytes> abort_out_{};
+  std::vector<CommHandle> abort_sends_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_COORD_NEGOTIATOR_H_

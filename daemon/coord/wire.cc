@@ -1,0 +1,136 @@
+#include "daemon/coord/wire.h"
+
+#include <cstring>
+
+namespace syncd {
+namespace {
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+  void Str(const std::string& s) {
+    Put<uint32_t>(uint32_t(s.size()));
+    out_ += s;
+  }
+  void Meta(const TensorMeta& m) {
+    Put(m.kind);
+    Put(m.dtype);
+    Put(m.op);
+    Put(m.root);
+    Put(m.prescale);
+    Put(m.postscale);
+    Put<uint32_t>(uint32_t(m.shape.size()));
+    for (int64_t d : m.shape) Put(d);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : s_(s) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (pos_ + sizeof(T) > s_.size()) return false;
+    memcpy(v, s_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool Str(std::string* v) {
+    uint32_t n;
+    if (!Get(&n) || pos_ + n > s_.size()) return false;
+    v->assign(s_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Meta(TensorMeta* m) {
+    uint32_t dims;
+    if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->root) && Get(&m->prescale) &&
+          Get(&m->postscale) && Get(&dims)) || dims > 64)
+      return false;
+    m->shape.resize(dims);
+    for (auto& d : m->shape)
+      if (!Get(&d)) return false;
+    return true;
+  }
+  bool done() const { return pos_ == s_.size(); }
+
+ private:
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+TensorMeta TensorMeta::Of(const Request& r) {
+  TensorMeta m;
+  m.kind = uint32_t(r.kind);
+  m.dtype = r.dtype;
+  m.op = r.op;
+  m.root = r.kind == abi::OpKind::kBroadcast ? r.root : 0;
+  m.prescale = r.prescale;
+  m.postscale = r.postscale;
+  m.shape = r.shape;
+  return m;
+}
+
+std::string EncodeRequests(const std::vector<NameRequest>& v) {
+  Writer w;
+  w.Put<uint32_t>(uint32_t(v.size()));
+  for (const auto& r : v) {
+    w.Str(r.name);
+    w.Meta(r.meta);
+    w.Str(r.error);
+  }
+  return w.Take();
+}
+
+StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes) {
+  Reader rd(bytes);
+  uint32_t n;
+  std::vector<NameRequest> v;
+  if (!rd.Get(&n)) return ProtocolError("negotiation: truncated request list");
+  for (uint32_t i = 0; i < n; ++i) {
+    NameRequest r;
+    if (!rd.Str(&r.name) || !rd.Meta(&r.meta) || !rd.Str(&r.error))
+      return ProtocolError("negotiation: malformed request list");
+    v.push_back(std::move(r));
+  }
+  if (!rd.done()) return ProtocolError("negotiation: trailing bytes in request list");
+  return v;
+}
+
+std::string EncodeResponses(const std::vector<NameResponse>& v) {
+  Writer w;
+  w.Put<uint32_t>(uint32_t(v.size()));
+  for (const auto& r : v) {
+    w.Str(r.name);
+    w.Put(r.status);
+    w.Str(r.message);
+    w.Put(r.cache_bit);
+    w.Meta(r.meta);
+  }
+  return w.Take();
+}
+
+StatusOr<std::vector<NameResponse>> DecodeResponses(const std::string& bytes) {
+  Reader rd(bytes);
+  uint32_t n;
+  std::vector<NameResponse> v;
+  if (!rd.Get(&n)) return ProtocolError("negotiation: truncated response list");
+  for (uint32_t i = 0; i < n; ++i) {
+    NameResponse r;
+    if (!rd.Str(&r.name) || !rd.Get(&r.status) || !rd.Str(&r.message) || !rd.Get(&r.cache_bit) || !rd.Meta(&r.meta))
+      return ProtocolError("negotiation: malformed response list");
+    v.push_back(std::move(r));
+  }
+  if (!rd.done()) return ProtocolError("negotiation: trailing bytes in response list");
+  return v;
+}
+
+}  // namespace syncd

@@ -1,0 +1,50 @@
+// What daemons tell each other about a tensor during negotiation, and its byte encoding.
+// Only the engine thread uses it; the encoding is little-endian, length-prefixed, versionless
+// (every daemon of a job runs the same build: the rendezvous checks the protocol).
+#ifndef SYNCD_DAEMON_COORD_WIRE_H_
+#define SYNCD_DAEMON_COORD_WIRE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "daemon/engine/request.h"
+
+namespace syncd {
+
+// The properties every node must agree on for one tensor name.
+struct TensorMeta {
+  uint32_t kind = 0, dtype = 0, op = 0;
+  int32_t root = 0;
+  double prescale = 1, postscale = 1;
+  std::vector<int64_t> shape;
+
+  static TensorMeta Of(const Request& r);
+  bool operator==(const TensorMeta& o) const = default;
+};
+
+// A node's request to the coordinator: "this name is ready here, with this meta".
+struct NameRequest {
+  std::string name;
+  TensorMeta meta;
+  std::string error;  // non-empty: this node's ranks disagreed among themselves
+};
+
+// The coordinator's answer for one name: run it (status OK) or fail it everywhere.
+struct NameResponse {
+  std::string name;
+  int32_t status = SYNCD_OK;
+  std::string message;
+  int32_t cache_bit = -1;  // the response cache slot all nodes store it in; -1: not cached
+  TensorMeta meta;
+};
+
+std::string EncodeRequests(const std::vector<NameRequest>& v);
+StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes);
+std::string EncodeResponses(const std::vector<NameResponse>& v);
+StatusOr<std::vector<NameResponse>> DecodeResponses(const std::string& bytes);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_COORD_WIRE_H_

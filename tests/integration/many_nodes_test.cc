@@ -1,0 +1,231 @@
+// Several daemons on this machine standing in for nodes: results across nodes, negotiation with
+// the response cache, and the failures the many-nodes issue names.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+#include "tests/integration/values.h"
+
+namespace syncd::testing {
+namespace {
+
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void ExpectAllSucceeded(const std::vector<int>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r)
+    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+        << "rank " << r << " status " << statuses[r];
+}
+
+int Allreduce(syncd_client* c, const std::string& name, void* buf, syncd_dtype dt, int64_t count, syncd_reduce_op op) {
+  syncd_tensor t{name.c_str(), buf, dt, 1, &count};
+  syncd_handle h;
+  if (int rc = syncd_allreduce_async(c, &t, op, 1, 1, &h); rc != SYNCD_OK) return rc;
+  return syncd_wait(c, h, 60'000);
+}
+
+int CheckedAllreduce(syncd_client* c, int rank, int n, syncd_dtype dt, syncd_reduce_op op, size_t count,
+                     const std::string& name) {
+  const size_t bytes = count * syncd_dtype_size(dt);
+  void* buf = syncd_alloc(c, bytes);
+  CHILD_CHECK(buf != nullptr, "alloc");
+  for (size_t i = 0; i < count; ++i) SetValue(buf, dt, i, Input(rank, i));
+  const int rc = Allreduce(c, name, buf, dt, int64_t(count), op);
+  CHILD_CHECK(rc == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  for (size_t i = 0; i < count; ++i) {
+    const double want = Expected(dt, op, n, i), got = GetValue(buf, dt, i);
+    CHILD_CHECK(got == want, "%s rank %d element %zu: got %g want %g", name.c_str(), rank, i, got, want);
+  }
+  syncd_free(c, buf);
+  return 0;
+}
+
+struct Shape {
+  int nodes, local;
+};
+void PrintTo(const Shape& s, std::ostream* os) { *os << s.nodes << "x" << s.local; }
+
+class ManyNodes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ManyNodes, EveryOpAndDtypeIsExactAcrossNodes) {
+  Cluster cluster(GetParam().nodes, GetParam().local, {"--cores", "none", "--log-level", "warn"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    CHILD_CHECK(syncd_size(c) == n && syncd_rank(c) == rank, "identity");
+    for (size_t count : {size_t(1), size_t(4099)})
+      for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
+        for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op) {
+          const std::string name = "t." + std::to_string(count) + "." + std::to_string(dt) + "." + std::to_string(op);
+          if (CheckedAllreduce(c, rank, n, syncd_dtype(dt), syncd_reduce_op(op), count, name)) return 1;
+        }
+    // Large enough for the ring path between the daemons.
+    if (CheckedAllreduce(c, rank, n, SYNCD_INT32, SYNCD_SUM, (1u << 20) + 3, "ring")) return 1;
+    for (int root = 0; root < n; ++root) {
+      std::vector<int64_t> v(1000, rank * 1000 + 7);
+      int64_t count = 1000;
+      const std::string name = "bcast." + std::to_string(root);
+      syncd_tensor t{name.c_str(), v.data(), SYNCD_INT64, 1, &count};
+      syncd_handle h;
+      CHILD_CHECK(syncd_broadcast_async(c, &t, root, &h) == SYNCD_OK, "%s", syncd_last_error());
+      CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+      for (int64_t x : v) CHILD_CHECK(x == root * 1000 + 7, "%s: got %ld", name.c_str(), (long)x);
+    }
+    syncd_handle h;
+    CHILD_CHECK(syncd_barrier_async(c, &h) == SYNCD_OK && syncd_wait(c, h, 60'000) == SYNCD_OK, "barrier: %s",
+                syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ManyNodes,
+                         ::testing::Values(Shape{2, 1}, Shape{2, 2}, Shape{3, 1}, Shape{3, 2}, Shape{4, 1}, Shape{4, 2}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.nodes) + "nodes_x" + std::to_string(info.param.local) + "clients";
+                         });
+
+uint64_t JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return UINT64_MAX;
+  size_t p = at + key.size() + 3;
+  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
+  return std::stoull(json.substr(p));
+}
+
+TEST(ManyNodesNegotiation, ThreeHundredNamesPerStepForFiftyStepsUseTheCache) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    // ResNet-101-like: 314 gradients from 64 elements to 2.4 M, submitted in reverse layer order.
+    constexpr int kNames = 314;
+    std::vector<int64_t> counts;
+    for (int i = 0; i < kNames; ++i) counts.push_back(i % 3 == 0 ? 64 : i % 3 == 1 ? 4096 : (i % 7 == 0 ? 262144 : 16384));
+    std::vector<float*> bufs;
+    std::vector<std::string> names;
+    for (int i = 0; i < kNames; ++i) {
+      bufs.push_back(static_cast<float*>(syncd_alloc(c, size_t(counts[i]) * 4)));
+      names.push_back("grad.layer" + std::to_string(kNames - i));
+    }
+    std::vector<syncd_handle> hs(kNames);
+    for (int step = 0; step < 50; ++step) {
+      for (int i = 0; i < kNames; ++i) {
+        for (int64_t k = 0; k < counts[i]; k += 997) bufs[i][k] = float(rank + step);
+        syncd_tensor t{names[i].c_str(), bufs[i], SYNCD_FLOAT32, 1, &counts[i]};
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[i]) == SYNCD_OK, "%s", syncd_last_error());
+      }
+      for (int i = 0; i < kNames; ++i) {
+        CHILD_CHECK(syncd_wait(c, hs[i], 60'000) == SYNCD_OK, "step %d %s: %s", step, names[i].c_str(), syncd_last_error());
+        const float want = float(n * step + n * (n - 1) / 2);
+        for (int64_t k = 0; k < counts[i]; k += 997)
+          CHILD_CHECK(bufs[i][k] == want, "step %d %s[%ld] = %g, want %g", step, names[i].c_str(), (long)k, bufs[i][k], want);
+      }
+    }
+    return 0;
+  }, 300'000);
+  ExpectAllSucceeded(st);
+  const std::string json = cluster.node(1).StatusJson();
+  ASSERT_FALSE(json.empty());
+  const uint64_t hits = JsonNumber(json, "cache_hits"), misses = JsonNumber(json, "cache_misses");
+  EXPECT_EQ(misses, 314u) << "each name goes through the coordinator once: " << json;
+  EXPECT_EQ(hits, 314u * 49) << "every later step is agreed through the response cache: " << json;
+  EXPECT_LT(JsonNumber(json, "fused_ops"), 314u * 50) << "ready tensors are fused: " << json;
+}
+
+TEST(ManyNodesErrors, MismatchAcrossNodesFailsEveryRankWithTheSameMessage) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    float buf[8] = {};
+    const int64_t count = rank >= 2 ? 8 : 4;  // node 1 disagrees with node 0
+    const int rc = Allreduce(c, "grad.w", buf, SYNCD_FLOAT32, count, SYNCD_SUM);
+    const std::string msg = syncd_last_error();
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "rank %d: %s: %s", rank, syncd_status_name(rc), msg.c_str());
+    CHILD_CHECK(msg == "tensor 'grad.w': mismatched shape across ranks: [4] on ranks 0,1; [8] on ranks 2,3",
+                "rank %d: %s", rank, msg.c_str());
+    // The job goes on: a good collective afterwards works.
+    int32_t v = 1;
+    CHILD_CHECK(Allreduce(c, "after", &v, SYNCD_INT32, 1, SYNCD_SUM) == SYNCD_OK && v == 4, "after: %s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(ManyNodesErrors, DisagreementInsideOneNodeReachesEveryNode) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    float buf[4] = {};
+    const int rc = Allreduce(c, "grad.b", buf, rank == 1 ? SYNCD_FLOAT64 : SYNCD_FLOAT32, rank == 1 ? 2 : 4, SYNCD_SUM);
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "rank %d: %s: %s", rank, syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(Contains(syncd_last_error(), "'grad.b'") && Contains(syncd_last_error(), "mismatched dtype") &&
+                    Contains(syncd_last_error(), "rank 1"),
+                "rank %d: %s", rank, syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(ManyNodesErrors, KilledPeerDaemonFailsEveryClientNamingTheNodeWithinFiveSeconds) {
+  Cluster cluster(3, 1, {"--cores", "none", "--log-level", "error"});
+  auto* t_kill = static_cast<std::atomic<double>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  t_kill->store(0);
+  const std::string dir0 = cluster.node(0).run_dir(), dir1 = cluster.node(1).run_dir();
+  std::vector<pid_t> survivors;
+  for (int r : {0, 1}) {
+    survivors.push_back(Spawn([&, r] {
+      syncd_client* c = AttachAs(r == 0 ? dir0 : dir1, r, 3, 0, 1);
+      CHILD_CHECK(c != nullptr, "attach");
+      int32_t v = 1;
+      const int rc = Allreduce(c, "never", &v, SYNCD_INT32, 1, SYNCD_SUM);  // rank 2 never submits
+      const double delay = NowS() - t_kill->load();
+      CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "rank %d: %s: %s", r, syncd_status_name(rc), syncd_last_error());
+      CHILD_CHECK(Contains(syncd_last_error(), "node 2"), "rank %d: %s", r, syncd_last_error());
+      CHILD_CHECK(delay < 5.0, "rank %d: error %.2f s after the kill", r, delay);
+      syncd_shutdown(c);
+      return 0;
+    }));
+  }
+  usleep(500'000);
+  t_kill->store(NowS());
+  cluster.node(2).Kill(SIGKILL);
+  for (pid_t p : survivors) {
+    const int s = WaitChild(p, 20'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+  }
+  // The survivors stay inspectable and say what happened, then exit cleanly when told.
+  const std::string json = cluster.node(0).StatusJson();
+  EXPECT_TRUE(Contains(json, "node 2")) << json;
+  for (int i : {0, 1}) {
+    cluster.node(i).Kill(SIGTERM);
+    const int s = cluster.node(i).Wait(10'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "node " << i << " status " << s;
+  }
+  munmap(t_kill, 4096);
+}
+
+TEST(ManyNodesRendezvous, WrongTokenDuplicateRankAndMissingNodesAreNamed) {
+  const std::string rv = "127.0.0.1:" + std::to_string(FreePort());
+  auto args = [&](int rank, const std::string& token, const char* timeout) {
+    return std::vector<std::string>{"--nodes", "3", "--node-rank", std::to_string(rank), "--rendezvous", rv,
+                                    "--job-token", token, "--join-timeout", timeout, "--cores", "none",
+                                    "--log-level", "error"};
+  };
+  Daemon node0(1, args(0, "right", "3"), false);
+  usleep(200'000);
+  Daemon intruder(1, args(1, "wrong", "3"), false);
+  Daemon node1(1, args(1, "right", "3"), false);
+  usleep(300'000);
+  Daemon duplicate(1, args(1, "right", "3"), false);
+  // Node 2 never comes: node 0 and node 1 give up after the deadline, naming it.
+  for (Daemon* d : {&intruder, &duplicate, &node0, &node1}) {
+    const int s = d->Wait(15'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) != 0) << "daemon " << d->run_dir() << " status " << s;
+  }
+}
+
+}  // namespace
+}  // namespace syncd::testing
