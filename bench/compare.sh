@@ -2,13 +2,18 @@
 # Runs syncd-bench and torch.distributed/gloo with the same ranks and sizes, back to back in one
 # go, and prints the ratio per size (p50 latency: gloo/syncd; busbw: syncd/gloo; > 1 means
 # syncd is better). The last line is one JSON object with both result sets.
-#   bench/compare.sh [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
+#   bench/compare.sh [--nodes 1] [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
+#                    [--syncd-arg=--flag=value ...]
+# With --nodes N, syncrun starts N daemons (one per simulated node) and the ranks spread over
+# them; gloo runs the same number of ranks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-ranks=4 sizes="" seconds=1 build="$here/../build" extra=()
+nodes=1 ranks=4 sizes="" seconds=1 build="$here/../build" extra=() daemon_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --nodes) nodes=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --syncd-arg=*) daemon_args+=("$1"); shift ;;
     --sizes) sizes=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
@@ -21,13 +26,13 @@ size_args=()
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-"$build/bin/syncrun" -n "$ranks" -- "$build/bin/syncd-bench" allreduce --json --seconds "$seconds" \
+"$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- "$build/bin/syncd-bench" allreduce --json --seconds "$seconds" \
   "${size_args[@]}" "${extra[@]}" >"$out/syncd.jsonl" 2>"$out/syncd.log" ||
   { cat "$out/syncd.log" >&2; exit 1; }
 /usr/bin/python3 "$here/peers/torch_gloo.py" --ranks "$ranks" --json --seconds "$seconds" \
   "${size_args[@]}" >"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
 
-/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" <<'PY'
+/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" <<'PY'
 import json, sys
 def load(path):
     rows = [json.loads(l) for l in open(path) if l.startswith("{")]
@@ -36,7 +41,9 @@ syncd, submit = load(sys.argv[1])
 gloo, _ = load(sys.argv[2])
 gloo_by = {r["bytes"]: r for r in gloo}
 ranks = syncd[0]["ranks"] if syncd else 0
-print(f"# allreduce, {ranks} ranks, float32: syncd (zero-copy arena) vs torch.distributed gloo, same run")
+nodes = int(sys.argv[3])
+print(f"# allreduce, {ranks} ranks on {nodes} syncd node(s), float32: syncd (zero-copy arena) vs torch.distributed gloo "
+      f"({ranks} ranks), same run")
 print(f"# {'bytes':>10} | {'syncd p50 us':>12} {'gloo p50 us':>12} {'p50 x':>7} | "
       f"{'syncd busbw':>11} {'gloo busbw':>10} {'busbw x':>8}")
 ratios = []
@@ -51,6 +58,6 @@ for r in syncd:
           f"{r['busbw_GBps']:>11.3f} {g['busbw_GBps']:>10.3f} {bw_x:>8.2f}")
 if submit:
     print(f"# client submit cost: {submit[0]['ns_per_request']:.0f} ns per request")
-print(json.dumps({"bench": "compare_allreduce", "ranks": ranks, "syncd": syncd, "gloo": gloo,
+print(json.dumps({"bench": "compare_allreduce", "ranks": ranks, "nodes": nodes, "syncd": syncd, "gloo": gloo,
                   "ratios": ratios, "submit": submit}))
 PY

@@ -66,7 +66,7 @@ int Serve(const Config& config) {
   std::unique_ptr<RendezvousService> rendezvous;
   std::unique_ptr<grpc::Server> rendezvous_server;
   if (config.nodes > 1) {
-    auto t = UcxTransport::Create(config.node_rank, config.nodes);
+    auto t = UcxTransport::Create(config.node_rank, config.nodes, UcxOptions{config.ucx_peer_errors});
     if (!t.ok()) return fail(t.status());
     transport = std::move(t.value());
     const auto timeout = std::chrono::seconds(config.join_timeout_s);

@@ -115,8 +115,22 @@ const std::vector<ConfigEntry>& ConfigTable() {
        }},
       {"cycle-time-us", "SYNCD_CYCLE_TIME_US", "1000", "Negotiation cycle in microseconds (Horovod 0.16 used 5000)",
        Unsigned(&Config::cycle_time_us, "cycle-time-us", 1)},
+      {"cycle-start", "SYNCD_CYCLE_START", "timer",
+       "timer: a cycle starts cycle-time after the previous one (Horovod); work: also as soon as new tensors are ready",
+       [](Config& c, const std::string& t) -> Status {
+         if (t != "timer" && t != "work") return InvalidArgument("cycle-start: expected timer or work, got '" + t + "'");
+         c.cycle_start = t;
+         return Status::Ok();
+       }},
       {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
        Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
+      {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "on",
+       "on: UCX reports lost peers (it then uses TCP even between daemons of one host); off: allows shared memory",
+       [](Config& c, const std::string& t) -> Status {
+         if (t != "on" && t != "off") return InvalidArgument("ucx-peer-errors: expected on or off, got '" + t + "'");
+         c.ucx_peer_errors = t == "on";
+         return Status::Ok();
+       }},
       {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
        [](Config& c, const std::string& t) -> Status {
          static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};

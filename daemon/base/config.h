@@ -30,8 +30,10 @@ struct Config {
   std::string job_token;
   uint32_t join_timeout_s = 0;
   uint32_t cycle_time_us = 0;
+  std::string cycle_start;    // "timer" (Horovod) or "work"
   uint32_t cache_capacity = 0;
   std::string coord;
+  bool ucx_peer_errors = true;  // UCX reports lost peers (forces TCP between daemons of one host)
 };
 
 struct ConfigEntry {

@@ -10,11 +10,12 @@
 namespace syncd {
 namespace {
 
-// Reserved for abort messages: above every tag a cycle uses (cycles use < 2^47). Collectives
-// shift their tag left by 8 for slices; the raw-tag calls here shift the same way so that all
-// of a job's tags come from one space.
+// Tags. A collective's tag is cycle (16 bits) | slot (12) | segment (12); collectives shift it left
+// by 8 for their slices, filling the transport's 48 bits. Slot 0 is the negotiation itself
+// (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
+// cycles can overlap, so cycle numbers wrap safely. Abort messages use the one tag above them all.
 constexpr uint64_t kAbortTag = kTagMask;
-constexpr uint64_t kCycleTagBits = 12;  // tags per cycle: base + small offsets (executions from 16)
+constexpr uint64_t kCycleShift = 24;
 
 // Layout of the agreement vector: [W][hits: W words, AND][invalid: W words, OR][flags, OR].
 void CombineAgreement(char* acc, const char* other, size_t bytes) {
@@ -52,13 +53,16 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
   }
   order_.push_back(name);
   pending_.emplace(name, Pending{std::move(t), std::move(local_error)});
+  fresh_ = true;
 }
 
 bool Negotiator::Poll(uint64_t now_ns) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
-  if (!cycle_running_ && now_ns >= last_cycle_start_ + options_.cycle_ns) {
+  const bool due = now_ns >= last_cycle_start_ + options_.cycle_ns || (options_.start_on_work && fresh_);
+  if (!cycle_running_ && due) {
     last_cycle_start_ = now_ns;
+    fresh_ = false;
     cycle_running_ = true;
     cycle_ = Cycle();
     did = true;
@@ -74,7 +78,7 @@ bool Negotiator::Poll(uint64_t now_ns) {
 }
 
 CommTask Negotiator::Cycle() {
-  const uint64_t base = ((++cycle_seq_) % (uint64_t{1} << 27)) << kCycleTagBits;
+  const uint64_t base = ((++cycle_seq_) % (uint64_t{1} << 16)) << kCycleShift;
   const uint64_t start = abi::MonotonicNs();
   const uint32_t words = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> agree(2 * words + 2, 0);
@@ -159,7 +163,7 @@ CommTask Negotiator::Cycle() {
     else TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
   }
   if (ready.empty()) co_return Status::Ok();
-  CommTask exec = execute_(std::move(ready), base + 16);
+  CommTask exec = execute_(std::move(ready), base);
   co_return co_await Await(&exec);
 }
 

@@ -32,6 +32,10 @@ namespace syncd {
 
 struct NegotiatorOptions {
   uint64_t cycle_ns = 1'000'000;
+  // false (Horovod): a cycle starts cycle_ns after the previous one started. true: also as soon as
+  // a tensor became ready here since the last cycle started (each name gets one early try; a
+  // name still waiting on other nodes waits for the timer).
+  bool start_on_work = false;
   uint32_t cache_capacity = 1024;
   uint32_t local_size = 1;
 };
@@ -47,7 +51,8 @@ struct NegotiationStats {
 
 class Negotiator {
  public:
-  // Runs the agreed tensors (all nodes call it with the same list, in the same order).
+  // Runs the agreed tensors (all nodes call it with the same list, in the same order). `tag` is
+  // the cycle's base: the executor uses slots 1..4095 of it (tag | slot << 12 | segment).
   using Execute = std::function<CommTask(std::vector<ReadyTensor>, uint64_t tag)>;
   // Fails these requests with `status` (completions to local clients).
   using Fail = std::function<void(const std::vector<Request>&, const Status&)>;
@@ -61,7 +66,10 @@ class Negotiator {
   // Starts a cycle when one is due and drives the current one. Returns whether it did work.
   bool Poll(uint64_t now_ns);
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
-  uint64_t next_cycle_ns() const { return cycle_running_ ? 0 : last_cycle_start_ + options_.cycle_ns; }
+  uint64_t next_cycle_ns() const {
+    if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
+    return last_cycle_start_ + options_.cycle_ns;
+  }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(const Status& why);
   bool broken() const { return broken_; }
@@ -100,6 +108,7 @@ class Negotiator {
   bool cycle_running_ = false;
   uint64_t cycle_seq_ = 0;
   uint64_t last_cycle_start_ = 0;
+  bool fresh_ = false;  // tensors became ready since the last cycle started
   NegotiationStats stats_;
 
   bool broken_ = false;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <thread>
 
 #include "daemon/plan/fusion.h"
@@ -17,6 +18,8 @@ namespace {
 constexpr uint64_t kSnapshotPeriodNs = 20'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
+constexpr size_t kPipelineSegmentBytes = 1 << 20;
+constexpr size_t kPipelineDepth = 4;
 
 std::string RankName(uint32_t rank, int32_t pid) {
   return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
@@ -35,7 +38,11 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       executor_(local_size * config.nodes),
       transport_(std::move(transport)) {
   if (transport_) {
-    NegotiatorOptions opts{uint64_t(config.cycle_time_us) * 1000, config.cache_capacity, local_size};
+    NegotiatorOptions opts;
+    opts.cycle_ns = uint64_t(config.cycle_time_us) * 1000;
+    opts.start_on_work = config.cycle_start == "work";
+    opts.cache_capacity = config.cache_capacity;
+    opts.local_size = local_size;
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
         [this](std::vector<ReadyTensor> ready, uint64_t tag) { return ExecuteAgreed(std::move(ready), tag); },
@@ -338,7 +345,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
     const FusionGroup& g = groups[gi];
     const ReadyTensor& head = ready[g.front()];
     const Request& f = head.first();
-    const uint64_t group_tag = tag + gi;
+    const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
     if (f.kind == abi::OpKind::kAllreduce) {
       std::vector<const ReadyTensor*> members;
       uint64_t bytes = 0;
@@ -347,11 +354,37 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
         bytes += ready[i].first().bytes;
       }
       if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
-      const size_t count = executor_.ReduceToBuffer(members, fusion_buffer_.data());
-      CommTask inter = Allreduce(transport_.get(), group_tag, fusion_buffer_.data(), count, f.dtype, f.op);
-      Status st = co_await Await(&inter);
-      if (!st.ok()) co_return st;
-      executor_.ScatterFromBuffer(members, fusion_buffer_.data());
+      // Pipeline in segments: while segment k is on the wire, k+1 is reduced locally and k-1 is
+      // scattered back, so the working set stays in cache and CPU and network overlap.
+      const size_t esize = abi::DtypeSize(f.dtype);
+      const size_t count = bytes / esize;
+      const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
+      char* buffer = fusion_buffer_.data();
+      struct Stage {
+        CommTask task;
+        size_t begin, end;
+      };
+      std::deque<Stage> inflight;
+      AllreduceOptions opts;
+      opts.slices = 1;  // the segments already overlap
+      size_t next = 0;
+      uint64_t segment = 0;
+      while (next < count || !inflight.empty()) {
+        while (next < count && inflight.size() < kPipelineDepth) {
+          const size_t end = std::min(count, next + seg);
+          executor_.ReduceRange(members, next, end, buffer);
+          inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment++ % 4096), buffer + next * esize, end - next, f.dtype,
+                                             f.op, opts),
+                                   next, end});
+          next = end;
+        }
+        std::vector<CommTask*> stages;
+        for (Stage& s : inflight) stages.push_back(&s.task);
+        Status st = co_await AwaitFirst(std::move(stages));
+        if (!st.ok()) co_return st;
+        executor_.ScatterRange(members, inflight.front().begin, inflight.front().end, buffer);
+        inflight.pop_front();
+      }
     } else if (f.kind == abi::OpKind::kBroadcast) {
       const uint32_t root_node = uint32_t(f.root) / local_size_;
       if (fusion_buffer_.size() < f.bytes) fusion_buffer_.resize(f.bytes);

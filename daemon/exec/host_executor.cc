@@ -43,43 +43,63 @@ void HostExecutor::Broadcast(const ReadyTensor& t) {
 
 namespace syncd {
 
-size_t HostExecutor::ReduceToBuffer(const std::vector<const ReadyTensor*>& group, char* buffer) {
+template <typename F>
+void HostExecutor::ForEachPiece(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, F fn) {
+  const size_t esize = abi::DtypeSize(group.front()->first().dtype);
+  size_t at = 0;
+  for (const ReadyTensor* t : group) {
+    const size_t count = t->first().bytes / esize;
+    const size_t lo = std::max(begin, at), hi = std::min(end, at + count);
+    if (lo < hi) fn(*t, lo - at, hi - lo, lo);
+    at += count;
+    if (at >= end) break;
+  }
+}
+
+void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* buffer) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, head.op == SYNCD_AVERAGE ? SYNCD_SUM : head.op, head.prescale, 1.0, 1};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = group.front()->requests.size();
   std::vector<const void*> in(n);
-  size_t at = 0;
-  for (const ReadyTensor* t : group) {
-    const size_t count = t->first().bytes / esize;
+  ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
-      for (size_t r = 0; r < n; ++r) in[r] = t->requests[r].data + off * esize;
-      void* out[1] = {buffer + (at + off) * esize};
+      for (size_t r = 0; r < n; ++r) in[r] = t.requests[r].data + (first + off) * esize;
+      void* out[1] = {buffer + (pos + off) * esize};
       ReduceChunk(spec, in.data(), n, out, 1, m);
     }
-    at += count;
-  }
-  return at;
+  });
 }
 
-void HostExecutor::ScatterFromBuffer(const std::vector<const ReadyTensor*>& group, const char* buffer) {
+void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end,
+                                const char* buffer) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? world_size_ : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = group.front()->requests.size();
   std::vector<void*> out(n);
-  size_t at = 0;
-  for (const ReadyTensor* t : group) {
-    const size_t count = t->first().bytes / esize;
+  ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
-      for (size_t r = 0; r < n; ++r) out[r] = t->requests[r].data + off * esize;
-      const void* in[1] = {buffer + (at + off) * esize};
+      for (size_t r = 0; r < n; ++r) out[r] = t.requests[r].data + (first + off) * esize;
+      const void* in[1] = {buffer + (pos + off) * esize};
       ReduceChunk(spec, in, 1, out.data(), n, m);
     }
-    at += count;
-  }
+  });
+}
+
+size_t HostExecutor::ReduceToBuffer(const std::vector<const ReadyTensor*>& group, char* buffer) {
+  size_t total = 0;
+  for (const ReadyTensor* t : group) total += t->first().bytes / abi::DtypeSize(t->first().dtype);
+  ReduceRange(group, 0, total, buffer);
+  return total;
+}
+
+void HostExecutor::ScatterFromBuffer(const std::vector<const ReadyTensor*>& group, const char* buffer) {
+  size_t total = 0;
+  for (const ReadyTensor* t : group) total += t->first().bytes / abi::DtypeSize(t->first().dtype);
+  ScatterRange(group, 0, total, buffer);
 }
 
 void HostExecutor::ScatterBroadcast(const ReadyTensor& t, const char* buffer) {

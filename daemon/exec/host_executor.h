@@ -26,10 +26,19 @@ class HostExecutor {
   // local rank's tensor. Returns / takes the element count.
   size_t ReduceToBuffer(const std::vector<const ReadyTensor*>& group, char* buffer);
   void ScatterFromBuffer(const std::vector<const ReadyTensor*>& group, const char* buffer);
+  // The same for elements [begin, end) of the group's concatenation (a pipeline segment);
+  // `buffer` is the whole group's buffer.
+  void ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* buffer);
+  void ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, const char* buffer);
   // Copies `buffer` into every local rank's tensor except the root's.
   void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
 
  private:
+  // Calls fn(tensor, first element in it, element count, position in the concatenation) for each
+  // piece of [begin, end).
+  template <typename F>
+  static void ForEachPiece(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, F fn);
+
   uint32_t world_size_;
 };
 

@@ -16,7 +16,7 @@ bool CommTask::Poll() {
   if (!p.children.empty()) {
     bool all = true;
     for (CommTask* c : p.children) all &= c->Poll();
-    if (all) {
+    if (all || (p.first_only && p.children.front()->done())) {
       p.children.clear();
       h_.resume();
     }

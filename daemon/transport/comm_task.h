@@ -31,6 +31,7 @@ class CommTask {
     Transport* transport = nullptr;
     std::vector<CommHandle> waiting;
     std::vector<class CommTask*> children;  // child tasks awaited with WaitTasks
+    bool first_only = false;                // resume when children[0] is done (all are driven)
     Status wait_status;
 
     CommTask get_return_object() { return CommTask(std::coroutine_handle<promise_type>::from_promise(*this)); }
@@ -75,23 +76,31 @@ struct WaitAll {
   Status await_resume() { return h ? std::move(h.promise().wait_status) : Status::Ok(); }
 };
 
-// co_await WaitTasks{{&a, &b}}: resumes once every child task is done; the first failure wins.
+// co_await Await(tasks): resumes once every child task is done; the first failure wins.
+// co_await AwaitFirst(tasks): drives all of them but resumes once tasks[0] is done (a pipeline
+// waiting for its oldest stage while the younger ones keep moving); returns tasks[0]'s status.
 struct WaitTasks {
   std::vector<CommTask*> tasks;
+  bool first_only = false;
   std::coroutine_handle<CommTask::promise_type> h;
 
   bool await_ready() const noexcept {
-    for (CommTask* t : tasks)
+    for (CommTask* t : tasks) {
       if (!t->done()) return false;
+      if (first_only) return true;
+    }
     return true;
   }
   void await_suspend(std::coroutine_handle<CommTask::promise_type> handle) {
     h = handle;
     h.promise().children = tasks;
+    h.promise().first_only = first_only;
   }
   Status await_resume() {
-    for (CommTask* t : tasks)
+    for (CommTask* t : tasks) {
       if (!t->status().ok()) return t->status();
+      if (first_only) break;
+    }
     return Status::Ok();
   }
 };
@@ -105,6 +114,12 @@ inline WaitTasks Await(CommTask* task) {
 inline WaitTasks Await(std::vector<CommTask*> tasks) {
   WaitTasks w;
   w.tasks = std::move(tasks);
+  return w;
+}
+inline WaitTasks AwaitFirst(std::vector<CommTask*> tasks) {
+  WaitTasks w;
+  w.tasks = std::move(tasks);
+  w.first_only = true;
   return w;
 }
 

@@ -136,6 +136,45 @@ TEST(ManyNodesNegotiation, ThreeHundredNamesPerStepForFiftyStepsUseTheCache) {
   EXPECT_LT(JsonNumber(json, "fused_ops"), 314u * 50) << "ready tensors are fused: " << json;
 }
 
+// Exact results for fused, pipelined, many-name steps under a given daemon configuration.
+void RunSteps(Cluster& cluster, int steps) {
+  auto st = RunClusterRanks(cluster, [steps](syncd_client* c, int rank, int n) {
+    const std::vector<int64_t> counts = {3, 100000, 7, 1 << 20, 4099, 300000};  // spans several 1 MiB segments
+    std::vector<int32_t*> bufs;
+    for (int64_t k : counts) bufs.push_back(static_cast<int32_t*>(syncd_alloc(c, size_t(k) * 4)));
+    std::vector<syncd_handle> hs(counts.size());
+    for (int step = 0; step < steps; ++step) {
+      for (size_t i = 0; i < counts.size(); ++i) {
+        for (int64_t k = 0; k < counts[i]; ++k) bufs[i][k] = int32_t(rank * 3 + step + k % 11);
+        const std::string name = "w" + std::to_string(i);
+        syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &counts[i]};
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[i]) == SYNCD_OK, "%s", syncd_last_error());
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        CHILD_CHECK(syncd_wait(c, hs[i], 60'000) == SYNCD_OK, "step %d w%zu: %s", step, i, syncd_last_error());
+        for (int64_t k = 0; k < counts[i]; ++k) {
+          const int32_t want = int32_t(3 * n * (n - 1) / 2 + n * (step + k % 11));
+          CHILD_CHECK(bufs[i][k] == want, "step %d w%zu[%ld] = %d, want %d", step, i, (long)k, bufs[i][k], want);
+        }
+      }
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(ManyNodesModes, CyclesStartedByWorkGiveExactResults) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--cycle-start", "work"});
+  RunSteps(cluster, 10);
+}
+
+TEST(ManyNodesModes, UcxOverSharedMemoryGivesExactResults) {
+  setenv("UCX_TLS", "shm,self", 1);  // read by the daemons at start
+  Cluster cluster(3, 1, {"--cores", "none", "--log-level", "warn", "--ucx-peer-errors", "off"});
+  unsetenv("UCX_TLS");
+  RunSteps(cluster, 5);
+}
+
 TEST(ManyNodesErrors, MismatchAcrossNodesFailsEveryRankWithTheSameMessage) {
   Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error"});
   auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
