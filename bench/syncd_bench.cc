@@ -98,6 +98,13 @@ class Bench {
       printf("# %12s %12s %9s %12s %10s %10s %12s %6s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
              "busbw(GB/s)", "p50(us)", "wrong");
     }
+    // Warm the whole job up once (page faults, caches, the daemon's spin state) so the first
+    // size is not measured cold.
+    {
+      float w[2] = {};
+      const double until = Now() + 0.2;
+      while (MeanAcrossRanks(Now() < until ? 1.0 : 0.0) > 0.0) Allreduce("bench.warmup", w, 2, SYNCD_FLOAT32, SYNCD_SUM);
+    }
     for (uint64_t bytes : sizes) {
       const int64_t count = int64_t(std::max<uint64_t>(1, bytes / esize));
       bytes = uint64_t(count) * esize;

@@ -1,6 +1,7 @@
 // One daemon, several real client processes: results of every collective, op and dtype.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -190,6 +191,18 @@ TEST(Collectives, FusionThresholdZeroRunsEveryTensorAlone) {
   ExpectAllSucceeded(st);
   const std::string json = d.StatusJson();
   EXPECT_EQ(JsonNumber(json, "fused_ops"), 50u) << json;
+}
+
+TEST(Collectives, RunDirectoryAndSocketsAreOwnerOnly) {
+  Daemon d(1);
+  struct stat st {};
+  ASSERT_EQ(stat(d.run_dir().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "run directory mode";
+  for (const char* sock : {"/attach.sock", "/control.sock"}) {
+    ASSERT_EQ(stat((d.run_dir() + sock).c_str(), &st), 0) << sock;
+    EXPECT_TRUE(S_ISSOCK(st.st_mode)) << sock;
+    EXPECT_EQ(st.st_mode & 0077, 0u) << sock << " must not be reachable by group or others";
+  }
 }
 
 TEST(Collectives, StatusReportsClientsCoresAndCounters) {
