@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -35,6 +35,7 @@ struct AttachRequest {
   int32_t rank, size, local_rank, local_size;
   int32_t pid;
   uint32_t reserved;
+  uint64_t job_id;  // 0: unspecified (matches any job)
 };
 
 struct AttachReply {

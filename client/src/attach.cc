@@ -108,8 +108,11 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   const int timeout_ms = opts.attach_timeout_ms >= 0 ? opts.attach_timeout_ms : 10'000;
   if (int rc = Connect(id.run_dir + "/attach.sock", timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
 
+  uint64_t job_id = opts.job_id;
+  if (job_id == 0)
+    if (const char* j = getenv("SYNCD_JOB_ID"); j != nullptr) job_id = strtoull(j, nullptr, 0);
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
-                         int32_t(getpid()), 0};
+                         int32_t(getpid()), 0, job_id};
   // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
   // when the send fails, the reply says why.
   const bool sent = SendAll(c->sock_, &req, sizeof(req));

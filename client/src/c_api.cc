@@ -21,6 +21,7 @@ void syncd_init_options_default(syncd_init_options* o) {
   o->run_dir = nullptr;
   o->rank = o->size = o->local_rank = o->local_size = -1;
   o->attach_timeout_ms = -1;
+  o->job_id = 0;
 }
 
 int syncd_init(const syncd_init_options* opts, syncd_client** out) {

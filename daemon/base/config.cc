@@ -131,6 +131,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
          c.ucx_peer_errors = t == "on";
          return Status::Ok();
        }},
+      {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
+       "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
+       Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},
       {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
        [](Config& c, const std::string& t) -> Status {
          static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};

@@ -50,6 +50,11 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
   printf("engine     busy %.2f %%   wake-ups %lu   pending tensors %lu\n", s.engine_busy_pct(),
          (unsigned long)s.engine_wakeups(), (unsigned long)s.pending_tensors());
+  for (const auto& st : s.stalls()) {
+    std::string missing;
+    for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
+    printf("STALLED    tensor '%s' waiting %.0f s for ranks %s\n", st.name().c_str(), st.waiting_s(), missing.c_str());
+  }
   if (s.has_coordination()) {
     const auto& c = s.coordination();
     printf("coord      %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",

@@ -189,6 +189,26 @@ void AttachServer::Handshake(int fd) {
                                              " does not fit node " + std::to_string(config_.node_rank) + " of " +
                                              std::to_string(config_.nodes) + " with " + std::to_string(ls) +
                                              " local ranks");
+  // A client of another job that is already leaving (goodbye sent, or closed) but whose hang-up
+  // this thread has not handled yet must not block the next job: settle it first.
+  std::vector<int> leaving;
+  for (const auto& [other_fd, conn] : connections_) {
+    char b;
+    const ssize_t r = recv(other_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (r == 0 || (r == 1 && b == abi::kGoodbyeByte)) leaving.push_back(other_fd);
+  }
+  for (int other_fd : leaving) {
+    const bool clean = connections_[other_fd].said_goodbye || [&] {
+      char b;
+      return recv(other_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 1 && b == abi::kGoodbyeByte;
+    }();
+    Drop(other_fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
+  }
+  for (const auto& [other_fd, conn] : connections_)
+    if (req.job_id != 0 && conn.job_id != 0 && conn.job_id != req.job_id)
+      return Refuse(fd, SYNCD_ERR_REFUSED, who + " belongs to job " + std::to_string(req.job_id) +
+                                               " but this daemon is serving job " + std::to_string(conn.job_id) +
+                                               " (rank " + std::to_string(conn.rank) + " is attached)");
   if (auto it = fd_by_local_rank_.find(uint32_t(req.local_rank)); it != fd_by_local_rank_.end())
     return Refuse(fd, SYNCD_ERR_REFUSED, who + ": local rank " + std::to_string(req.local_rank) +
                                              " is already attached (pid " +
@@ -216,6 +236,7 @@ void AttachServer::Handshake(int fd) {
   client->local_rank = uint32_t(req.local_rank);
   client->pid = cred.pid;
   client->local_size = ls;
+  client->job_id = req.job_id;
   const bool sent = SendReply(fd, reply, fds, 2);
   segment->CloseFd();
   client->segment = std::move(segment.value());
@@ -227,7 +248,7 @@ void AttachServer::Handshake(int fd) {
   PostToEngine(ClientAttachedEvent{std::move(client)});
   timeval none{0, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  connections_[fd] = Connection{id, uint32_t(req.local_rank), cred.pid, uint32_t(req.rank), false};
+  connections_[fd] = Connection{id, uint32_t(req.local_rank), cred.pid, uint32_t(req.rank), false, req.job_id};
   fd_by_local_rank_[uint32_t(req.local_rank)] = fd;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;

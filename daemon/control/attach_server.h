@@ -43,6 +43,7 @@ class AttachServer {
     int32_t pid;
     uint32_t rank;
     bool said_goodbye;
+    uint64_t job_id;
   };
   void Accept();
   void Handshake(int fd);

@@ -41,6 +41,12 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_fusion_threshold_bytes(config_.fusion_threshold);
   r->set_engine_busy_pct(s->uptime_s > 0 ? 100.0 * double(s->engine_busy_ns) / 1e9 / s->uptime_s : 0.0);
   r->set_engine_wakeups(s->engine_wakeups);
+  for (const StallSnapshot& st : s->stalls) {
+    control::Stall* out = r->add_stalls();
+    out->set_name(st.name);
+    out->set_waiting_s(st.waiting_s);
+    for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
+  }
   if (s->coordinated) {
     control::Coordination* c = r->mutable_coordination();
     c->set_mode(s->coord_mode);

@@ -242,7 +242,7 @@ void Negotiator::TakeAndFail(const std::string& name, const Status& st) {
   fail_(requests, st);
 }
 
-void Negotiator::Abort(const Status& why) {
+void Negotiator::Abort(Status why) {
   if (broken_) return;
   broken_ = true;
   failure_ = why;

@@ -71,7 +71,7 @@ class Negotiator {
     return last_cycle_start_ + options_.cycle_ns;
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
-  void Abort(const Status& why);
+  void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
   bool broken() const { return broken_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }

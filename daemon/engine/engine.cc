@@ -18,6 +18,7 @@ namespace {
 constexpr uint64_t kSnapshotPeriodNs = 20'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
+constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
 constexpr size_t kPipelineSegmentBytes = 1 << 20;
 constexpr size_t kPipelineDepth = 4;
 
@@ -88,6 +89,7 @@ void Engine::Run() {
       node_page_->Heartbeat();
       last_beat = t1;
     }
+    if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) WarnAboutStalls(t1);
     if (t1 - last_snapshot > kSnapshotPeriodNs ||
         snapshot_requested_.load(std::memory_order_relaxed) != snapshot_published_.load(std::memory_order_relaxed)) {
       PublishSnapshot();
@@ -157,6 +159,13 @@ bool Engine::DrainEvents() {
       }
       const uint32_t id = a->client->client_id;
       const uint32_t lr = a->client->local_rank;
+      // The first client of a new job (none of the previous one attached) starts afresh: the
+      // previous job's departed ranks mean nothing to it.
+      if (a->client->job_id != 0 && a->client->job_id != job_id_ && clients_.empty()) {
+        if (job_id_ != 0) spdlog::info("job {} starts (previous job {})", a->client->job_id, job_id_);
+        lost_ranks_.clear();
+        job_id_ = a->client->job_id;
+      }
       lost_ranks_.erase(lr);
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
@@ -179,9 +188,10 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   lost_ranks_[info.local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
   client_by_local_rank_.erase(info.local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
-  // With no client left the job is over: the next job's ranks may attach in any order, so a
-  // departed rank stops failing new requests (it stays listed as lost until its slot is reused).
-  if (clients_.empty())
+  // Once every local rank has come and gone the job is over: the next job's ranks may attach in
+  // any order, so departed ranks stop failing new requests (they stay listed as lost until their
+  // slots are reused). A rank that left before a slower one even attached still blocks.
+  if (clients_.empty() && lost_ranks_.size() == local_size_)
     for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
   std::vector<FailedTensor> failed;
   const Status lost(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight");
@@ -430,6 +440,20 @@ void Engine::FlushClients() {
   for (auto& [id, c] : clients_) c.info->segment.Flush();
 }
 
+void Engine::WarnAboutStalls(uint64_t now_ns) {
+  last_stall_check_ns_ = now_ns;
+  const uint64_t threshold = uint64_t(config_.stall_warning_s) * 1'000'000'000ull;
+  // Repeat the warning once per threshold period, as Horovod's stall inspector does.
+  for (const TensorTable::Stall& s : table_.Stalled(now_ns, threshold)) {
+    if ((s.waiting_ns - threshold) % threshold >= kStallCheckPeriodNs) continue;
+    std::string missing;
+    for (uint32_t lr : s.missing_local_ranks)
+      missing += (missing.empty() ? "" : ",") + std::to_string(config_.node_rank * local_size_ + lr);
+    spdlog::warn("stall: tensor '{}' has waited {:.0f} s for ranks {} (the other ranks submitted it)", s.name,
+                 double(s.waiting_ns) / 1e9, missing);
+  }
+}
+
 std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) const {
   const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_relaxed) + 1;
   node_page_->Wake();
@@ -478,6 +502,13 @@ void Engine::PublishSnapshot() {
   s->pending_tensors = table_.pending();
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
+  for (const TensorTable::Stall& st :
+       table_.Stalled(abi::MonotonicNs(), uint64_t(config_.stall_warning_s) * 1'000'000'000ull)) {
+    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
+    for (uint32_t lr : st.missing_local_ranks) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
+    s->stalls.push_back(std::move(ss));
+    if (s->stalls.size() == 32) break;
+  }
   if (negotiator_) {
     const NegotiationStats& n = negotiator_->stats();
     s->coordinated = true;

@@ -31,6 +31,7 @@ struct AttachedClient {
   uint32_t client_id = 0;
   uint32_t rank = 0, local_rank = 0, local_size = 0;
   int32_t pid = 0;
+  uint64_t job_id = 0;  // 0: unspecified
   ClientSegment segment;
 };
 
@@ -96,6 +97,8 @@ class Engine {
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   void PublishSnapshot();
+  // Logs tensors that some ranks submitted and others have not for longer than the threshold.
+  void WarnAboutStalls(uint64_t now_ns);
 
   const Config config_;
   const NodePage* node_page_;
@@ -118,7 +121,9 @@ class Engine {
   std::map<uint32_t, LostRank> lost_ranks_;          // local rank -> why it is gone
 
   uint64_t start_ns_ = 0;
+  uint64_t last_stall_check_ns_ = 0;
   uint64_t loss_seq_ = 0;
+  uint64_t job_id_ = 0;  // the job being served (0: unknown)
   uint64_t allreduce_ops_ = 0, broadcast_ops_ = 0, barrier_ops_ = 0, error_ops_ = 0;
   uint64_t bytes_reduced_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
   uint64_t busy_ns_ = 0, wakeups_ = 0;

@@ -1,7 +1,9 @@
 #include "daemon/engine/tensor_table.h"
 
+#include <algorithm>
 #include <map>
 
+#include "proto/doorbell.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -56,6 +58,7 @@ Status TensorTable::Add(Request r) {
   if (inserted) {
     e.requests.resize(local_size_);
     e.present.assign(local_size_, false);
+    e.first_seen_ns = abi::MonotonicNs();
   }
   if (e.present[r.local_rank])
     return Status(SYNCD_ERR_DUPLICATE,
@@ -97,6 +100,19 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
       failed->push_back(FailedTensor{std::move(requests), std::move(agreement)});
     }
   }
+}
+
+std::vector<TensorTable::Stall> TensorTable::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
+  std::vector<Stall> out;
+  for (const auto& [name, e] : pending_) {
+    if (e.count == local_size_ || now_ns - e.first_seen_ns < min_age_ns) continue;
+    Stall s{name, now_ns - e.first_seen_ns, {}};
+    for (uint32_t i = 0; i < local_size_; ++i)
+      if (!e.present[i]) s.missing_local_ranks.push_back(i);
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) { return a.waiting_ns > b.waiting_ns; });
+  return out;
 }
 
 void TensorTable::FailAll(const Status& error, std::vector<FailedTensor>* failed) {

@@ -49,11 +49,20 @@ class TensorTable {
 
   size_t pending() const { return pending_.size(); }
 
+  // Names some local ranks submitted at least `min_age_ns` ago and others not yet.
+  struct Stall {
+    std::string name;
+    uint64_t waiting_ns;
+    std::vector<uint32_t> missing_local_ranks;
+  };
+  std::vector<Stall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
+
  private:
   struct Entry {
     std::vector<Request> requests;  // by local rank
     std::vector<bool> present;
     uint32_t count = 0;
+    uint64_t first_seen_ns = 0;
   };
 
   uint32_t local_size_;

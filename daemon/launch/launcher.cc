@@ -110,7 +110,7 @@ class Job {
   int signal_fd_ = -1;
   sigset_t blocked_{};
   std::vector<Daemon> daemons_;
-  std::string rendezvous_, token_;
+  std::string rendezvous_, token_, job_id_;
   std::map<pid_t, int> workers_;  // pid -> rank
   int result_ = 0;
   bool failed_ = false;
@@ -204,6 +204,7 @@ void Job::StartWorkers() {
       setenv("SYNCD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
       setenv("SYNCD_CROSS_RANK", std::to_string(node).c_str(), 1);
       setenv("SYNCD_CROSS_SIZE", std::to_string(opts_.nodes).c_str(), 1);
+      setenv("SYNCD_JOB_ID", job_id_.c_str(), 1);
       if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
       Exec(opts_.command);
     }
@@ -329,6 +330,7 @@ int Job::Run() {
   daemons_.resize(size_t(opts_.nodes));
   rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
   token_ = RandomToken();
+  job_id_ = "0x" + token_.substr(0, 15);  // 60 random bits, never 0
   bool started = true;
   for (int node = 0; node < opts_.nodes && started; ++node) started = StartDaemon(node);
   if (started && WaitReady()) {

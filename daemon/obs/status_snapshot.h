@@ -19,6 +19,13 @@ struct ClientSnapshot {
   uint32_t submit_depth = 0, completion_depth = 0;
 };
 
+// A tensor some ranks submitted while others have not, for longer than the stall threshold.
+struct StallSnapshot {
+  std::string name;
+  double waiting_s = 0;
+  std::vector<uint32_t> missing_ranks;  // global ranks
+};
+
 struct StatusSnapshot {
   double uptime_s = 0;
   uint32_t node_rank = 0, node_count = 1, local_size = 0;
@@ -28,6 +35,7 @@ struct StatusSnapshot {
   uint64_t fused_ops = 0, fused_tensors = 0;
   uint64_t pending_tensors = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
+  std::vector<StallSnapshot> stalls;  // longest waiting first
 
   // Many-node jobs.
   bool coordinated = false;

@@ -172,6 +172,32 @@ TEST(Errors, RankThatDetachesEarlyFailsPeersThatStillNeedIt) {
   ExpectAllSucceeded(st);
 }
 
+TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
+  Daemon d(3, {"--stall-warning-s", "1"});
+  const std::string cmd = BinDir() + "/syncctl --run-dir " + d.run_dir() + " status --json";
+  auto st = RunRanks(d.run_dir(), 3, [&](syncd_client* c, int rank, int) {
+    int32_t v = 1;
+    int64_t shape = 1;
+    syncd_tensor t{"slow.grad", &v, SYNCD_INT32, 1, &shape};
+    syncd_handle h;
+    if (rank == 1) usleep(2'500'000);  // the straggler
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
+    if (rank == 0) {
+      usleep(1'600'000);
+      FILE* f = popen(cmd.c_str(), "r");
+      char buf[8192] = {};
+      const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+      pclose(f);
+      const std::string json(buf, n);
+      CHILD_CHECK(Contains(json, "\"stalls\":[{\"name\":\"slow.grad\"") && Contains(json, "\"missing_ranks\":[1]"),
+                  "status while rank 1 lags: %s", json.c_str());
+    }
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK && v == 3, "%s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
 TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
   Daemon d(2);
   auto* t_kill = static_cast<std::atomic<double>*>(
@@ -236,7 +262,7 @@ abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[2]) {
 }
 
 abi::AttachRequest Request(int rank, int size) {
-  return abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, rank, size, int32_t(getpid()), 0};
+  return abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, rank, size, int32_t(getpid()), 0, 0};
 }
 
 TEST(Errors, WrongProtocolVersionIsRefusedWithBothVersions) {
@@ -266,6 +292,38 @@ TEST(Errors, AttachIdentityConflictsAreRefused) {
   EXPECT_EQ(wrong_size, nullptr);
   EXPECT_TRUE(Contains(syncd_last_error(), "local size")) << syncd_last_error();
   syncd_shutdown(first);
+}
+
+TEST(Errors, ADaemonServesOneJobAtATime) {
+  Daemon d(2);
+  auto attach = [&](int rank, uint64_t job) {
+    syncd_init_options o;
+    syncd_init_options_default(&o);
+    o.run_dir = d.run_dir().c_str();
+    o.rank = o.local_rank = rank;
+    o.size = o.local_size = 2;
+    o.job_id = job;
+    syncd_client* c = nullptr;
+    syncd_init(&o, &c);
+    return c;
+  };
+  syncd_client* a = attach(0, 111);
+  ASSERT_NE(a, nullptr) << syncd_last_error();
+  EXPECT_EQ(attach(1, 222), nullptr);
+  EXPECT_TRUE(Contains(syncd_last_error(), "job 222") && Contains(syncd_last_error(), "serving job 111"))
+      << syncd_last_error();
+  syncd_shutdown(a);
+  // Once job 111 is gone, job 222 may start; job 111's departed rank 0 does not block it.
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
+    int32_t v = rank;
+    int64_t shape = 1;
+    syncd_tensor t{"x", &v, SYNCD_INT32, 1, &shape};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK,
+                "%s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
 }
 
 TEST(Errors, OtherUsersAreRefused) {

@@ -29,6 +29,13 @@ int64_t NowMs() {
 
 std::string BinDir() { return SYNCD_TEST_BIN_DIR; }
 
+namespace {
+uint64_t g_job_id = 0;
+uint64_t g_jobs = 0;
+}  // namespace
+uint64_t CurrentJobId() { return g_job_id; }
+void NextJob() { g_job_id = (uint64_t(getpid()) << 20) | ++g_jobs; }
+
 bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
 
 Daemon::Daemon(int local_size, std::vector<std::string> args, bool wait_ready) {
@@ -118,6 +125,7 @@ syncd_client* AttachAs(const std::string& run_dir, int rank, int size, int local
   o.local_rank = local_rank;
   o.local_size = local_size;
   o.attach_timeout_ms = 5000;
+  o.job_id = CurrentJobId();
   syncd_client* c = nullptr;
   if (syncd_init(&o, &c) != SYNCD_OK) fprintf(stderr, "[rank %d] attach failed: %s\n", rank, syncd_last_error());
   return c;
@@ -149,6 +157,7 @@ int WaitChild(pid_t pid, int timeout_ms) {
 }
 
 std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& body, int timeout_ms) {
+  NextJob();
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {
     pids.push_back(Spawn([&, r] {
@@ -195,6 +204,7 @@ Cluster::Cluster(int nodes, int local_size, std::vector<std::string> args) : loc
 }
 
 std::vector<int> RunClusterRanks(Cluster& cluster, const RankBody& body, int timeout_ms) {
+  NextJob();
   const int size = cluster.nodes() * cluster.local_size();
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {

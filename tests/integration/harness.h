@@ -16,6 +16,11 @@ namespace syncd::testing {
 
 std::string BinDir();
 
+// Each RunRanks/RunClusterRanks call is one job (its own SYNCD job id); clients attached with
+// Attach/AttachAs between calls belong to the current one (0 before the first call).
+uint64_t CurrentJobId();
+void NextJob();
+
 using RankBody = std::function<int(syncd_client* c, int rank, int size)>;
 
 class Daemon {

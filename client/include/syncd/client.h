@@ -68,12 +68,15 @@ typedef enum syncd_reduce_op {
 typedef struct syncd_client syncd_client;
 typedef uint64_t syncd_handle;
 
-/* Where to attach and who this process is. Fields left at -1 / NULL are read from the environment:
- * SYNCD_RUN_DIR, SYNCD_RANK, SYNCD_SIZE, SYNCD_LOCAL_RANK, SYNCD_LOCAL_SIZE (syncrun sets them). */
+/* Where to attach and who this process is. Fields left at -1 / NULL / 0 are read from the
+ * environment: SYNCD_RUN_DIR, SYNCD_RANK, SYNCD_SIZE, SYNCD_LOCAL_RANK, SYNCD_LOCAL_SIZE,
+ * SYNCD_JOB_ID (syncrun sets them all). The job id lets a long-running daemon tell one job's
+ * ranks from the next job's; 0 means unspecified. */
 typedef struct syncd_init_options {
   const char* run_dir;
   int rank, size, local_rank, local_size;
   int attach_timeout_ms; /* how long to retry while the daemon's socket is not there yet; -1: 10 s */
+  uint64_t job_id;
 } syncd_init_options;
 
 SYNCD_API void syncd_init_options_default(syncd_init_options* opts);

@@ -1,6 +1,9 @@
 #include "daemon/engine/tensor_table.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "proto/doorbell.h"
 
 namespace syncd {
 namespace {
@@ -101,6 +104,23 @@ TEST(TensorTable, DtypeOpAndRootMismatches) {
   t.TakeCompleted(&ready, &failed);
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0].error.message(), "tensor 'b': mismatched root across ranks: root 0 on rank 0; root 1 on rank 1");
+}
+
+TEST(TensorTable, StalledNamesTheMissingRanksOldestFirst) {
+  TensorTable t(3);
+  ASSERT_TRUE(t.Add(Req(0, "old")).ok());
+  ASSERT_TRUE(t.Add(Req(2, "old")).ok());
+  usleep(20'000);
+  ASSERT_TRUE(t.Add(Req(1, "new")).ok());
+  const uint64_t now = abi::MonotonicNs();
+  auto all = t.Stalled(now, 0);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "old");
+  EXPECT_EQ(all[0].missing_local_ranks, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(all[1].missing_local_ranks, (std::vector<uint32_t>{0, 2}));
+  auto old_only = t.Stalled(now, 10'000'000);
+  ASSERT_EQ(old_only.size(), 1u);
+  EXPECT_EQ(old_only[0].name, "old");
 }
 
 TEST(TensorTable, FailAllReturnsOnlySubmittedRequests) {
