@@ -17,12 +17,6 @@
 namespace syncd::testing {
 namespace {
 
-void ExpectAllSucceeded(const std::vector<int>& statuses) {
-  for (size_t r = 0; r < statuses.size(); ++r) {
-    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
-        << "rank " << r << " status " << statuses[r];
-  }
-}
 
 int AllreduceChecked(syncd_client* c, int rank, int n, syncd_dtype dt, syncd_reduce_op op, size_t count,
                      bool zero_copy, const std::string& name) {
@@ -159,13 +153,6 @@ int ManyInFlight(syncd_client* c, int rank, int n, int tensors) {
   return 0;
 }
 
-uint64_t JsonNumber(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return UINT64_MAX;
-  size_t p = at + key.size() + 3;
-  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
-  return std::stoull(json.substr(p));
-}
 
 TEST(Collectives, ReadyTensorsAreFusedAndStatusShowsIt) {
   Daemon d(2);

@@ -22,11 +22,6 @@ namespace {
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-void ExpectAllSucceeded(const std::vector<int>& statuses) {
-  for (size_t r = 0; r < statuses.size(); ++r)
-    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
-        << "rank " << r << " status " << statuses[r];
-}
 
 // A quick allreduce among `n` ranks proving the daemon still serves.
 void ExpectDaemonServes(const Daemon& d, int n) {

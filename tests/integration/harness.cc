@@ -38,6 +38,46 @@ void NextJob() { g_job_id = (uint64_t(getpid()) << 20) | ++g_jobs; }
 
 bool Contains(const std::string& h, const std::string& n) { return h.find(n) != std::string::npos; }
 
+void ExpectAllSucceeded(const std::vector<int>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r)
+    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+        << "rank " << r << " status " << statuses[r];
+}
+
+uint64_t JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return UINT64_MAX;
+  size_t p = at + key.size() + 3;
+  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
+  return std::stoull(json.substr(p));
+}
+
+namespace {
+
+// Forks one process per rank: it attaches to run_dirs[rank] with the given identity, runs body,
+// detaches and exits with body's result. Returns the exit statuses in rank order.
+std::vector<int> SpawnRanks(const std::vector<std::string>& run_dirs, int local_size, const RankBody& body,
+                            int timeout_ms) {
+  NextJob();
+  const int size = int(run_dirs.size());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < size; ++r) {
+    pids.push_back(Spawn([&, r] {
+      syncd_client* c = AttachAs(run_dirs[size_t(r)], r, size, r % local_size, local_size);
+      if (c == nullptr) return 100;
+      int rc = body(c, r, size);
+      syncd_shutdown(c);
+      return rc;
+    }));
+  }
+  std::vector<int> statuses;
+  const int64_t end = NowMs() + timeout_ms;
+  for (pid_t p : pids) statuses.push_back(WaitChild(p, int(std::max<int64_t>(1, end - NowMs()))));
+  return statuses;
+}
+
+}  // namespace
+
 Daemon::Daemon(int local_size, std::vector<std::string> args, bool wait_ready) {
   char templ[] = "/tmp/syncd-test-XXXXXX";
   run_dir_ = mkdtemp(templ);
@@ -157,21 +197,7 @@ int WaitChild(pid_t pid, int timeout_ms) {
 }
 
 std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& body, int timeout_ms) {
-  NextJob();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < size; ++r) {
-    pids.push_back(Spawn([&, r] {
-      syncd_client* c = Attach(run_dir, r, size);
-      if (c == nullptr) return 100;
-      int rc = body(c, r, size);
-      syncd_shutdown(c);
-      return rc;
-    }));
-  }
-  std::vector<int> statuses;
-  const int64_t end = NowMs() + timeout_ms;
-  for (pid_t p : pids) statuses.push_back(WaitChild(p, int(std::max<int64_t>(1, end - NowMs()))));
-  return statuses;
+  return SpawnRanks(std::vector<std::string>(size_t(size), run_dir), size, body, timeout_ms);
 }
 
 }  // namespace syncd::testing
@@ -204,24 +230,9 @@ Cluster::Cluster(int nodes, int local_size, std::vector<std::string> args) : loc
 }
 
 std::vector<int> RunClusterRanks(Cluster& cluster, const RankBody& body, int timeout_ms) {
-  NextJob();
-  const int size = cluster.nodes() * cluster.local_size();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < size; ++r) {
-    const int node = r / cluster.local_size();
-    const std::string dir = cluster.node(node).run_dir();
-    pids.push_back(Spawn([&, r, dir] {
-      syncd_client* c = AttachAs(dir, r, size, r % cluster.local_size(), cluster.local_size());
-      if (c == nullptr) return 100;
-      int rc = body(c, r, size);
-      syncd_shutdown(c);
-      return rc;
-    }));
-  }
-  std::vector<int> statuses;
-  const int64_t end = NowMs() + timeout_ms;
-  for (pid_t p : pids) statuses.push_back(WaitChild(p, int(std::max<int64_t>(1, end - NowMs()))));
-  return statuses;
+  std::vector<std::string> dirs;
+  for (int r = 0; r < cluster.nodes() * cluster.local_size(); ++r) dirs.push_back(cluster.node(r / cluster.local_size()).run_dir());
+  return SpawnRanks(dirs, cluster.local_size(), body, timeout_ms);
 }
 
 }  // namespace syncd::testing

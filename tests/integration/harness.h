@@ -95,6 +95,12 @@ int WaitChild(pid_t pid, int timeout_ms);
 
 bool Contains(const std::string& haystack, const std::string& needle);
 
+// Expects every status (as RunRanks returns them) to be a clean exit 0.
+void ExpectAllSucceeded(const std::vector<int>& statuses);
+
+// A number field of `syncctl status --json` output (uint64 fields come quoted); UINT64_MAX if absent.
+uint64_t JsonNumber(const std::string& json, const std::string& key);
+
 }  // namespace syncd::testing
 
 #endif  // SYNCD_TESTS_INTEGRATION_HARNESS_H_

@@ -18,11 +18,6 @@ namespace {
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-void ExpectAllSucceeded(const std::vector<int>& statuses) {
-  for (size_t r = 0; r < statuses.size(); ++r)
-    EXPECT_TRUE(statuses[r] != -1 && WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
-        << "rank " << r << " status " << statuses[r];
-}
 
 int Allreduce(syncd_client* c, const std::string& name, void* buf, syncd_dtype dt, int64_t count, syncd_reduce_op op) {
   syncd_tensor t{name.c_str(), buf, dt, 1, &count};
@@ -90,13 +85,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ManyNodes,
                            return std::to_string(info.param.nodes) + "nodes_x" + std::to_string(info.param.local) + "clients";
                          });
 
-uint64_t JsonNumber(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return UINT64_MAX;
-  size_t p = at + key.size() + 3;
-  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
-  return std::stoull(json.substr(p));
-}
 
 TEST(ManyNodesNegotiation, ThreeHundredNamesPerStepForFiftyStepsUseTheCache) {
   Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn"});

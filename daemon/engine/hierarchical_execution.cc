@@ -1,0 +1,90 @@
+// Engine::ExecuteAgreed: how a many-node job runs the tensors its daemons agreed on. Kept apart
+// from engine.cc (intake, the loop, one-node execution) because it is the part that talks to
+// the other nodes.
+#include <cstring>
+#include <deque>
+
+#include "daemon/engine/engine.h"
+#include "daemon/transport/host_collectives.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+// Fused groups move through the network in segments of this size, this many in flight.
+constexpr size_t kPipelineSegmentBytes = 1 << 20;
+constexpr size_t kPipelineDepth = 4;
+
+}  // namespace
+
+CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
+  std::vector<FusionCandidate> candidates;
+  for (const ReadyTensor& t : ready) {
+    const Request& f = t.first();
+    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
+  }
+  const std::vector<FusionGroup> groups = PlanFusion(candidates, config_.fusion_threshold);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const FusionGroup& g = groups[gi];
+    const ReadyTensor& head = ready[g.front()];
+    const Request& f = head.first();
+    const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
+    if (f.kind == abi::OpKind::kAllreduce) {
+      std::vector<const ReadyTensor*> members;
+      uint64_t bytes = 0;
+      for (size_t i : g) {
+        members.push_back(&ready[i]);
+        bytes += ready[i].first().bytes;
+      }
+      if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+      // Pipeline in segments: while segment k is on the wire, k+1 is reduced locally and k-1 is
+      // scattered back, so the working set stays in cache and CPU and network overlap.
+      const size_t esize = abi::DtypeSize(f.dtype);
+      const size_t count = bytes / esize;
+      const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
+      char* buffer = fusion_buffer_.data();
+      struct Stage {
+        CommTask task;
+        size_t begin, end;
+      };
+      std::deque<Stage> inflight;
+      AllreduceOptions opts;
+      opts.slices = 1;  // the segments already overlap
+      size_t next = 0;
+      uint64_t segment = 0;
+      while (next < count || !inflight.empty()) {
+        while (next < count && inflight.size() < kPipelineDepth) {
+          const size_t end = std::min(count, next + seg);
+          executor_.ReduceRange(members, next, end, buffer);
+          inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment++ % 4096), buffer + next * esize, end - next, f.dtype,
+                                             f.op, opts),
+                                   next, end});
+          next = end;
+        }
+        std::vector<CommTask*> stages;
+        for (Stage& s : inflight) stages.push_back(&s.task);
+        Status st = co_await AwaitFirst(std::move(stages));
+        if (!st.ok()) co_return st;
+        executor_.ScatterRange(members, inflight.front().begin, inflight.front().end, buffer);
+        inflight.pop_front();
+      }
+    } else if (f.kind == abi::OpKind::kBroadcast) {
+      const uint32_t root_node = uint32_t(f.root) / local_size_;
+      if (fusion_buffer_.size() < f.bytes) fusion_buffer_.resize(f.bytes);
+      if (root_node == config_.node_rank)
+        for (const Request& r : head.requests)
+          if (int32_t(r.rank) == r.root && r.bytes > 0) memcpy(fusion_buffer_.data(), r.data, r.bytes);
+      CommTask inter = Broadcast(transport_.get(), group_tag, fusion_buffer_.data(), f.bytes, root_node);
+      Status st = co_await Await(&inter);
+      if (!st.ok()) co_return st;
+      executor_.ScatterBroadcast(head, fusion_buffer_.data());
+    }
+    // A barrier needs nothing more: being agreed means every rank of every node has arrived.
+    CountExecuted(ready, g);
+    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
+    FlushClients();
+  }
+  co_return Status::Ok();
+}
+
+}  // namespace syncd
