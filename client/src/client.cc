@@ -15,6 +15,7 @@ namespace {
 constexpr uint64_t kSleepSliceNs = 50'000'000;       // re-check the daemon at least this often
 constexpr uint64_t kHeartbeatStaleNs = 200'000'000;  // older than this: ask the socket
 constexpr uint64_t kPureSpinNs = 2'000;
+constexpr uint64_t kBarrierNames = 16;  // barriers one rank may have in flight at once
 
 thread_local std::string g_last_error;
 
@@ -88,7 +89,9 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   abi::SubmitEntry entry{};
   std::lock_guard lock(mu_);
   if (kind == abi::OpKind::kBarrier) {
-    name = "syncd.barrier." + std::to_string(barrier_seq_++);
+    // Every rank's n-th barrier matches by name. Cycling through a few names (rather than a new
+    // one each time) lets a many-node job agree on barriers through the response cache.
+    name = "syncd.barrier." + std::to_string(barrier_seq_++ % kBarrierNames);
   } else {
     if (t == nullptr || t->name == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor or tensor name is NULL");
     name = t->name;

@@ -110,6 +110,7 @@ SYNCD_API int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, sync
                                     double prescale, double postscale, syncd_handle* out);
 SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root,
                                     syncd_handle* out);
+/* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
 
 /* SYNCD_IN_PROGRESS while running; otherwise the request's final status (the handle is released). */
