@@ -1,6 +1,9 @@
 #include "daemon/transport/ucx/ucx_transport.h"
 
+#include <ucs/config/global_opts.h>
+
 #include <chrono>
+#include <cstdlib>
 
 namespace syncd {
 namespace {
@@ -33,6 +36,9 @@ Status UcxError(const std::string& what, ucs_status_t st) {
 }  // namespace
 
 StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint32_t size, UcxOptions options) {
+  // When a job's daemons stop, messages of a last cycle may still be on their way; UCX warns
+  // about each one. Keep its log to errors unless the user chose a level.
+  if (getenv("UCX_LOG_LEVEL") == nullptr) ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_ERROR;
   std::unique_ptr<UcxTransport> t(new UcxTransport(rank, size));
   t->options_ = options;
   ucp_config_t* config = nullptr;
