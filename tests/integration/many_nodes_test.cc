@@ -195,44 +195,55 @@ TEST(ManyNodesErrors, DisagreementInsideOneNodeReachesEveryNode) {
   ExpectAllSucceeded(st);
 }
 
-TEST(ManyNodesErrors, KilledPeerDaemonFailsEveryClientNamingTheNodeWithinFiveSeconds) {
+// The victim is the coordinator (node 0, which also served the rendezvous) or another node.
+class KilledPeer : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledPeer, EveryClientFailsNamingTheNodeWithinFiveSeconds) {
+  const int victim = GetParam();
   Cluster cluster(3, 1, {"--cores", "none", "--log-level", "error"});
   auto* t_kill = static_cast<std::atomic<double>*>(
       mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   t_kill->store(0);
-  const std::string dir0 = cluster.node(0).run_dir(), dir1 = cluster.node(1).run_dir();
+  NextJob();
+  std::vector<int> survivors_nodes;
+  for (int node = 0; node < 3; ++node)
+    if (node != victim) survivors_nodes.push_back(node);
   std::vector<pid_t> survivors;
-  for (int r : {0, 1}) {
-    survivors.push_back(Spawn([&, r] {
-      syncd_client* c = AttachAs(r == 0 ? dir0 : dir1, r, 3, 0, 1);
+  for (int node : survivors_nodes) {
+    const std::string dir = cluster.node(node).run_dir();
+    survivors.push_back(Spawn([&, node, dir] {
+      syncd_client* c = AttachAs(dir, node, 3, 0, 1);
       CHILD_CHECK(c != nullptr, "attach");
       int32_t v = 1;
-      const int rc = Allreduce(c, "never", &v, SYNCD_INT32, 1, SYNCD_SUM);  // rank 2 never submits
+      const int rc = Allreduce(c, "never", &v, SYNCD_INT32, 1, SYNCD_SUM);  // the victim's rank never submits
       const double delay = NowS() - t_kill->load();
-      CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "rank %d: %s: %s", r, syncd_status_name(rc), syncd_last_error());
-      CHILD_CHECK(Contains(syncd_last_error(), "node 2"), "rank %d: %s", r, syncd_last_error());
-      CHILD_CHECK(delay < 5.0, "rank %d: error %.2f s after the kill", r, delay);
+      CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "rank %d: %s: %s", node, syncd_status_name(rc), syncd_last_error());
+      CHILD_CHECK(Contains(syncd_last_error(), "node " + std::to_string(victim)), "rank %d: %s", node, syncd_last_error());
+      CHILD_CHECK(delay < 5.0, "rank %d: error %.2f s after the kill", node, delay);
       syncd_shutdown(c);
       return 0;
     }));
   }
   usleep(500'000);
   t_kill->store(NowS());
-  cluster.node(2).Kill(SIGKILL);
+  cluster.node(victim).Kill(SIGKILL);
   for (pid_t p : survivors) {
     const int s = WaitChild(p, 20'000);
     EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
   }
   // The survivors stay inspectable and say what happened, then exit cleanly when told.
-  const std::string json = cluster.node(0).StatusJson();
-  EXPECT_TRUE(Contains(json, "node 2")) << json;
-  for (int i : {0, 1}) {
-    cluster.node(i).Kill(SIGTERM);
-    const int s = cluster.node(i).Wait(10'000);
-    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "node " << i << " status " << s;
+  for (int node : survivors_nodes) {
+    const std::string json = cluster.node(node).StatusJson();
+    EXPECT_TRUE(Contains(json, "node " + std::to_string(victim))) << json;
+    cluster.node(node).Kill(SIGTERM);
+    const int s = cluster.node(node).Wait(10'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "node " << node << " status " << s;
   }
   munmap(t_kill, 4096);
 }
+
+INSTANTIATE_TEST_SUITE_P(ManyNodesErrors, KilledPeer, ::testing::Values(0, 2),
+                         [](const auto& info) { return "node" + std::to_string(info.param); });
 
 TEST(ManyNodesRendezvous, WrongTokenDuplicateRankAndMissingNodesAreNamed) {
   const std::string rv = "127.0.0.1:" + std::to_string(FreePort());
