@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "daemon/transport/host_collectives.h"
@@ -182,6 +183,7 @@ std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>&
         a.ready.assign(n, false);
         a.metas.resize(n);
         a.errors.resize(n);
+        a.first_ns = abi::MonotonicNs();
       }
       if (a.ready[node]) continue;
       a.ready[node] = true;
@@ -230,6 +232,19 @@ std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>&
     coord_.erase(name);
   }
   return responses;
+}
+
+std::vector<Negotiator::NodeStall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
+  std::vector<NodeStall> out;
+  for (const auto& [name, a] : coord_) {
+    if (now_ns - a.first_ns < min_age_ns) continue;
+    NodeStall s{name, now_ns - a.first_ns, {}};
+    for (uint32_t node = 0; node < a.ready.size(); ++node)
+      if (!a.ready[node]) s.missing_nodes.push_back(node);
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const NodeStall& a, const NodeStall& b) { return a.waiting_ns > b.waiting_ns; });
+  return out;
 }
 
 void Negotiator::TakeAndFail(const std::string& name, const Status& st) {

@@ -77,6 +77,15 @@ class Negotiator {
   size_t pending() const { return pending_.size(); }
   const NegotiationStats& stats() const { return stats_; }
 
+  // Coordinator (node 0) only: names some nodes announced at least `min_age_ns` ago and others
+  // not yet, with the nodes still missing. Empty elsewhere.
+  struct NodeStall {
+    std::string name;
+    uint64_t waiting_ns;
+    std::vector<uint32_t> missing_nodes;
+  };
+  std::vector<NodeStall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
+
  private:
   struct Pending {
     ReadyTensor tensor;
@@ -101,6 +110,7 @@ class Negotiator {
     std::vector<TensorMeta> metas;
     std::vector<std::string> errors;
     uint32_t count = 0;
+    uint64_t first_ns = 0;
   };
   std::unordered_map<std::string, Announcement> coord_;
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -367,17 +368,35 @@ void Engine::FlushClients() {
   for (auto& [id, c] : clients_) c.info->segment.Flush();
 }
 
+std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns) const {
+  const uint64_t threshold = uint64_t(config_.stall_warning_s) * 1'000'000'000ull;
+  std::vector<StallSnapshot> out;
+  for (const TensorTable::Stall& st : table_.Stalled(now_ns, threshold)) {
+    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
+    for (uint32_t lr : st.missing_local_ranks) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
+    out.push_back(std::move(ss));
+  }
+  if (negotiator_)
+    for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, threshold)) {
+      StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
+      for (uint32_t node : st.missing_nodes)
+        for (uint32_t lr = 0; lr < local_size_; ++lr) ss.missing_ranks.push_back(node * local_size_ + lr);
+      out.push_back(std::move(ss));
+    }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
+  return out;
+}
+
 void Engine::WarnAboutStalls(uint64_t now_ns) {
   last_stall_check_ns_ = now_ns;
-  const uint64_t threshold = uint64_t(config_.stall_warning_s) * 1'000'000'000ull;
+  const double period_s = double(config_.stall_warning_s);
   // Repeat the warning once per threshold period, as Horovod's stall inspector does.
-  for (const TensorTable::Stall& s : table_.Stalled(now_ns, threshold)) {
-    if ((s.waiting_ns - threshold) % threshold >= kStallCheckPeriodNs) continue;
+  for (const StallSnapshot& s : Stalls(now_ns)) {
+    if (std::fmod(s.waiting_s - period_s, period_s) >= double(kStallCheckPeriodNs) / 1e9) continue;
     std::string missing;
-    for (uint32_t lr : s.missing_local_ranks)
-      missing += (missing.empty() ? "" : ",") + std::to_string(config_.node_rank * local_size_ + lr);
+    for (uint32_t r : s.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(r);
     spdlog::warn("stall: tensor '{}' has waited {:.0f} s for ranks {} (the other ranks submitted it)", s.name,
-                 double(s.waiting_ns) / 1e9, missing);
+                 s.waiting_s, missing);
   }
 }
 
@@ -429,13 +448,8 @@ void Engine::PublishSnapshot() {
   s->pending_tensors = table_.pending();
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
-  for (const TensorTable::Stall& st :
-       table_.Stalled(abi::MonotonicNs(), uint64_t(config_.stall_warning_s) * 1'000'000'000ull)) {
-    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
-    for (uint32_t lr : st.missing_local_ranks) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
-    s->stalls.push_back(std::move(ss));
-    if (s->stalls.size() == 32) break;
-  }
+  s->stalls = Stalls(abi::MonotonicNs());
+  if (s->stalls.size() > 32) s->stalls.resize(32);
   if (negotiator_) {
     const NegotiationStats& n = negotiator_->stats();
     s->coordinated = true;

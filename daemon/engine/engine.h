@@ -97,7 +97,10 @@ class Engine {
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   void PublishSnapshot();
-  // Logs tensors that some ranks submitted and others have not for longer than the threshold.
+  // Tensors that some ranks submitted and others have not for longer than the threshold: this
+  // node's ranks, and (on node 0) whole nodes the coordinator still waits for.
+  std::vector<StallSnapshot> Stalls(uint64_t now_ns) const;
+  // Logs them (once per threshold period).
   void WarnAboutStalls(uint64_t now_ns);
 
   const Config config_;
