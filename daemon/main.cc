@@ -66,7 +66,10 @@ int Serve(const Config& config) {
   std::unique_ptr<RendezvousService> rendezvous;
   std::unique_ptr<grpc::Server> rendezvous_server;
   if (config.nodes > 1) {
-    auto t = UcxTransport::Create(config.node_rank, config.nodes, UcxOptions{config.ucx_peer_errors});
+    UcxOptions ucx;
+    ucx.detect_peer_failure = config.ucx_peer_errors != "off";
+    ucx.peer_errors_everywhere = config.ucx_peer_errors == "on";
+    auto t = UcxTransport::Create(config.node_rank, config.nodes, ucx);
     if (!t.ok()) return fail(t.status());
     transport = std::move(t.value());
     const auto timeout = std::chrono::seconds(config.join_timeout_s);
@@ -91,8 +94,15 @@ int Serve(const Config& config) {
     spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
     auto table = JoinJob(config.rendezvous, join, timeout);
     if (!table.ok()) return fail(table.status());
-    if (Status st = transport->Connect(table->ucx_addresses); !st.ok()) return fail(st);
-    spdlog::info("connected to {} peer daemons", config.nodes - 1);
+    std::vector<int32_t> same_host_pids(config.nodes, 0);
+    for (uint32_t n = 0; n < config.nodes; ++n)
+      if (n != config.node_rank && n < table->hostnames.size() && table->hostnames[n] == host && n < table->pids.size())
+        same_host_pids[n] = table->pids[n];
+    if (Status st = transport->Connect(table->ucx_addresses, same_host_pids); !st.ok()) return fail(st);
+    std::string how;
+    for (uint32_t n = 0; n < config.nodes; ++n)
+      if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + transport->failure_detection(n) + ";";
+    spdlog::info("connected to {} peer daemons (failure detection:{})", config.nodes - 1, how);
   }
   Engine engine(config, &*node_page, config.local_size,
                 [&attach](uint32_t client_id) { attach.KickClient(client_id); }, std::move(transport));

@@ -124,11 +124,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        }},
       {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
        Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
-      {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "on",
-       "on: UCX reports lost peers (it then uses TCP even between daemons of one host); off: allows shared memory",
+      {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "auto",
+       "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
        [](Config& c, const std::string& t) -> Status {
-         if (t != "on" && t != "off") return InvalidArgument("ucx-peer-errors: expected on or off, got '" + t + "'");
-         c.ucx_peer_errors = t == "on";
+         if (t != "auto" && t != "on" && t != "off")
+           return InvalidArgument("ucx-peer-errors: expected auto, on or off, got '" + t + "'");
+         c.ucx_peer_errors = t;
          return Status::Ok();
        }},
       {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",

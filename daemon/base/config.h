@@ -33,7 +33,7 @@ struct Config {
   std::string cycle_start;    // "timer" (Horovod) or "work"
   uint32_t cache_capacity = 0;
   std::string coord;
-  bool ucx_peer_errors = true;
+  std::string ucx_peer_errors;  // "auto", "on" or "off"
   uint32_t stall_warning_s = 0;  // warn about names some ranks submitted and others not, after this long  // UCX reports lost peers (forces TCP between daemons of one host)
 };
 

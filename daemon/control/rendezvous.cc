@@ -22,7 +22,8 @@ RendezvousService::RendezvousService(std::string job_token, uint32_t nodes, uint
       deadline_(std::chrono::steady_clock::now() + timeout),
       joined_(nodes, false),
       addresses_(nodes),
-      hostnames_(nodes) {}
+      hostnames_(nodes),
+      pids_(nodes, 0) {}
 
 grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::JoinRequest* req,
                                      control::JoinReply* reply) {
@@ -50,6 +51,7 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
   joined_[req->node_rank()] = true;
   addresses_[req->node_rank()] = req->ucx_address();
   hostnames_[req->node_rank()] = req->hostname();
+  pids_[req->node_rank()] = req->pid();
   if (++count_ == nodes_) all_joined_.notify_all();
   spdlog::info("rendezvous: {} joined ({} of {})", who, count_, nodes_);
   if (!all_joined_.wait_until(lock, deadline_, [&] { return count_ == nodes_ || ctx->IsCancelled(); }) ||
@@ -60,6 +62,7 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
   for (uint32_t i = 0; i < nodes_; ++i) {
     reply->add_ucx_addresses(addresses_[i]);
     reply->add_hostnames(hostnames_[i]);
+    reply->add_pids(pids_[i]);
   }
   return grpc::Status::OK;
 }
@@ -86,6 +89,7 @@ StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinReq
   JobTable table;
   table.ucx_addresses.assign(reply.ucx_addresses().begin(), reply.ucx_addresses().end());
   table.hostnames.assign(reply.hostnames().begin(), reply.hostnames().end());
+  table.pids.assign(reply.pids().begin(), reply.pids().end());
   return table;
 }
 

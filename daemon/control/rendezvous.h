@@ -35,12 +35,14 @@ class RendezvousService final : public control::Rendezvous::Service {
   std::vector<bool> joined_;                 // GUARDED_BY(mu_)
   std::vector<std::string> addresses_;       // GUARDED_BY(mu_)
   std::vector<std::string> hostnames_;       // GUARDED_BY(mu_)
+  std::vector<int32_t> pids_;                // GUARDED_BY(mu_)
   uint32_t count_ = 0;                       // GUARDED_BY(mu_)
 };
 
 struct JobTable {
   std::vector<std::string> ucx_addresses;  // by node rank
   std::vector<std::string> hostnames;
+  std::vector<int32_t> pids;
 };
 
 // Joins the job at `rendezvous` (HOST:PORT), retrying while node 0 is not up yet, until `timeout`.

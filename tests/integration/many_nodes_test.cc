@@ -221,12 +221,18 @@ TEST(ManyNodesErrors, DisagreementInsideOneNodeReachesEveryNode) {
   ExpectAllSucceeded(st);
 }
 
-// The victim is the coordinator (node 0, which also served the rendezvous) or another node.
-class KilledPeer : public ::testing::TestWithParam<int> {};
+// The victim is the coordinator (node 0, which also served the rendezvous) or another node; the
+// loss is noticed through pidfds (same host, the default) or UCX's endpoint error handling.
+struct KillCase {
+  int victim;
+  const char* detection;  // --ucx-peer-errors
+};
+void PrintTo(const KillCase& k, std::ostream* os) { *os << "node" << k.victim << "_" << k.detection; }
+class KilledPeer : public ::testing::TestWithParam<KillCase> {};
 
 TEST_P(KilledPeer, EveryClientFailsNamingTheNodeWithinFiveSeconds) {
-  const int victim = GetParam();
-  Cluster cluster(3, 1, {"--cores", "none", "--log-level", "error"});
+  const int victim = GetParam().victim;
+  Cluster cluster(3, 1, {"--cores", "none", "--log-level", "error", "--ucx-peer-errors", GetParam().detection});
   auto* t_kill = static_cast<std::atomic<double>*>(
       mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   t_kill->store(0);
@@ -268,8 +274,11 @@ TEST_P(KilledPeer, EveryClientFailsNamingTheNodeWithinFiveSeconds) {
   munmap(t_kill, 4096);
 }
 
-INSTANTIATE_TEST_SUITE_P(ManyNodesErrors, KilledPeer, ::testing::Values(0, 2),
-                         [](const auto& info) { return "node" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(ManyNodesErrors, KilledPeer,
+                         ::testing::Values(KillCase{0, "auto"}, KillCase{2, "auto"}, KillCase{2, "on"}),
+                         [](const auto& info) {
+                           return "node" + std::to_string(info.param.victim) + "_" + info.param.detection;
+                         });
 
 TEST(ManyNodesRendezvous, WrongTokenDuplicateRankAndMissingNodesAreNamed) {
   const std::string rv = "127.0.0.1:" + std::to_string(FreePort());

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "proto/doorbell.h"
+
 namespace syncd {
 namespace {
 
@@ -26,7 +28,7 @@ void RecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* inf
 
 void PeerError(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* p = static_cast<UcxTransport::PeerContext*>(arg);
-  p->owner->OnPeerError(p->peer, status);
+  p->owner->OnPeerError(p->peer, ucs_status_string(status));
 }
 
 Status UcxError(const std::string& what, ucs_status_t st) {
@@ -65,19 +67,26 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint
   return t;
 }
 
-Status UcxTransport::Connect(const std::vector<std::string>& addresses) {
+Status UcxTransport::Connect(const std::vector<std::string>& addresses, const std::vector<int32_t>& same_host_pids) {
   if (addresses.size() != size_)
     return InvalidArgument("UCX connect: " + std::to_string(addresses.size()) + " addresses for " +
                            std::to_string(size_) + " nodes");
   eps_.assign(size_, nullptr);
+  detection_.assign(size_, 0);
   for (uint32_t p = 0; p < size_; ++p) {
     if (p == rank_) continue;
+    // A daemon on this host that we can watch directly does not need UCX's error handling,
+    // which would rule out shared memory.
+    const bool watched = options_.detect_peer_failure && !options_.peer_errors_everywhere &&
+                         p < same_host_pids.size() && watch_.Watch(p, same_host_pids[p]);
+    const bool ucx_errors = options_.detect_peer_failure && !watched;
+    detection_[p] = watched ? 2 : ucx_errors ? 1 : 0;
     peer_contexts_.push_back(std::make_unique<PeerContext>(PeerContext{this, p}));
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
-    ep.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_mode = ucx_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = PeerError;
     ep.err_handler.arg = peer_contexts_.back().get();
     ucs_status_t st = ucp_ep_create(worker_, &ep, &eps_[p]);
@@ -130,12 +139,15 @@ UcxTransport::~UcxTransport() {
   if (context_ != nullptr) ucp_cleanup(context_);
 }
 
-void UcxTransport::OnPeerError(uint32_t peer, ucs_status_t status) {
+void UcxTransport::OnPeerError(uint32_t peer, const std::string& why) {
   if (peer_lost_[peer]) return;
   peer_lost_[peer] = true;
-  if (!peer_failure_)
-    peer_failure_ = Status(SYNCD_ERR_RANK_LOST, "lost node " + std::to_string(peer) + " (" +
-                                                    ucs_status_string(status) + ")");
+  if (!peer_failure_) peer_failure_ = Status(SYNCD_ERR_RANK_LOST, "lost node " + std::to_string(peer) + " (" + why + ")");
+}
+
+const char* UcxTransport::failure_detection(uint32_t peer) const {
+  if (peer >= detection_.size()) return "none";
+  return detection_[peer] == 2 ? "pidfd" : detection_[peer] == 1 ? "ucx" : "none";
 }
 
 std::pair<CommHandle, UcxTransport::Slot*> UcxTransport::NewSlot(bool is_recv, uint32_t peer, size_t bytes) {
@@ -242,7 +254,17 @@ CommHandle UcxTransport::Recv(uint32_t peer, uint64_t tag, void* data, size_t by
   return h;
 }
 
-bool UcxTransport::Progress() { return ucp_worker_progress(worker_) > 0; }
+bool UcxTransport::Progress() {
+  const bool did = ucp_worker_progress(worker_) > 0;
+  // Same-host peers watched through pidfds: look at most once a millisecond (a poll(2) call).
+  const uint64_t now = abi::MonotonicNs();
+  if (now >= next_watch_check_ns_) {
+    next_watch_check_ns_ = now + 1'000'000;
+    if (std::optional<uint32_t> dead = watch_.Exited(); dead && !peer_lost_[*dead])
+      OnPeerError(*dead, "its daemon, pid " + std::to_string(watch_.pid_of(*dead)) + ", exited");
+  }
+  return did;
+}
 
 CommState UcxTransport::Test(CommHandle h, Status* error) {
   Slot* s = Lookup(h);

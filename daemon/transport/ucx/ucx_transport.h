@@ -14,15 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "daemon/transport/process_watch.h"
 #include "daemon/transport/transport.h"
 
 namespace syncd {
 
 struct UcxOptions {
   // Ask UCX to report lost peers (UCP_ERR_HANDLING_MODE_PEER). UCX 1.13's shared-memory
-  // transports cannot do that, so with it on UCX uses TCP even between daemons of one host;
-  // with it off shm works, and a lost peer shows only as operations that never finish.
+  // transports cannot do that, so an endpoint with it uses TCP even to a daemon on this host.
+  // Same-host peers passed to Connect() with their pids are watched through pidfds instead and
+  // get endpoints without it (shared memory) unless `peer_errors_everywhere`.
   bool detect_peer_failure = true;
+  bool peer_errors_everywhere = false;
 };
 
 class UcxTransport final : public Transport {
@@ -32,8 +35,11 @@ class UcxTransport final : public Transport {
 
   // This worker's address, to publish to the other nodes.
   const std::string& address() const { return address_; }
-  // `addresses[r]` is node r's worker address (this node's entry is ignored).
-  Status Connect(const std::vector<std::string>& addresses);
+  // `addresses[r]` is node r's worker address (this node's entry is ignored). `same_host_pids[r]`
+  // is node r's daemon pid when it runs on this host, else 0 (an empty vector: none known).
+  Status Connect(const std::vector<std::string>& addresses, const std::vector<int32_t>& same_host_pids = {});
+  // How node `peer`'s failures are detected: "ucx" (endpoint error handling), "pidfd", or "none".
+  const char* failure_detection(uint32_t peer) const;
 
   // Graceful shutdown in two steps, so that several transports (or a job's daemons) can close
   // their endpoints together: StartClose() once, then CloseDone() until it returns true.
@@ -68,7 +74,7 @@ class UcxTransport final : public Transport {
     UcxTransport* owner;
     uint32_t peer;
   };
-  void OnPeerError(uint32_t peer, ucs_status_t status);
+  void OnPeerError(uint32_t peer, const std::string& why);
   void Finish(Slot* s, ucs_status_t status, size_t received);
 
  private:
@@ -86,6 +92,9 @@ class UcxTransport final : public Transport {
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerContext>> peer_contexts_;
   std::vector<bool> peer_lost_;
+  std::vector<uint8_t> detection_;  // per peer: 0 none, 1 ucx, 2 pidfd
+  ProcessWatch watch_;
+  uint64_t next_watch_check_ns_ = 0;
   std::optional<Status> peer_failure_;
   bool closing_started_ = false;
   std::vector<void*> closing_;

@@ -1,0 +1,43 @@
+// Watches the daemons of this job that run on the same host through pidfds: a process that
+// dies makes its pidfd readable at once. This lets same-host peers use UCX's shared-memory
+// transports, which cannot report a lost peer themselves.
+//
+// Only peers that really are this program are watched: the pid must be alive, in our pid
+// namespace, and its /proc/<pid>/exe must be our own executable. Engine thread only.
+#ifndef SYNCD_DAEMON_TRANSPORT_PROCESS_WATCH_H_
+#define SYNCD_DAEMON_TRANSPORT_PROCESS_WATCH_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace syncd {
+
+class ProcessWatch {
+ public:
+  ProcessWatch() = default;
+  ~ProcessWatch();
+  ProcessWatch(const ProcessWatch&) = delete;
+  ProcessWatch& operator=(const ProcessWatch&) = delete;
+
+  // Starts watching `pid` as node `node`; false when it cannot be watched (not on this host,
+  // not our program, no pidfd support): use the transport's own failure detection then.
+  bool Watch(uint32_t node, pid_t pid);
+  // A watched node whose process has exited, if any (does not block).
+  std::optional<uint32_t> Exited();
+  pid_t pid_of(uint32_t node) const;
+
+ private:
+  struct Entry {
+    uint32_t node;
+    pid_t pid;
+    int fd;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_TRANSPORT_PROCESS_WATCH_H_
