@@ -11,13 +11,20 @@
 namespace syncd {
 namespace {
 
+// The compiler's own _Float16 is the reference where it exists (GCC 12 on x86-64; clang from 15).
+#if defined(__FLT16_MANT_DIG__)
+#define SYNCD_HAVE_FLOAT16 1
 uint16_t Bits(_Float16 h) {
   uint16_t b;
   memcpy(&b, &h, 2);
   return b;
 }
+#endif
 
 TEST(HalfConversion, HalfToFloatMatchesTheCompilerForAllBitPatterns) {
+#ifndef SYNCD_HAVE_FLOAT16
+  GTEST_SKIP() << "this compiler has no _Float16 to compare with";
+#else
   for (uint32_t b = 0; b < 65536; ++b) {
     _Float16 h;
     const uint16_t bits = uint16_t(b);
@@ -30,9 +37,13 @@ TEST(HalfConversion, HalfToFloatMatchesTheCompilerForAllBitPatterns) {
       ASSERT_EQ(got, want) << "bits " << b;
     }
   }
+#endif
 }
 
 TEST(HalfConversion, FloatToHalfRoundsToNearestEvenLikeTheCompiler) {
+#ifndef SYNCD_HAVE_FLOAT16
+  GTEST_SKIP() << "this compiler has no _Float16 to compare with";
+#else
   std::mt19937 rng(1);
   std::uniform_int_distribution<uint32_t> any;
   for (int i = 0; i < 2'000'000; ++i) {
@@ -45,6 +56,18 @@ TEST(HalfConversion, FloatToHalfRoundsToNearestEvenLikeTheCompiler) {
   // Ties and the subnormal/normal boundary.
   for (float f : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, 5.9604645e-8f, 2.9802322e-8f, 6.1035156e-5f, 1.00048828125f})
     EXPECT_EQ(FloatToHalf(f), Bits(_Float16(f))) << f;
+#endif
+}
+
+TEST(HalfConversion, KnownValuesWithoutACompilerReference) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);                  // overflow to infinity
+  EXPECT_EQ(FloatToHalf(5.9604645e-8f), 0x0001);         // smallest subnormal
+  EXPECT_EQ(FloatToHalf(1.00048828125f), 0x3c00);        // tie rounds to even
+  EXPECT_EQ(HalfToFloat(0x3555), 0.333251953125f);
+  EXPECT_EQ(HalfToFloat(0x0001), 5.9604645e-8f);
 }
 
 TEST(Bfloat16Conversion, RoundTripAndRounding) {
