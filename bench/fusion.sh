@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Tensor fusion on a real gradient set: torchvision ResNet-101's 314 parameter gradients
 # allreduced once per step through syncd, fusion threshold 64 MiB vs 0, in the same run.
-#   bench/fusion.sh [--nodes 2] [--ranks 4] [--steps 10] [--depth 101] [--build build] [--syncd-arg=...]
+# Fused and unfused runs alternate --repeats times (machine noise hits both alike); the report
+# gives the median of the per-run median step times and their spread.
+#   bench/fusion.sh [--nodes 2] [--ranks 4] [--steps 10] [--repeats 3] [--depth 101] [--build build]
+#                   [--syncd-arg=...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nodes=2 ranks=4 steps=10 depth=101 build="$here/../build" extra=()
+nodes=2 ranks=4 steps=10 repeats=3 depth=101 build="$here/../build" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
     --depth) depth=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --syncd-arg=*) extra+=("$1"); shift ;;
@@ -22,14 +26,22 @@ run() {  # $1 = fusion threshold
     "$build/bin/syncd-bench" resnet --depth "$depth" --steps "$steps" --json --label "fusion-threshold=$1" 2>/dev/null |
     grep '^{'
 }
-fused=$(run 64M)
-unfused=$(run 0)
-/usr/bin/python3 - "$fused" "$unfused" <<'PY'
-import json, sys
-f, u = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(f"# {f['model']} gradients: {f['tensors']} tensors, {f['bytes'] / 2**20:.1f} MiB, {f['ranks']} ranks on {f['nodes']} nodes")
-print(f"  fusion threshold 64 MiB: {f['step_ms']:9.2f} ms per step")
-print(f"  fusion threshold 0     : {u['step_ms']:9.2f} ms per step")
-print(f"  fused step is {u['step_ms'] / f['step_ms']:.2f}x faster")
-print(json.dumps({"bench": "fusion", "fused": f, "unfused": u, "speedup": round(u["step_ms"] / f["step_ms"], 3)}))
+results=()
+for _ in $(seq "$repeats"); do
+  results+=("$(run 64M)" "$(run 0)")
+done
+/usr/bin/python3 - "${results[@]}" <<'PY'
+import json, statistics, sys
+runs = [json.loads(a) for a in sys.argv[1:]]
+fused = [r["step_ms"] for r in runs if r["label"].endswith("=64M")]
+unfused = [r["step_ms"] for r in runs if r["label"].endswith("=0")]
+head = runs[0]
+f, u = statistics.median(fused), statistics.median(unfused)
+print(f"# {head['model']} gradients: {head['tensors']} tensors, {head['bytes'] / 2**20:.1f} MiB, "
+      f"{head['ranks']} ranks on {head['nodes']} nodes, {len(fused)} runs each, alternating")
+print(f"  fusion threshold 64 MiB: {f:9.2f} ms per step (runs: {min(fused):.1f} .. {max(fused):.1f})")
+print(f"  fusion threshold 0     : {u:9.2f} ms per step (runs: {min(unfused):.1f} .. {max(unfused):.1f})")
+print(f"  fused step is {u / f:.2f}x faster")
+print(json.dumps({"bench": "fusion", "model": head["model"], "fused_ms": fused, "unfused_ms": unfused,
+                  "fused_median_ms": f, "unfused_median_ms": u, "speedup": round(u / f, 3)}))
 PY

@@ -36,16 +36,18 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
         members.push_back(&ready[i]);
         bytes += ready[i].first().bytes;
       }
-      if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
       // Pipeline in segments: while segment k is on the wire, k+1 is reduced locally and k-1 is
-      // scattered back, so the working set stays in cache and CPU and network overlap.
+      // scattered back. The stages cycle through kPipelineDepth segment slots, so the working
+      // set stays in cache however large the fused group is.
       const size_t esize = abi::DtypeSize(f.dtype);
       const size_t count = bytes / esize;
       const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
-      char* buffer = fusion_buffer_.data();
+      const size_t slot_bytes = seg * esize;
+      if (fusion_buffer_.size() < slot_bytes * kPipelineDepth) fusion_buffer_.resize(slot_bytes * kPipelineDepth);
       struct Stage {
         CommTask task;
         size_t begin, end;
+        char* slot;
       };
       std::deque<Stage> inflight;
       AllreduceOptions opts;
@@ -55,17 +57,19 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
       while (next < count || !inflight.empty()) {
         while (next < count && inflight.size() < kPipelineDepth) {
           const size_t end = std::min(count, next + seg);
-          executor_.ReduceRange(members, next, end, buffer);
-          inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment++ % 4096), buffer + next * esize, end - next, f.dtype,
+          char* slot = fusion_buffer_.data() + (segment % kPipelineDepth) * slot_bytes;
+          executor_.ReduceRange(members, next, end, slot);
+          inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment % 4096), slot, end - next, f.dtype,
                                              f.op, opts),
-                                   next, end});
+                                   next, end, slot});
+          ++segment;
           next = end;
         }
         std::vector<CommTask*> stages;
         for (Stage& s : inflight) stages.push_back(&s.task);
         Status st = co_await AwaitFirst(std::move(stages));
         if (!st.ok()) co_return st;
-        executor_.ScatterRange(members, inflight.front().begin, inflight.front().end, buffer);
+        executor_.ScatterRange(members, inflight.front().begin, inflight.front().end, inflight.front().slot);
         inflight.pop_front();
       }
     } else if (f.kind == abi::OpKind::kBroadcast) {

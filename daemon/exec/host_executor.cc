@@ -56,7 +56,7 @@ void HostExecutor::ForEachPiece(const std::vector<const ReadyTensor*>& group, si
   }
 }
 
-void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* buffer) {
+void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, head.op == SYNCD_AVERAGE ? SYNCD_SUM : head.op, head.prescale, 1.0, 1};
   const size_t esize = abi::DtypeSize(head.dtype);
@@ -66,14 +66,14 @@ void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, siz
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
       for (size_t r = 0; r < n; ++r) in[r] = t.requests[r].data + (first + off) * esize;
-      void* out[1] = {buffer + (pos + off) * esize};
+      void* out[1] = {segment + (pos - begin + off) * esize};
       ReduceChunk(spec, in.data(), n, out, 1, m);
     }
   });
 }
 
 void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end,
-                                const char* buffer) {
+                                const char* segment) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? world_size_ : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
@@ -83,23 +83,10 @@ void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, si
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
       for (size_t r = 0; r < n; ++r) out[r] = t.requests[r].data + (first + off) * esize;
-      const void* in[1] = {buffer + (pos + off) * esize};
+      const void* in[1] = {segment + (pos - begin + off) * esize};
       ReduceChunk(spec, in, 1, out.data(), n, m);
     }
   });
-}
-
-size_t HostExecutor::ReduceToBuffer(const std::vector<const ReadyTensor*>& group, char* buffer) {
-  size_t total = 0;
-  for (const ReadyTensor* t : group) total += t->first().bytes / abi::DtypeSize(t->first().dtype);
-  ReduceRange(group, 0, total, buffer);
-  return total;
-}
-
-void HostExecutor::ScatterFromBuffer(const std::vector<const ReadyTensor*>& group, const char* buffer) {
-  size_t total = 0;
-  for (const ReadyTensor* t : group) total += t->first().bytes / abi::DtypeSize(t->first().dtype);
-  ScatterRange(group, 0, total, buffer);
 }
 
 void HostExecutor::ScatterBroadcast(const ReadyTensor& t, const char* buffer) {

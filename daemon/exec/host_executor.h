@@ -20,16 +20,12 @@ class HostExecutor {
   // Copies the root's tensor into every other rank's. The root is a global rank on this node.
   void Broadcast(const ReadyTensor& t);
 
-  // Hierarchical allreduce, around the inter-node step:
-  // ReduceToBuffer writes op(prescale * rank tensors) of every member back to back into `buffer`
-  // (AVERAGE reduces as SUM); ScatterFromBuffer writes postscale * buffer / divisor into every
-  // local rank's tensor. Returns / takes the element count.
-  size_t ReduceToBuffer(const std::vector<const ReadyTensor*>& group, char* buffer);
-  void ScatterFromBuffer(const std::vector<const ReadyTensor*>& group, const char* buffer);
-  // The same for elements [begin, end) of the group's concatenation (a pipeline segment);
-  // `buffer` is the whole group's buffer.
-  void ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* buffer);
-  void ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, const char* buffer);
+  // Hierarchical allreduce, around the inter-node step, one pipeline segment at a time: elements
+  // [begin, end) of the group's concatenation, held in `segment` (element `begin` at segment[0]).
+  // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM); ScatterRange writes
+  // postscale * segment / divisor into every local rank's tensor.
+  void ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment);
+  void ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, const char* segment);
   // Copies `buffer` into every local rank's tensor except the root's.
   void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
 
