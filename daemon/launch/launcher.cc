@@ -20,6 +20,7 @@
 #include <map>
 
 #include "daemon/base/affinity.h"
+#include "daemon/base/net.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
@@ -54,21 +55,6 @@ void PrepareChild(const sigset_t& blocked) {
   execvp(args[0], args.data());
   fprintf(stderr, "syncrun: cannot run %s: %s\n", args[0], strerror(errno));
   _exit(127);
-}
-
-// A free TCP port on 127.0.0.1 for the rendezvous (bound and released; the daemon binds it next).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
 }
 
 std::string RandomToken() {
@@ -328,7 +314,7 @@ int Job::Run() {
     }
   }
   daemons_.resize(size_t(opts_.nodes));
-  rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
+  rendezvous_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   token_ = RandomToken();
   job_id_ = "0x" + token_.substr(0, 15);  // 60 random bits, never 0
   bool started = true;

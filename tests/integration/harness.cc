@@ -1,5 +1,7 @@
 #include "tests/integration/harness.h"
 
+#include "daemon/base/net.h"
+
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -100,7 +102,9 @@ Daemon::Daemon(int local_size, std::vector<std::string> args, bool wait_ready) {
     execv(a[0], a.data());
     _exit(127);
   }
-  if (wait_ready) EXPECT_TRUE(WaitReady(30'000)) << "syncd did not become ready in " << run_dir_;
+  if (wait_ready) {
+    EXPECT_TRUE(WaitReady(30'000)) << "syncd did not become ready in " << run_dir_;
+  }
 }
 
 bool Daemon::WaitReady(int timeout_ms) {
@@ -204,19 +208,7 @@ std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& 
 
 namespace syncd::testing {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
+int FreePort() { return FreeLoopbackPort(); }
 
 Cluster::Cluster(int nodes, int local_size, std::vector<std::string> args) : local_size_(local_size) {
   rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
