@@ -169,7 +169,7 @@ TEST(Errors, RankThatDetachesEarlyFailsPeersThatStillNeedIt) {
 
 TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
   Daemon d(3, {"--stall-warning-s", "1"});
-  const std::string cmd = BinDir() + "/syncctl --run-dir " + d.run_dir() + " status --json";
+  const std::string dir = d.run_dir();
   auto st = RunRanks(d.run_dir(), 3, [&](syncd_client* c, int rank, int) {
     int32_t v = 1;
     int64_t shape = 1;
@@ -179,11 +179,7 @@ TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     if (rank == 0) {
       usleep(1'600'000);
-      FILE* f = popen(cmd.c_str(), "r");
-      char buf[8192] = {};
-      const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-      pclose(f);
-      const std::string json(buf, n);
+      const std::string json = SyncctlStatusJson(dir);
       CHILD_CHECK(Contains(json, "\"stalls\":[{\"name\":\"slow.grad\"") && Contains(json, "\"missing_ranks\":[1]"),
                   "status while rank 1 lags: %s", json.c_str());
     }

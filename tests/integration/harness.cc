@@ -145,8 +145,10 @@ int Daemon::Wait(int timeout_ms) {
   return status;
 }
 
-std::string Daemon::StatusJson() const {
-  const std::string cmd = BinDir() + "/syncctl --run-dir " + run_dir_ + " status --json";
+std::string Daemon::StatusJson() const { return SyncctlStatusJson(run_dir_); }
+
+std::string SyncctlStatusJson(const std::string& run_dir) {
+  const std::string cmd = BinDir() + "/syncctl --run-dir " + run_dir + " status --json";
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) return "";
   std::string out;

@@ -98,6 +98,9 @@ bool Contains(const std::string& haystack, const std::string& needle);
 // Expects every status (as RunRanks returns them) to be a clean exit 0.
 void ExpectAllSucceeded(const std::vector<int>& statuses);
 
+// Output of `syncctl --run-dir <run_dir> status --json` ("" on failure). Usable from children.
+std::string SyncctlStatusJson(const std::string& run_dir);
+
 // A number field of `syncctl status --json` output (uint64 fields come quoted); UINT64_MAX if absent.
 uint64_t JsonNumber(const std::string& json, const std::string& key);
 

@@ -165,7 +165,7 @@ TEST(ManyNodesModes, UcxOverSharedMemoryGivesExactResults) {
 
 TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
   Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error", "--stall-warning-s", "1"});
-  const std::string cmd = BinDir() + "/syncctl --run-dir " + cluster.node(0).run_dir() + " status --json";
+  const std::string dir = cluster.node(0).run_dir();
   auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
     if (rank >= 2) usleep(2'500'000);  // node 1 lags as a whole
     int32_t v = 1;
@@ -175,11 +175,7 @@ TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     if (rank == 0) {
       usleep(1'700'000);
-      FILE* f = popen(cmd.c_str(), "r");
-      char buf[8192] = {};
-      const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-      pclose(f);
-      const std::string json(buf, n);
+      const std::string json = SyncctlStatusJson(dir);
       CHILD_CHECK(Contains(json, "\"name\":\"late.grad\"") && Contains(json, "\"missing_ranks\":[2,3]"),
                   "node 0's status while node 1 lags: %s", json.c_str());
     }
