@@ -1,5 +1,6 @@
 // syncd: one per node per job. Pins itself to its dedicated cores, serves clients over shared
 // memory and the control API over gRPC, and exits cleanly on SIGTERM/SIGINT.
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,6 +35,10 @@ Status PrepareRunDir(const std::string& dir) {
 }
 
 int Serve(const Config& config) {
+  // Collectives take scratch buffers of up to a pipeline segment per step: keep such memory in
+  // the heap instead of mapping, zero-filling and unmapping it on every step.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   SetupLogging(config.log_level, config.node_rank);
   umask(077);
   auto fail = [](const Status& st) {

@@ -73,19 +73,21 @@ void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, siz
 }
 
 void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end,
-                                const char* segment) {
+                                char* segment) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? world_size_ : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
-  const size_t n = group.front()->requests.size();
-  std::vector<void*> out(n);
-  ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
-    for (size_t off = 0; off < count; off += kReduceChunkElements) {
-      const size_t m = std::min(kReduceChunkElements, count - off);
-      for (size_t r = 0; r < n; ++r) out[r] = t.requests[r].data + (first + off) * esize;
-      const void* in[1] = {segment + (pos - begin + off) * esize};
-      ReduceChunk(spec, in, 1, out.data(), n, m);
+  // Finish the values once, in the segment (still in cache), then copy them out to each rank.
+  if (spec.postscale != 1.0 || spec.divisor != 1)
+    for (size_t off = 0; off < end - begin; off += kReduceChunkElements) {
+      const size_t m = std::min(kReduceChunkElements, end - begin - off);
+      const void* in[1] = {segment + off * esize};
+      void* out[1] = {segment + off * esize};
+      ReduceChunk(spec, in, 1, out, 1, m);
     }
+  ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
+    const char* from = segment + (pos - begin) * esize;
+    for (const Request& r : t.requests) CopyStreaming(r.data + first * esize, from, count * esize);
   });
 }
 

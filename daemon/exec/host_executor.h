@@ -22,10 +22,10 @@ class HostExecutor {
 
   // Hierarchical allreduce, around the inter-node step, one pipeline segment at a time: elements
   // [begin, end) of the group's concatenation, held in `segment` (element `begin` at segment[0]).
-  // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM); ScatterRange writes
-  // postscale * segment / divisor into every local rank's tensor.
+  // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM); ScatterRange scales
+  // the segment in place by postscale / divisor and copies it into every local rank's tensor.
   void ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment);
-  void ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, const char* segment);
+  void ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment);
   // Copies `buffer` into every local rank's tensor except the root's.
   void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
 

@@ -1,5 +1,9 @@
 #include "daemon/exec/reduce_kernels.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -115,11 +119,54 @@ A Scale(A v, double factor) {
   }
 }
 
+// The AVERAGE divisor and the postscale, in place on accumulated values.
+template <typename A>
+void Finish(const ReduceSpec& spec, A* acc, size_t count) {
+  if constexpr (std::is_integral_v<A>) {
+    if (spec.divisor > 1)
+      for (size_t k = 0; k < count; ++k) acc[k] = A(int64_t(acc[k]) / int64_t(spec.divisor));
+    if (spec.postscale != 1.0)
+      for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], spec.postscale);
+  } else {
+    const double factor = spec.postscale / double(spec.divisor);
+    if (factor != 1.0)
+      for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], factor);
+  }
+}
+
 template <typename T, syncd_reduce_op Op>
 void Kernel(const ReduceSpec& spec, const void* const* inputs, size_t n, void* out, size_t count) {
   using A = typename Acc<T>::type;
-  A acc[kReduceChunkElements];
   const bool prescaled = spec.prescale != 1.0;
+  T* o = static_cast<T*>(out);
+  if constexpr (std::is_same_v<A, T>) {
+    // No conversion: straight into the output, without staging in the accumulator. The output
+    // may be the first input, no other.
+    bool direct = !prescaled;
+    for (size_t i = 1; i < n && direct; ++i) direct = inputs[i] != out;
+    if (direct) {
+      auto combine = [](T a, T b) {
+        if constexpr (Op == SYNCD_SUM) return Add(a, b);
+        else if constexpr (Op == SYNCD_MIN) return std::min(a, b);
+        else if constexpr (Op == SYNCD_MAX) return std::max(a, b);
+        else return Mul(a, b);
+      };
+      const T* a = static_cast<const T*>(inputs[0]);
+      if (n == 1) {
+        if (a != o) memcpy(o, a, count * sizeof(T));
+      } else {
+        const T* b = static_cast<const T*>(inputs[1]);
+        for (size_t k = 0; k < count; ++k) o[k] = combine(a[k], b[k]);
+      }
+      for (size_t i = 2; i < n; ++i) {
+        const T* in = static_cast<const T*>(inputs[i]);
+        for (size_t k = 0; k < count; ++k) o[k] = combine(o[k], in[k]);
+      }
+      Finish(spec, o, count);
+      return;
+    }
+  }
+  A acc[kReduceChunkElements];
   const T* in0 = static_cast<const T*>(inputs[0]);
   for (size_t k = 0; k < count; ++k) acc[k] = prescaled ? Scale(Acc<T>::In(in0[k]), spec.prescale) : Acc<T>::In(in0[k]);
   for (size_t i = 1; i < n; ++i) {
@@ -142,17 +189,7 @@ void Kernel(const ReduceSpec& spec, const void* const* inputs, size_t n, void* o
       }
     }
   }
-  T* o = static_cast<T*>(out);
-  if constexpr (std::is_integral_v<A>) {
-    if (spec.divisor > 1)
-      for (size_t k = 0; k < count; ++k) acc[k] = A(int64_t(acc[k]) / int64_t(spec.divisor));
-    if (spec.postscale != 1.0)
-      for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], spec.postscale);
-  } else {
-    const double factor = spec.postscale / double(spec.divisor);
-    if (factor != 1.0)
-      for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], factor);
-  }
+  Finish(spec, acc, count);
   for (size_t k = 0; k < count; ++k) o[k] = Acc<T>::Out(acc[k]);
 }
 
@@ -169,6 +206,37 @@ void Dispatch(const ReduceSpec& spec, const void* const* inputs, size_t n, void*
 }
 
 }  // namespace
+
+void CopyStreaming(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  if (bytes < kStreamingCopyMinBytes) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  const size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;  // streaming stores need 16 B alignment
+  memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const size_t body = bytes / 64 * 64;
+  for (size_t i = 0; i < body; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  _mm_sfence();  // the completion that follows must not overtake these stores
+  memcpy(d + body, s + body, bytes - body);
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
 
 void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, void* const* outputs,
                  size_t n_outputs, size_t count) {

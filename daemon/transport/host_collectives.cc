@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "daemon/exec/reduce_kernels.h"
@@ -28,7 +29,7 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t
   const uint32_t n = t->size(), r = t->rank();
   if (n == 1 || bytes == 0) co_return Status::Ok();
   char* buf = static_cast<char*>(data);
-  std::vector<char> tmp(bytes);
+  std::unique_ptr<char[]> tmp(new char[bytes]);  // scratch: no zero fill
   uint32_t pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const uint32_t extra = n - pow2;
@@ -40,9 +41,9 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t
       if (!st.ok()) co_return st;
       vrank = -1;
     } else {
-      Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.data(), bytes));
+      Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.get(), bytes));
       if (!st.ok()) co_return st;
-      combine(buf, tmp.data(), bytes);
+      combine(buf, tmp.get(), bytes);
       vrank = r / 2;
     }
   } else {
@@ -52,9 +53,9 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t
     for (uint32_t mask = 1; mask < pow2; mask <<= 1) {
       const uint32_t vpeer = uint32_t(vrank) ^ mask;
       const uint32_t peer = vpeer < extra ? vpeer * 2 + 1 : vpeer + extra;
-      Status st = co_await Wait(t, t->Send(peer, tag, buf, bytes), t->Recv(peer, tag, tmp.data(), bytes));
+      Status st = co_await Wait(t, t->Send(peer, tag, buf, bytes), t->Recv(peer, tag, tmp.get(), bytes));
       if (!st.ok()) co_return st;
-      combine(buf, tmp.data(), bytes);
+      combine(buf, tmp.get(), bytes);
     }
   }
   // Unfold: the odd partners return the result.
@@ -145,15 +146,15 @@ CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syn
   // Chunk i covers elements [begin(i), begin(i+1)); the first count % n chunks get one extra.
   auto begin = [&](uint32_t i) { return i * (count / n) + std::min<size_t>(i, count % n); };
   auto len = [&](uint32_t i) { return begin(i + 1) - begin(i); };
-  std::vector<char> tmp((count / n + 1) * esize);
+  std::unique_ptr<char[]> tmp(new char[(count / n + 1) * esize]);  // scratch: no zero fill
   const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
   // Reduce-scatter: after n-1 steps node r holds the reduced chunk (r+1) % n.
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_chunk = (r + n - s) % n, recv_chunk = (r + 2 * n - s - 1) % n;
     Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize),
-                              t->Recv(left, tag, tmp.data(), len(recv_chunk) * esize));
+                              t->Recv(left, tag, tmp.get(), len(recv_chunk) * esize));
     if (!st.ok()) co_return st;
-    ReduceInto(dtype, op, buf + begin(recv_chunk) * esize, tmp.data(), len(recv_chunk));
+    ReduceInto(dtype, op, buf + begin(recv_chunk) * esize, tmp.get(), len(recv_chunk));
   }
   // Allgather: pass the reduced chunks around.
   for (uint32_t s = 0; s + 1 < n; ++s) {

@@ -152,5 +152,43 @@ TEST(ReduceChunk, FullChunkOfEveryDtypeAndOp) {
   }
 }
 
+// The executor's other shapes: a separate output (the local reduction into a pipeline segment),
+// the output aliasing only the first input (the ring's receive step), and an output aliasing a
+// later input, which must not read already overwritten values.
+TEST(ReduceChunk, OutputMayAliasAnyInput) {
+  for (size_t alias = 0; alias <= 3; ++alias) {  // 3: separate output
+    std::vector<std::vector<float>> in = {{1, 2, 3}, {10, 20, 30}, {100, 200, 300}};
+    std::vector<float> separate(3, -1.0f);
+    const void* ins[3] = {in[0].data(), in[1].data(), in[2].data()};
+    void* out[1] = {alias < 3 ? static_cast<void*>(in[alias].data()) : separate.data()};
+    ReduceChunk({SYNCD_FLOAT32, SYNCD_SUM}, ins, 3, out, 1, 3);
+    EXPECT_EQ(alias < 3 ? in[alias] : separate, (std::vector<float>{111, 222, 333})) << "output aliases input " << alias;
+  }
+  std::vector<int64_t> a = {5, -5}, b = {3, 7};
+  const void* ins[2] = {a.data(), b.data()};
+  void* out[1] = {b.data()};
+  ReduceChunk({SYNCD_INT64, SYNCD_MIN}, ins, 2, out, 1, 2);
+  EXPECT_EQ(b, (std::vector<int64_t>{3, -5}));
+}
+
+TEST(CopyStreaming, EveryAlignmentAndTail) {
+  std::mt19937 rng(7);
+  std::vector<unsigned char> src(kStreamingCopyMinBytes + 4096);
+  for (auto& c : src) c = static_cast<unsigned char>(rng());
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4095}, kStreamingCopyMinBytes - 1, kStreamingCopyMinBytes,
+                       kStreamingCopyMinBytes + 63, kStreamingCopyMinBytes + 1000}) {
+    for (size_t dst_off : {0, 1, 8, 15}) {
+      for (size_t src_off : {0, 3}) {
+        std::vector<unsigned char> dst(bytes + 64, 0xAB);
+        CopyStreaming(dst.data() + dst_off, src.data() + src_off, bytes);
+        ASSERT_EQ(memcmp(dst.data() + dst_off, src.data() + src_off, bytes), 0)
+            << bytes << " bytes, dst offset " << dst_off << ", src offset " << src_off;
+        for (size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xAB) << "wrote before the destination";
+        for (size_t i = dst_off + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xAB) << "wrote past the destination";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace syncd
