@@ -1,5 +1,6 @@
 #include "daemon/coord/negotiator.h"
 
+#include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,6 +17,9 @@ namespace {
 // (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
 // cycles can overlap, so cycle numbers wrap safely. Abort messages use the one tag above them all.
 constexpr uint64_t kAbortTag = kTagMask;
+// First byte of a message on the abort channel.
+constexpr char kAbortKind = 'A';  // the job failed; the text says why
+constexpr char kLeaveKind = 'L';  // the daemon was told to stop
 constexpr uint64_t kCycleShift = 24;
 
 // Layout of the agreement vector: [W][hits: W words, AND][invalid: W words, OR][flags, OR].
@@ -164,8 +168,21 @@ CommTask Negotiator::Cycle() {
     else TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
   }
   if (ready.empty()) co_return Status::Ok();
-  CommTask exec = execute_(std::move(ready), base);
-  co_return co_await Await(&exec);
+  executing_ = std::move(ready);
+  CommTask exec = execute_(&executing_, base);
+  st = co_await Await(&exec);
+  if (st.ok()) executing_.clear();
+  co_return st;
+}
+
+void Negotiator::CancelCycle(const Status& why) {
+  cycle_ = CommTask();  // cancels whatever the cycle awaited
+  cycle_running_ = false;
+  std::vector<ReadyTensor> executing = std::move(executing_);
+  executing_.clear();
+  for (ReadyTensor& t : executing)
+    if (!t.requests.empty())
+      fail_(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
 }
 
 std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
@@ -262,14 +279,52 @@ void Negotiator::Abort(Status why) {
   broken_ = true;
   failure_ = why;
   spdlog::error("job aborted: {}", why.message());
-  cycle_ = CommTask();  // cancels whatever the cycle awaited
-  cycle_running_ = false;
-  snprintf(abort_out_.data(), kAbortBytes, "%s", why.message().c_str());
+  CancelCycle(why);
+  abort_out_[0] = kAbortKind;
+  snprintf(abort_out_.data() + 1, kAbortBytes - 1, "%s", why.message().c_str());
   for (uint32_t p = 0; p < t_->size(); ++p)
-    if (p != t_->rank()) abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
+    if (p != t_->rank() && !t_->PeerLost(p))
+      abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
   std::vector<std::string> names = order_;
   for (const std::string& name : names)
     TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
+}
+
+void Negotiator::PeerLeft(uint32_t node) {
+  const std::string who = "node " + std::to_string(node);
+  if (pending_.empty() && executing_.empty()) {
+    // The normal end of a job: every daemon is being stopped. Nothing is lost, so nothing is
+    // reported as an error, but the job cannot go on without that node.
+    spdlog::info("{} left the job (its daemon was stopped)", who);
+    broken_ = true;
+    failure_ = Status(SYNCD_ERR_RANK_LOST, who + " left the job (its daemon was stopped)");
+    CancelCycle(failure_);  // an idle cycle may be waiting on that node
+    return;
+  }
+  Abort(Status(SYNCD_ERR_RANK_LOST, who + " left the job (its daemon was stopped) while " +
+                                        std::to_string(pending_.size()) + " tensor(s) were pending"));
+}
+
+bool Negotiator::Leave(uint64_t deadline_ns) {
+  if (!broken_) {
+    broken_ = true;
+    failure_ = Status(SYNCD_ERR_RANK_LOST, "this daemon is shutting down");
+    CancelCycle(failure_);
+    std::vector<std::string> names = order_;
+    for (const std::string& name : names)
+      TakeAndFail(name, Status(SYNCD_ERR_RANK_LOST, "tensor '" + name + "': the daemon is shutting down"));
+    abort_out_[0] = kLeaveKind;
+    abort_out_[1] = '\0';
+    for (uint32_t p = 0; p < t_->size(); ++p)
+      if (p != t_->rank() && !t_->PeerLost(p))
+        abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
+  }
+  while (!abort_sends_.empty() && abi::MonotonicNs() < deadline_ns) {
+    t_->Progress();
+    CheckAbortMessages();
+    if (!abort_sends_.empty()) sched_yield();
+  }
+  return abort_sends_.empty();
 }
 
 bool Negotiator::CheckAbortMessages() {
@@ -289,8 +344,12 @@ bool Negotiator::CheckAbortMessages() {
     abort_recvs_[p] = 0;
     did = true;
     if (s == CommState::kDone) {
-      const std::string msg(abort_in_[p].data(), strnlen(abort_in_[p].data(), kAbortBytes));
-      Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + msg));
+      const std::string msg(abort_in_[p].data() + 1, strnlen(abort_in_[p].data() + 1, kAbortBytes - 1));
+      if (abort_in_[p][0] == kLeaveKind) {
+        PeerLeft(p);
+      } else {
+        Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + msg));
+      }
     } else {
       Abort(err);  // the peer itself is lost
     }

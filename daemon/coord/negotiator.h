@@ -52,8 +52,10 @@ struct NegotiationStats {
 class Negotiator {
  public:
   // Runs the agreed tensors (all nodes call it with the same list, in the same order). `tag` is
-  // the cycle's base: the executor uses slots 1..4095 of it (tag | slot << 12 | segment).
-  using Execute = std::function<CommTask(std::vector<ReadyTensor>, uint64_t tag)>;
+  // the cycle's base: the executor uses slots 1..4095 of it (tag | slot << 12 | segment). The
+  // list stays the negotiator's: the executor completes each tensor's requests and clears them;
+  // whatever it has not cleared when the job fails is failed by the negotiator.
+  using Execute = std::function<CommTask(std::vector<ReadyTensor>* ready, uint64_t tag)>;
   // Fails these requests with `status` (completions to local clients).
   using Fail = std::function<void(const std::vector<Request>&, const Status&)>;
 
@@ -72,6 +74,10 @@ class Negotiator {
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
+  // The daemon is stopping: fails what is pending here and tells the other nodes, so that they
+  // end the job without reporting a lost node. Waits until the notices are sent or the deadline
+  // passes; returns whether they were sent.
+  bool Leave(uint64_t deadline_ns);
   bool broken() const { return broken_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
@@ -95,6 +101,9 @@ class Negotiator {
   std::vector<NameResponse> Coordinate(const std::vector<std::string>& all_requests);
   void TakeAndFail(const std::string& name, const Status& st);
   bool CheckAbortMessages();
+  void PeerLeft(uint32_t node);
+  // Stops the current cycle; fails its tensors that have not completed with `why`.
+  void CancelCycle(const Status& why);
 
   Transport* t_;
   const NegotiatorOptions options_;
@@ -115,6 +124,7 @@ class Negotiator {
   std::unordered_map<std::string, Announcement> coord_;
 
   CommTask cycle_;
+  std::vector<ReadyTensor> executing_;  // the current cycle's agreed tensors (see Execute)
   bool cycle_running_ = false;
   uint64_t cycle_seq_ = 0;
   uint64_t last_cycle_start_ = 0;

@@ -18,6 +18,7 @@ constexpr uint64_t kSnapshotPeriodNs = 20'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
 constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
+constexpr uint64_t kLeaveNoticeNs = 500'000'000;  // how long a stopping daemon tries to say goodbye
 
 std::string RankName(uint32_t rank, int32_t pid) {
   return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
@@ -43,7 +44,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     opts.local_size = local_size;
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
-        [this](std::vector<ReadyTensor> ready, uint64_t tag) { return ExecuteAgreed(std::move(ready), tag); },
+        [this](std::vector<ReadyTensor>* ready, uint64_t tag) { return ExecuteAgreed(ready, tag); },
         [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
   }
   start_ns_ = abi::MonotonicNs();
@@ -112,6 +113,12 @@ void Engine::Run() {
     } else if (!did) {
       __builtin_ia32_pause();
     }
+  }
+  // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
+  // stopped) is not reported as a lost node.
+  if (negotiator_) {
+    negotiator_->Leave(abi::MonotonicNs() + kLeaveNoticeNs);
+    FlushClients();
   }
   PublishSnapshot();
 }

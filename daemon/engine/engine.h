@@ -89,8 +89,9 @@ class Engine {
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   void Execute(std::vector<ReadyTensor>& ready);
   // Many nodes: runs the tensors every node agreed on, hierarchically (local reduce, inter-node
-  // collective, scatter back). `tag` is unique to this execution across the job.
-  CommTask ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag);
+  // collective, scatter back). `tag` is unique to this execution across the job. Completes each
+  // tensor's requests as its group finishes and clears them (see Negotiator::Execute).
+  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag);
   void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);

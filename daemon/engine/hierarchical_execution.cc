@@ -17,7 +17,8 @@ constexpr size_t kPipelineDepth = 4;
 
 }  // namespace
 
-CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
+CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
+  std::vector<ReadyTensor>& ready = *agreed;
   std::vector<FusionCandidate> candidates;
   for (const ReadyTensor& t : ready) {
     const Request& f = t.first();
@@ -85,7 +86,10 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor> ready, uint64_t tag) {
     }
     // A barrier needs nothing more: being agreed means every rank of every node has arrived.
     CountExecuted(ready, g);
-    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
+    for (size_t i : g) {
+      CompleteAll(ready[i].requests, Status::Ok());
+      ready[i].requests.clear();  // done: nothing left to fail should the job break later
+    }
     FlushClients();
   }
   co_return Status::Ok();

@@ -16,7 +16,10 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace syncd::testing {
@@ -92,10 +95,13 @@ Daemon::Daemon(int local_size, std::vector<std::string> args, bool wait_ready) {
   std::vector<std::string> argv = {BinDir() + "/syncd", "--run-dir", run_dir_, "--local-size",
                                    std::to_string(local_size), "--log-level", "warn", "--cores", "none"};
   argv.insert(argv.end(), args.begin(), args.end());
+  log_path_ = run_dir_ + ".log";
   pid_ = fork();
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+    const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (log >= 0) dup2(log, STDERR_FILENO);
     std::vector<char*> a;
     for (auto& s : argv) a.push_back(s.data());
     a.push_back(nullptr);
@@ -130,8 +136,17 @@ Daemon::~Daemon() {
       waitpid(pid_, nullptr, 0);
     }
   }
+  if (::testing::Test::HasFailure()) fprintf(stderr, "---- syncd log (%s) ----\n%s", run_dir_.c_str(), Log().c_str());
   std::error_code ec;
   std::filesystem::remove_all(run_dir_, ec);
+  std::filesystem::remove(log_path_, ec);
+}
+
+std::string Daemon::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
 }
 
 void Daemon::Kill(int sig) {

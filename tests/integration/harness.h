@@ -39,9 +39,12 @@ class Daemon {
   int Wait(int timeout_ms);
   // Output of `syncctl --run-dir <dir> status --json` (empty on failure).
   std::string StatusJson() const;
+  // What the daemon logged (its stderr) so far. The log is printed when the test fails.
+  std::string Log() const;
 
  private:
   std::string run_dir_;
+  std::string log_path_;
   pid_t pid_ = -1;
   int notify_fd_ = -1;
 };

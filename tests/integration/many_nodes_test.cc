@@ -276,6 +276,71 @@ INSTANTIATE_TEST_SUITE_P(ManyNodesErrors, KilledPeer,
                            return "node" + std::to_string(info.param.victim) + "_" + info.param.detection;
                          });
 
+// Killed while the daemons move data (not while they negotiate): the tensors in execution fail too.
+TEST(ManyNodesErrors, PeerKilledMidExecutionFailsTheTensorsInFlight) {
+  Cluster cluster(3, 1, {"--cores", "none", "--log-level", "error"});
+  auto* t_kill = static_cast<std::atomic<double>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  t_kill->store(0);
+  NextJob();
+  std::vector<pid_t> ranks;
+  for (int node = 0; node < 3; ++node) {
+    const std::string dir = cluster.node(node).run_dir();
+    ranks.push_back(Spawn([&, node, dir] {
+      syncd_client* c = AttachAs(dir, node, 3, 0, 1);
+      CHILD_CHECK(c != nullptr, "attach");
+      const int64_t count = 8 << 20;  // 32 MiB: tens of milliseconds on the wire
+      auto* buf = static_cast<int32_t*>(syncd_alloc(c, size_t(count) * 4));
+      CHILD_CHECK(buf != nullptr, "alloc");
+      for (int step = 0;; ++step) {
+        const int rc = Allreduce(c, "big", buf, SYNCD_INT32, count, SYNCD_SUM);
+        if (rc == SYNCD_OK) continue;
+        if (node == 2) return 0;  // its own daemon is gone
+        const double delay = NowS() - t_kill->load();
+        CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST, "rank %d step %d: %s: %s", node, step, syncd_status_name(rc),
+                    syncd_last_error());
+        CHILD_CHECK(Contains(syncd_last_error(), "node 2"), "rank %d: %s", node, syncd_last_error());
+        CHILD_CHECK(t_kill->load() > 0 && delay < 5.0, "rank %d: error %.2f s after the kill", node, delay);
+        return 0;
+      }
+    }));
+  }
+  usleep(1'500'000);
+  // The next execution: both survivors are then past negotiation and moving data.
+  const std::string before = cluster.node(0).StatusJson();
+  t_kill->store(NowS());
+  cluster.node(2).Kill(SIGKILL);
+  for (pid_t p : ranks) {
+    const int s = WaitChild(p, 20'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+  }
+  EXPECT_GT(JsonNumber(before, "allreduce_ops"), 0u) << "the ranks were allreducing before the kill: " << before;
+  munmap(t_kill, 4096);
+}
+
+// The normal end of a job: ranks detach, then every daemon is stopped at once (syncrun, a Slurm
+// epilog). Nobody reports a lost node or an aborted job.
+TEST(ManyNodes, StoppingEveryDaemonAfterTheJobIsNotAFailure) {
+  Cluster cluster(3, 1, {"--cores", "none", "--log-level", "info"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    return CheckedAllreduce(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1000, "last");
+  });
+  ExpectAllSucceeded(st);
+  // Epilogs on different nodes do not run in step: one daemon is gone well before the others.
+  cluster.node(2).Kill(SIGTERM);
+  EXPECT_NE(cluster.node(2).Wait(10'000), -1);
+  usleep(300'000);
+  EXPECT_TRUE(Contains(cluster.node(0).StatusJson(), "node 2 left the job")) << cluster.node(0).StatusJson();
+  for (int node = 0; node < 2; ++node) cluster.node(node).Kill(SIGTERM);
+  for (int node = 0; node < 3; ++node) {
+    const int s = node == 2 ? 0 : cluster.node(node).Wait(10'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "node " << node << " status " << s;
+    const std::string log = cluster.node(node).Log();
+    EXPECT_FALSE(Contains(log, "[error]")) << "node " << node << ":\n" << log;
+    EXPECT_FALSE(Contains(log, "aborted")) << "node " << node << ":\n" << log;
+  }
+}
+
 TEST(ManyNodesRendezvous, WrongTokenDuplicateRankAndMissingNodesAreNamed) {
   const std::string rv = "127.0.0.1:" + std::to_string(FreePort());
   auto args = [&](int rank, const std::string& token, const char* timeout) {
