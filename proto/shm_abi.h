@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -46,6 +46,10 @@ struct AttachReply {
   uint64_t segment_bytes;
   uint64_t node_page_bytes;
   int32_t node_rank, node_count;
+  // How long a waiting client polls (yielding) before it sleeps on its doorbell: 0 when it may
+  // run on a core the engine uses, where a polling client only delays the engine.
+  uint32_t client_spin_us;
+  uint32_t reserved;
   char message[256];  // why the attach was refused
 };
 

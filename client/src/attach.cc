@@ -103,7 +103,6 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
                                        std::to_string(id.size) + ", local rank " +
                                        std::to_string(id.local_rank) + " of " +
                                        std::to_string(id.local_size));
-  c->spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", 50)) * 1000;
 
   const int timeout_ms = opts.attach_timeout_ms >= 0 ? opts.attach_timeout_ms : 10'000;
   if (int rc = Connect(id.run_dir + "/attach.sock", timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
@@ -165,6 +164,7 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   c->slots_.resize(h->ring_entries);
   for (uint32_t i = h->ring_entries; i-- > 0;) c->free_slots_.push_back(i);
   id.node_rank = reply.node_rank;
+  c->spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", int(reply.client_spin_us))) * 1000;
   id.node_count = reply.node_count;
   *out = c.release();
   return SYNCD_OK;

@@ -47,11 +47,11 @@ std::string FormatCoreList(const CoreSet& cores) {
   return out;
 }
 
-CoreSet AllowedCores() {
+CoreSet AllowedCores(int pid) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CoreSet cores;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cores;
+  if (sched_getaffinity(pid, sizeof(set), &set) != 0) return cores;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cores.push_back(uint32_t(c));
   return cores;

@@ -18,8 +18,8 @@ StatusOr<CoreSet> ParseCoreList(const std::string& text);
 // {1,3,4} -> "1,3-4"
 std::string FormatCoreList(const CoreSet& cores);
 
-// CPUs this process may run on now.
-CoreSet AllowedCores();
+// CPUs this process (or process `pid`) may run on now; empty when `pid` does not exist.
+CoreSet AllowedCores(int pid = 0);
 
 struct CorePartition {
   CoreSet daemon;   // empty: not pinned

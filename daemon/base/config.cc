@@ -115,8 +115,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        }},
       {"cycle-time-us", "SYNCD_CYCLE_TIME_US", "1000", "Negotiation cycle in microseconds (Horovod 0.16 used 5000)",
        Unsigned(&Config::cycle_time_us, "cycle-time-us", 1)},
-      {"cycle-start", "SYNCD_CYCLE_START", "timer",
-       "timer: a cycle starts cycle-time after the previous one (Horovod); work: also as soon as new tensors are ready",
+      {"cycle-start", "SYNCD_CYCLE_START", "work",
+       "work: a cycle starts as soon as new tensors are ready, else cycle-time after the previous one; timer: only "
+       "cycle-time after the previous one (Horovod's exact timing)",
        [](Config& c, const std::string& t) -> Status {
          if (t != "timer" && t != "work") return InvalidArgument("cycle-start: expected timer or work, got '" + t + "'");
          c.cycle_start = t;

@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -69,6 +70,28 @@ std::string RandomToken() {
   return out;
 }
 
+}  // namespace
+
+std::vector<SimulatedNodeCores> PlanSimulatedNodes(const CoreSet& allowed, int nodes) {
+  std::vector<SimulatedNodeCores> plan(size_t(std::max(nodes, 0)));
+  const size_t c = allowed.size(), n = plan.size();
+  if (c == 0) return plan;
+  for (size_t i = 0; i < n; ++i) {
+    SimulatedNodeCores& p = plan[i];
+    if (c >= n) {
+      // Contiguous groups; the engine takes each group's last core, the ranks the others.
+      const CoreSet group(allowed.begin() + ptrdiff_t(i * c / n), allowed.begin() + ptrdiff_t((i + 1) * c / n));
+      p.daemon = {group.back()};
+      p.workers = group.size() > 1 ? CoreSet(group.begin(), group.end() - 1) : group;
+    } else {
+      p.daemon = p.workers = {allowed[i % c]};  // more nodes than cores: nodes share cores
+    }
+  }
+  return plan;
+}
+
+namespace {
+
 class Job {
  public:
   explicit Job(const LaunchOptions& o) : opts_(o) {}
@@ -81,7 +104,8 @@ class Job {
     pid_t pid = -1;
     bool alive = false;
     bool ready = false;
-    CoreSet worker_cores;
+    SimulatedNodeCores cores;  // several nodes on this machine: what the launcher gave this one
+    CoreSet worker_cores;      // where its ranks run (empty: unbound)
   };
   bool StartDaemon(int node);
   bool WaitReady();
@@ -123,12 +147,12 @@ bool Job::StartDaemon(int node) {
   if (opts_.nodes > 1) {
     argv.insert(argv.end(), {"--nodes", std::to_string(opts_.nodes), "--node-rank", std::to_string(node),
                              "--rendezvous", rendezvous_, "--job-token", token_});
-    // Spread the daemons over the cores from the last one down, unless told otherwise.
     bool cores_given = false;
     for (const auto& a : opts_.daemon_args) cores_given |= a.rfind("--cores", 0) == 0;
-    const CoreSet allowed = AllowedCores();
-    if (!cores_given && !allowed.empty())
-      argv.push_back("--cores=" + std::to_string(allowed[allowed.size() - 1 - size_t(node) % allowed.size()]));
+    if (!cores_given) {
+      d.cores = PlanSimulatedNodes(AllowedCores(), opts_.nodes)[size_t(node)];
+      if (!d.cores.daemon.empty()) argv.push_back("--cores=" + FormatCoreList(d.cores.daemon));
+    }
   }
   argv.insert(argv.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());
   d.pid = fork();
@@ -168,6 +192,8 @@ bool Job::WaitReady() {
       if (size_t at = msg.find(key); at != std::string::npos) {
         const std::string list = msg.substr(at + key.size(), msg.find('\n', at) - at - key.size());
         if (auto cores = ParseCoreList(list); cores.ok()) daemons_[i].worker_cores = *cores;
+        // The daemon offers every core but its own; a simulated node keeps its ranks on its own cores.
+        if (!daemons_[i].cores.workers.empty()) daemons_[i].worker_cores = daemons_[i].cores.workers;
       }
     }
   }
@@ -177,6 +203,18 @@ bool Job::WaitReady() {
 
 void Job::StartWorkers() {
   const int local = opts_.ranks / opts_.nodes;
+  // A rank that shares a core with an engine (its own or, with several daemons on this machine,
+  // another node's) sleeps on its doorbell at once: polling there only delays the engine. The
+  // daemon decides this for its own cores; only the launcher sees the other daemons' cores.
+  CoreSet engine_cores;
+  for (const Daemon& d : daemons_) engine_cores.insert(engine_cores.end(), d.cores.daemon.begin(), d.cores.daemon.end());
+  std::sort(engine_cores.begin(), engine_cores.end());
+  auto shares_engine_core = [&](const CoreSet& cores) {
+    if (cores.empty()) return !engine_cores.empty();
+    for (uint32_t c : cores)
+      if (std::binary_search(engine_cores.begin(), engine_cores.end(), c)) return true;
+    return false;
+  };
   for (int rank = 0; rank < opts_.ranks; ++rank) {
     const int node = rank / local;
     const Daemon& d = daemons_[size_t(node)];
@@ -192,6 +230,8 @@ void Job::StartWorkers() {
       setenv("SYNCD_CROSS_SIZE", std::to_string(opts_.nodes).c_str(), 1);
       setenv("SYNCD_JOB_ID", job_id_.c_str(), 1);
       if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
+      const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
+      if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
       Exec(opts_.command);
     }
     if (pid < 0) {

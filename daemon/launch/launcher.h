@@ -8,7 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "daemon/base/affinity.h"
+
 namespace syncd {
+
+// Several simulated nodes on one machine: node i gets its own group of the allowed cores (a
+// real node has its own), its engine on the group's last core and its ranks on the rest (on the
+// engine's core too when the group has one core). More nodes than cores: node i gets core i mod C.
+struct SimulatedNodeCores {
+  CoreSet daemon;
+  CoreSet workers;
+};
+std::vector<SimulatedNodeCores> PlanSimulatedNodes(const CoreSet& allowed, int nodes);
 
 struct LaunchOptions {
   int nodes = 1;                         // daemons to start, standing in for nodes
