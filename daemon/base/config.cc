@@ -107,12 +107,17 @@ const std::vector<ConfigEntry>& ConfigTable() {
        Text(&Config::job_token)},
       {"join-timeout", "SYNCD_JOIN_TIMEOUT", "60", "Seconds to wait for every node to join the rendezvous",
        Unsigned(&Config::join_timeout_s, "join-timeout", 1)},
-      {"coord", "SYNCD_COORD", "negotiate", "How daemons agree on what to reduce: negotiate (Horovod's cycle)",
+      {"coord", "SYNCD_COORD", "negotiate",
+       "How daemons agree on what to reduce: negotiate (Horovod's cycle, blocking collectives), gs (negotiate with a "
+       "globally agreed sleep), nbcs (non-blocking cache sync)",
        [](Config& c, const std::string& t) -> Status {
-         if (t != "negotiate") return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate)");
+         if (t != "negotiate" && t != "gs" && t != "nbcs")
+           return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs)");
          c.coord = t;
          return Status::Ok();
        }},
+      {"gs-period", "SYNCD_GS_PERIOD", "1", "gs: agree on the global sleep every this many cycles",
+       Unsigned(&Config::gs_period, "gs-period", 1)},
       {"cycle-time-us", "SYNCD_CYCLE_TIME_US", "1000", "Negotiation cycle in microseconds (Horovod 0.16 used 5000)",
        Unsigned(&Config::cycle_time_us, "cycle-time-us", 1)},
       {"cycle-start", "SYNCD_CYCLE_START", "work",

@@ -48,8 +48,9 @@ void PrintTable(const syncd::control::StatusReply& s) {
          (unsigned long)s.ops().broadcast(), (unsigned long)s.ops().barrier(), (unsigned long)s.ops().errors());
   printf("fusion     %lu fused ops, %.2f tensors each, threshold %s   reduced %s\n", (unsigned long)s.fused_ops(),
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
-  printf("engine     busy %.2f %%   wake-ups %lu   pending tensors %lu\n", s.engine_busy_pct(),
-         (unsigned long)s.engine_wakeups(), (unsigned long)s.pending_tensors());
+  printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu   pending tensors %lu\n",
+         s.engine_busy_pct(), s.engine_cpu_s(), s.daemon_cpu_s(), (unsigned long)s.engine_wakeups(),
+         (unsigned long)s.pending_tensors());
   for (const auto& st : s.stalls()) {
     std::string missing;
     for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
@@ -60,6 +61,11 @@ void PrintTable(const syncd::control::StatusReply& s) {
     printf("coord      %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",
            c.mode().c_str(), (unsigned long)c.cycles(), c.mean_cycle_ms(), c.coordination_ms_total(),
            (unsigned long)c.coordinator_rounds());
+    printf("time       executing %.1f ms   blocked in collectives %.1f ms   between cycles %.1f ms\n",
+           c.execution_ms_total(), c.blocked_ms_total(), c.idle_ms_total());
+    if (c.mode() == "gs")
+      printf("gs         %lu sleep agreements, %.1f ms agreed sleep\n", (unsigned long)c.sleep_agreements(),
+             c.agreed_sleep_ms_total());
     printf("cache      hits %lu   misses %lu   hit rate %.1f %%   waiting for other nodes %lu\n",
            (unsigned long)c.cache_hits(), (unsigned long)c.cache_misses(), 100.0 * c.cache_hit_rate(),
            (unsigned long)c.pending_names());

@@ -41,6 +41,8 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_fusion_threshold_bytes(config_.fusion_threshold);
   r->set_engine_busy_pct(s->uptime_s > 0 ? 100.0 * double(s->engine_busy_ns) / 1e9 / s->uptime_s : 0.0);
   r->set_engine_wakeups(s->engine_wakeups);
+  r->set_engine_cpu_s(s->engine_cpu_s);
+  r->set_daemon_cpu_s(s->daemon_cpu_s);
   for (const StallSnapshot& st : s->stalls) {
     control::Stall* out = r->add_stalls();
     out->set_name(st.name);
@@ -59,6 +61,11 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     c->set_cache_hit_rate(names ? double(s->cache_hits) / double(names) : 0.0);
     c->set_coordinator_rounds(s->coordinator_rounds);
     c->set_pending_names(s->pending_names);
+    c->set_execution_ms_total(double(s->execution_ns_total) / 1e6);
+    c->set_blocked_ms_total(double(s->blocked_ns_total) / 1e6);
+    c->set_idle_ms_total(double(s->idle_ns_total) / 1e6);
+    c->set_sleep_agreements(s->sleep_agreements);
+    c->set_agreed_sleep_ms_total(double(s->agreed_sleep_ns_total) / 1e6);
     c->set_failure(s->failure);
     for (const auto& [node, state] : s->peers) {
       control::PeerStatus* p = c->add_peers();

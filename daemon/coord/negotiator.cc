@@ -31,6 +31,15 @@ void CombineAgreement(char* acc, const char* other, size_t bytes) {
   for (size_t i = w + 1; i < words; ++i) a[i] |= b[i];
 }
 
+void MinCombine(char* acc, const char* other, size_t bytes) {
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t a, b;
+    memcpy(&a, acc + i, 8);
+    memcpy(&b, other + i, 8);
+    if (b < a) memcpy(acc + i, &b, 8);
+  }
+}
+
 }  // namespace
 
 Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail)
@@ -64,26 +73,64 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
 bool Negotiator::Poll(uint64_t now_ns) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
-  const bool due = now_ns >= last_cycle_start_ + options_.cycle_ns || (options_.start_on_work && fresh_);
+  const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
+  const bool due = now_ns >= timer || (options_.start_on_work && fresh_);
   if (!cycle_running_ && due) {
+    if (last_cycle_end_ != 0) stats_.idle_ns_total += now_ns - last_cycle_end_;
     last_cycle_start_ = now_ns;
     fresh_ = false;
     cycle_running_ = true;
     cycle_ = Cycle();
     did = true;
+    if (options_.blocking) Block();
   }
   if (cycle_running_ && cycle_.Poll()) {
     cycle_running_ = false;
+    last_cycle_end_ = abi::MonotonicNs();
     ++stats_.cycles;
-    stats_.cycle_ns_total += abi::MonotonicNs() - last_cycle_start_;
+    stats_.cycle_ns_total += last_cycle_end_ - last_cycle_start_;
     if (!cycle_.status().ok()) Abort(cycle_.status());
     did = true;
   }
   return did;
 }
 
+void Negotiator::Block() {
+  const uint64_t start = abi::MonotonicNs();
+  uint64_t last_tick = start;
+  // Like a blocking MPI collective: spin on the network and nothing else. Abort messages still
+  // count, or a node that gave up on the job would leave this one spinning for ever.
+  while (cycle_running_ && !cycle_.Poll()) {
+    CheckAbortMessages();
+    const uint64_t now = abi::MonotonicNs();
+    if (options_.while_blocked && now - last_tick > 1'000'000) {
+      options_.while_blocked();
+      last_tick = now;
+    }
+  }
+  stats_.blocked_ns_total += abi::MonotonicNs() - start;
+}
+
 CommTask Negotiator::Cycle() {
   const uint64_t base = ((++cycle_seq_) % (uint64_t{1} << 16)) << kCycleShift;
+  CommTask body = Negotiate(base);
+  Status st = co_await Await(&body);
+  if (!st.ok() || options_.gs_period == 0) co_return st;
+  // GS: the local sleep Horovod would take, then (every gs_period cycles) the job's minimum.
+  const uint64_t elapsed = abi::MonotonicNs() - last_cycle_start_;
+  uint64_t sleep = elapsed < options_.cycle_ns ? options_.cycle_ns - elapsed : 0;
+  if (cycle_seq_ % options_.gs_period == 0) {
+    CommTask agree = RecursiveDoublingCombine(t_, (base + 4) << 8, &sleep, sizeof(sleep), MinCombine);
+    st = co_await Await(&agree);
+    if (!st.ok()) co_return st;
+    ++stats_.sleep_agreements;
+    stats_.agreed_sleep_ns_total += sleep;
+  }
+  next_start_ = abi::MonotonicNs() + sleep;
+  co_return Status::Ok();
+}
+
+CommTask Negotiator::Negotiate(uint64_t base) {
   const uint64_t start = abi::MonotonicNs();
   const uint32_t words = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> agree(2 * words + 2, 0);
@@ -169,8 +216,10 @@ CommTask Negotiator::Cycle() {
   }
   if (ready.empty()) co_return Status::Ok();
   executing_ = std::move(ready);
+  const uint64_t exec_start = abi::MonotonicNs();
   CommTask exec = execute_(&executing_, base);
   st = co_await Await(&exec);
+  stats_.execution_ns_total += abi::MonotonicNs() - exec_start;
   if (st.ok()) executing_.clear();
   co_return st;
 }

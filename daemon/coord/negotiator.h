@@ -32,6 +32,15 @@ namespace syncd {
 
 struct NegotiatorOptions {
   uint64_t cycle_ns = 1'000'000;
+  // negotiate and gs (Horovod): the engine blocks in each cycle's collectives, agreement and
+  // execution, serving nothing else until they finish. nbcs: they are issued and then tested
+  // from the engine loop, which keeps serving the local rings meanwhile.
+  bool blocking = true;
+  // gs: every gs_period cycles the daemons agree on the minimum of their local sleeps
+  // (cycle_ns - T_previous) and all sleep that. 0: no global sleep.
+  uint32_t gs_period = 0;
+  // Called now and then while the engine is blocked (it keeps the daemon's heartbeat fresh).
+  std::function<void()> while_blocked;
   // false (Horovod): a cycle starts cycle_ns after the previous one started. true: also as soon as
   // a tensor became ready here since the last cycle started (each name gets one early try; a
   // name still waiting on other nodes waits for the timer).
@@ -47,6 +56,11 @@ struct NegotiationStats {
   uint64_t cache_hits = 0;             // names agreed through the cache
   uint64_t cache_misses = 0;           // names that needed the coordinator
   uint64_t coordinator_rounds = 0;
+  uint64_t execution_ns_total = 0;     // moving and reducing the agreed tensors
+  uint64_t blocked_ns_total = 0;       // inside blocking collectives (0 unless `blocking`)
+  uint64_t idle_ns_total = 0;          // from the end of one cycle to the start of the next
+  uint64_t sleep_agreements = 0;       // gs: global minimum sleeps agreed
+  uint64_t agreed_sleep_ns_total = 0;  // gs: the sleeps taken after agreements
 };
 
 class Negotiator {
@@ -70,7 +84,7 @@ class Negotiator {
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
     if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
-    return last_cycle_start_ + options_.cycle_ns;
+    return options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
@@ -98,6 +112,9 @@ class Negotiator {
     Status local_error;
   };
   CommTask Cycle();
+  CommTask Negotiate(uint64_t base);  // agreement and execution: the body of a cycle
+  // Drives the running cycle to its end without returning (blocking modes).
+  void Block();
   std::vector<NameResponse> Coordinate(const std::vector<std::string>& all_requests);
   void TakeAndFail(const std::string& name, const Status& st);
   bool CheckAbortMessages();
@@ -128,6 +145,8 @@ class Negotiator {
   bool cycle_running_ = false;
   uint64_t cycle_seq_ = 0;
   uint64_t last_cycle_start_ = 0;
+  uint64_t last_cycle_end_ = 0;
+  uint64_t next_start_ = 0;  // gs: when the agreed sleep ends
   bool fresh_ = false;  // tensors became ready since the last cycle started
   NegotiationStats stats_;
 

@@ -1,6 +1,8 @@
 #include "daemon/engine/engine.h"
 
 #include <sched.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -42,6 +44,9 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     opts.start_on_work = config.cycle_start == "work";
     opts.cache_capacity = config.cache_capacity;
     opts.local_size = local_size;
+    opts.blocking = config.coord != "nbcs";
+    opts.gs_period = config.coord == "gs" ? config.gs_period : 0;
+    opts.while_blocked = [this] { node_page_->Heartbeat(); };
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
         [this](std::vector<ReadyTensor>* ready, uint64_t tag) { return ExecuteAgreed(ready, tag); },
@@ -455,6 +460,13 @@ void Engine::PublishSnapshot() {
   s->pending_tensors = table_.pending();
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
+  // Published from the engine thread (or before it runs), so this thread's clock is the engine's.
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  s->engine_cpu_s = double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   s->stalls = Stalls(abi::MonotonicNs());
   if (s->stalls.size() > 32) s->stalls.resize(32);
   if (negotiator_) {
@@ -467,6 +479,11 @@ void Engine::PublishSnapshot() {
     s->cache_hits = n.cache_hits;
     s->cache_misses = n.cache_misses;
     s->coordinator_rounds = n.coordinator_rounds;
+    s->execution_ns_total = n.execution_ns_total;
+    s->blocked_ns_total = n.blocked_ns_total;
+    s->idle_ns_total = n.idle_ns_total;
+    s->sleep_agreements = n.sleep_agreements;
+    s->agreed_sleep_ns_total = n.agreed_sleep_ns_total;
     s->pending_names = negotiator_->pending();
     if (negotiator_->broken()) s->failure = negotiator_->failure().message();
     for (uint32_t p = 0; p < transport_->size(); ++p)

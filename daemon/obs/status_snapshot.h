@@ -35,6 +35,8 @@ struct StatusSnapshot {
   uint64_t fused_ops = 0, fused_tensors = 0;
   uint64_t pending_tensors = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
+  double engine_cpu_s = 0;  // CPU time of the engine thread
+  double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)
   std::vector<StallSnapshot> stalls;  // longest waiting first
 
   // Many-node jobs.
@@ -42,6 +44,8 @@ struct StatusSnapshot {
   std::string coord_mode;
   uint64_t cycles = 0, cycle_ns_total = 0, coordination_ns_total = 0;
   uint64_t cache_hits = 0, cache_misses = 0, coordinator_rounds = 0, pending_names = 0;
+  uint64_t execution_ns_total = 0, blocked_ns_total = 0, idle_ns_total = 0;
+  uint64_t sleep_agreements = 0, agreed_sleep_ns_total = 0;
   std::vector<std::pair<uint32_t, std::string>> peers;  // node, state
   std::string failure;
 };

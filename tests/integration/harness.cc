@@ -15,6 +15,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
@@ -55,6 +56,14 @@ uint64_t JsonNumber(const std::string& json, const std::string& key) {
   size_t p = at + key.size() + 3;
   while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
   return std::stoull(json.substr(p));
+}
+
+double JsonDouble(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::nan("");
+  size_t p = at + key.size() + 3;
+  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
+  return std::stod(json.substr(p));
 }
 
 namespace {

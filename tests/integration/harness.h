@@ -106,6 +106,8 @@ std::string SyncctlStatusJson(const std::string& run_dir);
 
 // A number field of `syncctl status --json` output (uint64 fields come quoted); UINT64_MAX if absent.
 uint64_t JsonNumber(const std::string& json, const std::string& key);
+// The same for a floating-point field (NaN when absent).
+double JsonDouble(const std::string& json, const std::string& key);
 
 }  // namespace syncd::testing
 

@@ -151,10 +151,46 @@ void RunSteps(Cluster& cluster, int steps) {
   ExpectAllSucceeded(st);
 }
 
-TEST(ManyNodesModes, CyclesStartedByWorkGiveExactResults) {
-  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--cycle-start", "work"});
-  RunSteps(cluster, 10);
+struct CoordCase {
+  const char* coord;
+  const char* cycle_start;
+};
+void PrintTo(const CoordCase& c, std::ostream* os) { *os << c.coord << "_" << c.cycle_start; }
+
+class CoordModes : public ::testing::TestWithParam<CoordCase> {};
+
+// Every coordination mode, with cycles on the timer and on work: exact results on 3 nodes, and
+// the status shows what distinguishes the mode.
+TEST_P(CoordModes, ExactResultsAndTheModeShowsInStatus) {
+  const std::string coord = GetParam().coord;
+  Cluster cluster(3, 2, {"--cores", "none", "--log-level", "warn", "--coord", coord, "--cycle-start",
+                         GetParam().cycle_start, "--gs-period", "2"});
+  RunSteps(cluster, 8);
+  for (int node = 0; node < 3; ++node) {
+    const std::string json = cluster.node(node).StatusJson();
+    ASSERT_FALSE(json.empty());
+    EXPECT_TRUE(Contains(json, "\"mode\":\"" + coord + "\"")) << json;
+    EXPECT_GT(JsonNumber(json, "cycles"), 0u) << json;
+    const double blocked = JsonDouble(json, "blocked_ms_total");
+    if (coord == "nbcs") EXPECT_EQ(blocked, 0.0) << "nbcs never blocks the engine: " << json;
+    else EXPECT_GT(blocked, 0.0) << coord << " blocks in its collectives: " << json;
+    if (coord == "gs") {
+      const uint64_t agreements = JsonNumber(json, "sleep_agreements"), cycles = JsonNumber(json, "cycles");
+      EXPECT_GT(agreements, 0u) << json;
+      EXPECT_LE(agreements, cycles / 2 + 1) << "--gs-period 2 agrees every other cycle: " << json;
+    } else {
+      EXPECT_EQ(JsonNumber(json, "sleep_agreements"), 0u) << json;
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(ManyNodesModes, CoordModes,
+                         ::testing::Values(CoordCase{"negotiate", "timer"}, CoordCase{"negotiate", "work"},
+                                           CoordCase{"gs", "timer"}, CoordCase{"gs", "work"},
+                                           CoordCase{"nbcs", "timer"}, CoordCase{"nbcs", "work"}),
+                         [](const auto& info) {
+                           return std::string(info.param.coord) + "_" + info.param.cycle_start;
+                         });
 
 TEST(ManyNodesModes, UcxOverSharedMemoryGivesExactResults) {
   setenv("UCX_TLS", "shm,self", 1);  // read by the daemons at start
