@@ -5,6 +5,8 @@
 // the median of individually timed operations with a barrier outside the timed region.
 #include <syncd/client.h>
 
+#include "bench/plan_bench.h"
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -345,8 +347,19 @@ int main(int argc, char** argv) {
   rn->add_option("--warmup", rn_warmup, "Warm-up steps");
   rn->add_option("--label", label, "Free text carried into the output (e.g. the daemon settings)");
   rn->add_flag("--json", o.json, "One JSON object");
+  CLI::App* pl = app.add_subcommand("plan", "Time TOPO's plan for a synthetic layered graph (no daemon needed)");
+  syncd::bench::PlanBenchOptions po;
+  uint32_t plan_nodes = 0, plan_edges = 0;
+  pl->add_option("--nodes", plan_nodes, "Operations in the graph (with --edges; default: ResNet-50 and ResNet-152 sizes)");
+  pl->add_option("--edges", plan_edges, "Dependency edges in the graph");
+  pl->add_option("--repeats", po.repeats, "Timed runs per graph (the median is reported)");
+  pl->add_flag("--json", po.json, "One JSON object per graph");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
+  if (pl->parsed()) {
+    if (plan_nodes > 0) po.graphs = {{plan_nodes, plan_edges ? plan_edges : plan_nodes * 3 / 2}};
+    return syncd::bench::RunPlanBench(po);
+  }
   syncd_client* c = nullptr;
   Check(syncd_init(nullptr, &c), "attach");
   if (rn->parsed()) {

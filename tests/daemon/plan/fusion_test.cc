@@ -48,7 +48,9 @@ TEST(PlanFusion, EveryTensorIsPlacedExactlyOnce) {
       bytes += ready[i].bytes;
       EXPECT_EQ(ready[i].dtype, ready[g[0]].dtype);
     }
-    if (g.size() > 1) EXPECT_LE(bytes, 2048u);
+    if (g.size() > 1) {
+      EXPECT_LE(bytes, 2048u);
+    }
   }
   for (int s : seen) EXPECT_EQ(s, 1);
 }
