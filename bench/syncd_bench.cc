@@ -9,11 +9,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -326,6 +329,136 @@ void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, con
   for (float* g : grads) syncd_free(c, g);
 }
 
+// ---- imbalance: the paper's scenario, scaled to one machine ----
+
+struct ImbalanceOptions {
+  int steps = 20, warmup = 3;
+  double compute_ms = 40;   // backward-pass work per step, spread over the gradients
+  double jitter_ms = 2;     // extra work per rank and step, uniform in [0, jitter)
+  double input_busy_pct = 50;  // the input-pipeline thread's duty cycle (0: no such thread)
+  bool ideal = false;       // no communication at all: the step time to compare with
+  bool json = false;
+  std::string label;
+};
+
+// Arithmetic the optimiser cannot remove, for about `ms` of CPU time.
+void Work(double ms) {
+  static volatile double sink = 0;
+  const double until = Now() + ms / 1e3;
+  double x = 1.0;
+  while (Now() < until)
+    for (int i = 0; i < 2000; ++i) x = x * 1.0000001 + 1e-9;
+  sink = sink + x;
+}
+
+// One number from syncctl's JSON (0 when absent).
+double JsonField(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return 0;
+  size_t p = at + key.size() + 3;
+  while (p < json.size() && (json[p] == ' ' || json[p] == '"')) ++p;
+  return strtod(json.c_str() + p, nullptr);
+}
+
+std::string DaemonStatusJson(const char* argv0) {
+  const char* dir = getenv("SYNCD_RUN_DIR");
+  std::string self(argv0);
+  const size_t slash = self.rfind('/');
+  const std::string syncctl = (slash == std::string::npos ? std::string() : self.substr(0, slash + 1)) + "syncctl";
+  if (dir == nullptr) return "";
+  FILE* f = popen((syncctl + " --run-dir " + dir + " status --json 2>/dev/null").c_str(), "r");
+  if (f == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0) {
+  const std::vector<int64_t> sizes = ResNetParameterSizes(50);
+  const size_t n = sizes.size();
+  std::vector<float*> grads(n);
+  std::vector<std::string> names(n);
+  for (size_t i = 0; i < n; ++i) {
+    grads[i] = static_cast<float*>(syncd_alloc(c, size_t(sizes[i]) * 4));
+    if (grads[i] == nullptr) Die("allocating gradients (raise --arena-size)");
+    std::fill(grads[i], grads[i] + sizes[i], 1.0f);
+    names[i] = "resnet50.param" + std::to_string(i) + ".grad";
+  }
+  // The input pipeline: a thread that competes for the cores the whole time.
+  std::atomic<bool> stop{false};
+  std::thread input;
+  if (o.input_busy_pct > 0)
+    input = std::thread([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        Work(o.input_busy_pct / 100.0);
+        std::this_thread::sleep_for(std::chrono::microseconds(int(1000 * (100 - o.input_busy_pct) / 100)));
+      }
+    });
+  std::mt19937 rng(uint32_t(syncd_rank(c)) * 7919u + 1);
+  std::vector<syncd_handle> hs(n);
+  auto step = [&] {
+    // Backward pass: gradients become ready last layer first, work in between.
+    const double per = (o.compute_ms + std::uniform_real_distribution<double>(0, o.jitter_ms)(rng)) / double(n);
+    for (size_t k = 0; k < n; ++k) {
+      Work(per);
+      if (o.ideal) continue;
+      const size_t i = n - 1 - k;
+      syncd_tensor t{names[i].c_str(), grads[i], SYNCD_FLOAT32, 1, &sizes[i]};
+      Check(syncd_allreduce_async(c, &t, SYNCD_AVERAGE, 1.0, 1.0, &hs[i]), "submit " + names[i]);
+    }
+    if (!o.ideal)
+      for (size_t i = 0; i < n; ++i) Check(syncd_wait(c, hs[i], -1), "wait " + names[i]);
+  };
+  auto barrier = [&] {
+    syncd_handle h;
+    Check(syncd_barrier_async(c, &h), "barrier");
+    Check(syncd_wait(c, h, -1), "barrier");
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+  barrier();
+  const std::string before = syncd_rank(c) == 0 ? DaemonStatusJson(argv0) : "";
+  std::vector<double> times;
+  for (int i = 0; i < o.steps; ++i) {
+    barrier();
+    const double t0 = Now();
+    step();
+    double t = Now() - t0;
+    // A step lasts as long as its slowest rank.
+    syncd_tensor st{"bench.step", &t, SYNCD_FLOAT64, 0, nullptr};
+    syncd_handle h;
+    Check(syncd_allreduce_async(c, &st, SYNCD_MAX, 1.0, 1.0, &h), "step time");
+    Check(syncd_wait(c, h, -1), "step time");
+    times.push_back(t);
+  }
+  const std::string after = syncd_rank(c) == 0 ? DaemonStatusJson(argv0) : "";
+  stop = true;
+  if (input.joinable()) input.join();
+  std::sort(times.begin(), times.end());
+  const double step_ms = times[times.size() / 2] * 1e3;
+  if (syncd_rank(c) == 0) {
+    // Node 0's engine over the timed steps, per step.
+    auto delta = [&](const char* key) { return (JsonField(after, key) - JsonField(before, key)) / o.steps; };
+    const double sleep_ms = delta("idle_ms_total"), coord_ms = delta("coordination_ms_total");
+    const double exec_ms = delta("execution_ms_total"), blocked_ms = delta("blocked_ms_total");
+    const double cpu_ms = delta("engine_cpu_s") * 1e3;
+    if (o.json)
+      printf("{\"bench\":\"imbalance\",\"mode\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"tensors\":%zu,\"step_ms\":%.3f,"
+             "\"engine_sleep_ms\":%.3f,\"engine_coord_ms\":%.3f,\"engine_exec_ms\":%.3f,\"engine_blocked_ms\":%.3f,"
+             "\"engine_cpu_ms\":%.3f}\n",
+             o.label.c_str(), syncd_size(c), syncd_cross_size(c), n, step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
+             cpu_ms);
+    else
+      printf("imbalance [%s]: %d ranks on %d nodes, median step %.2f ms; engine per step: sleeping %.2f ms, "
+             "coordinating %.2f ms, executing %.2f ms, blocked %.2f ms, cpu %.2f ms\n",
+             o.label.c_str(), syncd_size(c), syncd_cross_size(c), step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
+             cpu_ms);
+  }
+  for (float* g : grads) syncd_free(c, g);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -354,6 +487,16 @@ int main(int argc, char** argv) {
   pl->add_option("--edges", plan_edges, "Dependency edges in the graph");
   pl->add_option("--repeats", po.repeats, "Timed runs per graph (the median is reported)");
   pl->add_flag("--json", po.json, "One JSON object per graph");
+  CLI::App* im = app.add_subcommand("imbalance", "Training steps with CPU work, an input-pipeline thread and ResNet-50 gradients");
+  ImbalanceOptions io;
+  im->add_option("--steps", io.steps, "Timed steps");
+  im->add_option("--warmup", io.warmup, "Warm-up steps");
+  im->add_option("--compute-ms", io.compute_ms, "Backward-pass CPU work per step");
+  im->add_option("--jitter-ms", io.jitter_ms, "Random extra work per rank and step");
+  im->add_option("--input-busy-pct", io.input_busy_pct, "Duty cycle of the input-pipeline thread (0: none)");
+  im->add_flag("--ideal", io.ideal, "No communication: the ideal step time");
+  im->add_option("--label", io.label, "The mode, carried into the output");
+  im->add_flag("--json", io.json, "One JSON object");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   if (pl->parsed()) {
@@ -362,6 +505,11 @@ int main(int argc, char** argv) {
   }
   syncd_client* c = nullptr;
   Check(syncd_init(nullptr, &c), "attach");
+  if (im->parsed()) {
+    RunImbalance(c, io, argv[0]);
+    syncd_shutdown(c);
+    return 0;
+  }
   if (rn->parsed()) {
     RunResNet(c, depth, steps, rn_warmup, o.json, label);
     syncd_shutdown(c);

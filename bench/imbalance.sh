@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The paper's load-imbalance scenario on this machine: every coordination mode runs the same
+# workload (syncd-bench imbalance: backward-pass CPU work with ResNet-50 gradients submitted as
+# they become ready, per-rank jitter, an input-pipeline thread per rank), plus a run without any
+# communication as the ideal. Prints a table and one JSON line.
+#   bench/imbalance.sh [--nodes 2] [--ranks 4] [--steps 20] [--build build] [-- extra bench args]
+# Negotiate, gs and nbcs run on Horovod's timer (--cycle-start=timer), the baseline of the paper.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+nodes=2 ranks=4 steps=20 build="$here/../build" extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) nodes=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "imbalance.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+run() {  # $1 = label, then syncrun arguments
+  local label=$1; shift
+  "$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn --syncd-arg=--arena-size=256M "$@" -- \
+    "$build/bin/syncd-bench" imbalance --steps "$steps" --json --label "$label" "${extra[@]}" 2>/dev/null | grep '^{'
+}
+timer=(--syncd-arg=--cycle-start=timer)
+results=()
+# Ideal: no communication (cycles so rare the daemons stay idle).
+results+=("$("$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn --syncd-arg=--cycle-time-us=1000000 -- \
+  "$build/bin/syncd-bench" imbalance --steps "$steps" --json --ideal --label ideal "${extra[@]}" 2>/dev/null | grep '^{')")
+results+=("$(run negotiate-unpinned "${timer[@]}" --cores none --no-bind)")
+results+=("$(run negotiate "${timer[@]}")")
+results+=("$(run gs "${timer[@]}" --syncd-arg=--coord=gs)")
+results+=("$(run nbcs "${timer[@]}" --syncd-arg=--coord=nbcs)")
+results+=("$(run negotiate-work --syncd-arg=--cycle-start=work)")
+/usr/bin/python3 - "${results[@]}" <<'PY'
+import json, sys
+rows = [json.loads(a) for a in sys.argv[1:] if a.strip()]
+ideal = next(r["step_ms"] for r in rows if r["mode"] == "ideal")
+base = next((r["step_ms"] for r in rows if r["mode"] == "negotiate-unpinned"), None)
+print(f"# imbalance: {rows[0]['ranks']} ranks on {rows[0]['nodes']} nodes, {rows[0]['tensors']} ResNet-50 gradients per step")
+print(f"# {'mode':<20} {'step ms':>8} {'overhead %':>10} {'vs unpinned':>11} | engine per step ms: "
+      f"{'sleep':>6} {'coord':>6} {'exec':>6} {'blocked':>7} {'cpu':>6}")
+for r in rows:
+    r["overhead_pct"] = round(100.0 * (r["step_ms"] - ideal) / ideal, 2)
+    speedup = base / r["step_ms"] if base else 0
+    print(f"  {r['mode']:<20} {r['step_ms']:>8.1f} {r['overhead_pct']:>10.1f} {speedup:>10.2f}x | "
+          f"{'':>19}{r['engine_sleep_ms']:>6.1f} {r['engine_coord_ms']:>6.1f} {r['engine_exec_ms']:>6.1f} "
+          f"{r['engine_blocked_ms']:>7.1f} {r['engine_cpu_ms']:>6.1f}")
+print(json.dumps({"bench": "imbalance", "ideal_ms": ideal, "runs": rows}))
+PY
