@@ -104,7 +104,7 @@ void Negotiator::Block() {
     CheckAbortMessages();
     const uint64_t now = abi::MonotonicNs();
     if (options_.while_blocked && now - last_tick > 1'000'000) {
-      options_.while_blocked();
+      if (!options_.while_blocked()) break;
       last_tick = now;
     }
   }

@@ -39,8 +39,9 @@ struct NegotiatorOptions {
   // gs: every gs_period cycles the daemons agree on the minimum of their local sleeps
   // (cycle_ns - T_previous) and all sleep that. 0: no global sleep.
   uint32_t gs_period = 0;
-  // Called now and then while the engine is blocked (it keeps the daemon's heartbeat fresh).
-  std::function<void()> while_blocked;
+  // Called now and then while the engine is blocked (it keeps the daemon's heartbeat fresh);
+  // returning false stops blocking (the daemon is shutting down), leaving the cycle running.
+  std::function<bool()> while_blocked;
   // false (Horovod): a cycle starts cycle_ns after the previous one started. true: also as soon as
   // a tensor became ready here since the last cycle started (each name gets one early try; a
   // name still waiting on other nodes waits for the timer).

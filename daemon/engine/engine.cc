@@ -46,7 +46,10 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     opts.local_size = local_size;
     opts.blocking = config.coord != "nbcs";
     opts.gs_period = config.coord == "gs" ? config.gs_period : 0;
-    opts.while_blocked = [this] { node_page_->Heartbeat(); };
+    opts.while_blocked = [this] {
+      node_page_->Heartbeat();
+      return !stop_.load(std::memory_order_acquire);
+    };
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
         [this](std::vector<ReadyTensor>* ready, uint64_t tag) { return ExecuteAgreed(ready, tag); },

@@ -377,6 +377,18 @@ TEST(ManyNodes, StoppingEveryDaemonAfterTheJobIsNotAFailure) {
   }
 }
 
+// negotiate blocks the engine in each cycle's collectives; a peer that stops answering (here
+// SIGSTOP) must not keep a daemon from shutting down when told.
+TEST(ManyNodes, ABlockedDaemonStillStopsWhenTold) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", "negotiate"});
+  cluster.node(1).Kill(SIGSTOP);
+  usleep(300'000);  // node 0 is now blocked in a cycle that node 1 never joins
+  cluster.node(0).Kill(SIGTERM);
+  const int s = cluster.node(0).Wait(5'000);
+  cluster.node(1).Kill(SIGCONT);
+  EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+}
+
 TEST(ManyNodesRendezvous, WrongTokenDuplicateRankAndMissingNodesAreNamed) {
   const std::string rv = "127.0.0.1:" + std::to_string(FreePort());
   auto args = [&](int rank, const std::string& token, const char* timeout) {
