@@ -18,16 +18,18 @@ while [ $# -gt 0 ]; do
     *) echo "imbalance.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-run() {  # $1 = label, then syncrun arguments
-  local label=$1; shift
-  "$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn --syncd-arg=--arena-size=256M "$@" -- \
-    "$build/bin/syncd-bench" imbalance --steps "$steps" --json --label "$label" "${extra[@]}" 2>/dev/null | grep '^{'
+run() {  # $1 = label, then syncrun arguments, then optionally -- and bench arguments
+  local label=$1 daemon=() bench=(); shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do daemon+=("$1"); shift; done
+  [ $# -gt 0 ] && { shift; bench=("$@"); }
+  "$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn --syncd-arg=--arena-size=256M "${daemon[@]}" -- \
+    "$build/bin/syncd-bench" imbalance --steps "$steps" --json --label "$label" "${bench[@]}" "${extra[@]}" 2>/dev/null |
+    grep '^{'
 }
 timer=(--syncd-arg=--cycle-start=timer)
 results=()
 # Ideal: no communication (cycles so rare the daemons stay idle).
-results+=("$("$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn --syncd-arg=--cycle-time-us=1000000 -- \
-  "$build/bin/syncd-bench" imbalance --steps "$steps" --json --ideal --label ideal "${extra[@]}" 2>/dev/null | grep '^{')")
+results+=("$(run ideal --syncd-arg=--cycle-time-us=1000000 -- --ideal)")
 results+=("$(run negotiate-unpinned "${timer[@]}" --cores none --no-bind)")
 results+=("$(run negotiate "${timer[@]}")")
 results+=("$(run gs "${timer[@]}" --syncd-arg=--coord=gs)")

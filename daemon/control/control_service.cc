@@ -51,21 +51,22 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   }
   if (s->coordinated) {
     control::Coordination* c = r->mutable_coordination();
+    const NegotiationStats& n = s->negotiation;
     c->set_mode(s->coord_mode);
-    c->set_cycles(s->cycles);
-    c->set_mean_cycle_ms(s->cycles ? double(s->cycle_ns_total) / double(s->cycles) / 1e6 : 0.0);
-    c->set_coordination_ms_total(double(s->coordination_ns_total) / 1e6);
-    c->set_cache_hits(s->cache_hits);
-    c->set_cache_misses(s->cache_misses);
-    const uint64_t names = s->cache_hits + s->cache_misses;
-    c->set_cache_hit_rate(names ? double(s->cache_hits) / double(names) : 0.0);
-    c->set_coordinator_rounds(s->coordinator_rounds);
+    c->set_cycles(n.cycles);
+    c->set_mean_cycle_ms(n.cycles ? double(n.cycle_ns_total) / double(n.cycles) / 1e6 : 0.0);
+    c->set_coordination_ms_total(double(n.coordination_ns_total) / 1e6);
+    c->set_cache_hits(n.cache_hits);
+    c->set_cache_misses(n.cache_misses);
+    const uint64_t names = n.cache_hits + n.cache_misses;
+    c->set_cache_hit_rate(names ? double(n.cache_hits) / double(names) : 0.0);
+    c->set_coordinator_rounds(n.coordinator_rounds);
     c->set_pending_names(s->pending_names);
-    c->set_execution_ms_total(double(s->execution_ns_total) / 1e6);
-    c->set_blocked_ms_total(double(s->blocked_ns_total) / 1e6);
-    c->set_idle_ms_total(double(s->idle_ns_total) / 1e6);
-    c->set_sleep_agreements(s->sleep_agreements);
-    c->set_agreed_sleep_ms_total(double(s->agreed_sleep_ns_total) / 1e6);
+    c->set_execution_ms_total(double(n.execution_ns_total) / 1e6);
+    c->set_blocked_ms_total(double(n.blocked_ns_total) / 1e6);
+    c->set_idle_ms_total(double(n.idle_ns_total) / 1e6);
+    c->set_sleep_agreements(n.sleep_agreements);
+    c->set_agreed_sleep_ms_total(double(n.agreed_sleep_ns_total) / 1e6);
     c->set_failure(s->failure);
     for (const auto& [node, state] : s->peers) {
       control::PeerStatus* p = c->add_peers();

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/response_cache.h"
 #include "daemon/coord/wire.h"
 #include "daemon/engine/tensor_table.h"
@@ -50,19 +51,6 @@ struct NegotiatorOptions {
   uint32_t local_size = 1;
 };
 
-struct NegotiationStats {
-  uint64_t cycles = 0;
-  uint64_t cycle_ns_total = 0;         // start to end of each cycle, execution included
-  uint64_t coordination_ns_total = 0;  // bit-vector agreement + coordinator round
-  uint64_t cache_hits = 0;             // names agreed through the cache
-  uint64_t cache_misses = 0;           // names that needed the coordinator
-  uint64_t coordinator_rounds = 0;
-  uint64_t execution_ns_total = 0;     // moving and reducing the agreed tensors
-  uint64_t blocked_ns_total = 0;       // inside blocking collectives (0 unless `blocking`)
-  uint64_t idle_ns_total = 0;          // from the end of one cycle to the start of the next
-  uint64_t sleep_agreements = 0;       // gs: global minimum sleeps agreed
-  uint64_t agreed_sleep_ns_total = 0;  // gs: the sleeps taken after agreements
-};
 
 class Negotiator {
  public:

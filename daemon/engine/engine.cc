@@ -473,20 +473,9 @@ void Engine::PublishSnapshot() {
   s->stalls = Stalls(abi::MonotonicNs());
   if (s->stalls.size() > 32) s->stalls.resize(32);
   if (negotiator_) {
-    const NegotiationStats& n = negotiator_->stats();
     s->coordinated = true;
     s->coord_mode = config_.coord;
-    s->cycles = n.cycles;
-    s->cycle_ns_total = n.cycle_ns_total;
-    s->coordination_ns_total = n.coordination_ns_total;
-    s->cache_hits = n.cache_hits;
-    s->cache_misses = n.cache_misses;
-    s->coordinator_rounds = n.coordinator_rounds;
-    s->execution_ns_total = n.execution_ns_total;
-    s->blocked_ns_total = n.blocked_ns_total;
-    s->idle_ns_total = n.idle_ns_total;
-    s->sleep_agreements = n.sleep_agreements;
-    s->agreed_sleep_ns_total = n.agreed_sleep_ns_total;
+    s->negotiation = negotiator_->stats();
     s->pending_names = negotiator_->pending();
     if (negotiator_->broken()) s->failure = negotiator_->failure().message();
     for (uint32_t p = 0; p < transport_->size(); ++p)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/base/affinity.h"
+#include "daemon/coord/negotiation_stats.h"
 
 namespace syncd {
 
@@ -42,10 +43,8 @@ struct StatusSnapshot {
   // Many-node jobs.
   bool coordinated = false;
   std::string coord_mode;
-  uint64_t cycles = 0, cycle_ns_total = 0, coordination_ns_total = 0;
-  uint64_t cache_hits = 0, cache_misses = 0, coordinator_rounds = 0, pending_names = 0;
-  uint64_t execution_ns_total = 0, blocked_ns_total = 0, idle_ns_total = 0;
-  uint64_t sleep_agreements = 0, agreed_sleep_ns_total = 0;
+  NegotiationStats negotiation;
+  uint64_t pending_names = 0;
   std::vector<std::pair<uint32_t, std::string>> peers;  // node, state
   std::string failure;
 };
