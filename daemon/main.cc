@@ -81,6 +81,9 @@ int Serve(const Config& config) {
     if (config.node_rank == 0) {
       rendezvous = std::make_unique<RendezvousService>(config.job_token, config.nodes, config.local_size, timeout);
       grpc::ServerBuilder builder;
+      // gRPC binds with SO_REUSEPORT by default: two jobs given the same port would both listen
+      // and split each other's joins. Fail here instead.
+      builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
       builder.AddListeningPort(config.rendezvous, grpc::InsecureServerCredentials());
       builder.RegisterService(rendezvous.get());
       rendezvous_server = builder.BuildAndStart();

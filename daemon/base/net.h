@@ -5,7 +5,8 @@
 namespace syncd {
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound, then released for the caller's
-// daemon to bind); 0 if none could be had.
+// daemon to bind), chosen at random below the kernel's ephemeral port range so that outgoing
+// connections do not take it in between; 0 if none could be had.
 int FreeLoopbackPort();
 
 }  // namespace syncd

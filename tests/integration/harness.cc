@@ -240,7 +240,7 @@ Cluster::Cluster(int nodes, int local_size, std::vector<std::string> args) : loc
   rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
   for (int i = 0; i < nodes; ++i) {
     std::vector<std::string> a = {"--nodes", std::to_string(nodes), "--node-rank", std::to_string(i),
-                                  "--rendezvous", rendezvous_, "--job-token", "test-token", "--join-timeout", "20"};
+                                  "--rendezvous", rendezvous_, "--job-token", "test-token-" + rendezvous_, "--join-timeout", "20"};
     a.insert(a.end(), args.begin(), args.end());
     daemons_.push_back(std::make_unique<Daemon>(local_size, a, false));
   }
