@@ -19,14 +19,17 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kVersion = 4;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
 inline constexpr size_t kMessageBytes = 480;
 inline constexpr size_t kArenaAlignment = 64;
 
-enum class OpKind : uint32_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3 };
+// kRegisterGraph: the payload is a TOPO graph in the encoding of proto/graph_wire.h, named
+// kTopoPlanName; it completes once every daemon of the job holds the same plan.
+enum class OpKind : uint32_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kRegisterGraph = 4 };
+inline constexpr char kTopoPlanName[] = "syncd.topo_plan";
 
 // ---- UDS handshake: one AttachRequest from the client, one AttachReply (+ 2 fds) back. ----
 struct AttachRequest {

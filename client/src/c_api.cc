@@ -60,6 +60,10 @@ int syncd_barrier_async(syncd_client* c, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBarrier, nullptr, SYNCD_SUM, 0, 1.0, 1.0, out);
 }
 
+int syncd_register_graph(syncd_client* c, const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash) {
+  return Unwrap(c)->RegisterGraph(g, timeout_ms, plan_hash);
+}
+
 int syncd_poll(syncd_client* c, syncd_handle h) { return Unwrap(c)->Poll(h); }
 int syncd_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms) {
   return Unwrap(c)->Wait(h, timeout_ms);

@@ -3,10 +3,12 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "client/src/client_impl.h"
 #include "proto/doorbell.h"
+#include "proto/graph_wire.h"
 #include "proto/status_names.h"
 
 namespace syncd::client {
@@ -144,9 +146,21 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
       memcpy(arena_ + offset, data, bytes);
     }
   }
+  entry.kind = uint32_t(kind);
+  entry.op = uint32_t(op);
+  entry.root = root;
+  entry.prescale = prescale;
+  entry.postscale = postscale;
+  entry.arena_offset = offset;
+  entry.bytes = bytes;
+  return Enqueue(&entry, name, user, staging, user != nullptr, out);
+}
+
+int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
+                    syncd_handle* out) {
   abi::SubmitEntry* e = submit_.Reserve();
   if (e == nullptr) {  // cannot happen while slots <= ring entries; keep the invariant checked
-    if (user) arena_alloc_->Free(staging);
+    if (staged) arena_alloc_->Free(staging);
     return Fail(SYNCD_ERR_INTERNAL, "submission ring full");
   }
   const uint32_t idx = free_slots_.back();
@@ -158,25 +172,74 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   s.message.clear();
   s.name = name;
   s.user_data = user;
+  s.staged = staged;
   s.staging_offset = staging;
-  s.bytes = bytes;
+  s.bytes = entry->bytes;
   in_flight_names_.emplace(name, idx);
 
   const syncd_handle h = (uint64_t(s.generation) << 32) | idx;
-  entry.handle = h;
-  entry.kind = uint32_t(kind);
-  entry.op = uint32_t(op);
-  entry.root = root;
-  entry.prescale = prescale;
-  entry.postscale = postscale;
-  entry.arena_offset = offset;
-  entry.bytes = bytes;
-  memcpy(entry.name, name.c_str(), name.size() + 1);
-  memcpy(e, &entry, offsetof(abi::SubmitEntry, name) + name.size() + 1);
+  entry->handle = h;
+  memcpy(entry->name, name.c_str(), name.size() + 1);
+  memcpy(e, entry, offsetof(abi::SubmitEntry, name) + name.size() + 1);
   submit_.Publish();
   abi::Ring(&node_->engine_doorbell);
   *out = h;
   return SYNCD_OK;
+}
+
+int Client::RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash) {
+  if (g == nullptr) return Fail(SYNCD_ERR_INVALID, "graph is NULL");
+  if ((g->num_ops > 0 && g->ops == nullptr) || (g->num_edges > 0 && g->edges == nullptr) ||
+      (g->num_fetches > 0 && g->fetches == nullptr))
+    return Fail(SYNCD_ERR_INVALID, "graph: ops, edges or fetches is NULL but its count is not 0");
+  if (g->num_ops > abi::kGraphMaxOps || g->num_edges > abi::kGraphMaxEdges || g->num_fetches > g->num_ops)
+    return Fail(SYNCD_ERR_INVALID, "graph: too many operations, edges or fetches");
+  abi::GraphWriter w(uint32_t(g->num_ops), uint32_t(g->num_edges), uint32_t(g->num_fetches));
+  for (size_t i = 0; i < g->num_ops; ++i) {
+    const syncd_graph_op& op = g->ops[i];
+    const std::string name = op.name ? op.name : "";
+    if (name.size() > 0xffff) return Fail(SYNCD_ERR_INVALID, "graph: operation " + std::to_string(i) + " has a name over 64 KiB");
+    const std::string tensor = op.tensor ? op.tensor : "";
+    if (op.tensor != nullptr && (tensor.empty() || tensor.size() > SYNCD_MAX_NAME))
+      return Fail(SYNCD_ERR_INVALID, "graph: operation " + std::to_string(i) + " ('" + name + "'): tensor name must have 1.." +
+                                         std::to_string(SYNCD_MAX_NAME) + " bytes");
+    if (op.tensor != nullptr && (abi::DtypeSize(op.dtype) == 0 || op.op < 0 || op.op >= SYNCD_REDUCE_OP_COUNT))
+      return Fail(SYNCD_ERR_INVALID, "graph: tensor '" + tensor + "': unknown dtype or reduce op");
+    w.Op(op.tensor != nullptr, op.dtype, op.op, op.count, name, tensor);
+  }
+  for (size_t i = 0; i < g->num_edges; ++i) w.Edge(g->edges[2 * i], g->edges[2 * i + 1]);
+  for (size_t i = 0; i < g->num_fetches; ++i) w.Fetch(g->fetches[i]);
+  const std::string& bytes = w.bytes();
+
+  syncd_handle h = 0;
+  {
+    std::lock_guard lock(mu_);
+    const std::string name = abi::kTopoPlanName;
+    if (in_flight_names_.count(name))
+      return Fail(SYNCD_ERR_DUPLICATE, "a graph registration is already in flight on rank " + std::to_string(id_.rank));
+    if (!DaemonAlive()) return DaemonLostError();
+    if (free_slots_.empty())
+      return Fail(SYNCD_ERR_NO_MEMORY, "too many requests in flight (" + std::to_string(slots_.size()) + ")");
+    auto off = arena_alloc_->Allocate(bytes.size());
+    if (!off)
+      return Fail(SYNCD_ERR_NO_MEMORY, "graph: arena has no room for its " + std::to_string(bytes.size()) +
+                                           " bytes (arena " + std::to_string(arena_alloc_->capacity()) + " bytes)");
+    memcpy(arena_ + *off, bytes.data(), bytes.size());
+    abi::SubmitEntry entry{};
+    entry.kind = uint32_t(abi::OpKind::kRegisterGraph);
+    entry.arena_offset = *off;
+    entry.bytes = bytes.size();
+    if (int rc = Enqueue(&entry, name, nullptr, *off, true, &h); rc != SYNCD_OK) return rc;
+  }
+  std::string reply;
+  const int rc = Wait(h, timeout_ms, &reply);
+  if (rc == SYNCD_OK && plan_hash != nullptr) {
+    unsigned long long v = 0;
+    if (sscanf(reply.c_str(), "plan %llx", &v) != 1)
+      return Fail(SYNCD_ERR_PROTOCOL, "graph registered but the daemon's reply carries no plan hash");
+    *plan_hash = v;
+  }
+  return rc;
 }
 
 Client::Slot* Client::Lookup(syncd_handle h) {
@@ -195,7 +258,7 @@ void Client::DrainCompletions() {
     if (s != nullptr && s->state == SlotState::kInFlight) {
       s->state = SlotState::kDone;
       s->status = entry.status;
-      if (entry.status != SYNCD_OK) {
+      if (entry.message_bytes > 0) {
         const char* text = messages_ + size_t(ring_index & (completion_.capacity() - 1)) * abi::kMessageBytes;
         s->message.assign(text, std::min<size_t>(entry.message_bytes, abi::kMessageBytes));
       }
@@ -204,16 +267,18 @@ void Client::DrainCompletions() {
   }
 }
 
-int Client::Finish(Slot* s) {
-  if (s->user_data != nullptr) {
-    if (s->status == SYNCD_OK) memcpy(s->user_data, arena_ + s->staging_offset, s->bytes);
+int Client::Finish(Slot* s, std::string* reply) {
+  if (s->staged) {
+    if (s->status == SYNCD_OK && s->user_data != nullptr) memcpy(s->user_data, arena_ + s->staging_offset, s->bytes);
     arena_alloc_->Free(s->staging_offset);
   }
+  if (reply != nullptr) *reply = s->message;
   in_flight_names_.erase(s->name);
   const int status = s->status;
   if (status != SYNCD_OK) Fail(status, s->message);
   s->state = SlotState::kFree;
   s->user_data = nullptr;
+  s->staged = false;
   free_slots_.push_back(uint32_t(s - slots_.data()));
   return status;
 }
@@ -233,7 +298,7 @@ int Client::Poll(syncd_handle h) {
   return SYNCD_IN_PROGRESS;
 }
 
-int Client::Wait(syncd_handle h, int64_t timeout_ms) {
+int Client::Wait(syncd_handle h, int64_t timeout_ms, std::string* reply) {
   const uint64_t start = abi::MonotonicNs();
   const uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + uint64_t(timeout_ms) * 1'000'000ull;
   uint64_t last_check = start;
@@ -243,7 +308,7 @@ int Client::Wait(syncd_handle h, int64_t timeout_ms) {
       Slot* s = Lookup(h);
       if (s == nullptr) return Fail(SYNCD_ERR_INVALID, "unknown or already completed handle");
       DrainCompletions();
-      if (s->state == SlotState::kDone) return Finish(s);
+      if (s->state == SlotState::kDone) return Finish(s, reply);
       const uint64_t now = abi::MonotonicNs();
       if (now - last_check >= kSleepSliceNs) {
         last_check = now;

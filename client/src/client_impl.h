@@ -42,7 +42,8 @@ class Client {
   int Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
              double prescale, double postscale, syncd_handle* out);
   int Poll(syncd_handle h);
-  int Wait(syncd_handle h, int64_t timeout_ms);
+  int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
+  int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
 
  private:
   enum class SlotState : uint8_t { kFree, kInFlight, kDone };
@@ -52,7 +53,8 @@ class Client {
     int status = SYNCD_OK;
     std::string message;
     std::string name;
-    void* user_data = nullptr;  // non-null when staged: copy back here on completion
+    bool staged = false;        // the payload was copied into the arena at staging_offset
+    void* user_data = nullptr;  // where to copy a staged result back; null: only free the copy
     uint64_t staging_offset = 0;
     uint64_t bytes = 0;
   };
@@ -62,7 +64,11 @@ class Client {
   // All below require mu_.
   Slot* Lookup(syncd_handle h);
   void DrainCompletions();
-  int Finish(Slot* slot);
+  // Fills the entry's handle and name and publishes it. `staged`: [staging, +bytes) of the arena
+  // is this request's copy, freed at completion (after copying it back to `user`, if given).
+  int Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
+              syncd_handle* out);
+  int Finish(Slot* slot, std::string* reply = nullptr);  // *reply: the completion's text
   bool DaemonAlive();  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;
 

@@ -109,10 +109,11 @@ const std::vector<ConfigEntry>& ConfigTable() {
        Unsigned(&Config::join_timeout_s, "join-timeout", 1)},
       {"coord", "SYNCD_COORD", "negotiate",
        "How daemons agree on what to reduce: negotiate (Horovod's cycle, blocking collectives), gs (negotiate with a "
-       "globally agreed sleep), nbcs (non-blocking cache sync)",
+       "globally agreed sleep), nbcs (non-blocking cache sync), topo (the registered graph's plan, no negotiation; "
+       "other names negotiated on demand)",
        [](Config& c, const std::string& t) -> Status {
-         if (t != "negotiate" && t != "gs" && t != "nbcs")
-           return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs)");
+         if (t != "negotiate" && t != "gs" && t != "nbcs" && t != "topo")
+           return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs, topo)");
          c.coord = t;
          return Status::Ok();
        }},

@@ -32,7 +32,7 @@ struct Config {
   uint32_t cycle_time_us = 0;
   std::string cycle_start;    // "timer" (Horovod) or "work"
   uint32_t cache_capacity = 0;
-  std::string coord;            // "negotiate", "gs" or "nbcs"
+  std::string coord;            // "negotiate", "gs", "nbcs" or "topo"
   uint32_t gs_period = 1;       // gs: cycles between sleep agreements
   std::string ucx_peer_errors;  // "auto", "on" or "off"
   uint32_t stall_warning_s = 0;  // warn about names some ranks submitted and others not, after this long

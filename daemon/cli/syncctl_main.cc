@@ -56,6 +56,15 @@ void PrintTable(const syncd::control::StatusReply& s) {
     for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
     printf("STALLED    tensor '%s' waiting %.0f s for ranks %s\n", st.name().c_str(), st.waiting_s(), missing.c_str());
   }
+  if (s.has_topo()) {
+    const auto& t = s.topo();
+    printf("topo       plan %s: %lu tensors in %lu groups%s\n", t.plan_hash().c_str(), (unsigned long)t.plan_tensors(),
+           (unsigned long)t.plan_groups(), t.in_use() ? "" : "   (registered, not used: --coord is not topo)");
+    if (t.in_use())
+      printf("           %lu steps   %lu groups run   %lu tensors   waiting for group %u   negotiated outside the plan %lu\n",
+             (unsigned long)t.steps(), (unsigned long)t.groups_executed(), (unsigned long)t.tensors_executed(),
+             t.next_group(), (unsigned long)t.fallback_tensors());
+  }
   if (s.has_coordination()) {
     const auto& c = s.coordination();
     printf("coord      %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",
@@ -66,6 +75,9 @@ void PrintTable(const syncd::control::StatusReply& s) {
     if (c.mode() == "gs")
       printf("gs         %lu sleep agreements, %.1f ms agreed sleep\n", (unsigned long)c.sleep_agreements(),
              c.agreed_sleep_ms_total());
+    printf("messages   %lu sent to coordinate (%s)%s\n", (unsigned long)c.coordination_messages(),
+           Bytes(c.coordination_bytes()).c_str(),
+           c.mode() == "topo" ? ("   " + std::to_string(c.cycle_requests()) + " cycles requested").c_str() : "");
     printf("cache      hits %lu   misses %lu   hit rate %.1f %%   waiting for other nodes %lu\n",
            (unsigned long)c.cache_hits(), (unsigned long)c.cache_misses(), 100.0 * c.cache_hit_rate(),
            (unsigned long)c.pending_names());

@@ -49,6 +49,20 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     out->set_waiting_s(st.waiting_s);
     for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
   }
+  if (s->has_plan) {
+    control::Topo* t = r->mutable_topo();
+    char hex[32];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)s->plan_hash);
+    t->set_plan_hash(hex);
+    t->set_plan_tensors(s->plan_tensors);
+    t->set_plan_groups(s->plan_groups);
+    t->set_in_use(s->plan_in_use);
+    t->set_steps(s->topo.steps);
+    t->set_groups_executed(s->topo.groups_executed);
+    t->set_tensors_executed(s->topo.tensors_executed);
+    t->set_fallback_tensors(s->fallback_tensors);
+    t->set_next_group(s->topo_next_group);
+  }
   if (s->coordinated) {
     control::Coordination* c = r->mutable_coordination();
     const NegotiationStats& n = s->negotiation;
@@ -67,6 +81,9 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     c->set_idle_ms_total(double(n.idle_ns_total) / 1e6);
     c->set_sleep_agreements(n.sleep_agreements);
     c->set_agreed_sleep_ms_total(double(n.agreed_sleep_ns_total) / 1e6);
+    c->set_coordination_messages(n.coordination_messages);
+    c->set_coordination_bytes(n.coordination_bytes);
+    c->set_cycle_requests(n.cycle_requests);
     c->set_failure(s->failure);
     for (const auto& [node, state] : s->peers) {
       control::PeerStatus* p = c->add_peers();

@@ -18,6 +18,9 @@ struct NegotiationStats {
   uint64_t idle_ns_total = 0;          // from the end of one cycle to the start of the next
   uint64_t sleep_agreements = 0;       // gs: global minimum sleeps agreed
   uint64_t agreed_sleep_ns_total = 0;  // gs: the sleeps taken after agreements
+  uint64_t coordination_messages = 0;  // point-to-point messages this daemon sent to coordinate
+  uint64_t coordination_bytes = 0;
+  uint64_t cycle_requests = 0;         // on_demand: cycles this daemon asked the others to run
 };
 
 }  // namespace syncd

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "daemon/coord/topo_runner.h"
 #include "daemon/transport/host_collectives.h"
 #include "proto/doorbell.h"
 
@@ -20,6 +21,7 @@ constexpr uint64_t kAbortTag = kTagMask;
 // First byte of a message on the abort channel.
 constexpr char kAbortKind = 'A';  // the job failed; the text says why
 constexpr char kLeaveKind = 'L';  // the daemon was told to stop
+constexpr char kCycleKind = 'C';  // on_demand: please run cycle N (8 bytes after the kind)
 constexpr uint64_t kCycleShift = 24;
 
 // Layout of the agreement vector: [W][hits: W words, AND][invalid: W words, OR][flags, OR].
@@ -43,7 +45,7 @@ void MinCombine(char* acc, const char* other, size_t bytes) {
 }  // namespace
 
 Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail)
-    : t_(transport), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
+    : counting_(transport), t_(&counting_), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
       cache_(options.cache_capacity) {
   const uint32_t n = t_->size();
   abort_in_.resize(n);
@@ -57,6 +59,7 @@ Negotiator::~Negotiator() {
   for (uint32_t p = 0; p < abort_recvs_.size(); ++p)
     if (p != t_->rank() && abort_recvs_[p] != 0) t_->Cancel(abort_recvs_[p]);
   for (CommHandle h : abort_sends_) t_->Cancel(h);
+  for (Outgoing& o : requests_out_) t_->Cancel(o.handle);
 }
 
 void Negotiator::Add(ReadyTensor t, Status local_error) {
@@ -74,8 +77,10 @@ bool Negotiator::Poll(uint64_t now_ns) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
   const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
-  const bool due = now_ns >= timer || (options_.start_on_work && fresh_);
+  const bool due = options_.on_demand ? fresh_ || wanted_cycle_ > cycle_seq_
+                                      : now_ns >= timer || (options_.start_on_work && fresh_);
   if (!cycle_running_ && due) {
+    if (options_.on_demand && wanted_cycle_ <= cycle_seq_) RequestCycle(cycle_seq_ + 1);
     if (last_cycle_end_ != 0) stats_.idle_ns_total += now_ns - last_cycle_end_;
     last_cycle_start_ = now_ns;
     fresh_ = false;
@@ -89,7 +94,12 @@ bool Negotiator::Poll(uint64_t now_ns) {
     last_cycle_end_ = abi::MonotonicNs();
     ++stats_.cycles;
     stats_.cycle_ns_total += last_cycle_end_ - last_cycle_start_;
-    if (!cycle_.status().ok()) Abort(cycle_.status());
+    if (!cycle_.status().ok()) {
+      // A failure every node saw in the same cycle needs no abort messages (which would race
+      // the other nodes' own reading of it).
+      if (failed_everywhere_) Break(cycle_.status());
+      else Abort(cycle_.status());
+    }
     did = true;
   }
   return did;
@@ -112,7 +122,7 @@ void Negotiator::Block() {
 }
 
 CommTask Negotiator::Cycle() {
-  const uint64_t base = ((++cycle_seq_) % (uint64_t{1} << 16)) << kCycleShift;
+  const uint64_t base = ((++cycle_seq_) % kTopoTagCycleBit) << kCycleShift;  // TOPO groups use the rest
   CommTask body = Negotiate(base);
   Status st = co_await Await(&body);
   if (!st.ok() || options_.gs_period == 0) co_return st;
@@ -209,10 +219,17 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   };
   for (const std::string& name : run)
     if (pending_.count(name)) ready.push_back(take(name));
+  Status plan_mismatch;
   for (const NameResponse& r : responses) {
+    // Daemons that hold different TOPO plans cannot run the job (see Coordinate).
+    if (r.name == abi::kTopoPlanName && r.status != SYNCD_OK) plan_mismatch = Status(syncd_status(r.status), r.message);
     if (!pending_.count(r.name)) continue;
     if (r.status == SYNCD_OK) ready.push_back(take(r.name));
     else TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
+  }
+  if (!plan_mismatch.ok()) {
+    failed_everywhere_ = true;
+    co_return plan_mismatch;
   }
   if (ready.empty()) co_return Status::Ok();
   executing_ = std::move(ready);
@@ -267,6 +284,28 @@ std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>&
         resp.status = SYNCD_ERR_MISMATCH;
         resp.message = a.errors[node];
       }
+    if (resp.status == SYNCD_OK && a.metas[0].kind == uint32_t(abi::OpKind::kRegisterGraph)) {
+      // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
+      // ranks of one node already agreed.
+      std::vector<int64_t> hashes;
+      std::vector<std::string> groups;
+      for (uint32_t node = 0; node < n; ++node) {
+        const int64_t h = a.metas[node].shape.empty() ? 0 : a.metas[node].shape[0];
+        size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
+        if (i == hashes.size()) {
+          hashes.push_back(h);
+          char hex[32];
+          snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+          groups.push_back(std::string("plan ") + hex + " on node");
+        }
+        groups[i] += " " + std::to_string(node);
+      }
+      if (hashes.size() > 1) {
+        resp.status = SYNCD_ERR_MISMATCH;
+        resp.message = "TOPO plans differ across nodes, the job cannot run:";
+        for (size_t i = 0; i < groups.size(); ++i) resp.message += (i ? ";" : "") + std::string(" ") + groups[i];
+      }
+    }
     if (resp.status == SYNCD_OK) {
       // Same check as within a node, over every rank of the job.
       std::vector<Request> ranks;
@@ -323,20 +362,59 @@ void Negotiator::TakeAndFail(const std::string& name, const Status& st) {
   fail_(requests, st);
 }
 
-void Negotiator::Abort(Status why) {
+void Negotiator::Break(Status why) { EndJob(std::move(why), /*tell_peers=*/false); }
+
+void Negotiator::Abort(Status why) { EndJob(std::move(why), /*tell_peers=*/true); }
+
+void Negotiator::EndJob(Status why, bool tell_peers) {
   if (broken_) return;
   broken_ = true;
   failure_ = why;
-  spdlog::error("job aborted: {}", why.message());
+  spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
   CancelCycle(why);
-  abort_out_[0] = kAbortKind;
-  snprintf(abort_out_.data() + 1, kAbortBytes - 1, "%s", why.message().c_str());
-  for (uint32_t p = 0; p < t_->size(); ++p)
-    if (p != t_->rank() && !t_->PeerLost(p))
-      abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
+  if (tell_peers) {
+    abort_out_[0] = kAbortKind;
+    snprintf(abort_out_.data() + 1, kAbortBytes - 1, "%s", why.message().c_str());
+    for (uint32_t p = 0; p < t_->size(); ++p)
+      if (p != t_->rank() && !t_->PeerLost(p))
+        abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
+  }
   std::vector<std::string> names = order_;
   for (const std::string& name : names)
     TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
+}
+
+void Negotiator::RequestCycle(uint64_t cycle) {
+  ++stats_.cycle_requests;
+  for (uint32_t p = 0; p < t_->size(); ++p) {
+    if (p == t_->rank() || t_->PeerLost(p)) continue;
+    Outgoing& out = requests_out_.emplace_back();
+    out.bytes.fill(0);
+    out.bytes[0] = kCycleKind;
+    memcpy(out.bytes.data() + 1, &cycle, sizeof(cycle));
+    out.handle = t_->Send(p, kAbortTag, out.bytes.data(), kAbortBytes);
+  }
+}
+
+std::vector<std::pair<ReadyTensor, Status>> Negotiator::Withdraw(const std::function<bool(const std::string&)>& pred) {
+  std::vector<std::pair<ReadyTensor, Status>> out;
+  std::vector<std::string> keep;
+  for (const std::string& name : order_) {
+    if (!pred(name)) {
+      keep.push_back(name);
+      continue;
+    }
+    auto it = pending_.find(name);
+    out.emplace_back(std::move(it->second.tensor), std::move(it->second.local_error));
+    pending_.erase(it);
+    announced_.erase(name);
+  }
+  order_ = std::move(keep);
+  for (auto it = coord_.begin(); it != coord_.end();) {
+    if (pred(it->first)) it = coord_.erase(it);
+    else ++it;
+  }
+  return out;
 }
 
 void Negotiator::PeerLeft(uint32_t node) {
@@ -383,6 +461,11 @@ bool Negotiator::CheckAbortMessages() {
     if (t_->Test(*it, &err) == CommState::kPending) ++it;
     else it = abort_sends_.erase(it);
   }
+  for (auto it = requests_out_.begin(); it != requests_out_.end();) {
+    Status err;  // a failed send means a lost peer: PeerFailure() reports it below
+    if (t_->Test(it->handle, &err) == CommState::kPending) ++it;
+    else it = requests_out_.erase(it);
+  }
   if (broken_) return false;
   t_->Progress();
   for (uint32_t p = 0; p < abort_recvs_.size(); ++p) {
@@ -393,6 +476,13 @@ bool Negotiator::CheckAbortMessages() {
     abort_recvs_[p] = 0;
     did = true;
     if (s == CommState::kDone) {
+      if (abort_in_[p][0] == kCycleKind) {
+        uint64_t cycle = 0;
+        memcpy(&cycle, abort_in_[p].data() + 1, sizeof(cycle));
+        wanted_cycle_ = std::max(wanted_cycle_, cycle);
+        abort_recvs_[p] = t_->Recv(p, kAbortTag, abort_in_[p].data(), kAbortBytes);
+        continue;
+      }
       const std::string msg(abort_in_[p].data() + 1, strnlen(abort_in_[p].data() + 1, kAbortBytes - 1));
       if (abort_in_[p][0] == kLeaveKind) {
         PeerLeft(p);

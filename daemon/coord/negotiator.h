@@ -18,6 +18,7 @@
 
 #include <array>
 #include <functional>
+#include <list>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -28,6 +29,8 @@
 #include "daemon/coord/wire.h"
 #include "daemon/engine/tensor_table.h"
 #include "daemon/transport/comm_task.h"
+#include "daemon/transport/counting_transport.h"
+#include "proto/doorbell.h"
 
 namespace syncd {
 
@@ -47,6 +50,10 @@ struct NegotiatorOptions {
   // a tensor became ready here since the last cycle started (each name gets one early try; a
   // name still waiting on other nodes waits for the timer).
   bool start_on_work = false;
+  // topo: no timer. A cycle runs when this node has new names (it asks the other nodes to join
+  // with one message each) or when another node asked. An idle job sends nothing at all; the
+  // engine still looks for requests every cycle_ns.
+  bool on_demand = false;
   uint32_t cache_capacity = 1024;
   uint32_t local_size = 1;
 };
@@ -73,10 +80,13 @@ class Negotiator {
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
     if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
+    if (options_.on_demand) return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : abi::MonotonicNs() + options_.cycle_ns;
     return options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
+  // As Abort, without telling the other nodes: for a failure every node sees by itself.
+  void Break(Status why);
   // The daemon is stopping: fails what is pending here and tells the other nodes, so that they
   // end the job without reporting a lost node. Waits until the notices are sent or the deadline
   // passes; returns whether they were sent.
@@ -84,7 +94,17 @@ class Negotiator {
   bool broken() const { return broken_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
-  const NegotiationStats& stats() const { return stats_; }
+  NegotiationStats stats() const {
+    NegotiationStats s = stats_;
+    s.coordination_messages = counting_.sent();
+    s.coordination_bytes = counting_.sent_bytes();
+    return s;
+  }
+
+  // Takes the pending names `pred` selects out of negotiation, on every node at the same point
+  // of the cycle sequence (call it from the Execute callback): the coordinator forgets what was
+  // announced of them. Each comes with the local ranks' disagreement, if any.
+  std::vector<std::pair<ReadyTensor, Status>> Withdraw(const std::function<bool(const std::string&)>& pred);
 
   // Coordinator (node 0) only: names some nodes announced at least `min_age_ns` ago and others
   // not yet, with the nodes still missing. Empty elsewhere.
@@ -106,11 +126,15 @@ class Negotiator {
   void Block();
   std::vector<NameResponse> Coordinate(const std::vector<std::string>& all_requests);
   void TakeAndFail(const std::string& name, const Status& st);
+  void EndJob(Status why, bool tell_peers);  // Abort and Break
   bool CheckAbortMessages();
   void PeerLeft(uint32_t node);
+  // on_demand: asks every other node to run cycle number `cycle`.
+  void RequestCycle(uint64_t cycle);
   // Stops the current cycle; fails its tensors that have not completed with `why`.
   void CancelCycle(const Status& why);
 
+  CountingTransport counting_;  // every message the negotiator sends goes through it
   Transport* t_;
   const NegotiatorOptions options_;
   Execute execute_;
@@ -137,11 +161,18 @@ class Negotiator {
   uint64_t last_cycle_end_ = 0;
   uint64_t next_start_ = 0;  // gs: when the agreed sleep ends
   bool fresh_ = false;  // tensors became ready since the last cycle started
+  bool failed_everywhere_ = false;  // the running cycle's failure is every node's (see Poll)
+  uint64_t wanted_cycle_ = 0;  // on_demand: the highest cycle number another node asked for
+  struct Outgoing {
+    std::array<char, 384> bytes;
+    CommHandle handle;
+  };
+  std::list<Outgoing> requests_out_;  // on_demand: cycle requests being sent
   NegotiationStats stats_;
 
   bool broken_ = false;
   Status failure_;
-  static constexpr size_t kAbortBytes = 384;
+  static constexpr size_t kAbortBytes = 384;  // every message on the abort channel
   std::vector<std::array<char, kAbortBytes>> abort_in_;
   std::vector<CommHandle> abort_recvs_;
   std::array<char, kAbortBytes> abort_out_{};

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "daemon/plan/fusion.h"
+#include "daemon/plan/graph_codec.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -44,7 +45,8 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     opts.start_on_work = config.cycle_start == "work";
     opts.cache_capacity = config.cache_capacity;
     opts.local_size = local_size;
-    opts.blocking = config.coord != "nbcs";
+    opts.blocking = config.coord == "negotiate" || config.coord == "gs";
+    opts.on_demand = config.coord == "topo";
     opts.gs_period = config.coord == "gs" ? config.gs_period : 0;
     opts.while_blocked = [this] {
       node_page_->Heartbeat();
@@ -145,17 +147,108 @@ bool Engine::Poll() {
   std::vector<FailedTensor> failed;
   table_.TakeCompleted(&ready, &failed);
   did |= !ready.empty() || !failed.empty();
-  if (negotiator_) {
-    // Other nodes must learn of a local disagreement too: it travels with the name.
-    for (FailedTensor& f : failed) negotiator_->Add(ReadyTensor{std::move(f.requests)}, f.error);
-    for (ReadyTensor& t : ready) negotiator_->Add(std::move(t));
-    did |= negotiator_->Poll(abi::MonotonicNs());
-  } else {
-    for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-    if (!ready.empty()) Execute(ready);
+  std::vector<ReadyTensor> local_ready;
+  for (FailedTensor& f : failed) {
+    if (topo_ && topo_->Has(f.requests.front().name)) {
+      // The plan is the job's agreement: ranks that break it stop the job on every node.
+      CompleteAll(f.requests, f.error);
+      FailJob(Status(f.error.code(), "the registered TOPO plan cannot run: " + f.error.message()));
+    } else if (negotiator_) {
+      // Other nodes must learn of a local disagreement too: it travels with the name.
+      negotiator_->Add(ReadyTensor{std::move(f.requests)}, f.error);
+    } else {
+      CompleteAll(f.requests, f.error);
+    }
+  }
+  for (ReadyTensor& t : ready)
+    if (Status st = Route(std::move(t), &local_ready); !st.ok()) FailJob(st);
+  if (negotiator_) did |= negotiator_->Poll(abi::MonotonicNs());
+  if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
+  // However the job broke (here or on another node), tensors waiting for their group fail too.
+  if (topo_ && negotiator_ && negotiator_->broken() && topo_->in_flight() > 0) topo_->FailAll(negotiator_->failure());
+  if (!local_ready.empty()) Execute(local_ready);
+  if (topo_) {
+    Status error;
+    did |= topo_->Poll(&error);
+    if (!error.ok()) FailJob(error);
   }
   FlushClients();
   return did;
+}
+
+Status Engine::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
+  if (topo_ && topo_->Has(t.first().name)) {
+    if (negotiator_ && negotiator_->broken()) {
+      const Status& why = negotiator_->failure();
+      CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': cannot run, " + why.message()));
+      return Status::Ok();
+    }
+    Status st = topo_->Add(&t);
+    if (st.ok()) return st;
+    CompleteAll(t.requests, st);
+    return Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
+  }
+  if (topo_) ++fallback_tensors_;
+  if (negotiator_) negotiator_->Add(std::move(t));
+  else local_ready->push_back(std::move(t));
+  return Status::Ok();
+}
+
+void Engine::FailJob(const Status& why) {
+  if (negotiator_) {
+    negotiator_->Abort(why);  // tells the other nodes; fails everything it holds
+    if (topo_) topo_->FailAll(negotiator_->failure());
+    return;
+  }
+  if (job_failure_.ok()) {
+    job_failure_ = why;
+    spdlog::error("job failed: {}", why.message());
+  }
+  if (topo_) topo_->FailAll(why);
+}
+
+void Engine::RegisterPlan(ReadyTensor& registration) {
+  const std::shared_ptr<const TopoPlan>& plan = registration.first().plan;
+  char hex[32];
+  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)plan->hash);
+  Status result(SYNCD_OK, std::string("plan ") + hex);
+  if (plan_ && plan_->hash != plan->hash) {
+    char old[32];
+    snprintf(old, sizeof(old), "%016llx", (unsigned long long)plan_->hash);
+    result = Status(SYNCD_ERR_INVALID, std::string("a different TOPO plan (") + old +
+                                           ") is already registered for this job; one plan per job");
+  } else if (!plan_) {
+    plan_ = plan;
+    spdlog::info("TOPO plan {} registered: {} tensors in {} groups{}", hex, plan->tensors.size(), plan->groups(),
+                 config_.coord == "topo" ? "" : " (not used: --coord is " + config_.coord + ")");
+    if (config_.coord == "topo") {
+      auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
+        return negotiator_ ? ExecuteAgreed(group, tag) : ExecuteLocal(group, tag);
+      };
+      topo_ = std::make_unique<TopoRunner>(plan_, execute, [this](const std::vector<Request>& rs, const Status& st) {
+        CompleteAll(rs, st);
+      });
+      // Plan tensors already waiting for negotiation now wait for their group instead. Every
+      // node does this at the same point of the cycle sequence, so none negotiates them further.
+      if (negotiator_)
+        for (auto& [t, local_error] : negotiator_->Withdraw([this](const std::string& n) { return topo_->Has(n); })) {
+          // Runs inside a negotiation cycle: the job fails once the cycle has returned.
+          Status st = local_error;
+          if (!st.ok()) CompleteAll(t.requests, st);
+          else st = Route(std::move(t), nullptr);
+          if (!st.ok() && deferred_failure_.ok())
+            deferred_failure_ = Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
+        }
+    }
+  }
+  CompleteAll(registration.requests, result);
+  registration.requests.clear();
+}
+
+CommTask Engine::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
+  Execute(*ready);
+  for (ReadyTensor& t : *ready) t.requests.clear();
+  co_return Status::Ok();
 }
 
 bool Engine::DrainEvents() {
@@ -176,6 +269,10 @@ bool Engine::DrainEvents() {
       if (a->client->job_id != 0 && a->client->job_id != job_id_ && clients_.empty()) {
         if (job_id_ != 0) spdlog::info("job {} starts (previous job {})", a->client->job_id, job_id_);
         lost_ranks_.clear();
+        // Its plan too: every node drops it at the same point, before the new job's first request.
+        topo_.reset();
+        plan_.reset();
+        fallback_tensors_ = 0;
         job_id_ = a->client->job_id;
       }
       lost_ranks_.erase(lr);
@@ -211,7 +308,9 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
   // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
   // flight here (the normal end of a job), the job cannot go on.
-  const bool work_in_flight = !failed.empty() || (negotiator_ && negotiator_->pending() > 0);
+  const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
+  if (topo_in_flight) topo_->FailAll(lost);
+  const bool work_in_flight = !failed.empty() || topo_in_flight || (negotiator_ && negotiator_->pending() > 0);
   if (negotiator_ && !clients_.empty() && (!clean || work_in_flight))
     negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
 }
@@ -236,6 +335,10 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     *did = true;
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
+    if (!job_failure_.ok()) {
+      Complete(*r, Status(job_failure_.code(), "tensor '" + r->name + "': cannot run, " + job_failure_.message()));
+      continue;
+    }
     if (negotiator_ && negotiator_->broken()) {
       Complete(*r, Status(negotiator_->failure().code(),
                           "tensor '" + r->name + "': cannot run, " + negotiator_->failure().message()));
@@ -270,9 +373,25 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
     return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry from " + who + ": tensor name is empty or not terminated");
   r.name.assign(e.name, name_len);
   const std::string what = "tensor '" + r.name + "' from " + who;
-  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kBarrier))
+  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kRegisterGraph))
     return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown operation " + std::to_string(e.kind));
   r.kind = abi::OpKind(e.kind);
+  if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
+    return reject(SYNCD_ERR_INVALID, what + ": the name '" + abi::kTopoPlanName + "' is reserved for graph registration");
+  if (r.kind == abi::OpKind::kRegisterGraph) {
+    const char* bytes = c.info->segment.ArenaRange(e.arena_offset, e.bytes);
+    if (bytes == nullptr || e.bytes == 0)
+      return reject(SYNCD_ERR_INVALID, "graph from " + who + ": range outside the client's arena");
+    // Copy out of shared memory before decoding: the client could change it meanwhile.
+    const std::string copy(bytes, e.bytes);
+    StatusOr<Graph> graph = DecodeGraph(copy.data(), copy.size());
+    if (!graph.ok()) return reject(graph.status().code(), "graph from " + who + ": " + graph.status().message());
+    StatusOr<TopoPlan> plan = PlanTopo(*graph, config_.fusion_threshold);
+    if (!plan.ok()) return reject(plan.status().code(), "graph from " + who + ": " + plan.status().message());
+    r.plan = std::make_shared<const TopoPlan>(std::move(plan.value()));
+    r.shape = {int64_t(r.plan->hash)};  // what ranks and nodes compare
+    return r;
+  }
   if (r.kind == abi::OpKind::kBarrier) {
     if (e.bytes != 0) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: barrier " + what + " carries data");
     return r;
@@ -337,6 +456,9 @@ void Engine::Execute(std::vector<ReadyTensor>& ready) {
         break;
       case abi::OpKind::kBarrier:
         break;
+      case abi::OpKind::kRegisterGraph:
+        RegisterPlan(ready[g.front()]);  // completes the registrations itself
+        break;
     }
     CountExecuted(ready, g);
     for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
@@ -353,6 +475,7 @@ void Engine::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGr
       break;
     case abi::OpKind::kBroadcast: broadcast_ops_ += g.size(); break;
     case abi::OpKind::kBarrier: barrier_ops_ += g.size(); break;
+    case abi::OpKind::kRegisterGraph: break;
   }
 }
 
@@ -391,6 +514,14 @@ std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns) const {
     for (uint32_t lr : st.missing_local_ranks) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
     out.push_back(std::move(ss));
   }
+  if (topo_)
+    if (std::optional<TopoRunner::Wait> w = topo_->Waiting(now_ns, threshold))
+      // The plan's group waits for tensors no local rank has submitted (all ranks must).
+      for (const std::string& name : w->missing) {
+        StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}};
+        for (uint32_t lr = 0; lr < local_size_; ++lr) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
+        out.push_back(std::move(ss));
+      }
   if (negotiator_)
     for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, threshold)) {
       StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
@@ -472,6 +603,18 @@ void Engine::PublishSnapshot() {
   s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   s->stalls = Stalls(abi::MonotonicNs());
   if (s->stalls.size() > 32) s->stalls.resize(32);
+  if (plan_) {
+    s->has_plan = true;
+    s->plan_hash = plan_->hash;
+    s->plan_tensors = plan_->tensors.size();
+    s->plan_groups = plan_->groups();
+    s->plan_in_use = topo_ != nullptr;
+    if (topo_) {
+      s->topo = topo_->stats();
+      s->topo_next_group = topo_->next_group();
+    }
+    s->fallback_tensors = fallback_tensors_;
+  }
   if (negotiator_) {
     s->coordinated = true;
     s->coord_mode = config_.coord;

@@ -17,6 +17,7 @@
 #include "daemon/base/config.h"
 #include "daemon/base/spsc_queue.h"
 #include "daemon/coord/negotiator.h"
+#include "daemon/coord/topo_runner.h"
 #include "daemon/engine/tensor_table.h"
 #include "daemon/plan/fusion.h"
 #include "daemon/transport/transport.h"
@@ -92,6 +93,16 @@ class Engine {
   // collective, scatter back). `tag` is unique to this execution across the job. Completes each
   // tensor's requests as its group finishes and clears them (see Negotiator::Execute).
   CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag);
+  // One node, TOPO: runs a plan group at once (the task is done when it returns).
+  CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
+  // A TOPO graph every rank of the job registered, agreed at this point of the job on every
+  // node: installs its plan (under --coord topo) and completes the registrations.
+  void RegisterPlan(ReadyTensor& registration);
+  // Hands a tensor every local rank submitted to the TOPO runner, the negotiator or the executor.
+  // An error means the job must fail (the tensor's requests were failed already).
+  Status Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready);
+  // The job cannot go on (a plan violation, a failed TOPO group): fails everything in flight.
+  void FailJob(const Status& why);
   void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);
@@ -113,7 +124,14 @@ class Engine {
   HostExecutor executor_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Negotiator> negotiator_;
+  std::unique_ptr<TopoRunner> topo_;              // --coord topo, once a plan is registered
+  std::shared_ptr<const TopoPlan> plan_;          // the job's registered plan (any mode)
+  Status job_failure_;                            // one-node jobs: why FailJob was called
+  Status deferred_failure_;                       // found inside a negotiation cycle
+  uint64_t fallback_tensors_ = 0;                 // names outside the plan while one was in use
+  // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.
   std::vector<char> fusion_buffer_;
+  std::vector<char> topo_fusion_buffer_;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   std::atomic<std::shared_ptr<const StatusSnapshot>> snapshot_;

@@ -25,6 +25,8 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
     candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
   }
   const std::vector<FusionGroup> groups = PlanFusion(candidates, config_.fusion_threshold);
+  // TOPO groups (tags above the negotiator's cycles) may run while a negotiated cycle does.
+  std::vector<char>& fusion_buffer = ((tag >> 24) & kTopoTagCycleBit) ? topo_fusion_buffer_ : fusion_buffer_;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
     const ReadyTensor& head = ready[g.front()];
@@ -44,7 +46,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
       const size_t count = bytes / esize;
       const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
       const size_t slot_bytes = seg * esize;
-      if (fusion_buffer_.size() < slot_bytes * kPipelineDepth) fusion_buffer_.resize(slot_bytes * kPipelineDepth);
+      if (fusion_buffer.size() < slot_bytes * kPipelineDepth) fusion_buffer.resize(slot_bytes * kPipelineDepth);
       struct Stage {
         CommTask task;
         size_t begin, end;
@@ -58,7 +60,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
       while (next < count || !inflight.empty()) {
         while (next < count && inflight.size() < kPipelineDepth) {
           const size_t end = std::min(count, next + seg);
-          char* slot = fusion_buffer_.data() + (segment % kPipelineDepth) * slot_bytes;
+          char* slot = fusion_buffer.data() + (segment % kPipelineDepth) * slot_bytes;
           executor_.ReduceRange(members, next, end, slot);
           inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment % 4096), slot, end - next, f.dtype,
                                              f.op, opts),
@@ -73,16 +75,18 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
         executor_.ScatterRange(members, inflight.front().begin, inflight.front().end, inflight.front().slot);
         inflight.pop_front();
       }
+    } else if (f.kind == abi::OpKind::kRegisterGraph) {
+      RegisterPlan(ready[g.front()]);  // completes the registrations itself
     } else if (f.kind == abi::OpKind::kBroadcast) {
       const uint32_t root_node = uint32_t(f.root) / local_size_;
-      if (fusion_buffer_.size() < f.bytes) fusion_buffer_.resize(f.bytes);
+      if (fusion_buffer.size() < f.bytes) fusion_buffer.resize(f.bytes);
       if (root_node == config_.node_rank)
         for (const Request& r : head.requests)
-          if (int32_t(r.rank) == r.root && r.bytes > 0) memcpy(fusion_buffer_.data(), r.data, r.bytes);
-      CommTask inter = Broadcast(transport_.get(), group_tag, fusion_buffer_.data(), f.bytes, root_node);
+          if (int32_t(r.rank) == r.root && r.bytes > 0) memcpy(fusion_buffer.data(), r.data, r.bytes);
+      CommTask inter = Broadcast(transport_.get(), group_tag, fusion_buffer.data(), f.bytes, root_node);
       Status st = co_await Await(&inter);
       if (!st.ok()) co_return st;
-      executor_.ScatterBroadcast(head, fusion_buffer_.data());
+      executor_.ScatterBroadcast(head, fusion_buffer.data());
     }
     // A barrier needs nothing more: being agreed means every rank of every node has arrived.
     CountExecuted(ready, g);

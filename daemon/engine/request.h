@@ -4,9 +4,11 @@
 #define SYNCD_DAEMON_ENGINE_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "daemon/plan/topo.h"
 #include "proto/shm_abi.h"
 
 namespace syncd {
@@ -26,6 +28,8 @@ struct Request {
   uint64_t bytes = 0;
   char* data = nullptr;     // inside the client's arena, valid while the client is attached
   std::string name;
+  // kRegisterGraph: the plan computed from the graph the rank sent; `shape` holds its hash.
+  std::shared_ptr<const TopoPlan> plan;
 };
 
 }  // namespace syncd

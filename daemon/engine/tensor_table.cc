@@ -1,6 +1,7 @@
 #include "daemon/engine/tensor_table.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "proto/doorbell.h"
@@ -14,6 +15,7 @@ const char* KindName(abi::OpKind k) {
     case abi::OpKind::kAllreduce: return "allreduce";
     case abi::OpKind::kBroadcast: return "broadcast";
     case abi::OpKind::kBarrier: return "barrier";
+    case abi::OpKind::kRegisterGraph: return "graph registration";
   }
   return "unknown";
 }
@@ -72,6 +74,16 @@ Status TensorTable::Add(Request r) {
 Status CheckAgreement(const std::vector<Request>& rs) {
   std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(KindName(r.kind)); });
   if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
+  if (msg.empty() && rs.front().kind == abi::OpKind::kRegisterGraph)
+    msg = Disagreement(rs, "TOPO plan", [](const Request& r) {
+      char hex[32];
+      // The hash travels in the shape; the plan itself only within the node that computed it.
+      snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)(r.shape.empty() ? 0 : r.shape[0]));
+      std::string d = std::string("plan ") + hex;
+      if (r.plan)
+        d += " (" + std::to_string(r.plan->tensors.size()) + " tensors, " + std::to_string(r.plan->groups()) + " groups)";
+      return d;
+    });
   if (msg.empty()) msg = Disagreement(rs, "shape", [](const Request& r) { return ShapeText(r.shape); });
   const abi::OpKind kind = rs.front().kind;
   if (msg.empty() && kind == abi::OpKind::kAllreduce) {

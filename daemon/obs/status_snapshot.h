@@ -9,6 +9,7 @@
 
 #include "daemon/base/affinity.h"
 #include "daemon/coord/negotiation_stats.h"
+#include "daemon/coord/topo_stats.h"
 
 namespace syncd {
 
@@ -39,6 +40,14 @@ struct StatusSnapshot {
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)
   std::vector<StallSnapshot> stalls;  // longest waiting first
+
+  // TOPO, once a graph is registered.
+  bool has_plan = false;
+  uint64_t plan_hash = 0, plan_tensors = 0, plan_groups = 0;
+  bool plan_in_use = false;
+  TopoStats topo;
+  uint64_t fallback_tensors = 0;
+  uint32_t topo_next_group = 0;
 
   // Many-node jobs.
   bool coordinated = false;

@@ -113,6 +113,43 @@ SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int 
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
 
+/* ---- TOPO: register the training graph once; the daemons then run a precomputed order and
+ * fusion plan with no per-step negotiation (when started with --coord topo).
+ *
+ * The graph: operations, dependency edges (producer -> consumer, as indices into ops) and the
+ * fetches (the operations a step runs; only what they depend on counts). An operation with a
+ * tensor name is a collective: an allreduce of that tensor, with that dtype, element count and
+ * op. Every rank of the job registers the same graph; the call blocks until every daemon holds
+ * the same plan. A rank registering a different graph fails the registration on every rank,
+ * naming the ranks (and nodes) whose plans differ.
+ *
+ * After registration, allreduces of the graph's tensors follow the plan: group g runs once every
+ * local rank has submitted all of its tensors and groups before it ran; submit them with exactly
+ * the registered dtype, count and op. Other names are negotiated as before. Call it when none of
+ * the graph's tensors is in flight on this rank. Under other --coord modes the plan is checked
+ * and agreed the same way but not used. One plan per job: registering the same graph again
+ * succeeds, a different one fails. */
+typedef struct syncd_graph_op {
+  const char* name;   /* the operation, for error messages; may be NULL */
+  const char* tensor; /* NULL: not a collective; else the name of the tensor it allreduces */
+  syncd_dtype dtype;
+  uint64_t count; /* elements */
+  syncd_reduce_op op;
+} syncd_graph_op;
+
+typedef struct syncd_graph {
+  const syncd_graph_op* ops;
+  size_t num_ops;
+  const uint32_t* edges; /* 2 * num_edges indices: producer, consumer, producer, consumer, ... */
+  size_t num_edges;
+  const uint32_t* fetches;
+  size_t num_fetches;
+} syncd_graph;
+
+/* Blocks up to timeout_ms (-1: forever). On success *plan_hash (may be NULL) gets the plan's hash,
+ * the same on every rank. */
+SYNCD_API int syncd_register_graph(syncd_client* c, const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
+
 /* SYNCD_IN_PROGRESS while running; otherwise the request's final status (the handle is released). */
 SYNCD_API int syncd_poll(syncd_client* c, syncd_handle h);
 /* Blocks until completion or timeout_ms (-1: forever). A timeout leaves the request in flight. */

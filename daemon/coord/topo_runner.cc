@@ -1,0 +1,123 @@
+#include "daemon/coord/topo_runner.h"
+
+#include "proto/doorbell.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+constexpr uint64_t kCycleShift = 24;  // as in the negotiator: cycle field, then slot and segment
+
+}  // namespace
+
+TopoRunner::TopoRunner(std::shared_ptr<const TopoPlan> plan, Execute execute, Fail fail)
+    : plan_(std::move(plan)), execute_(std::move(execute)), fail_(std::move(fail)) {
+  for (uint32_t i = 0; i < plan_->tensors.size(); ++i) index_.emplace(plan_->tensors[i].name, i);
+  held_.resize(plan_->tensors.size());
+  ready_in_group_.assign(plan_->groups(), 0);
+  first_ready_ns_.assign(plan_->groups(), 0);
+}
+
+TopoRunner::~TopoRunner() { task_ = CommTask(); }
+
+Status TopoRunner::Add(ReadyTensor* t) {
+  const Request& r = t->first();
+  const uint32_t i = index_.at(r.name);
+  const PlannedTensor& p = plan_->tensors[i];
+  uint64_t count = 1;
+  for (int64_t d : r.shape) count *= uint64_t(d);
+  std::string why;
+  if (r.kind != abi::OpKind::kAllreduce) why = "it is not an allreduce";
+  else if (r.dtype != p.dtype)
+    why = std::string("dtype ") + abi::DtypeName(r.dtype) + ", the plan says " + abi::DtypeName(p.dtype);
+  else if (count != p.count)
+    why = std::to_string(count) + " elements, the plan says " + std::to_string(p.count);
+  else if (r.op != p.op)
+    why = std::string("reduce op ") + abi::ReduceOpName(r.op) + ", the plan says " + abi::ReduceOpName(p.op);
+  else if (held_[i])
+    why = "it was submitted again before its group ran";
+  if (!why.empty())
+    return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "' does not match the registered TOPO plan (rank " +
+                                          std::to_string(r.rank) + "): " + why);
+  uint32_t g = 0;
+  while (g + 1 < plan_->groups() && plan_->group_begin[g + 1] <= i) ++g;
+  if (ready_in_group_[g]++ == 0) first_ready_ns_[g] = abi::MonotonicNs();
+  held_[i] = std::move(*t);
+  return Status::Ok();
+}
+
+void TopoRunner::Issue() {
+  const uint32_t g = next_group_;
+  executing_.clear();
+  for (size_t i = plan_->group_begin[g]; i < plan_->group_end(g); ++i) {
+    executing_.push_back(std::move(*held_[i]));
+    held_[i].reset();
+  }
+  ready_in_group_[g] = 0;
+  // Groups run one at a time, so consecutive numbers never overlap; below the all-ones tag.
+  const uint64_t cycle = kTopoTagCycleBit | (seq_++ % (kTopoTagCycleBit - 1));
+  running_ = true;
+  task_ = execute_(&executing_, cycle << kCycleShift);
+}
+
+bool TopoRunner::Poll(Status* error) {
+  bool did = false;
+  for (;;) {
+    if (!running_) {
+      const uint32_t g = next_group_;
+      if (ready_in_group_[g] != plan_->group_end(g) - plan_->group_begin[g]) return did;
+      Issue();
+      did = true;
+    }
+    if (!task_.Poll()) return did;
+    running_ = false;
+    did = true;
+    if (!task_.status().ok()) {
+      *error = task_.status();
+      FailAll(*error);
+      return did;
+    }
+    ++stats_.groups_executed;
+    stats_.tensors_executed += executing_.size();
+    executing_.clear();
+    if (++next_group_ == plan_->groups()) {
+      next_group_ = 0;
+      ++stats_.steps;
+    }
+  }
+}
+
+void TopoRunner::FailAll(const Status& why) {
+  task_ = CommTask();
+  running_ = false;
+  auto fail = [&](ReadyTensor& t) {
+    if (t.requests.empty()) return;
+    fail_(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
+    t.requests.clear();
+  };
+  for (ReadyTensor& t : executing_) fail(t);
+  executing_.clear();
+  for (auto& h : held_)
+    if (h) {
+      fail(*h);
+      h.reset();
+    }
+  ready_in_group_.assign(plan_->groups(), 0);
+}
+
+size_t TopoRunner::in_flight() const {
+  size_t n = executing_.size();
+  for (uint32_t c : ready_in_group_) n += c;
+  return n;
+}
+
+std::optional<TopoRunner::Wait> TopoRunner::Waiting(uint64_t now_ns, uint64_t min_age_ns) const {
+  const uint32_t g = next_group_;
+  if (running_ || ready_in_group_[g] == 0 || now_ns - first_ready_ns_[g] < min_age_ns) return std::nullopt;
+  Wait w{g, now_ns - first_ready_ns_[g], {}};
+  for (size_t i = plan_->group_begin[g]; i < plan_->group_end(g); ++i)
+    if (!held_[i]) w.missing.push_back(plan_->tensors[i].name);
+  return w;
+}
+
+}  // namespace syncd

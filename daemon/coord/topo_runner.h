@@ -1,0 +1,88 @@
+// TOPO execution (`--coord topo`): runs the tensors of a registered plan (daemon/plan/topo.h) in
+// the plan's order and fusion groups, with no negotiation. Every daemon of the job holds the same
+// plan (their hashes were compared at registration), so each can decide alone: group g is issued
+// once groups before it were issued and every local rank submitted all of g's tensors. The
+// group's collective itself is what waits for the other nodes. After the last group a step ends
+// and the next one starts again at group 0.
+//
+// Tensors are checked against the plan (operation, dtype, element count, reduce op) as they
+// arrive: the plan is the agreement, so a deviation can only fail the whole job.
+//
+// Threads: engine thread only. Nothing here blocks.
+#ifndef SYNCD_DAEMON_COORD_TOPO_RUNNER_H_
+#define SYNCD_DAEMON_COORD_TOPO_RUNNER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/coord/topo_stats.h"
+#include "daemon/engine/tensor_table.h"
+#include "daemon/plan/topo.h"
+#include "daemon/transport/comm_task.h"
+
+namespace syncd {
+
+class TopoRunner {
+ public:
+  // Runs one group (see Negotiator::Execute: the executor completes and clears each tensor's
+  // requests). `tag` has its low 24 bits free.
+  using Execute = std::function<CommTask(std::vector<ReadyTensor>* group, uint64_t tag)>;
+  using Fail = std::function<void(const std::vector<Request>&, const Status&)>;
+
+  TopoRunner(std::shared_ptr<const TopoPlan> plan, Execute execute, Fail fail);
+  ~TopoRunner();
+
+  const TopoPlan& plan() const { return *plan_; }
+  bool Has(const std::string& name) const { return index_.count(name) > 0; }
+
+  // A plan tensor that every local rank submitted. An error (it differs from the plan) means the
+  // job cannot go on: the caller aborts it; the tensor's requests are left to the caller.
+  Status Add(ReadyTensor* t);
+  // Issues the next group when it is complete and drives the running one. Returns whether it did
+  // work; an error when the running group failed (its requests are failed with it).
+  bool Poll(Status* error);
+  // The job failed: fails every held or running tensor with `why`.
+  void FailAll(const Status& why);
+
+  const TopoStats& stats() const { return stats_; }
+  uint32_t next_group() const { return next_group_; }
+  bool running() const { return running_; }
+  // Tensors held for their group or running now.
+  size_t in_flight() const;
+  // Tensors of the group the runner waits for that no local rank completed yet, with how long
+  // the group has been waiting (since its first tensor arrived), once that is `min_age_ns`.
+  struct Wait {
+    uint32_t group;
+    uint64_t waiting_ns;
+    std::vector<std::string> missing;
+  };
+  std::optional<Wait> Waiting(uint64_t now_ns, uint64_t min_age_ns) const;
+
+ private:
+  void Issue();
+
+  std::shared_ptr<const TopoPlan> plan_;
+  Execute execute_;
+  Fail fail_;
+  std::unordered_map<std::string, uint32_t> index_;  // tensor name -> position in plan_->tensors
+  std::vector<std::optional<ReadyTensor>> held_;     // by position: submitted, not yet issued
+  std::vector<uint32_t> ready_in_group_;
+  std::vector<uint64_t> first_ready_ns_;             // by group: when its first tensor arrived
+  uint32_t next_group_ = 0;
+  uint64_t seq_ = 0;
+  bool running_ = false;
+  CommTask task_;
+  std::vector<ReadyTensor> executing_;
+  TopoStats stats_;
+};
+
+// Tag bases: negotiation cycles use cycle numbers below kTopoTagCycleBit, TOPO groups above.
+inline constexpr uint64_t kTopoTagCycleBit = uint64_t{1} << 15;
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_COORD_TOPO_RUNNER_H_

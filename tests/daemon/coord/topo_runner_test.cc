@@ -1,0 +1,116 @@
+#include "daemon/coord/topo_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "proto/doorbell.h"
+
+namespace syncd {
+namespace {
+
+// A plan of 4 int32 tensors in groups {a, b}, {c}, {d}.
+std::shared_ptr<const TopoPlan> Plan() {
+  auto p = std::make_shared<TopoPlan>();
+  for (const char* n : {"a", "b", "c", "d"}) p->tensors.push_back({n, SYNCD_INT32, 4, SYNCD_SUM});
+  p->group_begin = {0, 2, 3};
+  return p;
+}
+
+ReadyTensor Tensor(const std::string& name, uint64_t count = 4, syncd_dtype dtype = SYNCD_INT32) {
+  Request r;
+  r.name = name;
+  r.kind = abi::OpKind::kAllreduce;
+  r.dtype = dtype;
+  r.op = SYNCD_SUM;
+  r.shape = {int64_t(count)};
+  return ReadyTensor{{r, r}};
+}
+
+// Records each group it is given and finishes at once.
+CommTask Record(std::vector<ReadyTensor>* group, std::vector<std::string>* log) {
+  std::string names;
+  for (ReadyTensor& t : *group) {
+    names += t.first().name;
+    t.requests.clear();
+  }
+  log->push_back(names);
+  co_return Status::Ok();
+}
+
+struct Fixture {
+  std::vector<std::string> log;
+  std::vector<std::string> failed;
+  TopoRunner runner{Plan(), [this](std::vector<ReadyTensor>* g, uint64_t) { return Record(g, &log); },
+                    [this](const std::vector<Request>& rs, const Status& st) {
+                      failed.push_back(rs.front().name + ": " + st.message());
+                    }};
+  bool Poll() {
+    Status error;
+    const bool did = runner.Poll(&error);
+    EXPECT_TRUE(error.ok()) << error.message();
+    return did;
+  }
+  void Add(ReadyTensor t) {
+    Status st = runner.Add(&t);
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+};
+
+TEST(TopoRunner, GroupsRunInPlanOrderWhateverOrderTensorsArriveIn) {
+  Fixture f;
+  f.Add(Tensor("d"));
+  f.Add(Tensor("c"));
+  EXPECT_FALSE(f.Poll()) << "group 0 is not complete: nothing may run";
+  f.Add(Tensor("b"));
+  EXPECT_FALSE(f.Poll());
+  EXPECT_TRUE(f.log.empty());
+  f.Add(Tensor("a"));
+  EXPECT_TRUE(f.Poll());
+  EXPECT_EQ(f.log, (std::vector<std::string>{"ab", "c", "d"}));
+  EXPECT_EQ(f.runner.stats().steps, 1u);
+  EXPECT_EQ(f.runner.stats().groups_executed, 3u);
+  EXPECT_EQ(f.runner.next_group(), 0u);
+  // The next step: a later group's tensor waits for the earlier ones again.
+  f.Add(Tensor("c"));
+  f.Add(Tensor("a"));
+  EXPECT_FALSE(f.Poll());
+  f.Add(Tensor("b"));
+  f.Poll();
+  EXPECT_EQ(f.log, (std::vector<std::string>{"ab", "c", "d", "ab", "c"}));
+  EXPECT_EQ(f.runner.next_group(), 2u);
+}
+
+TEST(TopoRunner, TensorsThatDifferFromThePlanAreRefusedByName) {
+  Fixture f;
+  ReadyTensor wrong_count = Tensor("b", 5);
+  EXPECT_EQ(f.runner.Add(&wrong_count).message(),
+            "tensor 'b' does not match the registered TOPO plan (rank 0): 5 elements, the plan says 4");
+  ReadyTensor wrong_dtype = Tensor("c", 4, SYNCD_FLOAT32);
+  EXPECT_EQ(f.runner.Add(&wrong_dtype).message(),
+            "tensor 'c' does not match the registered TOPO plan (rank 0): dtype float32, the plan says int32");
+  f.Add(Tensor("d"));
+  ReadyTensor again = Tensor("d");
+  EXPECT_NE(f.runner.Add(&again).message().find("submitted again before its group ran"), std::string::npos);
+}
+
+TEST(TopoRunner, FailAllFailsWhatIsHeld) {
+  Fixture f;
+  f.Add(Tensor("c"));
+  f.Add(Tensor("a"));
+  f.runner.FailAll(Status(SYNCD_ERR_RANK_LOST, "node 2 lost"));
+  EXPECT_EQ(f.failed, (std::vector<std::string>{"a: tensor 'a': node 2 lost", "c: tensor 'c': node 2 lost"}));
+}
+
+TEST(TopoRunner, WaitingNamesTheMissingTensorsOfTheNextGroup) {
+  Fixture f;
+  f.Add(Tensor("b"));
+  auto w = f.runner.Waiting(abi::MonotonicNs() + 5'000'000'000ull, 1'000'000'000ull);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->group, 0u);
+  EXPECT_EQ(w->missing, std::vector<std::string>{"a"});
+  EXPECT_FALSE(f.runner.Waiting(abi::MonotonicNs(), 1'000'000'000ull).has_value()) << "not old enough yet";
+}
+
+}  // namespace
+}  // namespace syncd

@@ -1,0 +1,74 @@
+#include "daemon/plan/graph_codec.h"
+
+#include <gtest/gtest.h>
+
+#include "proto/graph_wire.h"
+
+namespace syncd {
+namespace {
+
+std::string SmallGraph() {
+  abi::GraphWriter w(3, 2, 1);
+  w.Op(false, 0, 0, 0, "backward", "");
+  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w");
+  w.Op(false, 0, 0, 0, "apply", "");
+  w.Edge(0, 1);
+  w.Edge(1, 2);
+  w.Fetch(2);
+  return w.bytes();
+}
+
+TEST(GraphCodec, DecodesWhatTheClientEncodes) {
+  const std::string bytes = SmallGraph();
+  StatusOr<Graph> g = DecodeGraph(bytes.data(), bytes.size());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->ops.size(), 3u);
+  EXPECT_EQ(g->ops[0].name, "backward");
+  EXPECT_FALSE(g->ops[0].collective);
+  EXPECT_TRUE(g->ops[1].collective);
+  EXPECT_EQ(g->ops[1].tensor, "grad.w");
+  EXPECT_EQ(g->ops[1].dtype, SYNCD_FLOAT32);
+  EXPECT_EQ(g->ops[1].op, SYNCD_AVERAGE);
+  EXPECT_EQ(g->ops[1].count, 1000u);
+  EXPECT_EQ(g->edges, (std::vector<std::pair<uint32_t, uint32_t>>{{0, 1}, {1, 2}}));
+  EXPECT_EQ(g->fetches, std::vector<uint32_t>{2});
+}
+
+TEST(GraphCodec, EveryTruncationFailsCleanly) {
+  const std::string bytes = SmallGraph();
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    StatusOr<Graph> g = DecodeGraph(bytes.data(), n);
+    EXPECT_FALSE(g.ok()) << n;
+    EXPECT_EQ(g.status().code(), SYNCD_ERR_INVALID) << n;
+  }
+  const std::string longer = bytes + "x";
+  StatusOr<Graph> g = DecodeGraph(longer.data(), longer.size());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(), "graph: 1 trailing bytes");
+}
+
+TEST(GraphCodec, BadFieldsAreNamed) {
+  std::string bytes = SmallGraph();
+  std::string magic = bytes;
+  magic[0] = 'x';
+  EXPECT_EQ(DecodeGraph(magic.data(), magic.size()).status().message(), "graph: not a graph (bad magic)");
+
+  abi::GraphWriter w(1, 0, 1);
+  w.Op(true, 99, SYNCD_SUM, 4, "ar", "grad.b");
+  w.Fetch(0);
+  EXPECT_EQ(DecodeGraph(w.bytes().data(), w.bytes().size()).status().message(),
+            "graph: operation 0 ('ar'): unknown dtype 99");
+
+  abi::GraphWriter huge(1u << 20, 0, 0);  // claims a million ops in a few bytes
+  EXPECT_NE(DecodeGraph(huge.bytes().data(), huge.bytes().size()).status().message().find("truncated"),
+            std::string::npos);
+
+  abi::GraphWriter named(1, 0, 1);
+  named.Op(false, 0, 0, 0, "relu", "grad.x");
+  named.Fetch(0);
+  EXPECT_EQ(DecodeGraph(named.bytes().data(), named.bytes().size()).status().message(),
+            "graph: operation 0 ('relu') names tensor 'grad.x' but is not a collective");
+}
+
+}  // namespace
+}  // namespace syncd
