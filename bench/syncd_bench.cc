@@ -337,6 +337,8 @@ struct ImbalanceOptions {
   double jitter_ms = 2;     // extra work per rank and step, uniform in [0, jitter)
   double input_busy_pct = 50;  // the input-pipeline thread's duty cycle (0: no such thread)
   bool ideal = false;       // no communication at all: the step time to compare with
+  bool register_graph = false;  // register the step's graph (TOPO) before the warm-up
+  int size_divisor = 1;     // gradients of ResNet-50's shapes, each this many times smaller
   bool json = false;
   std::string label;
 };
@@ -376,8 +378,34 @@ std::string DaemonStatusJson(const char* argv0) {
   return out;
 }
 
+// Registers the training graph of the imbalance step: a forward chain over the parameters, the
+// loss, the backward chain in reverse (each backward op also needs its forward op), then per
+// parameter an allreduce of its gradient and the optimizer's update; the updates are fetched.
+void RegisterStepGraph(syncd_client* c, const std::vector<int64_t>& sizes, const std::vector<std::string>& names) {
+  const uint32_t n = uint32_t(sizes.size());
+  const uint32_t loss = n, backward = n + 1, allreduce = 2 * n + 1, update = 3 * n + 1;
+  std::vector<syncd_graph_op> ops(4 * n + 1, syncd_graph_op{nullptr, nullptr, SYNCD_FLOAT32, 0, SYNCD_AVERAGE});
+  std::vector<uint32_t> edges, fetches;
+  auto edge = [&](uint32_t a, uint32_t b) { edges.insert(edges.end(), {a, b}); };
+  for (uint32_t i = 0; i < n; ++i) {
+    ops[allreduce + i].tensor = names[i].c_str();
+    ops[allreduce + i].count = uint64_t(sizes[i]);
+    if (i > 0) edge(i - 1, i);
+    edge(i, backward + i);
+    if (i + 1 < n) edge(backward + i + 1, backward + i);
+    edge(backward + i, allreduce + i);
+    edge(allreduce + i, update + i);
+    fetches.push_back(update + i);
+  }
+  edge(n - 1, loss);
+  edge(loss, backward + n - 1);
+  const syncd_graph g{ops.data(), ops.size(), edges.data(), edges.size() / 2, fetches.data(), fetches.size()};
+  Check(syncd_register_graph(c, &g, -1, nullptr), "registering the step's graph");
+}
+
 void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0) {
-  const std::vector<int64_t> sizes = ResNetParameterSizes(50);
+  std::vector<int64_t> sizes = ResNetParameterSizes(50);
+  for (int64_t& s : sizes) s = std::max<int64_t>(1, s / std::max(1, o.size_divisor));
   const size_t n = sizes.size();
   std::vector<float*> grads(n);
   std::vector<std::string> names(n);
@@ -417,6 +445,7 @@ void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0)
     Check(syncd_barrier_async(c, &h), "barrier");
     Check(syncd_wait(c, h, -1), "barrier");
   };
+  if (o.register_graph) RegisterStepGraph(c, sizes, names);
   for (int i = 0; i < o.warmup; ++i) step();
   barrier();
   const std::string before = syncd_rank(c) == 0 ? DaemonStatusJson(argv0) : "";
@@ -442,14 +471,16 @@ void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0)
     // Node 0's engine over the timed steps, per step.
     auto delta = [&](const char* key) { return (JsonField(after, key) - JsonField(before, key)) / o.steps; };
     const double sleep_ms = delta("idle_ms_total"), coord_ms = delta("coordination_ms_total");
-    const double exec_ms = delta("execution_ms_total"), blocked_ms = delta("blocked_ms_total");
+    const double exec_ms = delta("execution_ms_total") + delta("topo_execution_ms_total"), blocked_ms = delta("blocked_ms_total");
     const double cpu_ms = delta("engine_cpu_s") * 1e3;
+    // Each timed step also has the bench's own barrier and step-time allreduce (negotiated).
+    const double messages = delta("coordination_messages");
     if (o.json)
       printf("{\"bench\":\"imbalance\",\"mode\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"tensors\":%zu,\"step_ms\":%.3f,"
              "\"engine_sleep_ms\":%.3f,\"engine_coord_ms\":%.3f,\"engine_exec_ms\":%.3f,\"engine_blocked_ms\":%.3f,"
-             "\"engine_cpu_ms\":%.3f}\n",
+             "\"engine_cpu_ms\":%.3f,\"coord_messages_per_step\":%.1f}\n",
              o.label.c_str(), syncd_size(c), syncd_cross_size(c), n, step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
-             cpu_ms);
+             cpu_ms, messages);
     else
       printf("imbalance [%s]: %d ranks on %d nodes, median step %.2f ms; engine per step: sleeping %.2f ms, "
              "coordinating %.2f ms, executing %.2f ms, blocked %.2f ms, cpu %.2f ms\n",
@@ -495,6 +526,8 @@ int main(int argc, char** argv) {
   im->add_option("--jitter-ms", io.jitter_ms, "Random extra work per rank and step");
   im->add_option("--input-busy-pct", io.input_busy_pct, "Duty cycle of the input-pipeline thread (0: none)");
   im->add_flag("--ideal", io.ideal, "No communication: the ideal step time");
+  im->add_option("--size-divisor", io.size_divisor, "Divide every gradient's element count by this (same tensors)");
+  im->add_flag("--register-graph", io.register_graph, "Register the step's graph (used under --coord topo)");
   im->add_option("--label", io.label, "The mode, carried into the output");
   im->add_flag("--json", io.json, "One JSON object");
   app.require_subcommand(1);

@@ -62,6 +62,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     t->set_tensors_executed(s->topo.tensors_executed);
     t->set_fallback_tensors(s->fallback_tensors);
     t->set_next_group(s->topo_next_group);
+    t->set_topo_execution_ms_total(double(s->topo.execution_ns_total) / 1e6);
   }
   if (s->coordinated) {
     control::Coordination* c = r->mutable_coordination();

@@ -57,6 +57,7 @@ void TopoRunner::Issue() {
   // Groups run one at a time, so consecutive numbers never overlap; below the all-ones tag.
   const uint64_t cycle = kTopoTagCycleBit | (seq_++ % (kTopoTagCycleBit - 1));
   running_ = true;
+  issued_ns_ = abi::MonotonicNs();
   task_ = execute_(&executing_, cycle << kCycleShift);
 }
 
@@ -78,6 +79,7 @@ bool TopoRunner::Poll(Status* error) {
       return did;
     }
     ++stats_.groups_executed;
+    stats_.execution_ns_total += abi::MonotonicNs() - issued_ns_;
     stats_.tensors_executed += executing_.size();
     executing_.clear();
     if (++next_group_ == plan_->groups()) {

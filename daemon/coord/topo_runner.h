@@ -74,6 +74,7 @@ class TopoRunner {
   std::vector<uint64_t> first_ready_ns_;             // by group: when its first tensor arrived
   uint32_t next_group_ = 0;
   uint64_t seq_ = 0;
+  uint64_t issued_ns_ = 0;
   bool running_ = false;
   CommTask task_;
   std::vector<ReadyTensor> executing_;

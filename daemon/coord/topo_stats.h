@@ -10,6 +10,7 @@ struct TopoStats {
   uint64_t steps = 0;  // passes through every group
   uint64_t groups_executed = 0;
   uint64_t tensors_executed = 0;
+  uint64_t execution_ns_total = 0;  // from issuing each group to its end
 };
 
 }  // namespace syncd

@@ -108,6 +108,7 @@ void Engine::Run() {
       const uint64_t next = negotiator_->next_cycle_ns();  // 0: a cycle is in flight, keep polling
       sleep_ns = next > t1 ? std::min(sleep_ns, next - t1) : 0;
     }
+    if (topo_ && topo_->running()) sleep_ns = 0;  // a TOPO group waits on the network: keep polling it
     if (!did && t1 - last_work > spin_ns && sleep_ns > 0) {
       if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
             return HasWork() || stop_.load(std::memory_order_relaxed) ||
