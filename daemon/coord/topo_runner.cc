@@ -14,6 +14,9 @@ TopoRunner::TopoRunner(std::shared_ptr<const TopoPlan> plan, Execute execute, Fa
     : plan_(std::move(plan)), execute_(std::move(execute)), fail_(std::move(fail)) {
   for (uint32_t i = 0; i < plan_->tensors.size(); ++i) index_.emplace(plan_->tensors[i].name, i);
   held_.resize(plan_->tensors.size());
+  group_of_.resize(plan_->tensors.size());
+  for (uint32_t g = 0; g < plan_->groups(); ++g)
+    for (size_t i = plan_->group_begin[g]; i < plan_->group_end(g); ++i) group_of_[i] = g;
   ready_in_group_.assign(plan_->groups(), 0);
   first_ready_ns_.assign(plan_->groups(), 0);
 }
@@ -39,8 +42,7 @@ Status TopoRunner::Add(ReadyTensor* t) {
   if (!why.empty())
     return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "' does not match the registered TOPO plan (rank " +
                                           std::to_string(r.rank) + "): " + why);
-  uint32_t g = 0;
-  while (g + 1 < plan_->groups() && plan_->group_begin[g + 1] <= i) ++g;
+  const uint32_t g = group_of_[i];
   if (ready_in_group_[g]++ == 0) first_ready_ns_[g] = abi::MonotonicNs();
   held_[i] = std::move(*t);
   return Status::Ok();

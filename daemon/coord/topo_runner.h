@@ -70,6 +70,7 @@ class TopoRunner {
   Fail fail_;
   std::unordered_map<std::string, uint32_t> index_;  // tensor name -> position in plan_->tensors
   std::vector<std::optional<ReadyTensor>> held_;     // by position: submitted, not yet issued
+  std::vector<uint32_t> group_of_;                    // by position
   std::vector<uint32_t> ready_in_group_;
   std::vector<uint64_t> first_ready_ns_;             // by group: when its first tensor arrived
   uint32_t next_group_ = 0;
