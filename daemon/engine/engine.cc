@@ -54,7 +54,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     };
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
-        [this](std::vector<ReadyTensor>* ready, uint64_t tag) { return ExecuteAgreed(ready, tag); },
+        [this](std::vector<ReadyTensor>* ready, uint64_t tag) { return ExecuteAgreed(ready, tag, &fusion_buffer_); },
         [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
   }
   start_ns_ = abi::MonotonicNs();
@@ -224,7 +224,7 @@ void Engine::RegisterPlan(ReadyTensor& registration) {
                  config_.coord == "topo" ? "" : " (not used: --coord is " + config_.coord + ")");
     if (config_.coord == "topo") {
       auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
-        return negotiator_ ? ExecuteAgreed(group, tag) : ExecuteLocal(group, tag);
+        return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_) : ExecuteLocal(group, tag);
       };
       topo_ = std::make_unique<TopoRunner>(plan_, execute, [this](const std::vector<Request>& rs, const Status& st) {
         CompleteAll(rs, st);

@@ -92,7 +92,9 @@ class Engine {
   // Many nodes: runs the tensors every node agreed on, hierarchically (local reduce, inter-node
   // collective, scatter back). `tag` is unique to this execution across the job. Completes each
   // tensor's requests as its group finishes and clears them (see Negotiator::Execute).
-  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag);
+  // `buffer`: the fusion buffer of this kind of execution (negotiated and TOPO groups may be in
+  // flight at once, each needs its own).
+  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, std::vector<char>* buffer);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
   // A TOPO graph every rank of the job registered, agreed at this point of the job on every

@@ -17,7 +17,7 @@ constexpr size_t kPipelineDepth = 4;
 
 }  // namespace
 
-CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
+CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, std::vector<char>* buffer) {
   std::vector<ReadyTensor>& ready = *agreed;
   std::vector<FusionCandidate> candidates;
   for (const ReadyTensor& t : ready) {
@@ -25,8 +25,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag) {
     candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
   }
   const std::vector<FusionGroup> groups = PlanFusion(candidates, config_.fusion_threshold);
-  // TOPO groups (tags above the negotiator's cycles) may run while a negotiated cycle does.
-  std::vector<char>& fusion_buffer = ((tag >> 24) & kTopoTagCycleBit) ? topo_fusion_buffer_ : fusion_buffer_;
+  std::vector<char>& fusion_buffer = *buffer;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
     const ReadyTensor& head = ready[g.front()];
