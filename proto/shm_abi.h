@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 4;
+inline constexpr uint32_t kVersion = 5;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -52,9 +52,12 @@ struct AttachReply {
   // How long a waiting client polls (yielding) before it sleeps on its doorbell: 0 when it may
   // run on a core the engine uses, where a polling client only delays the engine.
   uint32_t client_spin_us;
-  uint32_t reserved;
+  uint32_t coord_mode;  // CoordMode: lets a framework binding know whether TOPO plans are used
   char message[256];  // why the attach was refused
 };
+
+enum class CoordMode : uint32_t { kNegotiate = 0, kGs = 1, kNbcs = 2, kTopo = 3 };
+inline constexpr const char* kCoordModeNames[] = {"negotiate", "gs", "nbcs", "topo"};
 
 // After the handshake the socket carries one thing: this byte, sent by a client that detaches
 // cleanly (syncd_shutdown) just before it closes. A close without it means the process died.

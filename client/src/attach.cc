@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include "client/src/client_impl.h"
@@ -22,6 +23,32 @@ int EnvInt(const char* name, int fallback) {
   char* end = nullptr;
   long x = strtol(v, &end, 10);
   return (*end == '\0') ? int(x) : fallback;
+}
+
+// Slurm's SLURM_TASKS_PER_NODE ("2(x3),1") expanded for node `node`; -1 when it cannot tell.
+int SlurmTasksOnNode(const char* spec, int node) {
+  if (spec == nullptr || node < 0) return -1;
+  for (const char* p = spec; *p != '\0';) {
+    char* end = nullptr;
+    const long tasks = strtol(p, &end, 10);
+    if (end == p) return -1;
+    long repeat = 1;
+    if (*end == '(') {
+      if (end[1] != 'x') return -1;
+      repeat = strtol(end + 2, &end, 10);
+      if (*end != ')') return -1;
+      ++end;
+    }
+    if (node < repeat) return int(tasks);
+    node -= int(repeat);
+    p = (*end == ',') ? end + 1 : end;
+  }
+  return -1;
+}
+
+// SYNCD_<name>, else Slurm's variable when running under srun, else the fallback.
+int IdentityFromEnv(const char* syncd_name, const char* slurm_name, int fallback) {
+  return EnvInt(syncd_name, EnvInt(slurm_name, fallback));
 }
 
 int Connect(const std::string& path, int timeout_ms, int* out_fd) {
@@ -89,14 +116,19 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   *out = nullptr;
   std::unique_ptr<Client> c(new Client());
   Identity& id = c->id_;
+  // syncrun and our Slurm prolog set SYNCD_*; under a plain srun, Slurm's own variables say who
+  // this task is and the prolog's run directory is /run/syncd/<job id>.
   const char* env_dir = getenv("SYNCD_RUN_DIR");
+  const char* slurm_job = getenv("SLURM_JOB_ID");
   id.run_dir = opts.run_dir ? opts.run_dir : (env_dir ? env_dir : "");
+  if (id.run_dir.empty() && slurm_job != nullptr && *slurm_job != '\0') id.run_dir = std::string("/run/syncd/") + slurm_job;
   if (id.run_dir.empty())
     return Fail(SYNCD_ERR_INVALID, "no run directory: set SYNCD_RUN_DIR or pass run_dir (syncrun sets it)");
-  id.rank = opts.rank >= 0 ? opts.rank : EnvInt("SYNCD_RANK", 0);
-  id.size = opts.size >= 0 ? opts.size : EnvInt("SYNCD_SIZE", 1);
-  id.local_rank = opts.local_rank >= 0 ? opts.local_rank : EnvInt("SYNCD_LOCAL_RANK", id.rank);
-  id.local_size = opts.local_size >= 0 ? opts.local_size : EnvInt("SYNCD_LOCAL_SIZE", id.size);
+  id.rank = opts.rank >= 0 ? opts.rank : IdentityFromEnv("SYNCD_RANK", "SLURM_PROCID", 0);
+  id.size = opts.size >= 0 ? opts.size : IdentityFromEnv("SYNCD_SIZE", "SLURM_NTASKS", 1);
+  id.local_rank = opts.local_rank >= 0 ? opts.local_rank : IdentityFromEnv("SYNCD_LOCAL_RANK", "SLURM_LOCALID", id.rank);
+  const int slurm_local = SlurmTasksOnNode(getenv("SLURM_TASKS_PER_NODE"), EnvInt("SLURM_NODEID", -1));
+  id.local_size = opts.local_size >= 0 ? opts.local_size : EnvInt("SYNCD_LOCAL_SIZE", slurm_local > 0 ? slurm_local : id.size);
   if (id.size < 1 || id.rank < 0 || id.rank >= id.size || id.local_size < 1 || id.local_rank < 0 ||
       id.local_rank >= id.local_size)
     return Fail(SYNCD_ERR_INVALID, "inconsistent identity: rank " + std::to_string(id.rank) + " of " +
@@ -108,8 +140,10 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   if (int rc = Connect(id.run_dir + "/attach.sock", timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
 
   uint64_t job_id = opts.job_id;
-  if (job_id == 0)
+  if (job_id == 0) {
     if (const char* j = getenv("SYNCD_JOB_ID"); j != nullptr) job_id = strtoull(j, nullptr, 0);
+    else if (slurm_job != nullptr) job_id = strtoull(slurm_job, nullptr, 10);
+  }
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
                          int32_t(getpid()), 0, job_id};
   // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
@@ -166,6 +200,7 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   id.node_rank = reply.node_rank;
   c->spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", int(reply.client_spin_us))) * 1000;
   id.node_count = reply.node_count;
+  id.coord_mode = reply.coord_mode < std::size(abi::kCoordModeNames) ? reply.coord_mode : 0;
   *out = c.release();
   return SYNCD_OK;
 }

@@ -42,6 +42,7 @@ int syncd_local_rank(const syncd_client* c) { return Unwrap(c)->identity().local
 int syncd_local_size(const syncd_client* c) { return Unwrap(c)->identity().local_size; }
 int syncd_cross_rank(const syncd_client* c) { return Unwrap(c)->identity().node_rank; }
 int syncd_cross_size(const syncd_client* c) { return Unwrap(c)->identity().node_count; }
+const char* syncd_coord_mode(const syncd_client* c) { return abi::kCoordModeNames[Unwrap(c)->identity().coord_mode]; }
 
 void* syncd_alloc(syncd_client* c, size_t bytes) { return Unwrap(c)->Alloc(bytes); }
 void syncd_free(syncd_client* c, void* p) { Unwrap(c)->Free(p); }

@@ -22,6 +22,7 @@ struct Identity {
   std::string run_dir;
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
   int node_rank = 0, node_count = 1;
+  uint32_t coord_mode = 0;  // abi::CoordMode
 };
 
 class Client {

@@ -70,7 +70,9 @@ typedef uint64_t syncd_handle;
 
 /* Where to attach and who this process is. Fields left at -1 / NULL / 0 are read from the
  * environment: SYNCD_RUN_DIR, SYNCD_RANK, SYNCD_SIZE, SYNCD_LOCAL_RANK, SYNCD_LOCAL_SIZE,
- * SYNCD_JOB_ID (syncrun sets them all). The job id lets a long-running daemon tell one job's
+ * SYNCD_JOB_ID (syncrun sets them all). Under srun without them, Slurm's SLURM_PROCID,
+ * SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE/SLURM_NODEID and SLURM_JOB_ID are used, and
+ * the run directory is /run/syncd/<SLURM_JOB_ID>. The job id lets a long-running daemon tell one job's
  * ranks from the next job's; 0 means unspecified. */
 typedef struct syncd_init_options {
   const char* run_dir;
@@ -91,6 +93,9 @@ SYNCD_API int syncd_local_rank(const syncd_client* c);
 SYNCD_API int syncd_local_size(const syncd_client* c);
 SYNCD_API int syncd_cross_rank(const syncd_client* c);
 SYNCD_API int syncd_cross_size(const syncd_client* c);
+/* The daemon's --coord mode: "negotiate", "gs", "nbcs" or "topo". Under "topo" a framework
+ * binding registers its training graph (syncd_register_graph) so the plan is used. */
+SYNCD_API const char* syncd_coord_mode(const syncd_client* c);
 
 /* Zero-copy buffers in the client's shared arena (64-byte aligned). NULL when exhausted. */
 SYNCD_API void* syncd_alloc(syncd_client* c, size_t bytes);

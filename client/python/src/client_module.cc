@@ -1,0 +1,219 @@
+// syncd._client: the Python face of libsyncclient. A thin layer: tensors travel as (address,
+// dtype, shape) so the binding depends on the C client and pybind11 only; syncd.torch decides
+// where tensors live (arena or not) and keeps them alive while requests are in flight.
+//
+// Errors: bad arguments and duplicate in-flight names raise ValueError (as Horovod does at
+// submission); everything else raises syncd.errors.SyncdError(message, status_name), a
+// RuntimeError. syncd_wait releases the GIL; nothing else blocks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "syncd/client.h"
+
+namespace py = pybind11;
+
+namespace {
+
+[[noreturn]] void Raise(int status) {
+  const std::string message = syncd_last_error();
+  if (status == SYNCD_ERR_INVALID || status == SYNCD_ERR_DUPLICATE) throw py::value_error(message);
+  py::object cls = py::module_::import("syncd.errors").attr("SyncdError");
+  PyErr_SetObject(cls.ptr(), py::make_tuple(message, syncd_status_name(status)).ptr());
+  throw py::error_already_set();
+}
+
+void Check(int status) {
+  if (status != SYNCD_OK) Raise(status);
+}
+
+class PyClient {
+ public:
+  PyClient(std::optional<std::string> run_dir, int rank, int size, int local_rank, int local_size,
+           int attach_timeout_ms, uint64_t job_id) {
+    syncd_init_options o;
+    syncd_init_options_default(&o);
+    if (run_dir) o.run_dir = run_dir->c_str();
+    o.rank = rank;
+    o.size = size;
+    o.local_rank = local_rank;
+    o.local_size = local_size;
+    o.attach_timeout_ms = attach_timeout_ms;
+    o.job_id = job_id;
+    int rc;
+    {
+      py::gil_scoped_release nogil;  // the attach retries while the daemon starts
+      rc = syncd_init(&o, &c_);
+    }
+    Check(rc);
+  }
+  ~PyClient() { Close(); }
+
+  void Close() {
+    if (c_ != nullptr) syncd_shutdown(c_);
+    c_ = nullptr;
+  }
+  bool closed() const { return c_ == nullptr; }
+
+  syncd_client* get() const {
+    if (c_ == nullptr) {
+      py::object cls = py::module_::import("syncd.errors").attr("SyncdError");
+      PyErr_SetObject(cls.ptr(), py::make_tuple("syncd client is shut down", "SYNCD_ERR_INVALID").ptr());
+      throw py::error_already_set();
+    }
+    return c_;
+  }
+
+  uintptr_t Alloc(size_t bytes) {
+    void* p = syncd_alloc(get(), bytes);
+    if (p == nullptr) {
+      PyErr_SetString(PyExc_MemoryError, syncd_last_error());
+      throw py::error_already_set();
+    }
+    return reinterpret_cast<uintptr_t>(p);
+  }
+
+  py::memoryview View(uintptr_t addr, size_t bytes) {
+    if (!syncd_in_arena(get(), reinterpret_cast<void*>(addr), bytes)) throw py::value_error("view outside the client's arena");
+    return py::memoryview::from_memory(reinterpret_cast<void*>(addr), py::ssize_t(bytes), false);
+  }
+
+  static syncd_tensor Tensor(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape) {
+    if (shape.size() > SYNCD_MAX_DIMS)
+      throw py::value_error("tensor '" + name + "': " + std::to_string(shape.size()) + " dimensions, at most " +
+                            std::to_string(SYNCD_MAX_DIMS) + " are supported");
+    return syncd_tensor{name.c_str(), reinterpret_cast<void*>(addr), syncd_dtype(dtype), int(shape.size()), shape.data()};
+  }
+
+  uint64_t Allreduce(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
+                     double prescale, double postscale) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+    syncd_handle h = 0;
+    Check(syncd_allreduce_async(get(), &t, syncd_reduce_op(op), prescale, postscale, &h));
+    return h;
+  }
+
+  uint64_t Broadcast(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int root) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+    syncd_handle h = 0;
+    Check(syncd_broadcast_async(get(), &t, root, &h));
+    return h;
+  }
+
+  uint64_t Barrier() {
+    syncd_handle h = 0;
+    Check(syncd_barrier_async(get(), &h));
+    return h;
+  }
+
+  // True when complete (the handle is then released); raises on failure.
+  bool Poll(uint64_t h) {
+    const int rc = syncd_poll(get(), h);
+    if (rc == SYNCD_IN_PROGRESS) return false;
+    if (rc != SYNCD_OK) RaiseCompletion(rc);
+    return true;
+  }
+
+  // True when complete; False on timeout (the request stays in flight); raises on failure.
+  bool Wait(uint64_t h, int64_t timeout_ms) {
+    syncd_client* c = get();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = syncd_wait(c, h, timeout_ms);
+    }
+    if (rc == SYNCD_ERR_TIMEOUT) return false;
+    if (rc != SYNCD_OK) RaiseCompletion(rc);
+    return true;
+  }
+
+  // ops: (name, tensor or None, dtype, count, op); edges: (producer, consumer).
+  uint64_t RegisterGraph(const std::vector<std::tuple<std::string, std::optional<std::string>, int, uint64_t, int>>& ops,
+                         const std::vector<std::pair<uint32_t, uint32_t>>& edges, const std::vector<uint32_t>& fetches,
+                         int64_t timeout_ms) {
+    std::vector<syncd_graph_op> gops(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const auto& [name, tensor, dtype, count, op] = ops[i];
+      gops[i] = syncd_graph_op{name.c_str(), tensor ? tensor->c_str() : nullptr, syncd_dtype(dtype), count,
+                               syncd_reduce_op(op)};
+    }
+    std::vector<uint32_t> flat;
+    flat.reserve(2 * edges.size());
+    for (const auto& [a, b] : edges) {
+      flat.push_back(a);
+      flat.push_back(b);
+    }
+    const syncd_graph g{gops.data(), gops.size(), flat.data(), edges.size(), fetches.data(), fetches.size()};
+    syncd_client* c = get();
+    uint64_t hash = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = syncd_register_graph(c, &g, timeout_ms, &hash);
+    }
+    if (rc != SYNCD_OK) RaiseCompletion(rc);
+    return hash;
+  }
+
+ private:
+  // A request that failed after submission: a collective error, never a ValueError.
+  [[noreturn]] static void RaiseCompletion(int status) {
+    py::object cls = py::module_::import("syncd.errors").attr("SyncdError");
+    PyErr_SetObject(cls.ptr(), py::make_tuple(std::string(syncd_last_error()), syncd_status_name(status)).ptr());
+    throw py::error_already_set();
+  }
+
+  syncd_client* c_ = nullptr;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_client, m) {
+  m.doc() = "libsyncclient binding: attach to the node's syncd and submit collectives";
+  py::class_<PyClient>(m, "Client")
+      .def(py::init<std::optional<std::string>, int, int, int, int, int, uint64_t>(), py::arg("run_dir") = py::none(),
+           py::arg("rank") = -1, py::arg("size") = -1, py::arg("local_rank") = -1, py::arg("local_size") = -1,
+           py::arg("attach_timeout_ms") = -1, py::arg("job_id") = 0)
+      .def("close", &PyClient::Close)
+      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("rank", [](const PyClient& c) { return syncd_rank(c.get()); })
+      .def_property_readonly("size", [](const PyClient& c) { return syncd_size(c.get()); })
+      .def_property_readonly("local_rank", [](const PyClient& c) { return syncd_local_rank(c.get()); })
+      .def_property_readonly("local_size", [](const PyClient& c) { return syncd_local_size(c.get()); })
+      .def_property_readonly("cross_rank", [](const PyClient& c) { return syncd_cross_rank(c.get()); })
+      .def_property_readonly("cross_size", [](const PyClient& c) { return syncd_cross_size(c.get()); })
+      .def_property_readonly("coord_mode", [](const PyClient& c) { return std::string(syncd_coord_mode(c.get())); })
+      .def("alloc", &PyClient::Alloc, py::arg("nbytes"))
+      .def("free", [](PyClient& c, uintptr_t addr) { syncd_free(c.get(), reinterpret_cast<void*>(addr)); })
+      .def("in_arena", [](const PyClient& c, uintptr_t addr, size_t n) {
+        return syncd_in_arena(c.get(), reinterpret_cast<const void*>(addr), n) != 0;
+      })
+      .def("view", &PyClient::View, py::arg("addr"), py::arg("nbytes"))
+      .def("allreduce_async", &PyClient::Allreduce, py::arg("name"), py::arg("addr"), py::arg("dtype"),
+           py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+      .def("broadcast_async", &PyClient::Broadcast, py::arg("name"), py::arg("addr"), py::arg("dtype"),
+           py::arg("shape"), py::arg("root"))
+      .def("barrier_async", &PyClient::Barrier)
+      .def("poll", &PyClient::Poll, py::arg("handle"))
+      .def("wait", &PyClient::Wait, py::arg("handle"), py::arg("timeout_ms") = -1)
+      .def("register_graph", &PyClient::RegisterGraph, py::arg("ops"), py::arg("edges"), py::arg("fetches"),
+           py::arg("timeout_ms") = -1);
+  m.attr("INT8") = int(SYNCD_INT8);
+  m.attr("UINT8") = int(SYNCD_UINT8);
+  m.attr("INT32") = int(SYNCD_INT32);
+  m.attr("INT64") = int(SYNCD_INT64);
+  m.attr("FLOAT16") = int(SYNCD_FLOAT16);
+  m.attr("BFLOAT16") = int(SYNCD_BFLOAT16);
+  m.attr("FLOAT32") = int(SYNCD_FLOAT32);
+  m.attr("FLOAT64") = int(SYNCD_FLOAT64);
+  m.attr("SUM") = int(SYNCD_SUM);
+  m.attr("AVERAGE") = int(SYNCD_AVERAGE);
+  m.attr("MIN") = int(SYNCD_MIN);
+  m.attr("MAX") = int(SYNCD_MAX);
+  m.attr("PRODUCT") = int(SYNCD_PRODUCT);
+}

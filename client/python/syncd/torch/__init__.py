@@ -1,0 +1,23 @@
+"""syncd.torch: Horovod's PyTorch API over the node's syncd daemon.
+
+    import syncd.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Run under `syncrun -N <nodes> -n <ranks>`, or `srun` with syncd's Slurm prolog.
+"""
+from syncd.errors import SyncdError
+from syncd.torch.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built, coord_mode, cross_rank,
+                                cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
+                                is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                                mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+from syncd.torch.compression import Compression
+from syncd.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                                   broadcast_parameters)
+from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allreduce, allreduce_, allreduce_async,
+                                 allreduce_async_, barrier, broadcast, broadcast_, broadcast_async,
+                                 broadcast_async_, grouped_allreduce, grouped_allreduce_,
+                                 grouped_allreduce_async, grouped_allreduce_async_, poll, synchronize)
+from syncd.torch.optimizer import DistributedOptimizer

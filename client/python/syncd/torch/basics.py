@@ -1,0 +1,136 @@
+"""Process-wide state of syncd.torch: the attached client, identity queries, dtype and op tables.
+
+One client per process, as in Horovod: init() attaches to the node's syncd (the environment set
+by syncrun, the Slurm prolog or srun says where), shutdown() detaches, and init() may follow again.
+"""
+import weakref
+
+import torch
+
+from syncd import _client
+
+# Reduction ops, named as in horovod.torch.
+Sum = _client.SUM
+Average = _client.AVERAGE
+Min = _client.MIN
+Max = _client.MAX
+Product = _client.PRODUCT
+Adasum = -1  # accepted by name so Horovod code imports; using it raises ValueError
+
+_DTYPES = {
+    torch.uint8: _client.UINT8,
+    torch.int8: _client.INT8,
+    torch.int32: _client.INT32,
+    torch.int64: _client.INT64,
+    torch.float16: _client.FLOAT16,
+    torch.bfloat16: _client.BFLOAT16,
+    torch.float32: _client.FLOAT32,
+    torch.float64: _client.FLOAT64,
+}
+
+_client_obj = None
+# Objects holding views into the arena (DistributedOptimizer's gradient buffers): at shutdown
+# they move their tensors out before the arena is unmapped.
+_arena_owners = weakref.WeakSet()
+_shutdown_hooks = []
+
+
+def _not_initialized():
+    return ValueError("syncd has not been initialized; use hvd.init().")
+
+
+def client():
+    if _client_obj is None:
+        raise _not_initialized()
+    return _client_obj
+
+
+def init(comm=None, process_sets=None):
+    """Attaches this process to its node's syncd. Calling it again while attached does nothing."""
+    global _client_obj
+    if comm is not None:
+        raise ValueError("syncd.torch.init: MPI communicators are not supported; ranks come from syncrun/srun")
+    if process_sets is not None:
+        raise ValueError("syncd.torch.init: process sets are not supported; every collective spans all ranks")
+    if _client_obj is None:
+        _client_obj = _client.Client()
+
+
+def shutdown():
+    """Detaches from syncd. Requests still in flight are abandoned; tensors that lived in the
+    shared arena (gradient buffers) are moved to ordinary memory first."""
+    global _client_obj
+    if _client_obj is None:
+        return
+    for hook in list(_shutdown_hooks):
+        hook()
+    for owner in list(_arena_owners):
+        owner.release()
+    c, _client_obj = _client_obj, None
+    c.close()
+
+
+def is_initialized():
+    return _client_obj is not None
+
+
+def rank():
+    return client().rank
+
+
+def size():
+    return client().size
+
+
+def local_rank():
+    return client().local_rank
+
+
+def local_size():
+    return client().local_size
+
+
+def cross_rank():
+    return client().cross_rank
+
+
+def cross_size():
+    return client().cross_size
+
+
+def is_homogeneous():
+    return True
+
+
+def coord_mode():
+    """The daemon's --coord mode (syncd extension): negotiate, gs, nbcs or topo."""
+    return client().coord_mode
+
+
+def _false():
+    return False
+
+
+mpi_threads_supported = mpi_enabled = mpi_built = gloo_enabled = gloo_built = _false
+nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _false
+
+
+def dtype_code(tensor, what):
+    code = _DTYPES.get(tensor.dtype)
+    if code is None:
+        raise ValueError("%s: tensor type %s is not supported (supported: %s)" %
+                         (what, tensor.type(), ", ".join(str(d) for d in _DTYPES)))
+    if tensor.device.type != "cpu":
+        raise ValueError("%s: tensor is on %s; this syncd build reduces host tensors only" % (what, tensor.device))
+    return code
+
+
+def arena_tensor(numel, dtype):
+    """A tensor of `numel` elements in the client's shared arena, and its address. The caller
+    frees it with client().free(addr) once no view of it is used again."""
+    c = client()
+    nbytes = numel * torch.tensor([], dtype=dtype).element_size()
+    addr = c.alloc(max(nbytes, 1))
+    if nbytes == 0:
+        return addr, torch.empty(0, dtype=dtype)
+    return addr, torch.frombuffer(c.view(addr, nbytes), dtype=dtype, count=numel)

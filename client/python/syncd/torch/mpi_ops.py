@@ -1,0 +1,356 @@
+"""Collectives with horovod.torch's names, defaults and semantics.
+
+Every call submits to the node's syncd and returns a handle (the *_async forms) or waits for it.
+Tensors are matched across ranks by name; unnamed calls get "<op>.noname.<n>", so every rank
+must make its unnamed calls in the same order, as with Horovod.
+
+Where the data lives: a tensor already in the client's shared arena (DistributedOptimizer's
+gradients) is reduced in place by the daemon with no copy. Any other tensor is copied into an
+arena block at submission and the result copied out at completion (one copy each way).
+
+Errors: ValueError at submission for bad arguments or a name already in flight on this rank;
+HorovodInternalError (a RuntimeError) from synchronize() for a collective that failed, on every
+rank (mismatched shapes, dtypes, ops or roots, a lost rank or daemon).
+"""
+import itertools
+import warnings
+
+import torch
+
+from syncd.errors import SyncdError
+from syncd.torch import basics
+from syncd.torch.basics import Adasum, Average, Sum, client, dtype_code
+from syncd.torch.compression import Compression
+
+
+class HorovodInternalError(SyncdError):
+    """A collective failed (raised by synchronize and the blocking calls)."""
+
+    def __init__(self, error):
+        super().__init__(str(error), getattr(error, "status", None))
+
+
+_handles = {}  # handle -> _Request, until synchronize()
+_handle_ids = itertools.count(1)
+_noname = itertools.count(1)
+
+
+def _name(prefix, name):
+    return "%s.%s" % (prefix, name if name is not None else "noname.%d" % next(_noname))
+
+
+def _forget_handles():
+    # At shutdown the client abandons in-flight requests; their handles mean nothing after.
+    _handles.clear()
+
+
+basics._shutdown_hooks.append(_forget_handles)
+
+
+class _Part:
+    """One tensor of a request: where the daemon works and where the result goes."""
+    __slots__ = ("handle", "done", "source", "output", "block", "staging")
+
+    def __init__(self):
+        self.handle = None
+        self.done = False
+        self.output = None
+        self.block = None
+        self.staging = None
+
+
+class _Request:
+    __slots__ = ("parts", "result", "error", "keep")
+
+    def __init__(self, result, keep=None):
+        self.parts = []
+        self.result = result  # returned by synchronize: a tensor, or a list for grouped calls
+        self.error = None
+        self.keep = keep  # inputs kept alive while in flight
+
+    def _finish(self, part, wait):
+        try:
+            done = client().wait(part.handle) if wait else client().poll(part.handle)
+        except SyncdError as e:
+            done = True
+            if self.error is None:
+                self.error = e
+        if done:
+            part.done = True
+        return done
+
+    def poll(self):
+        return all(p.done or self._finish(p, wait=False) for p in self.parts)
+
+    def wait(self):
+        for p in self.parts:
+            if not p.done:
+                self._finish(p, wait=True)
+        c = client()
+        try:
+            if self.error is None:
+                with torch.no_grad():
+                    for p in self.parts:
+                        if p.staging is not None:
+                            p.output.copy_(p.staging.view(p.output.shape))
+        finally:
+            for p in self.parts:
+                if p.block is not None:
+                    c.free(p.block)
+                    p.block = None
+        if self.error is not None:
+            raise HorovodInternalError(self.error)
+        return self.result
+
+
+def _stage(part, tensor, output, what):
+    """Points the part at arena memory holding `tensor`'s data; the result lands in `output`."""
+    c = client()
+    dtype_code(tensor, what)
+    nbytes = tensor.numel() * tensor.element_size()
+    if output is tensor and tensor.is_contiguous() and c.in_arena(tensor.data_ptr(), nbytes):
+        return tensor.data_ptr()  # zero copy: the daemon reduces the tensor where it is
+    part.output = output
+    part.block, part.staging = basics.arena_tensor(tensor.numel(), tensor.dtype)
+    with torch.no_grad():
+        part.staging.copy_(tensor.reshape(-1))
+    return part.block if nbytes > 0 else 0
+
+
+def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0):
+    part = _Part()
+    req.parts.append(part)
+    addr = _stage(part, tensor, output, "tensor '%s'" % name)
+    c = client()
+    code = dtype_code(tensor, "tensor '%s'" % name)
+    shape = list(tensor.shape)
+    try:
+        if kind == "allreduce":
+            part.handle = c.allreduce_async(name, addr, code, shape, op, float(prescale), float(postscale))
+        else:
+            part.handle = c.broadcast_async(name, addr, code, shape, int(root))
+    except BaseException:
+        req.parts.pop()
+        if part.block is not None:
+            c.free(part.block)
+        raise
+
+
+def _register(req):
+    handle = next(_handle_ids)
+    _handles[handle] = req
+    return handle
+
+
+def _abandon(req):
+    # A later part of a grouped call failed to submit: the earlier ones are in flight and must
+    # complete before their staging blocks can be reused.
+    try:
+        req.wait()
+    except HorovodInternalError:
+        pass
+
+
+def _resolve_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                      DeprecationWarning)
+        return Average if average else Sum
+    op = Average if op is None else op
+    if op == Adasum:
+        raise ValueError("Adasum is not supported by syncd; use Average or Sum")
+    if op not in (Sum, Average, basics.Min, basics.Max, basics.Product):
+        raise ValueError("unknown reduction op %r" % (op,))
+    return op
+
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):
+    req = _Request(output, keep=tensor)
+    _submit(req, "allreduce", _name("allreduce", name), tensor, output, op, prescale_factor, postscale_factor)
+    return _register(req)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None):
+    """Starts an allreduce of `tensor` into a new tensor (the input is not modified)."""
+    op = _resolve_op(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None):
+    """Starts an in-place allreduce of `tensor`."""
+    op = _resolve_op(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor), None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    """Reduces `tensor` over all ranks (Average by default) and returns the result. Differentiable:
+    the gradient of an allreduce is the allreduce of the gradient."""
+    op = _resolve_op(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=None):
+    """Reduces `tensor` in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    base = _name("grouped_allreduce", name)
+    req = _Request(outputs, keep=tensors)
+    try:
+        for i, (t, out) in enumerate(zip(tensors, outputs)):
+            _submit(req, "allreduce", "%s.%d" % (base, i), t, out, op, prescale_factor, postscale_factor)
+    except BaseException:
+        _abandon(req)
+        raise
+    return _register(req)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None):
+    """Starts one allreduce of a list of tensors; synchronize() returns the list of results."""
+    op = _resolve_op(op, average)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=None):
+    op = _resolve_op(op, average)
+    tensors = list(tensors)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
+                                                         prescale_factor=prescale_factor,
+                                                         postscale_factor=postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce(list(grad_outputs), op=ctx.op, prescale_factor=ctx.prescale_factor,
+                                  postscale_factor=ctx.postscale_factor)
+        return (None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    op = _resolve_op(op, average)
+    compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+def _broadcast_async(tensor, output, root_rank, name):
+    req = _Request(output, keep=tensor)
+    _submit(req, "broadcast", _name("broadcast", name), tensor, output, root=root_rank)
+    return _register(req)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    """Starts a broadcast of root_rank's `tensor` into a new tensor on every rank."""
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    return _broadcast_async(tensor, tensor, root_rank, name)
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Only the root's input reached every output: it gets the summed gradient, others zero.
+        reduced = allreduce(grad_output, op=Sum)
+        if basics.rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return _Broadcast.apply(tensor, root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Concatenates every rank's `tensor` along dimension 0 (first dimensions may differ).
+
+    Built from two allreduces (first dimensions, then a zero-padded block per rank), so it moves
+    size x the data of a native allgather: for metrics and small tensors."""
+    base = name if name is not None else "noname.%d" % next(_noname)
+    n, me = basics.size(), basics.rank()
+    rows = torch.zeros(n, dtype=torch.int64)
+    rows[me] = tensor.shape[0] if tensor.dim() > 0 else 1
+    allreduce_(rows, name="allgather.%s.rows" % base, op=Sum)
+    row_shape = tensor.shape[1:] if tensor.dim() > 0 else torch.Size()
+    most = int(rows.max())
+    padded = torch.zeros((n, most) + tuple(row_shape), dtype=tensor.dtype)
+    padded[me, :int(rows[me])] = tensor.reshape((int(rows[me]),) + tuple(row_shape))
+    allreduce_(padded, name="allgather.%s.data" % base, op=Sum)
+    return torch.cat([padded[r, :int(rows[r])] for r in range(n)])
+
+
+def barrier(process_set=None):
+    """Returns once every rank has called barrier()."""
+    c = client()
+    try:
+        c.wait(c.barrier_async())
+    except SyncdError as e:
+        raise HorovodInternalError(e) from e
+
+
+def poll(handle):
+    """True when the request behind `handle` has completed (synchronize() then returns at once)."""
+    req = _handles.get(handle)
+    if req is None:
+        raise ValueError("Handle %s was not created or has been cleared." % (handle,))
+    return req.poll()
+
+
+def synchronize(handle):
+    """Waits for the request and returns its output; raises HorovodInternalError if it failed."""
+    req = _handles.pop(handle, None)
+    if req is None:
+        return None
+    return req.wait()

@@ -1,0 +1,250 @@
+"""DistributedOptimizer: horovod.torch's, with gradients that live in shared memory.
+
+Gradients of each dtype live in one flat block of the client's shared arena and every
+`param.grad` is a view into it (as DDP's gradient_as_bucket_view), so autograd accumulates
+straight into memory the daemon reads and writes: allreduces of gradients copy nothing. A hook on
+each parameter's AccumulateGrad node submits its gradient as soon as backward produced it, so
+communication overlaps the rest of the backward pass; step() (or synchronize()) waits.
+
+Under `syncd --coord topo` the first step is recorded (see syncd.torch.topo) and its graph
+registered, after which the daemons run the precomputed order and fusion plan.
+"""
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from syncd.torch import basics
+from syncd.torch.basics import Average, Sum
+from syncd.torch.compression import Compression
+from syncd.torch.mpi_ops import _resolve_op, allreduce_async_, synchronize
+from syncd.torch.topo import GraphRecorder
+
+
+class _GradientArena:
+    """Flat arena blocks holding the gradients of `params`, one block per dtype."""
+
+    def __init__(self, params):
+        self.blocks = []  # (address, flat tensor)
+        self.views = {}  # param -> its gradient view
+        by_dtype = {}
+        for p in params:
+            if p.device.type == "cpu" and p.dtype in basics._DTYPES and p.layout == torch.strided:
+                by_dtype.setdefault(p.dtype, []).append(p)
+        for dtype, ps in by_dtype.items():
+            try:
+                addr, flat = basics.arena_tensor(sum(p.numel() for p in ps), dtype)
+            except MemoryError as e:
+                warnings.warn("syncd: gradients of %s parameters stay out of the shared arena (%s); "
+                              "each allreduce then copies them in and out" % (dtype, e))
+                continue
+            self.blocks.append((addr, flat))
+            offset = 0
+            for p in ps:
+                view = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+                with torch.no_grad():
+                    if p.grad is not None:
+                        view.copy_(p.grad)
+                    else:
+                        view.zero_()
+                p.grad = view
+                self.views[p] = view
+        basics._arena_owners.add(self)
+
+    def adopt(self, p):
+        """Puts p's gradient back into its view when autograd replaced it (after zero_grad with
+        set_to_none, the first backward allocates a fresh tensor)."""
+        view = self.views.get(p)
+        if view is not None and p.grad is not None and p.grad.data_ptr() != view.data_ptr():
+            with torch.no_grad():
+                view.copy_(p.grad)
+            p.grad = view
+
+    def zero(self):
+        for _, flat in self.blocks:
+            flat.zero_()
+
+    def release(self):
+        """Moves gradients out of the arena (before the client detaches or this is dropped)."""
+        for p, view in self.views.items():
+            if p.grad is not None and p.grad.data_ptr() == view.data_ptr():
+                p.grad = view.clone()
+        self.views.clear()
+        if basics.is_initialized():
+            for addr, _ in self.blocks:
+                basics.client().free(addr)
+        self.blocks.clear()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the arena goes with the process
+            pass
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%s" % i, v) for param_group in self.param_groups
+                                for i, v in enumerate(param_group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
+                             ", ".join(dups))
+        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
+        unnamed = all_ids - {id(v) for _, v in named_parameters}
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+        if op == basics.Adasum:
+            raise ValueError("Adasum is not supported by syncd; use op=Average or op=Sum")
+        self.op = _resolve_op(op, None)
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: backward_passes_per_step for v in self._parameter_names}
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+
+        ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        self._grads = _GradientArena(ordered)
+        self._recorder = GraphRecorder(self) if basics.coord_mode() == "topo" else None
+        for p in ordered:
+            self._requires_update.add(p)
+            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            grad_acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(grad_acc)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Another rank may have computed this gradient: every rank submits every name.
+            p.grad = torch.zeros_like(p)
+            self._grads.adopt(p)
+        name = self._parameter_names.get(p)
+        compressed, ctx = self._compression.compress(p.grad)
+        if self.op == Average:
+            prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        else:
+            prescale, postscale = 1.0, 1.0
+        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
+                                  postscale_factor=postscale)
+        if self._recorder is not None:
+            self._recorder.submitted(p, "allreduce." + name, compressed)
+        return handle, ctx
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times "
+                                     "before call to step(). Increase backward_passes_per_step to "
+                                     "accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            self._grads.adopt(p)
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (submitting those backward did not produce)."""
+        for p in self._requires_update - set(self._handles):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        try:
+            for p, (handle, ctx) in self._handles.items():
+                output = synchronize(handle)
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                result = self._compression.decompress(output, ctx)
+                if result.data_ptr() != p.grad.data_ptr():
+                    with torch.no_grad():
+                        p.grad.copy_(result)
+        finally:
+            self._handles.clear()
+        if self._recorder is not None:
+            self._recorder.step_done()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """optimizer.synchronize(); with optimizer.skip_synchronize(): optimizer.step()"""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                              "consider using optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none=False):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                                 "cause a race condition.")
+        if set_to_none:
+            return super(self.__class__, self).zero_grad(set_to_none=True)
+        # Zero the arena blocks in place: the gradients stay views the daemon reduces directly.
+        self._grads.zero()
+        for group in self.param_groups:
+            for p in group["params"]:
+                view = self._grads.views.get(p)
+                if p.grad is None or (view is not None and p.grad.data_ptr() == view.data_ptr()):
+                    continue
+                if p.grad.grad_fn is not None:
+                    p.grad.detach_()
+                else:
+                    p.grad.requires_grad_(False)
+                p.grad.zero_()
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=None):
+    """Wraps a torch.optim optimizer so that step() applies gradients averaged (op) over all ranks.
+
+    Same arguments and behaviour as horovod.torch.DistributedOptimizer. num_groups/groups are
+    accepted and ignored: the daemon fuses tensors itself (and by plan under --coord topo)."""
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor)
