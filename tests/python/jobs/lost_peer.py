@@ -1,0 +1,19 @@
+"""Rank 3 dies without detaching while the others wait in an allreduce: every survivor must get
+HorovodInternalError (not hang, not crash)."""
+import os
+import time
+
+import torch
+
+import syncd.torch as hvd
+
+hvd.init()
+hvd.allreduce(torch.ones(4), name="warmup")
+if hvd.rank() == 3:
+    time.sleep(0.3)
+    os._exit(0)  # no shutdown: to the daemon this rank died
+try:
+    hvd.allreduce(torch.ones(1 << 16), name="orphaned")
+    print("RESULT no-error", flush=True)
+except hvd.HorovodInternalError as e:
+    print("RESULT raised %s: %s" % (e.status, e), flush=True)

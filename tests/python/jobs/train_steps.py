@@ -1,0 +1,36 @@
+"""One rank of a small training job; writes its final parameters to <out>/rank<r>.pt.
+
+Used by test_jobs.py to compare --coord modes: the same job must end bit-identical."""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+import syncd.torch as hvd
+
+out = sys.argv[1]
+steps = int(sys.argv[2])
+hvd.init()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                            torch.nn.Linear(4 * 6 * 6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                               named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+for step in range(steps):
+    g = torch.Generator().manual_seed(step * 100 + hvd.rank())
+    x, y = torch.randn(8, 1, 8, 8, generator=g), torch.randint(0, 10, (8,), generator=g)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+torch.save(model.state_dict(), os.path.join(out, "rank%d.pt" % hvd.rank()))
+info = {"rank": hvd.rank(), "mode": hvd.coord_mode(),
+        "plan_hash": opt._recorder.plan_hash if opt._recorder is not None else None}
+if hvd.local_rank() == 0:
+    status = subprocess.run([os.path.join(os.environ["SYNCD_BIN_DIR"], "syncctl"), "--run-dir",
+                             os.environ["SYNCD_RUN_DIR"], "status", "--json"], capture_output=True, text=True)
+    info["status"] = json.loads(status.stdout)
+print("RESULT " + json.dumps(info), flush=True)
+hvd.shutdown()

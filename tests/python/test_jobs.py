@@ -1,0 +1,83 @@
+"""Whole syncd.torch jobs launched through syncrun: coord modes agree bit for bit, TOPO is
+registered from autograd and used, a lost rank raises on the survivors, Slurm's environment works."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import BUILD, ROOT
+
+BIN = os.environ.get("SYNCD_BIN_DIR", os.path.join(BUILD, "bin"))
+JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
+
+
+def syncrun(nodes, ranks, script, *args, syncd_args=(), env=None, timeout=240, shell_prefix=None):
+    cmd = [os.path.join(BIN, "syncrun"), "-N", str(nodes), "-n", str(ranks), "--syncd-arg=--log-level=warn"]
+    cmd += ["--syncd-arg=%s" % a for a in syncd_args]
+    cmd += ["--"] + (shell_prefix or []) + [sys.executable, os.path.join(JOBS, script)] + list(args)
+    full_env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), SYNCD_BIN_DIR=BIN, **(env or {}))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    results = [line[len("RESULT "):] for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    return p, results
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    runs = {}
+    for mode in ("negotiate", "topo"):
+        out = tmp_path_factory.mktemp(mode)
+        p, results = syncrun(2, 4, "train_steps.py", str(out), "25", syncd_args=["--coord=%s" % mode])
+        assert p.returncode == 0, p.stdout + p.stderr
+        runs[mode] = (out, [json.loads(r) for r in results])
+    return runs
+
+
+def test_topo_training_is_bit_identical_to_negotiate(trained):
+    for r in range(4):
+        a = torch.load(os.path.join(trained["negotiate"][0], "rank%d.pt" % r))
+        b = torch.load(os.path.join(trained["topo"][0], "rank%d.pt" % r))
+        for k in a:
+            assert torch.equal(a[k], b[k]), "rank %d, %s differs between negotiate and topo" % (r, k)
+    ref = torch.load(os.path.join(trained["topo"][0], "rank0.pt"))
+    for r in range(1, 4):
+        other = torch.load(os.path.join(trained["topo"][0], "rank%d.pt" % r))
+        assert all(torch.equal(ref[k], other[k]) for k in ref), "ranks diverged"
+
+
+def test_topo_plan_is_registered_from_autograd_and_runs_every_later_step(trained):
+    infos = trained["topo"][1]
+    assert len(infos) == 4
+    assert {i["mode"] for i in infos} == {"topo"}
+    hashes = {i["plan_hash"] for i in infos}
+    assert len(hashes) == 1 and None not in hashes
+    daemons = [i["status"] for i in infos if "status" in i]
+    assert len(daemons) == 2
+    for status in daemons:
+        topo = status["topo"]
+        assert topo["in_use"] is True
+        assert int(topo["plan_tensors"]) == 6  # 3 layers with weights and biases
+        assert int(topo["steps"]) >= 24  # every step after the recorded first one
+        assert int(topo["fallback_tensors"]) == 0
+    negotiate = [i for i in trained["negotiate"][1] if "status" in i]
+    assert all(i["plan_hash"] is None for i in trained["negotiate"][1])
+    assert all(not i["status"].get("topo", {}).get("in_use", False) for i in negotiate)
+
+
+def test_a_lost_rank_raises_on_every_survivor():
+    p, results = syncrun(2, 4, "lost_peer.py", timeout=120)
+    assert len(results) == 3, p.stdout + p.stderr
+    assert all(r.startswith("raised RANK_LOST") for r in results), results
+    assert all("orphaned" in r for r in results), results
+
+
+def test_slurm_environment_is_enough_to_attach():
+    prefix = ["sh", "-c", 'exec env -u SYNCD_RANK -u SYNCD_SIZE -u SYNCD_LOCAL_RANK -u SYNCD_LOCAL_SIZE '
+              'SLURM_PROCID=$SYNCD_RANK SLURM_NTASKS=$SYNCD_SIZE SLURM_LOCALID=$SYNCD_LOCAL_RANK '
+              'SLURM_NODEID=0 SLURM_TASKS_PER_NODE="3" "$@"', "sh"]
+    p, results = syncrun(1, 3, "slurm_env.py", shell_prefix=prefix, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = sorted(results)
+    assert got == ["%d 3 %d 3 [6.0, 6.0]" % (r, r) for r in range(3)], got

@@ -1,0 +1,427 @@
+"""syncd.torch against Horovod's documented behaviour, on every rank of a syncrun job.
+
+Every test makes its collectives first and asserts after, so a failing assertion on one rank
+never leaves the others waiting for a collective it skipped."""
+import itertools
+import os
+
+import pytest
+import torch
+
+import syncd.torch as hvd
+
+DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+          torch.float64]
+FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def job():
+    hvd.init()
+    yield
+    hvd.shutdown()
+
+
+def rank_data(r, dtype, shape, op):
+    """Rank r's tensor: small integers so every dtype holds every result exactly."""
+    n = 1
+    for d in shape:
+        n *= d
+    i = torch.arange(n, dtype=torch.int64).reshape(shape)
+    values = (i % 2) + 1 if op == "product" else (i % 5) + r + 1
+    if op in ("min", "max"):
+        values = (i * 7 + r * 3) % 11
+    return values.to(dtype)
+
+
+def expected(dtype, shape, op):
+    ranks = [rank_data(r, torch.int64, shape, op) for r in range(hvd.size())]
+    stacked = torch.stack(ranks)
+    if op == "sum":
+        out = stacked.sum(0)
+    elif op == "average":
+        total = stacked.sum(0)
+        out = total.double() / hvd.size() if dtype in FLOATS else torch.div(total, hvd.size(), rounding_mode="trunc")
+    elif op == "min":
+        out = stacked.min(0).values
+    elif op == "max":
+        out = stacked.max(0).values
+    else:
+        out = stacked.prod(0)
+    return out.to(dtype)
+
+
+def check_equal(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype in (torch.float16, torch.bfloat16):
+        assert torch.allclose(got.float(), want.float(), rtol=1e-2), (got, want)
+    else:
+        assert torch.equal(got, want), (got, want)
+
+
+def test_identity_is_consistent():
+    ids = hvd.allgather_object((hvd.rank(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()))
+    assert hvd.is_initialized()
+    assert [i[0] for i in ids] == list(range(hvd.size()))
+    assert sum(1 for i in ids if i[3] == hvd.cross_rank()) == hvd.local_size()
+    assert {i[4] for i in ids} == {hvd.cross_size()}
+    assert hvd.size() == hvd.local_size() * hvd.cross_size()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", list(OPS))
+def test_allreduce_every_dtype_and_op(dtype, op):
+    results = []
+    for dims, shape in enumerate([(17,), (3, 5), (2, 3, 4)]):
+        x = rank_data(hvd.rank(), dtype, shape, op)
+        before = x.clone()
+        y = hvd.allreduce(x, name="ar.%s.%s.%d" % (dtype, op, dims), op=OPS[op])
+        results.append((x, before, y, shape))
+    for x, before, y, shape in results:
+        assert torch.equal(x, before), "allreduce modified its input"
+        check_equal(y, expected(dtype, shape, op))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_allreduce_in_place_and_async_forms(dtype):
+    shape = (4, 6)
+    a = rank_data(hvd.rank(), dtype, shape, "sum")
+    b = rank_data(hvd.rank(), dtype, shape, "sum")
+    c = rank_data(hvd.rank(), dtype, shape, "sum")
+    ret = hvd.allreduce_(a, name="inplace.%s" % dtype, op=hvd.Sum)
+    hb = hvd.allreduce_async(b, name="async.%s" % dtype, op=hvd.Sum)
+    hc = hvd.allreduce_async_(c, name="async_.%s" % dtype, op=hvd.Sum)
+    out_b = hvd.synchronize(hb)
+    while not hvd.poll(hc):
+        pass
+    out_c = hvd.synchronize(hc)
+    want = expected(dtype, shape, "sum")
+    assert ret is a
+    check_equal(a, want)
+    check_equal(out_b, want)
+    check_equal(b, rank_data(hvd.rank(), dtype, shape, "sum"))
+    assert out_c is c
+    check_equal(c, want)
+
+
+def test_default_op_is_average_and_unnamed_calls_match_by_order():
+    x = torch.full((5,), float(hvd.rank()))
+    y = hvd.allreduce(x)
+    z = hvd.allreduce(x * 2)
+    mean = sum(range(hvd.size())) / hvd.size()
+    assert torch.allclose(y, torch.full((5,), mean))
+    assert torch.allclose(z, torch.full((5,), 2 * mean))
+
+
+def test_average_keyword_is_deprecated_but_works():
+    x = torch.ones(3) * (hvd.rank() + 1)
+    with pytest.warns(DeprecationWarning):
+        summed = hvd.allreduce(x, average=False, name="avg_kw")
+    assert torch.equal(summed, torch.ones(3) * sum(range(1, hvd.size() + 1)))
+    with pytest.raises(ValueError):
+        hvd.allreduce(x, average=True, op=hvd.Sum)
+
+
+def test_prescale_and_postscale():
+    x = torch.ones(8, dtype=torch.float64) * (hvd.rank() + 1)
+    y = hvd.allreduce(x, name="scaled", op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    z = hvd.allreduce(x, name="scaled_avg", op=hvd.Average, prescale_factor=3.0)
+    total = sum(range(1, hvd.size() + 1))
+    assert torch.allclose(y, torch.full((8,), float(total), dtype=torch.float64))
+    assert torch.allclose(z, torch.full((8,), 3.0 * total / hvd.size(), dtype=torch.float64))
+
+
+def test_non_contiguous_and_zero_sized_tensors():
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (hvd.rank() + 1)
+    t = base.t()  # a non-contiguous view
+    y = hvd.allreduce(t, name="noncontig", op=hvd.Sum)
+    hvd.allreduce_(t, name="noncontig_", op=hvd.Sum)
+    empty = hvd.allreduce(torch.zeros(0, 3), name="empty", op=hvd.Sum)
+    total = sum(range(1, hvd.size() + 1))
+    want = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * total
+    assert torch.equal(y, want)
+    assert torch.equal(t, want) and torch.equal(base.t(), want)
+    assert empty.shape == (0, 3)
+
+
+def test_allreduce_gradient_is_an_allreduce():
+    x = torch.ones(4, requires_grad=True)
+    y = hvd.allreduce(x * (hvd.rank() + 1), name="grad_sum", op=hvd.Sum)
+    (y * (hvd.rank() + 1)).sum().backward()
+    # d/dx of sum_r (r+1) x reduced; the incoming gradients (r+1) are summed too.
+    total = sum(range(1, hvd.size() + 1))
+    assert torch.allclose(x.grad, torch.full((4,), float((hvd.rank() + 1) * total)))
+    a = torch.ones(3, requires_grad=True)
+    hvd.allreduce(a, name="grad_avg").sum().backward()
+    assert torch.allclose(a.grad, torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_grouped_allreduce(dtype):
+    shapes = [(3,), (2, 2), (5,)]
+    ts = [rank_data(hvd.rank(), dtype, s, "sum") for s in shapes]
+    outs = hvd.grouped_allreduce(ts, name="grouped.%s" % dtype, op=hvd.Sum)
+    copies = [t.clone() for t in ts]
+    same = hvd.grouped_allreduce_(copies, name="grouped_.%s" % dtype, op=hvd.Sum)
+    h = hvd.grouped_allreduce_async([t.clone() for t in ts], name="grouped_async.%s" % dtype, op=hvd.Sum)
+    outs_async = hvd.synchronize(h)
+    for s, out, inplace, a in zip(shapes, outs, copies, outs_async):
+        want = expected(dtype, s, "sum")
+        check_equal(out, want)
+        check_equal(inplace, want)
+        check_equal(a, want)
+    assert all(x is y for x, y in zip(same, copies))
+
+
+def test_grouped_allreduce_gradient():
+    xs = [torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)]
+    ys = hvd.grouped_allreduce(xs, name="grouped_grad", op=hvd.Sum)
+    sum(y.sum() for y in ys).backward()
+    assert all(torch.allclose(x.grad, torch.full(x.shape, float(hvd.size()))) for x in xs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_broadcast_every_dtype_and_root(dtype):
+    results = []
+    for root in range(hvd.size()):
+        x = rank_data(hvd.rank(), dtype, (3, 7), "sum")
+        before = x.clone()
+        y = hvd.broadcast(x, root_rank=root, name="bc.%s.%d" % (dtype, root))
+        z = rank_data(hvd.rank(), dtype, (9,), "sum")
+        hvd.broadcast_(z, root_rank=root, name="bc_.%s.%d" % (dtype, root))
+        h = hvd.broadcast_async(x, root, name="bca.%s.%d" % (dtype, root))
+        w = rank_data(hvd.rank(), dtype, (2,), "sum")
+        h_ = hvd.broadcast_async_(w, root, name="bca_.%s.%d" % (dtype, root))
+        results.append((root, x, before, y, z, hvd.synchronize(h), hvd.synchronize(h_), w))
+    for root, x, before, y, z, a, a_, w in results:
+        assert torch.equal(x, before)
+        assert torch.equal(y, rank_data(root, dtype, (3, 7), "sum"))
+        assert torch.equal(z, rank_data(root, dtype, (9,), "sum"))
+        assert torch.equal(a, rank_data(root, dtype, (3, 7), "sum"))
+        assert a_ is w and torch.equal(w, rank_data(root, dtype, (2,), "sum"))
+
+
+def test_broadcast_gradient_goes_to_the_root():
+    x = torch.ones(3, requires_grad=True)
+    hvd.broadcast(x * (hvd.rank() + 1), root_rank=1, name="bc_grad").sum().backward()
+    want = float(hvd.size()) if hvd.rank() == 1 else 0.0
+    assert torch.allclose(x.grad, torch.full((3,), want * (hvd.rank() + 1)))
+
+
+def test_barrier_and_objects():
+    hvd.barrier()
+    obj = hvd.broadcast_object({"from": hvd.rank(), "list": [1, 2, 3]}, root_rank=1)
+    everyone = hvd.allgather_object("rank-%d" % hvd.rank() * (hvd.rank() + 1))
+    gathered = hvd.allgather(torch.arange(hvd.rank() + 1, dtype=torch.float32), name="ag")
+    hvd.barrier()
+    assert obj == {"from": 1, "list": [1, 2, 3]}
+    assert everyone == ["rank-%d" % r * (r + 1) for r in range(hvd.size())]
+    assert torch.equal(gathered, torch.cat([torch.arange(r + 1, dtype=torch.float32) for r in range(hvd.size())]))
+
+
+# ---- Errors: raised on every rank, never a hang.
+
+def test_duplicate_in_flight_name_raises_value_error():
+    x = torch.ones(4)
+    h = hvd.allreduce_async(x, name="dup")
+    with pytest.raises(ValueError, match="dup"):
+        hvd.allreduce_async(x, name="dup")
+    hvd.synchronize(h)
+
+
+def test_mismatched_shapes_raise_on_every_rank():
+    x = torch.ones(3 if hvd.rank() == 0 else 4)
+    with pytest.raises(hvd.HorovodInternalError, match="shape_mismatch") as e:
+        hvd.allreduce(x, name="shape_mismatch")
+    assert isinstance(e.value, RuntimeError)
+
+
+def test_mismatched_dtypes_raise_on_every_rank():
+    x = torch.ones(4, dtype=torch.float32 if hvd.rank() % 2 else torch.float64)
+    with pytest.raises(hvd.HorovodInternalError, match="dtype_mismatch"):
+        hvd.allreduce(x, name="dtype_mismatch")
+
+
+def test_mismatched_ops_raise_on_every_rank():
+    with pytest.raises(hvd.HorovodInternalError, match="op_mismatch"):
+        hvd.allreduce(torch.ones(2), name="op_mismatch", op=hvd.Sum if hvd.rank() else hvd.Max)
+
+
+def test_mismatched_broadcast_roots_raise_on_every_rank():
+    with pytest.raises(hvd.HorovodInternalError, match="root_mismatch"):
+        hvd.broadcast(torch.ones(2), root_rank=hvd.rank() % 2, name="root_mismatch")
+
+
+def test_the_job_goes_on_after_errors():
+    y = hvd.allreduce(torch.ones(2), name="after_errors", op=hvd.Sum)
+    assert torch.equal(y, torch.full((2,), float(hvd.size())))
+
+
+def test_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(2, dtype=torch.bool), name="bool")
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(2), name="adasum", op=hvd.Adasum)
+    with pytest.raises(ValueError):
+        hvd.broadcast(torch.ones(2), root_rank=hvd.size(), name="bad_root")
+    with pytest.raises(ValueError):
+        hvd.poll(123456789)
+    assert hvd.synchronize(123456789) is None
+    with pytest.raises(ValueError):
+        hvd.broadcast_parameters(object(), root_rank=0)
+
+
+def test_shutdown_then_init_again():
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    with pytest.raises(ValueError):
+        hvd.rank()
+    hvd.init()
+    y = hvd.allreduce(torch.ones(3), name="after_reinit", op=hvd.Sum)
+    assert hvd.is_initialized()
+    assert torch.equal(y, torch.full((3,), float(hvd.size())))
+
+
+# ---- Models and optimizers.
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def shard(step, r, per_rank=4):
+    g = torch.Generator().manual_seed(1000 * step + r)
+    return torch.randn(per_rank, 6, generator=g), torch.randn(per_rank, 3, generator=g)
+
+
+def test_distributed_optimizer_matches_single_process_training():
+    model = make_model(seed=hvd.rank())  # differs per rank until broadcast
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for step in range(20):
+        x, y = shard(step, hvd.rank())
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    # Reference: one process, the concatenated batch, the same initial weights (rank 0's).
+    ref = make_model(seed=0)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for step in range(20):
+        parts = [shard(step, r) for r in range(hvd.size())]
+        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        ref_opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-5), name
+
+
+def test_gradients_live_in_the_arena_and_stay_put():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ptrs = []
+    for step in range(3):
+        opt.zero_grad()
+        model(shard(step, hvd.rank())[0]).sum().backward()
+        opt.step()
+        ptrs.append([p.grad.data_ptr() for p in model.parameters()])
+    c = hvd.basics.client()
+    assert all(c.in_arena(p.grad.data_ptr(), p.grad.numel() * 4) for p in model.parameters())
+    assert ptrs[0] == ptrs[1] == ptrs[2]
+
+
+def test_distributed_optimizer_accumulates_backward_passes_and_zero_grad_set_to_none():
+    model = make_model()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=2, op=hvd.Sum)
+    for step in range(2):
+        opt.zero_grad(set_to_none=(step == 1))
+        weights = {k: v.clone() for k, v in model.state_dict().items()}
+        for micro in range(2):
+            model(shard(10 * step + micro, hvd.rank())[0]).sum().backward()
+        opt.synchronize()
+        grads = [p.grad.clone() for p in model.parameters()]
+        with opt.skip_synchronize():
+            opt.step()
+    ref = make_model()
+    ref.load_state_dict(weights)  # as they were for the last step's backward passes
+    for r in range(hvd.size()):
+        for micro in range(2):
+            ref(shard(10 + micro, r)[0]).sum().backward()
+    for g, p in zip(grads, ref.parameters()):
+        assert torch.allclose(g, p.grad, atol=1e-5)
+
+
+def test_distributed_optimizer_argument_errors():
+    model = make_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    named = list(model.named_parameters())
+    with pytest.raises(ValueError, match="unique"):
+        hvd.DistributedOptimizer(sgd, named_parameters=[(named[0][0], p) for _, p in named])
+    with pytest.raises(ValueError, match="not named"):
+        hvd.DistributedOptimizer(sgd, named_parameters=named[:1])
+    with pytest.raises(ValueError, match="tuples"):
+        hvd.DistributedOptimizer(sgd, named_parameters=[p for _, p in named])
+
+
+OPTIMIZERS = {
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01, amsgrad=True),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01),
+    "Adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.01),
+    "Adadelta": lambda ps: torch.optim.Adadelta(ps),
+    "Adamax": lambda ps: torch.optim.Adamax(ps, lr=0.01),
+    "ASGD": lambda ps: torch.optim.ASGD(ps, lr=0.01),
+    "NAdam": lambda ps: torch.optim.NAdam(ps, lr=0.01),
+    "RAdam": lambda ps: torch.optim.RAdam(ps, lr=0.01),
+    "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01, momentum=0.5),
+    "Rprop": lambda ps: torch.optim.Rprop(ps, lr=0.01),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_broadcast_parameters_and_optimizer_state_make_ranks_identical(name):
+    model = make_model(seed=100 + hvd.rank())
+    opt = OPTIMIZERS[name](model.parameters())
+    for group in opt.param_groups:
+        group["lr"] *= hvd.rank() + 1  # hyperparameters differ too until broadcast
+    for step in range(hvd.rank() + 1):  # ranks even differ in how many steps built their state
+        opt.zero_grad()
+        model(shard(step, hvd.rank())[0]).sum().backward()
+        opt.step()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    mine = {"params": model.state_dict(), "opt": opt.state_dict()}
+    root = hvd.broadcast_object(mine, root_rank=0, name="check.%s" % name)
+
+    def same(a, b):
+        if torch.is_tensor(a):
+            return torch.is_tensor(b) and torch.equal(a, b)
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+    assert same(mine, root)
+
+
+def test_broadcast_parameters_accepts_named_parameters_and_parameters():
+    model = make_model(seed=hvd.rank())
+    hvd.broadcast_parameters(list(model.named_parameters()), root_rank=2 % hvd.size())
+    other = make_model(seed=50 + hvd.rank())
+    hvd.broadcast_parameters(list(other.parameters()), root_rank=0)
+    want, want_other = make_model(seed=2 % hvd.size()), make_model(seed=50)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), want.parameters()))
+    assert all(torch.equal(p, q) for p, q in zip(other.parameters(), want_other.parameters()))
+
+
+def test_fp16_compression():
+    x = torch.full((6,), 0.5 * (hvd.rank() + 1), dtype=torch.float32)
+    y = hvd.allreduce(x, name="fp16", op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert y.dtype == torch.float32
+    assert torch.allclose(y, torch.full((6,), 0.5 * sum(range(1, hvd.size() + 1))))
