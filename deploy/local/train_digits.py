@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Trains a small convolutional network on scikit-learn's bundled digits through syncd.
+
+Run it as the quickstart does:
+    syncrun -N 2 -n 4 -- /usr/bin/python3 deploy/local/train_digits.py
+Each rank trains on its shard of the training set with syncd.torch's DistributedOptimizer;
+rank 0 prints per-epoch loss, held-out accuracy and samples/s. At the end each daemon's
+`syncctl status` is shown while its ranks are still attached.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+import syncd.torch as hvd
+
+
+class DigitsNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the number of ranks")
+    parser.add_argument("--min-accuracy", type=float, default=0.95, help="exit 1 below this held-out accuracy")
+    args = parser.parse_args()
+
+    hvd.init()
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+    shard = slice(hvd.rank(), None, hvd.size())  # every rank its own part of the training set
+    x_train, y_train = x_train[shard], y_train[shard]
+
+    model = DigitsNet()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    if hvd.rank() == 0:
+        print("syncd.torch: %d ranks on %d nodes (coord %s), %d training / %d held-out digits" %
+              (hvd.size(), hvd.cross_size(), hvd.coord_mode(), len(y) - len(y_test), len(y_test)), flush=True)
+        print("%5s %10s %10s %12s" % ("epoch", "loss", "accuracy", "samples/s"), flush=True)
+
+    accuracy = 0.0
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(epoch * 100 + hvd.rank()))
+        start, loss_sum, seen = time.perf_counter(), 0.0, 0
+        for i in range(0, len(order), args.batch_size):
+            idx = order[i:i + args.batch_size]
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * len(idx)
+            seen += len(idx)
+        elapsed = time.perf_counter() - start
+        model.eval()
+        with torch.no_grad():
+            correct = (model(x_test).argmax(1) == y_test).sum().item()
+        totals = hvd.allreduce(torch.tensor([loss_sum, seen, elapsed], dtype=torch.float64), op=hvd.Sum,
+                               name="epoch_stats")
+        accuracy = correct / len(y_test)
+        if hvd.rank() == 0:
+            print("%5d %10.4f %9.2f%% %12.0f" % (epoch, totals[0] / totals[1], 100 * accuracy,
+                                                 totals[1] / (totals[2] / hvd.size())), flush=True)
+
+    # Each daemon's status while its ranks are attached, node by node.
+    bindir = os.environ.get("SYNCD_BIN_DIR")
+    for node in range(hvd.cross_size()):
+        if bindir and hvd.cross_rank() == node and hvd.local_rank() == 0:
+            print("\n== syncctl status, node %d (%s)" % (node, os.environ["SYNCD_RUN_DIR"]), flush=True)
+            subprocess.run([os.path.join(bindir, "syncctl"), "--run-dir", os.environ["SYNCD_RUN_DIR"], "status"])
+            sys.stdout.flush()
+        hvd.barrier()
+    if hvd.rank() == 0:
+        print("\nheld-out accuracy %.2f%% (goal at least %.0f%%)" % (100 * accuracy, 100 * args.min_accuracy))
+    hvd.shutdown()
+    sys.exit(0 if accuracy >= args.min_accuracy else 1)
+
+
+if __name__ == "__main__":
+    main()
