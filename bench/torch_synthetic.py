@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Synthetic data-parallel training: syncd.torch against DistributedDataParallel with gloo.
+
+torchvision models with random weights train on random batches (CPU, one thread per rank), as
+Horovod's pytorch_synthetic_benchmark does. The same number of ranks runs each model twice in
+this one invocation: through syncd (syncrun, DistributedOptimizer) and through
+torch.nn.parallel.DistributedDataParallel over gloo. Throughput is images/s over all ranks,
+from the slowest rank's time for the timed steps; ratio = syncd / DDP (> 1: syncd is faster).
+
+    /usr/bin/python3 bench/torch_synthetic.py [--models resnet18,resnet50] [--ranks 4] [--json]
+        [--batch-size 8] [--image-size 112] [--steps 6] [--warmup 2] [--nodes 1]
+        [--syncd-arg=--coord=topo ...]
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def make_step(args, model):
+    import torch
+    import torch.nn.functional as F
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    target = torch.randint(0, 1000, (args.batch_size,))
+
+    def step(optimizer):
+        optimizer.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        optimizer.step()
+    return step
+
+
+def timed(args, step, optimizer, barrier):
+    for _ in range(args.warmup):
+        step(optimizer)
+    barrier()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step(optimizer)
+    return time.perf_counter() - start
+
+
+def syncd_worker(args):
+    import torch
+    import torchvision
+    import syncd.torch as hvd
+    torch.set_num_threads(1)
+    hvd.init()
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, args.model)()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    elapsed = timed(args, make_step(args, model), optimizer, hvd.barrier)
+    slowest = hvd.allreduce(torch.tensor([elapsed], dtype=torch.float64), op=hvd.Max, name="elapsed").item()
+    if hvd.rank() == 0:
+        print("RESULT " + json.dumps({"seconds": slowest, "ranks": hvd.size()}), flush=True)
+    hvd.shutdown()
+
+
+def ddp_worker(rank, args, port, out):
+    import torch
+    import torch.distributed as dist
+    import torchvision
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, args.model)())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elapsed = timed(args, make_step(args, model), optimizer, dist.barrier)
+    t = torch.tensor([elapsed], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"seconds": t.item(), "ranks": args.ranks}, f)
+    dist.destroy_process_group()
+
+
+def worker_args(args, model):
+    return ["--model", model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
+            "--steps", str(args.steps), "--warmup", str(args.warmup)]
+
+
+def run_syncd(args, model):
+    build = args.build
+    cmd = [os.path.join(build, "bin", "syncrun"), "-N", str(args.nodes), "-n", str(args.ranks),
+           "--syncd-arg=--log-level=warn"] + ["--syncd-arg=" + a for a in args.syncd_arg]
+    cmd += ["--", sys.executable, os.path.abspath(__file__), "--worker", "syncd"] + worker_args(args, model)
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if p.returncode != 0 or not lines:
+        sys.exit("syncd run of %s failed:\n%s%s" % (model, p.stdout, p.stderr))
+    return json.loads(lines[0][len("RESULT "):])["seconds"]
+
+
+def run_ddp(args, model):
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ddp.json")
+        wargs = argparse.Namespace(**vars(args))
+        wargs.model = model
+        mp.spawn(ddp_worker, args=(wargs, port, out), nprocs=args.ranks, join=True)
+        with open(out) as f:
+            return json.load(f)["seconds"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="resnet18,resnet50")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--nodes", type=int, default=1, help="syncd daemons (simulated nodes) for the syncd run")
+    p.add_argument("--batch-size", type=int, default=8, help="images per rank per step")
+    p.add_argument("--image-size", type=int, default=112)
+    p.add_argument("--steps", type=int, default=6, help="timed steps")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--syncd-arg", action="append", default=[], help="extra syncd flag, e.g. --coord=topo")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--worker", choices=["syncd"], help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker == "syncd":
+        return syncd_worker(args)
+    # Static core partitioning gives the daemon a core of its own: on a node with dozens of cores
+    # that costs a few percent of compute, on a small machine it halves what the ranks get. There
+    # the daemon shares the cores (as DDP's gloo threads do) unless told otherwise.
+    if (os.cpu_count() or 1) < 8 and not any(a.startswith("--cores") for a in args.syncd_arg):
+        args.syncd_arg.append("--cores=none")
+
+    images = args.batch_size * args.ranks * args.steps
+    print("# syncd.torch vs DistributedDataParallel (gloo): %d ranks, batch %d per rank, %dx%d images, %d timed "
+          "steps after %d warm-up; syncd on %d daemon(s)%s" %
+          (args.ranks, args.batch_size, args.image_size, args.image_size, args.steps, args.warmup, args.nodes,
+           (" with " + " ".join(args.syncd_arg)) if args.syncd_arg else ""), flush=True)
+    print("# %-10s %14s %14s %8s" % ("model", "syncd img/s", "ddp img/s", "ratio"), flush=True)
+    results = []
+    for model in args.models.split(","):
+        syncd_s = run_syncd(args, model)
+        ddp_s = run_ddp(args, model)
+        row = {"bench": "torch_synthetic", "model": model, "ranks": args.ranks, "nodes": args.nodes,
+               "batch_size": args.batch_size, "image_size": args.image_size, "steps": args.steps,
+               "syncd_img_s": round(images / syncd_s, 2), "ddp_gloo_img_s": round(images / ddp_s, 2),
+               "ratio": round(ddp_s / syncd_s, 3), "syncd_args": args.syncd_arg}
+        results.append(row)
+        print("  %-10s %14.2f %14.2f %7.3fx" % (model, row["syncd_img_s"], row["ddp_gloo_img_s"], row["ratio"]),
+              flush=True)
+    if args.json:
+        for row in results:
+            print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
