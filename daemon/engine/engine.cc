@@ -21,6 +21,8 @@ constexpr uint64_t kSnapshotPeriodNs = 20'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
 constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
+// How long requests wait for a rank that detached cleanly between collectives to attach again.
+constexpr uint64_t kRejoinGraceNs = 2'000'000'000;
 constexpr uint64_t kLeaveNoticeNs = 500'000'000;  // how long a stopping daemon tries to say goodbye
 
 std::string RankName(uint32_t rank, int32_t pid) {
@@ -97,7 +99,10 @@ void Engine::Run() {
       node_page_->Heartbeat();
       last_beat = t1;
     }
-    if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) WarnAboutStalls(t1);
+    if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) {
+      WarnAboutStalls(t1);
+      ExpireDepartures(t1);
+    }
     if (t1 - last_snapshot > kSnapshotPeriodNs ||
         snapshot_requested_.load(std::memory_order_relaxed) != snapshot_published_.load(std::memory_order_relaxed)) {
       PublishSnapshot();
@@ -295,25 +300,52 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   const std::string who = RankName(info.rank, info.pid);
   if (clean) spdlog::info("{} {}", who, reason);
   else spdlog::warn("{} {}", who, reason);
-  lost_ranks_[info.local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
-  client_by_local_rank_.erase(info.local_rank);
+  const uint32_t local_rank = info.local_rank;
+  const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
+  // Requests of this rank still in flight were abandoned: what needs them cannot complete.
+  const bool abandoned = table_.HasRequestsOf(local_rank) || topo_in_flight ||
+                         (negotiator_ && negotiator_->pending() > 0);
+  lost_ranks_[local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
+  client_by_local_rank_.erase(local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
   // Once every local rank has come and gone the job is over: the next job's ranks may attach in
   // any order, so departed ranks stop failing new requests (they stay listed as lost until their
   // slots are reused). A rank that left before a slower one even attached still blocks.
-  if (clients_.empty() && lost_ranks_.size() == local_size_)
+  const bool job_over = clients_.empty() && lost_ranks_.size() == local_size_;
+  if (job_over)
     for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
+  // A clean detach between collectives (Horovod's shutdown() then init() again, on every rank):
+  // requests that need this rank wait for it to attach again, for a grace period.
+  if (clean && !abandoned && !job_over) {
+    LostRank& lost = lost_ranks_[local_rank];
+    lost.blocking = false;
+    lost.rejoin_deadline_ns = abi::MonotonicNs() + kRejoinGraceNs;
+    return;
+  }
   std::vector<FailedTensor> failed;
   const Status lost(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight");
   table_.FailAll(lost, &failed);
   for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
-  // flight here (the normal end of a job), the job cannot go on.
-  const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
   if (topo_in_flight) topo_->FailAll(lost);
-  const bool work_in_flight = !failed.empty() || topo_in_flight || (negotiator_ && negotiator_->pending() > 0);
-  if (negotiator_ && !clients_.empty() && (!clean || work_in_flight))
-    negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
+  // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
+  // flight (the normal end of a job), the job cannot go on.
+  if (negotiator_ && !clients_.empty() && (!clean || abandoned)) negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
+}
+
+void Engine::ExpireDepartures(uint64_t now_ns) {
+  std::string expired;
+  for (auto& [lr, lost] : lost_ranks_) {
+    if (lost.rejoin_deadline_ns == 0 || now_ns < lost.rejoin_deadline_ns) continue;
+    lost.rejoin_deadline_ns = 0;
+    lost.blocking = true;
+    lost.reason += " and did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s";
+    expired += (expired.empty() ? "" : "; ") + lost.reason;
+  }
+  if (expired.empty() || clients_.empty()) return;
+  std::vector<FailedTensor> failed;
+  table_.FailAll(Status(SYNCD_ERR_RANK_LOST, expired), &failed);
+  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  if (negotiator_ && !failed.empty()) negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, expired));
 }
 
 std::string Engine::BlockingLosses() const {

@@ -79,6 +79,9 @@ class Engine {
     std::string reason;
     bool blocking;  // new requests fail at once; cleared when the job's last client leaves
     uint64_t seq;   // order of loss
+    // A rank that detached between collectives may attach again (hvd.shutdown(), then init()):
+    // until this deadline requests that need it wait; 0 when not waiting for it.
+    uint64_t rejoin_deadline_ns = 0;
   };
 
   bool HasWork();
@@ -116,6 +119,8 @@ class Engine {
   std::vector<StallSnapshot> Stalls(uint64_t now_ns) const;
   // Logs them (once per threshold period).
   void WarnAboutStalls(uint64_t now_ns);
+  // Fails what waits for ranks that detached cleanly and did not attach again in time.
+  void ExpireDepartures(uint64_t now_ns);
 
   const Config config_;
   const NodePage* node_page_;

@@ -127,6 +127,13 @@ std::vector<TensorTable::Stall> TensorTable::Stalled(uint64_t now_ns, uint64_t m
   return out;
 }
 
+bool TensorTable::HasRequestsOf(uint32_t local_rank) const {
+  if (local_rank >= local_size_) return false;
+  for (const auto& [name, e] : pending_)
+    if (e.present[local_rank]) return true;
+  return false;
+}
+
 void TensorTable::FailAll(const Status& error, std::vector<FailedTensor>* failed) {
   for (auto& [name, e] : pending_) {
     FailedTensor f{{}, Status(error.code(), "tensor '" + name + "': " + error.message())};

@@ -48,6 +48,8 @@ class TensorTable {
   void FailAll(const Status& error, std::vector<FailedTensor>* failed);
 
   size_t pending() const { return pending_.size(); }
+  // Whether `local_rank` has a request waiting here (for ranks that have not all submitted yet).
+  bool HasRequestsOf(uint32_t local_rank) const;
 
   // Names some local ranks submitted at least `min_age_ns` ago and others not yet.
   struct Stall {

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -18,9 +19,14 @@ def syncrun(nodes, ranks, script, *args, syncd_args=(), env=None, timeout=240, s
     cmd = [os.path.join(BIN, "syncrun"), "-N", str(nodes), "-n", str(ranks), "--syncd-arg=--log-level=warn"]
     cmd += ["--syncd-arg=%s" % a for a in syncd_args]
     cmd += ["--"] + (shell_prefix or []) + [sys.executable, os.path.join(JOBS, script)] + list(args)
-    full_env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), SYNCD_BIN_DIR=BIN, **(env or {}))
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
-    results = [line[len("RESULT "):] for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    with tempfile.TemporaryDirectory() as results_dir:
+        full_env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), SYNCD_BIN_DIR=BIN,
+                        SYNCD_TEST_RESULTS=results_dir, **(env or {}))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+        results = []
+        for f in sorted(os.listdir(results_dir)):
+            with open(os.path.join(results_dir, f)) as fh:
+                results.append(fh.read())
     return p, results
 
 

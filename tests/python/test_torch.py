@@ -2,8 +2,6 @@
 
 Every test makes its collectives first and asserts after, so a failing assertion on one rank
 never leaves the others waiting for a collective it skipped."""
-import itertools
-import os
 
 import pytest
 import torch

@@ -6,6 +6,7 @@ import time
 import torch
 
 import syncd.torch as hvd
+from report import report
 
 hvd.init()
 hvd.allreduce(torch.ones(4), name="warmup")
@@ -14,6 +15,6 @@ if hvd.rank() == 3:
     os._exit(0)  # no shutdown: to the daemon this rank died
 try:
     hvd.allreduce(torch.ones(1 << 16), name="orphaned")
-    print("RESULT no-error", flush=True)
+    report("no-error")
 except hvd.HorovodInternalError as e:
-    print("RESULT raised %s: %s" % (e.status, e), flush=True)
+    report("raised %s: %s" % (e.status, e))

@@ -9,6 +9,7 @@ import sys
 import torch
 
 import syncd.torch as hvd
+from report import report
 
 out = sys.argv[1]
 steps = int(sys.argv[2])
@@ -32,5 +33,5 @@ if hvd.local_rank() == 0:
     status = subprocess.run([os.path.join(os.environ["SYNCD_BIN_DIR"], "syncctl"), "--run-dir",
                              os.environ["SYNCD_RUN_DIR"], "status", "--json"], capture_output=True, text=True)
     info["status"] = json.loads(status.stdout)
-print("RESULT " + json.dumps(info), flush=True)
+report(json.dumps(info))
 hvd.shutdown()

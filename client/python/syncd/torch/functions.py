@@ -9,7 +9,7 @@ from syncd.torch import basics
 from syncd.torch.mpi_ops import Sum, allreduce_, broadcast_, broadcast_async_, synchronize
 
 
-def broadcast_parameters(params, root_rank):
+def broadcast_parameters(params, root_rank, process_set=None):
     """Broadcasts parameters (a state_dict or model.named_parameters() / model.parameters()) from
     root_rank in place, so every rank starts from the same model."""
     if isinstance(params, dict):
@@ -27,7 +27,7 @@ def broadcast_parameters(params, root_rank):
         synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None):
     """Makes every rank's optimizer state (hyperparameters of each param group and per-parameter
     state such as momentum buffers) equal to root_rank's.
 
@@ -51,7 +51,7 @@ def _from_bytes(data):
     return torch.load(io.BytesIO(data.numpy().tobytes()))
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Serializes `obj` on root_rank and returns it on every rank (the root included)."""
     name = name if name is not None else type(obj).__name__
     if basics.rank() == root_rank:
@@ -66,7 +66,7 @@ def broadcast_object(obj, root_rank=0, name=None):
     return _from_bytes(data)
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None, process_set=None):
     """Returns the list of every rank's `obj`, in rank order."""
     name = name if name is not None else type(obj).__name__
     n, me = basics.size(), basics.rank()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 
 from syncd.torch import basics
-from syncd.torch.basics import Average, Sum
+from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
 from syncd.torch.mpi_ops import _resolve_op, allreduce_async_, synchronize
 from syncd.torch.topo import GraphRecorder
