@@ -270,6 +270,14 @@ def test_bad_arguments_raise_value_error():
         hvd.broadcast_parameters(object(), root_rank=0)
 
 
+def test_grouped_allreduce_with_an_unsupported_tensor_raises_and_leaves_nothing_in_flight():
+    with pytest.raises(ValueError, match="bad_group.1"):
+        hvd.grouped_allreduce_async([torch.ones(2), torch.ones(2, dtype=torch.bool)], name="bad_group")
+    # The first tensor was submitted and waited for: its name is free again.
+    y = hvd.allreduce(torch.ones(2), name="bad_group_after", op=hvd.Sum)
+    assert torch.equal(y, torch.full((2,), float(hvd.size())))
+
+
 def test_shutdown_then_init_again():
     hvd.shutdown()
     assert not hvd.is_initialized()

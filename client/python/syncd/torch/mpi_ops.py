@@ -103,10 +103,9 @@ class _Request:
         return self.result
 
 
-def _stage(part, tensor, output, what):
+def _stage(part, tensor, output):
     """Points the part at arena memory holding `tensor`'s data; the result lands in `output`."""
     c = client()
-    dtype_code(tensor, what)
     nbytes = tensor.numel() * tensor.element_size()
     if output is tensor and tensor.is_contiguous() and c.in_arena(tensor.data_ptr(), nbytes):
         return tensor.data_ptr()  # zero copy: the daemon reduces the tensor where it is
@@ -118,22 +117,21 @@ def _stage(part, tensor, output, what):
 
 
 def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0):
-    part = _Part()
-    req.parts.append(part)
-    addr = _stage(part, tensor, output, "tensor '%s'" % name)
-    c = client()
     code = dtype_code(tensor, "tensor '%s'" % name)
-    shape = list(tensor.shape)
+    part = _Part()
+    addr = _stage(part, tensor, output)
+    c = client()
     try:
         if kind == "allreduce":
-            part.handle = c.allreduce_async(name, addr, code, shape, op, float(prescale), float(postscale))
+            part.handle = c.allreduce_async(name, addr, code, list(tensor.shape), op, float(prescale),
+                                            float(postscale))
         else:
-            part.handle = c.broadcast_async(name, addr, code, shape, int(root))
+            part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root))
     except BaseException:
-        req.parts.pop()
         if part.block is not None:
             c.free(part.block)
         raise
+    req.parts.append(part)
 
 
 def _register(req):
