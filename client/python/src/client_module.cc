@@ -20,12 +20,18 @@ namespace py = pybind11;
 
 namespace {
 
-[[noreturn]] void Raise(int status) {
-  const std::string message = syncd_last_error();
-  if (status == SYNCD_ERR_INVALID || status == SYNCD_ERR_DUPLICATE) throw py::value_error(message);
+// syncd.errors.SyncdError(message, status_name), a RuntimeError.
+[[noreturn]] void RaiseSyncdError(const std::string& message, int status) {
   py::object cls = py::module_::import("syncd.errors").attr("SyncdError");
   PyErr_SetObject(cls.ptr(), py::make_tuple(message, syncd_status_name(status)).ptr());
   throw py::error_already_set();
+}
+
+// A submission the client refused: bad arguments and duplicate names are ValueErrors, as in Horovod.
+[[noreturn]] void Raise(int status) {
+  const std::string message = syncd_last_error();
+  if (status == SYNCD_ERR_INVALID || status == SYNCD_ERR_DUPLICATE) throw py::value_error(message);
+  RaiseSyncdError(message, status);
 }
 
 void Check(int status) {
@@ -61,11 +67,7 @@ class PyClient {
   bool closed() const { return c_ == nullptr; }
 
   syncd_client* get() const {
-    if (c_ == nullptr) {
-      py::object cls = py::module_::import("syncd.errors").attr("SyncdError");
-      PyErr_SetObject(cls.ptr(), py::make_tuple("syncd client is shut down", "SYNCD_ERR_INVALID").ptr());
-      throw py::error_already_set();
-    }
+    if (c_ == nullptr) RaiseSyncdError("syncd client is shut down", SYNCD_ERR_INVALID);
     return c_;
   }
 
@@ -162,11 +164,7 @@ class PyClient {
 
  private:
   // A request that failed after submission: a collective error, never a ValueError.
-  [[noreturn]] static void RaiseCompletion(int status) {
-    py::object cls = py::module_::import("syncd.errors").attr("SyncdError");
-    PyErr_SetObject(cls.ptr(), py::make_tuple(std::string(syncd_last_error()), syncd_status_name(status)).ptr());
-    throw py::error_already_set();
-  }
+  [[noreturn]] static void RaiseCompletion(int status) { RaiseSyncdError(syncd_last_error(), status); }
 
   syncd_client* c_ = nullptr;
 };
