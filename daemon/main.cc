@@ -19,6 +19,7 @@
 #include "daemon/control/rendezvous.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 #include "daemon/engine/engine.h"
+#include "daemon/exec/gpu_executor.h"
 
 namespace syncd {
 namespace {
@@ -65,6 +66,21 @@ int Serve(const Config& config) {
   AttachServer attach(config, &*node_page);
   if (Status st = attach.Listen(); !st.ok()) return fail(st);
 
+  // GPUs: one NCCL rank per visible GPU, in a communicator over every GPU of the job. Node 0
+  // makes its unique id; the rendezvous hands it out with every node's GPU count.
+  std::unique_ptr<GpuExecutor> gpu;
+  std::string no_gpu = "started with --gpus none";
+  std::string nccl_id;
+  if (config.gpus != "none") {
+    gpu = GpuExecutor::Probe(config.gpu_ipc_cache == "on", &no_gpu);
+    if (gpu && config.node_rank == 0) {
+      auto id = gpu->MakeNcclId();
+      if (!id.ok()) return fail(id.status());
+      nccl_id = *id;
+    }
+  }
+  std::vector<uint32_t> gpus_per_node(1, gpu ? gpu->devices() : 0);
+
   // Many nodes: node 0 serves the rendezvous; every daemon joins with its UCX address and
   // connects to all others before the engine starts.
   std::unique_ptr<UcxTransport> transport;
@@ -99,6 +115,8 @@ int Serve(const Config& config) {
     gethostname(host, sizeof(host) - 1);
     join.set_hostname(host);
     join.set_pid(getpid());
+    join.set_gpus(gpu ? gpu->devices() : 0);
+    join.set_nccl_id(nccl_id);
     spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
     auto table = JoinJob(config.rendezvous, join, timeout);
     if (!table.ok()) return fail(table.status());
@@ -107,13 +125,30 @@ int Serve(const Config& config) {
       if (n != config.node_rank && n < table->hostnames.size() && table->hostnames[n] == host && n < table->pids.size())
         same_host_pids[n] = table->pids[n];
     if (Status st = transport->Connect(table->ucx_addresses, same_host_pids); !st.ok()) return fail(st);
+    gpus_per_node = table->gpus;
+    nccl_id = table->nccl_id;
     std::string how;
     for (uint32_t n = 0; n < config.nodes; ++n)
       if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + transport->failure_detection(n) + ";";
     spdlog::info("connected to {} peer daemons (failure detection:{})", config.nodes - 1, how);
   }
+  if (gpu) {
+    for (uint32_t n = 0; n < gpus_per_node.size(); ++n)
+      if (gpus_per_node[n] == 0) {
+        no_gpu = "node " + std::to_string(n) + " of the job has no GPU, so GPU collectives cannot span the job";
+        gpu.reset();
+        break;
+      }
+  }
+  if (gpu) {
+    if (Status st = gpu->Connect(nccl_id, gpus_per_node, config.node_rank); !st.ok()) return fail(st);
+    for (const std::string& name : gpu->stats().names) spdlog::info("GPU {}", name);
+  } else {
+    spdlog::info("no GPU collectives: {}", no_gpu);
+  }
   Engine engine(config, &*node_page, config.local_size,
                 [&attach](uint32_t client_id) { attach.KickClient(client_id); }, std::move(transport));
+  engine.AttachGpu(std::move(gpu), no_gpu);
   attach.set_engine(&engine);
   ControlService control(config, *cores, &engine);
   auto server = StartControlServer(config.run_dir, &control);

@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 5;
+inline constexpr uint32_t kVersion = 6;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -73,14 +73,35 @@ struct SubmitEntry {
   int32_t root;
   double prescale;
   double postscale;
-  uint64_t arena_offset;  // payload location inside the client's arena
+  uint64_t arena_offset;  // payload location inside the client's arena (kSubmitGpu: its GpuDescriptor)
   uint64_t bytes;
   uint32_t ndim;
-  uint32_t reserved;
+  uint32_t flags;  // kSubmit*
   int64_t shape[kMaxDims];
   char name[kNameBytes];
 };
 static_assert(sizeof(SubmitEntry) == 320);
+
+// SubmitEntry::flags.
+inline constexpr uint32_t kSubmitGpu = 1;  // the tensor is in GPU memory, described by a GpuDescriptor
+
+// A GPU tensor, as the client describes it (in its arena, at SubmitEntry::arena_offset, until the
+// request completes). The daemon opens the allocation's IPC handle (cached by client and
+// `alloc_base`; a different handle at the same base means the allocation was freed and replaced),
+// waits on the IPC event (recorded on the caller's stream after the work producing the tensor),
+// and reads and writes [offset, offset + SubmitEntry::bytes) of the allocation.
+inline constexpr size_t kIpcHandleBytes = 64;
+struct GpuDescriptor {
+  uint8_t mem_handle[kIpcHandleBytes];    // cuIpcGetMemHandle of the allocation
+  uint8_t event_handle[kIpcHandleBytes];  // cuIpcGetEventHandle; valid when has_event
+  uint8_t device_uuid[16];                // the GPU (ordinals differ between processes)
+  uint64_t alloc_base;                    // the allocation's address in the client
+  uint64_t alloc_bytes;
+  uint64_t offset;                        // of the tensor inside the allocation
+  uint32_t has_event;
+  uint32_t reserved;
+};
+static_assert(sizeof(GpuDescriptor) == 176);
 
 struct CompletionEntry {
   uint64_t handle;

@@ -57,6 +57,13 @@ int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_o
 int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out);
 }
+int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, double prescale,
+                              double postscale, void* stream, syncd_handle* out) {
+  return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, true, stream);
+}
+int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, int root, void* stream, syncd_handle* out) {
+  return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, true, stream);
+}
 int syncd_barrier_async(syncd_client* c, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBarrier, nullptr, SYNCD_SUM, 0, 1.0, 1.0, out);
 }

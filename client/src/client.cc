@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "client/src/client_impl.h"
+#include "client/src/cuda_driver.h"
 #include "proto/doorbell.h"
 #include "proto/graph_wire.h"
 #include "proto/status_names.h"
@@ -22,6 +23,11 @@ constexpr uint64_t kBarrierNames = 16;  // barriers one rank may have in flight 
 thread_local std::string g_last_error;
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
+
+void ReleaseGpuEvent(int slot) {
+  std::string unused;
+  if (CudaDriver* cuda = CudaDriver::Get(&unused)) cuda->Release(slot);
+}
 
 }  // namespace
 
@@ -83,7 +89,7 @@ bool Client::DaemonAlive() {
 }
 
 int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
-                   double prescale, double postscale, syncd_handle* out) {
+                   double prescale, double postscale, syncd_handle* out, bool gpu, void* stream) {
   if (out == nullptr) return Fail(SYNCD_ERR_INVALID, "handle output pointer is NULL");
   std::string name;
   uint64_t bytes = 0;
@@ -131,6 +137,29 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
 
   uint64_t offset = 0, staging = 0;
   void* user = nullptr;
+  if (gpu && bytes > 0) {  // an empty GPU tensor has nothing to move: it travels as a host one
+    // The tensor stays where it is: the arena carries its description (freed at completion).
+    std::string why;
+    CudaDriver* cuda = CudaDriver::Get(&why);
+    if (cuda == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "' is a GPU tensor, but " + why);
+    auto off = arena_alloc_->Allocate(sizeof(abi::GpuDescriptor));
+    if (!off) return Fail(SYNCD_ERR_NO_MEMORY, "tensor '" + name + "': arena has no room for a GPU descriptor");
+    int event = -1;
+    auto* desc = reinterpret_cast<abi::GpuDescriptor*>(arena_ + *off);
+    if (int rc = cuda->Export(data, bytes, stream, desc, &event, &why); rc != SYNCD_OK) {
+      arena_alloc_->Free(*off);
+      return Fail(rc, "tensor '" + name + "' (GPU pointer " + std::to_string(uintptr_t(data)) + "): " + why);
+    }
+    entry.kind = uint32_t(kind);
+    entry.op = uint32_t(op);
+    entry.root = root;
+    entry.prescale = prescale;
+    entry.postscale = postscale;
+    entry.arena_offset = *off;
+    entry.bytes = bytes;
+    entry.flags = abi::kSubmitGpu;
+    return Enqueue(&entry, name, nullptr, *off, true, out, event);
+  }
   if (bytes > 0) {
     if (InArena(data, bytes)) {
       offset = uint64_t(static_cast<char*>(data) - arena_);
@@ -157,10 +186,11 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
 }
 
 int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
-                    syncd_handle* out) {
+                    syncd_handle* out, int gpu_event) {
   abi::SubmitEntry* e = submit_.Reserve();
   if (e == nullptr) {  // cannot happen while slots <= ring entries; keep the invariant checked
     if (staged) arena_alloc_->Free(staging);
+    if (gpu_event >= 0) ReleaseGpuEvent(gpu_event);
     return Fail(SYNCD_ERR_INTERNAL, "submission ring full");
   }
   const uint32_t idx = free_slots_.back();
@@ -175,6 +205,7 @@ int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user
   s.staged = staged;
   s.staging_offset = staging;
   s.bytes = entry->bytes;
+  s.gpu_event = gpu_event;
   in_flight_names_.emplace(name, idx);
 
   const syncd_handle h = (uint64_t(s.generation) << 32) | idx;
@@ -271,6 +302,10 @@ int Client::Finish(Slot* s, std::string* reply) {
   if (s->staged) {
     if (s->status == SYNCD_OK && s->user_data != nullptr) memcpy(s->user_data, arena_ + s->staging_offset, s->bytes);
     arena_alloc_->Free(s->staging_offset);
+  }
+  if (s->gpu_event >= 0) {
+    ReleaseGpuEvent(s->gpu_event);
+    s->gpu_event = -1;
   }
   if (reply != nullptr) *reply = s->message;
   in_flight_names_.erase(s->name);

@@ -40,8 +40,9 @@ class Client {
   void Free(void* ptr);
   bool InArena(const void* ptr, size_t bytes) const;
 
+  // `gpu`: t->data is device memory; the daemon waits for the work queued on `stream` first.
   int Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
-             double prescale, double postscale, syncd_handle* out);
+             double prescale, double postscale, syncd_handle* out, bool gpu = false, void* stream = nullptr);
   int Poll(syncd_handle h);
   int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
@@ -58,6 +59,7 @@ class Client {
     void* user_data = nullptr;  // where to copy a staged result back; null: only free the copy
     uint64_t staging_offset = 0;
     uint64_t bytes = 0;
+    int gpu_event = -1;  // the CUDA driver's event slot this request recorded, released at completion
   };
 
   Client() = default;
@@ -68,7 +70,7 @@ class Client {
   // Fills the entry's handle and name and publishes it. `staged`: [staging, +bytes) of the arena
   // is this request's copy, freed at completion (after copying it back to `user`, if given).
   int Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
-              syncd_handle* out);
+              syncd_handle* out, int gpu_event = -1);
   int Finish(Slot* slot, std::string* reply = nullptr);  // *reply: the completion's text
   bool DaemonAlive();  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;

@@ -139,6 +139,22 @@ const std::vector<ConfigEntry>& ConfigTable() {
          c.ucx_peer_errors = t;
          return Status::Ok();
        }},
+      {"gpus", "SYNCD_GPUS", "auto",
+       "auto: drive every GPU the daemon sees (CUDA_VISIBLE_DEVICES) with one NCCL rank each, for GPU tensors; none: "
+       "host tensors only",
+       [](Config& c, const std::string& t) -> Status {
+         if (t != "auto" && t != "none") return InvalidArgument("gpus: expected auto or none, got '" + t + "'");
+         c.gpus = t;
+         return Status::Ok();
+       }},
+      {"gpu-ipc-cache", "SYNCD_GPU_IPC_CACHE", "on",
+       "on: keep clients' CUDA IPC mappings open between requests (the pointer cache); off: open and close them for "
+       "every request (only to measure what the cache saves)",
+       [](Config& c, const std::string& t) -> Status {
+         if (t != "on" && t != "off") return InvalidArgument("gpu-ipc-cache: expected on or off, got '" + t + "'");
+         c.gpu_ipc_cache = t;
+         return Status::Ok();
+       }},
       {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
        "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
        Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},

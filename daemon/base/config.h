@@ -33,6 +33,8 @@ struct Config {
   std::string cycle_start;    // "timer" (Horovod) or "work"
   uint32_t cache_capacity = 0;
   std::string coord;            // "negotiate", "gs", "nbcs" or "topo"
+  std::string gpus;             // "auto" or "none"
+  std::string gpu_ipc_cache;    // "on" or "off"
   uint32_t gs_period = 1;       // gs: cycles between sleep agreements
   std::string ucx_peer_errors;  // "auto", "on" or "off"
   uint32_t stall_warning_s = 0;  // warn about names some ranks submitted and others not, after this long

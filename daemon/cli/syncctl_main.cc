@@ -65,6 +65,17 @@ void PrintTable(const syncd::control::StatusReply& s) {
              (unsigned long)t.steps(), (unsigned long)t.groups_executed(), (unsigned long)t.tensors_executed(),
              t.next_group(), (unsigned long)t.fallback_tensors());
   }
+  if (s.has_gpu()) {
+    const auto& g = s.gpu();
+    for (const auto& d : g.devices()) printf("gpu        %s\n", d.c_str());
+    printf("gpu ops    allreduce %lu   broadcast %lu   %s   NCCL ranks in the job %u\n", (unsigned long)g.allreduces(),
+           (unsigned long)g.broadcasts(), Bytes(g.bytes()).c_str(), g.nccl_ranks());
+    printf("ipc        %s   handles open %lu   opened %lu   cache hits %lu   closed %lu\n",
+           g.ipc_cache() ? "cache on" : "cache OFF", (unsigned long)g.ipc_handles_open(),
+           (unsigned long)g.ipc_handle_opens(), (unsigned long)g.ipc_handle_hits(), (unsigned long)g.ipc_handle_closes());
+    printf("gpu time   map %.1f us/request   issue %.1f us/collective   device %.1f us/collective\n", g.map_us_mean(),
+           g.issue_us_mean(), g.device_us_mean());
+  }
   if (s.has_coordination()) {
     const auto& c = s.coordination();
     printf("coord      %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",

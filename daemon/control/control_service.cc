@@ -64,6 +64,25 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     t->set_next_group(s->topo_next_group);
     t->set_topo_execution_ms_total(double(s->topo.execution_ns_total) / 1e6);
   }
+  if (s->has_gpu) {
+    control::Gpu* g = r->mutable_gpu();
+    for (const std::string& d : s->gpu.names) g->add_devices(d);
+    g->set_nccl_ranks(s->gpu.nccl_ranks);
+    g->set_allreduces(s->gpu.allreduces);
+    g->set_broadcasts(s->gpu.broadcasts);
+    g->set_bytes(s->gpu.bytes);
+    g->set_ipc_handle_hits(s->gpu.handle_hits);
+    g->set_ipc_handle_opens(s->gpu.handle_opens);
+    g->set_ipc_handle_closes(s->gpu.handle_closes);
+    g->set_ipc_handles_open(s->gpu.open_handles);
+    g->set_ipc_cache(config_.gpu_ipc_cache == "on");
+    g->set_completed(s->gpu.completed);
+    const uint64_t requests = s->gpu.handle_hits + s->gpu.handle_opens;
+    g->set_map_us_mean(requests ? double(s->gpu.map_ns) / 1e3 / double(requests) : 0.0);
+    const uint64_t issued = s->gpu.allreduces + s->gpu.broadcasts;
+    g->set_issue_us_mean(issued ? double(s->gpu.issue_ns) / 1e3 / double(issued) : 0.0);
+    g->set_device_us_mean(s->gpu.completed ? double(s->gpu.device_ns) / 1e3 / double(s->gpu.completed) : 0.0);
+  }
   if (s->coordinated) {
     control::Coordination* c = r->mutable_coordination();
     const NegotiationStats& n = s->negotiation;

@@ -23,7 +23,8 @@ RendezvousService::RendezvousService(std::string job_token, uint32_t nodes, uint
       joined_(nodes, false),
       addresses_(nodes),
       hostnames_(nodes),
-      pids_(nodes, 0) {}
+      pids_(nodes, 0),
+      gpus_(nodes, 0) {}
 
 grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::JoinRequest* req,
                                      control::JoinReply* reply) {
@@ -52,6 +53,8 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
   addresses_[req->node_rank()] = req->ucx_address();
   hostnames_[req->node_rank()] = req->hostname();
   pids_[req->node_rank()] = req->pid();
+  gpus_[req->node_rank()] = req->gpus();
+  if (req->node_rank() == 0) nccl_id_ = req->nccl_id();
   if (++count_ == nodes_) all_joined_.notify_all();
   spdlog::info("rendezvous: {} joined ({} of {})", who, count_, nodes_);
   if (!all_joined_.wait_until(lock, deadline_, [&] { return count_ == nodes_ || ctx->IsCancelled(); }) ||
@@ -63,7 +66,9 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     reply->add_ucx_addresses(addresses_[i]);
     reply->add_hostnames(hostnames_[i]);
     reply->add_pids(pids_[i]);
+    reply->add_gpus(gpus_[i]);
   }
+  reply->set_nccl_id(nccl_id_);
   return grpc::Status::OK;
 }
 
@@ -90,6 +95,8 @@ StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinReq
   table.ucx_addresses.assign(reply.ucx_addresses().begin(), reply.ucx_addresses().end());
   table.hostnames.assign(reply.hostnames().begin(), reply.hostnames().end());
   table.pids.assign(reply.pids().begin(), reply.pids().end());
+  table.gpus.assign(reply.gpus().begin(), reply.gpus().end());
+  table.nccl_id = reply.nccl_id();
   return table;
 }
 

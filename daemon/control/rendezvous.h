@@ -36,6 +36,8 @@ class RendezvousService final : public control::Rendezvous::Service {
   std::vector<std::string> addresses_;       // GUARDED_BY(mu_)
   std::vector<std::string> hostnames_;       // GUARDED_BY(mu_)
   std::vector<int32_t> pids_;                // GUARDED_BY(mu_)
+  std::vector<uint32_t> gpus_;               // GUARDED_BY(mu_)
+  std::string nccl_id_;                      // GUARDED_BY(mu_)
   uint32_t count_ = 0;                       // GUARDED_BY(mu_)
 };
 
@@ -43,6 +45,8 @@ struct JobTable {
   std::vector<std::string> ucx_addresses;  // by node rank
   std::vector<std::string> hostnames;
   std::vector<int32_t> pids;
+  std::vector<uint32_t> gpus;  // by node rank
+  std::string nccl_id;         // node 0's
 };
 
 // Joins the job at `rendezvous` (HOST:PORT), retrying while node 0 is not up yet, until `timeout`.

@@ -114,6 +114,7 @@ void Engine::Run() {
       sleep_ns = next > t1 ? std::min(sleep_ns, next - t1) : 0;
     }
     if (topo_ && topo_->running()) sleep_ns = 0;  // a TOPO group waits on the network: keep polling it
+    if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
     if (!did && t1 - last_work > spin_ns && sleep_ns > 0) {
       if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
             return HasWork() || stop_.load(std::memory_order_relaxed) ||
@@ -172,7 +173,10 @@ bool Engine::Poll() {
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   // However the job broke (here or on another node), tensors waiting for their group fail too.
   if (topo_ && negotiator_ && negotiator_->broken() && topo_->in_flight() > 0) topo_->FailAll(negotiator_->failure());
+  // However the job broke, NCCL calls that wait for other nodes must end too.
+  if (gpu_ && gpu_->in_flight() > 0 && negotiator_ && negotiator_->broken()) gpu_->Abort(negotiator_->failure());
   if (!local_ready.empty()) Execute(local_ready);
+  if (gpu_) did |= PollGpu();
   if (topo_) {
     Status error;
     did |= topo_->Poll(&error);
@@ -308,6 +312,7 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   lost_ranks_[local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
   client_by_local_rank_.erase(local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
+  if (gpu_) gpu_->ForgetClient(client_id);  // its IPC mappings close once no queued GPU work uses them
   // Once every local rank has come and gone the job is over: the next job's ranks may attach in
   // any order, so departed ranks stop failing new requests (they stay listed as lost until their
   // slots are reused). A rank that left before a slower one even attached still blocks.
@@ -429,6 +434,8 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
     if (e.bytes != 0) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: barrier " + what + " carries data");
     return r;
   }
+  if ((e.flags & ~abi::kSubmitGpu) != 0)
+    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown flags " + std::to_string(e.flags));
   if (e.dtype >= SYNCD_DTYPE_COUNT)
     return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown dtype " + std::to_string(e.dtype));
   r.dtype = syncd_dtype(e.dtype);
@@ -446,7 +453,19 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
     return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " says " + std::to_string(e.bytes) +
                                           " bytes but its shape holds " + std::to_string(count * esize));
   r.bytes = e.bytes;
-  if (r.bytes > 0) {
+  if (e.flags & abi::kSubmitGpu) {
+    r.gpu = true;
+    const char* at = c.info->segment.ArenaRange(e.arena_offset, sizeof(abi::GpuDescriptor));
+    if (at == nullptr) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + ": GPU descriptor outside the arena");
+    if (!gpu_) return reject(SYNCD_ERR_INVALID, what + " is a GPU tensor, but this syncd has no GPUs: " + gpu_unavailable_);
+    abi::GpuDescriptor desc;
+    memcpy(&desc, at, sizeof(desc));  // copied out first: the client could change it meanwhile
+    StatusOr<GpuMapping> m = gpu_->Map(c.info->client_id, desc, r.bytes);
+    if (!m.ok()) return reject(m.status().code(), what + " (GPU tensor): " + m.status().message());
+    r.data = r.bytes > 0 ? m->data : nullptr;
+    r.gpu_device = m->device;
+    r.gpu_event = m->event;
+  } else if (r.bytes > 0) {
     r.data = c.info->segment.ArenaRange(e.arena_offset, e.bytes);
     if (r.data == nullptr)
       return reject(SYNCD_ERR_INVALID, what + ": data range [" + std::to_string(e.arena_offset) + ", +" +
@@ -473,10 +492,14 @@ void Engine::Execute(std::vector<ReadyTensor>& ready) {
   candidates.reserve(ready.size());
   for (const ReadyTensor& t : ready) {
     const Request& f = t.first();
-    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
+    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes, f.gpu});
   }
   for (const FusionGroup& g : PlanFusion(candidates, config_.fusion_threshold)) {
     const ReadyTensor& head = ready[g.front()];
+    if (head.first().gpu) {
+      ExecuteGpu(ready, g);
+      continue;
+    }
     switch (head.first().kind) {
       case abi::OpKind::kAllreduce: {
         std::vector<const ReadyTensor*> members;
@@ -496,6 +519,49 @@ void Engine::Execute(std::vector<ReadyTensor>& ready) {
     CountExecuted(ready, g);
     for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
   }
+}
+
+StatusOr<uint64_t> Engine::EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  const Request& f = ready[g.front()].first();
+  if (f.kind == abi::OpKind::kBroadcast) return gpu_->Broadcast(ready[g.front()], uint32_t(f.root) / local_size_);
+  std::vector<const ReadyTensor*> members;
+  for (size_t i : g) members.push_back(&ready[i]);
+  return gpu_->Allreduce(members, world_size_);
+}
+
+void Engine::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  StatusOr<uint64_t> ticket = EnqueueGpu(ready, g);
+  if (!ticket.ok()) {
+    for (size_t i : g) {
+      const std::string& name = ready[i].first().name;
+      CompleteAll(ready[i].requests, Status(ticket.status().code(), "tensor '" + name + "': " + ticket.status().message()));
+      ready[i].requests.clear();
+    }
+    return;
+  }
+  CountExecuted(ready, g);
+  GpuOp op{*ticket, {}};
+  for (size_t i : g) op.requests.push_back(std::move(ready[i].requests));
+  gpu_ops_.push_back(std::move(op));
+}
+
+bool Engine::PollGpu() {
+  bool did = false;
+  for (size_t i = 0; i < gpu_ops_.size();) {
+    Status error;
+    const CommState state = gpu_->Test(gpu_ops_[i].ticket, &error);
+    if (state == CommState::kPending) {
+      ++i;
+      continue;
+    }
+    for (const std::vector<Request>& rs : gpu_ops_[i].requests)
+      if (!rs.empty())
+        CompleteAll(rs, state == CommState::kDone ? Status::Ok()
+                                                : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message()));
+    gpu_ops_.erase(gpu_ops_.begin() + i);
+    did = true;
+  }
+  return did;
 }
 
 void Engine::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
@@ -647,6 +713,10 @@ void Engine::PublishSnapshot() {
       s->topo_next_group = topo_->next_group();
     }
     s->fallback_tensors = fallback_tensors_;
+  }
+  if (gpu_) {
+    s->has_gpu = true;
+    s->gpu = gpu_->stats();
   }
   if (negotiator_) {
     s->coordinated = true;

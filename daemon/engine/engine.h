@@ -21,6 +21,7 @@
 #include "daemon/engine/tensor_table.h"
 #include "daemon/plan/fusion.h"
 #include "daemon/transport/transport.h"
+#include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/host_executor.h"
 #include "daemon/obs/status_snapshot.h"
 #include "daemon/shm/client_segment.h"
@@ -59,6 +60,14 @@ class Engine {
   void Run();
   // One pass over all inputs; returns whether it did any work. Exposed for tests.
   bool Poll();
+
+  // GPU tensors: the executor of this node's GPUs, connected to the job's other GPUs. Before Run().
+  // `why_none`: why there is none (for the error a GPU tensor gets).
+  void AttachGpu(std::unique_ptr<GpuExecutor> gpu, std::string why_none = "") {
+    gpu_ = std::move(gpu);
+    if (!why_none.empty()) gpu_unavailable_ = std::move(why_none);
+  }
+  const GpuExecutor* gpu() const { return gpu_.get(); }
 
   // From the single producer thread. Returns false when the queue is full (retry later).
   bool Post(EngineEvent event);
@@ -109,6 +118,12 @@ class Engine {
   // The job cannot go on (a plan violation, a failed TOPO group): fails everything in flight.
   void FailJob(const Status& why);
   void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // One node: enqueues group `g` (GPU tensors) on the GPU executor; its requests move into
+  // gpu_ops_ and complete when the GPUs are done (PollGpu), or fail now.
+  void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // Enqueues a GPU group (allreduce or broadcast); a ticket for GpuExecutor::Test.
+  StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  bool PollGpu();
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
@@ -130,6 +145,13 @@ class Engine {
   TensorTable table_;
   HostExecutor executor_;
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<GpuExecutor> gpu_;
+  struct GpuOp {
+    uint64_t ticket;
+    std::vector<std::vector<Request>> requests;  // by member tensor
+  };
+  std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
+  std::string gpu_unavailable_ = "none was found at startup";
   std::unique_ptr<Negotiator> negotiator_;
   std::unique_ptr<TopoRunner> topo_;              // --coord topo, once a plan is registered
   std::shared_ptr<const TopoPlan> plan_;          // the job's registered plan (any mode)

@@ -22,7 +22,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
   std::vector<FusionCandidate> candidates;
   for (const ReadyTensor& t : ready) {
     const Request& f = t.first();
-    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes});
+    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes, f.gpu});
   }
   const std::vector<FusionGroup> groups = PlanFusion(candidates, config_.fusion_threshold);
   std::vector<char>& fusion_buffer = *buffer;
@@ -31,7 +31,22 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
     const ReadyTensor& head = ready[g.front()];
     const Request& f = head.first();
     const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
-    if (f.kind == abi::OpKind::kAllreduce) {
+    if (f.gpu) {
+      // The GPU executor's NCCL communicator spans every GPU of the job: no host pipeline. Every
+      // daemon enqueues the agreed groups in the same order, as NCCL requires.
+      StatusOr<uint64_t> ticket = EnqueueGpu(ready, g);
+      if (!ticket.ok()) co_return ticket.status();
+      const uint64_t id = *ticket;
+      Status gpu_error;
+      CommState state = CommState::kPending;
+      WaitUntil gpu_done;
+      gpu_done.ready = [this, id, &state, &gpu_error] {
+        state = gpu_->Test(id, &gpu_error);
+        return state != CommState::kPending;
+      };
+      co_await gpu_done;
+      if (state == CommState::kFailed) co_return gpu_error;
+    } else if (f.kind == abi::OpKind::kAllreduce) {
       std::vector<const ReadyTensor*> members;
       uint64_t bytes = 0;
       for (size_t i : g) {

@@ -26,7 +26,12 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
-  char* data = nullptr;     // inside the client's arena, valid while the client is attached
+  char* data = nullptr;     // inside the client's arena (gpu: device memory), valid while the client is attached
+  // A GPU tensor: `data` is the daemon's mapping of the client's allocation on `gpu_device` (the
+  // GPU executor's index), `gpu_event` the client's IPC event to wait on (a cudaEvent_t, or null).
+  bool gpu = false;
+  int gpu_device = -1;
+  void* gpu_event = nullptr;
   std::string name;
   // kRegisterGraph: the plan computed from the graph the rank sent; `shape` holds its hash.
   std::shared_ptr<const TopoPlan> plan;

@@ -73,6 +73,7 @@ Status TensorTable::Add(Request r) {
 
 Status CheckAgreement(const std::vector<Request>& rs) {
   std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(KindName(r.kind)); });
+  if (msg.empty()) msg = Disagreement(rs, "memory", [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
   if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
   if (msg.empty() && rs.front().kind == abi::OpKind::kRegisterGraph)
     msg = Disagreement(rs, "TOPO plan", [](const Request& r) {

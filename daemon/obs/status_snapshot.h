@@ -10,6 +10,7 @@
 #include "daemon/base/affinity.h"
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/topo_stats.h"
+#include "daemon/exec/gpu_executor.h"
 
 namespace syncd {
 
@@ -56,6 +57,9 @@ struct StatusSnapshot {
   uint64_t pending_names = 0;
   std::vector<std::pair<uint32_t, std::string>> peers;  // node, state
   std::string failure;
+
+  bool has_gpu = false;
+  GpuStats gpu;
 };
 
 }  // namespace syncd

@@ -5,7 +5,7 @@ namespace {
 
 bool Fusable(const FusionCandidate& a, const FusionCandidate& b) {
   return a.kind == abi::OpKind::kAllreduce && b.kind == abi::OpKind::kAllreduce && a.dtype == b.dtype &&
-         a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
+         a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale && a.gpu == b.gpu;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Tensor fusion: which ready tensors execute together as one fused allreduce. Pure function.
 //
-// Rules (Horovod's): only allreduces fuse; members share dtype, op and scale factors; a group's
+// Rules (Horovod's): only allreduces fuse; members share dtype, op, scale factors and memory (host or GPU); a group's
 // payload stays within `threshold` bytes (a larger tensor runs alone); 0 disables fusion. Groups
 // are ordered by their first member and keep the ready order inside, so every daemon that sees
 // the same ready list builds the same groups.
@@ -21,6 +21,7 @@ struct FusionCandidate {
   double prescale;
   double postscale;
   uint64_t bytes;
+  bool gpu = false;  // GPU tensors fuse only with GPU tensors, host with host
 };
 
 using FusionGroup = std::vector<size_t>;  // indices into the candidate list

@@ -13,6 +13,13 @@ CommTask::~CommTask() {
 bool CommTask::Poll() {
   if (done()) return true;
   auto& p = h_.promise();
+  if (p.until) {
+    if (p.until()) {
+      p.until = nullptr;
+      h_.resume();
+    }
+    return done();
+  }
   if (!p.children.empty()) {
     bool all = true;
     for (CommTask* c : p.children) all &= c->Poll();

@@ -17,6 +17,7 @@
 
 #include <coroutine>
 #include <exception>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,7 @@ class CommTask {
     std::vector<CommHandle> waiting;
     std::vector<class CommTask*> children;  // child tasks awaited with WaitTasks
     bool first_only = false;                // resume when children[0] is done (all are driven)
+    std::function<bool()> until;            // WaitUntil: resume once it returns true
     Status wait_status;
 
     CommTask get_return_object() { return CommTask(std::coroutine_handle<promise_type>::from_promise(*this)); }
@@ -103,6 +105,15 @@ struct WaitTasks {
     }
     return Status::Ok();
   }
+};
+
+// co_await WaitUntil{ready}: resumes once ready() returns true, checked at each Poll() (work
+// that completes outside the transport, such as a GPU stream).
+struct WaitUntil {
+  std::function<bool()> ready;
+  bool await_ready() const { return ready(); }
+  void await_suspend(std::coroutine_handle<CommTask::promise_type> handle) { handle.promise().until = ready; }
+  void await_resume() const noexcept {}
 };
 
 // (GCC 12 cannot keep an initializer_list's array in a coroutine frame, hence no braces.)

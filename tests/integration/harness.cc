@@ -33,7 +33,11 @@ int64_t NowMs() {
 
 }  // namespace
 
-std::string BinDir() { return SYNCD_TEST_BIN_DIR; }
+std::string BinDir() {
+  // SYNCD_BIN_DIR: binaries copied elsewhere (a GPU machine) than where they were built.
+  const char* dir = getenv("SYNCD_BIN_DIR");
+  return dir && *dir ? dir : SYNCD_TEST_BIN_DIR;
+}
 
 namespace {
 uint64_t g_job_id = 0;

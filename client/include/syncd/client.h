@@ -115,6 +115,18 @@ SYNCD_API int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, sync
                                     double prescale, double postscale, syncd_handle* out);
 SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root,
                                     syncd_handle* out);
+/* GPU tensors: `t->data` is CUDA device memory (any allocation of this process: cudaMalloc, a
+ * framework's caching allocator). The daemon reads and writes it in place through a CUDA IPC handle
+ * of its allocation, after the work already queued on `stream` (a cudaStream_t; NULL: the legacy
+ * default stream): the call records an interprocess event there and the daemon's stream waits on
+ * it, so the caller never synchronises its stream. The request completes (syncd_wait/syncd_poll)
+ * once the result is in device memory; do not touch the tensor before. Every rank must submit the
+ * name as a GPU tensor. The CUDA driver is loaded on first use: SYNCD_ERR_INVALID when it cannot
+ * be, when `data` is not device memory, or when the daemon has no such GPU. */
+SYNCD_API int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                                        double prescale, double postscale, void* stream, syncd_handle* out);
+SYNCD_API int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, int root, void* stream,
+                                        syncd_handle* out);
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
 

@@ -92,18 +92,27 @@ class PyClient {
     return syncd_tensor{name.c_str(), reinterpret_cast<void*>(addr), syncd_dtype(dtype), int(shape.size()), shape.data()};
   }
 
+  // `stream`: None for host memory; for CUDA memory the cudaStream_t (as an integer, 0 for the
+  // default stream) whose queued work produces the tensor.
   uint64_t Allreduce(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
-                     double prescale, double postscale) {
+                     double prescale, double postscale, std::optional<uintptr_t> stream) {
     const syncd_tensor t = Tensor(name, addr, dtype, shape);
     syncd_handle h = 0;
-    Check(syncd_allreduce_async(get(), &t, syncd_reduce_op(op), prescale, postscale, &h));
+    if (stream)
+      Check(syncd_allreduce_gpu_async(get(), &t, syncd_reduce_op(op), prescale, postscale, reinterpret_cast<void*>(*stream), &h));
+    else
+      Check(syncd_allreduce_async(get(), &t, syncd_reduce_op(op), prescale, postscale, &h));
     return h;
   }
 
-  uint64_t Broadcast(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int root) {
+  uint64_t Broadcast(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int root,
+                     std::optional<uintptr_t> stream) {
     const syncd_tensor t = Tensor(name, addr, dtype, shape);
     syncd_handle h = 0;
-    Check(syncd_broadcast_async(get(), &t, root, &h));
+    if (stream)
+      Check(syncd_broadcast_gpu_async(get(), &t, root, reinterpret_cast<void*>(*stream), &h));
+    else
+      Check(syncd_broadcast_async(get(), &t, root, &h));
     return h;
   }
 
@@ -193,9 +202,10 @@ PYBIND11_MODULE(_client, m) {
       })
       .def("view", &PyClient::View, py::arg("addr"), py::arg("nbytes"))
       .def("allreduce_async", &PyClient::Allreduce, py::arg("name"), py::arg("addr"), py::arg("dtype"),
-           py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+           py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+           py::arg("stream") = py::none())
       .def("broadcast_async", &PyClient::Broadcast, py::arg("name"), py::arg("addr"), py::arg("dtype"),
-           py::arg("shape"), py::arg("root"))
+           py::arg("shape"), py::arg("root"), py::arg("stream") = py::none())
       .def("barrier_async", &PyClient::Barrier)
       .def("poll", &PyClient::Poll, py::arg("handle"))
       .def("wait", &PyClient::Wait, py::arg("handle"), py::arg("timeout_ms") = -1)

@@ -112,7 +112,12 @@ def _false():
 
 
 mpi_threads_supported = mpi_enabled = mpi_built = gloo_enabled = gloo_built = _false
-nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _false
+nccl_built = ddl_built = ccl_built = rocm_built = _false
+
+
+def cuda_built():
+    """Whether CUDA tensors are accepted: syncd reduces them with NCCL inside the daemon."""
+    return True
 
 
 def dtype_code(tensor, what):
@@ -120,8 +125,8 @@ def dtype_code(tensor, what):
     if code is None:
         raise ValueError("%s: tensor type %s is not supported (supported: %s)" %
                          (what, tensor.type(), ", ".join(str(d) for d in _DTYPES)))
-    if tensor.device.type != "cpu":
-        raise ValueError("%s: tensor is on %s; this syncd build reduces host tensors only" % (what, tensor.device))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("%s: tensor is on %s; syncd reduces host and CUDA tensors" % (what, tensor.device))
     return code
 
 

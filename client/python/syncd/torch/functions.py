@@ -48,7 +48,8 @@ def _to_bytes(obj):
 
 
 def _from_bytes(data):
-    return torch.load(io.BytesIO(data.numpy().tobytes()))
+    # Any picklable object, as Horovod's: torch >= 2.6 loads weights only unless told otherwise.
+    return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):

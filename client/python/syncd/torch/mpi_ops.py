@@ -107,6 +107,15 @@ def _stage(part, tensor, output):
     """Points the part at arena memory holding `tensor`'s data; the result lands in `output`."""
     c = client()
     nbytes = tensor.numel() * tensor.element_size()
+    if tensor.is_cuda:
+        # The daemon reads and writes device memory in place through a CUDA IPC handle: only a
+        # non-contiguous input or a separate output needs a contiguous device copy.
+        if output is tensor and tensor.is_contiguous():
+            return tensor.data_ptr()
+        part.output = output
+        with torch.no_grad():
+            part.staging = tensor.reshape(-1).clone()
+        return part.staging.data_ptr()
     if output is tensor and tensor.is_contiguous() and c.in_arena(tensor.data_ptr(), nbytes):
         return tensor.data_ptr()  # zero copy: the daemon reduces the tensor where it is
     part.output = output
@@ -121,12 +130,14 @@ def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0
     part = _Part()
     addr = _stage(part, tensor, output)
     c = client()
+    # CUDA tensors: the daemon waits for the work queued so far on the current stream.
+    stream = torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda and tensor.numel() > 0 else None
     try:
         if kind == "allreduce":
             part.handle = c.allreduce_async(name, addr, code, list(tensor.shape), op, float(prescale),
-                                            float(postscale))
+                                            float(postscale), stream=stream)
         else:
-            part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root))
+            part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root), stream=stream)
     except BaseException:
         if part.block is not None:
             c.free(part.block)

@@ -1,0 +1,92 @@
+// Executes collectives on GPU tensors for the ranks of this node: the daemon's side of CUDA IPC
+// and NCCL. The engine thread is the only caller.
+//
+// - Map(): a client's GPU tensor, described by a GpuDescriptor, becomes a device pointer in the
+//   daemon. Opened IPC memory handles are cached per client and allocation (the pointer cache of
+//   CUDA-aware MPI); a different handle at a cached allocation base means the client freed that
+//   allocation, and the stale mapping is closed. ForgetClient() closes a client's mappings once
+//   no queued work uses them.
+// - One NCCL rank per local GPU, created in one group call, spanning every GPU of every daemon
+//   of the job (Connect()).
+// - Allreduce(): per GPU, waits on the clients' events, reduces the local ranks' tensors into a
+//   fusion buffer (a kernel), runs ncclAllReduce across all GPUs of the job inside one NCCL
+//   group, finishes (AVERAGE, postscale) and copies the result back into every rank's tensor. All
+//   enqueued on the daemon's streams; Test() says when it is done. Nothing blocks the engine.
+// - Errors: CUDA and NCCL failures become Status values naming what failed; NCCL's asynchronous
+//   errors are polled in Test(); Abort() (a lost peer) aborts the communicators. The daemon lives.
+#ifndef SYNCD_DAEMON_EXEC_GPU_EXECUTOR_H_
+#define SYNCD_DAEMON_EXEC_GPU_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "daemon/engine/tensor_table.h"
+#include "daemon/transport/transport.h"
+#include "proto/shm_abi.h"
+
+namespace syncd {
+
+struct GpuMapping {
+  char* data = nullptr;    // the tensor in the daemon's address space
+  int device = -1;         // index into the executor's devices
+  void* event = nullptr;   // the client's event (cudaEvent_t), opened in the daemon
+};
+
+struct GpuStats {
+  uint32_t devices = 0;
+  uint32_t nccl_ranks = 0;       // in the job's communicator (0: not connected)
+  uint64_t allreduces = 0;       // fused groups executed
+  uint64_t broadcasts = 0;
+  uint64_t bytes = 0;            // payload reduced or broadcast
+  uint64_t handle_hits = 0;      // Map() found the allocation already open
+  uint64_t handle_opens = 0;     // cudaIpcOpenMemHandle calls
+  uint64_t handle_closes = 0;    // stale or forgotten mappings closed
+  uint64_t open_handles = 0;     // cached now
+  uint64_t map_ns = 0;           // engine time in Map() (handle lookups and opens)
+  uint64_t issue_ns = 0;         // engine time issuing collectives (kernel, NCCL and copy launches)
+  uint64_t device_ns = 0;        // from the end of issuing to the engine seeing the GPU work done
+  uint64_t completed = 0;        // collectives whose GPU work completed
+  std::vector<std::string> names;  // "0: NVIDIA H100 80GB HBM3 (GPU-…)"
+};
+
+class GpuExecutor {
+ public:
+  // The GPUs this process sees (CUDA_VISIBLE_DEVICES applies). nullptr, with *why, when there are
+  // none or syncd was built without CUDA.
+  // `ipc_cache` false: every request's mapping is closed once no queued work uses it (benchmarks).
+  static std::unique_ptr<GpuExecutor> Probe(bool ipc_cache, std::string* why);
+  virtual ~GpuExecutor() = default;
+
+  virtual uint32_t devices() const = 0;
+  // A fresh NCCL unique id (node 0 makes it; the rendezvous hands it to every daemon).
+  virtual StatusOr<std::string> MakeNcclId() = 0;
+  // Creates this daemon's NCCL ranks: `gpus_per_node[n]` GPUs on node n, ranks numbered node by
+  // node. Blocks until every daemon of the job has called it (NCCL's own rendezvous).
+  virtual Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank) = 0;
+  virtual bool connected() const = 0;
+
+  // `bytes` at the descriptor's offset. Errors name the problem, not the tensor (the caller does).
+  virtual StatusOr<GpuMapping> Map(uint32_t client_id, const abi::GpuDescriptor& d, uint64_t bytes) = 0;
+  virtual void ForgetClient(uint32_t client_id) = 0;
+
+  // Enqueues one fused allreduce (members share dtype, op and scale factors; every request is a
+  // GPU request). `world_size` divides AVERAGE. Returns a ticket for Test().
+  virtual StatusOr<uint64_t> Allreduce(const std::vector<const ReadyTensor*>& group, uint32_t world_size) = 0;
+  // Enqueues a broadcast from global rank `root`, which lives on node `root_node`.
+  virtual StatusOr<uint64_t> Broadcast(const ReadyTensor& t, uint32_t root_node) = 0;
+  // kPending, kDone, or kFailed with *error. A finished ticket is forgotten.
+  virtual CommState Test(uint64_t ticket, Status* error) = 0;
+  virtual size_t in_flight() const = 0;
+  // Aborts the communicators (a peer is lost; the job cannot go on): queued work ends, its tickets
+  // fail with `why`, and so does everything later.
+  virtual void Abort(const Status& why) = 0;
+
+  virtual GpuStats stats() const = 0;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_EXEC_GPU_EXECUTOR_H_

@@ -1,0 +1,556 @@
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "daemon/exec/gpu_executor.h"
+#include "daemon/exec/gpu_kernels.h"
+#include "proto/doorbell.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+
+Status CudaError(const std::string& what, cudaError_t e) {
+  return Status(SYNCD_ERR_SYSTEM, what + " failed (" + CudaText(e) + ")");
+}
+Status NcclError(const std::string& what, ncclResult_t r) {
+  return Status(SYNCD_ERR_SYSTEM, what + " failed (NCCL: " + ncclGetErrorString(r) + ")");
+}
+
+ncclDataType_t NcclType(syncd_dtype d) {
+  switch (d) {
+    case SYNCD_INT8: return ncclInt8;
+    case SYNCD_UINT8: return ncclUint8;
+    case SYNCD_INT32: return ncclInt32;
+    case SYNCD_INT64: return ncclInt64;
+    case SYNCD_FLOAT16: return ncclFloat16;
+    case SYNCD_BFLOAT16: return ncclBfloat16;
+    case SYNCD_FLOAT32: return ncclFloat32;
+    case SYNCD_FLOAT64: return ncclFloat64;
+    default: return ncclFloat32;
+  }
+}
+
+ncclRedOp_t NcclOp(syncd_reduce_op op) {
+  switch (op) {
+    case SYNCD_MIN: return ncclMin;
+    case SYNCD_MAX: return ncclMax;
+    case SYNCD_PRODUCT: return ncclProd;
+    default: return ncclSum;  // SUM, and AVERAGE (divided afterwards)
+  }
+}
+
+std::string UuidText(const uint8_t* u) {
+  char s[48];
+  snprintf(s, sizeof(s), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+           u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return s;
+}
+
+class CudaGpuExecutor final : public GpuExecutor {
+ public:
+  struct Device {
+    int ordinal;
+    uint8_t uuid[16];
+    std::string name;
+    cudaStream_t stream = nullptr;
+    ncclComm_t comm = nullptr;
+    void* fusion = nullptr;
+    size_t fusion_bytes = 0;
+    std::vector<cudaEvent_t> spare_events;
+  };
+
+  explicit CudaGpuExecutor(bool ipc_cache) : ipc_cache_(ipc_cache) {}
+
+  Status Init() {
+    int n = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return CudaError("cudaGetDeviceCount", e);
+    if (n == 0) return Status(SYNCD_ERR_INVALID, "no CUDA device is visible");
+    devices_.resize(n);
+    for (int i = 0; i < n; ++i) {
+      Device& d = devices_[i];
+      d.ordinal = i;
+      cudaDeviceProp prop{};
+      if (cudaError_t e = cudaGetDeviceProperties(&prop, i); e != cudaSuccess)
+        return CudaError("cudaGetDeviceProperties", e);
+      memcpy(d.uuid, prop.uuid.bytes, 16);
+      d.name = std::to_string(i) + ": " + prop.name + " (" + UuidText(d.uuid) + ")";
+      if (cudaError_t e = cudaSetDevice(i); e != cudaSuccess) return CudaError("cudaSetDevice", e);
+      int lo = 0, hi = 0;
+      cudaDeviceGetStreamPriorityRange(&lo, &hi);
+      // The daemon's copies and reductions go ahead of the framework's compute kernels.
+      if (cudaError_t e = cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, hi); e != cudaSuccess)
+        return CudaError("cudaStreamCreateWithPriority", e);
+    }
+    return Status::Ok();
+  }
+
+  ~CudaGpuExecutor() override {
+    for (Device& d : devices_) {
+      cudaSetDevice(d.ordinal);
+      if (d.stream) cudaStreamSynchronize(d.stream);
+    }
+    for (auto& [client, allocs] : handles_)
+      for (auto& [base, h] : allocs) Close(h);
+    for (auto& [client, events] : events_)
+      for (auto& [key, ev] : events) cudaEventDestroy(ev);
+    for (Device& d : devices_) {
+      cudaSetDevice(d.ordinal);
+      if (d.comm) ncclCommDestroy(d.comm);
+      if (d.fusion) cudaFree(d.fusion);
+      for (cudaEvent_t e : d.spare_events) cudaEventDestroy(e);
+      if (d.stream) cudaStreamDestroy(d.stream);
+    }
+  }
+
+  uint32_t devices() const override { return uint32_t(devices_.size()); }
+  bool connected() const override { return nranks_ > 0; }
+
+  StatusOr<std::string> MakeNcclId() override {
+    ncclUniqueId id;
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return NcclError("ncclGetUniqueId", r);
+    return std::string(id.internal, sizeof(id.internal));
+  }
+
+  Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank) override {
+    ncclUniqueId id;
+    if (nccl_id.size() != sizeof(id.internal))
+      return Status(SYNCD_ERR_PROTOCOL, "NCCL unique id of " + std::to_string(nccl_id.size()) + " bytes");
+    memcpy(id.internal, nccl_id.data(), sizeof(id.internal));
+    uint32_t total = 0;
+    node_first_rank_.clear();
+    for (uint32_t g : gpus_per_node) {
+      node_first_rank_.push_back(total);
+      total += g;
+    }
+    if (node_rank >= gpus_per_node.size() || gpus_per_node[node_rank] != devices_.size())
+      return Status(SYNCD_ERR_INTERNAL, "GPU count of this node disagrees with the rendezvous");
+    const uint32_t first = node_first_rank_[node_rank];
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return NcclError("ncclGroupStart", r);
+    ncclResult_t init = ncclSuccess;
+    for (size_t i = 0; i < devices_.size() && init == ncclSuccess; ++i) {
+      cudaSetDevice(devices_[i].ordinal);
+      init = ncclCommInitRank(&devices_[i].comm, int(total), id, int(first + i));
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (init != ncclSuccess) return NcclError("ncclCommInitRank", init);
+    if (end != ncclSuccess) return NcclError("ncclCommInitRank (group)", end);
+    nranks_ = total;
+    first_rank_ = first;
+    spdlog::info("NCCL: {} ranks in the job, this daemon holds ranks {}..{} (NCCL {})", total, first,
+                 first + devices_.size() - 1, NCCL_VERSION_CODE);
+    return Status::Ok();
+  }
+
+  StatusOr<GpuMapping> Map(uint32_t client_id, const abi::GpuDescriptor& desc, uint64_t bytes) override {
+    const uint64_t t0 = abi::MonotonicNs();
+    StatusOr<GpuMapping> m = MapTimed(client_id, desc, bytes);
+    stats_.map_ns += abi::MonotonicNs() - t0;
+    return m;
+  }
+
+  StatusOr<GpuMapping> MapTimed(uint32_t client_id, const abi::GpuDescriptor& desc, uint64_t bytes) {
+    int dev = -1;
+    for (size_t i = 0; i < devices_.size(); ++i)
+      if (memcmp(devices_[i].uuid, desc.device_uuid, 16) == 0) dev = int(i);
+    if (dev < 0)
+      return Status(SYNCD_ERR_INVALID, "its GPU " + UuidText(desc.device_uuid) +
+                                           " is not one this syncd sees (check CUDA_VISIBLE_DEVICES of the daemon)");
+    if (desc.offset > desc.alloc_bytes || bytes > desc.alloc_bytes - desc.offset)
+      return Status(SYNCD_ERR_INVALID, "[" + std::to_string(desc.offset) + ", +" + std::to_string(bytes) +
+                                           ") lies outside its allocation of " + std::to_string(desc.alloc_bytes) + " bytes");
+    GpuMapping m;
+    m.device = dev;
+    if (cudaError_t e = cudaSetDevice(devices_[dev].ordinal); e != cudaSuccess) return CudaError("cudaSetDevice", e);
+    auto& allocs = handles_[client_id];
+    auto it = allocs.find(desc.alloc_base);
+    if (it != allocs.end() && (memcmp(it->second.handle, desc.mem_handle, abi::kIpcHandleBytes) != 0 ||
+                               it->second.bytes != desc.alloc_bytes || it->second.device != dev)) {
+      // The client freed that allocation and got a new one at the same address.
+      Retire(it->second);
+      allocs.erase(it);
+      it = allocs.end();
+    }
+    if (it == allocs.end()) {
+      Handle h;
+      memcpy(h.handle, desc.mem_handle, abi::kIpcHandleBytes);
+      h.bytes = desc.alloc_bytes;
+      h.device = dev;
+      cudaIpcMemHandle_t mh;
+      memcpy(mh.reserved, desc.mem_handle, sizeof(mh.reserved));
+      if (cudaError_t e = cudaIpcOpenMemHandle(&h.ptr, mh, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+        cudaGetLastError();
+        return CudaError("cudaIpcOpenMemHandle of its allocation", e);
+      }
+      ++stats_.handle_opens;
+      it = allocs.emplace(desc.alloc_base, h).first;
+    } else {
+      ++stats_.handle_hits;
+    }
+    m.data = static_cast<char*>(it->second.ptr) + desc.offset;
+    if (!ipc_cache_) {  // used by this request only: closed once the queued work is done
+      Retire(it->second);
+      allocs.erase(it);
+    }
+    if (desc.has_event) {
+      const std::string key(reinterpret_cast<const char*>(desc.event_handle), abi::kIpcHandleBytes);
+      auto& evs = events_[client_id];
+      auto ev = evs.find(key);
+      if (ev == evs.end()) {
+        cudaIpcEventHandle_t eh;
+        memcpy(eh.reserved, desc.event_handle, sizeof(eh.reserved));
+        cudaEvent_t opened = nullptr;
+        if (cudaError_t e = cudaIpcOpenEventHandle(&opened, eh); e != cudaSuccess) {
+          cudaGetLastError();
+          return CudaError("cudaIpcOpenEventHandle of its stream's event", e);
+        }
+        ev = evs.emplace(key, opened).first;
+      }
+      m.event = ev->second;
+    }
+    return m;
+  }
+
+  void ForgetClient(uint32_t client_id) override {
+    if (auto it = handles_.find(client_id); it != handles_.end()) {
+      for (auto& [base, h] : it->second) Retire(h);
+      handles_.erase(it);
+    }
+    if (auto it = events_.find(client_id); it != events_.end()) {
+      for (auto& [key, ev] : it->second) retired_events_.push_back(ev);
+      events_.erase(it);
+    }
+    CloseRetired();
+  }
+
+  StatusOr<uint64_t> Allreduce(const std::vector<const ReadyTensor*>& group, uint32_t world_size) override {
+    issue_start_ns_ = abi::MonotonicNs();
+    if (!failure_.ok()) return failure_;
+    if (nranks_ == 0) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
+    const Request& head = group.front()->first();
+    const size_t esize = abi::DtypeSize(head.dtype);
+    uint64_t total = 0;
+    for (const ReadyTensor* t : group) total += t->first().bytes;
+    if (total == 0) return Finished();
+    Ticket ticket;
+    ticket.id = ++next_ticket_;
+    // 1. Every GPU: wait for its ranks' events, reduce their tensors into its fusion buffer.
+    for (size_t di = 0; di < devices_.size(); ++di) {
+      Device& d = devices_[di];
+      cudaSetDevice(d.ordinal);
+      if (Status st = EnsureFusion(d, total); !st.ok()) return st;
+      WaitForClients(group, int(di), d.stream);
+      uint64_t at = 0;
+      for (const ReadyTensor* t : group) {
+        const uint64_t count = t->first().bytes / esize;
+        char* out = static_cast<char*>(d.fusion) + at;
+        gpu::ReduceLaunch l;
+        l.output = out;
+        l.count = count;
+        l.dtype = head.dtype;
+        l.op = head.op;
+        l.prescale = head.prescale;
+        for (const Request& r : t->requests) {
+          if (!r.gpu || r.gpu_device != int(di)) continue;
+          if (l.n == gpu::kMaxReduceInputs) {  // fold what we have, keep reducing into the output
+            if (int e = gpu::LaunchReduce(l, d.stream); e != 0) return CudaError("reduce kernel", cudaError_t(e));
+            l.n = 1;
+            l.inputs[0] = out;
+            l.prescale = 1.0;
+          }
+          l.inputs[l.n++] = r.data;
+        }
+        int e = l.n > 0 ? gpu::LaunchReduce(l, d.stream) : gpu::LaunchFillIdentity(out, count, head.dtype, head.op, d.stream);
+        if (e != 0) return CudaError("reduce kernel", cudaError_t(e));
+        at += t->first().bytes;
+      }
+    }
+    // 2. One allreduce over every GPU of the job.
+    if (Status st = NcclAll([&](Device& d) {
+          return ncclAllReduce(d.fusion, d.fusion, total / esize, NcclType(head.dtype), NcclOp(head.op), d.comm, d.stream);
+        }, "ncclAllReduce");
+        !st.ok())
+      return st;
+    // 3. Finish and copy back into every rank's tensor.
+    const uint64_t divisor = head.op == SYNCD_AVERAGE ? world_size : 1;
+    for (size_t di = 0; di < devices_.size(); ++di) {
+      Device& d = devices_[di];
+      cudaSetDevice(d.ordinal);
+      if (int e = gpu::LaunchFinish(d.fusion, total / esize, head.dtype, head.postscale, divisor, d.stream); e != 0)
+        return CudaError("finish kernel", cudaError_t(e));
+      uint64_t at = 0;
+      for (const ReadyTensor* t : group) {
+        const uint64_t bytes = t->first().bytes;
+        for (const Request& r : t->requests)
+          if (r.gpu && r.gpu_device == int(di) && bytes > 0)
+            if (cudaError_t e = cudaMemcpyAsync(r.data, static_cast<char*>(d.fusion) + at, bytes, cudaMemcpyDeviceToDevice, d.stream);
+                e != cudaSuccess)
+              return CudaError("cudaMemcpyAsync (result to rank " + std::to_string(r.rank) + ")", e);
+        at += bytes;
+      }
+    }
+    ++stats_.allreduces;
+    stats_.bytes += total;
+    return Enqueued(std::move(ticket));
+  }
+
+  StatusOr<uint64_t> Broadcast(const ReadyTensor& t, uint32_t root_node) override {
+    issue_start_ns_ = abi::MonotonicNs();
+    if (!failure_.ok()) return failure_;
+    if (nranks_ == 0) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
+    const Request& head = t.first();
+    const uint64_t bytes = head.bytes;
+    if (bytes == 0) return Finished();
+    // The root's tensor goes into the fusion buffer of the root node's first GPU, whose NCCL rank
+    // is the broadcast's root; every GPU then copies it into its ranks' tensors.
+    const Request* root = nullptr;
+    for (const Request& r : t.requests)
+      if (int32_t(r.rank) == r.root) root = &r;
+    for (Device& d : devices_) {
+      cudaSetDevice(d.ordinal);
+      if (Status st = EnsureFusion(d, bytes); !st.ok()) return st;
+    }
+    if (root != nullptr) {
+      Device& d0 = devices_[0];
+      cudaSetDevice(d0.ordinal);
+      if (root->gpu_event) cudaStreamWaitEvent(d0.stream, static_cast<cudaEvent_t>(root->gpu_event), 0);
+      cudaError_t e = root->gpu_device == 0
+                          ? cudaMemcpyAsync(d0.fusion, root->data, bytes, cudaMemcpyDeviceToDevice, d0.stream)
+                          : cudaMemcpyPeerAsync(d0.fusion, d0.ordinal, root->data, devices_[root->gpu_device].ordinal,
+                                                bytes, d0.stream);
+      if (e != cudaSuccess) return CudaError("cudaMemcpyAsync (root's tensor)", e);
+    }
+    for (size_t di = 0; di < devices_.size(); ++di) {
+      cudaSetDevice(devices_[di].ordinal);
+      WaitForClients({&t}, int(di), devices_[di].stream);  // ranks' tensors are overwritten after their work
+    }
+    const int nccl_root = int(node_first_rank_.at(root_node));
+    if (Status st = NcclAll([&](Device& d) {
+          return ncclBroadcast(d.fusion, d.fusion, bytes, ncclUint8, nccl_root, d.comm, d.stream);
+        }, "ncclBroadcast");
+        !st.ok())
+      return st;
+    for (size_t di = 0; di < devices_.size(); ++di) {
+      Device& d = devices_[di];
+      cudaSetDevice(d.ordinal);
+      for (const Request& r : t.requests)
+        if (r.gpu && r.gpu_device == int(di) && &r != root)
+          if (cudaError_t e = cudaMemcpyAsync(r.data, d.fusion, bytes, cudaMemcpyDeviceToDevice, d.stream); e != cudaSuccess)
+            return CudaError("cudaMemcpyAsync (broadcast to rank " + std::to_string(r.rank) + ")", e);
+    }
+    ++stats_.broadcasts;
+    stats_.bytes += bytes;
+    return Enqueued(Ticket{++next_ticket_, {}});
+  }
+
+  CommState Test(uint64_t id, Status* error) override {
+    auto it = tickets_.find(id);
+    if (it == tickets_.end()) return CommState::kDone;  // finished when enqueued (nothing to do)
+    Ticket& t = it->second;
+    if (!failure_.ok()) {
+      *error = failure_;
+      Drop(it);
+      return CommState::kFailed;
+    }
+    for (size_t di = 0; di < t.done.size(); ++di) {
+      if (t.done[di] == nullptr) continue;
+      cudaSetDevice(devices_[di].ordinal);
+      const cudaError_t e = cudaEventQuery(t.done[di]);
+      if (e == cudaErrorNotReady) {
+        if (Status st = AsyncErrors(); !st.ok()) {
+          Abort(st);
+          *error = failure_;
+          Drop(it);
+          return CommState::kFailed;
+        }
+        return CommState::kPending;
+      }
+      if (e != cudaSuccess) {
+        Abort(CudaError("GPU work of a collective", e));
+        *error = failure_;
+        Drop(it);
+        return CommState::kFailed;
+      }
+      devices_[di].spare_events.push_back(t.done[di]);
+      t.done[di] = nullptr;
+    }
+    stats_.device_ns += abi::MonotonicNs() - t.issued_ns;
+    ++stats_.completed;
+    tickets_.erase(it);
+    CloseRetired();
+    return CommState::kDone;
+  }
+
+  size_t in_flight() const override { return tickets_.size(); }
+
+  void Abort(const Status& why) override {
+    if (!failure_.ok()) return;
+    failure_ = Status(why.code() == SYNCD_OK ? SYNCD_ERR_INTERNAL : why.code(), "GPU collectives aborted: " + why.message());
+    spdlog::error("{}", failure_.message());
+    for (Device& d : devices_)
+      if (d.comm) {
+        cudaSetDevice(d.ordinal);
+        ncclCommAbort(d.comm);
+        d.comm = nullptr;
+      }
+  }
+
+  GpuStats stats() const override {
+    GpuStats s = stats_;
+    s.devices = uint32_t(devices_.size());
+    s.nccl_ranks = nranks_;
+    s.open_handles = 0;
+    for (const auto& [c, allocs] : handles_) s.open_handles += allocs.size();
+    for (const Device& d : devices_) s.names.push_back(d.name);
+    return s;
+  }
+
+ private:
+  struct Handle {
+    uint8_t handle[abi::kIpcHandleBytes];
+    uint64_t bytes = 0;
+    int device = -1;
+    void* ptr = nullptr;
+  };
+  struct Ticket {
+    uint64_t id = 0;
+    std::vector<cudaEvent_t> done;  // by device
+    uint64_t issued_ns = 0;
+  };
+
+  Status EnsureFusion(Device& d, uint64_t bytes) {
+    if (d.fusion_bytes >= bytes) return Status::Ok();
+    if (d.fusion) {
+      cudaStreamSynchronize(d.stream);  // queued work may still use the old buffer
+      cudaFree(d.fusion);
+      d.fusion = nullptr;
+      d.fusion_bytes = 0;
+    }
+    const uint64_t want = std::max<uint64_t>(bytes, 4 << 20);
+    if (cudaError_t e = cudaMalloc(&d.fusion, want); e != cudaSuccess) {
+      cudaGetLastError();
+      return Status(SYNCD_ERR_NO_MEMORY, "cannot allocate a GPU fusion buffer of " + std::to_string(want) + " bytes on " +
+                                             d.name + " (" + CudaText(e) + ")");
+    }
+    d.fusion_bytes = want;
+    return Status::Ok();
+  }
+
+  void WaitForClients(const std::vector<const ReadyTensor*>& group, int device, cudaStream_t stream) {
+    for (const ReadyTensor* t : group)
+      for (const Request& r : t->requests)
+        if (r.gpu && r.gpu_device == device && r.gpu_event)
+          cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(r.gpu_event), 0);
+  }
+
+  template <typename F>
+  Status NcclAll(F call, const char* what) {
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return NcclError("ncclGroupStart", r);
+    ncclResult_t first = ncclSuccess;
+    for (Device& d : devices_) {
+      cudaSetDevice(d.ordinal);
+      if (ncclResult_t r = call(d); r != ncclSuccess && first == ncclSuccess) first = r;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (first != ncclSuccess || end != ncclSuccess) {
+      Status st = NcclError(what, first != ncclSuccess ? first : end);
+      Abort(st);
+      return failure_;
+    }
+    return Status::Ok();
+  }
+
+  Status AsyncErrors() {
+    for (Device& d : devices_) {
+      if (!d.comm) continue;
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(d.comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        return NcclError("NCCL on " + d.name, async);
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<uint64_t> Finished() { return ++next_ticket_; }
+
+  StatusOr<uint64_t> Enqueued(Ticket t) {
+    t.done.resize(devices_.size(), nullptr);
+    for (size_t di = 0; di < devices_.size(); ++di) {
+      Device& d = devices_[di];
+      cudaSetDevice(d.ordinal);
+      cudaEvent_t e = nullptr;
+      if (!d.spare_events.empty()) {
+        e = d.spare_events.back();
+        d.spare_events.pop_back();
+      } else if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
+        Abort(CudaError("cudaEventCreate", err));
+        return failure_;
+      }
+      cudaEventRecord(e, d.stream);
+      t.done[di] = e;
+    }
+    const uint64_t id = t.id;
+    t.issued_ns = abi::MonotonicNs();
+    stats_.issue_ns += t.issued_ns - issue_start_ns_;
+    tickets_.emplace(id, std::move(t));
+    return id;
+  }
+
+  void Drop(std::map<uint64_t, Ticket>::iterator it) {
+    for (size_t di = 0; di < it->second.done.size(); ++di)
+      if (it->second.done[di]) devices_[di].spare_events.push_back(it->second.done[di]);
+    tickets_.erase(it);
+  }
+
+  // A mapping nobody will use again: closed once no queued work can still touch it.
+  void Retire(const Handle& h) { retired_.push_back(h); }
+  void CloseRetired() {
+    if (!tickets_.empty() && failure_.ok()) return;
+    if (!tickets_.empty())  // aborted: let the streams drain before unmapping
+      for (Device& d : devices_) {
+        cudaSetDevice(d.ordinal);
+        cudaStreamSynchronize(d.stream);
+      }
+    for (const Handle& h : retired_) Close(h);
+    retired_.clear();
+    for (cudaEvent_t e : retired_events_) cudaEventDestroy(e);
+    retired_events_.clear();
+  }
+  void Close(const Handle& h) {
+    cudaSetDevice(devices_[h.device].ordinal);
+    cudaIpcCloseMemHandle(h.ptr);
+    ++stats_.handle_closes;
+  }
+
+  const bool ipc_cache_;
+  std::vector<Device> devices_;
+  std::vector<uint32_t> node_first_rank_;
+  uint32_t nranks_ = 0, first_rank_ = 0;
+  std::map<uint32_t, std::map<uint64_t, Handle>> handles_;            // client -> allocation base -> mapping
+  std::map<uint32_t, std::map<std::string, cudaEvent_t>> events_;     // client -> event handle -> event
+  std::vector<Handle> retired_;
+  std::vector<cudaEvent_t> retired_events_;
+  std::map<uint64_t, Ticket> tickets_;
+  uint64_t next_ticket_ = 0;
+  uint64_t issue_start_ns_ = 0;
+  Status failure_;
+  GpuStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuExecutor> GpuExecutor::Probe(bool ipc_cache, std::string* why) {
+  auto g = std::make_unique<CudaGpuExecutor>(ipc_cache);
+  if (Status st = g->Init(); !st.ok()) {
+    *why = st.message();
+    return nullptr;
+  }
+  return g;
+}
+
+}  // namespace syncd

@@ -1,0 +1,37 @@
+// Element-wise kernels of the GPU executor, on the daemon's stream of one device. Semantics are
+// the host path's (reduce_kernels.h): out = reduce_i(prescale * in_i); Finish applies the AVERAGE
+// divisor and the postscale; integer SUM/PRODUCT wrap, integer scaling truncates toward zero;
+// float16/bfloat16 compute in float.
+#ifndef SYNCD_DAEMON_EXEC_GPU_KERNELS_H_
+#define SYNCD_DAEMON_EXEC_GPU_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "syncd/client.h"
+
+namespace syncd::gpu {
+
+inline constexpr int kMaxReduceInputs = 8;
+
+struct ReduceLaunch {
+  const void* inputs[kMaxReduceInputs];
+  int n = 0;  // 1..kMaxReduceInputs; an input may be the output
+  void* output = nullptr;
+  uint64_t count = 0;
+  syncd_dtype dtype = SYNCD_FLOAT32;
+  syncd_reduce_op op = SYNCD_SUM;  // AVERAGE reduces as SUM
+  double prescale = 1.0;
+};
+
+// Each returns the launch's cudaError_t (0: cudaSuccess). `stream` is a cudaStream_t.
+int LaunchReduce(const ReduceLaunch& l, void* stream);
+// data[i] = data[i] / divisor * postscale (integers: divide, then scale; floats: one factor).
+int LaunchFinish(void* data, uint64_t count, syncd_dtype dtype, double postscale, uint64_t divisor, void* stream);
+// data[i] = the identity of `op` (0 for SUM, 1 for PRODUCT, the largest value for MIN, ...): a GPU
+// without local ranks in a collective still takes part in the NCCL call.
+int LaunchFillIdentity(void* data, uint64_t count, syncd_dtype dtype, syncd_reduce_op op, void* stream);
+
+}  // namespace syncd::gpu
+
+#endif  // SYNCD_DAEMON_EXEC_GPU_KERNELS_H_

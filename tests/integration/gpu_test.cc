@@ -1,0 +1,324 @@
+// GPU tensors: CUDA IPC handles, the pointer cache and fused NCCL allreduce in the daemon, with
+// real client processes on one GPU. Skipped, with the reason, where no GPU is visible; the
+// refusal test runs everywhere.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+#include "tests/integration/values.h"
+
+#ifdef SYNCD_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace syncd::testing {
+namespace {
+
+TEST(Gpu, AHostPointerOrAMissingDriverIsRefusedClearly) {
+  Daemon d(1);
+  auto st = RunRanks(d.run_dir(), 1, [](syncd_client* c, int, int) {
+    std::vector<float> host(16, 1.0f);
+    int64_t shape[1] = {16};
+    syncd_tensor t{"not.on.a.gpu", host.data(), SYNCD_FLOAT32, 1, shape};
+    syncd_handle h;
+    const int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
+    CHILD_CHECK(rc == SYNCD_ERR_INVALID, "got %s: %s", syncd_status_name(rc), syncd_last_error());
+    const std::string why = syncd_last_error();
+    // Either this machine has no CUDA driver, or the pointer is host memory: the message says which.
+    CHILD_CHECK(Contains(why, "tensor 'not.on.a.gpu'") &&
+                    (Contains(why, "not CUDA device memory") || Contains(why, "CUDA driver") ||
+                     Contains(why, "without CUDA") || Contains(why, "cuInit")),
+                "%s", why.c_str());
+    // The client still works for host tensors.
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+#ifdef SYNCD_TEST_CUDA
+
+// Whether a GPU is visible, asked in a child: the test process itself must not initialise CUDA
+// before it forks its ranks.
+bool GpuVisible() {
+  static const bool visible = [] {
+    pid_t pid = Spawn([] {
+      int n = 0;
+      return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 1;
+    });
+    return WaitChild(pid, 60'000) == 0;
+  }();
+  return visible;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!GpuVisible()) GTEST_SKIP() << "no CUDA device visible: GPU tests need one (run them on a GPU machine)"
+
+#define CUDA_CHECK(call)                                                                                   \
+  do {                                                                                                     \
+    cudaError_t e_ = (call);                                                                               \
+    CHILD_CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                               \
+  } while (0)
+
+// Fills a device tensor with rank `rank`'s inputs, allreduces it in the daemon, checks every element.
+int GpuAllreduceChecked(syncd_client* c, int rank, int n, syncd_dtype dt, syncd_reduce_op op, size_t count,
+                        const std::string& name, void* dev = nullptr) {
+  const size_t bytes = count * syncd_dtype_size(dt);
+  std::vector<char> host(bytes);
+  for (size_t i = 0; i < count; ++i) SetValue(host.data(), dt, i, Input(rank, i));
+  const bool own = dev == nullptr;
+  if (own) CUDA_CHECK(cudaMalloc(&dev, bytes));
+  CUDA_CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
+  int64_t shape[1] = {int64_t(count)};
+  syncd_tensor t{name.c_str(), dev, dt, 1, shape};
+  syncd_handle h;
+  CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, op, 1.0, 1.0, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
+  CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  CUDA_CHECK(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < count; ++i) {
+    const double want = Expected(dt, op, n, i), got = GetValue(host.data(), dt, i);
+    CHILD_CHECK(got == want, "%s element %zu of %zu: got %g want %g", name.c_str(), i, count, got, want);
+  }
+  if (own) CUDA_CHECK(cudaFree(dev));
+  return 0;
+}
+
+TEST(Gpu, AllreduceEveryDtypeAndOpIsExactFromOneElementTo256MiB) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt) {
+      const size_t esize = syncd_dtype_size(syncd_dtype(dt));
+      for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op)
+        for (size_t count : {size_t(1), size_t(4099), (size_t(1) << 20) / esize + 1}) {
+          const std::string name = "g." + std::to_string(dt) + "." + std::to_string(op) + "." + std::to_string(count);
+          if (GpuAllreduceChecked(c, rank, n, syncd_dtype(dt), syncd_reduce_op(op), count, name)) return 1;
+        }
+      for (size_t mib : {size_t(64), size_t(256)}) {
+        const std::string name = "big." + std::to_string(dt) + "." + std::to_string(mib);
+        if (GpuAllreduceChecked(c, rank, n, syncd_dtype(dt), SYNCD_SUM, (mib << 20) / esize, name)) return 1;
+      }
+    }
+    return 0;
+  }, 400'000);
+  ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  EXPECT_GE(JsonNumber(json, "allreduces"), uint64_t(8 * 17)) << json;
+  EXPECT_TRUE(Contains(json, "\"devices\"")) << json;
+}
+
+TEST(Gpu, PrescalePostscaleAndAverageFollowTheHostSemantics) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    const size_t count = 1000;
+    float* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, count * sizeof(float)));
+    std::vector<float> host(count);
+    for (size_t i = 0; i < count; ++i) host[i] = float(i % 10 + rank);
+    CUDA_CHECK(cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    int64_t shape[1] = {int64_t(count)};
+    syncd_tensor t{"scaled", dev, SYNCD_FLOAT32, 1, shape};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_AVERAGE, 0.5, 4.0, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s", syncd_last_error());
+    CUDA_CHECK(cudaMemcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i) {
+      const float want = 4.0f * (0.5f * float(i % 10) + 0.5f * float(i % 10 + 1)) / 2.0f;
+      CHILD_CHECK(std::fabs(host[i] - want) < 1e-5f, "element %zu: got %g want %g", i, host[i], want);
+    }
+    cudaFree(dev);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Gpu, BroadcastEveryDtypeFromEveryRoot) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
+      for (int root = 0; root < n; ++root) {
+        const syncd_dtype dtype = syncd_dtype(dt);
+        const size_t count = 3001, bytes = count * syncd_dtype_size(dtype);
+        std::vector<char> host(bytes);
+        for (size_t i = 0; i < count; ++i) SetValue(host.data(), dtype, i, double((i + size_t(rank) * 5) % 100));
+        void* dev = nullptr;
+        CUDA_CHECK(cudaMalloc(&dev, bytes));
+        CUDA_CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
+        const std::string name = "b." + std::to_string(dt) + "." + std::to_string(root);
+        int64_t shape[1] = {int64_t(count)};
+        syncd_tensor t{name.c_str(), dev, dtype, 1, shape};
+        syncd_handle h;
+        CHILD_CHECK(syncd_broadcast_gpu_async(c, &t, root, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
+        CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+        CUDA_CHECK(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < count; ++i) {
+          const double want = double((i + size_t(root) * 5) % 100);
+          CHILD_CHECK(GetValue(host.data(), dtype, i) == want, "%s element %zu: got %g want %g", name.c_str(), i,
+                      GetValue(host.data(), dtype, i), want);
+        }
+        cudaFree(dev);
+      }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Gpu, ManySmallTensorsFuseIntoFewAllreducesAndStayExact) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    constexpr int kTensors = 64;
+    constexpr size_t kCount = 1000;
+    float* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, kTensors * kCount * sizeof(float)));  // one allocation, many tensors
+    std::vector<float> host(kTensors * kCount);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = float(Input(rank, i));
+    CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<syncd_handle> hs(kTensors);
+    std::vector<std::string> names(kTensors);
+    int64_t shape[1] = {int64_t(kCount)};
+    for (int k = 0; k < kTensors; ++k) {
+      names[k] = "layer." + std::to_string(k);
+      syncd_tensor t{names[k].c_str(), dev + k * kCount, SYNCD_FLOAT32, 1, shape};
+      CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &hs[k]) == SYNCD_OK, "%s",
+                  syncd_last_error());
+    }
+    for (int k = 0; k < kTensors; ++k)
+      CHILD_CHECK(syncd_wait(c, hs[k], 30'000) == SYNCD_OK, "%s", syncd_last_error());
+    CUDA_CHECK(cudaMemcpy(host.data(), dev, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < host.size(); ++i)
+      CHILD_CHECK(host[i] == float(Input(0, i) + Input(1, i)), "element %zu: got %g", i, host[i]);
+    cudaFree(dev);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  EXPECT_LT(JsonNumber(json, "allreduces"), uint64_t(64)) << "no fusion happened: " << json;
+  EXPECT_EQ(JsonNumber(json, "ipc_handle_opens"), uint64_t(2)) << "one allocation per rank: " << json;
+}
+
+TEST(Gpu, TheDaemonWaitsForWorkQueuedOnTheCallersStream) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    const size_t count = size_t(64) << 20;  // int32: 256 MiB, long enough to race with
+    std::vector<int32_t> host(count);
+    for (size_t i = 0; i < count; ++i) host[i] = int32_t(i % 1000) + rank;
+    int32_t *src = nullptr, *dst = nullptr;
+    CUDA_CHECK(cudaMalloc(&src, count * 4));
+    CUDA_CHECK(cudaMalloc(&dst, count * 4));
+    CUDA_CHECK(cudaMemcpy(src, host.data(), count * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dst, 0, count * 4));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int round = 0; round < 3; ++round) {
+      // Queue the producer and submit at once: no host synchronisation in between.
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, count * 4, cudaMemcpyDeviceToDevice, s));
+      const std::string name = "streamed." + std::to_string(round);
+      int64_t shape[1] = {int64_t(count)};
+      syncd_tensor t{name.c_str(), dst, SYNCD_INT32, 1, shape};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, s, &h) == SYNCD_OK, "%s", syncd_last_error());
+      CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s", syncd_last_error());
+      CUDA_CHECK(cudaMemcpy(host.data(), dst, count * 4, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < count; i += 997)
+        CHILD_CHECK(host[i] == 2 * int32_t(i % 1000) + 1, "round %d element %zu: got %d (the daemon read the tensor "
+                    "before the caller's stream wrote it)", round, i, host[i]);
+    }
+    cudaStreamDestroy(s);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Gpu, IpcHandlesAreCachedUntilTheAllocationIsFreed) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  const std::string run_dir = d.run_dir();
+  auto st = RunRanks(run_dir, 2, [run_dir](syncd_client* c, int rank, int n) {
+    const size_t count = 4096;
+    void* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, count * 4));
+    for (int k = 0; k < 10; ++k)
+      if (GpuAllreduceChecked(c, rank, n, SYNCD_INT32, SYNCD_SUM, count, "cached." + std::to_string(k), dev)) return 1;
+    std::string json = SyncctlStatusJson(run_dir);
+    CHILD_CHECK(JsonNumber(json, "ipc_handle_opens") == 2 && JsonNumber(json, "ipc_handle_hits") == 18,
+                "10 allreduces of one allocation on 2 ranks: want 2 opens and 18 hits: %s", json.c_str());
+    // Free it and allocate again (often at the same address): the daemon must not use the stale mapping.
+    CUDA_CHECK(cudaFree(dev));
+    dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, count * 8));
+    if (GpuAllreduceChecked(c, rank, n, SYNCD_INT64, SYNCD_SUM, count, "reallocated", dev)) return 1;
+    syncd_handle h;
+    CHILD_CHECK(syncd_barrier_async(c, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    json = SyncctlStatusJson(run_dir);
+    CHILD_CHECK(JsonNumber(json, "ipc_handle_opens") == 4, "a new allocation is opened again: %s", json.c_str());
+    cudaFree(dev);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Gpu, HostAndGpuTensorsOfOneNameFailOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    const size_t count = 100;
+    std::vector<float> host(count, 1.0f);
+    float* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, count * 4));
+    int64_t shape[1] = {int64_t(count)};
+    syncd_tensor t{"where", rank == 0 ? static_cast<void*>(dev) : host.data(), SYNCD_FLOAT32, 1, shape};
+    syncd_handle h;
+    const int rc = rank == 0 ? syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h)
+                             : syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h);
+    CHILD_CHECK(rc == SYNCD_OK, "%s", syncd_last_error());
+    const int w = syncd_wait(c, h, 10'000);
+    CHILD_CHECK(w == SYNCD_ERR_MISMATCH, "got %s: %s", syncd_status_name(w), syncd_last_error());
+    CHILD_CHECK(Contains(syncd_last_error(), "mismatched memory") && Contains(syncd_last_error(), "GPU on rank 0"),
+                "%s", syncd_last_error());
+    cudaFree(dev);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(Gpu, AClientThatDiesFailsItsPeersAndTheDaemonServesTheNextJob) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    if (GpuAllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1 << 16, "before")) return 1;
+    if (rank == 1) _exit(0);  // dies holding IPC mappings in the daemon
+    void* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, 4096));
+    int64_t shape[1] = {1024};
+    syncd_tensor t{"after", dev, SYNCD_FLOAT32, 1, shape};
+    syncd_handle h;
+    int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
+    if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
+    CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST && Contains(syncd_last_error(), "rank 1"), "got %s: %s",
+                syncd_status_name(rc), syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  auto next = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    return GpuAllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1 << 16, "next.job");
+  });
+  ExpectAllSucceeded(next);
+}
+
+#else
+
+TEST(Gpu, GpuSuiteNeedsACudaBuild) { GTEST_SKIP() << "built without CUDA (SYNCD_WITH_CUDA=OFF)"; }
+
+#endif  // SYNCD_TEST_CUDA
+
+}  // namespace
+}  // namespace syncd::testing
