@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import syncd.torch as hvd
+from training_check import distributed_matches_single_process, make_model, shard
 
 DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
           torch.float64]
@@ -291,38 +292,8 @@ def test_shutdown_then_init_again():
 
 # ---- Models and optimizers.
 
-def make_model(seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
-
-
-def shard(step, r, per_rank=4):
-    g = torch.Generator().manual_seed(1000 * step + r)
-    return torch.randn(per_rank, 6, generator=g), torch.randn(per_rank, 3, generator=g)
-
-
 def test_distributed_optimizer_matches_single_process_training():
-    model = make_model(seed=hvd.rank())  # differs per rank until broadcast
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                   named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
-    for step in range(20):
-        x, y = shard(step, hvd.rank())
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    # Reference: one process, the concatenated batch, the same initial weights (rank 0's).
-    ref = make_model(seed=0)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    for step in range(20):
-        parts = [shard(step, r) for r in range(hvd.size())]
-        x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        ref_opt.zero_grad()
-        torch.nn.functional.mse_loss(ref(x), y).backward()
-        ref_opt.step()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        assert torch.allclose(p, q, atol=1e-5), name
+    assert distributed_matches_single_process(hvd) == []
 
 
 def test_gradients_live_in_the_arena_and_stay_put():
