@@ -28,6 +28,7 @@ run() {  # run NAME syncd-args... -- bench-args...
 run fused -- allreduce
 run cached --syncd-arg=--gpu-ipc-cache=on -- latency
 run uncached --syncd-arg=--gpu-ipc-cache=off -- latency
+run queued -- latency --queued  # the daemon's stream waits on each client's interprocess event
 echo "== fused allreduce: syncd vs the same device work done directly ($ranks ranks, one daemon)"
 grep -v '^{' "$out/fused.txt"
 /usr/bin/env python3 - "$out" <<'PY'
@@ -35,17 +36,20 @@ import json, sys, os
 d = sys.argv[1]
 def rows(name):
     return [json.loads(l) for l in open(os.path.join(d, name + ".txt")) if l.startswith("{")]
-fused, on, off = rows("fused"), rows("cached"), rows("uncached")
+fused, on, off, queued = rows("fused"), rows("cached"), rows("uncached"), rows("queued")
 print("== CUDA IPC pointer cache: serial allreduce latency, cache on vs off")
-print("%10s %14s %14s %8s" % ("bytes", "cache_on_us", "cache_off_us", "speedup"))
+print("%10s %14s %14s %8s %16s" % ("bytes", "cache_on_us", "cache_off_us", "speedup", "with_event_us"))
 cache = []
-for a, b in zip(on, off):
+for a, b, q in zip(on, off, queued):
     cache.append({"bytes": a["bytes"], "cache_on_us": a["serial_us"], "cache_off_us": b["serial_us"],
-                  "speedup": b["serial_us"] / a["serial_us"]})
-    print("%10d %14.2f %14.2f %8.2f" % (a["bytes"], a["serial_us"], b["serial_us"], cache[-1]["speedup"]))
+                  "speedup": b["serial_us"] / a["serial_us"], "with_ipc_event_us": q["serial_us"]})
+    print("%10d %14.2f %14.2f %8.2f %16.2f" % (a["bytes"], a["serial_us"], b["serial_us"], cache[-1]["speedup"],
+                                            q["serial_us"]))
+print("# with_event_us: cache on, work still queued on the client's stream at each submission, so the")
+print("# daemon's stream waits on the client's interprocess event")
 print(json.dumps({"bench": "gpu", "fused": fused, "ipc_cache": cache}))
 PY
-for run in fused cached uncached; do
+for run in fused cached uncached queued; do
   echo "== daemon status after the $run run"
   grep '^#' "$out/$run.log" || true
 done

@@ -11,7 +11,8 @@
 //              ncclAllReduce over this node's GPUs, copy back to every buffer), timed the same way
 //              (serial: the host waits for each; pipelined: only at the end).
 //   Bandwidth as nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n over the n ranks.
-// latency: serial float32 SUM of small sizes; bench/gpu.sh runs it with the daemon's IPC
+// latency: serial float32 SUM of small sizes (--queued: work still queued on the stream, so the
+//   daemon waits on the client's interprocess event); bench/gpu.sh runs it with the daemon's IPC
 //   pointer cache on and off and reports the ratio.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -72,6 +73,8 @@ void Barrier(syncd_client* c) {
 
 // Seconds per allreduce through syncd, the mean over `iters` after warm-up. *submit_s: of which
 // the submitting call itself (describing the tensor: IPC handle, event record).
+bool g_queued = false;  // --queued: work is still queued on the stream at each submission
+
 double ThroughSyncd(syncd_client* c, float* buf, uint64_t count, int iters, int depth, const std::string& tag,
                     double* submit_s = nullptr) {
   double in_submit = 0;
@@ -85,6 +88,7 @@ double ThroughSyncd(syncd_client* c, float* buf, uint64_t count, int iters, int 
       for (int k = 0; k < depth && i + k < n; ++k) {
         syncd_tensor t{names[size_t(k)].c_str(), buf, SYNCD_FLOAT32, 1, shape};
         syncd_handle h;
+        if (g_queued) CheckCuda(cudaMemsetAsync(buf, 0, sizeof(float), nullptr), "cudaMemsetAsync");
         const double s0 = Now();
         Check(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h), "allreduce " + names[size_t(k)]);
         in_submit += Now() - s0;
@@ -155,6 +159,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "timed iterations per size (default: by size)");
   app.add_option("--depth", depth, "allreduces in flight in the pipelined runs")->check(CLI::Range(1, 64));
   app.add_flag("--json", json, "also print one JSON line per row");
+  app.add_flag("--queued", g_queued,
+               "queue a small memset on the stream before each submission, so the daemon waits on an IPC event");
   CLI11_PARSE(app, argc, argv);
   if (sizes_text.empty()) sizes_text = mode == "latency" ? "4,1K,64K" : "4,64K,1M,16M,64M,256M";
   std::vector<uint64_t> sizes;
