@@ -42,6 +42,18 @@ std::function<Status(Config&, const std::string&)> Bytes(uint64_t Config::*field
   };
 }
 
+// One of a few words; the error lists them ("name: expected a, b or c, got 'x'").
+std::function<Status(Config&, const std::string&)> OneOf(std::string Config::*field, const std::string& name,
+                                                         std::vector<std::string> allowed) {
+  return [field, name, allowed](Config& c, const std::string& text) -> Status {
+    if (std::find(allowed.begin(), allowed.end(), text) != allowed.end()) return c.*field = text, Status::Ok();
+    std::string list;
+    for (size_t i = 0; i < allowed.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+    return InvalidArgument(name + ": expected " + list + ", got '" + text + "'");
+  };
+}
+
 std::function<Status(Config&, const std::string&)> Text(std::string Config::*field) {
   return [field](Config& c, const std::string& text) -> Status {
     c.*field = text;
@@ -124,37 +136,20 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"cycle-start", "SYNCD_CYCLE_START", "work",
        "work: a cycle starts as soon as new tensors are ready, else cycle-time after the previous one; timer: only "
        "cycle-time after the previous one (Horovod's exact timing)",
-       [](Config& c, const std::string& t) -> Status {
-         if (t != "timer" && t != "work") return InvalidArgument("cycle-start: expected timer or work, got '" + t + "'");
-         c.cycle_start = t;
-         return Status::Ok();
-       }},
+       OneOf(&Config::cycle_start, "cycle-start", {"timer", "work"})},
       {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
        Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
       {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "auto",
        "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
-       [](Config& c, const std::string& t) -> Status {
-         if (t != "auto" && t != "on" && t != "off")
-           return InvalidArgument("ucx-peer-errors: expected auto, on or off, got '" + t + "'");
-         c.ucx_peer_errors = t;
-         return Status::Ok();
-       }},
+       OneOf(&Config::ucx_peer_errors, "ucx-peer-errors", {"auto", "on", "off"})},
       {"gpus", "SYNCD_GPUS", "auto",
        "auto: drive every GPU the daemon sees (CUDA_VISIBLE_DEVICES) with one NCCL rank each, for GPU tensors; none: "
        "host tensors only",
-       [](Config& c, const std::string& t) -> Status {
-         if (t != "auto" && t != "none") return InvalidArgument("gpus: expected auto or none, got '" + t + "'");
-         c.gpus = t;
-         return Status::Ok();
-       }},
+       OneOf(&Config::gpus, "gpus", {"auto", "none"})},
       {"gpu-ipc-cache", "SYNCD_GPU_IPC_CACHE", "on",
        "on: keep clients' CUDA IPC mappings open between requests (the pointer cache); off: open and close them for "
        "every request (only to measure what the cache saves)",
-       [](Config& c, const std::string& t) -> Status {
-         if (t != "on" && t != "off") return InvalidArgument("gpu-ipc-cache: expected on or off, got '" + t + "'");
-         c.gpu_ipc_cache = t;
-         return Status::Ok();
-       }},
+       OneOf(&Config::gpu_ipc_cache, "gpu-ipc-cache", {"on", "off"})},
       {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
        "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
        Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},
