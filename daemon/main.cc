@@ -1,5 +1,5 @@
 // syncd: one per node per job. Pins itself to its dedicated cores, serves clients over shared
-// memory and the control API over gRPC, and exits cleanly on SIGTERM/SIGINT.
+// memory and the control API over gRPC, and drains gracefully on SIGTERM/SIGINT or `syncctl drain`.
 #include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <algorithm>
+#include <mutex>
 #include <thread>
 
 #include "daemon/base/affinity.h"
@@ -150,7 +152,22 @@ int Serve(const Config& config) {
                 [&attach](uint32_t client_id) { attach.KickClient(client_id); }, std::move(transport));
   engine.AttachGpu(std::move(gpu), no_gpu);
   attach.set_engine(&engine);
-  ControlService control(config, *cores, &engine);
+  // Graceful drain (SIGTERM, SIGINT, syncctl drain): no new clients; what is in flight gets the
+  // timeout to finish, then fails; the engine stops once nothing is left. Any thread.
+  std::once_flag drain_once;
+  auto begin_drain = [&](double timeout_s, const std::string& why) {
+    std::call_once(drain_once, [&] {
+      spdlog::info("draining ({}): no new clients, {:.0f} s for what is in flight", why, timeout_s);
+      NotifyService("STOPPING=1\nSTATUS=draining (" + why + ")");
+      attach.StopAccepting();
+    });
+    char limit[32];
+    snprintf(limit, sizeof(limit), "%.0f", timeout_s);
+    engine.Drain(abi::MonotonicNs() + uint64_t(std::max(0.0, timeout_s) * 1e9),
+                 "syncd on node " + std::to_string(config.node_rank) + " stopped (" + why +
+                     ") before this collective finished (drain timeout " + limit + " s)");
+  };
+  ControlService control(config, *cores, &engine, begin_drain);
   auto server = StartControlServer(config.run_dir, &control);
   if (!server.ok()) return fail(server.status());
 
@@ -164,16 +181,33 @@ int Serve(const Config& config) {
   NotifyService("READY=1\nSTATUS=serving " + config.run_dir + "\nSYNCD_WORKER_CORES=" + FormatCoreList(cores->workers) +
                 "\nSYNCD_DAEMON_CORES=" + FormatCoreList(cores->daemon) + "\nMAINPID=" + std::to_string(getpid()));
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  NotifyService("STOPPING=1");
+  // The main thread takes the signals and feeds systemd's watchdog while the engine is healthy.
+  const uint64_t watchdog_us = WatchdogIntervalUs();
+  const uint64_t tick_ns = watchdog_us ? std::min<uint64_t>(watchdog_us * 250, 200'000'000) : 200'000'000;
+  int signals_seen = 0;
+  while (!engine.finished()) {
+    const timespec tick{time_t(tick_ns / 1'000'000'000), long(tick_ns % 1'000'000'000)};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (signals_seen++ == 0) {
+        begin_drain(double(config.drain_timeout_s), name);
+      } else {
+        spdlog::warn("second {}: failing what is in flight now", name);
+        begin_drain(0, name);
+      }
+    }
+    const uint64_t beat = node_page->page()->engine_heartbeat_ns.load(std::memory_order_relaxed);
+    if (watchdog_us && EngineHealthy(beat, abi::MonotonicNs(), watchdog_us)) NotifyService("WATCHDOG=1");
+  }
+  engine_thread.join();
+  const Engine::DrainResult drained = engine.drain_result();
+  spdlog::info("drained: {} requests finished, {} failed{}", drained.completed, drained.failed,
+               drained.deadline_passed ? " at the deadline" : "");
   node_page->SetState(abi::DaemonState::kStopping);
   attach.Stop();
   attach_thread.join();
-  engine.Stop();
-  engine_thread.join();
-  (*server)->Shutdown();
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (rendezvous_server) rendezvous_server->Shutdown();
   unlink((config.run_dir + "/control.sock").c_str());
   return 0;

@@ -119,6 +119,9 @@ const std::vector<ConfigEntry>& ConfigTable() {
        Text(&Config::job_token)},
       {"join-timeout", "SYNCD_JOIN_TIMEOUT", "60", "Seconds to wait for every node to join the rendezvous",
        Unsigned(&Config::join_timeout_s, "join-timeout", 1)},
+      {"drain-timeout", "SYNCD_DRAIN_TIMEOUT", "30",
+       "Graceful drain (SIGTERM, syncctl drain): seconds in-flight collectives get to finish before they fail",
+       Unsigned(&Config::drain_timeout_s, "drain-timeout", 0)},
       {"coord", "SYNCD_COORD", "negotiate",
        "How daemons agree on what to reduce: negotiate (Horovod's cycle, blocking collectives), gs (negotiate with a "
        "globally agreed sleep), nbcs (non-blocking cache sync), topo (the registered graph's plan, no negotiation; "

@@ -29,6 +29,7 @@ struct Config {
   std::string rendezvous;     // HOST:PORT served by node 0
   std::string job_token;
   uint32_t join_timeout_s = 0;
+  uint32_t drain_timeout_s = 0;
   uint32_t cycle_time_us = 0;
   std::string cycle_start;    // "timer" (Horovod) or "work"
   uint32_t cache_capacity = 0;

@@ -1,5 +1,6 @@
 // syncctl: inspect a running syncd over its gRPC control socket.
 //   syncctl [--run-dir DIR] status [--json]
+//   syncctl [--run-dir DIR] drain [--timeout S]
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -30,8 +31,8 @@ syncd::CoreSet Cores(const google::protobuf::RepeatedField<uint32_t>& f) { retur
 void PrintTable(const syncd::control::StatusReply& s) {
   size_t attached = 0;
   for (const auto& c : s.clients()) attached += c.state() == "attached";
-  printf("syncd %s   node %u of %u   up %.1f s   %s\n", s.version().c_str(), s.node_rank(), s.node_count(),
-         s.uptime_s(), s.run_dir().c_str());
+  printf("syncd %s   node %u of %u   up %.1f s   %s%s\n", s.version().c_str(), s.node_rank(), s.node_count(),
+         s.uptime_s(), s.run_dir().c_str(), s.draining() ? "   DRAINING (no new clients)" : "");
   printf("cores      daemon %s   workers %s\n",
          s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
          syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
@@ -110,19 +111,35 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App* status = app.add_subcommand("status", "Clients, cores, operations and engine state");
   status->add_flag("--json", json, "Print the status as one JSON object");
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Graceful stop: no new clients, in-flight collectives finish (or fail at the timeout), the daemon exits 0");
+  double drain_timeout = -1;
+  drain->add_option("--timeout", drain_timeout, "Seconds in-flight collectives get (default: the daemon's --drain-timeout)");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
 
   auto channel = grpc::CreateChannel("unix:" + run_dir + "/control.sock", grpc::InsecureChannelCredentials());
   auto stub = syncd::control::Control::NewStub(channel);
   grpc::ClientContext ctx;
+  auto no_daemon = [&](const grpc::Status& st) {
+    fprintf(stderr, "syncctl: no syncd answers at %s/control.sock: %s\n", run_dir.c_str(), st.error_message().c_str());
+    return 1;
+  };
+  if (drain->parsed()) {
+    syncd::control::DrainRequest req;
+    req.set_timeout_s(drain_timeout);
+    syncd::control::DrainReply reply;
+    grpc::Status st = stub->Drain(&ctx, req, &reply);
+    if (!st.ok()) return no_daemon(st);
+    printf("drained syncd at %s in %.2f s: %lu requests finished, %lu failed%s\n", run_dir.c_str(), reply.seconds(),
+           (unsigned long)reply.completed(), (unsigned long)reply.failed(),
+           reply.deadline_passed() ? " (the timeout passed)" : "");
+    return 0;
+  }
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   syncd::control::StatusReply reply;
   grpc::Status st = stub->Status(&ctx, syncd::control::StatusRequest(), &reply);
-  if (!st.ok()) {
-    fprintf(stderr, "syncctl: no syncd answers at %s/control.sock: %s\n", run_dir.c_str(), st.error_message().c_str());
-    return 1;
-  }
+  if (!st.ok()) return no_daemon(st);
   if (json) {
     std::string out;
     google::protobuf::util::JsonPrintOptions opts;

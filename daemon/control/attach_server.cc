@@ -196,6 +196,8 @@ void AttachServer::Handshake(int fd) {
                                               std::to_string(req.version) + " (magic " + std::to_string(req.magic) +
                                               "); this daemon speaks version " + std::to_string(abi::kVersion));
   const std::string who = "rank " + std::to_string(req.rank) + " (pid " + std::to_string(cred.pid) + ")";
+  if (!accepting_.load(std::memory_order_acquire))
+    return Refuse(fd, SYNCD_ERR_REFUSED, who + ": syncd at " + config_.run_dir + " is draining and takes no new clients");
   uint32_t local_size = local_size_.load();
   if (req.local_size <= 0 || req.local_rank < 0 || req.local_rank >= req.local_size)
     return Refuse(fd, SYNCD_ERR_INVALID, who + ": local rank " + std::to_string(req.local_rank) + " of " +

@@ -33,6 +33,8 @@ class AttachServer {
 
   void Run();
   void Stop();
+  // Any thread: refuse new clients from now on (graceful drain); attached ones stay served.
+  void StopAccepting() { accepting_.store(false, std::memory_order_release); }
   // Engine thread: close this client's socket (it broke the protocol).
   void KickClient(uint32_t client_id);
 
@@ -60,6 +62,7 @@ class AttachServer {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop() and KickClient() ring it
   std::atomic<bool> stop_{false};
+  std::atomic<bool> accepting_{true};
   std::atomic<uint32_t> local_size_{0};
   SpscQueue<uint32_t> kicks_{64};
   std::map<int, Connection> connections_;          // by socket fd (attach thread only)

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <thread>
+
 #include "daemon/base/version.h"
 
 namespace syncd {
@@ -14,6 +16,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_node_rank(s->node_rank);
   r->set_node_count(s->node_count);
   r->set_run_dir(config_.run_dir);
+  r->set_draining(engine_->draining());
   for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
   for (uint32_t c : cores_.workers) r->add_worker_cores(c);
   r->set_local_size(s->local_size);
@@ -111,6 +114,24 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
       p->set_state(state);
     }
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const control::DrainRequest* request,
+                                   control::DrainReply* reply) {
+  const double timeout_s = request->timeout_s() < 0 ? double(config_.drain_timeout_s) : request->timeout_s();
+  const uint64_t t0 = abi::MonotonicNs();
+  begin_drain_(timeout_s, "syncctl drain");
+  // The engine stops once nothing is in flight, or at the deadline; the daemon exits after this reply.
+  while (!engine_->finished()) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away; the drain goes on");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const Engine::DrainResult result = engine_->drain_result();
+  reply->set_completed(result.completed);
+  reply->set_failed(result.failed);
+  reply->set_deadline_passed(result.deadline_passed);
+  reply->set_seconds(double(abi::MonotonicNs() - t0) / 1e9);
   return grpc::Status::OK;
 }
 

@@ -5,7 +5,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/config.h"
@@ -16,15 +18,19 @@ namespace syncd {
 
 class ControlService final : public control::Control::Service {
  public:
-  ControlService(const Config& config, const CorePartition& cores, const Engine* engine)
-      : config_(config), cores_(cores), engine_(engine) {}
+  // `begin_drain(timeout_s, why)` starts the daemon's graceful drain (see main.cc).
+  using BeginDrain = std::function<void(double timeout_s, const std::string& why)>;
+  ControlService(const Config& config, const CorePartition& cores, const Engine* engine, BeginDrain begin_drain)
+      : config_(config), cores_(cores), engine_(engine), begin_drain_(std::move(begin_drain)) {}
 
   grpc::Status Status(grpc::ServerContext*, const control::StatusRequest*, control::StatusReply* reply) override;
+  grpc::Status Drain(grpc::ServerContext*, const control::DrainRequest* request, control::DrainReply* reply) override;
 
  private:
   const Config config_;
   const CorePartition cores_;
   const Engine* engine_;
+  const BeginDrain begin_drain_;
 };
 
 // Starts a gRPC server for `service` on unix:<run-dir>/control.sock.

@@ -26,4 +26,14 @@ void NotifyService(const std::string& state) {
   close(fd);
 }
 
+uint64_t WatchdogIntervalUs() {
+  const char* usec = getenv("WATCHDOG_USEC");
+  if (usec == nullptr || *usec == '\0') return 0;
+  if (const char* pid = getenv("WATCHDOG_PID"); pid != nullptr && *pid != '\0' && strtol(pid, nullptr, 10) != getpid())
+    return 0;
+  char* end = nullptr;
+  const unsigned long long v = strtoull(usec, &end, 10);
+  return *end == '\0' ? uint64_t(v) : 0;
+}
+
 }  // namespace syncd

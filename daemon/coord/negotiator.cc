@@ -25,6 +25,7 @@ constexpr char kCycleKind = 'C';  // on_demand: please run cycle N (8 bytes afte
 constexpr uint64_t kCycleShift = 24;
 
 // Layout of the agreement vector: [W][hits: W words, AND][invalid: W words, OR][flags, OR].
+// Flags: 1 = some node has names the cache does not know; 2 = some node holds work (drain).
 void CombineAgreement(char* acc, const char* other, size_t bytes) {
   auto* a = reinterpret_cast<uint64_t*>(acc);
   const auto* b = reinterpret_cast<const uint64_t*>(other);
@@ -77,8 +78,9 @@ bool Negotiator::Poll(uint64_t now_ns) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
   const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
-  const bool due = options_.on_demand ? fresh_ || wanted_cycle_ > cycle_seq_
-                                      : now_ns >= timer || (options_.start_on_work && fresh_);
+  const bool due = options_.on_demand
+                       ? fresh_ || wanted_cycle_ > cycle_seq_ || (draining_ && now_ns >= last_cycle_start_ + options_.cycle_ns)
+                       : now_ns >= timer || (options_.start_on_work && fresh_);
   if (!cycle_running_ && due) {
     if (options_.on_demand && wanted_cycle_ <= cycle_seq_) RequestCycle(cycle_seq_ + 1);
     if (last_cycle_end_ != 0) stats_.idle_ns_total += now_ns - last_cycle_end_;
@@ -162,11 +164,14 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     }
   }
   if (!uncached.empty()) flags |= 1;
+  if (local_busy_ || !pending_.empty()) flags |= 2;
+  const uint64_t seq = cycle_seq_;
 
   CommTask agreement = RecursiveDoublingCombine(t_, (base + 1) << 8, agree.data(), agree.size() * 8, CombineAgreement);
   Status st = co_await Await(&agreement);
   if (!st.ok()) co_return st;
 
+  if (!(flags & 2)) quiet_cycle_ = seq;
   // Identical on every node from here: evict invalidated entries, collect hits in bit order.
   std::vector<std::string> run;
   for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
@@ -432,14 +437,13 @@ void Negotiator::PeerLeft(uint32_t node) {
                                         std::to_string(pending_.size()) + " tensor(s) were pending"));
 }
 
-bool Negotiator::Leave(uint64_t deadline_ns) {
+bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why) {
   if (!broken_) {
     broken_ = true;
-    failure_ = Status(SYNCD_ERR_RANK_LOST, "this daemon is shutting down");
+    failure_ = Status(SYNCD_ERR_RANK_LOST, why);
     CancelCycle(failure_);
     std::vector<std::string> names = order_;
-    for (const std::string& name : names)
-      TakeAndFail(name, Status(SYNCD_ERR_RANK_LOST, "tensor '" + name + "': the daemon is shutting down"));
+    for (const std::string& name : names) TakeAndFail(name, Status(SYNCD_ERR_RANK_LOST, "tensor '" + name + "': " + why));
     abort_out_[0] = kLeaveKind;
     abort_out_[1] = '\0';
     for (uint32_t p = 0; p < t_->size(); ++p)

@@ -80,7 +80,8 @@ class Negotiator {
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
     if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
-    if (options_.on_demand) return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : abi::MonotonicNs() + options_.cycle_ns;
+    if (options_.on_demand)
+      return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : (draining_ ? last_cycle_start_ : abi::MonotonicNs()) + options_.cycle_ns;
     return options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
@@ -90,10 +91,22 @@ class Negotiator {
   // The daemon is stopping: fails what is pending here and tells the other nodes, so that they
   // end the job without reporting a lost node. Waits until the notices are sent or the deadline
   // passes; returns whether they were sent.
-  bool Leave(uint64_t deadline_ns);
+  // `why` becomes each pending tensor's error ("tensor 'x': <why>").
+  bool Leave(uint64_t deadline_ns, const std::string& why);
   bool broken() const { return broken_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
+  bool cycle_running() const { return cycle_running_; }
+  // Graceful drain, job-wide. Each cycle's agreement says whether any node still holds work
+  // (`local_busy`: requests the engine holds outside the negotiator; names pending here count by
+  // themselves). While draining, on-demand mode runs a cycle every cycle_ns so that this is known.
+  void SetDrain(bool draining, bool local_busy) {
+    draining_ = draining;
+    local_busy_ = local_busy;
+  }
+  uint64_t cycle_seq() const { return cycle_seq_; }
+  // The last cycle whose agreement found no node holding work (0: none yet).
+  uint64_t quiet_cycle() const { return quiet_cycle_; }
   NegotiationStats stats() const {
     NegotiationStats s = stats_;
     s.coordination_messages = counting_.sent();
@@ -169,6 +182,9 @@ class Negotiator {
   };
   std::list<Outgoing> requests_out_;  // on_demand: cycle requests being sent
   NegotiationStats stats_;
+
+  bool draining_ = false, local_busy_ = false;
+  uint64_t quiet_cycle_ = 0;
 
   bool broken_ = false;
   Status failure_;

@@ -52,7 +52,8 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     opts.gs_period = config.coord == "gs" ? config.gs_period : 0;
     opts.while_blocked = [this] {
       node_page_->Heartbeat();
-      return !stop_.load(std::memory_order_acquire);
+      const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
+      return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain);
     };
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
@@ -74,6 +75,51 @@ bool Engine::Post(EngineEvent event) {
 void Engine::Stop() {
   stop_.store(true, std::memory_order_release);
   node_page_->Wake();
+}
+
+void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
+  {
+    std::lock_guard lock(drain_mu_);
+    if (drain_why_.empty()) drain_why_ = why;
+  }
+  deadline_ns = std::max<uint64_t>(deadline_ns, 1);
+  uint64_t current = drain_deadline_ns_.load(std::memory_order_acquire);
+  while ((current == 0 || deadline_ns < current) &&
+         !drain_deadline_ns_.compare_exchange_weak(current, deadline_ns, std::memory_order_acq_rel)) {
+  }
+  node_page_->Wake();
+}
+
+size_t Engine::InFlight() const {
+  size_t n = table_.pending() + gpu_ops_.size();
+  if (topo_) n += topo_->in_flight();
+  return n;
+}
+
+bool Engine::Drained() {
+  const bool idle_here = InFlight() == 0 && !HasWork();
+  if (!negotiator_ || negotiator_->broken()) return idle_here;
+  // Many nodes: leave only once a cycle that began after the drain found no node holding work,
+  // so that a collective other nodes' ranks are still submitting is not cut off.
+  negotiator_->SetDrain(true, !idle_here);
+  if (drain_first_cycle_ == 0) drain_first_cycle_ = negotiator_->cycle_seq() + 1;
+  const uint64_t quiet = negotiator_->quiet_cycle();
+  return idle_here && negotiator_->pending() == 0 && !negotiator_->cycle_running() &&
+         quiet == negotiator_->cycle_seq() && quiet >= drain_first_cycle_;
+}
+
+void Engine::FailInFlight(const Status& why) {
+  std::vector<FailedTensor> failed;
+  table_.FailAll(why, &failed);
+  for (FailedTensor& f : failed)
+    CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
+  if (topo_) topo_->FailAll(why);
+  if (gpu_ && gpu_->in_flight() > 0) {
+    gpu_->Abort(why);
+    PollGpu();
+  }
+  // Negotiated tensors fail in Run() when the daemon leaves the job (Negotiator::Leave).
+  FlushClients();
 }
 
 bool Engine::HasWork() {
@@ -130,14 +176,27 @@ void Engine::Run() {
     } else if (!did) {
       __builtin_ia32_pause();
     }
+    if (const uint64_t deadline = drain_deadline_ns_.load(std::memory_order_acquire); deadline != 0) {
+      if (Drained()) break;
+      if (abi::MonotonicNs() >= deadline) {
+        drain_result_.deadline_passed = true;
+        std::lock_guard lock(drain_mu_);
+        drain_leave_why_ = drain_why_;
+        break;
+      }
+    }
   }
+  const bool draining = drain_deadline_ns_.load(std::memory_order_acquire) != 0;
+  if (draining && drain_result_.deadline_passed) FailInFlight(Status(SYNCD_ERR_DAEMON_LOST, drain_leave_why_));
   // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
   // stopped) is not reported as a lost node.
   if (negotiator_) {
-    negotiator_->Leave(abi::MonotonicNs() + kLeaveNoticeNs);
+    negotiator_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
+                       drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_);
     FlushClients();
   }
   PublishSnapshot();
+  finished_.store(true, std::memory_order_release);
 }
 
 bool Engine::Poll() {
@@ -588,6 +647,7 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
 }
 
 void Engine::Complete(const Request& r, const Status& status) {
+  if (drain_deadline_ns_.load(std::memory_order_relaxed) != 0) ++(status.ok() ? drain_result_.completed : drain_result_.failed);
   auto it = clients_.find(r.client_id);
   if (it == clients_.end()) return;  // the client is gone; nobody to tell
   ClientState& c = it->second;

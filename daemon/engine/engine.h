@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <variant>
 
@@ -72,6 +73,18 @@ class Engine {
   // From the single producer thread. Returns false when the queue is full (retry later).
   bool Post(EngineEvent event);
   void Stop();
+  // Any thread: graceful drain. Run() goes on serving until nothing is in flight, then returns;
+  // whatever is still in flight at `deadline_ns` fails with `why` ("the daemon is draining ...").
+  // A later call may only bring the deadline forward.
+  void Drain(uint64_t deadline_ns, const std::string& why);
+  bool draining() const { return drain_deadline_ns_.load(std::memory_order_acquire) != 0; }
+  // Whether Run() has returned; what the drain let finish and what it failed.
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  struct DrainResult {
+    uint64_t completed = 0, failed = 0;
+    bool deadline_passed = false;
+  };
+  DrainResult drain_result() const { return drain_result_; }  // once finished()
 
   std::shared_ptr<const StatusSnapshot> Snapshot() const { return snapshot_.load(std::memory_order_acquire); }
   // Asks the engine for a new snapshot and waits up to `timeout_ms` for it (never blocks the
@@ -94,6 +107,13 @@ class Engine {
   };
 
   bool HasWork();
+  // Requests this daemon holds outside the negotiator (waiting for local ranks, TOPO, GPU).
+  size_t InFlight() const;
+  // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
+  // on any node; see Negotiator::SetDrain).
+  bool Drained();
+  // The drain deadline passed: fails everything still in flight with the drain's reason.
+  void FailInFlight(const Status& why);
   // Why new requests must fail now (every lost rank of this job, first loss first), or "".
   std::string BlockingLosses() const;
   bool DrainEvents();
@@ -163,6 +183,13 @@ class Engine {
   std::vector<char> topo_fusion_buffer_;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> drain_deadline_ns_{0};  // 0: not draining
+  std::atomic<bool> finished_{false};
+  mutable std::mutex drain_mu_;
+  std::string drain_why_;          // under drain_mu_
+  std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
+  uint64_t drain_first_cycle_ = 0;  // engine thread: the first negotiation cycle of the drain
+  DrainResult drain_result_;       // engine thread until finished_, then read-only
   std::atomic<std::shared_ptr<const StatusSnapshot>> snapshot_;
   mutable std::atomic<uint64_t> snapshot_requested_{0};
   std::atomic<uint64_t> snapshot_published_{0};

@@ -378,9 +378,9 @@ TEST(ManyNodes, StoppingEveryDaemonAfterTheJobIsNotAFailure) {
 }
 
 // negotiate blocks the engine in each cycle's collectives; a peer that stops answering (here
-// SIGSTOP) must not keep a daemon from shutting down when told.
+// SIGSTOP) must not keep a daemon from shutting down when told (once the drain timeout passed).
 TEST(ManyNodes, ABlockedDaemonStillStopsWhenTold) {
-  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", "negotiate"});
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", "negotiate", "--drain-timeout", "1"});
   cluster.node(1).Kill(SIGSTOP);
   usleep(300'000);  // node 0 is now blocked in a cycle that node 1 never joins
   cluster.node(0).Kill(SIGTERM);
