@@ -13,6 +13,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
+  # deployment tests: systemd-analyze for the unit
+  systemd
   # the quickstart's dataset (scikit-learn's bundled digits) and the torchvision benchmark models
   python3-sklearn python3-torchvision
 )

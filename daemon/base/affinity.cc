@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 
 namespace syncd {
 
@@ -98,6 +99,16 @@ StatusOr<CorePartition> ResolveCores(const std::string& setting) {
   }
   std::set_difference(allowed.begin(), allowed.end(), p.daemon.begin(), p.daemon.end(),
                       std::back_inserter(p.workers));
+  // A service manager that confined the daemon to exactly its cores (systemd's CPUAffinity=)
+  // leaves the rest of the machine to the workers.
+  if (p.workers.empty()) {
+    std::ifstream online("/sys/devices/system/cpu/online");
+    std::string list;
+    if (std::getline(online, list))
+      if (auto cores = ParseCoreList(list); cores.ok())
+        std::set_difference(cores->begin(), cores->end(), p.daemon.begin(), p.daemon.end(),
+                            std::back_inserter(p.workers));
+  }
   // On a one-core machine there is nothing left; workers share the daemon's core.
   if (p.workers.empty()) p.workers = allowed;
   return p;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs syncd@.service for sites that run one persistent syncd per node and account, with a
+# drop-in that reflects this node: CPUAffinity= on the daemon's dedicated cores (SYNCD_CORES from
+# the configuration file; auto = the last core) and PrivateDevices=yes where neither GPUs nor RDMA
+# devices are needed.
+#   systemd/install.sh [--prefix /usr/local] [--root /] [--conf /etc/syncd/syncd.conf] [--no-reload]
+# Then: systemctl enable --now syncd@<account>
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+prefix=/usr/local root=/ conf=/etc/syncd/syncd.conf reload=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=$2; shift 2 ;;
+    --root) root=$2; shift 2 ;;
+    --conf) conf=$2; shift 2 ;;
+    --no-reload) reload=0; shift ;;
+    *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+# The configuration file is NAME=value lines (what EnvironmentFile= reads); only two matter here.
+setting() {  # $1 = name, $2 = default
+  local v=""
+  [ -r "$root/$conf" ] && v=$(sed -n "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*\"\{0,1\}\([^\"]*\)\"\{0,1\}[[:space:]]*$/\1/p" "$root/$conf" | tail -n 1)
+  echo "${v:-$2}"
+}
+cores=$(setting SYNCD_CORES auto)
+gpus=$(setting SYNCD_GPUS auto)
+if [ "$cores" = auto ]; then
+  online=$(cat /sys/devices/system/cpu/online)
+  cores=${online##*[,-]}
+fi
+unit_dir="$root/etc/systemd/system"
+mkdir -p "$unit_dir/syncd@.service.d"
+sed "s|^ExecStart=/usr/local/bin/syncd|ExecStart=$prefix/bin/syncd|" "$here/syncd@.service" > "$unit_dir/syncd@.service"
+{
+  echo "# Written by syncd's systemd/install.sh for this node; run it again after changing $conf."
+  echo "[Service]"
+  if [ "$cores" != none ]; then
+    echo "CPUAffinity=${cores//,/ }"
+    echo "Environment=SYNCD_CORES=$cores"
+  fi
+  if [ "$gpus" = none ] || ! ls /dev/nvidiactl /dev/nvidia[0-9]* >/dev/null 2>&1; then
+    [ -e /dev/infiniband ] || echo "PrivateDevices=yes"
+  fi
+} > "$unit_dir/syncd@.service.d/10-node.conf"
+echo "installed $unit_dir/syncd@.service and syncd@.service.d/10-node.conf (daemon cores: $cores)"
+if [ "$reload" = 1 ] && [ "$root" = / ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
