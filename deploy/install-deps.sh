@@ -13,8 +13,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
-  # deployment tests: systemd-analyze for the unit
-  systemd
+  # deployment tests: a real Slurm (two slurmd on this machine) and systemd-analyze for the unit
+  slurmd slurmctld slurm-client munge systemd
   # the quickstart's dataset (scikit-learn's bundled digits) and the torchvision benchmark models
   python3-sklearn python3-torchvision
 )

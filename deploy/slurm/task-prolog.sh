@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Slurm TaskProlog (slurm.conf: TaskProlog=<this file>). Runs as the job's user before each task;
+# what it prints as "export NAME=value" lands in the task's environment: where this node's syncd
+# is, and the cores it leaves to tasks (syncd-task binds to them).
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
+. "$here/common.sh"
+dir=$(syncd_run_dir "${SLURM_JOB_ID:?}" "${SLURMD_NODENAME:-$(hostname -s)}")
+echo "export SYNCD_RUN_DIR=$dir"
+[ -r "$dir/worker_cores" ] && echo "export SYNCD_WORKER_CORES=$(cat "$dir/worker_cores")"
+exit 0

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The Slurm prolog/epilog on a real Slurm: munged, slurmctld and two slurmd (n1, n2) on this
+# machine, all private to this test (own config, ports, munge socket and key under a temporary
+# directory), with deploy/slurm's prolog, epilog and task prolog configured. `srun -N2 -n4` runs a
+# syncd.torch check; `syncctl status` runs inside the job; afterwards no syncd process, run
+# directory or shared-memory segment of the job is left, and the Slurm daemons are stopped.
+#   tests/deploy/slurm_test.sh <build dir>      (root; installs slurmd slurmctld munge if missing)
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (slurmd, munged)"; exit 77; }
+if ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null
+fi
+t=$(mktemp -d /tmp/syncd-slurm-XXXXXX)
+chmod 755 "$t"
+shm_before=$(ls /dev/shm | sort)
+pids=()
+stop_all() {
+  set +e
+  for f in "$t"/slurmd-n1.pid "$t"/slurmd-n2.pid "$t"/slurmctld.pid "$t"/munged.pid; do
+    [ -r "$f" ] && kill "$(cat "$f")" 2>/dev/null
+  done
+  sleep 1
+  for f in "$t"/slurmd-n1.pid "$t"/slurmd-n2.pid "$t"/slurmctld.pid "$t"/munged.pid; do
+    [ -r "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+  done
+  pkill -KILL -f -- "--run-dir=$t/" 2>/dev/null
+  rm -rf "$t"
+}
+trap stop_all EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$t"/slurmctld.log "$t"/slurmd-n1.log "$t"/slurmd-n2.log; do
+    [ -r "$f" ] && { echo "---- $f" >&2; tail -n 30 "$f" >&2; }
+  done
+  exit 1
+}
+port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ctld_port=$(port) n1_port=$(port) n2_port=$(port)
+
+# munge, private: its own key and socket.
+dd if=/dev/urandom of="$t/munge.key" bs=1024 count=1 status=none
+chmod 400 "$t/munge.key"
+munged --force --key-file="$t/munge.key" --socket="$t/munge.socket" --pid-file="$t/munged.pid" \
+  --log-file="$t/munged.log" --seed-file="$t/munge.seed"
+
+# The site's syncd configuration, and the scripts as slurm.conf names them (with that config).
+cat > "$t/syncd.conf" <<CONF
+SYNCD_PREFIX=$build
+SYNCD_SLURM_RUN_DIR=$t/run/%j.%n
+SYNCD_SLURM_SECRET=$t/munge.key
+SYNCD_CORES=$(($(nproc) - 1))
+SYNCD_LOG_LEVEL=info
+SYNCD_DRAIN_TIMEOUT=5
+CONF
+for s in prolog epilog task-prolog; do
+  printf '#!/bin/sh\nSYNCD_CONF=%s SLURM_CONF=%s exec %s "$@"\n' "$t/syncd.conf" "$t/slurm.conf" \
+    "$src/deploy/slurm/$s.sh" > "$t/$s"
+  chmod 755 "$t/$s"
+done
+host=$(hostname -s)
+cat > "$t/slurm.conf" <<CONF
+ClusterName=syncdtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+AuthType=auth/munge
+AuthInfo=socket=$t/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$t/state
+SlurmdSpoolDir=$t/spool-%n
+SlurmctldPidFile=$t/slurmctld.pid
+SlurmdPidFile=$t/slurmd-%n.pid
+SlurmctldLogFile=$t/slurmctld.log
+SlurmdLogFile=$t/slurmd-%n.log
+SlurmdDebug=verbose
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+PrologFlags=Alloc
+Prolog=$t/prolog
+Epilog=$t/epilog
+TaskProlog=$t/task-prolog
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$n1_port CPUs=$(nproc) State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$n2_port CPUs=$(nproc) State=UNKNOWN
+PartitionName=test Nodes=n1,n2 Default=YES MaxTime=10 State=UP OverSubscribe=FORCE
+CONF
+mkdir -p "$t/state" "$t/spool-n1" "$t/spool-n2" "$t/run"
+export SLURM_CONF=$t/slurm.conf
+slurmctld -f "$t/slurm.conf"
+slurmd -f "$t/slurm.conf" -N n1
+slurmd -f "$t/slurm.conf" -N n2
+for i in $(seq 100); do
+  [ "$(sinfo -h -o '%t' -n n1,n2 2>/dev/null | sort -u | tr '\n' ' ')" = "idle " ] && break
+  sleep 0.3
+done
+[ "$(sinfo -h -o '%t' -n n1,n2 | sort -u | tr '\n' ' ')" = "idle " ] || fail "nodes not idle: $(sinfo -N 2>&1)"
+
+# The job: the check on 4 tasks over both nodes, then syncctl status on each node.
+export PYTHONPATH=$build/python
+out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
+  "$src/deploy/slurm/syncd-task /usr/bin/python3 $src/tests/deploy/slurm_check.py" 2>&1) || fail "srun check: $out"
+[ "$(grep -c ': exact$' <<< "$out")" -eq 4 ] || fail "not every rank was exact: $out"
+echo "$out"
+status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$build"'"/bin/syncctl status' 2>&1) || fail "syncctl in a job: $status"
+grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fail "syncctl status in the job: $status"
+echo "$status" | head -n 3
+
+# After the jobs: nothing of them is left.
+for i in $(seq 50); do
+  [ -z "$(ls -A "$t/run")" ] && ! pgrep -f -- "--run-dir=$t/run" >/dev/null && break
+  sleep 0.2
+done
+pgrep -af -- "--run-dir=$t/run" && fail "a syncd outlived its job"
+[ -z "$(ls -A "$t/run")" ] || fail "run directories left: $(ls -A "$t/run")"
+[ "$(ls /dev/shm | sort)" = "$shm_before" ] || fail "shared memory left: $(comm -13 <(echo "$shm_before") <(ls /dev/shm | sort))"
+
+# A daemon that cannot start fails the prolog, and the reason is in slurmd's log.
+sed -i "s|^SYNCD_PREFIX=.*|SYNCD_PREFIX=$t/not-installed|" "$t/syncd.conf"
+if timeout 60 srun -N1 -n1 -t 1 true >/dev/null 2>&1; then fail "a job ran although its prolog could not start syncd"; fi
+for i in $(seq 50); do grep -q "syncd-slurm\[" "$t"/slurmd-n*.log && break; sleep 0.2; done
+grep -h "prolog failed" "$t"/slurmd-n*.log | grep -q "syncd-slurm\[.*exited before it was ready" ||
+  fail "no reason in slurmd's log: $(grep -h 'prolog failed' "$t"/slurmd-n*.log)"
+echo "slurm: prolog, job and epilog verified"
