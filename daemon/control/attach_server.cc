@@ -141,15 +141,19 @@ void AttachServer::Run() {
               break;
             }
       } else {
-        const int fd = int(tag);
+        // A client's tag carries its id: an event of a connection dropped earlier in this batch
+        // must not act on a newer connection that got the same descriptor number.
+        const int fd = int(tag & 0xffffffffu);
+        const auto conn = connections_.find(fd);
+        if (conn == connections_.end() || conn->second.client_id != uint32_t(tag >> 32)) continue;
         char buf[64];
         const ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (r > 0 && memchr(buf, abi::kGoodbyeByte, size_t(r)) != nullptr) {
-          connections_[fd].said_goodbye = true;
+          conn->second.said_goodbye = true;
           continue;  // the close follows; it is reported then
         }
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (events[i].events & (EPOLLHUP | EPOLLERR))) {
-          const bool clean = connections_.count(fd) && connections_[fd].said_goodbye;
+          const bool clean = conn->second.said_goodbye;
           Drop(fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
         }
       }
@@ -277,7 +281,7 @@ void AttachServer::Handshake(int fd) {
   fd_by_local_rank_[uint32_t(req.local_rank)] = fd;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = uint64_t(fd);
+  ev.data.u64 = uint64_t(id) << 32 | uint32_t(fd);
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
 }
 

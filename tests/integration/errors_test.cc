@@ -149,6 +149,36 @@ TEST(Errors, KilledClientFailsOthersNamingTheRankWithinOneSecond) {
   ExpectDaemonServes(d, 3);  // the dead rank's slot is reusable: its segment was reclaimed
 }
 
+// hvd.shutdown() then hvd.init() in a loop: the old connection's goodbye and hang-up and the new
+// attach can land in one batch of the attach server's events, and a descriptor closed there may
+// be reused at once. No rank may ever be taken for crashed (a stale event once dropped the new
+// connection of the same rank).
+TEST(Errors, RanksThatDetachAndAttachAgainAtOnceAreNeverTakenForCrashed) {
+  Cluster cluster(2, 2, {"--log-level", "warn"});
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(Spawn([&, r] {
+      for (int i = 0; i < 200; ++i) {
+        syncd_client* c = AttachAs(cluster.node(r / 2).run_dir(), r, 4, r % 2, 2);
+        CHILD_CHECK(c != nullptr, "rank %d, round %d: attach: %s", r, i, syncd_last_error());
+        int32_t v = 1;
+        int64_t shape = 1;
+        syncd_tensor t{"reattached", &v, SYNCD_INT32, 1, &shape};
+        syncd_handle h;
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
+        const int rc = syncd_wait(c, h, 20'000);
+        CHILD_CHECK(rc == SYNCD_OK && v == 4, "rank %d, round %d: %s (%d)", r, i, syncd_last_error(), v);
+        syncd_shutdown(c);
+      }
+      return 0;
+    }));
+  for (pid_t p : ranks) {
+    const int s = WaitChild(p, 100'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+  }
+  for (int n = 0; n < 2; ++n) EXPECT_FALSE(Contains(cluster.node(n).Log(), "exited without detaching")) << cluster.node(n).Log();
+}
+
 TEST(Errors, RankThatDetachesEarlyFailsPeersThatStillNeedIt) {
   Daemon d(2);
   auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
