@@ -115,6 +115,18 @@ status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$build"'"/bin/syncc
 grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fail "syncctl status in the job: $status"
 echo "$status" | head -n 3
 
+# A job of an ordinary user: its daemon runs as that user, in a 0700 run directory the user owns.
+user_job=$(cd / && timeout 120 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" PYTHONPATH="$PYTHONPATH" \
+  srun -N2 -n2 -t 2 bash -c 'echo "dir $(stat -c "%U %a" "$SYNCD_RUN_DIR")";
+    echo "daemon $(ps -o user= -p "$(cat "$SYNCD_RUN_DIR/syncd.pid")")";
+    /usr/bin/python3 -c "import torch, syncd.torch as hvd; hvd.init();
+print(\"sum\", int(hvd.allreduce(torch.ones(1), op=hvd.Sum).item())); hvd.shutdown()"' 2>&1) ||
+  fail "a job as nobody: $user_job"
+for want in "dir nobody 700" "daemon nobody" "sum 2"; do
+  [ "$(grep -cx "$want" <<< "$user_job")" -eq 2 ] || fail "a job as nobody: expected '$want' on both nodes: $user_job"
+done
+echo "a job as nobody: daemon and run directory belong to nobody; exact"
+
 # After the jobs: nothing of them is left.
 for i in $(seq 50); do
   [ -z "$(ls -A "$t/run")" ] && ! pgrep -f -- "--run-dir=$t/run" >/dev/null && break
