@@ -127,6 +127,18 @@ for want in "dir nobody 700" "daemon nobody" "sum 2"; do
 done
 echo "a job as nobody: daemon and run directory belong to nobody; exact"
 
+# A daemon that cannot drain (the job stops it) is killed by the epilog at its deadline
+# (SYNCD_DRAIN_TIMEOUT 5 s + 5 s), and its run directory is removed all the same.
+t0=$SECONDS
+timeout 60 srun -N1 -n1 -t 1 bash -c 'kill -STOP "$(cat "$SYNCD_RUN_DIR/syncd.pid")"' || fail "the job stopping its daemon"
+for i in $(seq 150); do
+  [ -z "$(ls -A "$t/run")" ] && ! pgrep -f -- "--run-dir=$t/run" >/dev/null && break
+  sleep 0.2
+done
+pgrep -af -- "--run-dir=$t/run" && fail "the epilog did not kill a daemon that could not drain"
+[ $((SECONDS - t0)) -ge 9 ] || fail "the stopped daemon was gone after $((SECONDS - t0)) s, before the epilog's deadline"
+echo "a daemon that cannot drain: killed by the epilog after $((SECONDS - t0)) s"
+
 # After the jobs: nothing of them is left.
 for i in $(seq 50); do
   [ -z "$(ls -A "$t/run")" ] && ! pgrep -f -- "--run-dir=$t/run" >/dev/null && break
