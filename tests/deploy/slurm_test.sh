@@ -113,6 +113,8 @@ out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
 echo "$out"
 status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$build"'"/bin/syncctl status' 2>&1) || fail "syncctl in a job: $status"
 grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fail "syncctl status in the job: $status"
+# Both daemons run on the dedicated core syncd.conf names.
+[ "$(grep -c "^cores *daemon $(($(nproc) - 1)) " <<< "$status")" -eq 2 ] || fail "daemon cores (SYNCD_CORES): $status"
 echo "$status" | head -n 3
 
 # A job of an ordinary user: its daemon runs as that user, in a 0700 run directory the user owns.
