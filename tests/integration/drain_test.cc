@@ -52,6 +52,25 @@ int SubmitSum(syncd_client* c, const char* name, int32_t* v, syncd_handle* h) {
   return syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, h);
 }
 
+// A rank of a 2-rank job whose collective straddles the drain: rank 0 submits before it (and says
+// so), rank 1 only once the test saw the daemon draining. Both must get `expect`.
+pid_t SpawnStraddlingRank(Shared* sh, const std::string& run_dir, int r, int local_rank, int local_size,
+                          const char* name, int32_t value, int32_t expect) {
+  return Spawn([=] {
+    syncd_client* c = AttachAs(run_dir, r, 2, local_rank, local_size);
+    CHILD_CHECK(c != nullptr, "attach");
+    int32_t v = value;
+    syncd_handle h;
+    if (r == 1) CHILD_CHECK(WaitFor([&] { return sh->draining.load() == 1; }, 10'000), "no drain");
+    CHILD_CHECK(SubmitSum(c, name, &v, &h) == SYNCD_OK, "%s", syncd_last_error());
+    if (r == 0) sh->submitted = 1;
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "rank %d: %s", r, syncd_last_error());
+    CHILD_CHECK(v == expect, "rank %d got %d", r, v);
+    syncd_shutdown(c);
+    return 0;
+  });
+}
+
 std::string Shell(const std::string& command, int* rc) {
   FILE* f = popen(command.c_str(), "r");
   std::string out;
@@ -67,22 +86,8 @@ TEST(Drain, SigtermLetsTheCollectiveInFlightFinishAndRefusesNewClients) {
   Daemon d(2);
   Shared* sh = MapShared();
   const std::string dir = d.run_dir();
-  auto rank = [&](int r) {
-    return Spawn([&, r] {
-      syncd_client* c = AttachAs(dir, r, 2, r, 2);
-      CHILD_CHECK(c != nullptr, "attach");
-      int32_t v = 10 * (r + 1);
-      syncd_handle h;
-      if (r == 1) CHILD_CHECK(WaitFor([&] { return sh->draining.load() == 1; }, 10'000), "no drain");
-      CHILD_CHECK(SubmitSum(c, "in.flight", &v, &h) == SYNCD_OK, "%s", syncd_last_error());
-      if (r == 0) sh->submitted = 1;
-      CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "rank %d: %s", r, syncd_last_error());
-      CHILD_CHECK(v == 30, "rank %d got %d", r, v);
-      syncd_shutdown(c);
-      return 0;
-    });
-  };
-  const pid_t r0 = rank(0), r1 = rank(1);
+  const pid_t r0 = SpawnStraddlingRank(sh, dir, 0, 0, 2, "in.flight", 10, 30);
+  const pid_t r1 = SpawnStraddlingRank(sh, dir, 1, 1, 2, "in.flight", 20, 30);
   ASSERT_TRUE(WaitFor([&] { return sh->submitted.load() == 1; }, 10'000));
   const double t0 = NowS();
   d.Kill(SIGTERM);
@@ -174,19 +179,7 @@ TEST_P(DrainModes, EveryNodeOfAJobDrainsTheCollectiveInFlight) {
   Shared* sh = MapShared();
   std::vector<pid_t> ranks;
   for (int r = 0; r < 2; ++r)
-    ranks.push_back(Spawn([&, r] {
-      syncd_client* c = AttachAs(cluster.node(r).run_dir(), r, 2, 0, 1);
-      CHILD_CHECK(c != nullptr, "attach");
-      int32_t v = r + 1;
-      syncd_handle h;
-      if (r == 1) CHILD_CHECK(WaitFor([&] { return sh->draining.load() == 1; }, 10'000), "no drain");
-      CHILD_CHECK(SubmitSum(c, "across.nodes", &v, &h) == SYNCD_OK, "%s", syncd_last_error());
-      if (r == 0) sh->submitted = 1;
-      CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "rank %d: %s", r, syncd_last_error());
-      CHILD_CHECK(v == 3, "rank %d got %d", r, v);
-      syncd_shutdown(c);
-      return 0;
-    }));
+    ranks.push_back(SpawnStraddlingRank(sh, cluster.node(r).run_dir(), r, 0, 1, "across.nodes", r + 1, 3));
   ASSERT_TRUE(WaitFor([&] { return sh->submitted.load() == 1; }, 10'000));
   for (int n = 0; n < 2; ++n) cluster.node(n).Kill(SIGTERM);
   for (int n = 0; n < 2; ++n)
