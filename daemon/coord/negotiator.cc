@@ -24,15 +24,29 @@ constexpr char kLeaveKind = 'L';  // the daemon was told to stop
 constexpr char kCycleKind = 'C';  // on_demand: please run cycle N (8 bytes after the kind)
 constexpr uint64_t kCycleShift = 24;
 
-// Layout of the agreement vector: [W][hits: W words, AND][invalid: W words, OR][flags, OR].
+// Layout of the agreement vector:
+//   [W][hits: W words, AND][invalid: W words, OR][flags, OR][GPU position, MAX].
 // Flags: 1 = some node has names the cache does not know; 2 = some node holds work (drain).
+// GPU position: see GpuOrder.
 void CombineAgreement(char* acc, const char* other, size_t bytes) {
   auto* a = reinterpret_cast<uint64_t*>(acc);
   const auto* b = reinterpret_cast<const uint64_t*>(other);
   const size_t words = bytes / 8, w = a[0];
   for (size_t i = 1; i <= w; ++i) a[i] &= b[i];
-  for (size_t i = w + 1; i < words; ++i) a[i] |= b[i];
+  for (size_t i = w + 1; i + 1 < words; ++i) a[i] |= b[i];
+  a[words - 1] = std::max(a[words - 1], b[words - 1]);
 }
+
+// Releases a GpuOrder hold when the cycle that took it ends, however it ends (a cancelled cycle's
+// frame is destroyed, and this with it).
+struct GpuHold {
+  GpuOrder* order = nullptr;
+  void Release() {
+    if (order) order->Release();
+    order = nullptr;
+  }
+  ~GpuHold() { Release(); }
+};
 
 void MinCombine(char* acc, const char* other, size_t bytes) {
   for (size_t i = 0; i + 8 <= bytes; i += 8) {
@@ -145,15 +159,18 @@ CommTask Negotiator::Cycle() {
 CommTask Negotiator::Negotiate(uint64_t base) {
   const uint64_t start = abi::MonotonicNs();
   const uint32_t words = (cache_.capacity() + 63) / 64;
-  std::vector<uint64_t> agree(2 * words + 2, 0);
+  std::vector<uint64_t> agree(2 * words + 3, 0);
   agree[0] = words;
   uint64_t* hits = &agree[1];
   uint64_t* invalid = &agree[1 + words];
   uint64_t& flags = agree[1 + 2 * words];
+  uint64_t& gpu_position = agree[2 + 2 * words];
   std::vector<NameRequest> uncached;
+  bool gpu_pending = false;
   for (const std::string& name : order_) {
-    if (announced_.count(name)) continue;
     const Pending& p = pending_.at(name);
+    gpu_pending |= p.tensor.first().gpu;
+    if (announced_.count(name)) continue;
     const TensorMeta meta = TensorMeta::Of(p.tensor.first());
     const std::optional<int32_t> bit = cache_.Find(name);
     if (bit && p.local_error.ok() && cache_.meta(*bit) == meta) {
@@ -166,12 +183,19 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   if (!uncached.empty()) flags |= 1;
   if (local_busy_ || !pending_.empty()) flags |= 2;
   const uint64_t seq = cycle_seq_;
+  GpuHold hold;
+  if (GpuOrder* order = options_.gpu_order) {
+    if (gpu_pending) hold.order = order;
+    gpu_position = gpu_pending ? order->Hold() : order->count();
+  }
 
   CommTask agreement = RecursiveDoublingCombine(t_, (base + 1) << 8, agree.data(), agree.size() * 8, CombineAgreement);
   Status st = co_await Await(&agreement);
   if (!st.ok()) co_return st;
 
   if (!(flags & 2)) quiet_cycle_ = seq;
+  agreed_gpu_position_ = gpu_position;
+  if (hold.order) hold.order->Agreed(gpu_position);
   // Identical on every node from here: evict invalidated entries, collect hits in bit order.
   std::vector<std::string> run;
   for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
@@ -237,6 +261,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     co_return plan_mismatch;
   }
   if (ready.empty()) co_return Status::Ok();
+  if (std::none_of(ready.begin(), ready.end(), [](const ReadyTensor& t) { return t.first().gpu; })) hold.Release();
   executing_ = std::move(ready);
   const uint64_t exec_start = abi::MonotonicNs();
   CommTask exec = execute_(&executing_, base);

@@ -24,6 +24,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "daemon/coord/gpu_order.h"
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/response_cache.h"
 #include "daemon/coord/wire.h"
@@ -56,6 +57,9 @@ struct NegotiatorOptions {
   bool on_demand = false;
   uint32_t cache_capacity = 1024;
   uint32_t local_size = 1;
+  // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
+  // plan's (see gpu_order.h). nullptr: no plan GPU groups to order against.
+  GpuOrder* gpu_order = nullptr;
 };
 
 
@@ -105,6 +109,9 @@ class Negotiator {
     local_busy_ = local_busy;
   }
   uint64_t cycle_seq() const { return cycle_seq_; }
+  // The current cycle's agreed GPU position (see GpuOrder): its GPU collectives go after this many
+  // plan GPU groups. Read it from the Execute callback.
+  uint64_t agreed_gpu_position() const { return agreed_gpu_position_; }
   // The last cycle whose agreement found no node holding work (0: none yet).
   uint64_t quiet_cycle() const { return quiet_cycle_; }
   NegotiationStats stats() const {
@@ -183,6 +190,7 @@ class Negotiator {
   std::list<Outgoing> requests_out_;  // on_demand: cycle requests being sent
   NegotiationStats stats_;
 
+  uint64_t agreed_gpu_position_ = 0;
   bool draining_ = false, local_busy_ = false;
   uint64_t quiet_cycle_ = 0;
 

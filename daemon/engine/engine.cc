@@ -50,6 +50,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     opts.blocking = config.coord == "negotiate" || config.coord == "gs";
     opts.on_demand = config.coord == "topo";
     opts.gs_period = config.coord == "gs" ? config.gs_period : 0;
+    if (config.coord == "topo") opts.gpu_order = &gpu_order_;
     opts.while_blocked = [this] {
       node_page_->Heartbeat();
       const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
@@ -57,7 +58,9 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     };
     negotiator_ = std::make_unique<Negotiator>(
         transport_.get(), opts,
-        [this](std::vector<ReadyTensor>* ready, uint64_t tag) { return ExecuteAgreed(ready, tag, &fusion_buffer_); },
+        [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
+          return ExecuteAgreed(ready, tag, &fusion_buffer_, negotiator_->agreed_gpu_position());
+        },
         [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
   }
   start_ns_ = abi::MonotonicNs();
@@ -292,7 +295,7 @@ void Engine::RegisterPlan(ReadyTensor& registration) {
                  config_.coord == "topo" ? "" : " (not used: --coord is " + config_.coord + ")");
     if (config_.coord == "topo") {
       auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
-        return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_) : ExecuteLocal(group, tag);
+        return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_, std::nullopt) : ExecuteLocal(group, tag);
       };
       topo_ = std::make_unique<TopoRunner>(plan_, execute, [this](const std::vector<Request>& rs, const Status& st) {
         CompleteAll(rs, st);
@@ -341,6 +344,7 @@ bool Engine::DrainEvents() {
         // Its plan too: every node drops it at the same point, before the new job's first request.
         topo_.reset();
         plan_.reset();
+        gpu_order_.Reset();
         fallback_tensors_ = 0;
         job_id_ = a->client->job_id;
       }

@@ -125,8 +125,11 @@ class Engine {
   // collective, scatter back). `tag` is unique to this execution across the job. Completes each
   // tensor's requests as its group finishes and clears them (see Negotiator::Execute).
   // `buffer`: the fusion buffer of this kind of execution (negotiated and TOPO groups may be in
-  // flight at once, each needs its own).
-  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, std::vector<char>* buffer);
+  // flight at once, each needs its own). `gpu_position`: under --coord topo, where a negotiated
+  // cycle's GPU groups go among the plan's GPU groups (Negotiator::agreed_gpu_position);
+  // nullopt for a TOPO plan group.
+  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, std::vector<char>* buffer,
+                         std::optional<uint64_t> gpu_position);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
   // A TOPO graph every rank of the job registered, agreed at this point of the job on every
@@ -172,6 +175,8 @@ class Engine {
   };
   std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
   std::string gpu_unavailable_ = "none was found at startup";
+  // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
+  GpuOrder gpu_order_;
   std::unique_ptr<Negotiator> negotiator_;
   std::unique_ptr<TopoRunner> topo_;              // --coord topo, once a plan is registered
   std::shared_ptr<const TopoPlan> plan_;          // the job's registered plan (any mode)

@@ -17,7 +17,8 @@ constexpr size_t kPipelineDepth = 4;
 
 }  // namespace
 
-CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, std::vector<char>* buffer) {
+CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, std::vector<char>* buffer,
+                               std::optional<uint64_t> gpu_position) {
   std::vector<ReadyTensor>& ready = *agreed;
   std::vector<FusionCandidate> candidates;
   for (const ReadyTensor& t : ready) {
@@ -33,9 +34,18 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
     const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
     if (f.gpu) {
       // The GPU executor's NCCL communicator spans every GPU of the job: no host pipeline. Every
-      // daemon enqueues the agreed groups in the same order, as NCCL requires.
+      // daemon enqueues the agreed groups in the same order, as NCCL requires; under TOPO the
+      // plan's groups and the negotiated ones take turns in one job-wide order (GpuOrder).
+      const bool ordered = config_.coord == "topo";
+      if (ordered) {
+        WaitUntil turn = gpu_position ? gpu_order_.NegotiatedTurn(*gpu_position) : gpu_order_.PlanTurn();
+        co_await turn;
+        Status in_turn = gpu_position ? gpu_order_.Turn(*gpu_position) : Status::Ok();
+        if (!in_turn.ok()) co_return in_turn;
+      }
       StatusOr<uint64_t> ticket = EnqueueGpu(ready, g);
       if (!ticket.ok()) co_return ticket.status();
+      if (ordered && !gpu_position) gpu_order_.PlanIssued();
       const uint64_t id = *ticket;
       Status gpu_error;
       CommState state = CommState::kPending;
