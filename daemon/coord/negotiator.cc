@@ -347,6 +347,7 @@ std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>&
           r.kind = abi::OpKind(a.metas[node].kind);
           r.dtype = syncd_dtype(a.metas[node].dtype);
           r.op = syncd_reduce_op(a.metas[node].op);
+          r.gpu = a.metas[node].gpu != 0;
           r.root = a.metas[node].root;
           r.prescale = a.metas[node].prescale;
           r.postscale = a.metas[node].postscale;

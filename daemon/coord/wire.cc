@@ -19,6 +19,7 @@ class Writer {
     Put(m.kind);
     Put(m.dtype);
     Put(m.op);
+    Put(m.gpu);
     Put(m.root);
     Put(m.prescale);
     Put(m.postscale);
@@ -50,7 +51,7 @@ class Reader {
   }
   bool Meta(TensorMeta* m) {
     uint32_t dims;
-    if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->root) && Get(&m->prescale) &&
+    if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->gpu) && Get(&m->root) && Get(&m->prescale) &&
           Get(&m->postscale) && Get(&dims)) || dims > 64)
       return false;
     m->shape.resize(dims);
@@ -72,6 +73,7 @@ TensorMeta TensorMeta::Of(const Request& r) {
   m.kind = uint32_t(r.kind);
   m.dtype = r.dtype;
   m.op = r.op;
+  m.gpu = r.gpu ? 1 : 0;
   m.root = r.kind == abi::OpKind::kBroadcast ? r.root : 0;
   m.prescale = r.prescale;
   m.postscale = r.postscale;

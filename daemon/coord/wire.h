@@ -16,6 +16,7 @@ namespace syncd {
 // The properties every node must agree on for one tensor name.
 struct TensorMeta {
   uint32_t kind = 0, dtype = 0, op = 0;
+  uint32_t gpu = 0;  // memory: 1 GPU, 0 host (a name's collective runs on NCCL or on the host path)
   int32_t root = 0;
   double prescale = 1, postscale = 1;
   std::vector<int64_t> shape;
