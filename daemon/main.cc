@@ -118,6 +118,8 @@ int Serve(const Config& config) {
     join.set_hostname(host);
     join.set_pid(getpid());
     join.set_gpus(gpu ? gpu->devices() : 0);
+    if (gpu)
+      for (const std::string& u : gpu->uuids()) join.add_gpu_uuids(u);
     join.set_nccl_id(nccl_id);
     spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
     auto table = JoinJob(config.rendezvous, join, timeout);
@@ -129,6 +131,10 @@ int Serve(const Config& config) {
     if (Status st = transport->Connect(table->ucx_addresses, same_host_pids); !st.ok()) return fail(st);
     gpus_per_node = table->gpus;
     nccl_id = table->nccl_id;
+    if (std::string shared = SharedGpus(*table); gpu && !shared.empty()) {
+      no_gpu = shared;
+      gpu.reset();
+    }
     std::string how;
     for (uint32_t n = 0; n < config.nodes; ++n)
       if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + transport->failure_detection(n) + ";";
@@ -143,7 +149,15 @@ int Serve(const Config& config) {
       }
   }
   if (gpu) {
-    if (Status st = gpu->Connect(nccl_id, gpus_per_node, config.node_rank); !st.ok()) return fail(st);
+    if (Status st = gpu->Connect(nccl_id, gpus_per_node, config.node_rank); !st.ok()) {
+      // Other nodes may be waiting inside NCCL's own rendezvous: only the whole job can give up.
+      if (config.nodes > 1) return fail(st);
+      spdlog::error("no GPU collectives: {}", st.message());
+      no_gpu = st.message();
+      gpu.reset();
+    }
+  }
+  if (gpu) {
     for (const std::string& name : gpu->stats().names) spdlog::info("GPU {}", name);
   } else {
     spdlog::info("no GPU collectives: {}", no_gpu);

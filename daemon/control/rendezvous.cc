@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <map>
+
 namespace syncd {
 namespace {
 
@@ -24,7 +26,8 @@ RendezvousService::RendezvousService(std::string job_token, uint32_t nodes, uint
       addresses_(nodes),
       hostnames_(nodes),
       pids_(nodes, 0),
-      gpus_(nodes, 0) {}
+      gpus_(nodes, 0),
+      gpu_uuids_(nodes) {}
 
 grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::JoinRequest* req,
                                      control::JoinReply* reply) {
@@ -54,6 +57,7 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
   hostnames_[req->node_rank()] = req->hostname();
   pids_[req->node_rank()] = req->pid();
   gpus_[req->node_rank()] = req->gpus();
+  gpu_uuids_[req->node_rank()].assign(req->gpu_uuids().begin(), req->gpu_uuids().end());
   if (req->node_rank() == 0) nccl_id_ = req->nccl_id();
   if (++count_ == nodes_) all_joined_.notify_all();
   spdlog::info("rendezvous: {} joined ({} of {})", who, count_, nodes_);
@@ -67,6 +71,8 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     reply->add_hostnames(hostnames_[i]);
     reply->add_pids(pids_[i]);
     reply->add_gpus(gpus_[i]);
+    control::NodeGpus* gpus = reply->add_gpu_uuids();
+    for (const std::string& u : gpu_uuids_[i]) gpus->add_uuids(u);
   }
   reply->set_nccl_id(nccl_id_);
   return grpc::Status::OK;
@@ -96,8 +102,33 @@ StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinReq
   table.hostnames.assign(reply.hostnames().begin(), reply.hostnames().end());
   table.pids.assign(reply.pids().begin(), reply.pids().end());
   table.gpus.assign(reply.gpus().begin(), reply.gpus().end());
+  for (const control::NodeGpus& g : reply.gpu_uuids()) table.gpu_uuids.emplace_back(g.uuids().begin(), g.uuids().end());
   table.nccl_id = reply.nccl_id();
   return table;
+}
+
+std::string SharedGpus(const JobTable& table) {
+  std::map<std::string, std::vector<uint32_t>> nodes_of;  // GPU -> the nodes whose daemon drives it
+  std::vector<std::string> order;
+  for (uint32_t n = 0; n < table.gpu_uuids.size(); ++n)
+    for (const std::string& u : table.gpu_uuids[n]) {
+      std::vector<uint32_t>& nodes = nodes_of[u];
+      if (nodes.empty()) order.push_back(u);
+      if (nodes.empty() || nodes.back() != n) nodes.push_back(n);
+    }
+  for (const std::string& u : order) {
+    const std::vector<uint32_t>& nodes = nodes_of[u];
+    if (nodes.size() < 2) continue;
+    std::string who;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      who += (i == 0 ? "" : i + 1 == nodes.size() ? " and " : ", ") + std::string("node ") + std::to_string(nodes[i]);
+      if (nodes[i] < table.hostnames.size()) who += " (" + table.hostnames[nodes[i]] + ")";
+    }
+    return "GPU " + u + " is driven by the daemons of " + who +
+           ": NCCL takes each GPU once per job, so give each daemon GPUs of its own (CUDA_VISIBLE_DEVICES) or "
+           "start them with --gpus none";
+  }
+  return "";
 }
 
 }  // namespace syncd

@@ -37,6 +37,7 @@ class RendezvousService final : public control::Rendezvous::Service {
   std::vector<std::string> hostnames_;       // GUARDED_BY(mu_)
   std::vector<int32_t> pids_;                // GUARDED_BY(mu_)
   std::vector<uint32_t> gpus_;               // GUARDED_BY(mu_)
+  std::vector<std::vector<std::string>> gpu_uuids_;  // GUARDED_BY(mu_)
   std::string nccl_id_;                      // GUARDED_BY(mu_)
   uint32_t count_ = 0;                       // GUARDED_BY(mu_)
 };
@@ -46,8 +47,15 @@ struct JobTable {
   std::vector<std::string> hostnames;
   std::vector<int32_t> pids;
   std::vector<uint32_t> gpus;  // by node rank
+  std::vector<std::vector<std::string>> gpu_uuids;  // by node rank
   std::string nccl_id;         // node 0's
 };
+
+// NCCL takes each GPU once per communicator, so a job whose daemons share a GPU (several
+// simulated nodes on one GPU machine, or overlapping CUDA_VISIBLE_DEVICES) cannot run GPU
+// collectives. Returns why, naming the GPU and the nodes (and hosts), or "" when every GPU is
+// driven by one daemon only. Every node computes the same answer from the same table.
+std::string SharedGpus(const JobTable& table);
 
 // Joins the job at `rendezvous` (HOST:PORT), retrying while node 0 is not up yet, until `timeout`.
 StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinRequest& request,

@@ -520,7 +520,7 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
     r.gpu = true;
     const char* at = c.info->segment.ArenaRange(e.arena_offset, sizeof(abi::GpuDescriptor));
     if (at == nullptr) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + ": GPU descriptor outside the arena");
-    if (!gpu_) return reject(SYNCD_ERR_INVALID, what + " is a GPU tensor, but this syncd has no GPUs: " + gpu_unavailable_);
+    if (!gpu_) return reject(SYNCD_ERR_INVALID, what + " is a GPU tensor, but this syncd runs no GPU collectives: " + gpu_unavailable_);
     abi::GpuDescriptor desc;
     memcpy(&desc, at, sizeof(desc));  // copied out first: the client could change it meanwhile
     StatusOr<GpuMapping> m = gpu_->Map(c.info->client_id, desc, r.bytes);

@@ -61,6 +61,8 @@ class GpuExecutor {
   virtual ~GpuExecutor() = default;
 
   virtual uint32_t devices() const = 0;
+  // The GPUs' UUIDs ("GPU-…"), by device index.
+  virtual std::vector<std::string> uuids() const = 0;
   // A fresh NCCL unique id (node 0 makes it; the rendezvous hands it to every daemon).
   virtual StatusOr<std::string> MakeNcclId() = 0;
   // Creates this daemon's NCCL ranks: `gpus_per_node[n]` GPUs on node n, ranks numbered node by

@@ -110,6 +110,11 @@ class CudaGpuExecutor final : public GpuExecutor {
   }
 
   uint32_t devices() const override { return uint32_t(devices_.size()); }
+  std::vector<std::string> uuids() const override {
+    std::vector<std::string> u;
+    for (const Device& d : devices_) u.push_back(UuidText(d.uuid));
+    return u;
+  }
   bool connected() const override { return nranks_ > 0; }
 
   StatusOr<std::string> MakeNcclId() override {

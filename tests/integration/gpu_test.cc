@@ -314,6 +314,37 @@ TEST(Gpu, AClientThatDiesFailsItsPeersAndTheDaemonServesTheNextJob) {
   ExpectAllSucceeded(next);
 }
 
+TEST(Gpu, DaemonsThatShareAGpuRefuseGpuTensorsClearlyAndServeHostTensors) {
+  // Two simulated nodes on one GPU machine: NCCL cannot put one GPU twice into the job's
+  // communicator, so the daemons start without GPU collectives and say why.
+  SKIP_WITHOUT_GPU();
+  Cluster cluster(2, 1);
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    void* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, 64));
+    int64_t shape[1] = {16};
+    syncd_tensor t{"on.a.shared.gpu", dev, SYNCD_FLOAT32, 1, shape};
+    syncd_handle h;
+    const int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
+    CHILD_CHECK(rc == SYNCD_ERR_INVALID, "got %s: %s", syncd_status_name(rc), syncd_last_error());
+    const std::string why = syncd_last_error();
+    CHILD_CHECK(Contains(why, "tensor 'on.a.shared.gpu'") && Contains(why, "is driven by the daemons of node 0") &&
+                    Contains(why, "node 1") && Contains(why, "CUDA_VISIBLE_DEVICES"),
+                "%s", why.c_str());
+    cudaFree(dev);
+    std::vector<int32_t> host(1024);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = int32_t(rank * 1000 + int(i));
+    int64_t hshape[1] = {int64_t(host.size())};
+    syncd_tensor ht{"host.after", host.data(), SYNCD_INT32, 1, hshape};
+    CHILD_CHECK(syncd_allreduce_async(c, &ht, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 20'000) == SYNCD_OK, "%s", syncd_last_error());
+    for (size_t i = 0; i < host.size(); ++i)
+      CHILD_CHECK(host[i] == int32_t(1000 * (n * (n - 1) / 2) + n * int(i)), "element %zu: %d", i, host[i]);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
 #else
 
 TEST(Gpu, GpuSuiteNeedsACudaBuild) { GTEST_SKIP() << "built without CUDA (SYNCD_WITH_CUDA=OFF)"; }
