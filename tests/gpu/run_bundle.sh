@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every GPU test and benchmark from a bundle made by tests/gpu/bundle.sh, on a GPU machine,
+# from the repository root (it needs tests/python, bench/ and client/python from the checkout):
+#   tests/gpu/run_bundle.sh [BUNDLE=.devbuild]
+# Needs python3 with a CUDA build of torch, pytest and pybind11 there (the extension is compiled
+# against that machine's Python). Full logs go to $SYNCD_GPU_LOGS (default $OUT, else a temporary
+# folder); the tail of each is printed. Exits non-zero when any step failed.
+set -uo pipefail
+bundle=$(cd "${1:-.devbuild}" && pwd) || exit 2
+logs=${SYNCD_GPU_LOGS:-${OUT:-$(mktemp -d)}}
+mkdir -p "$logs"
+export LD_LIBRARY_PATH=$bundle/lib UCX_MODULE_DIR=$bundle/lib/ucx SYNCD_BIN_DIR=$bundle/bin PYTHONUNBUFFERED=1
+nvidia-smi -L || echo "run_bundle.sh: nvidia-smi found no GPU; the GPU tests will skip"
+
+py=$(mktemp -d)
+mkdir -p "$py/syncd"
+cp -r client/python/syncd/* "$py/syncd/"
+includes=$(python3 -m pybind11 --includes 2>/dev/null || python3-config --includes)  # pip pybind11, or the headers in /usr/include
+if ! g++ -O2 -shared -fPIC -std=c++20 $includes -Iclient/include \
+    client/python/src/client_module.cc -L"$bundle/lib" -lsyncclient \
+    -o "$py/syncd/_client$(python3-config --extension-suffix)"; then
+  echo "run_bundle.sh: cannot build the Python extension here (pybind11 and the Python headers?)" >&2
+  exit 2
+fi
+
+rc=0
+step() {  # step NAME COMMAND...: runs it, logs to $logs/NAME.log, prints the tail
+  local name=$1
+  shift
+  local start=$SECONDS
+  echo "== $name: $*"
+  if "$@" >"$logs/$name.log" 2>&1; then
+    echo "   ok ($((SECONDS - start)) s)"
+  else
+    echo "   FAILED (rc $?, $((SECONDS - start)) s)"
+    rc=1
+  fi
+  tail -n 25 "$logs/$name.log"
+}
+step gtest_gpu "$bundle/bin/syncd_integration_tests" --gtest_filter='Gpu.*'
+step pytest_gpu env PYTHONPATH="$py" "$bundle/bin/syncrun" -n 2 -- python3 -m pytest -q tests/python/test_torch_gpu.py
+step bench_gpu bench/gpu.sh --ranks 2
+echo "logs in $logs"
+exit $rc
