@@ -12,7 +12,8 @@ mkdir -p "$logs"
 export LD_LIBRARY_PATH=$bundle/lib UCX_MODULE_DIR=$bundle/lib/ucx SYNCD_BIN_DIR=$bundle/bin PYTHONUNBUFFERED=1
 nvidia-smi -L || echo "run_bundle.sh: nvidia-smi found no GPU; the GPU tests will skip"
 
-py=$(mktemp -d)
+fake_build=$(mktemp -d)  # test_jobs.py finds the package in $SYNCD_BUILD_DIR/python
+py=$fake_build/python
 mkdir -p "$py/syncd"
 cp -r client/python/syncd/* "$py/syncd/"
 includes=$(python3 -m pybind11 --includes 2>/dev/null || python3-config --includes)  # pip pybind11, or the headers in /usr/include
@@ -39,6 +40,7 @@ step() {  # step NAME COMMAND...: runs it, logs to $logs/NAME.log, prints the ta
 }
 step gtest_gpu "$bundle/bin/syncd_integration_tests" --gtest_filter='Gpu.*'
 step pytest_gpu env PYTHONPATH="$py" "$bundle/bin/syncrun" -n 2 -- python3 -m pytest -q tests/python/test_torch_gpu.py
+step pytest_jobs_gpu env SYNCD_BUILD_DIR="$fake_build" python3 -m pytest -q -k gpu tests/python/test_jobs.py
 step bench_gpu bench/gpu.sh --ranks 2
 echo "logs in $logs"
 exit $rc

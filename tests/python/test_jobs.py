@@ -72,6 +72,29 @@ def test_topo_plan_is_registered_from_autograd_and_runs_every_later_step(trained
     assert all(not i["status"].get("topo", {}).get("in_use", False) for i in negotiate)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
+def test_topo_on_the_gpu_with_a_metric_outside_the_plan_is_bit_identical_to_negotiate(tmp_path):
+    # One node (two ranks on one GPU): a GPU job's plan groups and a negotiated GPU tensor each step.
+    runs = {}
+    for mode in ("negotiate", "topo"):
+        out = tmp_path / mode
+        out.mkdir()
+        p, results = syncrun(1, 2, "train_steps.py", str(out), "15", "cuda", "metric",
+                             syncd_args=["--coord=%s" % mode])
+        assert p.returncode == 0, p.stdout + p.stderr
+        runs[mode] = (out, [json.loads(r) for r in results])
+    for r in range(2):
+        a = torch.load(os.path.join(runs["negotiate"][0], "rank%d.pt" % r))
+        b = torch.load(os.path.join(runs["topo"][0], "rank%d.pt" % r))
+        for k in a:
+            assert torch.equal(a[k], b[k]), "rank %d, %s differs between negotiate and topo" % (r, k)
+    (status,) = [i["status"] for i in runs["topo"][1] if "status" in i]
+    assert status["topo"]["in_use"] is True
+    assert int(status["topo"]["steps"]) >= 14
+    assert int(status["topo"]["fallback_tensors"]) >= 14  # the metric, every step after registration
+    assert int(status["gpu"]["allreduces"]) >= 14 * 2
+
+
 def test_a_lost_rank_raises_on_every_survivor():
     p, results = syncrun(2, 4, "lost_peer.py", timeout=120)
     assert len(results) == 3, p.stdout + p.stderr
