@@ -25,7 +25,6 @@
 namespace syncd::testing {
 namespace {
 
-double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Flags the test process and its forked ranks share.
 struct Shared {

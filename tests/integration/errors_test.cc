@@ -16,11 +16,11 @@
 #include "proto/doorbell.h"
 #include "proto/shm_abi.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/raw_client.h"
 
 namespace syncd::testing {
 namespace {
 
-double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 
 // A quick allreduce among `n` ranks proving the daemon still serves.
@@ -251,46 +251,11 @@ TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
   munmap(t_kill, 4096);
 }
 
-// ---- Raw protocol access: what a broken or hostile client could send. ----
-
-int RawConnect(const std::string& run_dir) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/attach.sock", run_dir.c_str());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[2]) {
-  EXPECT_EQ(send(fd, &req, sizeof(req), 0), ssize_t(sizeof(req)));
-  abi::AttachReply reply{};
-  iovec iov{&reply, sizeof(reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  fds[0] = fds[1] = -1;
-  EXPECT_EQ(recvmsg(fd, &msg, MSG_WAITALL), ssize_t(sizeof(reply)));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_type == SCM_RIGHTS) memcpy(fds, CMSG_DATA(c), 2 * sizeof(int));
-  return reply;
-}
-
-abi::AttachRequest Request(int rank, int size) {
-  return abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, rank, size, int32_t(getpid()), 0, 0};
-}
-
 TEST(Errors, WrongProtocolVersionIsRefusedWithBothVersions) {
   Daemon d(1);
   int fd = RawConnect(d.run_dir());
   ASSERT_GE(fd, 0);
-  abi::AttachRequest req = Request(0, 1);
+  abi::AttachRequest req = RawAttachRequest(0, 1);
   req.version = 99;
   int fds[2];
   abi::AttachReply reply = RawAttach(fd, req, fds);
@@ -365,83 +330,6 @@ TEST(Errors, OtherUsersAreRefused) {
   ExpectDaemonServes(d, 1);
 }
 
-// A client that writes ring entries by hand.
-class RawClient {
- public:
-  explicit RawClient(const std::string& run_dir, int size = 1) {
-    fd_ = RawConnect(run_dir);
-    int fds[2];
-    reply_ = RawAttach(fd_, Request(0, size), fds);
-    EXPECT_EQ(reply_.status, SYNCD_OK) << reply_.message;
-    seg_ = static_cast<char*>(mmap(nullptr, reply_.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
-    node_ = static_cast<abi::NodePage*>(mmap(nullptr, reply_.node_page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0));
-    close(fds[0]);
-    close(fds[1]);
-    h_ = reinterpret_cast<abi::SegmentHeader*>(seg_);
-    submit_ = abi::RingView<abi::SubmitEntry>(&h_->submit, reinterpret_cast<abi::SubmitEntry*>(seg_ + h_->submit_ring_offset), h_->ring_entries);
-    done_ = abi::RingView<abi::CompletionEntry>(&h_->completion, reinterpret_cast<abi::CompletionEntry*>(seg_ + h_->completion_ring_offset), h_->ring_entries);
-  }
-  ~RawClient() {
-    munmap(seg_, reply_.segment_bytes);
-    munmap(node_, reply_.node_page_bytes);
-    close(fd_);
-  }
-  abi::SubmitEntry Valid(uint64_t handle) const {
-    abi::SubmitEntry e{};
-    e.handle = handle;
-    e.kind = uint32_t(abi::OpKind::kAllreduce);
-    e.dtype = SYNCD_FLOAT32;
-    e.op = SYNCD_SUM;
-    e.prescale = e.postscale = 1;
-    e.ndim = 1;
-    e.shape[0] = 4;
-    e.bytes = 16;
-    snprintf(e.name, sizeof(e.name), "raw.%lu", (unsigned long)handle);
-    return e;
-  }
-  void Push(const abi::SubmitEntry& e) {
-    *submit_.Reserve() = e;
-    submit_.Publish();
-    Kick();
-  }
-  void Kick() { abi::Ring(&node_->engine_doorbell); }
-  // Whether the daemon closed our socket within `timeout_s`.
-  bool ClosedByDaemon(double timeout_s) {
-    for (double end = NowS() + timeout_s; NowS() < end;) {
-      char b;
-      const ssize_t r = recv(fd_, &b, 1, MSG_DONTWAIT);
-      if (r == 0) return true;
-      usleep(1000);
-    }
-    return false;
-  }
-  // Waits for the completion of `handle`; returns its status and message.
-  std::pair<int, std::string> Await(uint64_t handle, double timeout_s = 5) {
-    for (double end = NowS() + timeout_s; NowS() < end;) {
-      if (const abi::CompletionEntry* c = done_.Front()) {
-        const uint32_t idx = done_.FrontIndex() & (done_.capacity() - 1);
-        std::pair<int, std::string> r{c->status, std::string(seg_ + h_->message_offset + idx * abi::kMessageBytes, c->message_bytes)};
-        const uint64_t got = c->handle;
-        done_.Pop();
-        if (got == handle) return r;
-      }
-      usleep(100);
-    }
-    return {-1, "no completion"};
-  }
-  abi::SegmentHeader* header() { return h_; }
-  uint64_t arena_bytes() const { return h_->arena_bytes; }
-
- private:
-  int fd_ = -1;
-  abi::AttachReply reply_{};
-  char* seg_ = nullptr;
-  abi::NodePage* node_ = nullptr;
-  abi::SegmentHeader* h_ = nullptr;
-  abi::RingView<abi::SubmitEntry> submit_;
-  abi::RingView<abi::CompletionEntry> done_;
-};
-
 TEST(Errors, MalformedRingEntriesAreRefusedOneByOne) {
   Daemon d(1);
   RawClient raw(d.run_dir());
@@ -462,6 +350,9 @@ TEST(Errors, MalformedRingEntriesAreRefusedOneByOne) {
       {"offset out of arena", [arena](auto& e) { e.arena_offset = arena - 8; }, SYNCD_ERR_INVALID, "outside the client's arena"},
       {"too-large request", [arena](auto& e) { e.shape[0] = int64_t(arena); e.bytes = arena * 4; }, SYNCD_ERR_INVALID, "outside the client's arena"},
       {"broadcast root out of range", [](auto& e) { e.kind = 2; e.root = 5; }, SYNCD_ERR_INVALID, "root 5"},
+      {"GPU descriptor out of arena", [arena](auto& e) { e.flags = abi::kSubmitGpu; e.arena_offset = arena - 8; },
+       SYNCD_ERR_PROTOCOL, "GPU descriptor outside the arena"},
+      {"unknown flags", [](auto& e) { e.flags = 6; }, SYNCD_ERR_PROTOCOL, "flags"},
   };
   uint64_t handle = 1;
   for (const Case& c : cases) {
@@ -477,6 +368,19 @@ TEST(Errors, MalformedRingEntriesAreRefusedOneByOne) {
   abi::SubmitEntry ok = raw.Valid(handle);
   raw.Push(ok);
   EXPECT_EQ(raw.Await(handle).first, SYNCD_OK);
+}
+
+TEST(Errors, AGpuTensorForADaemonWithoutGpuCollectivesIsRefusedWithTheReason) {
+  Daemon d(1, {"--gpus=none"});
+  RawClient raw(d.run_dir());
+  abi::SubmitEntry e = raw.Valid(1);
+  e.flags = abi::kSubmitGpu;  // a zeroed GpuDescriptor at arena offset 0
+  raw.Push(e);
+  auto [status, msg] = raw.Await(1);
+  EXPECT_EQ(status, SYNCD_ERR_INVALID) << msg;
+  EXPECT_EQ(msg, "tensor 'raw.1' from rank 0 is a GPU tensor, but this syncd runs no GPU collectives: started with --gpus none");
+  raw.Push(raw.Valid(2));
+  EXPECT_EQ(raw.Await(2).first, SYNCD_OK) << "host tensors still work";
 }
 
 TEST(Errors, CorruptRingIndicesDisconnectOnlyThatClient) {

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "tests/integration/harness.h"
+#include "tests/integration/raw_client.h"
 #include "tests/integration/values.h"
 
 #ifdef SYNCD_TEST_CUDA
@@ -312,6 +314,62 @@ TEST(Gpu, AClientThatDiesFailsItsPeersAndTheDaemonServesTheNextJob) {
     return GpuAllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1 << 16, "next.job");
   });
   ExpectAllSucceeded(next);
+}
+
+// The 16 bytes of the daemon's first GPU's UUID, read from `syncctl status` ("… (GPU-xxxxxxxx-…)").
+bool FirstGpuUuid(const Daemon& d, uint8_t uuid[16]) {
+  const std::string json = d.StatusJson();
+  const size_t at = json.find("(GPU-");
+  if (at == std::string::npos) return false;
+  std::string hex;
+  for (size_t i = at + 5; i < json.size() && hex.size() < 32; ++i)
+    if (json[i] != '-') hex += json[i];
+  if (hex.size() != 32) return false;
+  for (int i = 0; i < 16; ++i) uuid[i] = uint8_t(std::stoul(hex.substr(size_t(2 * i), 2), nullptr, 16));
+  return true;
+}
+
+TEST(Gpu, ForgedGpuDescriptorsFailTheirTensorAndTheDaemonServesOn) {
+  // What a broken client could hand the daemon: CUDA's refusals become that tensor's error.
+  SKIP_WITHOUT_GPU();
+  Daemon d(1);
+  uint8_t uuid[16];
+  ASSERT_TRUE(FirstGpuUuid(d, uuid)) << d.StatusJson();
+  {
+    RawClient raw(d.run_dir());
+    struct Case {
+      const char* what;
+      std::function<void(abi::GpuDescriptor&)> forge;
+      const char* expect;
+    };
+    std::vector<Case> cases = {
+        {"another machine's GPU", [](auto& g) { memset(g.device_uuid, 0xab, 16); }, "is not one this syncd sees"},
+        {"beyond its allocation", [](auto& g) { g.offset = g.alloc_bytes - 8; }, "lies outside its allocation"},
+        {"a garbage IPC handle", [](auto& g) { memset(g.mem_handle, 0x5a, sizeof(g.mem_handle)); },
+         "cudaIpcOpenMemHandle of its allocation failed"},
+    };
+    uint64_t handle = 1;
+    for (const Case& c : cases) {
+      abi::GpuDescriptor g{};
+      memcpy(g.device_uuid, uuid, 16);
+      g.alloc_base = 0x7f0000000000ull + (handle << 24);
+      g.alloc_bytes = 1 << 20;
+      c.forge(g);
+      memcpy(raw.arena(), &g, sizeof(g));
+      abi::SubmitEntry e = raw.Valid(handle);
+      e.flags = abi::kSubmitGpu;
+      raw.Push(e);
+      auto [status, msg] = raw.Await(handle, 20);
+      EXPECT_NE(status, SYNCD_OK) << c.what;
+      EXPECT_TRUE(Contains(msg, "tensor 'raw." + std::to_string(handle) + "'") && Contains(msg, c.expect))
+          << c.what << ": " << msg;
+      ++handle;
+    }
+  }
+  auto st = RunRanks(d.run_dir(), 1, [](syncd_client* c, int rank, int n) {
+    return GpuAllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1 << 16, "after.forgeries");
+  });
+  ExpectAllSucceeded(st);
 }
 
 TEST(Gpu, DaemonsThatShareAGpuRefuseGpuTensorsClearlyAndServeHostTensors) {

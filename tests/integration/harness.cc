@@ -240,6 +240,8 @@ namespace syncd::testing {
 
 int FreePort() { return FreeLoopbackPort(); }
 
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 Cluster::Cluster(int nodes, int local_size, std::vector<std::string> args) : local_size_(local_size) {
   rendezvous_ = "127.0.0.1:" + std::to_string(FreePort());
   for (int i = 0; i < nodes; ++i) {

@@ -97,6 +97,8 @@ int WaitChild(pid_t pid, int timeout_ms);
   } while (0)
 
 bool Contains(const std::string& haystack, const std::string& needle);
+// Seconds on the monotonic clock.
+double NowS();
 
 // Expects every status (as RunRanks returns them) to be a clean exit 0.
 void ExpectAllSucceeded(const std::vector<int>& statuses);

@@ -16,7 +16,6 @@
 namespace syncd::testing {
 namespace {
 
-double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 
 int Allreduce(syncd_client* c, const std::string& name, void* buf, syncd_dtype dt, int64_t count, syncd_reduce_op op) {
