@@ -17,11 +17,7 @@ namespace {
 // by 8 for their slices, filling the transport's 48 bits. Slot 0 is the negotiation itself
 // (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
 // cycles can overlap, so cycle numbers wrap safely. Abort messages use the one tag above them all.
-constexpr uint64_t kAbortTag = kTagMask;
-// First byte of a message on the abort channel.
-constexpr char kAbortKind = 'A';  // the job failed; the text says why
-constexpr char kLeaveKind = 'L';  // the daemon was told to stop
-constexpr char kCycleKind = 'C';  // on_demand: please run cycle N (8 bytes after the kind)
+constexpr uint64_t kControlTag = kTagMask;  // ControlMessage (see wire.h)
 constexpr uint64_t kCycleShift = 24;
 
 // Layout of the agreement vector:
@@ -63,18 +59,17 @@ Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute 
     : counting_(transport), t_(&counting_), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
       cache_(options.cache_capacity) {
   const uint32_t n = t_->size();
-  abort_in_.resize(n);
-  abort_recvs_.assign(n, 0);
+  control_in_.resize(n);
+  control_recvs_.assign(n, 0);
   for (uint32_t p = 0; p < n; ++p)
-    if (p != t_->rank()) abort_recvs_[p] = t_->Recv(p, kAbortTag, abort_in_[p].data(), kAbortBytes);
+    if (p != t_->rank()) control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p].data(), kControlMessageBytes);
 }
 
 Negotiator::~Negotiator() {
   cycle_ = CommTask();
-  for (uint32_t p = 0; p < abort_recvs_.size(); ++p)
-    if (p != t_->rank() && abort_recvs_[p] != 0) t_->Cancel(abort_recvs_[p]);
-  for (CommHandle h : abort_sends_) t_->Cancel(h);
-  for (Outgoing& o : requests_out_) t_->Cancel(o.handle);
+  for (uint32_t p = 0; p < control_recvs_.size(); ++p)
+    if (p != t_->rank() && control_recvs_[p] != 0) t_->Cancel(control_recvs_[p]);
+  for (Outgoing& o : control_out_) t_->Cancel(o.handle);
 }
 
 void Negotiator::Add(ReadyTensor t, Status local_error) {
@@ -403,13 +398,7 @@ void Negotiator::EndJob(Status why, bool tell_peers) {
   failure_ = why;
   spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
   CancelCycle(why);
-  if (tell_peers) {
-    abort_out_[0] = kAbortKind;
-    snprintf(abort_out_.data() + 1, kAbortBytes - 1, "%s", why.message().c_str());
-    for (uint32_t p = 0; p < t_->size(); ++p)
-      if (p != t_->rank() && !t_->PeerLost(p))
-        abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
-  }
+  if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message()});
   std::vector<std::string> names = order_;
   for (const std::string& name : names)
     TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
@@ -417,13 +406,15 @@ void Negotiator::EndJob(Status why, bool tell_peers) {
 
 void Negotiator::RequestCycle(uint64_t cycle) {
   ++stats_.cycle_requests;
+  SendControl(ControlMessage{ControlMessage::Kind::kCycle, options_.job, cycle, ""});
+}
+
+void Negotiator::SendControl(ControlMessage m) {
   for (uint32_t p = 0; p < t_->size(); ++p) {
     if (p == t_->rank() || t_->PeerLost(p)) continue;
-    Outgoing& out = requests_out_.emplace_back();
-    out.bytes.fill(0);
-    out.bytes[0] = kCycleKind;
-    memcpy(out.bytes.data() + 1, &cycle, sizeof(cycle));
-    out.handle = t_->Send(p, kAbortTag, out.bytes.data(), kAbortBytes);
+    Outgoing& out = control_out_.emplace_back();
+    EncodeControl(m, out.bytes.data());
+    out.handle = t_->Send(p, kControlTag, out.bytes.data(), kControlMessageBytes);
   }
 }
 
@@ -448,80 +439,71 @@ std::vector<std::pair<ReadyTensor, Status>> Negotiator::Withdraw(const std::func
   return out;
 }
 
-void Negotiator::PeerLeft(uint32_t node) {
-  const std::string who = "node " + std::to_string(node);
+void Negotiator::PeerLeft(uint32_t node, const std::string& reason) {
+  const std::string who = "node " + std::to_string(node) + " left the job (" + reason + ")";
   if (pending_.empty() && executing_.empty()) {
-    // The normal end of a job: every daemon is being stopped. Nothing is lost, so nothing is
-    // reported as an error, but the job cannot go on without that node.
-    spdlog::info("{} left the job (its daemon was stopped)", who);
+    // The normal end of a job: every daemon is being stopped, or has moved on to the next job.
+    // Nothing is lost, so nothing is reported as an error, but this job cannot go on.
+    spdlog::info("{}", who);
     broken_ = true;
-    failure_ = Status(SYNCD_ERR_RANK_LOST, who + " left the job (its daemon was stopped)");
+    failure_ = Status(SYNCD_ERR_RANK_LOST, who);
     CancelCycle(failure_);  // an idle cycle may be waiting on that node
     return;
   }
-  Abort(Status(SYNCD_ERR_RANK_LOST, who + " left the job (its daemon was stopped) while " +
-                                        std::to_string(pending_.size()) + " tensor(s) were pending"));
+  Abort(Status(SYNCD_ERR_RANK_LOST, who + " while " + std::to_string(pending_.size()) + " tensor(s) were pending"));
 }
 
-bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why) {
+bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {
   if (!broken_) {
     broken_ = true;
     failure_ = Status(SYNCD_ERR_RANK_LOST, why);
     CancelCycle(failure_);
     std::vector<std::string> names = order_;
     for (const std::string& name : names) TakeAndFail(name, Status(SYNCD_ERR_RANK_LOST, "tensor '" + name + "': " + why));
-    abort_out_[0] = kLeaveKind;
-    abort_out_[1] = '\0';
-    for (uint32_t p = 0; p < t_->size(); ++p)
-      if (p != t_->rank() && !t_->PeerLost(p))
-        abort_sends_.push_back(t_->Send(p, kAbortTag, abort_out_.data(), kAbortBytes));
+    SendControl(ControlMessage{ControlMessage::Kind::kLeave, options_.job, 0, peer_reason});
   }
-  while (!abort_sends_.empty() && abi::MonotonicNs() < deadline_ns) {
+  while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
     t_->Progress();
     CheckAbortMessages();
-    if (!abort_sends_.empty()) sched_yield();
+    if (!control_out_.empty()) sched_yield();
   }
-  return abort_sends_.empty();
+  return control_out_.empty();
 }
 
 bool Negotiator::CheckAbortMessages() {
   bool did = false;
-  for (auto it = abort_sends_.begin(); it != abort_sends_.end();) {
-    Status err;
-    if (t_->Test(*it, &err) == CommState::kPending) ++it;
-    else it = abort_sends_.erase(it);
-  }
-  for (auto it = requests_out_.begin(); it != requests_out_.end();) {
+  for (auto it = control_out_.begin(); it != control_out_.end();) {
     Status err;  // a failed send means a lost peer: PeerFailure() reports it below
     if (t_->Test(it->handle, &err) == CommState::kPending) ++it;
-    else it = requests_out_.erase(it);
+    else it = control_out_.erase(it);
   }
   if (broken_) return false;
   t_->Progress();
-  for (uint32_t p = 0; p < abort_recvs_.size(); ++p) {
-    if (p == t_->rank() || abort_recvs_[p] == 0) continue;
+  for (uint32_t p = 0; p < control_recvs_.size(); ++p) {
+    if (p == t_->rank() || control_recvs_[p] == 0) continue;
     Status err;
-    const CommState s = t_->Test(abort_recvs_[p], &err);
+    const CommState s = t_->Test(control_recvs_[p], &err);
     if (s == CommState::kPending) continue;
-    abort_recvs_[p] = 0;
+    control_recvs_[p] = 0;
     did = true;
-    if (s == CommState::kDone) {
-      if (abort_in_[p][0] == kCycleKind) {
-        uint64_t cycle = 0;
-        memcpy(&cycle, abort_in_[p].data() + 1, sizeof(cycle));
-        wanted_cycle_ = std::max(wanted_cycle_, cycle);
-        abort_recvs_[p] = t_->Recv(p, kAbortTag, abort_in_[p].data(), kAbortBytes);
-        continue;
-      }
-      const std::string msg(abort_in_[p].data() + 1, strnlen(abort_in_[p].data() + 1, kAbortBytes - 1));
-      if (abort_in_[p][0] == kLeaveKind) {
-        PeerLeft(p);
-      } else {
-        Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + msg));
-      }
-    } else {
+    if (s == CommState::kFailed) {
       Abort(err);  // the peer itself is lost
+      break;
     }
+    StatusOr<ControlMessage> m = DecodeControl(control_in_[p].data(), kControlMessageBytes);
+    if (!m.ok()) {
+      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " broke the coordination protocol: " +
+                                           m.status().message()));
+      break;
+    }
+    if (m->job != options_.job || m->kind == ControlMessage::Kind::kCycle) {
+      // A notice about another job (sent before this one started here) means nothing to it.
+      if (m->job == options_.job) wanted_cycle_ = std::max(wanted_cycle_, m->cycle);
+      control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p].data(), kControlMessageBytes);
+      continue;
+    }
+    if (m->kind == ControlMessage::Kind::kLeave) PeerLeft(p, m->text);
+    else Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + m->text));
     break;
   }
   if (!broken_)

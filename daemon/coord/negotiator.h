@@ -55,6 +55,8 @@ struct NegotiatorOptions {
   // with one message each) or when another node asked. An idle job sends nothing at all; the
   // engine still looks for requests every cycle_ns.
   bool on_demand = false;
+  // The job this negotiator coordinates (control messages about another job are ignored).
+  uint64_t job = 0;
   uint32_t cache_capacity = 1024;
   uint32_t local_size = 1;
   // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
@@ -95,8 +97,9 @@ class Negotiator {
   // The daemon is stopping: fails what is pending here and tells the other nodes, so that they
   // end the job without reporting a lost node. Waits until the notices are sent or the deadline
   // passes; returns whether they were sent.
-  // `why` becomes each pending tensor's error ("tensor 'x': <why>").
-  bool Leave(uint64_t deadline_ns, const std::string& why);
+  // `why` becomes each pending tensor's error ("tensor 'x': <why>"); the other nodes report
+  // "node N left the job (<peer_reason>)".
+  bool Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason = "its daemon was stopped");
   bool broken() const { return broken_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
@@ -148,7 +151,9 @@ class Negotiator {
   void TakeAndFail(const std::string& name, const Status& st);
   void EndJob(Status why, bool tell_peers);  // Abort and Break
   bool CheckAbortMessages();
-  void PeerLeft(uint32_t node);
+  void PeerLeft(uint32_t node, const std::string& reason);
+  // Sends one control message to every peer not known to be lost.
+  void SendControl(ControlMessage m);
   // on_demand: asks every other node to run cycle number `cycle`.
   void RequestCycle(uint64_t cycle);
   // Stops the current cycle; fails its tensors that have not completed with `why`.
@@ -184,10 +189,10 @@ class Negotiator {
   bool failed_everywhere_ = false;  // the running cycle's failure is every node's (see Poll)
   uint64_t wanted_cycle_ = 0;  // on_demand: the highest cycle number another node asked for
   struct Outgoing {
-    std::array<char, 384> bytes;
+    std::array<char, kControlMessageBytes> bytes;
     CommHandle handle;
   };
-  std::list<Outgoing> requests_out_;  // on_demand: cycle requests being sent
+  std::list<Outgoing> control_out_;  // control messages being sent
   NegotiationStats stats_;
 
   uint64_t agreed_gpu_position_ = 0;
@@ -196,11 +201,8 @@ class Negotiator {
 
   bool broken_ = false;
   Status failure_;
-  static constexpr size_t kAbortBytes = 384;  // every message on the abort channel
-  std::vector<std::array<char, kAbortBytes>> abort_in_;
-  std::vector<CommHandle> abort_recvs_;
-  std::array<char, kAbortBytes> abort_out_{};
-  std::vector<CommHandle> abort_sends_;
+  std::vector<std::array<char, kControlMessageBytes>> control_in_;
+  std::vector<CommHandle> control_recvs_;
 };
 
 }  // namespace syncd

@@ -1,5 +1,6 @@
 #include "daemon/coord/wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace syncd {
@@ -78,6 +79,29 @@ TensorMeta TensorMeta::Of(const Request& r) {
   m.prescale = r.prescale;
   m.postscale = r.postscale;
   m.shape = r.shape;
+  return m;
+}
+
+void EncodeControl(const ControlMessage& m, char* out) {
+  memset(out, 0, kControlMessageBytes);
+  out[0] = char(m.kind);
+  memcpy(out + 1, &m.job, 8);
+  memcpy(out + 9, &m.cycle, 8);
+  memcpy(out + 17, m.text.data(), std::min(m.text.size(), kControlTextBytes));
+}
+
+StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
+  if (n != kControlMessageBytes)
+    return ProtocolError("control message of " + std::to_string(n) + " bytes, expected " +
+                         std::to_string(kControlMessageBytes));
+  ControlMessage m;
+  m.kind = ControlMessage::Kind(bytes[0]);
+  if (m.kind != ControlMessage::Kind::kAbort && m.kind != ControlMessage::Kind::kLeave &&
+      m.kind != ControlMessage::Kind::kCycle)
+    return ProtocolError("control message of unknown kind " + std::to_string(int(uint8_t(bytes[0]))));
+  memcpy(&m.job, bytes + 1, 8);
+  memcpy(&m.cycle, bytes + 9, 8);
+  m.text.assign(bytes + 17, strnlen(bytes + 17, kControlTextBytes));
   return m;
 }
 

@@ -41,6 +41,26 @@ struct NameResponse {
   TensorMeta meta;
 };
 
+// The control channel: one fixed-size message per notice, outside any cycle. Each carries the
+// job it is about, so that a notice of an earlier job on the daemons is never taken for the
+// current one's.
+struct ControlMessage {
+  enum class Kind : char {
+    kAbort = 'A',  // the job failed; `text` says why
+    kLeave = 'L',  // this node leaves the job (its daemon stops, or its ranks started another job)
+    kCycle = 'C',  // on-demand coordination: please run cycle `cycle`
+  };
+  Kind kind = Kind::kAbort;
+  uint64_t job = 0;
+  uint64_t cycle = 0;
+  std::string text;  // at most kControlTextBytes; longer text is cut
+};
+inline constexpr size_t kControlMessageBytes = 384;
+inline constexpr size_t kControlTextBytes = kControlMessageBytes - 1 - 8 - 8 - 1;
+// `out` holds kControlMessageBytes.
+void EncodeControl(const ControlMessage& m, char* out);
+StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n);
+
 std::string EncodeRequests(const std::vector<NameRequest>& v);
 StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes);
 std::string EncodeResponses(const std::vector<NameResponse>& v);

@@ -25,6 +25,9 @@ constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
 constexpr uint64_t kRejoinGraceNs = 2'000'000'000;
 constexpr uint64_t kLeaveNoticeNs = 500'000'000;  // how long a stopping daemon tries to say goodbye
 
+// The transport epoch of a job: its messages never match another job's (see Transport::SetEpoch).
+uint32_t JobEpoch(uint64_t job) { return uint32_t((job * 0x9E3779B97F4A7C15ull) >> 60); }
+
 std::string RankName(uint32_t rank, int32_t pid) {
   return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
 }
@@ -41,30 +44,62 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       table_(local_size),
       executor_(local_size * config.nodes),
       transport_(std::move(transport)) {
-  if (transport_) {
-    NegotiatorOptions opts;
-    opts.cycle_ns = uint64_t(config.cycle_time_us) * 1000;
-    opts.start_on_work = config.cycle_start == "work";
-    opts.cache_capacity = config.cache_capacity;
-    opts.local_size = local_size;
-    opts.blocking = config.coord == "negotiate" || config.coord == "gs";
-    opts.on_demand = config.coord == "topo";
-    opts.gs_period = config.coord == "gs" ? config.gs_period : 0;
-    if (config.coord == "topo") opts.gpu_order = &gpu_order_;
-    opts.while_blocked = [this] {
-      node_page_->Heartbeat();
-      const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
-      return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain);
-    };
-    negotiator_ = std::make_unique<Negotiator>(
-        transport_.get(), opts,
-        [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
-          return ExecuteAgreed(ready, tag, &fusion_buffer_, negotiator_->agreed_gpu_position());
-        },
-        [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
-  }
   start_ns_ = abi::MonotonicNs();
   PublishSnapshot();
+}
+
+std::unique_ptr<Negotiator> Engine::MakeNegotiator(uint64_t job) {
+  NegotiatorOptions opts;
+  opts.job = job;
+  opts.cycle_ns = uint64_t(config_.cycle_time_us) * 1000;
+  opts.start_on_work = config_.cycle_start == "work";
+  opts.cache_capacity = config_.cache_capacity;
+  opts.local_size = local_size_;
+  opts.blocking = config_.coord == "negotiate" || config_.coord == "gs";
+  opts.on_demand = config_.coord == "topo";
+  opts.gs_period = config_.coord == "gs" ? config_.gs_period : 0;
+  if (config_.coord == "topo") opts.gpu_order = &gpu_order_;
+  opts.while_blocked = [this] {
+    node_page_->Heartbeat();
+    const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
+    return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain);
+  };
+  return std::make_unique<Negotiator>(
+      transport_.get(), opts,
+      [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
+        return ExecuteAgreed(ready, tag, &fusion_buffer_, negotiator_->agreed_gpu_position());
+      },
+      [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
+}
+
+void Engine::StartJob(uint64_t job) {
+  if (job_started_) spdlog::info("job {:#x} starts (previous job {:#x})", job, job_id_);
+  // Whatever the previous job left (requests of ranks that are all gone) ends here.
+  std::vector<FailedTensor> failed;
+  table_.FailAll(Status(SYNCD_ERR_RANK_LOST, "its job ended"), &failed);
+  for (FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  lost_ranks_.clear();
+  // Its plan too: every node drops it at the same point, before the new job's first request.
+  topo_.reset();
+  plan_.reset();
+  gpu_order_.Reset();
+  fallback_tensors_ = 0;
+  job_failure_ = Status::Ok();
+  deferred_failure_ = Status::Ok();
+  if (transport_) {
+    // The other nodes learn that this one is done with the old job (they may still be in a cycle
+    // of it), then the new job's messages are kept apart from anything the old one left.
+    if (negotiator_) {
+      char why[64];
+      snprintf(why, sizeof(why), "its ranks started job %#llx", (unsigned long long)job);
+      negotiator_->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
+      negotiator_.reset();
+    }
+    transport_->SetEpoch(JobEpoch(job));
+    negotiator_ = MakeNegotiator(job);
+  }
+  job_id_ = job;
+  job_started_ = true;
 }
 
 Engine::~Engine() { negotiator_.reset(); }
@@ -337,17 +372,8 @@ bool Engine::DrainEvents() {
       const uint32_t id = a->client->client_id;
       const uint32_t lr = a->client->local_rank;
       // The first client of a new job (none of the previous one attached) starts afresh: the
-      // previous job's departed ranks mean nothing to it.
-      if (a->client->job_id != 0 && a->client->job_id != job_id_ && clients_.empty()) {
-        if (job_id_ != 0) spdlog::info("job {} starts (previous job {})", a->client->job_id, job_id_);
-        lost_ranks_.clear();
-        // Its plan too: every node drops it at the same point, before the new job's first request.
-        topo_.reset();
-        plan_.reset();
-        gpu_order_.Reset();
-        fallback_tensors_ = 0;
-        job_id_ = a->client->job_id;
-      }
+      // previous job's departed ranks, its failure and its coordination mean nothing to it.
+      if (!job_started_ || (a->client->job_id != job_id_ && clients_.empty())) StartJob(a->client->job_id);
       lost_ranks_.erase(lr);
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
@@ -397,7 +423,8 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   if (topo_in_flight) topo_->FailAll(lost);
   // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
   // flight (the normal end of a job), the job cannot go on.
-  if (negotiator_ && !clients_.empty() && (!clean || abandoned)) negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
+  // This holds even when it was this node's last rank: the other nodes' ranks still wait for it.
+  if (negotiator_ && (!clean || abandoned)) negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
 }
 
 void Engine::ExpireDepartures(uint64_t now_ns) {
@@ -529,6 +556,7 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
     r.gpu_device = m->device;
     r.gpu_event = m->event;
   } else if (r.bytes > 0) {
+    r.memory = c.info->segment.memory();
     r.data = c.info->segment.ArenaRange(e.arena_offset, e.bytes);
     if (r.data == nullptr)
       return reject(SYNCD_ERR_INVALID, what + ": data range [" + std::to_string(e.arena_offset) + ", +" +
@@ -782,12 +810,14 @@ void Engine::PublishSnapshot() {
     s->has_gpu = true;
     s->gpu = gpu_->stats();
   }
-  if (negotiator_) {
+  if (transport_) {
     s->coordinated = true;
     s->coord_mode = config_.coord;
-    s->negotiation = negotiator_->stats();
-    s->pending_names = negotiator_->pending();
-    if (negotiator_->broken()) s->failure = negotiator_->failure().message();
+    if (negotiator_) {
+      s->negotiation = negotiator_->stats();
+      s->pending_names = negotiator_->pending();
+      if (negotiator_->broken()) s->failure = negotiator_->failure().message();
+    }
     for (uint32_t p = 0; p < transport_->size(); ++p)
       if (p != transport_->rank()) s->peers.emplace_back(p, transport_->PeerLost(p) ? "lost" : "connected");
   }

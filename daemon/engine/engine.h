@@ -106,6 +106,11 @@ class Engine {
     uint64_t rejoin_deadline_ns = 0;
   };
 
+  // Many nodes: the coordination of job `job` (a transport epoch of its own).
+  std::unique_ptr<Negotiator> MakeNegotiator(uint64_t job);
+  // The first client of a job attached (none of the previous job's is left): drops what the
+  // previous job left and, on many nodes, starts the job's coordination afresh.
+  void StartJob(uint64_t job);
   bool HasWork();
   // Requests this daemon holds outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
@@ -177,7 +182,7 @@ class Engine {
   std::string gpu_unavailable_ = "none was found at startup";
   // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
   GpuOrder gpu_order_;
-  std::unique_ptr<Negotiator> negotiator_;
+  std::unique_ptr<Negotiator> negotiator_;  // many nodes: the current job's; none before the first
   std::unique_ptr<TopoRunner> topo_;              // --coord topo, once a plan is registered
   std::shared_ptr<const TopoPlan> plan_;          // the job's registered plan (any mode)
   Status job_failure_;                            // one-node jobs: why FailJob was called
@@ -206,7 +211,8 @@ class Engine {
   uint64_t start_ns_ = 0;
   uint64_t last_stall_check_ns_ = 0;
   uint64_t loss_seq_ = 0;
-  uint64_t job_id_ = 0;  // the job being served (0: unknown)
+  uint64_t job_id_ = 0;  // the job being served (0: unspecified by its clients)
+  bool job_started_ = false;  // a client has attached since the daemon started
   uint64_t allreduce_ops_ = 0, broadcast_ops_ = 0, barrier_ops_ = 0, error_ops_ = 0;
   uint64_t bytes_reduced_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
   uint64_t busy_ns_ = 0, wakeups_ = 0;

@@ -26,7 +26,10 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
-  char* data = nullptr;     // inside the client's arena (gpu: device memory), valid while the client is attached
+  char* data = nullptr;     // inside the client's arena (gpu: device memory)
+  // Host tensors: keeps the client's segment mapped while this request exists, so `data` stays
+  // readable even after the client died (its work then fails, but never reads unmapped memory).
+  std::shared_ptr<const void> memory;
   // A GPU tensor: `data` is the daemon's mapping of the client's allocation on `gpu_device` (the
   // GPU executor's index), `gpu_event` the client's IPC event to wait on (a cudaEvent_t, or null).
   bool gpu = false;

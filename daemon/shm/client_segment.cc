@@ -9,9 +9,10 @@ namespace syncd {
 StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes) {
   const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes);
   ClientSegment s;
-  SYNCD_ASSIGN_OR_RETURN(s.mapping_,
+  SYNCD_ASSIGN_OR_RETURN(SharedMapping mapping,
                          SharedMapping::Create("syncd-client-" + std::to_string(client_id), layout.total_bytes));
-  char* base = s.mapping_.data();
+  s.mapping_ = std::make_shared<SharedMapping>(std::move(mapping));
+  char* base = s.mapping_->data();
   auto* h = new (base) abi::SegmentHeader();
   h->magic = abi::kMagic;
   h->version = abi::kVersion;
@@ -29,6 +30,7 @@ StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_
       &h->completion, reinterpret_cast<abi::CompletionEntry*>(base + layout.completion_ring_offset), ring_entries);
   s.messages_ = base + layout.message_offset;
   s.arena_ = base + layout.arena_offset;
+  s.arena_bytes_ = h->arena_bytes;
   return s;
 }
 

@@ -2,11 +2,17 @@
 // the engine thread once the client is attached; only that thread calls it.
 //
 // The daemon consumes the submission ring and produces the completion ring. Everything read from
-// the segment is copied before it is checked, since the client can change it at any moment.
+// the segment is copied before it is checked, since the client can change it at any moment; the
+// layout (ring sizes, arena size) is the daemon's own copy, never re-read from the header.
+//
+// Lifetime: the mapping is shared. Requests that point into the arena hold memory() and keep it
+// mapped after the client is gone, so work already agreed with other ranks never reads unmapped
+// memory; the mapping goes with the last of them.
 #ifndef SYNCD_DAEMON_SHM_CLIENT_SEGMENT_H_
 #define SYNCD_DAEMON_SHM_CLIENT_SEGMENT_H_
 
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -19,9 +25,11 @@ class ClientSegment {
  public:
   static StatusOr<ClientSegment> Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes);
 
-  int fd() const { return mapping_.fd(); }
-  uint64_t size() const { return mapping_.size(); }
-  void CloseFd() { mapping_.CloseFd(); }
+  int fd() const { return mapping_->fd(); }
+  uint64_t size() const { return mapping_->size(); }
+  void CloseFd() { mapping_->CloseFd(); }
+  // Keeps the segment mapped for as long as it is held (see Lifetime above).
+  std::shared_ptr<const void> memory() const { return mapping_; }
 
   // The next submission, copied out of shared memory; nullopt when the ring is empty. Sets
   // *corrupt (and returns nullopt) when the client broke the ring's indices.
@@ -30,7 +38,7 @@ class ClientSegment {
 
   // The arena range [offset, offset+bytes), or nullptr when it is not inside the arena.
   char* ArenaRange(uint64_t offset, uint64_t bytes) const;
-  uint64_t arena_bytes() const { return header()->arena_bytes; }
+  uint64_t arena_bytes() const { return arena_bytes_; }
 
   // Queues one completion. If the client is not draining its ring, completions wait in the daemon
   // (never dropped) and go out on a later Flush().
@@ -47,13 +55,14 @@ class ClientSegment {
     int status;
     std::string message;
   };
-  abi::SegmentHeader* header() const { return reinterpret_cast<abi::SegmentHeader*>(mapping_.data()); }
+  abi::SegmentHeader* header() const { return reinterpret_cast<abi::SegmentHeader*>(mapping_->data()); }
 
-  SharedMapping mapping_;
+  std::shared_ptr<SharedMapping> mapping_;
   abi::RingView<abi::SubmitEntry> submit_;
   abi::RingView<abi::CompletionEntry> completion_;
   char* messages_ = nullptr;
   char* arena_ = nullptr;
+  uint64_t arena_bytes_ = 0;
   std::deque<Pending> overflow_;
 };
 

@@ -24,6 +24,7 @@ class CountingTransport final : public Transport {
   bool Progress() override { return inner_->Progress(); }
   CommState Test(CommHandle h, Status* error) override { return inner_->Test(h, error); }
   void Cancel(CommHandle h) override { inner_->Cancel(h); }
+  void SetEpoch(uint32_t epoch) override { inner_->SetEpoch(epoch); }
   std::optional<Status> PeerFailure() const override { return inner_->PeerFailure(); }
   bool PeerLost(uint32_t peer) const override { return inner_->PeerLost(peer); }
 

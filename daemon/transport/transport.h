@@ -44,6 +44,13 @@ class Transport {
   // Withdraws a pending operation (used when a collective aborts); its buffer is free afterwards.
   virtual void Cancel(CommHandle h) = 0;
 
+  // Jobs: the daemons of a job may serve one job after another, and the messages of one must
+  // never match the receives of the next (a cycle cut off by an abort leaves messages behind).
+  // Every message carries its sender's epoch, the low kEpochBits bits of `epoch`, and a receive
+  // matches only messages of its own epoch. Call between jobs with nothing posted; messages of
+  // other epochs that have arrived are discarded.
+  virtual void SetEpoch(uint32_t epoch) = 0;
+
   // The first peer failure seen (message names the node), if any.
   virtual std::optional<Status> PeerFailure() const = 0;
   // Whether this peer is known to be lost.
@@ -51,6 +58,11 @@ class Transport {
 };
 
 inline constexpr uint64_t kTagMask = (uint64_t{1} << 48) - 1;
+// Bits of the epoch on the wire (above the 48 tag bits), and the largest job the source rank's
+// remaining bits can name.
+inline constexpr uint32_t kEpochBits = 4;
+inline constexpr uint32_t kEpochMask = (1u << kEpochBits) - 1;
+inline constexpr uint32_t kMaxTransportRanks = 1u << (64 - 48 - kEpochBits);
 
 }  // namespace syncd
 

@@ -24,7 +24,7 @@ class LoopbackHub {
 
  private:
   friend class LoopbackTransport;
-  using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // src, dst, tag
+  using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // src, dst, epoch << 48 | tag
   uint32_t size_;
   std::vector<bool> lost_;
   std::map<Key, std::deque<std::vector<char>>> queues_;
@@ -41,6 +41,7 @@ class LoopbackTransport final : public Transport {
   bool Progress() override;
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
+  void SetEpoch(uint32_t epoch) override;
   std::optional<Status> PeerFailure() const override;
   bool PeerLost(uint32_t peer) const override { return hub_->lost(peer); }
 
@@ -56,6 +57,7 @@ class LoopbackTransport final : public Transport {
   };
   LoopbackHub* hub_;
   uint32_t rank_;
+  uint64_t epoch_ = 0;  // already shifted above the tag bits
   CommHandle next_ = 1;
   std::map<CommHandle, Op> ops_;  // ordered: receives match in posting order
 };

@@ -2,6 +2,7 @@
 
 #include <ucs/config/global_opts.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -10,7 +11,10 @@
 namespace syncd {
 namespace {
 
-uint64_t WireTag(uint32_t src, uint64_t tag) { return (uint64_t(src) << 48) | (tag & kTagMask); }
+// A message's UCX tag: source rank, epoch, tag (12, 4 and 48 bits).
+constexpr uint32_t kSourceShift = 48 + kEpochBits;
+constexpr uint64_t kEpochTagMask = uint64_t(kEpochMask) << 48;
+constexpr uint64_t kDiscardTimeoutNs = 1'000'000'000;
 
 void SendDone(void* request, ucs_status_t status, void* user_data) {
   auto* s = static_cast<UcxTransport::Slot*>(user_data);
@@ -37,7 +41,14 @@ Status UcxError(const std::string& what, ucs_status_t st) {
 
 }  // namespace
 
+uint64_t UcxTransport::WireTag(uint32_t src, uint64_t tag) const {
+  return (uint64_t(src) << kSourceShift) | (uint64_t(epoch_) << 48) | (tag & kTagMask);
+}
+
 StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint32_t size, UcxOptions options) {
+  if (size > kMaxTransportRanks)
+    return InvalidArgument("UCX transport: " + std::to_string(size) + " nodes, at most " +
+                           std::to_string(kMaxTransportRanks) + " fit in a message tag");
   // When a job's daemons stop, messages of a last cycle may still be on their way; UCX warns
   // about each one. Keep its log to errors unless the user chose a level.
   if (getenv("UCX_LOG_LEVEL") == nullptr) ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_ERROR;
@@ -283,6 +294,34 @@ CommState UcxTransport::Test(CommHandle h, Status* error) {
   if (state == CommState::kFailed) *error = s->error;
   Release(s);
   return state;
+}
+
+void UcxTransport::SetEpoch(uint32_t epoch) {
+  epoch_ = epoch & kEpochMask;
+  ucp_worker_progress(worker_);
+  for (uint32_t e = 0; e <= kEpochMask; ++e)
+    if (e != epoch_)
+      while (DiscardOne(e)) {
+      }
+}
+
+bool UcxTransport::DiscardOne(uint32_t epoch) {
+  ucp_tag_recv_info_t info{};
+  ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, uint64_t(epoch) << 48, kEpochTagMask, 1, &info);
+  if (msg == nullptr) return false;
+  std::vector<char> sink(std::max<size_t>(info.length, 1));
+  ucp_request_param_t p{};
+  ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, sink.data(), info.length, msg, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) return true;
+  // A large message comes in pieces (rendezvous): wait for them, for a bounded time.
+  const uint64_t deadline = abi::MonotonicNs() + kDiscardTimeoutNs;
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && abi::MonotonicNs() < deadline) ucp_worker_progress(worker_);
+  if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+    ucp_request_cancel(worker_, r);
+    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+  }
+  ucp_request_free(r);
+  return true;
 }
 
 void UcxTransport::Cancel(CommHandle h) {

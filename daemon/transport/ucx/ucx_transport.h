@@ -53,6 +53,7 @@ class UcxTransport final : public Transport {
   bool Progress() override;
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
+  void SetEpoch(uint32_t epoch) override;
   std::optional<Status> PeerFailure() const override { return peer_failure_; }
   bool PeerLost(uint32_t peer) const override { return peer < peer_lost_.size() && peer_lost_[peer]; }
 
@@ -83,8 +84,13 @@ class UcxTransport final : public Transport {
   Slot* Lookup(CommHandle h);
   void Release(Slot* s);
   CommHandle Failed(Slot* s, CommHandle h, Status error);
+  uint64_t WireTag(uint32_t src, uint64_t tag) const;
+  // Receives and drops one message that arrived unexpected with epoch bits `epoch`; false when
+  // there is none.
+  bool DiscardOne(uint32_t epoch);
 
   uint32_t rank_, size_;
+  uint32_t epoch_ = 0;
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;

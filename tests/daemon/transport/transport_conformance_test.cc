@@ -155,6 +155,46 @@ TYPED_TEST(TransportConformance, ReceiveOfTheWrongSizeFails) {
   EXPECT_NE(err.message().find("8 bytes"), std::string::npos) << err.ToString();
 }
 
+// A collective of zero bytes (an empty tensor) sends and receives empty messages, buffers null.
+TYPED_TEST(TransportConformance, EmptyMessagesWithNullBuffersArrive) {
+  Group g = TypeParam::Make(2);
+  CommHandle r = g[1]->Recv(0, 4, nullptr, 0);
+  CommHandle s = g[0]->Send(1, 4, nullptr, 0);
+  Status err;
+  ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
+  ASSERT_EQ(AwaitHandle(g, g[0], s, &err), CommState::kDone) << err.ToString();
+}
+
+// Daemons serve one job after another: what a job cut off by an abort left on the wire never
+// reaches the next job's receives, even with the same tag.
+TYPED_TEST(TransportConformance, MessagesOfAnotherEpochNeverMatch) {
+  Group g = TypeParam::Make(2);
+  g[0]->SetEpoch(1);
+  g[1]->SetEpoch(1);
+  int64_t stale = 111, fresh = 222, got = 0;
+  Status err;
+  CommHandle s1 = g[0]->Send(1, 5, &stale, 8);  // nobody receives it in epoch 1
+  ASSERT_EQ(AwaitHandle(g, g[0], s1, &err), CommState::kDone) << err.ToString();
+  for (int i = 0; i < 1000; ++i) g.ProgressAll();  // let it arrive, unexpected
+  g[1]->SetEpoch(2);  // the next job starts here first
+  CommHandle r = g[1]->Recv(0, 5, &got, 8);
+  for (int i = 0; i < 1000; ++i) g.ProgressAll();
+  EXPECT_EQ(g[1]->Test(r, &err), CommState::kPending) << "a message of epoch 1 matched a receive of epoch 2";
+  g[0]->SetEpoch(2);
+  CommHandle s2 = g[0]->Send(1, 5, &fresh, 8);
+  ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
+  ASSERT_EQ(AwaitHandle(g, g[0], s2, &err), CommState::kDone) << err.ToString();
+  EXPECT_EQ(got, 222);
+  // Back to epoch 1 (16 jobs later, say): the stale message was discarded, not kept.
+  g[0]->SetEpoch(1);
+  g[1]->SetEpoch(1);
+  got = 0;
+  CommHandle r1 = g[1]->Recv(0, 5, &got, 8);
+  for (int i = 0; i < 1000; ++i) g.ProgressAll();
+  EXPECT_EQ(g[1]->Test(r1, &err), CommState::kPending) << "the stale message survived the epoch change: " << got;
+  g[1]->Cancel(r1);
+}
+
 // Collectives that may overlap anywhere in the job need distinct tags (a node that finished one
 // may already send for the next while a slower node still receives for the first).
 uint64_t NextTag() {
