@@ -51,23 +51,40 @@ int IdentityFromEnv(const char* syncd_name, const char* slurm_name, int fallback
   return EnvInt(syncd_name, EnvInt(slurm_name, fallback));
 }
 
-int Connect(const std::string& path, int timeout_ms, int* out_fd) {
+// Send and receive timeouts on `fd` (a zero `ns`: none). A Unix socket's connect() honours the
+// send timeout too.
+void SetSocketTimeouts(int fd, uint64_t ns) {
+  timeval tv{time_t(ns / 1'000'000'000), suseconds_t(ns % 1'000'000'000 / 1000)};
+  if (ns > 0 && tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+uint64_t Remaining(uint64_t deadline) {
+  const uint64_t now = abi::MonotonicNs();
+  return deadline > now ? deadline - now : 1;
+}
+
+int Connect(const std::string& path, uint64_t deadline, int timeout_ms, int* out_fd) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path))
     return Fail(SYNCD_ERR_INVALID, "attach socket path too long: " + path);
   memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
   int last_errno = 0;
   do {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return Fail(SYNCD_ERR_SYSTEM, std::string("socket: ") + strerror(errno));
+    SetSocketTimeouts(fd, Remaining(deadline));  // a daemon whose backlog is full makes connect() wait
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
       *out_fd = fd;
       return SYNCD_OK;
     }
     last_errno = errno;
     close(fd);
+    if (last_errno == EAGAIN || last_errno == EWOULDBLOCK || last_errno == EINPROGRESS)
+      return Fail(SYNCD_ERR_TIMEOUT, "syncd at " + path + " did not accept the connection within " +
+                                         std::to_string(timeout_ms) + " ms (is it overloaded or stopped?)");
     if (last_errno != ENOENT && last_errno != ECONNREFUSED) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } while (abi::MonotonicNs() < deadline);
@@ -137,7 +154,11 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
                                        std::to_string(id.local_size));
 
   const int timeout_ms = opts.attach_timeout_ms >= 0 ? opts.attach_timeout_ms : 10'000;
-  if (int rc = Connect(id.run_dir + "/attach.sock", timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
+  // One deadline for the whole attach: reaching the daemon and its answer.
+  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
+  const std::string socket_path = id.run_dir + "/attach.sock";
+  if (int rc = Connect(socket_path, deadline, timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
+  SetSocketTimeouts(c->sock_, Remaining(deadline));
 
   uint64_t job_id = opts.job_id;
   if (job_id == 0) {
@@ -153,6 +174,9 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   abi::AttachReply reply{};
   int fds[2];
   if (!RecvReply(c->sock_, &reply, fds)) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return Fail(SYNCD_ERR_TIMEOUT, "attach handshake: syncd at " + socket_path + " did not answer within " +
+                                         std::to_string(timeout_ms) + " ms (is it overloaded or stopped?)");
     if (!sent)
       return Fail(SYNCD_ERR_DAEMON_LOST, std::string("attach handshake: send failed: ") + strerror(send_errno));
     return Fail(SYNCD_ERR_DAEMON_LOST, "attach handshake: syncd closed the connection without a reply");
@@ -169,6 +193,7 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
     return Fail(reply.status, std::string("syncd refused the attach: ") + reply.message);
   }
   if (fds[0] < 0 || fds[1] < 0) return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: missing descriptors");
+  SetSocketTimeouts(c->sock_, 0);  // from now on the socket only carries the goodbye
 
   c->segment_bytes_ = reply.segment_bytes;
   c->node_bytes_ = reply.node_page_bytes;

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "daemon/base/affinity.h"
+#include "daemon/control/attach_handshake.h"
+#include "proto/doorbell.h"
 
 namespace syncd {
 namespace {
@@ -21,6 +23,13 @@ namespace {
 constexpr uint64_t kWakeTag = UINT64_MAX;
 constexpr uint64_t kListenTag = UINT64_MAX - 1;
 constexpr uint32_t kClientSpinUs = 50;
+// A client has this long from connecting to its complete attach request.
+constexpr uint64_t kHandshakeTimeoutNs = 2'000'000'000;
+// Events the engine has not taken yet beyond which no new connection is accepted (the kernel's
+// backlog holds them meanwhile), and handshakes under way beyond which the oldest is dropped.
+constexpr size_t kMaxOutbox = 64;
+constexpr size_t kMaxHandshakes = 256;
+constexpr uint64_t kAcceptPauseNs = 100'000'000;
 
 // A client whose cores are apart from the engine's polls briefly before sleeping: the wake-up
 // then costs nothing. One that shares a core with the engine (unpinned ranks, several daemons
@@ -120,13 +129,33 @@ void AttachServer::KickClient(uint32_t client_id) {
 }
 
 void AttachServer::PostToEngine(EngineEvent event) {
-  while (!engine_->Post(std::move(event))) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  outbox_.push_back(std::move(event));
+  FlushOutbox();
+}
+
+void AttachServer::FlushOutbox() {
+  while (!outbox_.empty() && engine_->Post(std::move(outbox_.front()))) outbox_.pop_front();
+}
+
+void AttachServer::UpdateListening() {
+  const bool want = outbox_.size() < kMaxOutbox && abi::MonotonicNs() >= accept_pause_until_ns_;
+  if (want == listening_) return;
+  epoll_event ev{};
+  ev.events = want ? uint32_t(EPOLLIN) : 0u;
+  ev.data.u64 = kListenTag;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  listening_ = want;
 }
 
 void AttachServer::Run() {
   epoll_event events[64];
   while (!stop_.load(std::memory_order_acquire)) {
-    const int n = epoll_wait(epoll_fd_, events, 64, 200);
+    FlushOutbox();
+    UpdateListening();
+    // Events waiting for the engine are retried often; otherwise the next handshake deadline.
+    int timeout_ms = ExpireHandshakes(outbox_.empty() ? 200 : 1);
+    if (!listening_ && accept_pause_until_ns_ != 0) timeout_ms = std::min(timeout_ms, 10);
+    const int n = epoll_wait(epoll_fd_, events, 64, timeout_ms);
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == kListenTag) {
@@ -136,36 +165,114 @@ void AttachServer::Run() {
         if (read(wake_fd_, &v, sizeof(v)) < 0) { /* spurious */ }
         while (auto id = kicks_.Pop())
           for (auto& [fd, conn] : connections_)
-            if (conn.client_id == *id) {
+            if (conn.attached && conn.client_id == *id) {
               Drop(fd, "", false);
               break;
             }
       } else {
-        // A client's tag carries its id: an event of a connection dropped earlier in this batch
-        // must not act on a newer connection that got the same descriptor number.
+        // A connection's tag carries its serial: an event of a connection dropped earlier in
+        // this batch must not act on a newer connection that got the same descriptor number.
         const int fd = int(tag & 0xffffffffu);
         const auto conn = connections_.find(fd);
-        if (conn == connections_.end() || conn->second.client_id != uint32_t(tag >> 32)) continue;
-        char buf[64];
-        const ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (r > 0 && memchr(buf, abi::kGoodbyeByte, size_t(r)) != nullptr) {
-          conn->second.said_goodbye = true;
-          continue;  // the close follows; it is reported then
-        }
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (events[i].events & (EPOLLHUP | EPOLLERR))) {
-          const bool clean = conn->second.said_goodbye;
-          Drop(fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
-        }
+        if (conn == connections_.end() || (conn->second.serial & 0xffffffffu) != (tag >> 32)) continue;
+        OnEvent(fd, conn->second, events[i].events);
       }
     }
   }
 }
 
+void AttachServer::OnEvent(int fd, Connection& conn, uint32_t events) {
+  if (!conn.attached) return ReadHandshake(fd, conn, events);
+  char buf[64];
+  const ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+  if (r > 0 && memchr(buf, abi::kGoodbyeByte, size_t(r)) != nullptr) {
+    conn.said_goodbye = true;
+    return;  // the close follows; it is reported then
+  }
+  if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (events & (EPOLLHUP | EPOLLERR))) {
+    const bool clean = conn.said_goodbye;
+    Drop(fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
+  }
+}
+
+void AttachServer::EvictOldestHandshake() {
+  auto oldest = connections_.end();
+  for (auto it = connections_.begin(); it != connections_.end(); ++it)
+    if (!it->second.attached && (oldest == connections_.end() || it->second.deadline_ns < oldest->second.deadline_ns))
+      oldest = it;
+  if (oldest == connections_.end()) return;
+  Refuse(oldest->first, SYNCD_ERR_REFUSED,
+         "pid " + std::to_string(oldest->second.pid) + ": " + std::to_string(kMaxHandshakes) +
+             " connections are waiting to complete their attach request; the oldest is dropped");
+}
+
 void AttachServer::Accept() {
-  for (;;) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    Handshake(fd);
+  for (int i = 0; i < 64; ++i) {
+    // A correct client sends its request at once: only idle connections grow old, so making
+    // room at the oldest one's expense keeps a flood of them from locking anyone out.
+    if (handshakes_ >= kMaxHandshakes) EvictOldestHandshake();
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        spdlog::warn("attach: cannot accept a connection: {}; trying again shortly", strerror(errno));
+        accept_pause_until_ns_ = abi::MonotonicNs() + kAcceptPauseNs;
+      }
+      return;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      Refuse(fd, SYNCD_ERR_SYSTEM, "SO_PEERCRED failed");
+      continue;
+    }
+    if (cred.uid != geteuid()) {
+      Refuse(fd, SYNCD_ERR_REFUSED, "pid " + std::to_string(cred.pid) + " runs as uid " + std::to_string(cred.uid) +
+                                        ", this daemon serves uid " + std::to_string(geteuid()) + " only");
+      continue;
+    }
+    Connection conn;
+    conn.serial = next_serial_++;
+    conn.pid = cred.pid;
+    conn.deadline_ns = abi::MonotonicNs() + kHandshakeTimeoutNs;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = (conn.serial & 0xffffffffu) << 32 | uint32_t(fd);
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      continue;
+    }
+    connections_[fd] = conn;
+    ++handshakes_;
+  }
+}
+
+int AttachServer::ExpireHandshakes(int cap_ms) {
+  if (handshakes_ == 0) return cap_ms;
+  const uint64_t now = abi::MonotonicNs();
+  uint64_t next = now + uint64_t(cap_ms) * 1'000'000;
+  std::vector<std::pair<int, int32_t>> late;
+  for (const auto& [fd, conn] : connections_) {
+    if (conn.attached) continue;
+    if (conn.deadline_ns <= now) late.emplace_back(fd, conn.pid);
+    else next = std::min(next, conn.deadline_ns);
+  }
+  for (auto [fd, pid] : late)
+    Refuse(fd, SYNCD_ERR_PROTOCOL, "pid " + std::to_string(pid) + " sent no complete attach request within " +
+                                       std::to_string(kHandshakeTimeoutNs / 1'000'000'000) + " s");
+  return int((next - now + 999'999) / 1'000'000);
+}
+
+void AttachServer::ReadHandshake(int fd, Connection& conn, uint32_t events) {
+  char* at = reinterpret_cast<char*>(&conn.request) + conn.received;
+  ssize_t r;
+  do r = recv(fd, at, sizeof(conn.request) - conn.received, MSG_DONTWAIT);
+  while (r < 0 && errno == EINTR);
+  if (r > 0) conn.received += size_t(r);
+  if (conn.received == sizeof(conn.request)) return CompleteHandshake(fd, conn);
+  if (r == 0 || (r < 0 && errno != EAGAIN) || (events & (EPOLLHUP | EPOLLERR))) {
+    spdlog::info("attach: pid {} closed its connection after {} of {} handshake bytes", conn.pid, conn.received,
+                 sizeof(conn.request));
+    Forget(fd);
   }
 }
 
@@ -177,70 +284,39 @@ void AttachServer::Refuse(int fd, int status, const std::string& why) {
   reply.status = status;
   snprintf(reply.message, sizeof(reply.message), "%s", why.c_str());
   SendReply(fd, reply, nullptr, 0);
-  close(fd);
+  if (connections_.count(fd)) Forget(fd);
+  else close(fd);
 }
 
-void AttachServer::Handshake(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return Refuse(fd, SYNCD_ERR_SYSTEM, "SO_PEERCRED failed");
-  if (cred.uid != geteuid())
-    return Refuse(fd, SYNCD_ERR_REFUSED, "pid " + std::to_string(cred.pid) + " runs as uid " + std::to_string(cred.uid) +
-                                             ", this daemon serves uid " + std::to_string(geteuid()) + " only");
-  timeval tv{2, 0};  // a client that connects and says nothing must not stall other attaches
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  abi::AttachRequest req{};
-  ssize_t n;
-  do n = recv(fd, &req, sizeof(req), MSG_WAITALL);
-  while (n < 0 && errno == EINTR);
-  if (n != ssize_t(sizeof(req)))
-    return Refuse(fd, SYNCD_ERR_PROTOCOL, "pid " + std::to_string(cred.pid) + " sent no complete attach request");
-  if (req.magic != abi::kMagic || req.version != abi::kVersion)
-    return Refuse(fd, SYNCD_ERR_PROTOCOL, "pid " + std::to_string(cred.pid) + " speaks protocol version " +
-                                              std::to_string(req.version) + " (magic " + std::to_string(req.magic) +
-                                              "); this daemon speaks version " + std::to_string(abi::kVersion));
-  const std::string who = "rank " + std::to_string(req.rank) + " (pid " + std::to_string(cred.pid) + ")";
-  if (!accepting_.load(std::memory_order_acquire))
-    return Refuse(fd, SYNCD_ERR_REFUSED, who + ": syncd at " + config_.run_dir + " is draining and takes no new clients");
-  uint32_t local_size = local_size_.load();
-  if (req.local_size <= 0 || req.local_rank < 0 || req.local_rank >= req.local_size)
-    return Refuse(fd, SYNCD_ERR_INVALID, who + ": local rank " + std::to_string(req.local_rank) + " of " +
-                                             std::to_string(req.local_size) + " is not valid");
-  if (local_size != 0 && uint32_t(req.local_size) != local_size)
-    return Refuse(fd, SYNCD_ERR_REFUSED, who + " says local size " + std::to_string(req.local_size) +
-                                             " but this node runs " + std::to_string(local_size) + " ranks");
-  const uint32_t ls = uint32_t(req.local_size);
-  if (uint32_t(req.size) != ls * config_.nodes ||
-      uint32_t(req.rank) != config_.node_rank * ls + uint32_t(req.local_rank))
-    return Refuse(fd, SYNCD_ERR_REFUSED, who + ": rank " + std::to_string(req.rank) + " of " + std::to_string(req.size) +
-                                             " does not fit node " + std::to_string(config_.node_rank) + " of " +
-                                             std::to_string(config_.nodes) + " with " + std::to_string(ls) +
-                                             " local ranks");
-  // A client of another job that is already leaving (goodbye sent, or closed) but whose hang-up
-  // this thread has not handled yet must not block the next job: settle it first.
-  std::vector<int> leaving;
-  for (const auto& [other_fd, conn] : connections_) {
+void AttachServer::SettleLeavingClients() {
+  std::vector<std::pair<int, bool>> leaving;
+  for (const auto& [fd, conn] : connections_) {
+    if (!conn.attached) continue;
     char b;
-    const ssize_t r = recv(other_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
-    if (r == 0 || (r == 1 && b == abi::kGoodbyeByte)) leaving.push_back(other_fd);
+    const ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (r == 0 || (r == 1 && b == abi::kGoodbyeByte)) leaving.emplace_back(fd, conn.said_goodbye || r == 1);
   }
-  for (int other_fd : leaving) {
-    const bool clean = connections_[other_fd].said_goodbye || [&] {
-      char b;
-      return recv(other_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 1 && b == abi::kGoodbyeByte;
-    }();
-    Drop(other_fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
-  }
-  for (const auto& [other_fd, conn] : connections_)
-    if (req.job_id != 0 && conn.job_id != 0 && conn.job_id != req.job_id)
+  for (auto [fd, clean] : leaving) Drop(fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
+}
+
+void AttachServer::CompleteHandshake(int fd, Connection& conn) {
+  const abi::AttachRequest req = conn.request;
+  const int32_t pid = conn.pid;
+  SettleLeavingClients();  // first: a leaving job's clients still hold its local size
+  AttachRules rules{config_.node_rank, config_.nodes, local_size_.load(), accepting_.load(std::memory_order_acquire),
+                    config_.run_dir};
+  if (Status st = CheckAttachRequest(req, pid, rules); !st.ok()) return Refuse(fd, st.code(), st.message());
+  const std::string who = AttachingRank(req, pid);
+  for (const auto& [other_fd, other] : connections_)
+    if (other.attached && req.job_id != 0 && other.job_id != 0 && other.job_id != req.job_id)
       return Refuse(fd, SYNCD_ERR_REFUSED, who + " belongs to job " + std::to_string(req.job_id) +
-                                               " but this daemon is serving job " + std::to_string(conn.job_id) +
-                                               " (rank " + std::to_string(conn.rank) + " is attached)");
+                                               " but this daemon is serving job " + std::to_string(other.job_id) +
+                                               " (rank " + std::to_string(other.rank) + " is attached)");
   if (auto it = fd_by_local_rank_.find(uint32_t(req.local_rank)); it != fd_by_local_rank_.end())
     return Refuse(fd, SYNCD_ERR_REFUSED, who + ": local rank " + std::to_string(req.local_rank) +
                                              " is already attached (pid " +
                                              std::to_string(connections_[it->second].pid) + ")");
-  if (local_size == 0) local_size_.store(ls, std::memory_order_release);  // the first client fixes it
+  const uint32_t ls = uint32_t(req.local_size);
   const uint32_t id = next_client_id_++;
   auto segment = ClientSegment::Create(id, config_.ring_entries, config_.arena_bytes);
   if (!segment.ok()) return Refuse(fd, segment.status().code(), who + ": " + segment.status().message());
@@ -254,7 +330,7 @@ void AttachServer::Handshake(int fd) {
   reply.node_page_bytes = node_page_->size();
   reply.node_rank = int32_t(config_.node_rank);
   reply.node_count = int32_t(config_.nodes);
-  reply.client_spin_us = ClientSpinUs(cred.pid);
+  reply.client_spin_us = ClientSpinUs(pid);
   reply.coord_mode = CoordModeOf(config_.coord);
   const int fds[2] = {segment->fd(), node_page_->fd()};
   // Submissions that arrive before the engine takes the client wait in its ring; posting the
@@ -263,7 +339,7 @@ void AttachServer::Handshake(int fd) {
   client->client_id = id;
   client->rank = uint32_t(req.rank);
   client->local_rank = uint32_t(req.local_rank);
-  client->pid = cred.pid;
+  client->pid = pid;
   client->local_size = ls;
   client->job_id = req.job_id;
   const bool sent = SendReply(fd, reply, fds, 2);
@@ -271,29 +347,37 @@ void AttachServer::Handshake(int fd) {
   client->segment = std::move(segment.value());
   if (!sent) {
     spdlog::warn("{}: attach reply could not be sent: {}", who, strerror(errno));
-    close(fd);
-    return;
+    return Forget(fd);
   }
+  if (local_size_.load() == 0) local_size_.store(ls, std::memory_order_release);  // fixed while clients are attached
   PostToEngine(ClientAttachedEvent{std::move(client)});
-  timeval none{0, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  connections_[fd] = Connection{id, uint32_t(req.local_rank), cred.pid, uint32_t(req.rank), false, req.job_id};
-  fd_by_local_rank_[uint32_t(req.local_rank)] = fd;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = uint64_t(id) << 32 | uint32_t(fd);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  conn.attached = true;
+  conn.client_id = id;
+  conn.local_rank = uint32_t(req.local_rank);
+  conn.rank = uint32_t(req.rank);
+  conn.job_id = req.job_id;
+  --handshakes_;
+  fd_by_local_rank_[conn.local_rank] = fd;
+}
+
+void AttachServer::Forget(int fd) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  if (!it->second.attached) --handshakes_;
+  else fd_by_local_rank_.erase(it->second.local_rank);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  connections_.erase(it);
+  // The local size a client fixed holds while clients are attached: the next job may differ.
+  if (fd_by_local_rank_.empty()) local_size_.store(config_.local_size, std::memory_order_release);
 }
 
 void AttachServer::Drop(int fd, const std::string& reason, bool clean) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   const Connection conn = it->second;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  close(fd);
-  connections_.erase(it);
-  fd_by_local_rank_.erase(conn.local_rank);
-  if (!reason.empty()) PostToEngine(ClientLostEvent{conn.client_id, reason, clean});
+  Forget(fd);
+  if (conn.attached && !reason.empty()) PostToEngine(ClientLostEvent{conn.client_id, reason, clean});
 }
 
 }  // namespace syncd

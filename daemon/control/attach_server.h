@@ -1,13 +1,19 @@
 // Accepts clients on <run-dir>/attach.sock: checks the peer's uid (SO_PEERCRED), the protocol
-// version and the client's identity, creates its segment, passes the segment and node page fds
-// (SCM_RIGHTS) and hands the client to the engine. It keeps each client's socket open and reports
-// a hang-up (exit, crash, SIGKILL) to the engine at once.
+// version and the client's identity (attach_handshake.h), creates its segment, passes the segment
+// and node page fds (SCM_RIGHTS) and hands the client to the engine. It keeps each client's
+// socket open and reports a hang-up (exit, crash, SIGKILL) to the engine at once.
+//
+// Nothing here waits for a client or for the engine: handshakes are read as their bytes arrive,
+// each with a deadline (at most kMaxHandshakes at once: past that the oldest is dropped), and
+// events the engine has no room for yet wait in an outbox (in order, none lost) while the server
+// stops accepting new connections until it empties.
 //
 // Threads: Run() is the attach thread (control plane). KickClient() is called by the engine
 // thread; Stop() by any thread. The engine is reached only through Engine::Post.
 #ifndef SYNCD_DAEMON_CONTROL_ATTACH_SERVER_H_
 #define SYNCD_DAEMON_CONTROL_ATTACH_SERVER_H_
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,7 +34,7 @@ class AttachServer {
   Status Listen();
   // Must be called before Run(): the engine that receives clients.
   void set_engine(Engine* engine) { engine_ = engine; }
-  // Local size fixed by configuration, or 0 until the first client says it.
+  // Local size fixed by configuration, or by the clients attached now (0 while none is).
   uint32_t local_size() const { return local_size_.load(std::memory_order_acquire); }
 
   void Run();
@@ -40,19 +46,38 @@ class AttachServer {
 
  private:
   struct Connection {
-    uint32_t client_id;
-    uint32_t local_rank;
+    uint64_t serial;  // in its epoll tag: an event of a closed connection never acts on a newer one
     int32_t pid;
-    uint32_t rank;
-    bool said_goodbye;
-    uint64_t job_id;
+    bool attached = false;
+    // Until attached: the request as far as it has arrived, and when the client must have sent it.
+    abi::AttachRequest request{};
+    size_t received = 0;
+    uint64_t deadline_ns = 0;
+    // Once attached.
+    uint32_t client_id = 0;
+    uint32_t local_rank = 0;
+    uint32_t rank = 0;
+    bool said_goodbye = false;
+    uint64_t job_id = 0;
   };
   void Accept();
-  void Handshake(int fd);
+  void EvictOldestHandshake();
+  void OnEvent(int fd, Connection& conn, uint32_t events);
+  void ReadHandshake(int fd, Connection& conn, uint32_t events);
+  void CompleteHandshake(int fd, Connection& conn);
+  // Refuses handshakes past their deadline; returns the time to the next deadline (ms, capped).
+  int ExpireHandshakes(int cap_ms);
+  // Hands clients that are leaving (goodbye sent, or closed) but whose hang-up this thread has
+  // not read yet to the engine, so that the next job is not refused for them.
+  void SettleLeavingClients();
   void Refuse(int fd, int status, const std::string& why);
-  // Forgets the connection; a non-empty reason is reported to the engine as a lost client.
+  // Forgets the connection; for an attached client a non-empty reason is reported to the engine.
   void Drop(int fd, const std::string& reason, bool clean);
   void PostToEngine(EngineEvent event);
+  void FlushOutbox();
+  // Whether new connections are taken now (the outbox has room, handshakes are few).
+  void UpdateListening();
+  void Forget(int fd);
 
   const Config config_;
   const NodePage* node_page_;
@@ -61,12 +86,17 @@ class AttachServer {
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop() and KickClient() ring it
+  bool listening_ = true;
+  uint64_t accept_pause_until_ns_ = 0;  // out of descriptors: try again later
   std::atomic<bool> stop_{false};
   std::atomic<bool> accepting_{true};
   std::atomic<uint32_t> local_size_{0};
   SpscQueue<uint32_t> kicks_{64};
-  std::map<int, Connection> connections_;          // by socket fd (attach thread only)
-  std::map<uint32_t, int> fd_by_local_rank_;        // attach thread only
+  std::map<int, Connection> connections_;     // by socket fd (attach thread only)
+  std::map<uint32_t, int> fd_by_local_rank_;   // attached clients (attach thread only)
+  size_t handshakes_ = 0;                      // connections not attached yet
+  std::deque<EngineEvent> outbox_;             // events the engine has no room for yet
+  uint64_t next_serial_ = 1;
   uint32_t next_client_id_ = 1;
 };
 

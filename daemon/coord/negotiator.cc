@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "daemon/coord/job_join.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/transport/host_collectives.h"
 #include "proto/doorbell.h"
@@ -61,12 +62,26 @@ Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute 
   const uint32_t n = t_->size();
   control_in_.resize(n);
   control_recvs_.assign(n, 0);
-  for (uint32_t p = 0; p < n; ++p)
+  join_ = JoinJob(t_, options_.job, &joined_nodes_);
+}
+
+bool Negotiator::PollJoin() {
+  if (joined_) return false;
+  if (!join_.Poll()) return false;
+  joined_ = true;
+  if (!join_.status().ok()) {
+    Abort(join_.status());
+    return true;
+  }
+  for (uint32_t p = 0; p < t_->size(); ++p)
     if (p != t_->rank()) control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p].data(), kControlMessageBytes);
+  last_cycle_start_ = abi::MonotonicNs();
+  return true;
 }
 
 Negotiator::~Negotiator() {
   cycle_ = CommTask();
+  join_ = CommTask();
   for (uint32_t p = 0; p < control_recvs_.size(); ++p)
     if (p != t_->rank() && control_recvs_[p] != 0) t_->Cancel(control_recvs_[p]);
   for (Outgoing& o : control_out_) t_->Cancel(o.handle);
@@ -86,6 +101,8 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
 bool Negotiator::Poll(uint64_t now_ns) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
+  did |= PollJoin();
+  if (!joined_ || broken_) return did;
   const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
   const bool due = options_.on_demand
                        ? fresh_ || wanted_cycle_ > cycle_seq_ || (draining_ && now_ns >= last_cycle_start_ + options_.cycle_ns)
@@ -125,7 +142,7 @@ void Negotiator::Block() {
     CheckAbortMessages();
     const uint64_t now = abi::MonotonicNs();
     if (options_.while_blocked && now - last_tick > 1'000'000) {
-      if (!options_.while_blocked()) break;
+      if (!options_.while_blocked(now - start)) break;
       last_tick = now;
     }
   }
@@ -503,7 +520,10 @@ bool Negotiator::CheckAbortMessages() {
       continue;
     }
     if (m->kind == ControlMessage::Kind::kLeave) PeerLeft(p, m->text);
-    else Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + m->text));
+    else if (m->kind == ControlMessage::Kind::kAbort)
+      Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + m->text));
+    else
+      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " sent a job start message on the control channel"));
     break;
   }
   if (!broken_)

@@ -44,9 +44,10 @@ struct NegotiatorOptions {
   // gs: every gs_period cycles the daemons agree on the minimum of their local sleeps
   // (cycle_ns - T_previous) and all sleep that. 0: no global sleep.
   uint32_t gs_period = 0;
-  // Called now and then while the engine is blocked (it keeps the daemon's heartbeat fresh);
-  // returning false stops blocking (the daemon is shutting down), leaving the cycle running.
-  std::function<bool()> while_blocked;
+  // Called now and then while the engine is blocked, with how long it has been (it keeps the
+  // daemon's heartbeat fresh); returning false stops blocking, leaving the cycle running (the
+  // engine polls it from its loop): the daemon is shutting down, or something else needs it.
+  std::function<bool(uint64_t blocked_ns)> while_blocked;
   // false (Horovod): a cycle starts cycle_ns after the previous one started. true: also as soon as
   // a tensor became ready here since the last cycle started (each name gets one early try; a
   // name still waiting on other nodes waits for the timer).
@@ -85,6 +86,7 @@ class Negotiator {
   bool Poll(uint64_t now_ns);
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
+    if (!joined_) return abi::MonotonicNs() + kJoinPollNs;  // other nodes may not have started the job yet
     if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
     if (options_.on_demand)
       return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : (draining_ ? last_cycle_start_ : abi::MonotonicNs()) + options_.cycle_ns;
@@ -143,6 +145,9 @@ class Negotiator {
     ReadyTensor tensor;
     Status local_error;
   };
+  static constexpr uint64_t kJoinPollNs = 1'000'000;
+  // Drives the job start handshake (job_join.h); once it is done, cycles may run.
+  bool PollJoin();
   CommTask Cycle();
   CommTask Negotiate(uint64_t base);  // agreement and execution: the body of a cycle
   // Drives the running cycle to its end without returning (blocking modes).
@@ -178,6 +183,9 @@ class Negotiator {
   };
   std::unordered_map<std::string, Announcement> coord_;
 
+  CommTask join_;
+  bool joined_ = false;
+  std::vector<bool> joined_nodes_;  // whose HELLO is in (job_join.h)
   CommTask cycle_;
   std::vector<ReadyTensor> executing_;  // the current cycle's agreed tensors (see Execute)
   bool cycle_running_ = false;

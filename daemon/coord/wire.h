@@ -49,6 +49,8 @@ struct ControlMessage {
     kAbort = 'A',  // the job failed; `text` says why
     kLeave = 'L',  // this node leaves the job (its daemon stops, or its ranks started another job)
     kCycle = 'C',  // on-demand coordination: please run cycle `cycle`
+    kHello = 'H',  // job start, round 1 (job_join.h)
+    kReady = 'R',  // job start, round 2
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;

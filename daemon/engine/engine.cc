@@ -59,10 +59,13 @@ std::unique_ptr<Negotiator> Engine::MakeNegotiator(uint64_t job) {
   opts.on_demand = config_.coord == "topo";
   opts.gs_period = config_.coord == "gs" ? config_.gs_period : 0;
   if (config_.coord == "topo") opts.gpu_order = &gpu_order_;
-  opts.while_blocked = [this] {
+  // Blocking in a cycle as Horovod does must not make the daemon blind: a client attaching or
+  // dying, a stall to report, the daemon stopping all end the blocking (the cycle goes on).
+  opts.while_blocked = [this](uint64_t blocked_ns) {
     node_page_->Heartbeat();
     const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
-    return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain);
+    return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain) &&
+           inbox_.Empty() && blocked_ns < kStallCheckPeriodNs;
   };
   return std::make_unique<Negotiator>(
       transport_.get(), opts,
@@ -104,7 +107,7 @@ void Engine::StartJob(uint64_t job) {
 
 Engine::~Engine() { negotiator_.reset(); }
 
-bool Engine::Post(EngineEvent event) {
+bool Engine::Post(EngineEvent&& event) {
   if (!inbox_.Push(std::move(event))) return false;
   node_page_->Wake();
   return true;
@@ -363,17 +366,19 @@ bool Engine::DrainEvents() {
   while (auto ev = inbox_.Pop()) {
     did = true;
     if (auto* a = std::get_if<ClientAttachedEvent>(&*ev)) {
-      if (local_size_ == 0) {
+      const uint32_t id = a->client->client_id;
+      const uint32_t lr = a->client->local_rank;
+      // The first client of a new job (none of the previous one attached) starts afresh: the
+      // previous job's departed ranks, its failure and its coordination mean nothing to it.
+      // Without --local-size, the job's first client says how many ranks this node runs.
+      const bool resize = clients_.empty() && config_.local_size == 0 && a->client->local_size != local_size_;
+      if (!job_started_ || resize || (a->client->job_id != job_id_ && clients_.empty())) StartJob(a->client->job_id);
+      if (resize) {
         local_size_ = a->client->local_size;
         world_size_ = local_size_ * config_.nodes;
         table_ = TensorTable(local_size_);
         executor_ = HostExecutor(world_size_);
       }
-      const uint32_t id = a->client->client_id;
-      const uint32_t lr = a->client->local_rank;
-      // The first client of a new job (none of the previous one attached) starts afresh: the
-      // previous job's departed ranks, its failure and its coordination mean nothing to it.
-      if (!job_started_ || (a->client->job_id != job_id_ && clients_.empty())) StartJob(a->client->job_id);
       lost_ranks_.erase(lr);
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);

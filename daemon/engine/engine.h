@@ -70,8 +70,9 @@ class Engine {
   }
   const GpuExecutor* gpu() const { return gpu_.get(); }
 
-  // From the single producer thread. Returns false when the queue is full (retry later).
-  bool Post(EngineEvent event);
+  // From the single producer thread. Takes the event, or returns false and leaves it untouched
+  // when the inbox is full (post it again later).
+  bool Post(EngineEvent&& event);
   void Stop();
   // Any thread: graceful drain. Run() goes on serving until nothing is in flight, then returns;
   // whatever is still in flight at `deadline_ns` fails with `why` ("the daemon is draining ...").

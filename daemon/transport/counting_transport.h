@@ -25,6 +25,7 @@ class CountingTransport final : public Transport {
   CommState Test(CommHandle h, Status* error) override { return inner_->Test(h, error); }
   void Cancel(CommHandle h) override { inner_->Cancel(h); }
   void SetEpoch(uint32_t epoch) override { inner_->SetEpoch(epoch); }
+  void DiscardArrived() override { inner_->DiscardArrived(); }
   std::optional<Status> PeerFailure() const override { return inner_->PeerFailure(); }
   bool PeerLost(uint32_t peer) const override { return inner_->PeerLost(peer); }
 

@@ -50,6 +50,10 @@ class Transport {
   // matches only messages of its own epoch. Call between jobs with nothing posted; messages of
   // other epochs that have arrived are discarded.
   virtual void SetEpoch(uint32_t epoch) = 0;
+  // Drops every message that has arrived and matched no posted receive, of any tag or epoch.
+  // With per-peer ordering this lets a job start clean: once a peer's "I have left the old job"
+  // notice is in, everything it sent before is in too (see Negotiator's join).
+  virtual void DiscardArrived() = 0;
 
   // The first peer failure seen (message names the node), if any.
   virtual std::optional<Status> PeerFailure() const = 0;

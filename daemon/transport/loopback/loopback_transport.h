@@ -42,6 +42,7 @@ class LoopbackTransport final : public Transport {
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
   void SetEpoch(uint32_t epoch) override;
+  void DiscardArrived() override;
   std::optional<Status> PeerFailure() const override;
   bool PeerLost(uint32_t peer) const override { return hub_->lost(peer); }
 

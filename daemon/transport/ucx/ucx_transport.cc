@@ -301,13 +301,19 @@ void UcxTransport::SetEpoch(uint32_t epoch) {
   ucp_worker_progress(worker_);
   for (uint32_t e = 0; e <= kEpochMask; ++e)
     if (e != epoch_)
-      while (DiscardOne(e)) {
+      while (DiscardOne(uint64_t(e) << 48, kEpochTagMask)) {
       }
 }
 
-bool UcxTransport::DiscardOne(uint32_t epoch) {
+void UcxTransport::DiscardArrived() {
+  ucp_worker_progress(worker_);
+  while (DiscardOne(0, 0)) {
+  }
+}
+
+bool UcxTransport::DiscardOne(uint64_t tag, uint64_t mask) {
   ucp_tag_recv_info_t info{};
-  ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, uint64_t(epoch) << 48, kEpochTagMask, 1, &info);
+  ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag, mask, 1, &info);
   if (msg == nullptr) return false;
   std::vector<char> sink(std::max<size_t>(info.length, 1));
   ucp_request_param_t p{};

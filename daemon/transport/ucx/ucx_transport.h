@@ -54,6 +54,7 @@ class UcxTransport final : public Transport {
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
   void SetEpoch(uint32_t epoch) override;
+  void DiscardArrived() override;
   std::optional<Status> PeerFailure() const override { return peer_failure_; }
   bool PeerLost(uint32_t peer) const override { return peer < peer_lost_.size() && peer_lost_[peer]; }
 
@@ -85,9 +86,9 @@ class UcxTransport final : public Transport {
   void Release(Slot* s);
   CommHandle Failed(Slot* s, CommHandle h, Status error);
   uint64_t WireTag(uint32_t src, uint64_t tag) const;
-  // Receives and drops one message that arrived unexpected with epoch bits `epoch`; false when
-  // there is none.
-  bool DiscardOne(uint32_t epoch);
+  // Receives and drops one message that arrived unexpected and whose tag matches `tag` under
+  // `mask`; false when there is none.
+  bool DiscardOne(uint64_t tag, uint64_t mask);
 
   uint32_t rank_, size_;
   uint32_t epoch_ = 0;

@@ -195,6 +195,26 @@ TYPED_TEST(TransportConformance, MessagesOfAnotherEpochNeverMatch) {
   g[1]->Cancel(r1);
 }
 
+// A job starts clean: what arrived for nobody is dropped, what a posted receive took is kept.
+TYPED_TEST(TransportConformance, DiscardArrivedDropsUnmatchedMessagesOnly) {
+  Group g = TypeParam::Make(2);
+  int64_t stale = 1, wanted = 2, later = 3, got_wanted = 0, got = 0;
+  Status err;
+  CommHandle r = g[1]->Recv(0, 8, &got_wanted, 8);
+  for (CommHandle h : {g[0]->Send(1, 6, &stale, 8), g[0]->Send(1, 8, &wanted, 8)})
+    ASSERT_EQ(AwaitHandle(g, g[0], h, &err), CommState::kDone) << err.ToString();
+  for (int i = 0; i < 1000; ++i) g.ProgressAll();
+  g[1]->DiscardArrived();
+  ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
+  EXPECT_EQ(got_wanted, 2);
+  CommHandle r2 = g[1]->Recv(0, 6, &got, 8);
+  for (int i = 0; i < 1000; ++i) g.ProgressAll();
+  EXPECT_EQ(g[1]->Test(r2, &err), CommState::kPending) << "a discarded message was received: " << got;
+  g[0]->Send(1, 6, &later, 8);
+  ASSERT_EQ(AwaitHandle(g, g[1], r2, &err), CommState::kDone) << err.ToString();
+  EXPECT_EQ(got, 3);
+}
+
 // Collectives that may overlap anywhere in the job need distinct tags (a node that finished one
 // may already send for the next while a slower node still receives for the first).
 uint64_t NextTag() {
