@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <memory>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -20,22 +21,6 @@
 namespace syncd::testing {
 namespace {
 
-// An allreduce among `n` ranks proving the daemon serves, timed.
-double SecondsToServe(const Daemon& d, int n) {
-  const double t0 = NowS();
-  auto st = RunRanks(d.run_dir(), n, [](syncd_client* c, int rank, int) {
-    int32_t v = rank + 1;
-    int64_t shape = 1;
-    syncd_tensor t{"alive", &v, SYNCD_INT32, 1, &shape};
-    syncd_handle h;
-    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
-    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
-    return 0;
-  });
-  ExpectAllSucceeded(st);
-  return NowS() - t0;
-}
-
 // Issue 17, bug 5: the handshake used to be read connection by connection with a blocking 2 s
 // timeout on the one attach thread, so every idle connection delayed every correct attach.
 TEST(Attach, IdleConnectionsDelayNoOneAndAreRefusedAtTheirDeadline) {
@@ -46,7 +31,7 @@ TEST(Attach, IdleConnectionsDelayNoOneAndAreRefusedAtTheirDeadline) {
     ASSERT_GE(fd, 0) << "connection " << i;
     idle.push_back(fd);
   }
-  const double seconds = SecondsToServe(d, 2);
+  const double seconds = ExpectDaemonServes(d, 2);
   EXPECT_LT(seconds, 1.0) << "300 idle connections delayed a correct attach";
   // Past 256 waiting handshakes the oldest is dropped; the others are answered once their 2 s
   // are up, naming what was missing.
@@ -61,7 +46,7 @@ TEST(Attach, IdleConnectionsDelayNoOneAndAreRefusedAtTheirDeadline) {
   EXPECT_EQ(reply.status, SYNCD_ERR_PROTOCOL);
   EXPECT_TRUE(Contains(reply.message, "no complete attach request within 2 s")) << reply.message;
   for (int fd : idle) close(fd);
-  EXPECT_LT(SecondsToServe(d, 2), 1.0);
+  EXPECT_LT(ExpectDaemonServes(d, 2), 1.0);
 }
 
 TEST(Attach, TruncatedAndGarbageHandshakesAreAnsweredAndTheDaemonServes) {
@@ -92,7 +77,7 @@ TEST(Attach, TruncatedAndGarbageHandshakesAreAnsweredAndTheDaemonServes) {
     EXPECT_EQ(reply.status, SYNCD_OK) << reply.message;
     close(fd);
   }
-  EXPECT_LT(SecondsToServe(d, 1), 2.0);
+  EXPECT_LT(ExpectDaemonServes(d, 1), 2.0);
 }
 
 // Issue 17, bug 4: with --local-size 0 the first client fixed the node's local size for good, so
@@ -108,7 +93,7 @@ TEST(Attach, AnAbsurdLocalSizeIsRefusedAndFixesNothing) {
   EXPECT_EQ(reply.status, SYNCD_ERR_INVALID);
   EXPECT_TRUE(Contains(reply.message, "local rank 0 of 2147483647 is not valid")) << reply.message;
   EXPECT_EQ(fds[0], -1);
-  EXPECT_LT(SecondsToServe(d, 3), 2.0);
+  EXPECT_LT(ExpectDaemonServes(d, 3), 2.0);
 }
 
 TEST(Attach, TheLocalSizeAClientFixedEndsWithItsJob) {
@@ -116,7 +101,7 @@ TEST(Attach, TheLocalSizeAClientFixedEndsWithItsJob) {
   {
     RawClient five(d.run_dir(), 5);  // a job of 5 ranks on one node, gone after this block
   }
-  EXPECT_LT(SecondsToServe(d, 2), 2.0) << "a job of 2 ranks after one of 5";
+  EXPECT_LT(ExpectDaemonServes(d, 2), 2.0) << "a job of 2 ranks after one of 5";
 }
 
 TEST(Attach, RanksOutOfRangeAreRefusedNamingTheRank) {
@@ -130,7 +115,7 @@ TEST(Attach, RanksOutOfRangeAreRefusedNamingTheRank) {
     EXPECT_NE(reply.status, SYNCD_OK) << rank << "/" << size << " local " << local_rank;
     EXPECT_TRUE(Contains(reply.message, "rank " + std::to_string(rank))) << reply.message;
   }
-  EXPECT_LT(SecondsToServe(d, 2), 2.0);
+  EXPECT_LT(ExpectDaemonServes(d, 2), 2.0);
 }
 
 // The client side of bug 5: a daemon that accepts but never answers must not hang the client.
@@ -155,77 +140,85 @@ TEST(Attach, TheClientGivesUpOnADaemonThatNeverAnswers) {
   rmdir(dir.c_str());
 }
 
+// An attach server and an engine in this process; the test decides when (and whether) the
+// engine runs.
+class InProcessDaemon {
+ public:
+  explicit InProcessDaemon(uint32_t local_size) {
+    char templ[] = "/tmp/syncd-inbox-XXXXXX";
+    config_.run_dir = mkdtemp(templ);
+    config_.local_size = local_size;
+    config_.log_level = "error";
+    auto page = NodePage::Create();
+    EXPECT_TRUE(page.ok());
+    page_ = std::make_unique<NodePage>(std::move(page.value()));
+    attach_ = std::make_unique<AttachServer>(config_, page_.get());
+    EXPECT_TRUE(attach_->Listen().ok());
+    engine_ = std::make_unique<Engine>(config_, page_.get(), local_size,
+                                       [this](uint32_t id) { attach_->KickClient(id); });
+    attach_->set_engine(engine_.get());
+    attach_thread_ = std::thread([this] { attach_->Run(); });
+  }
+  ~InProcessDaemon() {
+    if (engine_thread_.joinable()) {
+      engine_->Stop();
+      engine_thread_.join();
+    }
+    StopAttach();
+  }
+  const std::string& run_dir() const { return config_.run_dir; }
+  Engine& engine() { return *engine_; }
+  void StartEngine() { engine_thread_ = std::thread([this] { engine_->Run(); }); }
+  void StopAttach() {
+    if (!attach_thread_.joinable()) return;
+    attach_->Stop();
+    attach_thread_.join();
+  }
+  // Attaches as local rank `local_rank` and leaves at once (two events for the engine).
+  void AttachAndLeave(int local_rank, int local_size) {
+    const int fd = RawConnect(config_.run_dir);
+    int fds[2];
+    abi::AttachReply reply = RawAttach(fd, RawAttachRequest(local_rank, local_size), fds);
+    EXPECT_EQ(reply.status, SYNCD_OK) << reply.message;
+    for (int f : fds)
+      if (f >= 0) close(f);
+    close(fd);
+  }
+
+ private:
+  Config config_;
+  std::unique_ptr<NodePage> page_;
+  std::unique_ptr<AttachServer> attach_;
+  std::unique_ptr<Engine> engine_;
+  std::thread attach_thread_, engine_thread_;
+};
+
 // Issue 17, bug 3: events the engine had no room for were destroyed (Engine::Post took them by
 // value) and the retry posted an empty one; a stopping daemon waited for the engine for ever.
 // Here the engine does not run at all while 150 clients attach and leave (300 events, the
-// inbox holds 256): every event must reach it once it runs, and Stop() must not wait for it.
+// inbox holds 256): every event must reach it once it runs.
 TEST(Attach, EventsTheEngineHasNoRoomForWaitAndNoneIsLost) {
-  char templ[] = "/tmp/syncd-inbox-XXXXXX";
-  Config config;
-  config.run_dir = mkdtemp(templ);
-  config.local_size = 2;
-  config.log_level = "error";
-  auto page = NodePage::Create();
-  ASSERT_TRUE(page.ok());
-  AttachServer attach(config, &*page);
-  ASSERT_TRUE(attach.Listen().ok());
-  Engine engine(config, &*page, 2, [&attach](uint32_t id) { attach.KickClient(id); });
-  attach.set_engine(&engine);
-  std::thread attach_thread([&] { attach.Run(); });
-  RawClient stays(config.run_dir, 2);  // local rank 0, attached throughout
-  for (int i = 0; i < 150; ++i) {
-    const int fd = RawConnect(config.run_dir);
-    abi::AttachRequest req = RawAttachRequest(1, 2);
-    int fds[2];
-    abi::AttachReply reply = RawAttach(fd, req, fds);
-    ASSERT_EQ(reply.status, SYNCD_OK) << "attach " << i << ": " << reply.message;
-    close(fds[0]);
-    close(fds[1]);
-    close(fd);
-    // The hang-up must be seen before the next attach of the same local rank (the attach server
-    // settles it when the next one comes).
-  }
-  std::thread engine_thread([&] { engine.Run(); });
+  InProcessDaemon d(2);
+  RawClient stays(d.run_dir(), 2);  // local rank 0, attached throughout
+  for (int i = 0; i < 150 && !HasFailure(); ++i) d.AttachAndLeave(1, 2);
+  d.StartEngine();
   // Every event arrives, in order: rank 1 came and went 150 times, rank 0 is still attached.
   std::shared_ptr<const StatusSnapshot> s;
   for (int i = 0; i < 200; ++i) {
-    s = engine.FreshSnapshot(100);
+    s = d.engine().FreshSnapshot(100);
     if (s->clients.size() == 2 && s->clients[1].state == "lost") break;
     usleep(20'000);
   }
   ASSERT_EQ(s->clients.size(), 2u);
   EXPECT_EQ(s->clients[0].state, "attached");
   EXPECT_EQ(s->clients[1].state, "lost");
-  engine.Stop();
-  engine_thread.join();
-  attach.Stop();
-  attach_thread.join();
 }
 
 TEST(Attach, AStoppingAttachServerDoesNotWaitForAnEngineThatTakesNothing) {
-  char templ[] = "/tmp/syncd-inbox-XXXXXX";
-  Config config;
-  config.run_dir = mkdtemp(templ);
-  config.local_size = 1;
-  auto page = NodePage::Create();
-  ASSERT_TRUE(page.ok());
-  AttachServer attach(config, &*page);
-  ASSERT_TRUE(attach.Listen().ok());
-  Engine engine(config, &*page, 1, [&attach](uint32_t id) { attach.KickClient(id); });
-  attach.set_engine(&engine);
-  std::thread attach_thread([&] { attach.Run(); });
-  for (int i = 0; i < 150; ++i) {  // 300 events for an engine that never runs
-    const int fd = RawConnect(config.run_dir);
-    int fds[2];
-    abi::AttachReply reply = RawAttach(fd, RawAttachRequest(0, 1), fds);
-    ASSERT_EQ(reply.status, SYNCD_OK) << "attach " << i << ": " << reply.message;
-    close(fds[0]);
-    close(fds[1]);
-    close(fd);
-  }
+  InProcessDaemon d(1);
+  for (int i = 0; i < 150 && !HasFailure(); ++i) d.AttachAndLeave(0, 1);  // 300 events, no engine
   const double t0 = NowS();
-  attach.Stop();
-  attach_thread.join();
+  d.StopAttach();
   EXPECT_LT(NowS() - t0, 1.0);
 }
 

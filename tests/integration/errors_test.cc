@@ -23,20 +23,6 @@ namespace {
 
 
 
-// A quick allreduce among `n` ranks proving the daemon still serves.
-void ExpectDaemonServes(const Daemon& d, int n) {
-  auto st = RunRanks(d.run_dir(), n, [](syncd_client* c, int rank, int) {
-    int32_t v = rank + 1;
-    int64_t shape = 1;
-    syncd_tensor t{"alive", &v, SYNCD_INT32, 1, &shape};
-    syncd_handle h;
-    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
-    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
-    return 0;
-  });
-  ExpectAllSucceeded(st);
-}
-
 int Submit(syncd_client* c, const char* name, void* data, syncd_dtype dt, int ndim, const int64_t* shape,
            syncd_reduce_op op, syncd_handle* h) {
   syncd_tensor t{name, data, dt, ndim, shape};

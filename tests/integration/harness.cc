@@ -54,6 +54,21 @@ void ExpectAllSucceeded(const std::vector<int>& statuses) {
         << "rank " << r << " status " << statuses[r];
 }
 
+double ExpectDaemonServes(const Daemon& d, int n) {
+  const double t0 = NowS();
+  auto st = RunRanks(d.run_dir(), n, [](syncd_client* c, int rank, int) {
+    int32_t v = rank + 1;
+    int64_t shape = 1;
+    syncd_tensor t{"alive", &v, SYNCD_INT32, 1, &shape};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  return NowS() - t0;
+}
+
 uint64_t JsonNumber(const std::string& json, const std::string& key) {
   const size_t at = json.find("\"" + key + "\":");
   if (at == std::string::npos) return UINT64_MAX;

@@ -103,6 +103,10 @@ double NowS();
 // Expects every status (as RunRanks returns them) to be a clean exit 0.
 void ExpectAllSucceeded(const std::vector<int>& statuses);
 
+// A job of `n` ranks on `d` whose allreduce must succeed: the daemon still serves. Returns how
+// many seconds the job took (attach to exit).
+double ExpectDaemonServes(const Daemon& d, int n);
+
 // Output of `syncctl --run-dir <run_dir> status --json` ("" on failure). Usable from children.
 std::string SyncctlStatusJson(const std::string& run_dir);
 
