@@ -21,6 +21,7 @@ inline const char* StatusName(int s) {
     case SYNCD_ERR_REFUSED: return "REFUSED";
     case SYNCD_ERR_SYSTEM: return "SYSTEM";
     case SYNCD_ERR_INTERNAL: return "INTERNAL";
+    case SYNCD_ERR_STALLED: return "STALLED";
     default: return "UNKNOWN";
   }
 }

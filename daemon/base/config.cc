@@ -156,6 +156,10 @@ const std::vector<ConfigEntry>& ConfigTable() {
       {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
        "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
        Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},
+      {"stall-shutdown-s", "SYNCD_STALL_SHUTDOWN_S", "300",
+       "Shut the job down (every pending request fails on every rank, naming the tensor and the ranks that never "
+       "submitted it) once a tensor has stalled this many seconds; 0: never",
+       Unsigned(&Config::stall_shutdown_s, "stall-shutdown-s")},
       {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
        [](Config& c, const std::string& t) -> Status {
          static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};

@@ -39,6 +39,7 @@ struct Config {
   uint32_t gs_period = 1;       // gs: cycles between sleep agreements
   std::string ucx_peer_errors;  // "auto", "on" or "off"
   uint32_t stall_warning_s = 0;  // warn about names some ranks submitted and others not, after this long
+  uint32_t stall_shutdown_s = 0;  // then end the job after this long (0: never)
 };
 
 struct ConfigEntry {

@@ -53,9 +53,11 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.engine_busy_pct(), s.engine_cpu_s(), s.daemon_cpu_s(), (unsigned long)s.engine_wakeups(),
          (unsigned long)s.pending_tensors());
   for (const auto& st : s.stalls()) {
-    std::string missing;
+    std::string missing, submitted;
     for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
-    printf("STALLED    tensor '%s' waiting %.0f s for ranks %s\n", st.name().c_str(), st.waiting_s(), missing.c_str());
+    for (uint32_t m : st.submitted_ranks()) submitted += (submitted.empty() ? "" : ",") + std::to_string(m);
+    printf("STALLED    tensor '%s' waiting %.0f s for ranks %s%s\n", st.name().c_str(), st.waiting_s(), missing.c_str(),
+           submitted.empty() ? "" : (" (submitted by ranks " + submitted + ")").c_str());
   }
   if (s.has_topo()) {
     const auto& t = s.topo();

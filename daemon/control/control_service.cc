@@ -51,6 +51,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     out->set_name(st.name);
     out->set_waiting_s(st.waiting_s);
     for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
+    for (uint32_t m : st.submitted_ranks) out->add_submitted_ranks(m);
   }
   if (s->has_plan) {
     control::Topo* t = r->mutable_topo();

@@ -19,6 +19,12 @@ namespace {
 // (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
 // cycles can overlap, so cycle numbers wrap safely. Abort messages use the one tag above them all.
 constexpr uint64_t kControlTag = kTagMask;  // ControlMessage (see wire.h)
+
+// The status an abort from another node carries: its own when it is one (a stall says STALLED
+// everywhere), else RANK_LOST.
+syncd_status AbortCode(int32_t code) {
+  return code > SYNCD_OK && code <= SYNCD_ERR_STALLED && code != SYNCD_IN_PROGRESS ? syncd_status(code) : SYNCD_ERR_RANK_LOST;
+}
 constexpr uint64_t kCycleShift = 24;
 
 // Layout of the agreement vector:
@@ -94,7 +100,7 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
     return;
   }
   order_.push_back(name);
-  pending_.emplace(name, Pending{std::move(t), std::move(local_error)});
+  pending_.emplace(name, Pending{std::move(t), std::move(local_error), abi::MonotonicNs()});
   fresh_ = true;
 }
 
@@ -384,6 +390,16 @@ std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>&
 
 std::vector<Negotiator::NodeStall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
   std::vector<NodeStall> out;
+  if (!joined_) {
+    for (const auto& [name, p] : pending_) {
+      if (now_ns - p.since_ns < min_age_ns) continue;
+      NodeStall s{name, now_ns - p.since_ns, {}};
+      for (uint32_t node = 0; node < joined_nodes_.size(); ++node)
+        if (!joined_nodes_[node]) s.missing_nodes.push_back(node);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
   for (const auto& [name, a] : coord_) {
     if (now_ns - a.first_ns < min_age_ns) continue;
     NodeStall s{name, now_ns - a.first_ns, {}};
@@ -415,7 +431,7 @@ void Negotiator::EndJob(Status why, bool tell_peers) {
   failure_ = why;
   spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
   CancelCycle(why);
-  if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message()});
+  if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message(), why.code()});
   std::vector<std::string> names = order_;
   for (const std::string& name : names)
     TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
@@ -521,7 +537,7 @@ bool Negotiator::CheckAbortMessages() {
     }
     if (m->kind == ControlMessage::Kind::kLeave) PeerLeft(p, m->text);
     else if (m->kind == ControlMessage::Kind::kAbort)
-      Abort(Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(p) + " aborted the job: " + m->text));
+      Abort(Status(AbortCode(m->code), "node " + std::to_string(p) + " aborted the job: " + m->text));
     else
       Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " sent a job start message on the control channel"));
     break;

@@ -131,8 +131,9 @@ class Negotiator {
   // announced of them. Each comes with the local ranks' disagreement, if any.
   std::vector<std::pair<ReadyTensor, Status>> Withdraw(const std::function<bool(const std::string&)>& pred);
 
-  // Coordinator (node 0) only: names some nodes announced at least `min_age_ns` ago and others
-  // not yet, with the nodes still missing. Empty elsewhere.
+  // Coordinator (node 0): names some nodes announced at least `min_age_ns` ago and others not
+  // yet, with the nodes still missing. Any node, before every node has started the job: names
+  // ready here that long, missing the nodes that have not started it.
   struct NodeStall {
     std::string name;
     uint64_t waiting_ns;
@@ -144,6 +145,7 @@ class Negotiator {
   struct Pending {
     ReadyTensor tensor;
     Status local_error;
+    uint64_t since_ns = 0;  // when it became ready here
   };
   static constexpr uint64_t kJoinPollNs = 1'000'000;
   // Drives the job start handshake (job_join.h); once it is done, cycles may run.

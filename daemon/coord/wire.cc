@@ -88,7 +88,8 @@ void EncodeControl(const ControlMessage& m, char* out) {
   out[0] = char(m.kind);
   memcpy(out + 1, &m.job, 8);
   memcpy(out + 9, &m.cycle, 8);
-  memcpy(out + 17, m.text.data(), std::min(m.text.size(), kControlTextBytes));
+  memcpy(out + 17, &m.code, 4);
+  memcpy(out + 21, m.text.data(), std::min(m.text.size(), kControlTextBytes));
 }
 
 StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
@@ -101,7 +102,8 @@ StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
     return ProtocolError("control message of unknown kind " + std::to_string(int(uint8_t(bytes[0]))));
   memcpy(&m.job, bytes + 1, 8);
   memcpy(&m.cycle, bytes + 9, 8);
-  m.text.assign(bytes + 17, strnlen(bytes + 17, kControlTextBytes));
+  memcpy(&m.code, bytes + 17, 4);
+  m.text.assign(bytes + 21, strnlen(bytes + 21, kControlTextBytes));
   return m;
 }
 

@@ -56,9 +56,10 @@ struct ControlMessage {
   uint64_t job = 0;
   uint64_t cycle = 0;
   std::string text;  // at most kControlTextBytes; longer text is cut
+  int32_t code = 0;  // kAbort: the syncd_status every pending request fails with
 };
 inline constexpr size_t kControlMessageBytes = 384;
-inline constexpr size_t kControlTextBytes = kControlMessageBytes - 1 - 8 - 8 - 1;
+inline constexpr size_t kControlTextBytes = kControlMessageBytes - 1 - 8 - 8 - 4 - 1;
 // `out` holds kControlMessageBytes.
 void EncodeControl(const ControlMessage& m, char* out);
 StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n);

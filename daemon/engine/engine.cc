@@ -187,7 +187,7 @@ void Engine::Run() {
       last_beat = t1;
     }
     if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) {
-      WarnAboutStalls(t1);
+      CheckStalls(t1);
       ExpireDepartures(t1);
     }
     if (t1 - last_snapshot > kSnapshotPeriodNs ||
@@ -702,46 +702,6 @@ void Engine::FlushClients() {
   for (auto& [id, c] : clients_) c.info->segment.Flush();
 }
 
-std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns) const {
-  const uint64_t threshold = uint64_t(config_.stall_warning_s) * 1'000'000'000ull;
-  std::vector<StallSnapshot> out;
-  for (const TensorTable::Stall& st : table_.Stalled(now_ns, threshold)) {
-    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
-    for (uint32_t lr : st.missing_local_ranks) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
-    out.push_back(std::move(ss));
-  }
-  if (topo_)
-    if (std::optional<TopoRunner::Wait> w = topo_->Waiting(now_ns, threshold))
-      // The plan's group waits for tensors no local rank has submitted (all ranks must).
-      for (const std::string& name : w->missing) {
-        StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}};
-        for (uint32_t lr = 0; lr < local_size_; ++lr) ss.missing_ranks.push_back(config_.node_rank * local_size_ + lr);
-        out.push_back(std::move(ss));
-      }
-  if (negotiator_)
-    for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, threshold)) {
-      StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}};
-      for (uint32_t node : st.missing_nodes)
-        for (uint32_t lr = 0; lr < local_size_; ++lr) ss.missing_ranks.push_back(node * local_size_ + lr);
-      out.push_back(std::move(ss));
-    }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
-  return out;
-}
-
-void Engine::WarnAboutStalls(uint64_t now_ns) {
-  last_stall_check_ns_ = now_ns;
-  const double period_s = double(config_.stall_warning_s);
-  // Repeat the warning once per threshold period, as Horovod's stall inspector does.
-  for (const StallSnapshot& s : Stalls(now_ns)) {
-    if (std::fmod(s.waiting_s - period_s, period_s) >= double(kStallCheckPeriodNs) / 1e9) continue;
-    std::string missing;
-    for (uint32_t r : s.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-    spdlog::warn("stall: tensor '{}' has waited {:.0f} s for ranks {} (the other ranks submitted it)", s.name,
-                 s.waiting_s, missing);
-  }
-}
-
 std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) const {
   const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_relaxed) + 1;
   node_page_->Wake();
@@ -797,7 +757,7 @@ void Engine::PublishSnapshot() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  s->stalls = Stalls(abi::MonotonicNs());
+  s->stalls = Stalls(abi::MonotonicNs(), uint64_t(config_.stall_warning_s) * 1'000'000'000ull);
   if (s->stalls.size() > 32) s->stalls.resize(32);
   if (plan_) {
     s->has_plan = true;

@@ -158,11 +158,14 @@ class Engine {
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   void PublishSnapshot();
-  // Tensors that some ranks submitted and others have not for longer than the threshold: this
-  // node's ranks, and (on node 0) whole nodes the coordinator still waits for.
-  std::vector<StallSnapshot> Stalls(uint64_t now_ns) const;
-  // Logs them (once per threshold period).
-  void WarnAboutStalls(uint64_t now_ns);
+  // Tensors that some ranks submitted and others have not for at least `min_age_ns`: this node's
+  // ranks, and (on node 0) whole nodes the coordinator still waits for; oldest first.
+  std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns) const;
+  // Once a second: logs stalls past --stall-warning-s (once per period, as Horovod's stall
+  // inspector does) and shuts the job down when one passes --stall-shutdown-s.
+  void CheckStalls(uint64_t now_ns);
+  // Fails everything the job has pending, on every node, naming the stalls (oldest first).
+  void ShutDownStalledJob(const std::vector<StallSnapshot>& stalls);
   // Fails what waits for ranks that detached cleanly and did not attach again in time.
   void ExpireDepartures(uint64_t now_ns);
 

@@ -26,7 +26,8 @@ struct ClientSnapshot {
 struct StallSnapshot {
   std::string name;
   double waiting_s = 0;
-  std::vector<uint32_t> missing_ranks;  // global ranks
+  std::vector<uint32_t> missing_ranks;    // global ranks that have not submitted it
+  std::vector<uint32_t> submitted_ranks;  // global ranks known to have submitted it
 };
 
 struct StatusSnapshot {

@@ -38,7 +38,9 @@ typedef enum syncd_status {
   SYNCD_ERR_PROTOCOL = 9,       /* version mismatch or malformed message */
   SYNCD_ERR_REFUSED = 10,       /* the daemon refused the attach (rank taken, wrong uid, ...) */
   SYNCD_ERR_SYSTEM = 11,        /* an OS call failed */
-  SYNCD_ERR_INTERNAL = 12
+  SYNCD_ERR_INTERNAL = 12,
+  SYNCD_ERR_STALLED = 13        /* the job was shut down: ranks never submitted a tensor others did
+                                   (syncd --stall-shutdown-s); the message names it and them */
 } syncd_status;
 
 typedef enum syncd_dtype {

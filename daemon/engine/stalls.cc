@@ -1,0 +1,101 @@
+// Stalls: tensors some ranks submitted and others did not. Reported after --stall-warning-s,
+// and after --stall-shutdown-s the job ends with the tensor and the missing ranks named, so a
+// program never waits for ever on ranks that will not come.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "daemon/engine/engine.h"
+
+namespace syncd {
+namespace {
+
+constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
+constexpr uint64_t kNsPerS = 1'000'000'000;
+constexpr size_t kStallsNamed = 3;  // in the shutdown message
+
+// "rank 3", "ranks 0-63,65": ranges keep a big job's list short.
+std::string FormatRanks(std::vector<uint32_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (i ? "," : "") + std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string Describe(const StallSnapshot& s) {
+  std::string text = "tensor '" + s.name + "' has waited " + std::to_string(int64_t(s.waiting_s)) + " s for " +
+                     FormatRanks(s.missing_ranks);
+  if (!s.submitted_ranks.empty()) text += " (submitted by " + FormatRanks(s.submitted_ranks) + ")";
+  return text;
+}
+
+}  // namespace
+
+std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns, uint64_t min_age_ns) const {
+  std::vector<StallSnapshot> out;
+  const uint32_t first = config_.node_rank * local_size_;
+  for (const TensorTable::Stall& st : table_.Stalled(now_ns, min_age_ns)) {
+    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
+    for (uint32_t lr = 0; lr < local_size_; ++lr) {
+      const bool missing = std::count(st.missing_local_ranks.begin(), st.missing_local_ranks.end(), lr) > 0;
+      (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(first + lr);
+    }
+    out.push_back(std::move(ss));
+  }
+  if (topo_)
+    if (std::optional<TopoRunner::Wait> w = topo_->Waiting(now_ns, min_age_ns))
+      // The plan's group waits for tensors no local rank has submitted (all ranks must).
+      for (const std::string& name : w->missing) {
+        StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}, {}};
+        for (uint32_t lr = 0; lr < local_size_; ++lr) ss.missing_ranks.push_back(first + lr);
+        out.push_back(std::move(ss));
+      }
+  if (negotiator_)
+    for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, min_age_ns)) {
+      StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
+      for (uint32_t node = 0; node < config_.nodes; ++node) {
+        const bool missing = std::count(st.missing_nodes.begin(), st.missing_nodes.end(), node) > 0;
+        for (uint32_t lr = 0; lr < local_size_; ++lr)
+          (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(node * local_size_ + lr);
+      }
+      out.push_back(std::move(ss));
+    }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
+  return out;
+}
+
+void Engine::CheckStalls(uint64_t now_ns) {
+  last_stall_check_ns_ = now_ns;
+  const double period_s = double(config_.stall_warning_s);
+  for (const StallSnapshot& s : Stalls(now_ns, uint64_t(config_.stall_warning_s) * kNsPerS)) {
+    if (std::fmod(s.waiting_s - period_s, period_s) >= double(kStallCheckPeriodNs) / 1e9) continue;
+    spdlog::warn("stall: {}", Describe(s));
+  }
+  if (config_.stall_shutdown_s == 0) return;
+  const std::vector<StallSnapshot> over = Stalls(now_ns, uint64_t(config_.stall_shutdown_s) * kNsPerS);
+  if (!over.empty()) ShutDownStalledJob(over);
+}
+
+void Engine::ShutDownStalledJob(const std::vector<StallSnapshot>& stalls) {
+  // Ranks that submit different names each wait for the other: name a few, not just one.
+  std::string what;
+  for (size_t i = 0; i < stalls.size() && i < kStallsNamed; ++i) what += (i ? "; " : "") + Describe(stalls[i]);
+  if (stalls.size() > kStallsNamed) what += "; and " + std::to_string(stalls.size() - kStallsNamed) + " more";
+  const Status why(SYNCD_ERR_STALLED, "the job was shut down after a stall of --stall-shutdown-s " +
+                                          std::to_string(config_.stall_shutdown_s) + " s: " + what);
+  spdlog::error("{}", why.message());
+  std::vector<FailedTensor> failed;
+  table_.FailAll(why, &failed);
+  for (FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  FailJob(why);  // many nodes: tells the others, which fail what they hold
+}
+
+}  // namespace syncd
