@@ -177,7 +177,7 @@ int Serve(const Config& config) {
     });
     char limit[32];
     snprintf(limit, sizeof(limit), "%.0f", timeout_s);
-    engine.Drain(abi::MonotonicNs() + uint64_t(std::max(0.0, timeout_s) * 1e9),
+    engine.Drain(DrainDeadlineNs(abi::MonotonicNs(), timeout_s),
                  "syncd on node " + std::to_string(config.node_rank) + " stopped (" + why +
                      ") before this collective finished (drain timeout " + limit + " s)");
   };

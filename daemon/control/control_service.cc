@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "daemon/base/version.h"
@@ -120,7 +121,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
 
 grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const control::DrainRequest* request,
                                    control::DrainReply* reply) {
-  const double timeout_s = request->timeout_s() < 0 ? double(config_.drain_timeout_s) : request->timeout_s();
+  const double timeout_s = DrainTimeoutS(*request, double(config_.drain_timeout_s));
   const uint64_t t0 = abi::MonotonicNs();
   begin_drain_(timeout_s, "syncctl drain");
   // The engine stops once nothing is in flight, or at the deadline; the daemon exits after this reply.
@@ -134,6 +135,21 @@ grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const control::Drai
   reply->set_deadline_passed(result.deadline_passed);
   reply->set_seconds(double(abi::MonotonicNs() - t0) / 1e9);
   return grpc::Status::OK;
+}
+
+namespace {
+constexpr double kMaxDrainS = 86400;
+}  // namespace
+
+double DrainTimeoutS(const control::DrainRequest& request, double default_s) {
+  const double t = request.timeout_s();
+  if (!(t >= 0)) return default_s;  // negative, or NaN
+  return std::min(t, kMaxDrainS);
+}
+
+uint64_t DrainDeadlineNs(uint64_t now_ns, double timeout_s) {
+  const double t = timeout_s > 0 ? std::min(timeout_s, kMaxDrainS) : 0;
+  return now_ns + uint64_t(t * 1e9);
 }
 
 StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service) {

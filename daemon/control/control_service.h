@@ -33,6 +33,12 @@ class ControlService final : public control::Control::Service {
   const BeginDrain begin_drain_;
 };
 
+// The drain timeout a request asks for: its own (clamped to a day), or `default_s` when it asks
+// for none (< 0) or for something that is not a number.
+double DrainTimeoutS(const control::DrainRequest& request, double default_s);
+// When a drain of `timeout_s` started at `now_ns` ends (any timeout_s: negative counts as 0).
+uint64_t DrainDeadlineNs(uint64_t now_ns, double timeout_s);
+
 // Starts a gRPC server for `service` on unix:<run-dir>/control.sock.
 StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service);
 

@@ -33,18 +33,10 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
                                      control::JoinReply* reply) {
   const std::string who = "node " + std::to_string(req->node_rank()) + " (" + req->hostname() + ", pid " +
                           std::to_string(req->pid()) + ", from " + ctx->peer() + ")";
-  if (req->job_token() != token_) {
-    spdlog::warn("rendezvous: refused {}: wrong job token", who);
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, who + ": wrong job token");
+  if (grpc::Status st = CheckJoinRequest(*req, token_, nodes_, local_size_, who); !st.ok()) {
+    spdlog::warn("rendezvous: refused {}", st.error_message());
+    return st;
   }
-  if (req->nodes() != nodes_ || req->node_rank() >= nodes_)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        who + " says the job has " + std::to_string(req->nodes()) + " nodes; node 0 says " +
-                            std::to_string(nodes_));
-  if (req->local_size() != local_size_)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        who + " runs " + std::to_string(req->local_size()) + " local ranks; node 0 runs " +
-                            std::to_string(local_size_) + " (every node must run the same number)");
   std::unique_lock lock(mu_);
   if (joined_[req->node_rank()]) {
     spdlog::warn("rendezvous: refused {}: node rank already joined by {}", who, hostnames_[req->node_rank()]);
@@ -75,6 +67,19 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     for (const std::string& u : gpu_uuids_[i]) gpus->add_uuids(u);
   }
   reply->set_nccl_id(nccl_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint32_t nodes,
+                              uint32_t local_size, const std::string& who) {
+  if (req.job_token() != token) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, who + ": wrong job token");
+  if (req.nodes() != nodes || req.node_rank() >= nodes)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, who + " says the job has " + std::to_string(req.nodes()) +
+                                                                " nodes; node 0 says " + std::to_string(nodes));
+  if (req.local_size() != local_size)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        who + " runs " + std::to_string(req.local_size()) + " local ranks; node 0 runs " +
+                            std::to_string(local_size) + " (every node must run the same number)");
   return grpc::Status::OK;
 }
 

@@ -42,6 +42,11 @@ class RendezvousService final : public control::Rendezvous::Service {
   uint32_t count_ = 0;                       // GUARDED_BY(mu_)
 };
 
+// Whether `req` may join a job of `nodes` nodes with `local_size` ranks each and this token;
+// `who` names the caller in the error.
+grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint32_t nodes,
+                              uint32_t local_size, const std::string& who);
+
 struct JobTable {
   std::vector<std::string> ucx_addresses;  // by node rank
   std::vector<std::string> hostnames;

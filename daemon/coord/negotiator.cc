@@ -238,7 +238,9 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     if (!st.ok()) co_return st;
     std::string out;
     if (t_->rank() == 0) {
-      responses = Coordinate(all);
+      StatusOr<std::vector<NameResponse>> coordinated = Coordinate(all);
+      if (!coordinated.ok()) co_return coordinated.status();
+      responses = std::move(coordinated.value());
       out = EncodeResponses(responses);
     }
     CommTask bcast = BroadcastBytes(t_, base + 3, 0, &out);
@@ -299,15 +301,14 @@ void Negotiator::CancelCycle(const Status& why) {
       fail_(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
 }
 
-std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
+StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
   const uint32_t n = t_->size();
   std::vector<std::string> complete;
   for (uint32_t node = 0; node < n; ++node) {
     auto reqs = DecodeRequests(all_requests[node]);
-    if (!reqs.ok()) {
-      spdlog::error("coordinator: node {}: {}", node, reqs.status().message());
-      continue;
-    }
+    if (!reqs.ok())
+      return Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(node) + " broke the coordination protocol: " +
+                                            reqs.status().message());
     for (NameRequest& r : *reqs) {
       Announcement& a = coord_[r.name];
       if (a.ready.empty()) {
@@ -358,20 +359,8 @@ std::vector<NameResponse> Negotiator::Coordinate(const std::vector<std::string>&
       // Same check as within a node, over every rank of the job.
       std::vector<Request> ranks;
       for (uint32_t node = 0; node < n; ++node)
-        for (uint32_t l = 0; l < options_.local_size; ++l) {
-          Request r;
-          r.name = name;
-          r.rank = node * options_.local_size + l;
-          r.kind = abi::OpKind(a.metas[node].kind);
-          r.dtype = syncd_dtype(a.metas[node].dtype);
-          r.op = syncd_reduce_op(a.metas[node].op);
-          r.gpu = a.metas[node].gpu != 0;
-          r.root = a.metas[node].root;
-          r.prescale = a.metas[node].prescale;
-          r.postscale = a.metas[node].postscale;
-          r.shape = a.metas[node].shape;
-          ranks.push_back(std::move(r));
-        }
+        for (uint32_t l = 0; l < options_.local_size; ++l)
+          ranks.push_back(RequestOf(a.metas[node], name, node * options_.local_size + l));
       Status agree = CheckAgreement(ranks);
       if (!agree.ok()) {
         resp.status = agree.code();

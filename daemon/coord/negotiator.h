@@ -154,7 +154,8 @@ class Negotiator {
   CommTask Negotiate(uint64_t base);  // agreement and execution: the body of a cycle
   // Drives the running cycle to its end without returning (blocking modes).
   void Block();
-  std::vector<NameResponse> Coordinate(const std::vector<std::string>& all_requests);
+  // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
+  StatusOr<std::vector<NameResponse>> Coordinate(const std::vector<std::string>& all_requests);
   void TakeAndFail(const std::string& name, const Status& st);
   void EndJob(Status why, bool tell_peers);  // Abort and Break
   bool CheckAbortMessages();

@@ -54,7 +54,11 @@ class Reader {
   bool Meta(TensorMeta* m) {
     uint32_t dims;
     if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->gpu) && Get(&m->root) && Get(&m->prescale) &&
-          Get(&m->postscale) && Get(&dims)) || dims > 64)
+          Get(&m->postscale) && Get(&dims)) || dims > abi::kMaxDims)
+      return false;
+    // Only what a daemon's own checks let through (submission.h): anything else is not ours.
+    if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > uint32_t(abi::OpKind::kRegisterGraph) ||
+        m->dtype >= SYNCD_DTYPE_COUNT || m->op >= SYNCD_REDUCE_OP_COUNT || m->gpu > 1)
       return false;
     m->shape.resize(dims);
     for (auto& d : m->shape)
@@ -107,6 +111,21 @@ StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
   return m;
 }
 
+Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank) {
+  Request r;
+  r.name = name;
+  r.rank = rank;
+  r.kind = abi::OpKind(meta.kind);
+  r.dtype = syncd_dtype(meta.dtype);
+  r.op = syncd_reduce_op(meta.op);
+  r.gpu = meta.gpu != 0;
+  r.root = meta.root;
+  r.prescale = meta.prescale;
+  r.postscale = meta.postscale;
+  r.shape = meta.shape;
+  return r;
+}
+
 std::string EncodeRequests(const std::vector<NameRequest>& v) {
   Writer w;
   w.Put<uint32_t>(uint32_t(v.size()));
@@ -155,6 +174,9 @@ StatusOr<std::vector<NameResponse>> DecodeResponses(const std::string& bytes) {
     NameResponse r;
     if (!rd.Str(&r.name) || !rd.Get(&r.status) || !rd.Str(&r.message) || !rd.Get(&r.cache_bit) || !rd.Meta(&r.meta))
       return ProtocolError("negotiation: malformed response list");
+    if (r.status < SYNCD_OK || r.status > SYNCD_ERR_STALLED || r.status == SYNCD_IN_PROGRESS || r.cache_bit < -1)
+      return ProtocolError("negotiation: response for '" + r.name + "' has status " + std::to_string(r.status) +
+                           " and cache bit " + std::to_string(r.cache_bit));
     v.push_back(std::move(r));
   }
   if (!rd.done()) return ProtocolError("negotiation: trailing bytes in response list");

@@ -25,6 +25,10 @@ struct TensorMeta {
   bool operator==(const TensorMeta& o) const = default;
 };
 
+// A request of `rank` with what `meta` says (no data): how the coordinator checks that every
+// rank of the job agrees, with the same check as within a node (CheckAgreement).
+Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank);
+
 // A node's request to the coordinator: "this name is ready here, with this meta".
 struct NameRequest {
   std::string name;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "daemon/plan/fusion.h"
-#include "daemon/plan/graph_codec.h"
+#include "daemon/engine/submission.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -490,97 +490,30 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
 }
 
 std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {
-  Request r;
-  r.client_id = c.info->client_id;
-  r.rank = c.info->rank;
-  r.local_rank = c.info->local_rank;
-  r.handle = e.handle;
-  const size_t name_len = strnlen(e.name, abi::kNameBytes);
-  const std::string who = "rank " + std::to_string(r.rank);
-  auto reject = [&](int code, const std::string& why) -> std::optional<Request> {
-    spdlog::warn("refused request from {}: {}", who, why);
-    Complete(r, Status(syncd_status(code), why));
-    return std::nullopt;
-  };
-  if (name_len == 0 || name_len == abi::kNameBytes)
-    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry from " + who + ": tensor name is empty or not terminated");
-  r.name.assign(e.name, name_len);
-  const std::string what = "tensor '" + r.name + "' from " + who;
-  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kRegisterGraph))
-    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown operation " + std::to_string(e.kind));
-  r.kind = abi::OpKind(e.kind);
-  if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
-    return reject(SYNCD_ERR_INVALID, what + ": the name '" + abi::kTopoPlanName + "' is reserved for graph registration");
-  if (r.kind == abi::OpKind::kRegisterGraph) {
-    const char* bytes = c.info->segment.ArenaRange(e.arena_offset, e.bytes);
-    if (bytes == nullptr || e.bytes == 0)
-      return reject(SYNCD_ERR_INVALID, "graph from " + who + ": range outside the client's arena");
-    // Copy out of shared memory before decoding: the client could change it meanwhile.
-    const std::string copy(bytes, e.bytes);
-    StatusOr<Graph> graph = DecodeGraph(copy.data(), copy.size());
-    if (!graph.ok()) return reject(graph.status().code(), "graph from " + who + ": " + graph.status().message());
-    StatusOr<TopoPlan> plan = PlanTopo(*graph, config_.fusion_threshold);
-    if (!plan.ok()) return reject(plan.status().code(), "graph from " + who + ": " + plan.status().message());
-    r.plan = std::make_shared<const TopoPlan>(std::move(plan.value()));
-    r.shape = {int64_t(r.plan->hash)};  // what ranks and nodes compare
-    return r;
+  const Submitter who{c.info->client_id, c.info->rank, c.info->local_rank, &c.info->segment, world_size_,
+                      config_.fusion_threshold};
+  std::optional<abi::GpuDescriptor> gpu;
+  StatusOr<Request> r = ParseSubmission(e, who, &gpu);
+  Status error = r.status();
+  if (r.ok() && gpu) {  // a GPU tensor: the executor opens the client's allocation
+    const std::string what = "tensor '" + r->name + "' from rank " + std::to_string(r->rank);
+    if (!gpu_) {
+      error = InvalidArgument(what + " is a GPU tensor, but this syncd runs no GPU collectives: " + gpu_unavailable_);
+    } else if (StatusOr<GpuMapping> m = gpu_->Map(c.info->client_id, *gpu, r->bytes); !m.ok()) {
+      error = Status(m.status().code(), what + " (GPU tensor): " + m.status().message());
+    } else {
+      r->data = r->bytes > 0 ? m->data : nullptr;
+      r->gpu_device = m->device;
+      r->gpu_event = m->event;
+    }
   }
-  if (r.kind == abi::OpKind::kBarrier) {
-    if (e.bytes != 0) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: barrier " + what + " carries data");
-    return r;
-  }
-  if ((e.flags & ~abi::kSubmitGpu) != 0)
-    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown flags " + std::to_string(e.flags));
-  if (e.dtype >= SYNCD_DTYPE_COUNT)
-    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown dtype " + std::to_string(e.dtype));
-  r.dtype = syncd_dtype(e.dtype);
-  if (e.ndim > abi::kMaxDims)
-    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has " + std::to_string(e.ndim) + " dimensions");
-  const uint64_t esize = abi::DtypeSize(r.dtype);
-  uint64_t count = 1;
-  for (uint32_t d = 0; d < e.ndim; ++d) {
-    if (e.shape[d] < 0 || (e.shape[d] > 0 && count > (UINT64_MAX / esize) / uint64_t(e.shape[d])))
-      return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has an invalid shape");
-    count *= uint64_t(e.shape[d]);
-    r.shape.push_back(e.shape[d]);
-  }
-  if (count * esize != e.bytes)
-    return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " says " + std::to_string(e.bytes) +
-                                          " bytes but its shape holds " + std::to_string(count * esize));
-  r.bytes = e.bytes;
-  if (e.flags & abi::kSubmitGpu) {
-    r.gpu = true;
-    const char* at = c.info->segment.ArenaRange(e.arena_offset, sizeof(abi::GpuDescriptor));
-    if (at == nullptr) return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + ": GPU descriptor outside the arena");
-    if (!gpu_) return reject(SYNCD_ERR_INVALID, what + " is a GPU tensor, but this syncd runs no GPU collectives: " + gpu_unavailable_);
-    abi::GpuDescriptor desc;
-    memcpy(&desc, at, sizeof(desc));  // copied out first: the client could change it meanwhile
-    StatusOr<GpuMapping> m = gpu_->Map(c.info->client_id, desc, r.bytes);
-    if (!m.ok()) return reject(m.status().code(), what + " (GPU tensor): " + m.status().message());
-    r.data = r.bytes > 0 ? m->data : nullptr;
-    r.gpu_device = m->device;
-    r.gpu_event = m->event;
-  } else if (r.bytes > 0) {
-    r.memory = c.info->segment.memory();
-    r.data = c.info->segment.ArenaRange(e.arena_offset, e.bytes);
-    if (r.data == nullptr)
-      return reject(SYNCD_ERR_INVALID, what + ": data range [" + std::to_string(e.arena_offset) + ", +" +
-                                           std::to_string(e.bytes) + ") is outside the client's arena of " +
-                                           std::to_string(c.info->segment.arena_bytes()) + " bytes");
-  }
-  if (r.kind == abi::OpKind::kAllreduce) {
-    if (e.op >= SYNCD_REDUCE_OP_COUNT)
-      return reject(SYNCD_ERR_PROTOCOL, "malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
-    r.op = syncd_reduce_op(e.op);
-    r.prescale = e.prescale;
-    r.postscale = e.postscale;
-  } else {
-    if (e.root < 0 || uint32_t(e.root) >= world_size_)
-      return reject(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(e.root) +
-                                           " is not a rank (size " + std::to_string(world_size_) + ")");
-    r.root = e.root;
-  }
-  return r;
+  if (error.ok()) return std::move(r.value());
+  spdlog::warn("refused request from rank {}: {}", c.info->rank, error.message());
+  Request failed;
+  failed.client_id = c.info->client_id;
+  failed.handle = e.handle;
+  Complete(failed, error);
+  return std::nullopt;
 }
 
 void Engine::Execute(std::vector<ReadyTensor>& ready) {

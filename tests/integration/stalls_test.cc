@@ -15,7 +15,8 @@ namespace {
 constexpr double kShutdownS = 3;
 
 // Submits `name` and waits for it (much longer than the shutdown): it must fail as a stall
-// within --stall-shutdown-s + 2 s, with every string of `expect` in the message.
+// within --stall-shutdown-s + 2 s, with every string of `expect` in the message (the seconds
+// waited are not among them: stalls are checked once a second).
 int ExpectStalledOut(syncd_client* c, int rank, const std::string& name, const std::vector<std::string>& expect) {
   int32_t v = 1;
   int64_t shape = 1;
@@ -41,8 +42,8 @@ TEST(Stalls, RanksWhoseNamesNeverMatchEndWithinTheShutdownTimeNamingTensorAndRan
   auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
     // Each rank waits for the other's name: both tensors and both ranks are named.
     return ExpectStalledOut(c, rank, rank == 0 ? "grad.a" : "grad.b",
-                            {"--stall-shutdown-s 3", "tensor 'grad.a' has waited 3 s for rank 1 (submitted by rank 0)",
-                             "tensor 'grad.b' has waited 3 s for rank 0 (submitted by rank 1)"});
+                            {"--stall-shutdown-s 3", "tensor 'grad.a' has waited ", "s for rank 1 (submitted by rank 0)",
+                             "tensor 'grad.b' has waited ", "s for rank 0 (submitted by rank 1)"});
   });
   ExpectAllSucceeded(st);
   EXPECT_TRUE(Contains(d.Log(), "the job was shut down")) << d.Log();
@@ -53,8 +54,8 @@ TEST(Stalls, AcrossNodesEveryRankFailsAsAStallNamingTheMissingRank) {
   Cluster cluster(2, 1, kFlags);
   auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
     return ExpectStalledOut(c, rank, rank == 0 ? "grad.a" : "grad.b",
-                            {"tensor 'grad.a' has waited 3 s for rank 1 (submitted by rank 0)",
-                             "tensor 'grad.b' has waited 3 s for rank 0 (submitted by rank 1)"});
+                            {"tensor 'grad.a' has waited ", "s for rank 1 (submitted by rank 0)",
+                             "tensor 'grad.b' has waited ", "s for rank 0 (submitted by rank 1)"});
   });
   ExpectAllSucceeded(st);
   auto again = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
@@ -77,7 +78,7 @@ TEST(Stalls, ANodeWhoseRanksNeverComeEndsTheJobOnTheOthers) {
   pid_t rank0 = Spawn([&] {
     syncd_client* c = AttachAs(dir, 0, 2, 0, 1);
     CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
-    return ExpectStalledOut(c, 0, "grad", {"tensor 'grad' has waited 3 s for rank 1 (submitted by rank 0)"});
+    return ExpectStalledOut(c, 0, "grad", {"tensor 'grad' has waited ", "s for rank 1 (submitted by rank 0)"});
   });
   const int s = WaitChild(rank0, 30'000);
   EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;

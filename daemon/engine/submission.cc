@@ -1,0 +1,110 @@
+#include "daemon/engine/submission.h"
+
+#include <cstring>
+
+#include "daemon/plan/graph_codec.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+// A registered graph: decoded from a copy (the client could change the arena meanwhile) and
+// planned at once, so every rank's plan can be compared by its hash.
+StatusOr<Request> ParseGraph(const abi::SubmitEntry& e, const Submitter& who, Request r, const std::string& rank) {
+  const char* bytes = who.segment->ArenaRange(e.arena_offset, e.bytes);
+  if (bytes == nullptr || e.bytes == 0) return InvalidArgument("graph from " + rank + ": range outside the client's arena");
+  const std::string copy(bytes, e.bytes);
+  StatusOr<Graph> graph = DecodeGraph(copy.data(), copy.size());
+  if (!graph.ok()) return Status(graph.status().code(), "graph from " + rank + ": " + graph.status().message());
+  StatusOr<TopoPlan> plan = PlanTopo(*graph, who.fusion_threshold);
+  if (!plan.ok()) return Status(plan.status().code(), "graph from " + rank + ": " + plan.status().message());
+  r.plan = std::make_shared<const TopoPlan>(std::move(plan.value()));
+  r.shape = {int64_t(r.plan->hash)};  // what ranks and nodes compare
+  return r;
+}
+
+Status Malformed(const std::string& why) { return ProtocolError("malformed ring entry: " + why); }
+
+// dtype, shape and size of a tensor entry.
+Status ParseTensor(const abi::SubmitEntry& e, const std::string& what, Request* r) {
+  if ((e.flags & ~abi::kSubmitGpu) != 0) return Malformed(what + " has unknown flags " + std::to_string(e.flags));
+  if (e.dtype >= SYNCD_DTYPE_COUNT) return Malformed(what + " has unknown dtype " + std::to_string(e.dtype));
+  r->dtype = syncd_dtype(e.dtype);
+  if (e.ndim > abi::kMaxDims) return Malformed(what + " has " + std::to_string(e.ndim) + " dimensions");
+  const uint64_t esize = abi::DtypeSize(r->dtype);
+  uint64_t count = 1;
+  for (uint32_t d = 0; d < e.ndim; ++d) {
+    if (e.shape[d] < 0 || (e.shape[d] > 0 && count > (UINT64_MAX / esize) / uint64_t(e.shape[d])))
+      return Malformed(what + " has an invalid shape");
+    count *= uint64_t(e.shape[d]);
+    r->shape.push_back(e.shape[d]);
+  }
+  if (count * esize != e.bytes)
+    return Malformed(what + " says " + std::to_string(e.bytes) + " bytes but its shape holds " +
+                     std::to_string(count * esize));
+  r->bytes = e.bytes;
+  return Status::Ok();
+}
+
+// What only allreduce or only broadcast says.
+Status ParseKindFields(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
+  if (r->kind == abi::OpKind::kAllreduce) {
+    if (e.op >= SYNCD_REDUCE_OP_COUNT) return Malformed(what + " has unknown reduce op " + std::to_string(e.op));
+    r->op = syncd_reduce_op(e.op);
+    r->prescale = e.prescale;
+    r->postscale = e.postscale;
+    return Status::Ok();
+  }
+  if (e.root < 0 || uint32_t(e.root) >= who.world_size)
+    return InvalidArgument(what + ": broadcast root " + std::to_string(e.root) + " is not a rank (size " +
+                           std::to_string(who.world_size) + ")");
+  r->root = e.root;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
+                                  std::optional<abi::GpuDescriptor>* gpu) {
+  Request r;
+  r.client_id = who.client_id;
+  r.rank = who.rank;
+  r.local_rank = who.local_rank;
+  r.handle = e.handle;
+  const std::string rank = "rank " + std::to_string(r.rank);
+  const size_t name_len = strnlen(e.name, abi::kNameBytes);
+  if (name_len == 0 || name_len == abi::kNameBytes)
+    return ProtocolError("malformed ring entry from " + rank + ": tensor name is empty or not terminated");
+  r.name.assign(e.name, name_len);
+  const std::string what = "tensor '" + r.name + "' from " + rank;
+  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kRegisterGraph))
+    return Malformed(what + " has unknown operation " + std::to_string(e.kind));
+  r.kind = abi::OpKind(e.kind);
+  if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
+    return InvalidArgument(what + ": the name '" + abi::kTopoPlanName + "' is reserved for graph registration");
+  if (r.kind == abi::OpKind::kRegisterGraph) return ParseGraph(e, who, std::move(r), rank);
+  if (r.kind == abi::OpKind::kBarrier) {
+    if (e.bytes != 0) return Malformed("barrier " + what + " carries data");
+    return r;
+  }
+  SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
+  SYNCD_RETURN_IF_ERROR(ParseKindFields(e, who, what, &r));
+  if (e.flags & abi::kSubmitGpu) {
+    r.gpu = true;
+    const char* at = who.segment->ArenaRange(e.arena_offset, sizeof(abi::GpuDescriptor));
+    if (at == nullptr) return Malformed(what + ": GPU descriptor outside the arena");
+    abi::GpuDescriptor desc;
+    memcpy(&desc, at, sizeof(desc));  // copied out first: the client could change it meanwhile
+    *gpu = desc;
+  } else if (r.bytes > 0) {
+    r.memory = who.segment->memory();
+    r.data = who.segment->ArenaRange(e.arena_offset, e.bytes);
+    if (r.data == nullptr)
+      return InvalidArgument(what + ": data range [" + std::to_string(e.arena_offset) + ", +" + std::to_string(e.bytes) +
+                             ") is outside the client's arena of " + std::to_string(who.segment->arena_bytes()) +
+                             " bytes");
+  }
+  return r;
+}
+
+}  // namespace syncd

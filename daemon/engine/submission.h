@@ -1,0 +1,35 @@
+// What a ring entry may say: every check a SubmitEntry passes before it becomes a Request. The
+// entry was copied out of shared memory, but the client controls every byte of it, and of the
+// arena it points into, so nothing is trusted. Pure (reads the arena, changes nothing); engine
+// thread only.
+#ifndef SYNCD_DAEMON_ENGINE_SUBMISSION_H_
+#define SYNCD_DAEMON_ENGINE_SUBMISSION_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "daemon/base/status.h"
+#include "daemon/engine/request.h"
+#include "daemon/shm/client_segment.h"
+
+namespace syncd {
+
+// The submitting client and what its requests are checked against.
+struct Submitter {
+  uint32_t client_id = 0;
+  uint32_t rank = 0;
+  uint32_t local_rank = 0;
+  const ClientSegment* segment = nullptr;
+  uint32_t world_size = 1;
+  uint64_t fusion_threshold = 0;  // for the plan of a registered graph
+};
+
+// A checked request, or the error (with its status code) the submitter's request fails with.
+// A GPU tensor comes back with the descriptor copied out of the arena in `*gpu`, for the engine's
+// GPU executor to map (its `data` is not set yet).
+StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
+                                  std::optional<abi::GpuDescriptor>* gpu);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_SUBMISSION_H_
