@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package syncd needs to build, test and benchmark.
+# Installs every Debian package syncd needs to build, test and benchmark; with --sanitize also
+# clang and its sanitizer and libFuzzer runtimes (deploy/sanitize.sh).
 # Idempotent and quiet: packages already present are skipped without touching apt.
 set -euo pipefail
 
@@ -18,6 +19,8 @@ packages=(
   # the quickstart's dataset (scikit-learn's bundled digits) and the torchvision benchmark models
   python3-sklearn python3-torchvision
 )
+
+[ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -107,8 +107,12 @@ done
 
 # The job: the check on 4 tasks over both nodes, then syncctl status on each node.
 export PYTHONPATH=$build/python
+# A sanitizer build: the jobs' Python processes load an instrumented extension, so they (and only
+# they: not every tool runs under a sanitizer's runtime) preload it.
+export SYNCD_PY=/usr/bin/python3
+[ -z "${SYNCD_TEST_PYTHON_PRELOAD:-}" ] || SYNCD_PY="env LD_PRELOAD=$SYNCD_TEST_PYTHON_PRELOAD /usr/bin/python3"
 out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
-  "$src/deploy/slurm/syncd-task /usr/bin/python3 $src/tests/deploy/slurm_check.py" 2>&1) || fail "srun check: $out"
+  "$src/deploy/slurm/syncd-task $SYNCD_PY $src/tests/deploy/slurm_check.py" 2>&1) || fail "srun check: $out"
 [ "$(grep -c ': exact$' <<< "$out")" -eq 4 ] || fail "not every rank was exact: $out"
 echo "$out"
 status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$build"'"/bin/syncctl status' 2>&1) || fail "syncctl in a job: $status"
@@ -118,10 +122,10 @@ grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fa
 echo "$status" | head -n 3
 
 # A job of an ordinary user: its daemon runs as that user, in a 0700 run directory the user owns.
-user_job=$(cd / && timeout 120 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" PYTHONPATH="$PYTHONPATH" \
+user_job=$(cd / && timeout 120 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" PYTHONPATH="$PYTHONPATH" SYNCD_PY="$SYNCD_PY" \
   srun -N2 -n2 -t 2 bash -c 'echo "dir $(stat -c "%U %a" "$SYNCD_RUN_DIR")";
     echo "daemon $(ps -o user= -p "$(cat "$SYNCD_RUN_DIR/syncd.pid")")";
-    /usr/bin/python3 -c "import torch, syncd.torch as hvd; hvd.init();
+    $SYNCD_PY -c "import torch, syncd.torch as hvd; hvd.init();
 print(\"sum\", int(hvd.allreduce(torch.ones(1), op=hvd.Sum).item())); hvd.shutdown()"' 2>&1) ||
   fail "a job as nobody: $user_job"
 for want in "dir nobody 700" "daemon nobody" "sum 2"; do

@@ -29,6 +29,7 @@ namespace {
 // Flags the test process and its forked ranks share.
 struct Shared {
   std::atomic<int> submitted{0};   // ranks that submitted before the drain began
+  std::atomic<int> attached{0};    // straddling ranks attached (a drain refuses new clients)
   std::atomic<int> draining{0};    // the test saw the daemon draining
 };
 
@@ -58,6 +59,7 @@ pid_t SpawnStraddlingRank(Shared* sh, const std::string& run_dir, int r, int loc
   return Spawn([=] {
     syncd_client* c = AttachAs(run_dir, r, 2, local_rank, local_size);
     CHILD_CHECK(c != nullptr, "attach");
+    ++sh->attached;
     int32_t v = value;
     syncd_handle h;
     if (r == 1) CHILD_CHECK(WaitFor([&] { return sh->draining.load() == 1; }, 10'000), "no drain");
@@ -87,7 +89,7 @@ TEST(Drain, SigtermLetsTheCollectiveInFlightFinishAndRefusesNewClients) {
   const std::string dir = d.run_dir();
   const pid_t r0 = SpawnStraddlingRank(sh, dir, 0, 0, 2, "in.flight", 10, 30);
   const pid_t r1 = SpawnStraddlingRank(sh, dir, 1, 1, 2, "in.flight", 20, 30);
-  ASSERT_TRUE(WaitFor([&] { return sh->submitted.load() == 1; }, 10'000));
+  ASSERT_TRUE(WaitFor([&] { return sh->submitted.load() == 1 && sh->attached.load() == 2; }, 10'000));
   const double t0 = NowS();
   d.Kill(SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return IsDraining(dir); }, 5'000)) << "syncctl status never said draining";
@@ -179,7 +181,7 @@ TEST_P(DrainModes, EveryNodeOfAJobDrainsTheCollectiveInFlight) {
   std::vector<pid_t> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(SpawnStraddlingRank(sh, cluster.node(r).run_dir(), r, 0, 1, "across.nodes", r + 1, 3));
-  ASSERT_TRUE(WaitFor([&] { return sh->submitted.load() == 1; }, 10'000));
+  ASSERT_TRUE(WaitFor([&] { return sh->submitted.load() == 1 && sh->attached.load() == 2; }, 10'000));
   for (int n = 0; n < 2; ++n) cluster.node(n).Kill(SIGTERM);
   for (int n = 0; n < 2; ++n)
     ASSERT_TRUE(WaitFor([&] { return IsDraining(cluster.node(n).run_dir()); }, 5'000)) << "node " << n;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The sanitizer suite (deploy/test.sh --sanitize; CI runs it on every submission):
+#  1. clang with AddressSanitizer + UndefinedBehaviorSanitizer: the whole ctest suite (build-asan);
+#     every report of any process (daemons, clients, Python) fails the run, with the report shown.
+#  2. every libFuzzer harness for FUZZ_SECONDS (default 30) each (deploy/fuzz.sh).
+#  3. clang with ThreadSanitizer: the tests of the threaded parts (build-tsan): the engine inbox and
+#     attach server, the control service, the transport, drains, lost ranks and daemons.
+# Suppressions only for third-party code, each with its reason: tests/sanitizers/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+deploy/install-deps.sh --sanitize
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+jobs=$(nproc)
+
+configure() {  # configure <dir> <sanitizers> [more cmake args]
+  local dir=$1 san=$2
+  shift 2
+  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DSYNCD_SANITIZE="$san" -DSYNCD_WITH_CUDA=OFF -DSYNCD_BUILD_TESTS=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+}
+
+# Every process writes its reports under $reports; after the tests, any report is a failure.
+reports=$(mktemp -d /tmp/syncd-sanitizers.XXXXXX)
+chmod 1777 "$reports"  # the Slurm test runs a job as nobody
+check_reports() {  # check_reports <what>
+  local bad
+  bad=$(grep -lE 'ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error:|WARNING: ThreadSanitizer' \
+        "$reports"/* 2>/dev/null || true)
+  if [ -n "$bad" ]; then
+    for f in $bad; do echo "---- $f"; cat "$f"; done
+    echo "sanitize: $1: $(echo "$bad" | wc -l) process(es) reported errors" >&2
+    return 1
+  fi
+  echo "sanitize: $1: no sanitizer reports"
+}
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer (build-asan)"
+configure build-asan address,undefined -DSYNCD_FUZZ=ON -DSYNCD_BUILD_BENCH=ON
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$reports/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
+status=0
+(cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 600) || status=1
+check_reports "ASan/UBSan suite" || status=1
+
+echo "== libFuzzer harnesses (${FUZZ_SECONDS:-30} s each)"
+SYNCD_BUILD_DIR=build-asan deploy/fuzz.sh "${FUZZ_SECONDS:-30}" || status=1
+unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
+
+echo "== ThreadSanitizer (build-tsan)"
+configure build-tsan thread -DSYNCD_BUILD_BENCH=OFF
+rm -f "$reports"/*
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$reports/tsan"
+threaded='TransportConformance|SpscQueue|Attach\.|Drain|Errors\.|Faults\.|Stalls\.|Collectives\.StatusReports|KilledPeer|ManyNodes\.'
+(cd build-tsan && ctest --output-on-failure -j"$jobs" --timeout 600 -R "$threaded") || status=1
+check_reports "TSan suite" || status=1
+rm -rf "$reports"
+exit $status

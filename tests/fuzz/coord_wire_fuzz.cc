@@ -1,0 +1,39 @@
+// What one daemon sends another (coord/wire.h): the coordinator's request lists, its responses,
+// and control messages. The first byte picks the decoder. A list that decodes re-encodes to the
+// same bytes, and what the coordinator then does with its metas (the agreement check) holds.
+#include <string>
+
+#include "daemon/coord/wire.h"
+#include "daemon/engine/tensor_table.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 3) {
+    case 0: {
+      auto reqs = syncd::DecodeRequests(bytes);
+      if (!reqs.ok()) return 0;
+      if (syncd::EncodeRequests(*reqs) != bytes) __builtin_trap();
+      std::vector<syncd::Request> ranks;
+      for (const syncd::NameRequest& r : *reqs) ranks.push_back(syncd::RequestOf(r.meta, r.name, uint32_t(ranks.size())));
+      if (!ranks.empty()) (void)syncd::CheckAgreement(ranks);
+      break;
+    }
+    case 1: {
+      auto resps = syncd::DecodeResponses(bytes);
+      if (resps.ok() && syncd::EncodeResponses(*resps) != bytes) __builtin_trap();
+      break;
+    }
+    case 2: {
+      auto m = syncd::DecodeControl(bytes.data(), bytes.size());
+      if (m.ok()) {
+        char out[syncd::kControlMessageBytes];
+        syncd::EncodeControl(*m, out);
+        auto again = syncd::DecodeControl(out, sizeof(out));
+        if (!again.ok() || again->kind != m->kind || again->job != m->job || again->text != m->text) __builtin_trap();
+      }
+      break;
+    }
+  }
+  return 0;
+}
