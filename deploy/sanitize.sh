@@ -51,7 +51,7 @@ SYNCD_BUILD_DIR=build-asan deploy/fuzz.sh "${FUZZ_SECONDS:-30}" || status=1
 unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== ThreadSanitizer (build-tsan)"
-configure build-tsan thread -DSYNCD_BUILD_BENCH=OFF
+configure build-tsan thread -DSYNCD_BUILD_BENCH=ON
 rm -f "$reports"/*
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$reports/tsan"
 threaded='TransportConformance|SpscQueue|Attach\.|Drain|Errors\.|Faults\.|Stalls\.|Collectives\.StatusReports|KilledPeer|ManyNodes\.'

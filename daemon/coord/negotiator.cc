@@ -191,11 +191,13 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     if (announced_.count(name)) continue;
     const TensorMeta meta = TensorMeta::Of(p.tensor.first());
     const std::optional<int32_t> bit = cache_.Find(name);
-    if (bit && p.local_error.ok() && cache_.meta(*bit) == meta) {
+    const uint64_t waited = start - p.since_ns;
+    const bool stalled = options_.stall_ns != 0 && waited >= options_.stall_ns;
+    if (bit && p.local_error.ok() && cache_.meta(*bit) == meta && !stalled) {
       hits[*bit / 64] |= uint64_t{1} << (*bit % 64);
     } else {
       if (bit) invalid[*bit / 64] |= uint64_t{1} << (*bit % 64);
-      uncached.push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message()});
+      uncached.push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message(), waited});
     }
   }
   if (!uncached.empty()) flags |= 1;
@@ -317,6 +319,8 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
         a.errors.resize(n);
         a.first_ns = abi::MonotonicNs();
       }
+      // A stall counts from when the first node had the name ready, not from its announcement.
+      a.first_ns = std::min(a.first_ns, abi::MonotonicNs() - std::min(r.waited_ns, abi::MonotonicNs()));
       if (a.ready[node]) continue;
       a.ready[node] = true;
       a.metas[node] = std::move(r.meta);

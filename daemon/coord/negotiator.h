@@ -59,6 +59,10 @@ struct NegotiatorOptions {
   // The job this negotiator coordinates (control messages about another job are ignored).
   uint64_t job = 0;
   uint32_t cache_capacity = 1024;
+  // Stalls: a cached name that has been ready here this long goes to the coordinator again (its
+  // cache entry is invalidated on every node), so that node 0 learns which nodes lack it, as
+  // Horovod's stall inspector does. 0: never.
+  uint64_t stall_ns = 0;
   uint32_t local_size = 1;
   // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
   // plan's (see gpu_order.h). nullptr: no plan GPU groups to order against.

@@ -133,6 +133,7 @@ std::string EncodeRequests(const std::vector<NameRequest>& v) {
     w.Str(r.name);
     w.Meta(r.meta);
     w.Str(r.error);
+    w.Put(r.waited_ns);
   }
   return w.Take();
 }
@@ -144,7 +145,7 @@ StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes) {
   if (!rd.Get(&n)) return ProtocolError("negotiation: truncated request list");
   for (uint32_t i = 0; i < n; ++i) {
     NameRequest r;
-    if (!rd.Str(&r.name) || !rd.Meta(&r.meta) || !rd.Str(&r.error))
+    if (!rd.Str(&r.name) || !rd.Meta(&r.meta) || !rd.Str(&r.error) || !rd.Get(&r.waited_ns))
       return ProtocolError("negotiation: malformed request list");
     v.push_back(std::move(r));
   }

@@ -34,6 +34,7 @@ struct NameRequest {
   std::string name;
   TensorMeta meta;
   std::string error;  // non-empty: this node's ranks disagreed among themselves
+  uint64_t waited_ns = 0;  // how long it has been ready on this node (stalls count from then)
 };
 
 // The coordinator's answer for one name: run it (status OK) or fail it everywhere.

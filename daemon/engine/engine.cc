@@ -54,6 +54,8 @@ std::unique_ptr<Negotiator> Engine::MakeNegotiator(uint64_t job) {
   opts.cycle_ns = uint64_t(config_.cycle_time_us) * 1000;
   opts.start_on_work = config_.cycle_start == "work";
   opts.cache_capacity = config_.cache_capacity;
+  opts.stall_ns = uint64_t(config_.stall_shutdown_s ? std::min(config_.stall_warning_s, config_.stall_shutdown_s)
+                                                    : config_.stall_warning_s) * 1'000'000'000ull;
   opts.local_size = local_size_;
   opts.blocking = config_.coord == "negotiate" || config_.coord == "gs";
   opts.on_demand = config_.coord == "topo";
@@ -273,6 +275,12 @@ bool Engine::Poll() {
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   // However the job broke (here or on another node), tensors waiting for their group fail too.
   if (topo_ && negotiator_ && negotiator_->broken() && topo_->in_flight() > 0) topo_->FailAll(negotiator_->failure());
+  // And so do tensors still waiting here for some local ranks: those ranks will be told too.
+  if (negotiator_ && negotiator_->broken() && table_.pending() > 0) {
+    std::vector<FailedTensor> failed;
+    table_.FailAll(Status(negotiator_->failure().code(), "cannot run, " + negotiator_->failure().message()), &failed);
+    for (FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  }
   // However the job broke, NCCL calls that wait for other nodes must end too.
   if (gpu_ && gpu_->in_flight() > 0 && negotiator_ && negotiator_->broken()) gpu_->Abort(negotiator_->failure());
   if (!local_ready.empty()) Execute(local_ready);

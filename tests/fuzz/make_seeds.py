@@ -112,8 +112,8 @@ def main():
     # graph: the wire format alone.
     write("graph", "five-ops", g)
     # coord_wire: first byte 0 requests, 1 responses, 2 control.
-    req = struct.pack("<I", 2) + string("grad.w") + meta() + string("") + string("grad.b") + meta(shape=(4,)) + \
-        string("rank 1 disagreed")
+    req = struct.pack("<I", 2) + string("grad.w") + meta() + string("") + struct.pack("<Q", 0) + string("grad.b") + \
+        meta(shape=(4,)) + string("rank 1 disagreed") + struct.pack("<Q", 5 * 10**9)
     write("coord_wire", "requests", b"\0" + req)
     resp = struct.pack("<I", 2) + string("grad.w") + struct.pack("<i", 0) + string("") + struct.pack("<i", 3) + meta() + \
         string("grad.b") + struct.pack("<i", 3) + string("mismatched shape") + struct.pack("<i", -1) + meta(shape=(4,))
