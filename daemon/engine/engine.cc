@@ -727,7 +727,10 @@ void Engine::PublishSnapshot() {
     for (uint32_t p = 0; p < transport_->size(); ++p)
       if (p != transport_->rank()) s->peers.emplace_back(p, transport_->PeerLost(p) ? "lost" : "connected");
   }
-  snapshot_.store(std::move(s), std::memory_order_release);
+  {
+    std::lock_guard lock(snapshot_mu_);
+    snapshot_ = std::move(s);
+  }
   snapshot_published_.store(requested, std::memory_order_release);
 }
 
