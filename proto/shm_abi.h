@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 6;
+inline constexpr uint32_t kVersion = 7;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -28,7 +28,11 @@ inline constexpr size_t kArenaAlignment = 64;
 
 // kRegisterGraph: the payload is a TOPO graph in the encoding of proto/graph_wire.h, named
 // kTopoPlanName; it completes once every daemon of the job holds the same plan.
-enum class OpKind : uint32_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kRegisterGraph = 4 };
+// kFail: this rank cannot take part in the collective of this name (its own checks refused the
+// tensor); the arena range holds why (UTF-8, at most kFailMessageBytes). Every rank's request of
+// the name fails with it, so no rank waits for one that will never submit.
+enum class OpKind : uint32_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kRegisterGraph = 4, kFail = 5 };
+inline constexpr size_t kFailMessageBytes = 1024;
 inline constexpr char kTopoPlanName[] = "syncd.topo_plan";
 
 // ---- UDS handshake: one AttachRequest from the client, one AttachReply (+ 2 fds) back. ----

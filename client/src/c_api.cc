@@ -64,6 +64,10 @@ int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, syncd_redu
 int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, int root, void* stream, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, true, stream);
 }
+int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_handle* out) {
+  return Unwrap(c)->SubmitFailure(name, why, out);
+}
+
 int syncd_barrier_async(syncd_client* c, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBarrier, nullptr, SYNCD_SUM, 0, 1.0, 1.0, out);
 }

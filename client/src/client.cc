@@ -273,6 +273,30 @@ int Client::RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* pl
   return rc;
 }
 
+int Client::SubmitFailure(const char* name_c, const char* why_c, syncd_handle* out) {
+  if (name_c == nullptr || why_c == nullptr) return Fail(SYNCD_ERR_INVALID, "fail: name or reason is NULL");
+  const std::string name = name_c;
+  std::string why = why_c;
+  if (name.empty() || name.size() > SYNCD_MAX_NAME)
+    return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': name must have 1.." + std::to_string(SYNCD_MAX_NAME) + " bytes");
+  if (why.empty()) why = "no reason given";
+  why.resize(std::min(why.size(), abi::kFailMessageBytes - 1));
+  std::lock_guard lock(mu_);
+  if (in_flight_names_.count(name))
+    return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));
+  if (!DaemonAlive()) return DaemonLostError();
+  if (free_slots_.empty())
+    return Fail(SYNCD_ERR_NO_MEMORY, "too many requests in flight (" + std::to_string(slots_.size()) + ")");
+  auto off = arena_alloc_->Allocate(why.size());
+  if (!off) return Fail(SYNCD_ERR_NO_MEMORY, "tensor '" + name + "': arena has no room for a failure notice");
+  memcpy(arena_ + *off, why.data(), why.size());
+  abi::SubmitEntry entry{};
+  entry.kind = uint32_t(abi::OpKind::kFail);
+  entry.arena_offset = *off;
+  entry.bytes = why.size();
+  return Enqueue(&entry, name, nullptr, *off, true, out);
+}
+
 Client::Slot* Client::Lookup(syncd_handle h) {
   const uint32_t idx = uint32_t(h & 0xffffffffu);
   if (idx >= slots_.size()) return nullptr;

@@ -46,6 +46,8 @@ class Client {
   int Poll(syncd_handle h);
   int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
+  // syncd_fail_async: a kFail entry for `name` whose arena copy of `why` is freed at completion.
+  int SubmitFailure(const char* name, const char* why, syncd_handle* out);
 
  private:
   enum class SlotState : uint8_t { kFree, kInFlight, kDone };

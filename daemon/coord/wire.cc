@@ -57,7 +57,7 @@ class Reader {
           Get(&m->postscale) && Get(&dims)) || dims > abi::kMaxDims)
       return false;
     // Only what a daemon's own checks let through (submission.h): anything else is not ours.
-    if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > uint32_t(abi::OpKind::kRegisterGraph) ||
+    if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > uint32_t(abi::OpKind::kFail) ||
         m->dtype >= SYNCD_DTYPE_COUNT || m->op >= SYNCD_REDUCE_OP_COUNT || m->gpu > 1)
       return false;
     m->shape.resize(dims);

@@ -552,6 +552,8 @@ void Engine::Execute(std::vector<ReadyTensor>& ready) {
       case abi::OpKind::kRegisterGraph:
         RegisterPlan(ready[g.front()]);  // completes the registrations itself
         break;
+      case abi::OpKind::kFail:  // never agreed (CheckAgreement): nothing to run
+        break;
     }
     CountExecuted(ready, g);
     for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
@@ -611,7 +613,8 @@ void Engine::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGr
       break;
     case abi::OpKind::kBroadcast: broadcast_ops_ += g.size(); break;
     case abi::OpKind::kBarrier: barrier_ops_ += g.size(); break;
-    case abi::OpKind::kRegisterGraph: break;
+    case abi::OpKind::kRegisterGraph:
+    case abi::OpKind::kFail: break;
   }
 }
 

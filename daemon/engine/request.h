@@ -36,6 +36,8 @@ struct Request {
   int gpu_device = -1;
   void* gpu_event = nullptr;
   std::string name;
+  // kFail: why this rank cannot take part (syncd_fail_async); the name's requests all fail with it.
+  std::string failure;
   // kRegisterGraph: the plan computed from the graph the rank sent; `shape` holds its hash.
   std::shared_ptr<const TopoPlan> plan;
 };

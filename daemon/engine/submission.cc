@@ -77,12 +77,20 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     return ProtocolError("malformed ring entry from " + rank + ": tensor name is empty or not terminated");
   r.name.assign(e.name, name_len);
   const std::string what = "tensor '" + r.name + "' from " + rank;
-  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kRegisterGraph))
+  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kFail))
     return Malformed(what + " has unknown operation " + std::to_string(e.kind));
   r.kind = abi::OpKind(e.kind);
   if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
     return InvalidArgument(what + ": the name '" + abi::kTopoPlanName + "' is reserved for graph registration");
   if (r.kind == abi::OpKind::kRegisterGraph) return ParseGraph(e, who, std::move(r), rank);
+  if (r.kind == abi::OpKind::kFail) {
+    const char* text = who.segment->ArenaRange(e.arena_offset, e.bytes);
+    if (text == nullptr || e.bytes == 0 || e.bytes >= abi::kFailMessageBytes)
+      return Malformed("failure notice for " + what + " outside the arena or over " +
+                       std::to_string(abi::kFailMessageBytes - 1) + " bytes");
+    r.failure.assign(text, strnlen(text, e.bytes));  // copied: the client could change it meanwhile
+    return r;
+  }
   if (r.kind == abi::OpKind::kBarrier) {
     if (e.bytes != 0) return Malformed("barrier " + what + " carries data");
     return r;

@@ -16,6 +16,7 @@ const char* KindName(abi::OpKind k) {
     case abi::OpKind::kBroadcast: return "broadcast";
     case abi::OpKind::kBarrier: return "barrier";
     case abi::OpKind::kRegisterGraph: return "graph registration";
+    case abi::OpKind::kFail: return "failure notice";
   }
   return "unknown";
 }
@@ -72,6 +73,12 @@ Status TensorTable::Add(Request r) {
 }
 
 Status CheckAgreement(const std::vector<Request>& rs) {
+  // A rank that could not take part (syncd_fail_async) fails the name for every rank, saying why.
+  for (const Request& r : rs)
+    if (r.kind == abi::OpKind::kFail)
+      return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': rank " + std::to_string(r.rank) +
+                                            " could not take part: " +
+                                            (r.failure.empty() ? "its own checks refused its tensor" : r.failure));
   std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(KindName(r.kind)); });
   if (msg.empty()) msg = Disagreement(rs, "memory", [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
   if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });

@@ -108,6 +108,10 @@ def main():
     entry = submit_entry(4, "syncd.topo_plan", shape=())
     entry = entry[:40] + struct.pack("<QQ", 0, len(g)) + entry[56:]
     write("submission", "register-graph", entry + g)
+    why = b"its tensor is a torch.BoolTensor"
+    fail = submit_entry(5, "refused", shape=())
+    fail = fail[:40] + struct.pack("<QQ", 0, len(why)) + fail[56:]
+    write("submission", "fail-notice", fail + why)
     write("submission", "gpu-descriptor", submit_entry(1, "gpu.grad", flags=1, shape=(8,)) + b"\1" * 128)
     # graph: the wire format alone.
     write("graph", "five-ops", g)

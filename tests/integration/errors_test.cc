@@ -298,6 +298,31 @@ TEST(Errors, ADaemonServesOneJobAtATime) {
   ExpectAllSucceeded(st);
 }
 
+// A rank that cannot take part in a collective says so (syncd_fail_async): the others' requests
+// of that name fail naming it and why, on one node and across nodes, and the job goes on.
+TEST(Errors, ARankThatCannotTakePartFailsTheOthersInsteadOfLeavingThemWaiting) {
+  Cluster cluster(2, 2, {"--log-level", "error"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    float a[4] = {};
+    int64_t shape = 4;
+    syncd_handle h;
+    if (rank == 3) {
+      CHILD_CHECK(syncd_fail_async(c, "refused", "its tensor is a torch.BoolTensor", &h) == SYNCD_OK, "%s",
+                  syncd_last_error());
+    } else {
+      CHILD_CHECK(Submit(c, "refused", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    }
+    const int rc = syncd_wait(c, h, 10'000);
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "rank %d: %s: %s", rank, syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(Contains(syncd_last_error(), "tensor 'refused': rank 3 could not take part: its tensor is a torch.BoolTensor"),
+                "rank %d: %s", rank, syncd_last_error());
+    CHILD_CHECK(Submit(c, "after", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "rank %d: %s", rank, syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
 TEST(Errors, OtherUsersAreRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   Daemon d(1);

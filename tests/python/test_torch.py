@@ -279,6 +279,39 @@ def test_grouped_allreduce_with_an_unsupported_tensor_raises_and_leaves_nothing_
     assert torch.equal(y, torch.full((2,), float(hvd.size())))
 
 
+def test_a_tensor_only_some_ranks_refuse_fails_every_rank_naming_them():
+    # Rank 0's tensor has a type syncd does not take; the others' is fine. Rank 0 raises at once;
+    # the others get an error naming rank 0 instead of waiting for it.
+    bad = hvd.rank() == 0
+    x = torch.ones(3, dtype=torch.bool if bad else torch.float32)
+    if bad:
+        with pytest.raises(ValueError, match="not supported"):
+            hvd.allreduce(x)
+    else:
+        with pytest.raises(hvd.HorovodInternalError, match="rank 0 could not take part"):
+            hvd.allreduce(x)
+
+
+@pytest.mark.parametrize("failure", ["unsupported_dtype_everywhere", "shape_mismatch", "dtype_on_one_rank",
+                                     "grouped_part_on_one_rank"])
+def test_unnamed_collectives_stay_in_step_after_a_failure(failure):
+    # Issue 17: automatically named collectives must still match across ranks after one failed.
+    r = hvd.rank()
+    with pytest.raises((ValueError, hvd.HorovodInternalError)):
+        if failure == "unsupported_dtype_everywhere":
+            hvd.allreduce(torch.ones(2, dtype=torch.bool))
+        elif failure == "shape_mismatch":
+            hvd.allreduce(torch.ones(2 + r))
+        elif failure == "dtype_on_one_rank":
+            hvd.allreduce(torch.ones(2, dtype=torch.bool if r == hvd.size() - 1 else torch.float32))
+        else:
+            parts = [torch.ones(2), torch.ones(2, dtype=torch.bool if r == 1 else torch.float32), torch.ones(2)]
+            hvd.grouped_allreduce(parts)
+    for step in range(100):
+        y = hvd.allreduce(torch.full((3,), float(r + step)), op=hvd.Sum)
+        assert torch.equal(y, torch.full((3,), float(sum(range(hvd.size())) + step * hvd.size())))
+
+
 def test_shutdown_then_init_again():
     hvd.shutdown()
     assert not hvd.is_initialized()

@@ -131,6 +131,12 @@ SYNCD_API int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, 
                                         syncd_handle* out);
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
+/* This rank cannot take part in the collective called `name` (a binding's own check refused its
+ * tensor, say). Rather than leave the other ranks waiting for a request that will never come,
+ * every rank's request of that name fails with SYNCD_ERR_MISMATCH and a message naming this rank
+ * and `why` (at most 1023 bytes are kept). The handle completes, with that error, once every rank
+ * has submitted the name; wait for it or poll it like any other. */
+SYNCD_API int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_handle* out);
 
 /* ---- TOPO: register the training graph once; the daemons then run a precomputed order and
  * fusion plan with no per-step negotiation (when started with --coord topo).

@@ -122,6 +122,12 @@ class PyClient {
     return h;
   }
 
+  uint64_t Fail(const std::string& name, const std::string& why) {
+    syncd_handle h = 0;
+    Check(syncd_fail_async(get(), name.c_str(), why.c_str(), &h));
+    return h;
+  }
+
   // True when complete (the handle is then released); raises on failure.
   bool Poll(uint64_t h) {
     const int rc = syncd_poll(get(), h);
@@ -207,6 +213,7 @@ PYBIND11_MODULE(_client, m) {
       .def("broadcast_async", &PyClient::Broadcast, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("root"), py::arg("stream") = py::none())
       .def("barrier_async", &PyClient::Barrier)
+      .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"))
       .def("poll", &PyClient::Poll, py::arg("handle"))
       .def("wait", &PyClient::Wait, py::arg("handle"), py::arg("timeout_ms") = -1)
       .def("register_graph", &PyClient::RegisterGraph, py::arg("ops"), py::arg("edges"), py::arg("fetches"),

@@ -10,7 +10,9 @@ arena block at submission and the result copied out at completion (one copy each
 
 Errors: ValueError at submission for bad arguments or a name already in flight on this rank;
 HorovodInternalError (a RuntimeError) from synchronize() for a collective that failed, on every
-rank (mismatched shapes, dtypes, ops or roots, a lost rank or daemon).
+rank (mismatched shapes, dtypes, ops or roots, a lost rank or daemon). A tensor this rank refuses
+(an unsupported type, say) still takes part under its name: the other ranks' requests of that name
+fail naming this rank, instead of waiting for it, and unnamed calls stay in step.
 """
 import itertools
 import warnings
@@ -39,9 +41,35 @@ def _name(prefix, name):
     return "%s.%s" % (prefix, name if name is not None else "noname.%d" % next(_noname))
 
 
+_refused = []  # handles of names this rank refused (syncd_fail_async), reaped as they complete
+
+
 def _forget_handles():
     # At shutdown the client abandons in-flight requests; their handles mean nothing after.
     _handles.clear()
+    _refused.clear()
+
+
+def _refuse(names, error):
+    """This rank cannot take part in `names`: every rank's request of each fails with `error`."""
+    c = client()
+    for name in names:
+        try:
+            _refused.append(c.fail_async(name, str(error)))
+        except (SyncdError, ValueError):
+            pass  # the daemon is gone, or the name is in flight already: nobody waits for this one
+    _reap_refused()
+
+
+def _reap_refused():
+    c = client()
+    for h in list(_refused):
+        try:
+            done = c.poll(h)
+        except SyncdError:
+            done = True  # completed with the (expected) error
+        if done:
+            _refused.remove(h)
 
 
 basics._shutdown_hooks.append(_forget_handles)
@@ -126,21 +154,24 @@ def _stage(part, tensor, output):
 
 
 def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0):
-    code = dtype_code(tensor, "tensor '%s'" % name)
-    part = _Part()
-    addr = _stage(part, tensor, output)
+    if _refused:
+        _reap_refused()
     c = client()
-    # CUDA tensors: the daemon waits for the work queued so far on the current stream.
-    stream = torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda and tensor.numel() > 0 else None
+    part = _Part()
     try:
+        code = dtype_code(tensor, "tensor '%s'" % name)
+        addr = _stage(part, tensor, output)
+        # CUDA tensors: the daemon waits for the work queued so far on the current stream.
+        stream = torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda and tensor.numel() > 0 else None
         if kind == "allreduce":
             part.handle = c.allreduce_async(name, addr, code, list(tensor.shape), op, float(prescale),
                                             float(postscale), stream=stream)
         else:
             part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root), stream=stream)
-    except BaseException:
+    except BaseException as e:
         if part.block is not None:
             c.free(part.block)
+        _refuse([name], e)  # the other ranks learn it instead of waiting (not for a duplicate name)
         raise
     req.parts.append(part)
 
@@ -230,13 +261,15 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
     base = _name("grouped_allreduce", name)
+    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     req = _Request(outputs, keep=tensors)
-    try:
-        for i, (t, out) in enumerate(zip(tensors, outputs)):
-            _submit(req, "allreduce", "%s.%d" % (base, i), t, out, op, prescale_factor, postscale_factor)
-    except BaseException:
-        _abandon(req)
-        raise
+    for i, (t, out) in enumerate(zip(tensors, outputs)):
+        try:
+            _submit(req, "allreduce", names[i], t, out, op, prescale_factor, postscale_factor)
+        except BaseException as e:
+            _refuse(names[i + 1:], e)  # the parts after it never come from this rank either
+            _abandon(req)
+            raise
     return _register(req)
 
 
