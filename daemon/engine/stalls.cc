@@ -7,11 +7,12 @@
 #include <cmath>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/engine_timing.h"
 
 namespace syncd {
 namespace {
 
-constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
+using engine_timing::kStallCheckPeriodNs;
 constexpr uint64_t kNsPerS = 1'000'000'000;
 constexpr size_t kStallsNamed = 3;  // in the shutdown message
 
