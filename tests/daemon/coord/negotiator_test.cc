@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "daemon/coord/job_join.h"
+#include "daemon/transport/host_collectives.h"
 #include "daemon/transport/loopback/loopback_transport.h"
 #include "proto/doorbell.h"
 
@@ -86,6 +89,100 @@ TEST(Negotiator, ACachedNameThatMovesToTheGpuIsNegotiatedAgain) {
   EXPECT_EQ(job.executed.size(), 6u);
   EXPECT_EQ(job.negotiators[0]->stats().cache_hits, 1u) << "the cached entry (host) must not match a GPU tensor";
   EXPECT_TRUE(job.failed.empty());
+}
+
+// A hostile or broken peer: node 0 runs a real negotiator, node 1 is the test writing bytes by
+// hand. Whatever node 1 sends, node 0 fails its job with an error naming node 1 (its pending
+// requests get it) and never crashes or waits for ever.
+class BrokenPeer : public ::testing::Test {
+ protected:
+  BrokenPeer() : hub_(2), node0_(&hub_, 0), node1_(&hub_, 1) {
+    NegotiatorOptions opts;
+    opts.blocking = false;
+    opts.cycle_ns = 100'000;
+    opts.job = kJob;
+    negotiator_ = std::make_unique<Negotiator>(
+        &node0_, opts, [](std::vector<ReadyTensor>*, uint64_t) -> CommTask { co_return Status::Ok(); },
+        [this](const std::vector<Request>&, const Status& st) { failures_.push_back(st.message()); });
+    negotiator_->Add(Tensor("pending", 0, false));
+  }
+  // Node 1 does its part of the job start correctly.
+  void Join() {
+    std::vector<bool> joined;
+    CommTask join = JoinJob(&node1_, kJob, &joined);
+    PollUntil([&] { return join.Poll(); });
+    ASSERT_TRUE(join.done() && join.status().ok()) << join.status().message();
+  }
+  void Send(uint64_t tag, const std::string& bytes) {
+    sent_.push_back(bytes);
+    node1_.Send(0, tag, sent_.back().data(), sent_.back().size());
+  }
+  template <typename F>
+  void PollUntil(F done) {
+    const uint64_t end = abi::MonotonicNs() + 2'000'000'000ull;
+    while (!done() && abi::MonotonicNs() < end) {
+      negotiator_->Poll(abi::MonotonicNs());
+      node1_.Progress();
+    }
+  }
+  // Node 0's job ended with an error naming node 1 and `what`, which its pending request got.
+  // `also` drives node 1's side meanwhile, if it has one.
+  void ExpectTheJobFailedNamingNode1(const std::string& what, CommTask* also = nullptr) {
+    PollUntil([&] {
+      if (also != nullptr) also->Poll();
+      return !failures_.empty();
+    });
+    ASSERT_TRUE(negotiator_->broken());
+    EXPECT_NE(negotiator_->failure().message().find("node 1"), std::string::npos) << negotiator_->failure().message();
+    EXPECT_NE(negotiator_->failure().message().find(what), std::string::npos) << negotiator_->failure().message();
+    ASSERT_EQ(failures_.size(), 1u);
+    EXPECT_NE(failures_[0].find("tensor 'pending'"), std::string::npos) << failures_[0];
+  }
+
+  static constexpr uint64_t kJob = 0x5eed;
+  LoopbackHub hub_;
+  LoopbackTransport node0_, node1_;
+  std::unique_ptr<Negotiator> negotiator_;
+  std::vector<std::string> failures_;
+  std::deque<std::string> sent_;  // buffers of node 1's sends
+};
+
+TEST_F(BrokenPeer, GarbageInsteadOfTheJobStartHandshake) {
+  Send(kJoinHelloTag, std::string(kControlMessageBytes, 'Z'));
+  ExpectTheJobFailedNamingNode1("job start handshake");
+}
+
+TEST_F(BrokenPeer, AControlMessageOfAnUnknownKind) {
+  Join();
+  std::string m(kControlMessageBytes, '\0');
+  m[0] = 'Z';
+  Send(kTagMask, m);  // the control channel
+  ExpectTheJobFailedNamingNode1("control message of unknown kind 90");
+}
+
+TEST_F(BrokenPeer, AControlMessageOfTheWrongSize) {
+  Join();
+  Send(kTagMask, "short");
+  ExpectTheJobFailedNamingNode1("5 bytes, expected 384");
+}
+
+TEST_F(BrokenPeer, ARequestListTheCoordinatorCannotDecode) {
+  Join();
+  // Cycle 1 as node 1 would run it (tags as negotiator.cc lays them out): an agreement saying it
+  // has uncached names, then a request list that does not decode.
+  const uint64_t base = uint64_t(1) << 24;
+  const uint32_t words = (1024 + 63) / 64;
+  std::vector<uint64_t> agree(2 * words + 3, 0);
+  agree[0] = words;
+  agree[1 + 2 * words] = 1;
+  CommTask agreement = RecursiveDoublingCombine(&node1_, (base + 1) << 8, agree.data(), agree.size() * 8,
+                                                [](char*, const char*, size_t) {});
+  PollUntil([&] { return agreement.Poll(); });
+  ASSERT_TRUE(agreement.status().ok()) << agreement.status().message();
+  const std::string garbage("\x02\x00\x00\x00\xff\xff", 6);
+  std::vector<std::string> all;
+  CommTask gather = GatherBytes(&node1_, (base + 2) << 8, 0, &garbage, &all);
+  ExpectTheJobFailedNamingNode1("broke the coordination protocol", &gather);
 }
 
 }  // namespace
