@@ -17,7 +17,8 @@ namespace {
 // Tags. A collective's tag is cycle (16 bits) | slot (12) | segment (12); collectives shift it left
 // by 8 for their slices, filling the transport's 48 bits. Slot 0 is the negotiation itself
 // (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
-// cycles can overlap, so cycle numbers wrap safely. Abort messages use the one tag above them all.
+// cycles can overlap, so cycle numbers wrap safely. Control messages use the one tag above them all,
+// the job start handshake the two below it (job_join.h).
 constexpr uint64_t kControlTag = kTagMask;  // ControlMessage (see wire.h)
 
 // The status an abort from another node carries: its own when it is one (a stall says STALLED
