@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -37,6 +38,141 @@ Status PrepareRunDir(const std::string& dir) {
   return Status::Ok();
 }
 
+// What the engine needs from the rest of the job: the transport to the other daemons (many
+// nodes) and this node's GPUs, connected to the job's other GPUs (or why there are none).
+struct JobLinks {
+  std::unique_ptr<UcxTransport> transport;
+  std::unique_ptr<GpuExecutor> gpu;
+  std::string no_gpu = "started with --gpus none";
+  std::string nccl_id;                  // node 0 makes it; the rendezvous hands it out
+  std::vector<uint32_t> gpus_per_node;  // from the rendezvous (this node's alone on one node)
+  std::unique_ptr<RendezvousService> rendezvous;  // node 0 of a many-node job
+  std::unique_ptr<grpc::Server> rendezvous_server;
+};
+
+// GPUs: one NCCL rank per visible GPU, in a communicator over every GPU of the job.
+Status ProbeGpus(const Config& config, JobLinks* job) {
+  if (config.gpus != "none") {
+    job->gpu = GpuExecutor::Probe(config.gpu_ipc_cache == "on", &job->no_gpu);
+    if (job->gpu && config.node_rank == 0) {
+      SYNCD_ASSIGN_OR_RETURN(job->nccl_id, job->gpu->MakeNcclId());
+    }
+  }
+  job->gpus_per_node.assign(1, job->gpu ? job->gpu->devices() : 0);
+  return Status::Ok();
+}
+
+// Node 0 serves the rendezvous. gRPC binds with SO_REUSEPORT by default: two jobs given the same
+// port would both listen and split each other's joins, so it fails instead.
+Status ServeRendezvous(const Config& config, JobLinks* job) {
+  job->rendezvous = std::make_unique<RendezvousService>(config.job_token, config.nodes, config.local_size,
+                                                        std::chrono::seconds(config.join_timeout_s));
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(config.rendezvous, grpc::InsecureServerCredentials());
+  builder.RegisterService(job->rendezvous.get());
+  job->rendezvous_server = builder.BuildAndStart();
+  if (!job->rendezvous_server) return Status(SYNCD_ERR_SYSTEM, "cannot serve the rendezvous on " + config.rendezvous);
+  return Status::Ok();
+}
+
+control::JoinRequest JoinRequestOf(const Config& config, const JobLinks& job, const std::string& host) {
+  control::JoinRequest join;
+  join.set_job_token(config.job_token);
+  join.set_node_rank(config.node_rank);
+  join.set_nodes(config.nodes);
+  join.set_local_size(config.local_size);
+  join.set_ucx_address(job.transport->address());
+  join.set_hostname(host);
+  join.set_pid(getpid());
+  join.set_gpus(job.gpu ? job.gpu->devices() : 0);
+  if (job.gpu)
+    for (const std::string& u : job.gpu->uuids()) join.add_gpu_uuids(u);
+  join.set_nccl_id(job.nccl_id);
+  return join;
+}
+
+// Many nodes: every daemon joins with its UCX address and connects to all others before the
+// engine starts.
+Status JoinPeers(const Config& config, JobLinks* job) {
+  UcxOptions ucx;
+  ucx.detect_peer_failure = config.ucx_peer_errors != "off";
+  ucx.peer_errors_everywhere = config.ucx_peer_errors == "on";
+  SYNCD_ASSIGN_OR_RETURN(job->transport, UcxTransport::Create(config.node_rank, config.nodes, ucx));
+  if (config.node_rank == 0) SYNCD_RETURN_IF_ERROR(ServeRendezvous(config, job));
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
+  SYNCD_ASSIGN_OR_RETURN(JobTable table, JoinJob(config.rendezvous, JoinRequestOf(config, *job, host),
+                                                 std::chrono::seconds(config.join_timeout_s)));
+  std::vector<int32_t> same_host_pids(config.nodes, 0);
+  for (uint32_t n = 0; n < config.nodes; ++n)
+    if (n != config.node_rank && n < table.hostnames.size() && table.hostnames[n] == host && n < table.pids.size())
+      same_host_pids[n] = table.pids[n];
+  SYNCD_RETURN_IF_ERROR(job->transport->Connect(table.ucx_addresses, same_host_pids));
+  job->gpus_per_node = table.gpus;
+  job->nccl_id = table.nccl_id;
+  if (std::string shared = SharedGpus(table); job->gpu && !shared.empty()) {
+    job->no_gpu = shared;
+    job->gpu.reset();
+  }
+  std::string how;
+  for (uint32_t n = 0; n < config.nodes; ++n)
+    if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + job->transport->failure_detection(n) + ";";
+  spdlog::info("connected to {} peer daemons (failure detection:{})", config.nodes - 1, how);
+  return Status::Ok();
+}
+
+// The job's NCCL communicator, when every node has GPUs. On one node a failure leaves host
+// tensors served; on many, other nodes may be waiting inside NCCL's own rendezvous, so only the
+// whole job can give up.
+Status ConnectGpus(const Config& config, JobLinks* job) {
+  if (!job->gpu) return Status::Ok();
+  for (uint32_t n = 0; n < job->gpus_per_node.size(); ++n)
+    if (job->gpus_per_node[n] == 0) {
+      job->no_gpu = "node " + std::to_string(n) + " of the job has no GPU, so GPU collectives cannot span the job";
+      job->gpu.reset();
+      return Status::Ok();
+    }
+  if (Status st = job->gpu->Connect(job->nccl_id, job->gpus_per_node, config.node_rank); !st.ok()) {
+    if (config.nodes > 1) return st;
+    spdlog::error("no GPU collectives: {}", st.message());
+    job->no_gpu = st.message();
+    job->gpu.reset();
+  }
+  return Status::Ok();
+}
+
+// The main thread from here on: takes SIGTERM/SIGINT (the first drains, a second fails what is in
+// flight at once) and feeds systemd's watchdog while the engine is healthy, until it finishes.
+void WatchUntilFinished(const Config& config, const Engine& engine, const NodePage& node_page, sigset_t signals,
+                        const std::function<void(double, const std::string&)>& begin_drain) {
+  const uint64_t watchdog_us = WatchdogIntervalUs();
+  const uint64_t tick_ns = watchdog_us ? std::min<uint64_t>(watchdog_us * 250, 200'000'000) : 200'000'000;
+  int signals_seen = 0;
+  while (!engine.finished()) {
+    const timespec tick{time_t(tick_ns / 1'000'000'000), long(tick_ns % 1'000'000'000)};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (signals_seen++ == 0) {
+        begin_drain(double(config.drain_timeout_s), name);
+      } else {
+        spdlog::warn("second {}: failing what is in flight now", name);
+        begin_drain(0, name);
+      }
+    }
+    const uint64_t beat = node_page.page()->engine_heartbeat_ns.load(std::memory_order_relaxed);
+    if (watchdog_us && EngineHealthy(beat, abi::MonotonicNs(), watchdog_us)) NotifyService("WATCHDOG=1");
+  }
+}
+
+int Fail(const Status& st) {
+  spdlog::error("{}", st.ToString());
+  NotifyService("STATUS=failed: " + st.message() + "\nERRNO=1");
+  return 1;
+}
+
 int Serve(const Config& config) {
   // Collectives take scratch buffers of up to a pipeline segment per step: keep such memory in
   // the heap instead of mapping, zero-filling and unmapping it on every step.
@@ -44,16 +180,11 @@ int Serve(const Config& config) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   SetupLogging(config.log_level, config.node_rank);
   umask(077);
-  auto fail = [](const Status& st) {
-    spdlog::error("{}", st.ToString());
-    NotifyService("STATUS=failed: " + st.message() + "\nERRNO=1");
-    return 1;
-  };
-  if (Status st = PrepareRunDir(config.run_dir); !st.ok()) return fail(st);
+  if (Status st = PrepareRunDir(config.run_dir); !st.ok()) return Fail(st);
   auto cores = ResolveCores(config.cores);
-  if (!cores.ok()) return fail(cores.status());
+  if (!cores.ok()) return Fail(cores.status());
   // Pin before any thread exists so that every thread of the daemon inherits the core set.
-  if (Status st = PinCurrentThread(cores->daemon); !st.ok()) return fail(st);
+  if (Status st = PinCurrentThread(cores->daemon); !st.ok()) return Fail(st);
 
   // SIGTERM/SIGINT are taken synchronously by the main thread only.
   sigset_t signals;
@@ -64,107 +195,23 @@ int Serve(const Config& config) {
   signal(SIGPIPE, SIG_IGN);
 
   auto node_page = NodePage::Create();
-  if (!node_page.ok()) return fail(node_page.status());
+  if (!node_page.ok()) return Fail(node_page.status());
   AttachServer attach(config, &*node_page);
-  if (Status st = attach.Listen(); !st.ok()) return fail(st);
+  if (Status st = attach.Listen(); !st.ok()) return Fail(st);
 
-  // GPUs: one NCCL rank per visible GPU, in a communicator over every GPU of the job. Node 0
-  // makes its unique id; the rendezvous hands it out with every node's GPU count.
-  std::unique_ptr<GpuExecutor> gpu;
-  std::string no_gpu = "started with --gpus none";
-  std::string nccl_id;
-  if (config.gpus != "none") {
-    gpu = GpuExecutor::Probe(config.gpu_ipc_cache == "on", &no_gpu);
-    if (gpu && config.node_rank == 0) {
-      auto id = gpu->MakeNcclId();
-      if (!id.ok()) return fail(id.status());
-      nccl_id = *id;
-    }
-  }
-  std::vector<uint32_t> gpus_per_node(1, gpu ? gpu->devices() : 0);
-
-  // Many nodes: node 0 serves the rendezvous; every daemon joins with its UCX address and
-  // connects to all others before the engine starts.
-  std::unique_ptr<UcxTransport> transport;
-  std::unique_ptr<RendezvousService> rendezvous;
-  std::unique_ptr<grpc::Server> rendezvous_server;
-  if (config.nodes > 1) {
-    UcxOptions ucx;
-    ucx.detect_peer_failure = config.ucx_peer_errors != "off";
-    ucx.peer_errors_everywhere = config.ucx_peer_errors == "on";
-    auto t = UcxTransport::Create(config.node_rank, config.nodes, ucx);
-    if (!t.ok()) return fail(t.status());
-    transport = std::move(t.value());
-    const auto timeout = std::chrono::seconds(config.join_timeout_s);
-    if (config.node_rank == 0) {
-      rendezvous = std::make_unique<RendezvousService>(config.job_token, config.nodes, config.local_size, timeout);
-      grpc::ServerBuilder builder;
-      // gRPC binds with SO_REUSEPORT by default: two jobs given the same port would both listen
-      // and split each other's joins. Fail here instead.
-      builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-      builder.AddListeningPort(config.rendezvous, grpc::InsecureServerCredentials());
-      builder.RegisterService(rendezvous.get());
-      rendezvous_server = builder.BuildAndStart();
-      if (!rendezvous_server) return fail(Status(SYNCD_ERR_SYSTEM, "cannot serve the rendezvous on " + config.rendezvous));
-    }
-    control::JoinRequest join;
-    join.set_job_token(config.job_token);
-    join.set_node_rank(config.node_rank);
-    join.set_nodes(config.nodes);
-    join.set_local_size(config.local_size);
-    join.set_ucx_address(transport->address());
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    join.set_hostname(host);
-    join.set_pid(getpid());
-    join.set_gpus(gpu ? gpu->devices() : 0);
-    if (gpu)
-      for (const std::string& u : gpu->uuids()) join.add_gpu_uuids(u);
-    join.set_nccl_id(nccl_id);
-    spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
-    auto table = JoinJob(config.rendezvous, join, timeout);
-    if (!table.ok()) return fail(table.status());
-    std::vector<int32_t> same_host_pids(config.nodes, 0);
-    for (uint32_t n = 0; n < config.nodes; ++n)
-      if (n != config.node_rank && n < table->hostnames.size() && table->hostnames[n] == host && n < table->pids.size())
-        same_host_pids[n] = table->pids[n];
-    if (Status st = transport->Connect(table->ucx_addresses, same_host_pids); !st.ok()) return fail(st);
-    gpus_per_node = table->gpus;
-    nccl_id = table->nccl_id;
-    if (std::string shared = SharedGpus(*table); gpu && !shared.empty()) {
-      no_gpu = shared;
-      gpu.reset();
-    }
-    std::string how;
-    for (uint32_t n = 0; n < config.nodes; ++n)
-      if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + transport->failure_detection(n) + ";";
-    spdlog::info("connected to {} peer daemons (failure detection:{})", config.nodes - 1, how);
-  }
-  if (gpu) {
-    for (uint32_t n = 0; n < gpus_per_node.size(); ++n)
-      if (gpus_per_node[n] == 0) {
-        no_gpu = "node " + std::to_string(n) + " of the job has no GPU, so GPU collectives cannot span the job";
-        gpu.reset();
-        break;
-      }
-  }
-  if (gpu) {
-    if (Status st = gpu->Connect(nccl_id, gpus_per_node, config.node_rank); !st.ok()) {
-      // Other nodes may be waiting inside NCCL's own rendezvous: only the whole job can give up.
-      if (config.nodes > 1) return fail(st);
-      spdlog::error("no GPU collectives: {}", st.message());
-      no_gpu = st.message();
-      gpu.reset();
-    }
-  }
-  if (gpu) {
-    for (const std::string& name : gpu->stats().names) spdlog::info("GPU {}", name);
+  JobLinks job;
+  if (Status st = ProbeGpus(config, &job); !st.ok()) return Fail(st);
+  if (config.nodes > 1)
+    if (Status st = JoinPeers(config, &job); !st.ok()) return Fail(st);
+  if (Status st = ConnectGpus(config, &job); !st.ok()) return Fail(st);
+  if (job.gpu) {
+    for (const std::string& name : job.gpu->stats().names) spdlog::info("GPU {}", name);
   } else {
-    spdlog::info("no GPU collectives: {}", no_gpu);
+    spdlog::info("no GPU collectives: {}", job.no_gpu);
   }
   Engine engine(config, &*node_page, config.local_size,
-                [&attach](uint32_t client_id) { attach.KickClient(client_id); }, std::move(transport));
-  engine.AttachGpu(std::move(gpu), no_gpu);
+                [&attach](uint32_t client_id) { attach.KickClient(client_id); }, std::move(job.transport));
+  engine.AttachGpu(std::move(job.gpu), job.no_gpu);
   attach.set_engine(&engine);
   // Graceful drain (SIGTERM, SIGINT, syncctl drain): no new clients; what is in flight gets the
   // timeout to finish, then fails; the engine stops once nothing is left. Any thread.
@@ -183,7 +230,7 @@ int Serve(const Config& config) {
   };
   ControlService control(config, *cores, &engine, begin_drain);
   auto server = StartControlServer(config.run_dir, &control);
-  if (!server.ok()) return fail(server.status());
+  if (!server.ok()) return Fail(server.status());
 
   std::thread engine_thread([&engine] { engine.Run(); });
   std::thread attach_thread([&attach] { attach.Run(); });
@@ -195,25 +242,7 @@ int Serve(const Config& config) {
   NotifyService("READY=1\nSTATUS=serving " + config.run_dir + "\nSYNCD_WORKER_CORES=" + FormatCoreList(cores->workers) +
                 "\nSYNCD_DAEMON_CORES=" + FormatCoreList(cores->daemon) + "\nMAINPID=" + std::to_string(getpid()));
 
-  // The main thread takes the signals and feeds systemd's watchdog while the engine is healthy.
-  const uint64_t watchdog_us = WatchdogIntervalUs();
-  const uint64_t tick_ns = watchdog_us ? std::min<uint64_t>(watchdog_us * 250, 200'000'000) : 200'000'000;
-  int signals_seen = 0;
-  while (!engine.finished()) {
-    const timespec tick{time_t(tick_ns / 1'000'000'000), long(tick_ns % 1'000'000'000)};
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGTERM || sig == SIGINT) {
-      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-      if (signals_seen++ == 0) {
-        begin_drain(double(config.drain_timeout_s), name);
-      } else {
-        spdlog::warn("second {}: failing what is in flight now", name);
-        begin_drain(0, name);
-      }
-    }
-    const uint64_t beat = node_page->page()->engine_heartbeat_ns.load(std::memory_order_relaxed);
-    if (watchdog_us && EngineHealthy(beat, abi::MonotonicNs(), watchdog_us)) NotifyService("WATCHDOG=1");
-  }
+  WatchUntilFinished(config, engine, *node_page, signals, begin_drain);
   engine_thread.join();
   const Engine::DrainResult drained = engine.drain_result();
   spdlog::info("drained: {} requests finished, {} failed{}", drained.completed, drained.failed,
@@ -222,7 +251,7 @@ int Serve(const Config& config) {
   attach.Stop();
   attach_thread.join();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (rendezvous_server) rendezvous_server->Shutdown();
+  if (job.rendezvous_server) job.rendezvous_server->Shutdown();
   unlink((config.run_dir + "/control.sock").c_str());
   return 0;
 }
