@@ -127,6 +127,46 @@ bool RecvReply(int fd, abi::AttachReply* reply, int fds[2]) {
   return true;
 }
 
+void CloseBoth(int fds[2]) {
+  for (int i = 0; i < 2; ++i)
+    if (fds[i] >= 0) close(fds[i]);
+}
+
+// Sends the request and takes the reply with its two descriptors (segment, node page). On any
+// error (the daemon's refusal, no answer in time, another protocol version) the descriptors that
+// came are closed and the error is the client's.
+int Handshake(int sock, const abi::AttachRequest& req, const std::string& socket_path, int timeout_ms,
+              abi::AttachReply* reply, int fds[2]) {
+  // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
+  // when the send fails, the reply says why.
+  const bool sent = SendAll(sock, &req, sizeof(req));
+  const int send_errno = errno;
+  if (!RecvReply(sock, reply, fds)) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return Fail(SYNCD_ERR_TIMEOUT, "attach handshake: syncd at " + socket_path + " did not answer within " +
+                                         std::to_string(timeout_ms) + " ms (is it overloaded or stopped?)");
+    if (!sent)
+      return Fail(SYNCD_ERR_DAEMON_LOST, std::string("attach handshake: send failed: ") + strerror(send_errno));
+    return Fail(SYNCD_ERR_DAEMON_LOST, "attach handshake: syncd closed the connection without a reply");
+  }
+  if (reply->magic != abi::kMagic || reply->version != abi::kVersion) {
+    CloseBoth(fds);
+    return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: daemon speaks protocol version " +
+                                        std::to_string(reply->version) + ", client speaks " +
+                                        std::to_string(abi::kVersion));
+  }
+  reply->message[sizeof(reply->message) - 1] = '\0';
+  if (reply->status != SYNCD_OK) {
+    CloseBoth(fds);
+    return Fail(reply->status, std::string("syncd refused the attach: ") + reply->message);
+  }
+  if (fds[0] < 0 || fds[1] < 0) {
+    CloseBoth(fds);
+    return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: missing descriptors");
+  }
+  return SYNCD_OK;
+}
+
 }  // namespace
 
 int Client::Attach(const syncd_init_options& opts, Client** out) {
@@ -167,32 +207,9 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   }
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
                          int32_t(getpid()), 0, job_id};
-  // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
-  // when the send fails, the reply says why.
-  const bool sent = SendAll(c->sock_, &req, sizeof(req));
-  const int send_errno = errno;
   abi::AttachReply reply{};
   int fds[2];
-  if (!RecvReply(c->sock_, &reply, fds)) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-      return Fail(SYNCD_ERR_TIMEOUT, "attach handshake: syncd at " + socket_path + " did not answer within " +
-                                         std::to_string(timeout_ms) + " ms (is it overloaded or stopped?)");
-    if (!sent)
-      return Fail(SYNCD_ERR_DAEMON_LOST, std::string("attach handshake: send failed: ") + strerror(send_errno));
-    return Fail(SYNCD_ERR_DAEMON_LOST, "attach handshake: syncd closed the connection without a reply");
-  }
-  if (reply.magic != abi::kMagic || reply.version != abi::kVersion) {
-    for (int fd : fds) if (fd >= 0) close(fd);
-    return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: daemon speaks protocol version " +
-                                        std::to_string(reply.version) + ", client speaks " +
-                                        std::to_string(abi::kVersion));
-  }
-  reply.message[sizeof(reply.message) - 1] = '\0';
-  if (reply.status != SYNCD_OK) {
-    for (int fd : fds) if (fd >= 0) close(fd);
-    return Fail(reply.status, std::string("syncd refused the attach: ") + reply.message);
-  }
-  if (fds[0] < 0 || fds[1] < 0) return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: missing descriptors");
+  if (int rc = Handshake(c->sock_, req, socket_path, timeout_ms, &reply, fds); rc != SYNCD_OK) return rc;
   SetSocketTimeouts(c->sock_, 0);  // from now on the socket only carries the goodbye
 
   c->segment_bytes_ = reply.segment_bytes;
