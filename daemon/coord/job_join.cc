@@ -1,6 +1,7 @@
 #include "daemon/coord/job_join.h"
 
 #include <array>
+#include <memory>
 
 #include "daemon/coord/wire.h"
 
@@ -25,21 +26,23 @@ CommTask JoinJob(Transport* t, uint64_t job, std::vector<bool>* joined) {
   const uint32_t n = t->size(), me = t->rank();
   joined->assign(n, false);
   (*joined)[me] = true;
-  Message hello{}, ready{};
-  EncodeControl(ControlMessage{ControlMessage::Kind::kHello, job, 0, ""}, hello.data());
-  EncodeControl(ControlMessage{ControlMessage::Kind::kReady, job, 0, ""}, ready.data());
-  std::vector<Message> in(n);
+  // Owned with the transfers: a handshake cut off may leave them on the wire.
+  const auto hello = std::make_shared<Message>(), ready = std::make_shared<Message>();
+  EncodeControl(ControlMessage{ControlMessage::Kind::kHello, job, 0, ""}, hello->data());
+  EncodeControl(ControlMessage{ControlMessage::Kind::kReady, job, 0, ""}, ready->data());
+  const auto in_buffer = std::make_shared<std::vector<Message>>(n);
+  std::vector<Message>& in = *in_buffer;
 
   // Round 1: HELLO both ways; a receive that got another job's HELLO is posted again.
   std::vector<CommHandle> handles;
   std::vector<uint32_t> waiting;
   for (uint32_t p = 0; p < n; ++p)
     if (p != me) {
-      handles.push_back(t->Send(p, kJoinHelloTag, hello.data(), hello.size()));
+      handles.push_back(t->Send(p, kJoinHelloTag, hello->data(), hello->size(), hello));
       waiting.push_back(p);
     }
   while (!waiting.empty()) {
-    for (uint32_t p : waiting) handles.push_back(t->Recv(p, kJoinHelloTag, in[p].data(), in[p].size()));
+    for (uint32_t p : waiting) handles.push_back(t->Recv(p, kJoinHelloTag, in[p].data(), in[p].size(), in_buffer));
     Status st = co_await Wait(t, std::move(handles));
     if (!st.ok()) co_return st;
     handles.clear();
@@ -55,10 +58,10 @@ CommTask JoinJob(Transport* t, uint64_t job, std::vector<bool>* joined) {
 
   // Round 2: READY receives first, so that the drop below cannot take a READY already in.
   for (uint32_t p = 0; p < n; ++p)
-    if (p != me) handles.push_back(t->Recv(p, kJoinReadyTag, in[p].data(), in[p].size()));
+    if (p != me) handles.push_back(t->Recv(p, kJoinReadyTag, in[p].data(), in[p].size(), in_buffer));
   t->DiscardArrived();
   for (uint32_t p = 0; p < n; ++p)
-    if (p != me) handles.push_back(t->Send(p, kJoinReadyTag, ready.data(), ready.size()));
+    if (p != me) handles.push_back(t->Send(p, kJoinReadyTag, ready->data(), ready->size(), ready));
   Status st = co_await Wait(t, std::move(handles));
   if (!st.ok()) co_return st;
   for (uint32_t p = 0; p < n; ++p) {

@@ -67,7 +67,7 @@ Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute 
     : counting_(transport), t_(&counting_), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
       cache_(options.cache_capacity) {
   const uint32_t n = t_->size();
-  control_in_.resize(n);
+  for (uint32_t p = 0; p < n; ++p) control_in_.push_back(std::make_shared<ControlBytes>());
   control_recvs_.assign(n, 0);
   join_ = JoinJob(t_, options_.job, &joined_nodes_);
 }
@@ -81,7 +81,7 @@ bool Negotiator::PollJoin() {
     return true;
   }
   for (uint32_t p = 0; p < t_->size(); ++p)
-    if (p != t_->rank()) control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p].data(), kControlMessageBytes);
+    if (p != t_->rank()) PostControlReceive(p);
   last_cycle_start_ = abi::MonotonicNs();
   return true;
 }
@@ -165,9 +165,11 @@ CommTask Negotiator::Cycle() {
   const uint64_t elapsed = abi::MonotonicNs() - last_cycle_start_;
   uint64_t sleep = elapsed < options_.cycle_ns ? options_.cycle_ns - elapsed : 0;
   if (cycle_seq_ % options_.gs_period == 0) {
-    CommTask agree = RecursiveDoublingCombine(t_, (base + 4) << 8, &sleep, sizeof(sleep), MinCombine);
+    const auto shared = std::make_shared<uint64_t>(sleep);
+    CommTask agree = RecursiveDoublingCombine(t_, (base + 4) << 8, shared.get(), shared, sizeof(sleep), MinCombine);
     st = co_await Await(&agree);
     if (!st.ok()) co_return st;
+    sleep = *shared;
     ++stats_.sleep_agreements;
     stats_.agreed_sleep_ns_total += sleep;
   }
@@ -175,16 +177,22 @@ CommTask Negotiator::Cycle() {
   co_return Status::Ok();
 }
 
-CommTask Negotiator::Negotiate(uint64_t base) {
-  const uint64_t start = abi::MonotonicNs();
+// Layout of the agreement vector (see CombineAgreement): [W][hits][invalid][flags][GPU position].
+struct AgreementView {
+  explicit AgreementView(std::vector<uint64_t>& v)
+      : words(v[0]), hits(&v[1]), invalid(&v[1 + v[0]]), flags(v[1 + 2 * v[0]]), gpu_position(v[2 + 2 * v[0]]) {}
+  uint64_t words;
+  uint64_t* hits;
+  uint64_t* invalid;
+  uint64_t& flags;
+  uint64_t& gpu_position;
+};
+
+bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, std::vector<NameRequest>* uncached) {
   const uint32_t words = (cache_.capacity() + 63) / 64;
-  std::vector<uint64_t> agree(2 * words + 3, 0);
-  agree[0] = words;
-  uint64_t* hits = &agree[1];
-  uint64_t* invalid = &agree[1 + words];
-  uint64_t& flags = agree[1 + 2 * words];
-  uint64_t& gpu_position = agree[2 + 2 * words];
-  std::vector<NameRequest> uncached;
+  agree->assign(2 * words + 3, 0);
+  (*agree)[0] = words;
+  AgreementView a(*agree);
   bool gpu_pending = false;
   for (const std::string& name : order_) {
     const Pending& p = pending_.at(name);
@@ -192,75 +200,69 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     if (announced_.count(name)) continue;
     const TensorMeta meta = TensorMeta::Of(p.tensor.first());
     const std::optional<int32_t> bit = cache_.Find(name);
-    const uint64_t waited = start - p.since_ns;
+    const uint64_t waited = now_ns - p.since_ns;
     const bool stalled = options_.stall_ns != 0 && waited >= options_.stall_ns;
     if (bit && p.local_error.ok() && cache_.meta(*bit) == meta && !stalled) {
-      hits[*bit / 64] |= uint64_t{1} << (*bit % 64);
+      a.hits[*bit / 64] |= uint64_t{1} << (*bit % 64);
     } else {
-      if (bit) invalid[*bit / 64] |= uint64_t{1} << (*bit % 64);
-      uncached.push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message(), waited});
+      if (bit) a.invalid[*bit / 64] |= uint64_t{1} << (*bit % 64);
+      uncached->push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message(), waited});
     }
   }
-  if (!uncached.empty()) flags |= 1;
-  if (local_busy_ || !pending_.empty()) flags |= 2;
-  const uint64_t seq = cycle_seq_;
-  GpuHold hold;
-  if (GpuOrder* order = options_.gpu_order) {
-    if (gpu_pending) hold.order = order;
-    gpu_position = gpu_pending ? order->Hold() : order->count();
-  }
+  if (!uncached->empty()) a.flags |= 1;
+  if (local_busy_ || !pending_.empty()) a.flags |= 2;
+  return gpu_pending;
+}
 
-  CommTask agreement = RecursiveDoublingCombine(t_, (base + 1) << 8, agree.data(), agree.size() * 8, CombineAgreement);
-  Status st = co_await Await(&agreement);
-  if (!st.ok()) co_return st;
-
-  if (!(flags & 2)) quiet_cycle_ = seq;
-  agreed_gpu_position_ = gpu_position;
-  if (hold.order) hold.order->Agreed(gpu_position);
-  // Identical on every node from here: evict invalidated entries, collect hits in bit order.
+std::vector<std::string> Negotiator::ApplyAgreement(std::vector<uint64_t>& agree) {
+  // Identical on every node: evict invalidated entries, collect hits in bit order. A name this
+  // node meant to send as a hit but whose entry was just evicted goes uncached next cycle.
+  AgreementView a(agree);
   std::vector<std::string> run;
   for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
     const uint64_t mask = uint64_t{1} << (bit % 64);
-    if (invalid[bit / 64] & mask) {
+    if (a.invalid[bit / 64] & mask) {
       cache_.Evict(int32_t(bit));
-    } else if (hits[bit / 64] & mask) {
+    } else if (a.hits[bit / 64] & mask) {
       run.push_back(cache_.name(int32_t(bit)));
     }
   }
-  // A name this node meant to send as a hit but whose entry was just evicted goes uncached next cycle.
   stats_.cache_hits += run.size();
+  return run;
+}
 
-  std::vector<NameResponse> responses;
-  if (flags & 1) {
-    ++stats_.coordinator_rounds;
-    for (const NameRequest& r : uncached) announced_.insert(r.name);
-    const std::string mine = EncodeRequests(uncached);
-    std::vector<std::string> all;
-    CommTask gather = GatherBytes(t_, (base + 2) << 8, 0, &mine, &all);
-    st = co_await Await(&gather);
-    if (!st.ok()) co_return st;
-    std::string out;
-    if (t_->rank() == 0) {
-      StatusOr<std::vector<NameResponse>> coordinated = Coordinate(all);
-      if (!coordinated.ok()) co_return coordinated.status();
-      responses = std::move(coordinated.value());
-      out = EncodeResponses(responses);
-    }
-    CommTask bcast = BroadcastBytes(t_, base + 3, 0, &out);
-    st = co_await Await(&bcast);
-    if (!st.ok()) co_return st;
-    if (t_->rank() != 0) {
-      auto decoded = DecodeResponses(out);
-      if (!decoded.ok()) co_return decoded.status();
-      responses = std::move(decoded.value());
-      for (const NameResponse& r : responses)
-        if (r.status == SYNCD_OK && r.cache_bit >= 0) cache_.Put(r.cache_bit, r.name, r.meta);
-    }
-    stats_.cache_misses += responses.size();
+CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached,
+                                      std::vector<NameResponse>* responses) {
+  ++stats_.coordinator_rounds;
+  for (const NameRequest& r : uncached) announced_.insert(r.name);
+  const std::string mine = EncodeRequests(uncached);
+  std::vector<std::string> all;
+  CommTask gather = GatherBytes(t_, (base + 2) << 8, 0, &mine, &all);
+  Status st = co_await Await(&gather);
+  if (!st.ok()) co_return st;
+  std::string out;
+  if (t_->rank() == 0) {
+    StatusOr<std::vector<NameResponse>> coordinated = Coordinate(all);
+    if (!coordinated.ok()) co_return coordinated.status();
+    *responses = std::move(coordinated.value());
+    out = EncodeResponses(*responses);
   }
-  stats_.coordination_ns_total += abi::MonotonicNs() - start;
+  CommTask bcast = BroadcastBytes(t_, base + 3, 0, &out);
+  st = co_await Await(&bcast);
+  if (!st.ok()) co_return st;
+  if (t_->rank() != 0) {
+    auto decoded = DecodeResponses(out);
+    if (!decoded.ok()) co_return decoded.status();
+    *responses = std::move(decoded.value());
+    for (const NameResponse& r : *responses)
+      if (r.status == SYNCD_OK && r.cache_bit >= 0) cache_.Put(r.cache_bit, r.name, r.meta);
+  }
+  stats_.cache_misses += responses->size();
+  co_return Status::Ok();
+}
 
-  std::vector<ReadyTensor> ready;
+Status Negotiator::TakeAgreed(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
+                              std::vector<ReadyTensor>* ready) {
   auto take = [&](const std::string& name) {
     auto it = pending_.find(name);
     ReadyTensor t = std::move(it->second.tensor);
@@ -270,16 +272,51 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     return t;
   };
   for (const std::string& name : run)
-    if (pending_.count(name)) ready.push_back(take(name));
+    if (pending_.count(name)) ready->push_back(take(name));
   Status plan_mismatch;
   for (const NameResponse& r : responses) {
     // Daemons that hold different TOPO plans cannot run the job (see Coordinate).
     if (r.name == abi::kTopoPlanName && r.status != SYNCD_OK) plan_mismatch = Status(syncd_status(r.status), r.message);
     if (!pending_.count(r.name)) continue;
-    if (r.status == SYNCD_OK) ready.push_back(take(r.name));
+    if (r.status == SYNCD_OK) ready->push_back(take(r.name));
     else TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
   }
-  if (!plan_mismatch.ok()) {
+  return plan_mismatch;
+}
+
+CommTask Negotiator::Negotiate(uint64_t base) {
+  const uint64_t start = abi::MonotonicNs();
+  const auto agree_buffer = std::make_shared<std::vector<uint64_t>>();  // owned with the transfers
+  std::vector<uint64_t>& agree = *agree_buffer;
+  std::vector<NameRequest> uncached;
+  const bool gpu_pending = FillAgreement(start, &agree, &uncached);
+  const uint64_t seq = cycle_seq_;
+  GpuHold hold;
+  if (GpuOrder* order = options_.gpu_order) {
+    if (gpu_pending) hold.order = order;
+    AgreementView(agree).gpu_position = gpu_pending ? order->Hold() : order->count();
+  }
+
+  CommTask agreement = RecursiveDoublingCombine(t_, (base + 1) << 8, agree.data(), agree_buffer, agree.size() * 8,
+                                                    CombineAgreement);
+  Status st = co_await Await(&agreement);
+  if (!st.ok()) co_return st;
+
+  const AgreementView agreed(agree);
+  if (!(agreed.flags & 2)) quiet_cycle_ = seq;
+  agreed_gpu_position_ = agreed.gpu_position;
+  if (hold.order) hold.order->Agreed(agreed.gpu_position);
+  const std::vector<std::string> run = ApplyAgreement(agree);
+  std::vector<NameResponse> responses;
+  if (agreed.flags & 1) {
+    CommTask exchange = ExchangeUncached(base, std::move(uncached), &responses);
+    st = co_await Await(&exchange);
+    if (!st.ok()) co_return st;
+  }
+  stats_.coordination_ns_total += abi::MonotonicNs() - start;
+
+  std::vector<ReadyTensor> ready;
+  if (Status plan_mismatch = TakeAgreed(run, responses, &ready); !plan_mismatch.ok()) {
     failed_everywhere_ = true;
     co_return plan_mismatch;
   }
@@ -436,12 +473,17 @@ void Negotiator::RequestCycle(uint64_t cycle) {
   SendControl(ControlMessage{ControlMessage::Kind::kCycle, options_.job, cycle, ""});
 }
 
+void Negotiator::PostControlReceive(uint32_t p) {
+  control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p]->data(), kControlMessageBytes, control_in_[p]);
+}
+
 void Negotiator::SendControl(ControlMessage m) {
   for (uint32_t p = 0; p < t_->size(); ++p) {
     if (p == t_->rank() || t_->PeerLost(p)) continue;
     Outgoing& out = control_out_.emplace_back();
-    EncodeControl(m, out.bytes.data());
-    out.handle = t_->Send(p, kControlTag, out.bytes.data(), kControlMessageBytes);
+    out.bytes = std::make_shared<ControlBytes>();
+    EncodeControl(m, out.bytes->data());
+    out.handle = t_->Send(p, kControlTag, out.bytes->data(), kControlMessageBytes, out.bytes);
   }
 }
 
@@ -517,7 +559,7 @@ bool Negotiator::CheckAbortMessages() {
       Abort(err);  // the peer itself is lost
       break;
     }
-    StatusOr<ControlMessage> m = DecodeControl(control_in_[p].data(), kControlMessageBytes);
+    StatusOr<ControlMessage> m = DecodeControl(control_in_[p]->data(), kControlMessageBytes);
     if (!m.ok()) {
       Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " broke the coordination protocol: " +
                                            m.status().message()));
@@ -526,7 +568,7 @@ bool Negotiator::CheckAbortMessages() {
     if (m->job != options_.job || m->kind == ControlMessage::Kind::kCycle) {
       // A notice about another job (sent before this one started here) means nothing to it.
       if (m->job == options_.job) wanted_cycle_ = std::max(wanted_cycle_, m->cycle);
-      control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p].data(), kControlMessageBytes);
+      PostControlReceive(p);
       continue;
     }
     if (m->kind == ControlMessage::Kind::kLeave) PeerLeft(p, m->text);

@@ -19,6 +19,7 @@
 #include <array>
 #include <functional>
 #include <list>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -156,6 +157,17 @@ class Negotiator {
   bool PollJoin();
   CommTask Cycle();
   CommTask Negotiate(uint64_t base);  // agreement and execution: the body of a cycle
+  // The cycle's steps. FillAgreement: this node's part of the agreement vector (cache hits,
+  // invalidations, flags) and the names it announces to the coordinator; whether a GPU name is
+  // pending. ApplyAgreement: the agreed vector's evictions and the cached names to run, in bit
+  // order (the same on every node). ExchangeUncached: the coordinator round. TakeAgreed: moves
+  // the agreed names out of pending (failing those the coordinator refused); an error when the
+  // nodes' TOPO plans differ.
+  bool FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, std::vector<NameRequest>* uncached);
+  std::vector<std::string> ApplyAgreement(std::vector<uint64_t>& agree);
+  CommTask ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached, std::vector<NameResponse>* responses);
+  Status TakeAgreed(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
+                    std::vector<ReadyTensor>* ready);
   // Drives the running cycle to its end without returning (blocking modes).
   void Block();
   // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
@@ -165,6 +177,7 @@ class Negotiator {
   bool CheckAbortMessages();
   void PeerLeft(uint32_t node, const std::string& reason);
   // Sends one control message to every peer not known to be lost.
+  void PostControlReceive(uint32_t peer);
   void SendControl(ControlMessage m);
   // on_demand: asks every other node to run cycle number `cycle`.
   void RequestCycle(uint64_t cycle);
@@ -203,8 +216,9 @@ class Negotiator {
   bool fresh_ = false;  // tensors became ready since the last cycle started
   bool failed_everywhere_ = false;  // the running cycle's failure is every node's (see Poll)
   uint64_t wanted_cycle_ = 0;  // on_demand: the highest cycle number another node asked for
+  using ControlBytes = std::array<char, kControlMessageBytes>;
   struct Outgoing {
-    std::array<char, kControlMessageBytes> bytes;
+    std::shared_ptr<ControlBytes> bytes;
     CommHandle handle;
   };
   std::list<Outgoing> control_out_;  // control messages being sent
@@ -216,7 +230,7 @@ class Negotiator {
 
   bool broken_ = false;
   Status failure_;
-  std::vector<std::array<char, kControlMessageBytes>> control_in_;
+  std::vector<std::shared_ptr<ControlBytes>> control_in_;  // each owned with its receive
   std::vector<CommHandle> control_recvs_;
 };
 

@@ -21,6 +21,7 @@
 #include "daemon/coord/topo_runner.h"
 #include "daemon/engine/tensor_table.h"
 #include "daemon/plan/fusion.h"
+#include "daemon/transport/host_buffer.h"
 #include "daemon/transport/transport.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/host_executor.h"
@@ -137,7 +138,7 @@ class Engine {
   // flight at once, each needs its own). `gpu_position`: under --coord topo, where a negotiated
   // cycle's GPU groups go among the plan's GPU groups (Negotiator::agreed_gpu_position);
   // nullopt for a TOPO plan group.
-  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, std::vector<char>* buffer,
+  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
                          std::optional<uint64_t> gpu_position);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
@@ -196,8 +197,8 @@ class Engine {
   Status deferred_failure_;                       // found inside a negotiation cycle
   uint64_t fallback_tensors_ = 0;                 // names outside the plan while one was in use
   // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.
-  std::vector<char> fusion_buffer_;
-  std::vector<char> topo_fusion_buffer_;
+  HostBuffer fusion_buffer_;
+  HostBuffer topo_fusion_buffer_;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> drain_deadline_ns_{0};  // 0: not draining

@@ -17,7 +17,7 @@ constexpr size_t kPipelineDepth = 4;
 
 }  // namespace
 
-CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, std::vector<char>* buffer,
+CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, HostBuffer* buffer,
                                std::optional<uint64_t> gpu_position) {
   std::vector<ReadyTensor>& ready = *agreed;
   std::vector<FusionCandidate> candidates;
@@ -26,7 +26,6 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
     candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes, f.gpu});
   }
   const std::vector<FusionGroup> groups = PlanFusion(candidates, config_.fusion_threshold);
-  std::vector<char>& fusion_buffer = *buffer;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
     const ReadyTensor& head = ready[g.front()];
@@ -70,7 +69,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
       const size_t count = bytes / esize;
       const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
       const size_t slot_bytes = seg * esize;
-      if (fusion_buffer.size() < slot_bytes * kPipelineDepth) fusion_buffer.resize(slot_bytes * kPipelineDepth);
+      const HostBuffer::Block fusion = buffer->Reserve(slot_bytes * kPipelineDepth);
       struct Stage {
         CommTask task;
         size_t begin, end;
@@ -84,10 +83,10 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
       while (next < count || !inflight.empty()) {
         while (next < count && inflight.size() < kPipelineDepth) {
           const size_t end = std::min(count, next + seg);
-          char* slot = fusion_buffer.data() + (segment % kPipelineDepth) * slot_bytes;
+          char* slot = fusion->data() + (segment % kPipelineDepth) * slot_bytes;
           executor_.ReduceRange(members, next, end, slot);
-          inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment % 4096), slot, end - next, f.dtype,
-                                             f.op, opts),
+          inflight.push_back(Stage{Allreduce(transport_.get(), group_tag | (segment % 4096), slot, fusion, end - next,
+                                             f.dtype, f.op, opts),
                                    next, end, slot});
           ++segment;
           next = end;
@@ -103,14 +102,14 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, s
       RegisterPlan(ready[g.front()]);  // completes the registrations itself
     } else if (f.kind == abi::OpKind::kBroadcast) {
       const uint32_t root_node = uint32_t(f.root) / local_size_;
-      if (fusion_buffer.size() < f.bytes) fusion_buffer.resize(f.bytes);
+      const HostBuffer::Block fusion = buffer->Reserve(f.bytes);
       if (root_node == config_.node_rank)
         for (const Request& r : head.requests)
-          if (int32_t(r.rank) == r.root && r.bytes > 0) memcpy(fusion_buffer.data(), r.data, r.bytes);
-      CommTask inter = Broadcast(transport_.get(), group_tag, fusion_buffer.data(), f.bytes, root_node);
+          if (int32_t(r.rank) == r.root && r.bytes > 0) memcpy(fusion->data(), r.data, r.bytes);
+      CommTask inter = Broadcast(transport_.get(), group_tag, fusion->data(), fusion, f.bytes, root_node);
       Status st = co_await Await(&inter);
       if (!st.ok()) co_return st;
-      executor_.ScatterBroadcast(head, fusion_buffer.data());
+      executor_.ScatterBroadcast(head, fusion->data());
     }
     // A barrier needs nothing more: being agreed means every rank of every node has arrived.
     CountExecuted(ready, g);

@@ -3,6 +3,8 @@
 #ifndef SYNCD_DAEMON_TRANSPORT_COUNTING_TRANSPORT_H_
 #define SYNCD_DAEMON_TRANSPORT_COUNTING_TRANSPORT_H_
 
+#include <utility>
+
 #include "daemon/transport/transport.h"
 
 namespace syncd {
@@ -13,13 +15,13 @@ class CountingTransport final : public Transport {
 
   uint32_t rank() const override { return inner_->rank(); }
   uint32_t size() const override { return inner_->size(); }
-  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) override {
+  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) override {
     ++sent_;
     sent_bytes_ += bytes;
-    return inner_->Send(peer, tag, data, bytes);
+    return inner_->Send(peer, tag, data, bytes, std::move(owner));
   }
-  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) override {
-    return inner_->Recv(peer, tag, data, bytes);
+  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override {
+    return inner_->Recv(peer, tag, data, bytes, std::move(owner));
   }
   bool Progress() override { return inner_->Progress(); }
   CommState Test(CommHandle h, Status* error) override { return inner_->Test(h, error); }

@@ -25,11 +25,12 @@ void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* ot
 
 }  // namespace
 
-CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t bytes, Combiner combine) {
+CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes,
+                                  Combiner combine) {
   const uint32_t n = t->size(), r = t->rank();
   if (n == 1 || bytes == 0) co_return Status::Ok();
   char* buf = static_cast<char*>(data);
-  std::unique_ptr<char[]> tmp(new char[bytes]);  // scratch: no zero fill
+  const std::shared_ptr<char[]> tmp(new char[bytes]);  // scratch: no zero fill
   uint32_t pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const uint32_t extra = n - pow2;
@@ -37,11 +38,11 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t
   int64_t vrank;
   if (r < 2 * extra) {
     if (r % 2 == 0) {
-      Status st = co_await Wait(t, t->Send(r + 1, tag, buf, bytes));
+      Status st = co_await Wait(t, t->Send(r + 1, tag, buf, bytes, owner));
       if (!st.ok()) co_return st;
       vrank = -1;
     } else {
-      Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.get(), bytes));
+      Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.get(), bytes, tmp));
       if (!st.ok()) co_return st;
       combine(buf, tmp.get(), bytes);
       vrank = r / 2;
@@ -53,7 +54,7 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t
     for (uint32_t mask = 1; mask < pow2; mask <<= 1) {
       const uint32_t vpeer = uint32_t(vrank) ^ mask;
       const uint32_t peer = vpeer < extra ? vpeer * 2 + 1 : vpeer + extra;
-      Status st = co_await Wait(t, t->Send(peer, tag, buf, bytes), t->Recv(peer, tag, tmp.get(), bytes));
+      Status st = co_await Wait(t, t->Send(peer, tag, buf, bytes, owner), t->Recv(peer, tag, tmp.get(), bytes, tmp));
       if (!st.ok()) co_return st;
       combine(buf, tmp.get(), bytes);
     }
@@ -61,7 +62,7 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, size_t
   // Unfold: the odd partners return the result.
   // (One co_await per statement: GCC 12 miscompiles co_await inside ?:.)
   if (r < 2 * extra) {
-    const CommHandle h = r % 2 == 0 ? t->Recv(r + 1, tag, buf, bytes) : t->Send(r - 1, tag, buf, bytes);
+    const CommHandle h = r % 2 == 0 ? t->Recv(r + 1, tag, buf, bytes, owner) : t->Send(r - 1, tag, buf, bytes, owner);
     Status st = co_await Wait(t, h);
     if (!st.ok()) co_return st;
   }
@@ -96,49 +97,59 @@ Combiner ElementCombiner(syncd_dtype dtype, syncd_reduce_op op) {
 }
 }  // namespace
 
-CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype,
-                                    syncd_reduce_op op) {
-  CommTask rd = RecursiveDoublingCombine(t, tag, data, count * abi::DtypeSize(dtype), ElementCombiner(dtype, op));
+CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count,
+                                    syncd_dtype dtype, syncd_reduce_op op) {
+  CommTask rd = RecursiveDoublingCombine(t, tag, data, std::move(owner), count * abi::DtypeSize(dtype),
+                                         ElementCombiner(dtype, op));
   co_return co_await Await(&rd);
 }
 
 CommTask GatherBytes(Transport* t, uint64_t tag, uint32_t root, const std::string* mine, std::vector<std::string>* all) {
   const uint32_t n = t->size();
   if (t->rank() != root) {
-    uint64_t size = mine->size();
-    Status st = co_await Wait(t, t->Send(root, tag, &size, 8));
+    const auto size = std::make_shared<uint64_t>(mine->size());
+    const auto payload = std::make_shared<std::string>(*mine);
+    Status st = co_await Wait(t, t->Send(root, tag, size.get(), 8, size));
     if (!st.ok()) co_return st;
-    st = co_await Wait(t, t->Send(root, tag, mine->data(), mine->size()));
+    st = co_await Wait(t, t->Send(root, tag, payload->data(), payload->size(), payload));
     co_return st;
   }
-  all->assign(n, std::string());
-  (*all)[root] = *mine;
-  std::vector<uint64_t> sizes(n, 0);
+  const auto sizes = std::make_shared<std::vector<uint64_t>>(n, 0);
   std::vector<CommHandle> hs;
   for (uint32_t p = 0; p < n; ++p)
-    if (p != root) hs.push_back(t->Recv(p, tag, &sizes[p], 8));
+    if (p != root) hs.push_back(t->Recv(p, tag, &(*sizes)[p], 8, sizes));
   Status st = co_await Wait(t, std::move(hs));
   if (!st.ok()) co_return st;
+  const auto in = std::make_shared<std::vector<std::string>>(n);
   std::vector<CommHandle> payloads;
   for (uint32_t p = 0; p < n; ++p) {
     if (p == root) continue;
-    (*all)[p].resize(sizes[p]);
-    payloads.push_back(t->Recv(p, tag, (*all)[p].data(), sizes[p]));
+    (*in)[p].resize((*sizes)[p]);
+    payloads.push_back(t->Recv(p, tag, (*in)[p].data(), (*sizes)[p], in));
   }
-  co_return co_await Wait(t, std::move(payloads));
+  st = co_await Wait(t, std::move(payloads));
+  if (!st.ok()) co_return st;
+  *all = std::move(*in);
+  (*all)[root] = *mine;
+  co_return Status::Ok();
 }
 
 CommTask BroadcastBytes(Transport* t, uint64_t tag, uint32_t root, std::string* data) {
-  uint64_t size = data->size();
-  CommTask sz = Broadcast(t, tag, &size, 8, root);
+  const auto size = std::make_shared<uint64_t>(data->size());
+  CommTask sz = Broadcast(t, tag, size.get(), size, 8, root);
   Status st = co_await Await(&sz);
   if (!st.ok()) co_return st;
-  data->resize(size);
-  CommTask payload = Broadcast(t, tag + 1, data->data(), size, root);
-  co_return co_await Await(&payload);
+  const auto payload = std::make_shared<std::string>(*data);
+  payload->resize(*size);
+  CommTask bcast = Broadcast(t, tag + 1, payload->data(), payload, *size, root);
+  st = co_await Await(&bcast);
+  if (!st.ok()) co_return st;
+  *data = std::move(*payload);
+  co_return Status::Ok();
 }
 
-CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op) {
+CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
+                       syncd_reduce_op op) {
   const uint32_t n = t->size(), r = t->rank();
   if (n == 1 || count == 0) co_return Status::Ok();
   const size_t esize = abi::DtypeSize(dtype);
@@ -146,32 +157,32 @@ CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, size_t count, syn
   // Chunk i covers elements [begin(i), begin(i+1)); the first count % n chunks get one extra.
   auto begin = [&](uint32_t i) { return i * (count / n) + std::min<size_t>(i, count % n); };
   auto len = [&](uint32_t i) { return begin(i + 1) - begin(i); };
-  std::unique_ptr<char[]> tmp(new char[(count / n + 1) * esize]);  // scratch: no zero fill
+  const std::shared_ptr<char[]> tmp(new char[(count / n + 1) * esize]);  // scratch: no zero fill
   const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
   // Reduce-scatter: after n-1 steps node r holds the reduced chunk (r+1) % n.
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_chunk = (r + n - s) % n, recv_chunk = (r + 2 * n - s - 1) % n;
-    Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize),
-                              t->Recv(left, tag, tmp.get(), len(recv_chunk) * esize));
+    Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize, owner),
+                              t->Recv(left, tag, tmp.get(), len(recv_chunk) * esize, tmp));
     if (!st.ok()) co_return st;
     ReduceInto(dtype, op, buf + begin(recv_chunk) * esize, tmp.get(), len(recv_chunk));
   }
   // Allgather: pass the reduced chunks around.
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_chunk = (r + 1 + n - s) % n, recv_chunk = (r + n - s) % n;
-    Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize),
-                              t->Recv(left, tag, buf + begin(recv_chunk) * esize, len(recv_chunk) * esize));
+    Status st = co_await Wait(t, t->Send(right, tag, buf + begin(send_chunk) * esize, len(send_chunk) * esize, owner),
+                              t->Recv(left, tag, buf + begin(recv_chunk) * esize, len(recv_chunk) * esize, owner));
     if (!st.ok()) co_return st;
   }
   co_return Status::Ok();
 }
 
-CommTask Allreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_dtype dtype, syncd_reduce_op op,
-                   const AllreduceOptions& options) {
+CommTask Allreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
+                   syncd_reduce_op op, const AllreduceOptions& options) {
   const size_t esize = abi::DtypeSize(dtype);
   if (t->size() == 1 || count == 0) co_return Status::Ok();
   if (count * esize < options.ring_threshold || count < size_t(t->size()) * options.slices) {
-    CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, data, count, dtype, op);
+    CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, data, std::move(owner), count, dtype, op);
     co_return co_await Await(&rd);
   }
   // Independent rings over slices of the buffer run concurrently: while one slice's data is on
@@ -183,21 +194,21 @@ CommTask Allreduce(Transport* t, uint64_t tag, void* data, size_t count, syncd_d
   for (size_t i = 0; i < slices; ++i) {
     const size_t b = i * (count / slices) + std::min(i, count % slices);
     const size_t e = (i + 1) * (count / slices) + std::min(i + 1, count % slices);
-    rings.push_back(RingAllreduce(t, (tag << 8) | i, buf + b * esize, e - b, dtype, op));
+    rings.push_back(RingAllreduce(t, (tag << 8) | i, buf + b * esize, owner, e - b, dtype, op));
   }
   std::vector<CommTask*> refs;
   for (auto& ring : rings) refs.push_back(&ring);
   co_return co_await Await(std::move(refs));
 }
 
-CommTask Broadcast(Transport* t, uint64_t tag, void* data, size_t bytes, uint32_t root) {
+CommTask Broadcast(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, uint32_t root) {
   const uint32_t n = t->size();
   if (n == 1 || bytes == 0) co_return Status::Ok();
   const uint32_t vrank = (t->rank() + n - root) % n;
   uint32_t mask = 1;
   while (mask < n) {
     if (vrank & mask) {
-      Status st = co_await Wait(t, t->Recv((vrank - mask + root) % n, tag << 8, data, bytes));
+      Status st = co_await Wait(t, t->Recv((vrank - mask + root) % n, tag << 8, data, bytes, owner));
       if (!st.ok()) co_return st;
       break;
     }
@@ -205,13 +216,13 @@ CommTask Broadcast(Transport* t, uint64_t tag, void* data, size_t bytes, uint32_
   }
   std::vector<CommHandle> sends;
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (vrank + mask < n) sends.push_back(t->Send((vrank + mask + root) % n, tag << 8, data, bytes));
+    if (vrank + mask < n) sends.push_back(t->Send((vrank + mask + root) % n, tag << 8, data, bytes, owner));
   co_return co_await Wait(t, std::move(sends));
 }
 
 CommTask Barrier(Transport* t, uint64_t tag) {
-  uint8_t token = 1;
-  CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, &token, 1, SYNCD_UINT8, SYNCD_MAX);
+  const auto token = std::make_shared<uint8_t>(1);
+  CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, token.get(), token, 1, SYNCD_UINT8, SYNCD_MAX);
   co_return co_await Await(&rd);
 }
 

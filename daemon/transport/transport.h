@@ -5,7 +5,11 @@
 // Contract
 // - Owned and driven by one thread (the engine). Nothing blocks: Send/Recv post and return a
 //   handle; Progress() moves data; Test() reports completion.
-// - A posted buffer must stay valid and untouched until Test() reports the handle finished.
+// - A posted buffer belongs to the transfer until the network is done with it, which can be
+//   after Test() or Cancel() returned: UCX cannot withdraw a receive it has already matched, nor
+//   a send whose data the peer has yet to take. So every Send/Recv names the buffer's owner and
+//   the transport holds it until then; nothing writes to or reads from a buffer whose owner
+//   was released. Keep the buffer untouched until Test() reports the handle finished.
 // - Messages from one peer with one tag are matched in posting order. A receive must post the
 //   exact size that was sent; a different size fails that receive.
 // - A lost peer fails every pending operation that involves it, and PeerFailure() says which.
@@ -14,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "daemon/base/status.h"
@@ -21,6 +26,10 @@
 namespace syncd {
 
 using CommHandle = uint64_t;
+
+// What keeps a posted buffer alive (a shared_ptr to the block it lies in, or to anything that
+// owns that block). Empty only for buffers that outlive the transport.
+using BufferOwner = std::shared_ptr<const void>;
 
 enum class CommState { kPending, kDone, kFailed };
 
@@ -32,8 +41,8 @@ class Transport {
   virtual uint32_t size() const = 0;
 
   // `tag` uses the low 48 bits; the transport adds the source rank.
-  virtual CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) = 0;
-  virtual CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) = 0;
+  virtual CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) = 0;
+  virtual CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) = 0;
 
   // Makes progress on everything posted; returns whether anything happened.
   virtual bool Progress() = 0;
@@ -41,7 +50,8 @@ class Transport {
   // kPending, or the final state (the handle is released then). On kFailed, *error says why.
   virtual CommState Test(CommHandle h, Status* error) = 0;
 
-  // Withdraws a pending operation (used when a collective aborts); its buffer is free afterwards.
+  // Withdraws a pending operation (used when a collective aborts). The transport lets go of the
+  // buffer's owner once the network no longer touches the buffer.
   virtual void Cancel(CommHandle h) = 0;
 
   // Jobs: the daemons of a job may serve one job after another, and the messages of one must

@@ -147,11 +147,17 @@ std::vector<pid_t> SpawnTrainingLoop(Cluster& cluster, Shared* shared, int victi
   return pids;
 }
 
-// Waits until every rank has run a few steps, then a random while longer.
+// Waits until every rank has run a few steps (at most 20 s: a job that cannot train is a
+// failure, not a hang), then a random while longer.
 void LetItTrain(Shared* shared, int ranks, std::mt19937& rng) {
+  const double deadline = NowS() + 20;
   for (bool ready = false; !ready; usleep(1000)) {
     ready = true;
     for (int r = 0; r < ranks; ++r) ready &= shared->steps[r].load() >= 3;
+    if (!ready && NowS() > deadline) {
+      ADD_FAILURE() << "the job did not run 3 steps in 20 s";
+      return;
+    }
   }
   usleep(int(rng() % 400'000));
 }

@@ -4,9 +4,9 @@
 
 namespace syncd {
 
-CommHandle LoopbackTransport::Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) {
+CommHandle LoopbackTransport::Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner) {
   const CommHandle h = next_++;
-  Op op{false, peer, epoch_ | (tag & kTagMask), nullptr, bytes, CommState::kDone, Status::Ok()};
+  Op op{false, peer, epoch_ | (tag & kTagMask), nullptr, bytes, CommState::kDone, Status::Ok(), {}};
   if (peer >= size() || hub_->lost(peer) || hub_->lost(rank_)) {
     op.state = CommState::kFailed;
     op.error = Status(SYNCD_ERR_RANK_LOST, "node " + std::to_string(peer) + " is lost");
@@ -18,9 +18,9 @@ CommHandle LoopbackTransport::Send(uint32_t peer, uint64_t tag, const void* data
   return h;
 }
 
-CommHandle LoopbackTransport::Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) {
+CommHandle LoopbackTransport::Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) {
   const CommHandle h = next_++;
-  ops_.emplace(h, Op{true, peer, epoch_ | (tag & kTagMask), data, bytes, CommState::kPending, Status::Ok()});
+  ops_.emplace(h, Op{true, peer, epoch_ | (tag & kTagMask), data, bytes, CommState::kPending, Status::Ok(), std::move(owner)});
   return h;
 }
 

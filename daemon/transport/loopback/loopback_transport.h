@@ -36,8 +36,10 @@ class LoopbackTransport final : public Transport {
 
   uint32_t rank() const override { return rank_; }
   uint32_t size() const override { return hub_->size(); }
-  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) override;
-  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) override;
+  // Sends copy at once; a receive is written only inside Progress(), so Cancel withdraws it
+  // and a receive's owner is held until Test() or Cancel().
+  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) override;
+  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override;
   bool Progress() override;
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
@@ -55,6 +57,7 @@ class LoopbackTransport final : public Transport {
     size_t bytes;
     CommState state;
     Status error;
+    BufferOwner owner;
   };
   LoopbackHub* hub_;
   uint32_t rank_;

@@ -14,7 +14,6 @@ namespace {
 // A message's UCX tag: source rank, epoch, tag (12, 4 and 48 bits).
 constexpr uint32_t kSourceShift = 48 + kEpochBits;
 constexpr uint64_t kEpochTagMask = uint64_t(kEpochMask) << 48;
-constexpr uint64_t kDiscardTimeoutNs = 1'000'000'000;
 
 void SendDone(void* request, ucs_status_t status, void* user_data) {
   auto* s = static_cast<UcxTransport::Slot*>(user_data);
@@ -110,13 +109,21 @@ void UcxTransport::StartClose() {
   if (closing_started_) return;
   closing_started_ = true;
   // Withdraw what is still posted, then close endpoints (forcibly when a peer is gone).
+  std::vector<bool> outstanding(eps_.size(), false);
   for (Slot& s : slots_)
-    if (s.request != nullptr) ucp_request_cancel(worker_, s.request);
+    if (s.request != nullptr) {
+      ucp_request_cancel(worker_, s.request);
+      if (!s.is_recv && s.peer < outstanding.size()) outstanding[s.peer] = true;
+    }
   for (uint32_t p = 0; p < eps_.size(); ++p) {
     if (eps_[p] == nullptr) continue;
+    // A send the peer never took (its job was aborted before it posted the receive) would keep
+    // a graceful close waiting forever: where UCX error handling is on, close such an
+    // endpoint at once; the peer sees this node gone, which it is.
+    const bool force = peer_lost_[p] || (outstanding[p] && detection_[p] == 1);
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = peer_lost_[p] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* r = ucp_ep_close_nbx(eps_[p], &param);
     eps_[p] = nullptr;
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
@@ -145,6 +152,11 @@ UcxTransport::~UcxTransport() {
   }
   if (worker_ != nullptr) {
     for (int i = 0; i < 100 && ucp_worker_progress(worker_) > 0; ++i) {}
+    // A transfer UCX could neither finish nor cancel (a send to a live same-host peer that
+    // never took it) makes ucp_worker_destroy abort the process. This runs when the daemon
+    // exits: leave that worker to the operating system instead.
+    for (const Slot& s : slots_)
+      if (s.request != nullptr) return;
     ucp_worker_destroy(worker_);
   }
   if (context_ != nullptr) ucp_cleanup(context_);
@@ -161,7 +173,8 @@ const char* UcxTransport::failure_detection(uint32_t peer) const {
   return detection_[peer] == 2 ? "pidfd" : detection_[peer] == 1 ? "ucx" : "none";
 }
 
-std::pair<CommHandle, UcxTransport::Slot*> UcxTransport::NewSlot(bool is_recv, uint32_t peer, size_t bytes) {
+std::pair<CommHandle, UcxTransport::Slot*> UcxTransport::NewSlot(bool is_recv, uint32_t peer, size_t bytes,
+                                                                  BufferOwner buffer) {
   uint32_t idx;
   if (!free_slots_.empty()) {
     idx = free_slots_.back();
@@ -180,6 +193,7 @@ std::pair<CommHandle, UcxTransport::Slot*> UcxTransport::NewSlot(bool is_recv, u
   s.peer = peer;
   s.expected = bytes;
   s.request = nullptr;
+  s.buffer = std::move(buffer);
   s.state = CommState::kPending;
   s.error = Status::Ok();
   return {(uint64_t(s.generation) << 32) | idx, &s};
@@ -194,6 +208,7 @@ UcxTransport::Slot* UcxTransport::Lookup(CommHandle h) {
 
 void UcxTransport::Release(Slot* s) {
   s->in_use = false;
+  s->buffer.reset();
   free_slots_.push_back(s->index);
 }
 
@@ -224,8 +239,8 @@ CommHandle UcxTransport::Failed(Slot* s, CommHandle h, Status error) {
   return h;
 }
 
-CommHandle UcxTransport::Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) {
-  auto [h, s] = NewSlot(false, peer, bytes);
+CommHandle UcxTransport::Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) {
+  auto [h, s] = NewSlot(false, peer, bytes, std::move(owner));
   if (peer >= size_ || peer == rank_ || eps_.empty() || eps_[peer] == nullptr)
     return Failed(s, h, InvalidArgument("send to node " + std::to_string(peer) + ": no endpoint"));
   if (peer_lost_[peer]) return Failed(s, h, *peer_failure_);
@@ -244,8 +259,8 @@ CommHandle UcxTransport::Send(uint32_t peer, uint64_t tag, const void* data, siz
   return h;
 }
 
-CommHandle UcxTransport::Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) {
-  auto [h, s] = NewSlot(true, peer, bytes);
+CommHandle UcxTransport::Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) {
+  auto [h, s] = NewSlot(true, peer, bytes, std::move(owner));
   if (peer >= size_ || peer == rank_) return Failed(s, h, InvalidArgument("receive from node " + std::to_string(peer)));
   if (peer_lost_[peer]) return Failed(s, h, *peer_failure_);
   // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so the size check
@@ -315,18 +330,18 @@ bool UcxTransport::DiscardOne(uint64_t tag, uint64_t mask) {
   ucp_tag_recv_info_t info{};
   ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag, mask, 1, &info);
   if (msg == nullptr) return false;
-  std::vector<char> sink(std::max<size_t>(info.length, 1));
+  // Received into a sink the slot owns. A large message comes in pieces (rendezvous) and only
+  // as fast as its sender progresses: nothing waits for it here, the slot lets go when it is in.
+  const auto sink = std::make_shared<std::vector<char>>(std::max<size_t>(info.length, 1));
+  auto [h, s] = NewSlot(true, uint32_t(info.sender_tag >> kSourceShift), info.length, sink);
+  s->orphaned = true;
   ucp_request_param_t p{};
-  ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, sink.data(), info.length, msg, &p);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) return true;
-  // A large message comes in pieces (rendezvous): wait for them, for a bounded time.
-  const uint64_t deadline = abi::MonotonicNs() + kDiscardTimeoutNs;
-  while (ucp_request_check_status(r) == UCS_INPROGRESS && abi::MonotonicNs() < deadline) ucp_worker_progress(worker_);
-  if (ucp_request_check_status(r) == UCS_INPROGRESS) {
-    ucp_request_cancel(worker_, r);
-    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-  }
-  ucp_request_free(r);
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv = RecvDone;
+  p.user_data = s;
+  ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, sink->data(), info.length, msg, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) Release(s);
+  else s->request = r;
   return true;
 }
 
@@ -337,6 +352,9 @@ void UcxTransport::Cancel(CommHandle h) {
     Release(s);
     return;
   }
+  // UCX withdraws a receive it has not matched yet (the callback comes with UCS_ERR_CANCELED);
+  // one it has matched, and any send, completes when the data has moved. Until the callback,
+  // the slot keeps the buffer's owner.
   s->orphaned = true;  // the callback releases it
   ucp_request_cancel(worker_, s->request);
 }

@@ -48,8 +48,8 @@ class UcxTransport final : public Transport {
 
   uint32_t rank() const override { return rank_; }
   uint32_t size() const override { return size_; }
-  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes) override;
-  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes) override;
+  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) override;
+  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override;
   bool Progress() override;
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
@@ -69,6 +69,7 @@ class UcxTransport final : public Transport {
     uint32_t peer = 0;
     size_t expected = 0;
     void* request = nullptr;
+    BufferOwner buffer;  // held while UCX may touch the buffer
     CommState state = CommState::kPending;
     Status error;
   };
@@ -81,7 +82,7 @@ class UcxTransport final : public Transport {
 
  private:
   UcxTransport(uint32_t rank, uint32_t size) : rank_(rank), size_(size) {}
-  std::pair<CommHandle, Slot*> NewSlot(bool is_recv, uint32_t peer, size_t bytes);
+  std::pair<CommHandle, Slot*> NewSlot(bool is_recv, uint32_t peer, size_t bytes, BufferOwner buffer);
   Slot* Lookup(CommHandle h);
   void Release(Slot* s);
   CommHandle Failed(Slot* s, CommHandle h, Status error);

@@ -115,7 +115,7 @@ class BrokenPeer : public ::testing::Test {
   }
   void Send(uint64_t tag, const std::string& bytes) {
     sent_.push_back(bytes);
-    node1_.Send(0, tag, sent_.back().data(), sent_.back().size());
+    node1_.Send(0, tag, sent_.back().data(), sent_.back().size(), {});
   }
   template <typename F>
   void PollUntil(F done) {
@@ -175,7 +175,7 @@ TEST_F(BrokenPeer, ARequestListTheCoordinatorCannotDecode) {
   std::vector<uint64_t> agree(2 * words + 3, 0);
   agree[0] = words;
   agree[1 + 2 * words] = 1;
-  CommTask agreement = RecursiveDoublingCombine(&node1_, (base + 1) << 8, agree.data(), agree.size() * 8,
+  CommTask agreement = RecursiveDoublingCombine(&node1_, (base + 1) << 8, agree.data(), {}, agree.size() * 8,
                                                 [](char*, const char*, size_t) {});
   PollUntil([&] { return agreement.Poll(); });
   ASSERT_TRUE(agreement.status().ok()) << agreement.status().message();

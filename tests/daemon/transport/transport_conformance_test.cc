@@ -105,8 +105,8 @@ CommState AwaitHandle(Group& g, Transport* t, CommHandle h, Status* err) {
 TYPED_TEST(TransportConformance, MessagesWithOneTagArriveInOrder) {
   Group g = TypeParam::Make(2);
   int64_t a = 11, b = 22, c = 33, x = 0, y = 0, z = 0;
-  CommHandle rx = g[1]->Recv(0, 7, &x, 8), ry = g[1]->Recv(0, 7, &y, 8), rz = g[1]->Recv(0, 7, &z, 8);
-  CommHandle s1 = g[0]->Send(1, 7, &a, 8), s2 = g[0]->Send(1, 7, &b, 8), s3 = g[0]->Send(1, 7, &c, 8);
+  CommHandle rx = g[1]->Recv(0, 7, &x, 8, {}), ry = g[1]->Recv(0, 7, &y, 8, {}), rz = g[1]->Recv(0, 7, &z, 8, {});
+  CommHandle s1 = g[0]->Send(1, 7, &a, 8, {}), s2 = g[0]->Send(1, 7, &b, 8, {}), s3 = g[0]->Send(1, 7, &c, 8, {});
   Status err;
   for (CommHandle h : {rx, ry, rz}) ASSERT_EQ(AwaitHandle(g, g[1], h, &err), CommState::kDone) << err.ToString();
   for (CommHandle h : {s1, s2, s3}) ASSERT_EQ(AwaitHandle(g, g[0], h, &err), CommState::kDone) << err.ToString();
@@ -118,10 +118,10 @@ TYPED_TEST(TransportConformance, MessagesWithOneTagArriveInOrder) {
 TYPED_TEST(TransportConformance, TagsAndSourcesMatchIndependently) {
   Group g = TypeParam::Make(3);
   int32_t from0 = 100, from2 = 200, tag9 = 9, got0 = 0, got2 = 0, got9 = 0;
-  CommHandle r9 = g[1]->Recv(0, 9, &got9, 4), r2 = g[1]->Recv(2, 5, &got2, 4), r0 = g[1]->Recv(0, 5, &got0, 4);
-  g[2]->Send(1, 5, &from2, 4);
-  g[0]->Send(1, 5, &from0, 4);
-  g[0]->Send(1, 9, &tag9, 4);
+  CommHandle r9 = g[1]->Recv(0, 9, &got9, 4, {}), r2 = g[1]->Recv(2, 5, &got2, 4, {}), r0 = g[1]->Recv(0, 5, &got0, 4, {});
+  g[2]->Send(1, 5, &from2, 4, {});
+  g[0]->Send(1, 5, &from0, 4, {});
+  g[0]->Send(1, 9, &tag9, 4, {});
   Status err;
   for (CommHandle h : {r0, r2, r9}) ASSERT_EQ(AwaitHandle(g, g[1], h, &err), CommState::kDone) << err.ToString();
   EXPECT_EQ(got0, 100);
@@ -133,8 +133,8 @@ TYPED_TEST(TransportConformance, LargeMessageIsIntact) {
   Group g = TypeParam::Make(2);
   std::vector<uint32_t> out(2 << 20), in(2 << 20, 0);
   for (size_t i = 0; i < out.size(); ++i) out[i] = uint32_t(i * 2654435761u);
-  CommHandle r = g[1]->Recv(0, 1, in.data(), in.size() * 4);
-  CommHandle s = g[0]->Send(1, 1, out.data(), out.size() * 4);
+  CommHandle r = g[1]->Recv(0, 1, in.data(), in.size() * 4, {});
+  CommHandle s = g[0]->Send(1, 1, out.data(), out.size() * 4, {});
   Status err;
   ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
   ASSERT_EQ(AwaitHandle(g, g[0], s, &err), CommState::kDone) << err.ToString();
@@ -148,8 +148,8 @@ TYPED_TEST(TransportConformance, ReceiveOfTheWrongSizeFails) {
   std::vector<char> roomy(64);
   CommHandle r = g[1]->Recv(0, 3, TypeParam::Make == LoopbackFactory::Make ? static_cast<void*>(&small)
                                                                             : static_cast<void*>(roomy.data()),
-                            TypeParam::Make == LoopbackFactory::Make ? 4 : 64);
-  g[0]->Send(1, 3, &big, 8);
+                            TypeParam::Make == LoopbackFactory::Make ? 4 : 64, {});
+  g[0]->Send(1, 3, &big, 8, {});
   Status err;
   EXPECT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kFailed);
   EXPECT_NE(err.message().find("8 bytes"), std::string::npos) << err.ToString();
@@ -158,8 +158,8 @@ TYPED_TEST(TransportConformance, ReceiveOfTheWrongSizeFails) {
 // A collective of zero bytes (an empty tensor) sends and receives empty messages, buffers null.
 TYPED_TEST(TransportConformance, EmptyMessagesWithNullBuffersArrive) {
   Group g = TypeParam::Make(2);
-  CommHandle r = g[1]->Recv(0, 4, nullptr, 0);
-  CommHandle s = g[0]->Send(1, 4, nullptr, 0);
+  CommHandle r = g[1]->Recv(0, 4, nullptr, 0, {});
+  CommHandle s = g[0]->Send(1, 4, nullptr, 0, {});
   Status err;
   ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
   ASSERT_EQ(AwaitHandle(g, g[0], s, &err), CommState::kDone) << err.ToString();
@@ -173,15 +173,15 @@ TYPED_TEST(TransportConformance, MessagesOfAnotherEpochNeverMatch) {
   g[1]->SetEpoch(1);
   int64_t stale = 111, fresh = 222, got = 0;
   Status err;
-  CommHandle s1 = g[0]->Send(1, 5, &stale, 8);  // nobody receives it in epoch 1
+  CommHandle s1 = g[0]->Send(1, 5, &stale, 8, {});  // nobody receives it in epoch 1
   ASSERT_EQ(AwaitHandle(g, g[0], s1, &err), CommState::kDone) << err.ToString();
   for (int i = 0; i < 1000; ++i) g.ProgressAll();  // let it arrive, unexpected
   g[1]->SetEpoch(2);  // the next job starts here first
-  CommHandle r = g[1]->Recv(0, 5, &got, 8);
+  CommHandle r = g[1]->Recv(0, 5, &got, 8, {});
   for (int i = 0; i < 1000; ++i) g.ProgressAll();
   EXPECT_EQ(g[1]->Test(r, &err), CommState::kPending) << "a message of epoch 1 matched a receive of epoch 2";
   g[0]->SetEpoch(2);
-  CommHandle s2 = g[0]->Send(1, 5, &fresh, 8);
+  CommHandle s2 = g[0]->Send(1, 5, &fresh, 8, {});
   ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
   ASSERT_EQ(AwaitHandle(g, g[0], s2, &err), CommState::kDone) << err.ToString();
   EXPECT_EQ(got, 222);
@@ -189,7 +189,7 @@ TYPED_TEST(TransportConformance, MessagesOfAnotherEpochNeverMatch) {
   g[0]->SetEpoch(1);
   g[1]->SetEpoch(1);
   got = 0;
-  CommHandle r1 = g[1]->Recv(0, 5, &got, 8);
+  CommHandle r1 = g[1]->Recv(0, 5, &got, 8, {});
   for (int i = 0; i < 1000; ++i) g.ProgressAll();
   EXPECT_EQ(g[1]->Test(r1, &err), CommState::kPending) << "the stale message survived the epoch change: " << got;
   g[1]->Cancel(r1);
@@ -200,19 +200,91 @@ TYPED_TEST(TransportConformance, DiscardArrivedDropsUnmatchedMessagesOnly) {
   Group g = TypeParam::Make(2);
   int64_t stale = 1, wanted = 2, later = 3, got_wanted = 0, got = 0;
   Status err;
-  CommHandle r = g[1]->Recv(0, 8, &got_wanted, 8);
-  for (CommHandle h : {g[0]->Send(1, 6, &stale, 8), g[0]->Send(1, 8, &wanted, 8)})
+  CommHandle r = g[1]->Recv(0, 8, &got_wanted, 8, {});
+  for (CommHandle h : {g[0]->Send(1, 6, &stale, 8, {}), g[0]->Send(1, 8, &wanted, 8, {})})
     ASSERT_EQ(AwaitHandle(g, g[0], h, &err), CommState::kDone) << err.ToString();
   for (int i = 0; i < 1000; ++i) g.ProgressAll();
   g[1]->DiscardArrived();
   ASSERT_EQ(AwaitHandle(g, g[1], r, &err), CommState::kDone) << err.ToString();
   EXPECT_EQ(got_wanted, 2);
-  CommHandle r2 = g[1]->Recv(0, 6, &got, 8);
+  CommHandle r2 = g[1]->Recv(0, 6, &got, 8, {});
   for (int i = 0; i < 1000; ++i) g.ProgressAll();
   EXPECT_EQ(g[1]->Test(r2, &err), CommState::kPending) << "a discarded message was received: " << got;
-  g[0]->Send(1, 6, &later, 8);
+  g[0]->Send(1, 6, &later, 8, {});
   ASSERT_EQ(AwaitHandle(g, g[1], r2, &err), CommState::kDone) << err.ToString();
   EXPECT_EQ(got, 3);
+}
+
+// A buffer whose owner records its release and then scribbles over it, as a reuse would: what
+// the network writes or reads after that shows up in the checks below.
+struct WatchedBuffer {
+  std::vector<char> storage;
+  bool released = false;
+  explicit WatchedBuffer(size_t bytes, char fill) : storage(bytes, fill) {}
+  BufferOwner Owner() {
+    return std::shared_ptr<char>(storage.data(), [this](char*) {
+      released = true;
+      memset(storage.data(), 0x5a, storage.size());
+    });
+  }
+  bool AllAre(char c) const {
+    for (char x : storage)
+      if (x != c) return false;
+    return true;
+  }
+};
+
+// Issue 17: a job aborted while a large message was on its way freed the receive's buffer at
+// Cancel, and UCX (which cannot withdraw a receive it has matched) wrote the rest of the message
+// into it later (AddressSanitizer: heap-use-after-free in process_vm_readv). The transport must
+// hold the buffer's owner until the network lets go, however far the transfer had got.
+TYPED_TEST(TransportConformance, ACancelledReceiveHoldsItsBufferUntilTheNetworkLetsGo) {
+  const size_t bytes = 4 << 20;  // rendezvous in UCX
+  for (int progress_before_cancel : {0, 1, 3, 10, 50}) {
+    SCOPED_TRACE("progress calls before Cancel: " + std::to_string(progress_before_cancel));
+    Group g = TypeParam::Make(2);
+    WatchedBuffer in(bytes, 0);
+    std::vector<char> out(bytes, 0x11);
+    CommHandle r = g[1]->Recv(0, 2, in.storage.data(), bytes, in.Owner());
+    CommHandle s = g[0]->Send(1, 2, out.data(), bytes, {});
+    for (int i = 0; i < progress_before_cancel; ++i) g.ProgressAll();
+    g[1]->Cancel(r);
+    // Until the owner is let go; then, if the receive was withdrawn before it matched, the
+    // message is dropped so that the send can finish too.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!in.released && std::chrono::steady_clock::now() < deadline) g.ProgressAll();
+    EXPECT_TRUE(in.released) << "a cancelled receive kept its buffer for 5 s";
+    Status err;
+    CommState sent = CommState::kPending;
+    for (int i = 0; i < 100000 && sent == CommState::kPending; ++i) {
+      g[1]->DiscardArrived();
+      g.ProgressAll();
+      sent = g[0]->Test(s, &err);
+    }
+    EXPECT_EQ(sent, CommState::kDone) << err.ToString();
+    for (int i = 0; i < 100; ++i) g.ProgressAll();
+    EXPECT_TRUE(in.AllAre(0x5a)) << "the network wrote into a buffer after its owner let go";
+  }
+}
+
+// The same for a send: until the peer has taken the data, the buffer is the transport's.
+TYPED_TEST(TransportConformance, ACancelledSendHoldsItsBufferUntilThePeerTookIt) {
+  const size_t bytes = 4 << 20;
+  Group g = TypeParam::Make(2);
+  WatchedBuffer out(bytes, 0x11);
+  std::vector<char> in(bytes, 0);
+  CommHandle s = g[0]->Send(1, 3, out.storage.data(), bytes, out.Owner());
+  for (int i = 0; i < 3; ++i) g.ProgressAll();
+  g[0]->Cancel(s);
+  CommHandle r = g[1]->Recv(0, 3, in.data(), bytes, {});
+  Status err;
+  const CommState got = AwaitHandle(g, g[1], r, &err);
+  if (got == CommState::kDone) {
+    EXPECT_EQ(in[0], 0x11) << "the peer read the buffer after its owner let go";
+    EXPECT_EQ(in[bytes - 1], 0x11) << "the peer read the buffer after its owner let go";
+  }
+  for (int i = 0; i < 100 && !out.released; ++i) g.ProgressAll();
+  EXPECT_TRUE(out.released) << "the transfer is over, the transport still holds the buffer";
 }
 
 // Collectives that may overlap anywhere in the job need distinct tags (a node that finished one
@@ -224,13 +296,13 @@ uint64_t NextTag() {
 
 template <typename T>
 void CheckAllreduce(Group& g, uint32_t n, size_t count, syncd_dtype dt,
-                    CommTask (*algo)(Transport*, uint64_t, void*, size_t, syncd_dtype, syncd_reduce_op)) {
+                    CommTask (*algo)(Transport*, uint64_t, void*, BufferOwner, size_t, syncd_dtype, syncd_reduce_op)) {
   std::vector<std::vector<T>> data(n, std::vector<T>(count));
   for (uint32_t r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) data[r][i] = T((i * 13 + r * 7) % 17);
   std::vector<CommTask> tasks;
   const uint64_t tag = NextTag();
-  for (uint32_t r = 0; r < n; ++r) tasks.push_back(algo(g[r], tag, data[r].data(), count, dt, SYNCD_SUM));
+  for (uint32_t r = 0; r < n; ++r) tasks.push_back(algo(g[r], tag, data[r].data(), {}, count, dt, SYNCD_SUM));
   ASSERT_TRUE(RunAll(g, tasks)) << "timed out: n=" << n << " count=" << count;
   for (auto& t : tasks) ASSERT_TRUE(t.status().ok()) << t.status().ToString();
   for (uint32_t r = 0; r < n; ++r)
@@ -241,8 +313,9 @@ void CheckAllreduce(Group& g, uint32_t n, size_t count, syncd_dtype dt,
     }
 }
 
-CommTask SlicedAllreduce(Transport* t, uint64_t tag, void* d, size_t c, syncd_dtype dt, syncd_reduce_op op) {
-  return Allreduce(t, tag, d, c, dt, op, AllreduceOptions{0, 3});
+CommTask SlicedAllreduce(Transport* t, uint64_t tag, void* d, BufferOwner o, size_t c, syncd_dtype dt,
+                         syncd_reduce_op op) {
+  return Allreduce(t, tag, d, std::move(o), c, dt, op, AllreduceOptions{0, 3});
 }
 
 TYPED_TEST(TransportConformance, AllreduceAlgorithmsAreExactForAnyNodeCount) {
@@ -266,7 +339,7 @@ TYPED_TEST(TransportConformance, AllreduceGivesBitIdenticalFloatsOnEveryNode) {
     for (auto& v : data) for (auto& x : v) x = u(rng);
     std::vector<CommTask> tasks;
     const uint64_t tag = NextTag();
-    for (uint32_t r = 0; r < n; ++r) tasks.push_back(Allreduce(g[r], tag, data[r].data(), count, SYNCD_FLOAT32, SYNCD_SUM));
+    for (uint32_t r = 0; r < n; ++r) tasks.push_back(Allreduce(g[r], tag, data[r].data(), {}, count, SYNCD_FLOAT32, SYNCD_SUM));
     ASSERT_TRUE(RunAll(g, tasks));
     for (uint32_t r = 1; r < n; ++r) ASSERT_EQ(memcmp(data[r].data(), data[0].data(), count * 4), 0) << "rank " << r;
   }
@@ -280,7 +353,7 @@ TYPED_TEST(TransportConformance, BroadcastFromEveryRootAndBarrier) {
       for (uint32_t r = 0; r < n; ++r) std::fill(data[r].begin(), data[r].end(), uint8_t(r + 1));
       std::vector<CommTask> tasks;
       const uint64_t tag = NextTag();
-      for (uint32_t r = 0; r < n; ++r) tasks.push_back(Broadcast(g[r], tag, data[r].data(), 1000, root));
+      for (uint32_t r = 0; r < n; ++r) tasks.push_back(Broadcast(g[r], tag, data[r].data(), {}, 1000, root));
       ASSERT_TRUE(RunAll(g, tasks));
       for (uint32_t r = 0; r < n; ++r) {
         ASSERT_TRUE(tasks[r].status().ok()) << tasks[r].status().ToString();
@@ -297,7 +370,7 @@ TYPED_TEST(TransportConformance, BroadcastFromEveryRootAndBarrier) {
 TEST(LoopbackTransport, LostPeerFailsPendingCollectiveWithItsName) {
   Group g = LoopbackFactory::Make(3);
   std::vector<int32_t> d(100, 1);
-  CommTask t0 = Allreduce(g[0], 1, d.data(), d.size(), SYNCD_INT32, SYNCD_SUM);
+  CommTask t0 = Allreduce(g[0], 1, d.data(), {}, d.size(), SYNCD_INT32, SYNCD_SUM);
   g.hub->Kill(2);
   for (int i = 0; i < 100 && !t0.Poll(); ++i) g.ProgressAll();
   ASSERT_TRUE(t0.done());
