@@ -27,7 +27,7 @@ reports=$(mktemp -d /tmp/syncd-sanitizers.XXXXXX)
 chmod 1777 "$reports"  # the Slurm test runs a job as nobody
 check_reports() {  # check_reports <what>
   local bad
-  bad=$(grep -lE 'ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error:|WARNING: ThreadSanitizer' \
+  bad=$(grep -lE 'ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error:|WARNING: ThreadSanitizer|Sanitizer has encountered a fatal error|Sanitizer: CHECK failed' \
         "$reports"/* 2>/dev/null || true)
   if [ -n "$bad" ]; then
     for f in $bad; do echo "---- $f"; cat "$f"; done

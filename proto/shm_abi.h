@@ -62,6 +62,7 @@ struct AttachReply {
 
 enum class CoordMode : uint32_t { kNegotiate = 0, kGs = 1, kNbcs = 2, kTopo = 3 };
 inline constexpr const char* kCoordModeNames[] = {"negotiate", "gs", "nbcs", "topo"};
+inline const char* CoordName(CoordMode m) { return kCoordModeNames[uint32_t(m)]; }
 
 // After the handshake the socket carries one thing: this byte, sent by a client that detaches
 // cleanly (syncd_shutdown) just before it closes. A close without it means the process died.

@@ -127,10 +127,12 @@ const std::vector<ConfigEntry>& ConfigTable() {
        "globally agreed sleep), nbcs (non-blocking cache sync), topo (the registered graph's plan, no negotiation; "
        "other names negotiated on demand)",
        [](Config& c, const std::string& t) -> Status {
-         if (t != "negotiate" && t != "gs" && t != "nbcs" && t != "topo")
-           return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs, topo)");
-         c.coord = t;
-         return Status::Ok();
+         for (uint32_t m = 0; m < std::size(abi::kCoordModeNames); ++m)
+           if (t == abi::kCoordModeNames[m]) {
+             c.coord = abi::CoordMode(m);
+             return Status::Ok();
+           }
+         return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs, topo)");
        }},
       {"gs-period", "SYNCD_GS_PERIOD", "1", "gs: agree on the global sleep every this many cycles",
        Unsigned(&Config::gs_period, "gs-period", 1)},

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/base/status.h"
+#include "proto/shm_abi.h"
 
 namespace syncd {
 
@@ -33,7 +34,7 @@ struct Config {
   uint32_t cycle_time_us = 0;
   std::string cycle_start;    // "timer" (Horovod) or "work"
   uint32_t cache_capacity = 0;
-  std::string coord;            // "negotiate", "gs", "nbcs" or "topo"
+  abi::CoordMode coord = abi::CoordMode::kNegotiate;  // --coord, by name in abi::kCoordModeNames
   std::string gpus;             // "auto" or "none"
   std::string gpu_ipc_cache;    // "on" or "off"
   uint32_t gs_period = 1;       // gs: cycles between sleep agreements

@@ -34,12 +34,6 @@ constexpr uint64_t kAcceptPauseNs = 100'000'000;
 // A client whose cores are apart from the engine's polls briefly before sleeping: the wake-up
 // then costs nothing. One that shares a core with the engine (unpinned ranks, several daemons
 // on one host, --cores none) sleeps at once: its polling would only delay the engine it waits for.
-uint32_t CoordModeOf(const std::string& coord) {
-  for (uint32_t m = 0; m < std::size(abi::kCoordModeNames); ++m)
-    if (coord == abi::kCoordModeNames[m]) return m;
-  return uint32_t(abi::CoordMode::kNegotiate);
-}
-
 uint32_t ClientSpinUs(int pid) {
   const CoreSet mine = AllowedCores(), theirs = AllowedCores(pid);
   std::vector<uint32_t> shared;
@@ -331,7 +325,7 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   reply.node_rank = int32_t(config_.node_rank);
   reply.node_count = int32_t(config_.nodes);
   reply.client_spin_us = ClientSpinUs(pid);
-  reply.coord_mode = CoordModeOf(config_.coord);
+  reply.coord_mode = uint32_t(config_.coord);
   const int fds[2] = {segment->fd(), node_page_->fd()};
   // Submissions that arrive before the engine takes the client wait in its ring; posting the
   // client wakes the engine, which then drains them.

@@ -9,6 +9,112 @@
 
 namespace syncd {
 
+namespace {
+
+// The parts of a status reply, one per section of `syncctl status`.
+void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
+  for (const ClientSnapshot& c : s.clients) {
+    control::ClientStatus* out = r->add_clients();
+    out->set_rank(c.rank);
+    out->set_local_rank(c.local_rank);
+    out->set_pid(c.pid);
+    out->set_state(c.state);
+    out->set_ops(c.ops);
+    out->set_bytes(c.bytes);
+    out->set_errors(c.errors);
+    out->set_submit_depth(c.submit_depth);
+    out->set_completion_depth(c.completion_depth);
+  }
+}
+
+void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control::StatusReply* r) {
+  control::OpCounters* ops = r->mutable_ops();
+  ops->set_allreduce(s.allreduce_ops);
+  ops->set_broadcast(s.broadcast_ops);
+  ops->set_barrier(s.barrier_ops);
+  ops->set_errors(s.error_ops);
+  r->set_bytes_reduced(s.bytes_reduced);
+  r->set_fused_ops(s.fused_ops);
+  r->set_mean_tensors_per_fusion(s.fused_ops ? double(s.fused_tensors) / double(s.fused_ops) : 0.0);
+  r->set_pending_tensors(s.pending_tensors);
+  r->set_fusion_threshold_bytes(fusion_threshold);
+  r->set_engine_busy_pct(s.uptime_s > 0 ? 100.0 * double(s.engine_busy_ns) / 1e9 / s.uptime_s : 0.0);
+  r->set_engine_wakeups(s.engine_wakeups);
+  r->set_engine_cpu_s(s.engine_cpu_s);
+  r->set_daemon_cpu_s(s.daemon_cpu_s);
+  for (const StallSnapshot& st : s.stalls) {
+    control::Stall* out = r->add_stalls();
+    out->set_name(st.name);
+    out->set_waiting_s(st.waiting_s);
+    for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
+    for (uint32_t m : st.submitted_ranks) out->add_submitted_ranks(m);
+  }
+}
+
+void FillTopo(const StatusSnapshot& s, control::Topo* t) {
+  char hex[32];
+  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)s.plan_hash);
+  t->set_plan_hash(hex);
+  t->set_plan_tensors(s.plan_tensors);
+  t->set_plan_groups(s.plan_groups);
+  t->set_in_use(s.plan_in_use);
+  t->set_steps(s.topo.steps);
+  t->set_groups_executed(s.topo.groups_executed);
+  t->set_tensors_executed(s.topo.tensors_executed);
+  t->set_fallback_tensors(s.fallback_tensors);
+  t->set_next_group(s.topo_next_group);
+  t->set_topo_execution_ms_total(double(s.topo.execution_ns_total) / 1e6);
+}
+
+void FillGpu(const StatusSnapshot& s, bool ipc_cache, control::Gpu* g) {
+  for (const std::string& d : s.gpu.names) g->add_devices(d);
+  g->set_nccl_ranks(s.gpu.nccl_ranks);
+  g->set_allreduces(s.gpu.allreduces);
+  g->set_broadcasts(s.gpu.broadcasts);
+  g->set_bytes(s.gpu.bytes);
+  g->set_ipc_handle_hits(s.gpu.handle_hits);
+  g->set_ipc_handle_opens(s.gpu.handle_opens);
+  g->set_ipc_handle_closes(s.gpu.handle_closes);
+  g->set_ipc_handles_open(s.gpu.open_handles);
+  g->set_ipc_cache(ipc_cache);
+  g->set_completed(s.gpu.completed);
+  const uint64_t requests = s.gpu.handle_hits + s.gpu.handle_opens;
+  g->set_map_us_mean(requests ? double(s.gpu.map_ns) / 1e3 / double(requests) : 0.0);
+  const uint64_t issued = s.gpu.allreduces + s.gpu.broadcasts;
+  g->set_issue_us_mean(issued ? double(s.gpu.issue_ns) / 1e3 / double(issued) : 0.0);
+  g->set_device_us_mean(s.gpu.completed ? double(s.gpu.device_ns) / 1e3 / double(s.gpu.completed) : 0.0);
+}
+
+void FillCoordination(const StatusSnapshot& s, control::Coordination* c) {
+  const NegotiationStats& n = s.negotiation;
+  c->set_mode(s.coord_mode);
+  c->set_cycles(n.cycles);
+  c->set_mean_cycle_ms(n.cycles ? double(n.cycle_ns_total) / double(n.cycles) / 1e6 : 0.0);
+  c->set_coordination_ms_total(double(n.coordination_ns_total) / 1e6);
+  c->set_cache_hits(n.cache_hits);
+  c->set_cache_misses(n.cache_misses);
+  const uint64_t names = n.cache_hits + n.cache_misses;
+  c->set_cache_hit_rate(names ? double(n.cache_hits) / double(names) : 0.0);
+  c->set_coordinator_rounds(n.coordinator_rounds);
+  c->set_pending_names(s.pending_names);
+  c->set_execution_ms_total(double(n.execution_ns_total) / 1e6);
+  c->set_blocked_ms_total(double(n.blocked_ns_total) / 1e6);
+  c->set_idle_ms_total(double(n.idle_ns_total) / 1e6);
+  c->set_sleep_agreements(n.sleep_agreements);
+  c->set_agreed_sleep_ms_total(double(n.agreed_sleep_ns_total) / 1e6);
+  c->set_coordination_messages(n.coordination_messages);
+  c->set_coordination_bytes(n.coordination_bytes);
+  c->set_cycle_requests(n.cycle_requests);
+  c->set_failure(s.failure);
+  for (const auto& [node, state] : s.peers) {
+    control::PeerStatus* p = c->add_peers();
+    p->set_node(node);
+    p->set_state(state);
+  }
+}
+
+}  // namespace
+
 grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusRequest*,
                                     control::StatusReply* r) {
   std::shared_ptr<const StatusSnapshot> s = engine_->FreshSnapshot(100);
@@ -21,101 +127,11 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
   for (uint32_t c : cores_.workers) r->add_worker_cores(c);
   r->set_local_size(s->local_size);
-  for (const ClientSnapshot& c : s->clients) {
-    control::ClientStatus* out = r->add_clients();
-    out->set_rank(c.rank);
-    out->set_local_rank(c.local_rank);
-    out->set_pid(c.pid);
-    out->set_state(c.state);
-    out->set_ops(c.ops);
-    out->set_bytes(c.bytes);
-    out->set_errors(c.errors);
-    out->set_submit_depth(c.submit_depth);
-    out->set_completion_depth(c.completion_depth);
-  }
-  control::OpCounters* ops = r->mutable_ops();
-  ops->set_allreduce(s->allreduce_ops);
-  ops->set_broadcast(s->broadcast_ops);
-  ops->set_barrier(s->barrier_ops);
-  ops->set_errors(s->error_ops);
-  r->set_bytes_reduced(s->bytes_reduced);
-  r->set_fused_ops(s->fused_ops);
-  r->set_mean_tensors_per_fusion(s->fused_ops ? double(s->fused_tensors) / double(s->fused_ops) : 0.0);
-  r->set_pending_tensors(s->pending_tensors);
-  r->set_fusion_threshold_bytes(config_.fusion_threshold);
-  r->set_engine_busy_pct(s->uptime_s > 0 ? 100.0 * double(s->engine_busy_ns) / 1e9 / s->uptime_s : 0.0);
-  r->set_engine_wakeups(s->engine_wakeups);
-  r->set_engine_cpu_s(s->engine_cpu_s);
-  r->set_daemon_cpu_s(s->daemon_cpu_s);
-  for (const StallSnapshot& st : s->stalls) {
-    control::Stall* out = r->add_stalls();
-    out->set_name(st.name);
-    out->set_waiting_s(st.waiting_s);
-    for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
-    for (uint32_t m : st.submitted_ranks) out->add_submitted_ranks(m);
-  }
-  if (s->has_plan) {
-    control::Topo* t = r->mutable_topo();
-    char hex[32];
-    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)s->plan_hash);
-    t->set_plan_hash(hex);
-    t->set_plan_tensors(s->plan_tensors);
-    t->set_plan_groups(s->plan_groups);
-    t->set_in_use(s->plan_in_use);
-    t->set_steps(s->topo.steps);
-    t->set_groups_executed(s->topo.groups_executed);
-    t->set_tensors_executed(s->topo.tensors_executed);
-    t->set_fallback_tensors(s->fallback_tensors);
-    t->set_next_group(s->topo_next_group);
-    t->set_topo_execution_ms_total(double(s->topo.execution_ns_total) / 1e6);
-  }
-  if (s->has_gpu) {
-    control::Gpu* g = r->mutable_gpu();
-    for (const std::string& d : s->gpu.names) g->add_devices(d);
-    g->set_nccl_ranks(s->gpu.nccl_ranks);
-    g->set_allreduces(s->gpu.allreduces);
-    g->set_broadcasts(s->gpu.broadcasts);
-    g->set_bytes(s->gpu.bytes);
-    g->set_ipc_handle_hits(s->gpu.handle_hits);
-    g->set_ipc_handle_opens(s->gpu.handle_opens);
-    g->set_ipc_handle_closes(s->gpu.handle_closes);
-    g->set_ipc_handles_open(s->gpu.open_handles);
-    g->set_ipc_cache(config_.gpu_ipc_cache == "on");
-    g->set_completed(s->gpu.completed);
-    const uint64_t requests = s->gpu.handle_hits + s->gpu.handle_opens;
-    g->set_map_us_mean(requests ? double(s->gpu.map_ns) / 1e3 / double(requests) : 0.0);
-    const uint64_t issued = s->gpu.allreduces + s->gpu.broadcasts;
-    g->set_issue_us_mean(issued ? double(s->gpu.issue_ns) / 1e3 / double(issued) : 0.0);
-    g->set_device_us_mean(s->gpu.completed ? double(s->gpu.device_ns) / 1e3 / double(s->gpu.completed) : 0.0);
-  }
-  if (s->coordinated) {
-    control::Coordination* c = r->mutable_coordination();
-    const NegotiationStats& n = s->negotiation;
-    c->set_mode(s->coord_mode);
-    c->set_cycles(n.cycles);
-    c->set_mean_cycle_ms(n.cycles ? double(n.cycle_ns_total) / double(n.cycles) / 1e6 : 0.0);
-    c->set_coordination_ms_total(double(n.coordination_ns_total) / 1e6);
-    c->set_cache_hits(n.cache_hits);
-    c->set_cache_misses(n.cache_misses);
-    const uint64_t names = n.cache_hits + n.cache_misses;
-    c->set_cache_hit_rate(names ? double(n.cache_hits) / double(names) : 0.0);
-    c->set_coordinator_rounds(n.coordinator_rounds);
-    c->set_pending_names(s->pending_names);
-    c->set_execution_ms_total(double(n.execution_ns_total) / 1e6);
-    c->set_blocked_ms_total(double(n.blocked_ns_total) / 1e6);
-    c->set_idle_ms_total(double(n.idle_ns_total) / 1e6);
-    c->set_sleep_agreements(n.sleep_agreements);
-    c->set_agreed_sleep_ms_total(double(n.agreed_sleep_ns_total) / 1e6);
-    c->set_coordination_messages(n.coordination_messages);
-    c->set_coordination_bytes(n.coordination_bytes);
-    c->set_cycle_requests(n.cycle_requests);
-    c->set_failure(s->failure);
-    for (const auto& [node, state] : s->peers) {
-      control::PeerStatus* p = c->add_peers();
-      p->set_node(node);
-      p->set_state(state);
-    }
-  }
+  FillClients(*s, r);
+  FillThroughput(*s, config_.fusion_threshold, r);
+  if (s->has_plan) FillTopo(*s, r->mutable_topo());
+  if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache == "on", r->mutable_gpu());
+  if (s->coordinated) FillCoordination(*s, r->mutable_coordination());
   return grpc::Status::OK;
 }
 

@@ -33,10 +33,10 @@ std::unique_ptr<Negotiator> Engine::MakeNegotiator(uint64_t job) {
   opts.stall_ns = uint64_t(config_.stall_shutdown_s ? std::min(config_.stall_warning_s, config_.stall_shutdown_s)
                                                     : config_.stall_warning_s) * 1'000'000'000ull;
   opts.local_size = local_size_;
-  opts.blocking = config_.coord == "negotiate" || config_.coord == "gs";
-  opts.on_demand = config_.coord == "topo";
-  opts.gs_period = config_.coord == "gs" ? config_.gs_period : 0;
-  if (config_.coord == "topo") opts.gpu_order = &gpu_order_;
+  opts.blocking = config_.coord == abi::CoordMode::kNegotiate || config_.coord == abi::CoordMode::kGs;
+  opts.on_demand = config_.coord == abi::CoordMode::kTopo;
+  opts.gs_period = config_.coord == abi::CoordMode::kGs ? config_.gs_period : 0;
+  if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   // Blocking in a cycle as Horovod does must not make the daemon blind: a client attaching or
   // dying, a stall to report, the daemon stopping all end the blocking (the cycle goes on).
   opts.while_blocked = [this](uint64_t blocked_ns) {

@@ -269,8 +269,8 @@ void Engine::RegisterPlan(ReadyTensor& registration) {
   } else if (!plan_) {
     plan_ = plan;
     spdlog::info("TOPO plan {} registered: {} tensors in {} groups{}", hex, plan->tensors.size(), plan->groups(),
-                 config_.coord == "topo" ? "" : " (not used: --coord is " + config_.coord + ")");
-    if (config_.coord == "topo") {
+                 config_.coord == abi::CoordMode::kTopo ? "" : std::string(" (not used: --coord is ") + CoordName(config_.coord) + ")");
+    if (config_.coord == abi::CoordMode::kTopo) {
       auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
         return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_, std::nullopt) : ExecuteLocal(group, tag);
       };
@@ -555,7 +555,7 @@ void Engine::PublishSnapshot() {
   }
   if (transport_) {
     s->coordinated = true;
-    s->coord_mode = config_.coord;
+    s->coord_mode = CoordName(config_.coord);
     if (negotiator_) {
       s->negotiation = negotiator_->stats();
       s->pending_names = negotiator_->pending();

@@ -35,7 +35,7 @@ CommTask Engine::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, H
       // The GPU executor's NCCL communicator spans every GPU of the job: no host pipeline. Every
       // daemon enqueues the agreed groups in the same order, as NCCL requires; under TOPO the
       // plan's groups and the negotiated ones take turns in one job-wide order (GpuOrder).
-      const bool ordered = config_.coord == "topo";
+      const bool ordered = config_.coord == abi::CoordMode::kTopo;
       if (ordered) {
         WaitUntil turn = gpu_position ? gpu_order_.NegotiatedTurn(*gpu_position) : gpu_order_.PlanTurn();
         co_await turn;

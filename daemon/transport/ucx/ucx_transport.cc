@@ -208,6 +208,7 @@ UcxTransport::Slot* UcxTransport::Lookup(CommHandle h) {
 
 void UcxTransport::Release(Slot* s) {
   s->in_use = false;
+  s->request = nullptr;
   s->buffer.reset();
   free_slots_.push_back(s->index);
 }
@@ -253,8 +254,8 @@ CommHandle UcxTransport::Send(uint32_t peer, uint64_t tag, const void* data, siz
     s->state = CommState::kDone;
   } else if (UCS_PTR_IS_ERR(r)) {
     Finish(s, UCS_PTR_STATUS(r), 0);
-  } else {
-    s->request = r;
+  } else if (s->state == CommState::kPending) {
+    s->request = r;  // else the callback already ran (and freed r)
   }
   return h;
 }
@@ -274,7 +275,9 @@ CommHandle UcxTransport::Recv(uint32_t peer, uint64_t tag, void* data, size_t by
     Finish(s, UCS_ERR_INVALID_PARAM, 0);  // not expected with NO_IMM_CMPL
   } else if (UCS_PTR_IS_ERR(r)) {
     Finish(s, UCS_PTR_STATUS(r), 0);
-  } else {
+  } else if (s->state == CommState::kPending) {
+    // A message that had already arrived completes inside ucp_tag_recv_nbx: the callback has
+    // run and freed r by now, and r must not be kept (cancelling it later corrupts UCX's pool).
     s->request = r;
   }
   return h;
@@ -340,9 +343,16 @@ bool UcxTransport::DiscardOne(uint64_t tag, uint64_t mask) {
   p.cb.recv = RecvDone;
   p.user_data = s;
   ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, sink->data(), info.length, msg, &p);
+  if (!s->in_use) return true;  // the callback ran inside ucp_tag_msg_recv_nbx and released the slot
   if (r == nullptr || UCS_PTR_IS_ERR(r)) Release(s);
   else s->request = r;
   return true;
+}
+
+size_t UcxTransport::requests_in_flight() const {
+  size_t n = 0;
+  for (const Slot& s : slots_) n += s.request != nullptr;
+  return n;
 }
 
 void UcxTransport::Cancel(CommHandle h) {

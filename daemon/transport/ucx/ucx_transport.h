@@ -58,6 +58,9 @@ class UcxTransport final : public Transport {
   std::optional<Status> PeerFailure() const override { return peer_failure_; }
   bool PeerLost(uint32_t peer) const override { return peer < peer_lost_.size() && peer_lost_[peer]; }
 
+  // UCX requests the transport still holds (posted, or cancelled and not yet given back).
+  size_t requests_in_flight() const;
+
   // Called from UCX callbacks; public only for them.
   struct Slot {
     UcxTransport* owner = nullptr;

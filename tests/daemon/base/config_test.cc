@@ -36,6 +36,21 @@ TEST(Config, BadValuesNameTheSetting) {
   EXPECT_FALSE(d.ok());
 }
 
+TEST(Config, CoordinationModesAreParsedOnceIntoTheirEnum) {
+  auto def = BuildConfig({}, {});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->coord, abi::CoordMode::kNegotiate);
+  for (uint32_t m = 0; m < std::size(abi::kCoordModeNames); ++m) {
+    auto c = BuildConfig({{"coord", abi::kCoordModeNames[m]}}, {});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->coord, abi::CoordMode(m)) << abi::kCoordModeNames[m];
+    EXPECT_STREQ(abi::CoordName(c->coord), abi::kCoordModeNames[m]);
+  }
+  auto bad = BuildConfig({}, {{"SYNCD_COORD", "horovod"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown mode 'horovod'"), std::string::npos) << bad.status().message();
+}
+
 TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {
   for (const ConfigEntry& e : ConfigTable()) {
     EXPECT_FALSE(e.name.empty());
