@@ -33,12 +33,19 @@ bool ProcessWatch::Watch(uint32_t node, pid_t pid) {
 }
 
 std::optional<uint32_t> ProcessWatch::Exited() {
-  if (entries_.empty()) return std::nullopt;
   std::vector<pollfd> fds;
-  for (const Entry& e : entries_) fds.push_back(pollfd{e.fd, POLLIN, 0});
-  if (poll(fds.data(), fds.size(), 0) <= 0) return std::nullopt;
+  std::vector<Entry*> watched;
+  for (Entry& e : entries_)
+    if (!e.reported) {
+      fds.push_back(pollfd{e.fd, POLLIN, 0});
+      watched.push_back(&e);
+    }
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return std::nullopt;
   for (size_t i = 0; i < fds.size(); ++i)
-    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) return entries_[i].node;
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+      watched[i]->reported = true;  // once: the next call reports the next process to exit
+      return watched[i]->node;
+    }
   return std::nullopt;
 }
 

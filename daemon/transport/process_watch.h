@@ -25,7 +25,7 @@ class ProcessWatch {
   // Starts watching `pid` as node `node`; false when it cannot be watched (not on this host,
   // not our program, no pidfd support): use the transport's own failure detection then.
   bool Watch(uint32_t node, pid_t pid);
-  // A watched node whose process has exited, if any (does not block).
+  // A watched node whose process has exited and was not reported before, if any (does not block).
   std::optional<uint32_t> Exited();
   pid_t pid_of(uint32_t node) const;
 
@@ -34,6 +34,7 @@ class ProcessWatch {
     uint32_t node;
     pid_t pid;
     int fd;
+    bool reported = false;
   };
   std::vector<Entry> entries_;
 };

@@ -110,6 +110,7 @@ void UcxTransport::StartClose() {
   closing_started_ = true;
   // Withdraw what is still posted, then close endpoints (forcibly when a peer is gone).
   std::vector<bool> outstanding(eps_.size(), false);
+  force_closed_.assign(eps_.size(), false);
   for (Slot& s : slots_)
     if (s.request != nullptr) {
       ucp_request_cancel(worker_, s.request);
@@ -121,6 +122,7 @@ void UcxTransport::StartClose() {
     // a graceful close waiting forever: where UCX error handling is on, close such an
     // endpoint at once; the peer sees this node gone, which it is.
     const bool force = peer_lost_[p] || (outstanding[p] && detection_[p] == 1);
+    if (force) force_closed_[p] = true;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -141,27 +143,43 @@ bool UcxTransport::CloseDone() {
   return closing_.empty();
 }
 
+void UcxTransport::CheckWatchedPeers() {
+  while (std::optional<uint32_t> dead = watch_.Exited())
+    if (!peer_lost_[*dead]) OnPeerError(*dead, "its daemon, pid " + std::to_string(watch_.pid_of(*dead)) + ", exited");
+}
+
+bool UcxTransport::SendsOutstanding() const {
+  for (const Slot& s : slots_)
+    if (s.request != nullptr && !s.is_recv) return true;
+  return false;
+}
+
 UcxTransport::~UcxTransport() {
-  if (worker_ != nullptr) StartClose();
+  if (worker_ != nullptr) {
+    CheckWatchedPeers();  // a peer gone since the last Progress() is closed as lost
+    // A send an aborted job left waits for its peer to take it. A peer that closes too drops
+    // what it has (DiscardOne) while it waits here: a moment lets both finish such sends, so
+    // that the endpoints close cleanly and the worker can be destroyed.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (SendsOutstanding() && std::chrono::steady_clock::now() < until) {
+      ucp_worker_progress(worker_);
+      while (DiscardOne(0, 0)) {
+      }
+    }
+    StartClose();
+  }
   // A peer that does not answer the close handshake (gone, or not progressing) is not waited for long.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (worker_ != nullptr && !CloseDone() && std::chrono::steady_clock::now() < deadline) {}
+  while (worker_ != nullptr && !CloseDone() && std::chrono::steady_clock::now() < deadline) {
+    while (DiscardOne(0, 0)) {
+    }
+  }
   for (void* r : closing_) {
     ucp_request_cancel(worker_, r);
     ucp_request_free(r);
   }
   if (worker_ != nullptr) {
     for (int i = 0; i < 100 && ucp_worker_progress(worker_) > 0; ++i) {}
-    // A send UCX could neither finish nor cancel (to a same-host peer that never took it, where
-    // UCX's error handling is off) makes ucp_worker_destroy abort the process. This runs when
-    // the daemon exits: leave that worker to the operating system instead (kept reachable, so
-    // leak checkers do not report what is left on purpose). Posted receives are the worker's.
-    for (const Slot& s : slots_)
-      if (s.request != nullptr && !s.is_recv) {
-        static std::vector<ucp_worker_h>* const abandoned = new std::vector<ucp_worker_h>;
-        abandoned->push_back(worker_);
-        return;
-      }
     ucp_worker_destroy(worker_);
   }
   if (context_ != nullptr) ucp_cleanup(context_);
@@ -294,8 +312,7 @@ bool UcxTransport::Progress() {
   const uint64_t now = abi::MonotonicNs();
   if (now >= next_watch_check_ns_) {
     next_watch_check_ns_ = now + 1'000'000;
-    if (std::optional<uint32_t> dead = watch_.Exited(); dead && !peer_lost_[*dead])
-      OnPeerError(*dead, "its daemon, pid " + std::to_string(watch_.pid_of(*dead)) + ", exited");
+    CheckWatchedPeers();
   }
   return did;
 }

@@ -93,6 +93,9 @@ class UcxTransport final : public Transport {
   // Receives and drops one message that arrived unexpected and whose tag matches `tag` under
   // `mask`; false when there is none.
   bool DiscardOne(uint64_t tag, uint64_t mask);
+  bool SendsOutstanding() const;
+  // Marks every watched same-host peer whose daemon has exited as lost.
+  void CheckWatchedPeers();
 
   uint32_t rank_, size_;
   uint32_t epoch_ = 0;
@@ -104,6 +107,7 @@ class UcxTransport final : public Transport {
   std::vector<std::unique_ptr<PeerContext>> peer_contexts_;
   std::vector<bool> peer_lost_;
   std::vector<uint8_t> detection_;  // per peer: 0 none, 1 ucx, 2 pidfd
+  std::vector<bool> force_closed_;  // per peer, by StartClose
   ProcessWatch watch_;
   uint64_t next_watch_check_ns_ = 0;
   std::optional<Status> peer_failure_;
