@@ -29,7 +29,7 @@
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/response_cache.h"
 #include "daemon/coord/wire.h"
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 #include "daemon/transport/comm_task.h"
 #include "daemon/transport/counting_transport.h"
 #include "proto/doorbell.h"

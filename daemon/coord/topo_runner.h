@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "daemon/coord/topo_stats.h"
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 #include "daemon/plan/topo.h"
 #include "daemon/transport/comm_task.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "daemon/base/status.h"
-#include "daemon/engine/request.h"
+#include "daemon/core/request.h"
 
 namespace syncd {
 

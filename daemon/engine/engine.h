@@ -19,7 +19,7 @@
 #include "daemon/base/spsc_queue.h"
 #include "daemon/coord/negotiator.h"
 #include "daemon/coord/topo_runner.h"
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 #include "daemon/plan/fusion.h"
 #include "daemon/transport/host_buffer.h"
 #include "daemon/transport/transport.h"

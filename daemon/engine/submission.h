@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "daemon/base/status.h"
-#include "daemon/engine/request.h"
+#include "daemon/core/request.h"
 #include "daemon/shm/client_segment.h"
 
 namespace syncd {

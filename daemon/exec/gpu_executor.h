@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "daemon/base/status.h"
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 #include "daemon/transport/transport.h"
 #include "proto/shm_abi.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "daemon/exec/reduce_kernels.h"
+#include "daemon/core/reduce_kernels.h"
 #include "proto/status_names.h"
 
 namespace syncd {

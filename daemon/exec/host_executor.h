@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 
 namespace syncd {
 

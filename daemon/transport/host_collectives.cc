@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "daemon/exec/reduce_kernels.h"
+#include "daemon/core/reduce_kernels.h"
 #include "proto/status_names.h"
 
 namespace syncd {

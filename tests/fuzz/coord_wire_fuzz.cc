@@ -4,7 +4,7 @@
 #include <string>
 
 #include "daemon/coord/wire.h"
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

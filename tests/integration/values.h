@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "daemon/exec/reduce_kernels.h"
+#include "daemon/core/reduce_kernels.h"
 
 namespace syncd::testing {
 

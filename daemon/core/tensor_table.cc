@@ -1,4 +1,4 @@
-#include "daemon/engine/tensor_table.h"
+#include "daemon/core/tensor_table.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -6,8 +6,8 @@
 // count for AVERAGE, else 1). float16/bfloat16 accumulate in float. Integer SUM/PRODUCT wrap like
 // NCCL's; integer AVERAGE divides the exact sum and truncates toward zero; integer scaling rounds
 // toward zero as well.
-#ifndef SYNCD_DAEMON_EXEC_REDUCE_KERNELS_H_
-#define SYNCD_DAEMON_EXEC_REDUCE_KERNELS_H_
+#ifndef SYNCD_DAEMON_CORE_REDUCE_KERNELS_H_
+#define SYNCD_DAEMON_CORE_REDUCE_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -45,4 +45,4 @@ uint16_t FloatToBfloat16(float f);
 
 }  // namespace syncd
 
-#endif  // SYNCD_DAEMON_EXEC_REDUCE_KERNELS_H_
+#endif  // SYNCD_DAEMON_CORE_REDUCE_KERNELS_H_

@@ -1,7 +1,7 @@
 // A validated collective request from one rank: what the engine works with after a ring entry
 // has been copied out of shared memory and checked.
-#ifndef SYNCD_DAEMON_ENGINE_REQUEST_H_
-#define SYNCD_DAEMON_ENGINE_REQUEST_H_
+#ifndef SYNCD_DAEMON_CORE_REQUEST_H_
+#define SYNCD_DAEMON_CORE_REQUEST_H_
 
 #include <cstdint>
 #include <memory>
@@ -44,4 +44,4 @@ struct Request {
 
 }  // namespace syncd
 
-#endif  // SYNCD_DAEMON_ENGINE_REQUEST_H_
+#endif  // SYNCD_DAEMON_CORE_REQUEST_H_

@@ -1,4 +1,4 @@
-#include "daemon/exec/reduce_kernels.h"
+#include "daemon/core/reduce_kernels.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

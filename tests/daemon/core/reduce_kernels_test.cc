@@ -1,4 +1,4 @@
-#include "daemon/exec/reduce_kernels.h"
+#include "daemon/core/reduce_kernels.h"
 #include "tests/integration/values.h"
 
 #include <gtest/gtest.h>

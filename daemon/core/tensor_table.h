@@ -3,8 +3,8 @@
 // dtype, op, shape, root, scale factors) and handed out in the order they became ready.
 //
 // Pure bookkeeping: no I/O, no threads. Owned and called by the engine thread.
-#ifndef SYNCD_DAEMON_ENGINE_TENSOR_TABLE_H_
-#define SYNCD_DAEMON_ENGINE_TENSOR_TABLE_H_
+#ifndef SYNCD_DAEMON_CORE_TENSOR_TABLE_H_
+#define SYNCD_DAEMON_CORE_TENSOR_TABLE_H_
 
 #include <deque>
 #include <string>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "daemon/base/status.h"
-#include "daemon/engine/request.h"
+#include "daemon/core/request.h"
 
 namespace syncd {
 
@@ -74,4 +74,4 @@ class TensorTable {
 
 }  // namespace syncd
 
-#endif  // SYNCD_DAEMON_ENGINE_TENSOR_TABLE_H_
+#endif  // SYNCD_DAEMON_CORE_TENSOR_TABLE_H_
