@@ -86,90 +86,124 @@ StatusOr<uint64_t> ParseBytes(const std::string& text) {
   return *number * mult;
 }
 
-const std::vector<ConfigEntry>& ConfigTable() {
-  static const std::vector<ConfigEntry> table = {
-      {"run-dir", "SYNCD_RUN_DIR", "$TMPDIR/syncd-$UID",
-       "Directory for attach.sock and control.sock (created 0700)", Text(&Config::run_dir)},
-      {"local-size", "SYNCD_LOCAL_SIZE", "0",
-       "Client processes on this node; 0 takes it from the first client", Unsigned(&Config::local_size, "local-size")},
-      {"cores", "SYNCD_CORES", "auto",
-       "Dedicated cores for the daemon: auto (last core), none (no pinning) or a list like 1,3-4",
-       Text(&Config::cores)},
-      {"fusion-threshold", "SYNCD_FUSION_THRESHOLD", "64M",
-       "Largest fused allreduce in bytes; 0 disables fusion", Bytes(&Config::fusion_threshold, "fusion-threshold")},
-      {"arena-size", "SYNCD_ARENA_SIZE", "512M",
-       "Shared data arena per client (zero-copy tensors and staging)", Bytes(&Config::arena_bytes, "arena-size")},
-      {"ring-entries", "SYNCD_RING_ENTRIES", "1024",
-       "Submission/completion ring slots per client (power of two): the in-flight request limit",
-       [](Config& c, const std::string& t) -> Status {
-         SYNCD_RETURN_IF_ERROR(Unsigned(&Config::ring_entries, "ring-entries", 2)(c, t));
-         if ((c.ring_entries & (c.ring_entries - 1)) != 0 || c.ring_entries > (1u << 16))
-           return InvalidArgument("ring-entries: must be a power of two up to 65536, got " + t);
-         return Status::Ok();
-       }},
-      {"spin-us", "SYNCD_SPIN_US", "200",
-       "Microseconds the engine keeps polling after its last work before it sleeps on the doorbell",
-       Unsigned(&Config::spin_us, "spin-us")},
-      {"nodes", "SYNCD_NODES", "1", "Daemons in the job, one per node", Unsigned(&Config::nodes, "nodes", 1)},
-      {"node-rank", "SYNCD_NODE_RANK", "0", "This daemon's node rank (0 serves the rendezvous)",
-       Unsigned(&Config::node_rank, "node-rank")},
-      {"rendezvous", "SYNCD_RENDEZVOUS", "127.0.0.1:29500", "HOST:PORT where node 0 serves the rendezvous",
-       Text(&Config::rendezvous)},
-      {"job-token", "SYNCD_JOB_TOKEN", "syncd", "Shared secret of the job's daemons; joins with another token are refused",
-       Text(&Config::job_token)},
-      {"join-timeout", "SYNCD_JOIN_TIMEOUT", "60", "Seconds to wait for every node to join the rendezvous",
-       Unsigned(&Config::join_timeout_s, "join-timeout", 1)},
-      {"drain-timeout", "SYNCD_DRAIN_TIMEOUT", "30",
-       "Graceful drain (SIGTERM, syncctl drain): seconds in-flight collectives get to finish before they fail",
-       Unsigned(&Config::drain_timeout_s, "drain-timeout", 0)},
-      {"coord", "SYNCD_COORD", "negotiate",
-       "How daemons agree on what to reduce: negotiate (Horovod's cycle, blocking collectives), gs (negotiate with a "
-       "globally agreed sleep), nbcs (non-blocking cache sync), topo (the registered graph's plan, no negotiation; "
-       "other names negotiated on demand)",
-       [](Config& c, const std::string& t) -> Status {
-         for (uint32_t m = 0; m < std::size(abi::kCoordModeNames); ++m)
-           if (t == abi::kCoordModeNames[m]) {
-             c.coord = abi::CoordMode(m);
-             return Status::Ok();
-           }
-         return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs, topo)");
-       }},
-      {"gs-period", "SYNCD_GS_PERIOD", "1", "gs: agree on the global sleep every this many cycles",
-       Unsigned(&Config::gs_period, "gs-period", 1)},
-      {"cycle-time-us", "SYNCD_CYCLE_TIME_US", "1000", "Negotiation cycle in microseconds (Horovod 0.16 used 5000)",
-       Unsigned(&Config::cycle_time_us, "cycle-time-us", 1)},
-      {"cycle-start", "SYNCD_CYCLE_START", "work",
-       "work: a cycle starts as soon as new tensors are ready, else cycle-time after the previous one; timer: only "
-       "cycle-time after the previous one (Horovod's exact timing)",
-       OneOf(&Config::cycle_start, "cycle-start", {"timer", "work"})},
-      {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
-       Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
-      {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "auto",
-       "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
-       OneOf(&Config::ucx_peer_errors, "ucx-peer-errors", {"auto", "on", "off"})},
-      {"gpus", "SYNCD_GPUS", "auto",
-       "auto: drive every GPU the daemon sees (CUDA_VISIBLE_DEVICES) with one NCCL rank each, for GPU tensors; none: "
-       "host tensors only",
-       OneOf(&Config::gpus, "gpus", {"auto", "none"})},
-      {"gpu-ipc-cache", "SYNCD_GPU_IPC_CACHE", "on",
-       "on: keep clients' CUDA IPC mappings open between requests (the pointer cache); off: open and close them for "
-       "every request (only to measure what the cache saves)",
-       OneOf(&Config::gpu_ipc_cache, "gpu-ipc-cache", {"on", "off"})},
-      {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
-       "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
-       Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},
-      {"stall-shutdown-s", "SYNCD_STALL_SHUTDOWN_S", "300",
-       "Shut the job down (every pending request fails on every rank, naming the tensor and the ranks that never "
-       "submitted it) once a tensor has stalled this many seconds; 0: never",
-       Unsigned(&Config::stall_shutdown_s, "stall-shutdown-s")},
-      {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
-       [](Config& c, const std::string& t) -> Status {
-         static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
-         for (const char* l : kLevels)
-           if (t == l) return c.log_level = t, Status::Ok();
-         return InvalidArgument("log-level: unknown level '" + t + "'");
-       }},
+namespace {
+
+// The configuration table in parts, in the order of `syncd --help` and the README's table.
+
+// This node: where the daemon listens, its cores, its clients' memory.
+std::vector<ConfigEntry> NodeEntries() {
+  return {
+    {"run-dir", "SYNCD_RUN_DIR", "$TMPDIR/syncd-$UID",
+     "Directory for attach.sock and control.sock (created 0700)", Text(&Config::run_dir)},
+    {"local-size", "SYNCD_LOCAL_SIZE", "0",
+     "Client processes on this node; 0 takes it from the first client", Unsigned(&Config::local_size, "local-size")},
+    {"cores", "SYNCD_CORES", "auto",
+     "Dedicated cores for the daemon: auto (last core), none (no pinning) or a list like 1,3-4",
+     Text(&Config::cores)},
+    {"fusion-threshold", "SYNCD_FUSION_THRESHOLD", "64M",
+     "Largest fused allreduce in bytes; 0 disables fusion", Bytes(&Config::fusion_threshold, "fusion-threshold")},
+    {"arena-size", "SYNCD_ARENA_SIZE", "512M",
+     "Shared data arena per client (zero-copy tensors and staging)", Bytes(&Config::arena_bytes, "arena-size")},
+    {"ring-entries", "SYNCD_RING_ENTRIES", "1024",
+     "Submission/completion ring slots per client (power of two): the in-flight request limit",
+     [](Config& c, const std::string& t) -> Status {
+       SYNCD_RETURN_IF_ERROR(Unsigned(&Config::ring_entries, "ring-entries", 2)(c, t));
+       if ((c.ring_entries & (c.ring_entries - 1)) != 0 || c.ring_entries > (1u << 16))
+         return InvalidArgument("ring-entries: must be a power of two up to 65536, got " + t);
+       return Status::Ok();
+     }},
+    {"spin-us", "SYNCD_SPIN_US", "200",
+     "Microseconds the engine keeps polling after its last work before it sleeps on the doorbell",
+     Unsigned(&Config::spin_us, "spin-us")},
   };
+}
+
+// The job: its nodes, how they meet, how they stop.
+std::vector<ConfigEntry> JobEntries() {
+  return {
+    {"nodes", "SYNCD_NODES", "1", "Daemons in the job, one per node", Unsigned(&Config::nodes, "nodes", 1)},
+    {"node-rank", "SYNCD_NODE_RANK", "0", "This daemon's node rank (0 serves the rendezvous)",
+     Unsigned(&Config::node_rank, "node-rank")},
+    {"rendezvous", "SYNCD_RENDEZVOUS", "127.0.0.1:29500", "HOST:PORT where node 0 serves the rendezvous",
+     Text(&Config::rendezvous)},
+    {"job-token", "SYNCD_JOB_TOKEN", "syncd", "Shared secret of the job's daemons; joins with another token are refused",
+     Text(&Config::job_token)},
+    {"join-timeout", "SYNCD_JOIN_TIMEOUT", "60", "Seconds to wait for every node to join the rendezvous",
+     Unsigned(&Config::join_timeout_s, "join-timeout", 1)},
+    {"drain-timeout", "SYNCD_DRAIN_TIMEOUT", "30",
+     "Graceful drain (SIGTERM, syncctl drain): seconds in-flight collectives get to finish before they fail",
+     Unsigned(&Config::drain_timeout_s, "drain-timeout", 0)},
+  };
+}
+
+// How the daemons agree on what to reduce, and when.
+std::vector<ConfigEntry> CoordinationEntries() {
+  return {
+    {"coord", "SYNCD_COORD", "negotiate",
+     "How daemons agree on what to reduce: negotiate (Horovod's cycle, blocking collectives), gs (negotiate with a "
+     "globally agreed sleep), nbcs (non-blocking cache sync), topo (the registered graph's plan, no negotiation; "
+     "other names negotiated on demand)",
+     [](Config& c, const std::string& t) -> Status {
+       for (uint32_t m = 0; m < std::size(abi::kCoordModeNames); ++m)
+         if (t == abi::kCoordModeNames[m]) {
+           c.coord = abi::CoordMode(m);
+           return Status::Ok();
+         }
+       return InvalidArgument("coord: unknown mode '" + t + "' (available: negotiate, gs, nbcs, topo)");
+     }},
+    {"gs-period", "SYNCD_GS_PERIOD", "1", "gs: agree on the global sleep every this many cycles",
+     Unsigned(&Config::gs_period, "gs-period", 1)},
+    {"cycle-time-us", "SYNCD_CYCLE_TIME_US", "1000", "Negotiation cycle in microseconds (Horovod 0.16 used 5000)",
+     Unsigned(&Config::cycle_time_us, "cycle-time-us", 1)},
+    {"cycle-start", "SYNCD_CYCLE_START", "work",
+     "work: a cycle starts as soon as new tensors are ready, else cycle-time after the previous one; timer: only "
+     "cycle-time after the previous one (Horovod's exact timing)",
+     OneOf(&Config::cycle_start, "cycle-start", {"timer", "work"})},
+    {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
+     Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
+    {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "auto",
+     "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
+     OneOf(&Config::ucx_peer_errors, "ucx-peer-errors", {"auto", "on", "off"})},
+  };
+}
+
+// GPUs, stalls, logging.
+std::vector<ConfigEntry> DeviceAndHealthEntries() {
+  return {
+    {"gpus", "SYNCD_GPUS", "auto",
+     "auto: drive every GPU the daemon sees (CUDA_VISIBLE_DEVICES) with one NCCL rank each, for GPU tensors; none: "
+     "host tensors only",
+     OneOf(&Config::gpus, "gpus", {"auto", "none"})},
+    {"gpu-ipc-cache", "SYNCD_GPU_IPC_CACHE", "on",
+     "on: keep clients' CUDA IPC mappings open between requests (the pointer cache); off: open and close them for "
+     "every request (only to measure what the cache saves)",
+     OneOf(&Config::gpu_ipc_cache, "gpu-ipc-cache", {"on", "off"})},
+    {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
+     "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
+     Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},
+    {"stall-shutdown-s", "SYNCD_STALL_SHUTDOWN_S", "300",
+     "Shut the job down (every pending request fails on every rank, naming the tensor and the ranks that never "
+     "submitted it) once a tensor has stalled this many seconds; 0: never",
+     Unsigned(&Config::stall_shutdown_s, "stall-shutdown-s")},
+    {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
+     [](Config& c, const std::string& t) -> Status {
+       static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+       for (const char* l : kLevels)
+         if (t == l) return c.log_level = t, Status::Ok();
+       return InvalidArgument("log-level: unknown level '" + t + "'");
+     }},
+  };
+}
+
+}  // namespace
+
+const std::vector<ConfigEntry>& ConfigTable() {
+  static const std::vector<ConfigEntry> table = [] {
+    std::vector<ConfigEntry> all;
+    for (auto part : {NodeEntries, JobEntries, CoordinationEntries, DeviceAndHealthEntries})
+      for (ConfigEntry& e : part()) all.push_back(std::move(e));
+    return all;
+  }();
   return table;
 }
 
