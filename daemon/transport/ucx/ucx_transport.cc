@@ -161,19 +161,12 @@ UcxTransport::~UcxTransport() {
     // what it has (DiscardOne) while it waits here: a moment lets both finish such sends, so
     // that the endpoints close cleanly and the worker can be destroyed.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-    while (SendsOutstanding() && std::chrono::steady_clock::now() < until) {
-      ucp_worker_progress(worker_);
-      while (DiscardOne(0, 0)) {
-      }
-    }
+    while (SendsOutstanding() && std::chrono::steady_clock::now() < until) DiscardArrived();
     StartClose();
   }
   // A peer that does not answer the close handshake (gone, or not progressing) is not waited for long.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (worker_ != nullptr && !CloseDone() && std::chrono::steady_clock::now() < deadline) {
-    while (DiscardOne(0, 0)) {
-    }
-  }
+  while (worker_ != nullptr && !CloseDone() && std::chrono::steady_clock::now() < deadline) DiscardArrived();
   for (void* r : closing_) {
     ucp_request_cancel(worker_, r);
     ucp_request_free(r);
