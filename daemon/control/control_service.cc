@@ -29,11 +29,15 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
 
 void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control::StatusReply* r) {
   control::OpCounters* ops = r->mutable_ops();
-  ops->set_allreduce(s.allreduce_ops);
-  ops->set_broadcast(s.broadcast_ops);
-  ops->set_barrier(s.barrier_ops);
+  auto count = [&s](const char* kind) {
+    auto it = s.by_kind.find(kind);
+    return it == s.by_kind.end() ? StatusSnapshot::KindCount{} : it->second;
+  };
+  ops->set_allreduce(count("allreduce").ops);
+  ops->set_broadcast(count("broadcast").ops);
+  ops->set_barrier(count("barrier").ops);
   ops->set_errors(s.error_ops);
-  r->set_bytes_reduced(s.bytes_reduced);
+  r->set_bytes_reduced(count("allreduce").bytes);
   r->set_fused_ops(s.fused_ops);
   r->set_mean_tensors_per_fusion(s.fused_ops ? double(s.fused_tensors) / double(s.fused_ops) : 0.0);
   r->set_pending_tensors(s.pending_tensors);

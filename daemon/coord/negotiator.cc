@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "daemon/collectives/agreement.h"
 #include "daemon/coord/job_join.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/transport/host_collectives.h"

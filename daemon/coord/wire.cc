@@ -80,7 +80,7 @@ TensorMeta TensorMeta::Of(const Request& r) {
   m.dtype = r.dtype;
   m.op = r.op;
   m.gpu = r.gpu ? 1 : 0;
-  m.root = r.kind == abi::OpKind::kBroadcast ? r.root : 0;
+  m.root = r.root;  // 0 for kinds without a root
   m.prescale = r.prescale;
   m.postscale = r.postscale;
   m.shape = r.shape;

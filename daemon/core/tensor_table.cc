@@ -1,56 +1,11 @@
 #include "daemon/core/tensor_table.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <map>
 
 #include "proto/doorbell.h"
 #include "proto/status_names.h"
 
 namespace syncd {
-namespace {
-
-const char* KindName(abi::OpKind k) {
-  switch (k) {
-    case abi::OpKind::kAllreduce: return "allreduce";
-    case abi::OpKind::kBroadcast: return "broadcast";
-    case abi::OpKind::kBarrier: return "barrier";
-    case abi::OpKind::kRegisterGraph: return "graph registration";
-    case abi::OpKind::kFail: return "failure notice";
-  }
-  return "unknown";
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::string RankList(const std::vector<uint32_t>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-// "tensor 'w': mismatched shape: [4,4] on ranks 0,1; [4,5] on rank 2", or "" when all agree.
-template <typename F>
-std::string Disagreement(const std::vector<Request>& rs, const char* what, F describe) {
-  std::map<std::string, std::vector<uint32_t>> groups;
-  std::vector<std::string> order;
-  for (const Request& r : rs) {
-    std::string v = describe(r);
-    if (!groups.count(v)) order.push_back(v);
-    groups[v].push_back(r.rank);
-  }
-  if (groups.size() <= 1) return "";
-  std::string msg = "tensor '" + rs.front().name + "': mismatched " + what + " across ranks: ";
-  for (size_t i = 0; i < order.size(); ++i)
-    msg += (i ? "; " : "") + order[i] + " on " + RankList(groups[order[i]]);
-  return msg;
-}
-
-}  // namespace
 
 Status TensorTable::Add(Request r) {
   if (r.local_rank >= local_size_)
@@ -72,48 +27,13 @@ Status TensorTable::Add(Request r) {
   return Status::Ok();
 }
 
-Status CheckAgreement(const std::vector<Request>& rs) {
-  // A rank that could not take part (syncd_fail_async) fails the name for every rank, saying why.
-  for (const Request& r : rs)
-    if (r.kind == abi::OpKind::kFail)
-      return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': rank " + std::to_string(r.rank) +
-                                            " could not take part: " +
-                                            (r.failure.empty() ? "its own checks refused its tensor" : r.failure));
-  std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(KindName(r.kind)); });
-  if (msg.empty()) msg = Disagreement(rs, "memory", [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
-  if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
-  if (msg.empty() && rs.front().kind == abi::OpKind::kRegisterGraph)
-    msg = Disagreement(rs, "TOPO plan", [](const Request& r) {
-      char hex[32];
-      // The hash travels in the shape; the plan itself only within the node that computed it.
-      snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)(r.shape.empty() ? 0 : r.shape[0]));
-      std::string d = std::string("plan ") + hex;
-      if (r.plan)
-        d += " (" + std::to_string(r.plan->tensors.size()) + " tensors, " + std::to_string(r.plan->groups()) + " groups)";
-      return d;
-    });
-  if (msg.empty()) msg = Disagreement(rs, "shape", [](const Request& r) { return ShapeText(r.shape); });
-  const abi::OpKind kind = rs.front().kind;
-  if (msg.empty() && kind == abi::OpKind::kAllreduce) {
-    msg = Disagreement(rs, "reduce op", [](const Request& r) { return std::string(abi::ReduceOpName(r.op)); });
-    if (msg.empty())
-      msg = Disagreement(rs, "scale factors", [](const Request& r) {
-        return "prescale " + std::to_string(r.prescale) + " postscale " + std::to_string(r.postscale);
-      });
-  }
-  if (msg.empty() && kind == abi::OpKind::kBroadcast)
-    msg = Disagreement(rs, "root", [](const Request& r) { return "root " + std::to_string(r.root); });
-  if (msg.empty()) return Status::Ok();
-  return Status(SYNCD_ERR_MISMATCH, msg);
-}
-
 void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<FailedTensor>* failed) {
   while (!completed_.empty()) {
     auto it = pending_.find(completed_.front());
     completed_.pop_front();
     std::vector<Request> requests = std::move(it->second.requests);
     pending_.erase(it);
-    Status agreement = CheckAgreement(requests);
+    Status agreement = check_(requests);
     if (agreement.ok()) {
       ready->push_back(ReadyTensor{std::move(requests)});
     } else {

@@ -1,6 +1,7 @@
 // Matches requests across the local ranks by tensor name (Horovod's model). A name becomes ready
-// once every local rank has submitted it; then the requests are checked for agreement (kind,
-// dtype, op, shape, root, scale factors) and handed out in the order they became ready.
+// once every local rank has submitted it; then the requests are checked for agreement (with the
+// check it was given: collectives/agreement.h, which knows every kind's rules) and handed out in
+// the order they became ready.
 //
 // Pure bookkeeping: no I/O, no threads. Owned and called by the engine thread.
 #ifndef SYNCD_DAEMON_CORE_TENSOR_TABLE_H_
@@ -28,13 +29,13 @@ struct FailedTensor {
   Status error;
 };
 
-// Whether every request of one name agrees (kind, dtype, shape, op, scale factors, root). The
-// error names the tensor, the property and which ranks had which value.
-Status CheckAgreement(const std::vector<Request>& requests);
+// Whether every request of one name agrees; the error names the tensor, the property and which
+// ranks had which value.
+using AgreementCheck = Status (*)(const std::vector<Request>& requests);
 
 class TensorTable {
  public:
-  explicit TensorTable(uint32_t local_size) : local_size_(local_size) {}
+  TensorTable(uint32_t local_size, AgreementCheck check) : local_size_(local_size), check_(check) {}
 
   // Records one rank's request. Fails (and keeps nothing) when the same rank already has this
   // name in flight, or the local rank is out of range.
@@ -68,6 +69,7 @@ class TensorTable {
   };
 
   uint32_t local_size_;
+  AgreementCheck check_;
   std::unordered_map<std::string, Entry> pending_;
   std::deque<std::string> completed_;  // names in the order their last rank arrived
 };

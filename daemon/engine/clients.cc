@@ -100,7 +100,7 @@ bool Engine::DrainEvents() {
       if (resize) {
         local_size_ = a->client->local_size;
         world_size_ = local_size_ * config_.nodes;
-        table_ = TensorTable(local_size_);
+        table_ = TensorTable(local_size_, CheckAgreement);
         executor_ = HostExecutor(world_size_);
       }
       lost_ranks_.erase(lr);

@@ -33,7 +33,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       local_size_(local_size),
       world_size_(local_size * config.nodes),
       kick_client_(std::move(kick_client)),
-      table_(local_size),
+      table_(local_size, CheckAgreement),
       executor_(local_size * config.nodes),
       transport_(std::move(transport)) {
   start_ns_ = abi::MonotonicNs();
@@ -358,37 +358,37 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
   return std::nullopt;
 }
 
-void Engine::Execute(std::vector<ReadyTensor>& ready) {
+std::vector<FusionGroup> Engine::Fuse(const std::vector<ReadyTensor>& ready) const {
   std::vector<FusionCandidate> candidates;
   candidates.reserve(ready.size());
   for (const ReadyTensor& t : ready) {
     const Request& f = t.first();
-    candidates.push_back({f.kind, f.dtype, f.op, f.prescale, f.postscale, f.bytes, f.gpu});
+    const Collective* kind = FindCollective(f.kind);
+    candidates.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
   }
-  for (const FusionGroup& g : PlanFusion(candidates, config_.fusion_threshold)) {
-    const ReadyTensor& head = ready[g.front()];
+  return PlanFusion(candidates, config_.fusion_threshold);
+}
+
+CollectiveGroup Engine::Members(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  CollectiveGroup members;
+  members.reserve(g.size());
+  for (size_t i : g) members.push_back(&ready[i]);
+  return members;
+}
+
+void Engine::Execute(std::vector<ReadyTensor>& ready) {
+  for (const FusionGroup& g : Fuse(ready)) {
+    ReadyTensor& head = ready[g.front()];
+    if (head.first().kind == abi::OpKind::kRegisterGraph) {
+      RegisterPlan(head);  // completes the registrations itself
+      continue;
+    }
     if (head.first().gpu) {
       ExecuteGpu(ready, g);
       continue;
     }
-    switch (head.first().kind) {
-      case abi::OpKind::kAllreduce: {
-        std::vector<const ReadyTensor*> members;
-        for (size_t i : g) members.push_back(&ready[i]);
-        executor_.Allreduce(members);
-        break;
-      }
-      case abi::OpKind::kBroadcast:
-        executor_.Broadcast(head);
-        break;
-      case abi::OpKind::kBarrier:
-        break;
-      case abi::OpKind::kRegisterGraph:
-        RegisterPlan(ready[g.front()]);  // completes the registrations itself
-        break;
-      case abi::OpKind::kFail:  // never agreed (CheckAgreement): nothing to run
-        break;
-    }
+    // A failure notice is never agreed (CheckAgreement) and never gets here.
+    if (const Collective* kind = FindCollective(head.first().kind)) kind->RunLocal(Members(ready, g), executor_);
     CountExecuted(ready, g);
     for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
   }
@@ -396,10 +396,9 @@ void Engine::Execute(std::vector<ReadyTensor>& ready) {
 
 StatusOr<uint64_t> Engine::EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
   const Request& f = ready[g.front()].first();
-  if (f.kind == abi::OpKind::kBroadcast) return gpu_->Broadcast(ready[g.front()], uint32_t(f.root) / local_size_);
-  std::vector<const ReadyTensor*> members;
-  for (size_t i : g) members.push_back(&ready[i]);
-  return gpu_->Allreduce(members, world_size_);
+  const Collective* kind = FindCollective(f.kind);
+  if (kind == nullptr) return InvalidArgument(std::string(OpKindName(f.kind)) + " has no GPU path");
+  return kind->EnqueueGpu(Members(ready, g), OnGpus{gpu_.get(), world_size_, local_size_});
 }
 
 void Engine::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
@@ -438,20 +437,17 @@ bool Engine::PollGpu() {
 }
 
 void Engine::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
-  switch (ready[g.front()].first().kind) {
-    case abi::OpKind::kAllreduce:
-      ++fused_ops_;
-      fused_tensors_ += g.size();
-      allreduce_ops_ += g.size();
-      for (size_t i : g) bytes_reduced_ += ready[i].first().bytes;
-      break;
-    case abi::OpKind::kBroadcast: broadcast_ops_ += g.size(); break;
-    case abi::OpKind::kBarrier: barrier_ops_ += g.size(); break;
-    case abi::OpKind::kRegisterGraph:
-    case abi::OpKind::kFail: break;
+  const Request& f = ready[g.front()].first();
+  const Collective* kind = FindCollective(f.kind);
+  if (kind == nullptr) return;
+  StatusSnapshot::KindCount& count = by_kind_[kind->name()];
+  count.ops += g.size();
+  for (size_t i : g) count.bytes += kind->ResultBytes(ready[i].requests, 0);
+  if (kind->FusionKeyOf(f)) {
+    ++fused_ops_;
+    fused_tensors_ += g.size();
   }
 }
-
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
   if (!status.ok()) {
@@ -518,11 +514,8 @@ void Engine::PublishSnapshot() {
     s->clients.push_back(cs);
   }
   std::sort(s->clients.begin(), s->clients.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  s->allreduce_ops = allreduce_ops_;
-  s->broadcast_ops = broadcast_ops_;
-  s->barrier_ops = barrier_ops_;
+  s->by_kind = by_kind_;
   s->error_ops = error_ops_;
-  s->bytes_reduced = bytes_reduced_;
   s->fused_ops = fused_ops_;
   s->fused_tensors = fused_tensors_;
   s->pending_tensors = table_.pending();

@@ -17,6 +17,8 @@
 
 #include "daemon/base/config.h"
 #include "daemon/base/spsc_queue.h"
+#include "daemon/collectives/agreement.h"
+#include "daemon/collectives/collective.h"
 #include "daemon/coord/negotiator.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/core/tensor_table.h"
@@ -130,6 +132,9 @@ class Engine {
   // False when the client broke the ring protocol; sets *did when it consumed anything.
   bool DrainSubmissions(ClientState& c, bool* did);
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
+  // The fused groups of `ready`, by the rules of each tensor's kind.
+  std::vector<FusionGroup> Fuse(const std::vector<ReadyTensor>& ready) const;
+  static CollectiveGroup Members(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void Execute(std::vector<ReadyTensor>& ready);
   // Many nodes: runs the tensors every node agreed on, hierarchically (local reduce, inter-node
   // collective, scatter back). `tag` is unique to this execution across the job. Completes each
@@ -140,6 +145,8 @@ class Engine {
   // nullopt for a TOPO plan group.
   CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
                          std::optional<uint64_t> gpu_position);
+  // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
+  CommTask RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g, std::optional<uint64_t> gpu_position);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
   // A TOPO graph every rank of the job registered, agreed at this point of the job on every
@@ -154,7 +161,7 @@ class Engine {
   // One node: enqueues group `g` (GPU tensors) on the GPU executor; its requests move into
   // gpu_ops_ and complete when the GPUs are done (PollGpu), or fail now.
   void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  // Enqueues a GPU group (allreduce or broadcast); a ticket for GpuExecutor::Test.
+  // Enqueues a GPU group (its kind's GPU path); a ticket for GpuExecutor::Test.
   StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   bool PollGpu();
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
@@ -225,8 +232,8 @@ class Engine {
   uint64_t loss_seq_ = 0;
   uint64_t job_id_ = 0;  // the job being served (0: unspecified by its clients)
   bool job_started_ = false;  // a client has attached since the daemon started
-  uint64_t allreduce_ops_ = 0, broadcast_ops_ = 0, barrier_ops_ = 0, error_ops_ = 0;
-  uint64_t bytes_reduced_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
+  std::map<std::string, StatusSnapshot::KindCount> by_kind_;
+  uint64_t error_ops_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
   uint64_t busy_ns_ = 0, wakeups_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "daemon/collectives/collective.h"
 #include "daemon/plan/graph_codec.h"
 #include "proto/status_names.h"
 
@@ -46,22 +47,6 @@ Status ParseTensor(const abi::SubmitEntry& e, const std::string& what, Request* 
   return Status::Ok();
 }
 
-// What only allreduce or only broadcast says.
-Status ParseKindFields(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
-  if (r->kind == abi::OpKind::kAllreduce) {
-    if (e.op >= SYNCD_REDUCE_OP_COUNT) return Malformed(what + " has unknown reduce op " + std::to_string(e.op));
-    r->op = syncd_reduce_op(e.op);
-    r->prescale = e.prescale;
-    r->postscale = e.postscale;
-    return Status::Ok();
-  }
-  if (e.root < 0 || uint32_t(e.root) >= who.world_size)
-    return InvalidArgument(what + ": broadcast root " + std::to_string(e.root) + " is not a rank (size " +
-                           std::to_string(who.world_size) + ")");
-  r->root = e.root;
-  return Status::Ok();
-}
-
 }  // namespace
 
 StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
@@ -91,12 +76,14 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     r.failure.assign(text, strnlen(text, e.bytes));  // copied: the client could change it meanwhile
     return r;
   }
-  if (r.kind == abi::OpKind::kBarrier) {
-    if (e.bytes != 0) return Malformed("barrier " + what + " carries data");
+  const Collective* kind = FindCollective(r.kind);
+  if (kind == nullptr) return Malformed(what + " has unknown operation " + std::to_string(e.kind));
+  if (!kind->has_tensor()) {
+    if (e.bytes != 0) return Malformed(std::string(kind->name()) + " " + what + " carries data");
     return r;
   }
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
-  SYNCD_RETURN_IF_ERROR(ParseKindFields(e, who, what, &r));
+  SYNCD_RETURN_IF_ERROR(kind->Parse(e, who.world_size, what, &r));
   if (e.flags & abi::kSubmitGpu) {
     r.gpu = true;
     const char* at = who.segment->ArenaRange(e.arena_offset, sizeof(abi::GpuDescriptor));

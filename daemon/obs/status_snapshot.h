@@ -4,6 +4,7 @@
 #define SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,13 @@ struct StatusSnapshot {
   double uptime_s = 0;
   uint32_t node_rank = 0, node_count = 1, local_size = 0;
   std::vector<ClientSnapshot> clients;
-  uint64_t allreduce_ops = 0, broadcast_ops = 0, barrier_ops = 0, error_ops = 0;
-  uint64_t bytes_reduced = 0;
-  uint64_t fused_ops = 0, fused_tensors = 0;
+  // By collective kind ("allreduce", ...): tensors executed and the bytes they moved.
+  struct KindCount {
+    uint64_t ops = 0, bytes = 0;
+  };
+  std::map<std::string, KindCount> by_kind;
+  uint64_t error_ops = 0;
+  uint64_t fused_ops = 0, fused_tensors = 0;  // groups of kinds that fuse, and their members
   uint64_t pending_tensors = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
   double engine_cpu_s = 0;  // CPU time of the engine thread

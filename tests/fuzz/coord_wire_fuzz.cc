@@ -3,8 +3,8 @@
 // same bytes, and what the coordinator then does with its metas (the agreement check) holds.
 #include <string>
 
+#include "daemon/collectives/agreement.h"
 #include "daemon/coord/wire.h"
-#include "daemon/core/tensor_table.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "daemon/collectives/agreement.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
@@ -20,7 +21,7 @@ Request Req(uint32_t rank, const std::string& name, std::vector<int64_t> shape =
 }
 
 TEST(TensorTable, ReadyOnlyWhenEveryRankSubmittedInCompletionOrder) {
-  TensorTable t(3);
+  TensorTable t(3, CheckAgreement);
   std::vector<ReadyTensor> ready;
   std::vector<FailedTensor> failed;
   ASSERT_TRUE(t.Add(Req(0, "a")).ok());
@@ -41,7 +42,7 @@ TEST(TensorTable, ReadyOnlyWhenEveryRankSubmittedInCompletionOrder) {
 }
 
 TEST(TensorTable, DuplicateInFlightNameIsRefusedForThatRankOnly) {
-  TensorTable t(2);
+  TensorTable t(2, CheckAgreement);
   ASSERT_TRUE(t.Add(Req(0, "w")).ok());
   Status dup = t.Add(Req(0, "w"));
   EXPECT_EQ(dup.code(), SYNCD_ERR_DUPLICATE);
@@ -54,7 +55,7 @@ TEST(TensorTable, DuplicateInFlightNameIsRefusedForThatRankOnly) {
 }
 
 TEST(TensorTable, ShapeMismatchNamesTensorAndRanks) {
-  TensorTable t(3);
+  TensorTable t(3, CheckAgreement);
   ASSERT_TRUE(t.Add(Req(0, "grad", {4, 4})).ok());
   ASSERT_TRUE(t.Add(Req(1, "grad", {4, 5})).ok());
   ASSERT_TRUE(t.Add(Req(2, "grad", {4, 4})).ok());
@@ -81,7 +82,7 @@ TEST(TensorTable, DtypeOpAndRootMismatches) {
       {[](Request& r) { r.prescale = 2.0; }, "mismatched scale factors"},
   };
   for (const Case& c : cases) {
-    TensorTable t(2);
+    TensorTable t(2, CheckAgreement);
     Request odd = Req(1, "x");
     c.tweak(odd);
     ASSERT_TRUE(t.Add(Req(0, "x")).ok());
@@ -92,7 +93,7 @@ TEST(TensorTable, DtypeOpAndRootMismatches) {
     ASSERT_EQ(failed.size(), 1u) << c.what;
     EXPECT_NE(failed[0].error.message().find(c.what), std::string::npos) << failed[0].error.message();
   }
-  TensorTable t(2);
+  TensorTable t(2, CheckAgreement);
   Request a = Req(0, "b"), b = Req(1, "b");
   a.kind = b.kind = abi::OpKind::kBroadcast;
   a.root = 0;
@@ -107,7 +108,7 @@ TEST(TensorTable, DtypeOpAndRootMismatches) {
 }
 
 TEST(TensorTable, StalledNamesTheMissingRanksOldestFirst) {
-  TensorTable t(3);
+  TensorTable t(3, CheckAgreement);
   ASSERT_TRUE(t.Add(Req(0, "old")).ok());
   ASSERT_TRUE(t.Add(Req(2, "old")).ok());
   usleep(20'000);
@@ -124,7 +125,7 @@ TEST(TensorTable, StalledNamesTheMissingRanksOldestFirst) {
 }
 
 TEST(TensorTable, FailAllReturnsOnlySubmittedRequests) {
-  TensorTable t(3);
+  TensorTable t(3, CheckAgreement);
   ASSERT_TRUE(t.Add(Req(0, "a")).ok());
   ASSERT_TRUE(t.Add(Req(2, "a")).ok());
   ASSERT_TRUE(t.Add(Req(1, "b")).ok());

@@ -6,7 +6,7 @@ namespace syncd {
 namespace {
 
 FusionCandidate Ar(uint64_t bytes, syncd_dtype dt = SYNCD_FLOAT32, syncd_reduce_op op = SYNCD_SUM) {
-  return {abi::OpKind::kAllreduce, dt, op, 1.0, 1.0, bytes};
+  return {FusionKey{abi::OpKind::kAllreduce, dt, op, 1.0, 1.0, false}, bytes};
 }
 
 TEST(PlanFusion, GroupsSameDtypeAndOpUpToThreshold) {
@@ -25,8 +25,8 @@ TEST(PlanFusion, ZeroThresholdDisablesFusion) {
 
 TEST(PlanFusion, LargeTensorRunsAloneAndOtherKindsNeverFuse) {
   std::vector<FusionCandidate> ready = {Ar(1000), Ar(10), Ar(10)};
-  ready.push_back({abi::OpKind::kBroadcast, SYNCD_FLOAT32, SYNCD_SUM, 1, 1, 10});
-  ready.push_back({abi::OpKind::kBroadcast, SYNCD_FLOAT32, SYNCD_SUM, 1, 1, 10});
+  ready.push_back({std::nullopt, 10});  // a kind that never fuses (broadcast) has no key
+  ready.push_back({std::nullopt, 10});
   ready.push_back(Ar(10, SYNCD_FLOAT32, SYNCD_MAX));
   auto g = PlanFusion(ready, 100);
   ASSERT_EQ(g.size(), 5u);
@@ -46,7 +46,7 @@ TEST(PlanFusion, EveryTensorIsPlacedExactlyOnce) {
     for (size_t i : g) {
       ++seen[i];
       bytes += ready[i].bytes;
-      EXPECT_EQ(ready[i].dtype, ready[g[0]].dtype);
+      EXPECT_EQ(ready[i].key, ready[g[0]].key);
     }
     if (g.size() > 1) {
       EXPECT_LE(bytes, 2048u);

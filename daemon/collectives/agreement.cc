@@ -1,0 +1,73 @@
+#include "daemon/collectives/agreement.h"
+
+#include <cstdio>
+#include <map>
+
+#include "daemon/collectives/collective.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string RankList(const std::vector<uint32_t>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string PlanText(const Request& r) {
+  char hex[32];
+  // The hash travels in the shape; the plan itself only within the node that computed it.
+  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)(r.shape.empty() ? 0 : r.shape[0]));
+  std::string d = std::string("plan ") + hex;
+  if (r.plan) d += " (" + std::to_string(r.plan->tensors.size()) + " tensors, " + std::to_string(r.plan->groups()) + " groups)";
+  return d;
+}
+
+}  // namespace
+
+std::string SameShape(const std::vector<Request>& rs) {
+  return Disagreement(rs, "shape", [](const Request& r) { return ShapeText(r.shape); });
+}
+
+std::string Disagreement(const std::vector<Request>& rs, const char* what,
+                         const std::function<std::string(const Request&)>& describe) {
+  std::map<std::string, std::vector<uint32_t>> groups;
+  std::vector<std::string> order;
+  for (const Request& r : rs) {
+    std::string v = describe(r);
+    if (!groups.count(v)) order.push_back(v);
+    groups[v].push_back(r.rank);
+  }
+  if (groups.size() <= 1) return "";
+  std::string msg = "tensor '" + rs.front().name + "': mismatched " + what + " across ranks: ";
+  for (size_t i = 0; i < order.size(); ++i) msg += (i ? "; " : "") + order[i] + " on " + RankList(groups[order[i]]);
+  return msg;
+}
+
+Status CheckAgreement(const std::vector<Request>& rs) {
+  // A rank that could not take part (syncd_fail_async) fails the name for every rank, saying why.
+  for (const Request& r : rs)
+    if (r.kind == abi::OpKind::kFail)
+      return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': rank " + std::to_string(r.rank) +
+                                            " could not take part: " +
+                                            (r.failure.empty() ? "its own checks refused its tensor" : r.failure));
+  std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(OpKindName(r.kind)); });
+  if (msg.empty()) msg = Disagreement(rs, "memory", [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
+  if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
+  if (msg.empty() && rs.front().kind == abi::OpKind::kRegisterGraph) msg = Disagreement(rs, "TOPO plan", PlanText);
+  if (msg.empty()) {
+    const Collective* c = FindCollective(rs.front().kind);
+    msg = c != nullptr ? c->Disagreement(rs) : SameShape(rs);
+  }
+  if (msg.empty()) return Status::Ok();
+  return Status(SYNCD_ERR_MISMATCH, msg);
+}
+
+}  // namespace syncd

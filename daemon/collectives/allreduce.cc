@@ -1,0 +1,106 @@
+// Allreduce: every rank ends with op(prescale * every rank's tensor) * postscale (AVERAGE divides
+// by the world size). Fuses with allreduces of the same dtype, op, scale factors and memory.
+// Across nodes on the host path: hierarchical and pipelined (local reduce, inter-node allreduce,
+// local scatter, one segment at a time).
+#include <algorithm>
+#include <deque>
+
+#include "daemon/collectives/agreement.h"
+#include "daemon/collectives/collective.h"
+#include "daemon/transport/host_collectives.h"
+#include "proto/status_names.h"
+
+namespace syncd {
+namespace {
+
+// Fused groups move through the network in segments of this size, this many in flight.
+constexpr size_t kPipelineSegmentBytes = 1 << 20;
+constexpr size_t kPipelineDepth = 4;
+
+class AllreduceCollective final : public Collective {
+ public:
+  abi::OpKind kind() const override { return abi::OpKind::kAllreduce; }
+  const char* name() const override { return "allreduce"; }
+
+  Status Parse(const abi::SubmitEntry& e, uint32_t, const std::string& what, Request* r) const override {
+    if (e.op >= SYNCD_REDUCE_OP_COUNT)
+      return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
+    r->op = syncd_reduce_op(e.op);
+    r->prescale = e.prescale;
+    r->postscale = e.postscale;
+    return Status::Ok();
+  }
+
+  std::string Disagreement(const std::vector<Request>& rs) const override {
+    std::string msg = SameShape(rs);
+    if (msg.empty())
+      msg = syncd::Disagreement(rs, "reduce op", [](const Request& r) { return std::string(abi::ReduceOpName(r.op)); });
+    if (msg.empty())
+      msg = syncd::Disagreement(rs, "scale factors", [](const Request& r) {
+        return "prescale " + std::to_string(r.prescale) + " postscale " + std::to_string(r.postscale);
+      });
+    return msg;
+  }
+
+  std::optional<FusionKey> FusionKeyOf(const Request& r) const override {
+    return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu};
+  }
+
+  void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override { host.Allreduce(group); }
+
+  StatusOr<uint64_t> EnqueueGpu(const CollectiveGroup& group, const OnGpus& run) const override {
+    return run.gpu->Allreduce(group, run.world_size);
+  }
+
+  // Pipelined in segments: while segment k is on the wire, k+1 is reduced locally and k-1 is
+  // scattered back. The stages cycle through kPipelineDepth segment slots, so the working set
+  // stays in cache however large the fused group is.
+  CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
+    const Request& f = group.front()->first();
+    uint64_t bytes = 0;
+    for (const ReadyTensor* t : group) bytes += t->first().bytes;
+    const size_t esize = abi::DtypeSize(f.dtype);
+    const size_t count = bytes / esize;
+    const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
+    const size_t slot_bytes = seg * esize;
+    const HostBuffer::Block fusion = run.buffer->Reserve(slot_bytes * kPipelineDepth);
+    struct Stage {
+      CommTask task;
+      size_t begin, end;
+      char* slot;
+    };
+    std::deque<Stage> inflight;
+    AllreduceOptions opts;
+    opts.slices = 1;  // the segments already overlap
+    size_t next = 0;
+    uint64_t segment = 0;
+    while (next < count || !inflight.empty()) {
+      while (next < count && inflight.size() < kPipelineDepth) {
+        const size_t end = std::min(count, next + seg);
+        char* slot = fusion->data() + (segment % kPipelineDepth) * slot_bytes;
+        run.host->ReduceRange(group, next, end, slot);
+        inflight.push_back(Stage{syncd::Allreduce(run.transport, run.tag | (segment % 4096), slot, fusion, end - next,
+                                                  f.dtype, f.op, opts),
+                                 next, end, slot});
+        ++segment;
+        next = end;
+      }
+      std::vector<CommTask*> stages;
+      for (Stage& s : inflight) stages.push_back(&s.task);
+      Status st = co_await AwaitFirst(std::move(stages));
+      if (!st.ok()) co_return st;
+      run.host->ScatterRange(group, inflight.front().begin, inflight.front().end, inflight.front().slot);
+      inflight.pop_front();
+    }
+    co_return Status::Ok();
+  }
+};
+
+}  // namespace
+
+const Collective& AllreduceKind() {
+  static const AllreduceCollective kind;
+  return kind;
+}
+
+}  // namespace syncd

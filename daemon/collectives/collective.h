@@ -1,0 +1,89 @@
+// A collective kind as one unit. Each kind (allreduce, broadcast, barrier; allgather, alltoall,
+// reducescatter next) is a Collective in a file of its own in this folder, listed once in
+// registry.cc. It says everything the rest of the daemon needs to know about the kind:
+//
+// - Parse: the ring entry's fields only this kind reads (reduce op and scale factors, a root).
+// - Disagreement: what must agree across ranks beyond the kind, memory, dtype and shape that
+//   every kind checks (agreement.h).
+// - FusionKeyOf: whether two requests fuse (they share a key) or the kind always runs alone.
+// - ResultBytes: how many bytes a rank's result holds, knowing every rank's request.
+// - RunLocal / RunAcross / EnqueueGpu: how a fused group runs on this node's host memory, across
+//   nodes on the host path, and on the GPUs.
+//
+// The engine and the negotiator dispatch through this interface and never switch on the kind.
+// Graph registration and failure notices travel on the ring too but are not collectives: the
+// engine handles them (FindCollective returns nullptr for them).
+#ifndef SYNCD_DAEMON_COLLECTIVES_COLLECTIVE_H_
+#define SYNCD_DAEMON_COLLECTIVES_COLLECTIVE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "daemon/core/tensor_table.h"
+#include "daemon/exec/gpu_executor.h"
+#include "daemon/exec/host_executor.h"
+#include "daemon/plan/fusion.h"
+#include "daemon/transport/comm_task.h"
+#include "daemon/transport/host_buffer.h"
+#include "proto/shm_abi.h"
+
+namespace syncd {
+
+// One fused group: its members share the kind's fusion key (a kind that never fuses: one member).
+using CollectiveGroup = std::vector<const ReadyTensor*>;
+
+// What a many-node host execution runs with.
+struct AcrossNodes {
+  Transport* transport = nullptr;  // one participant per node
+  HostExecutor* host = nullptr;    // this node's ranks
+  HostBuffer* buffer = nullptr;    // the fusion buffer of this kind of execution
+  uint64_t tag = 0;                // unique to this group across the job; the low 12 bits are the group's
+  uint32_t local_size = 1;
+  uint32_t node_rank = 0;
+};
+
+// What a GPU execution runs with.
+struct OnGpus {
+  GpuExecutor* gpu = nullptr;
+  uint32_t world_size = 1;
+  uint32_t local_size = 1;
+};
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+
+  virtual abi::OpKind kind() const = 0;
+  virtual const char* name() const = 0;  // "allreduce": in errors and statistics
+  // Whether its ring entries carry a tensor (dtype, shape, data or a GPU descriptor).
+  virtual bool has_tensor() const { return true; }
+
+  // Checks and copies this kind's own fields of `e` into `r` (after the common ones). `what`
+  // names the tensor and the rank for errors.
+  virtual Status Parse(const abi::SubmitEntry& e, uint32_t world_size, const std::string& what, Request* r) const;
+  // What else the ranks' requests must agree on: "" or the message (see Disagreement()).
+  virtual std::string Disagreement(const std::vector<Request>& requests) const;
+  // Requests with equal keys may run as one fused group; nullopt: each request runs alone.
+  virtual std::optional<FusionKey> FusionKeyOf(const Request& r) const;
+  // The bytes rank `i` gets back (requests[i] is its request).
+  virtual uint64_t ResultBytes(const std::vector<Request>& requests, size_t i) const { return requests[i].bytes; }
+
+  // One node, host memory: runs the group at once, in place in every rank's tensor.
+  virtual void RunLocal(const CollectiveGroup& group, HostExecutor& host) const = 0;
+  // Many nodes, host memory: the local step, the inter-node step, the local result.
+  virtual CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const = 0;
+  // GPU tensors: enqueues the group on the GPU executor; a ticket for GpuExecutor::Test.
+  virtual StatusOr<uint64_t> EnqueueGpu(const CollectiveGroup& group, const OnGpus& run) const;
+};
+
+// The kind's unit, or nullptr for graph registration and failure notices (and unknown kinds).
+const Collective* FindCollective(abi::OpKind kind);
+// "allreduce", "graph registration", ...
+const char* OpKindName(abi::OpKind kind);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_COLLECTIVES_COLLECTIVE_H_

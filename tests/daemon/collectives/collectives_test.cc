@@ -1,0 +1,103 @@
+#include "daemon/collectives/collective.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "daemon/collectives/agreement.h"
+
+namespace syncd {
+namespace {
+
+Request Tensor(abi::OpKind kind, uint32_t rank, std::vector<float>* data) {
+  Request r;
+  r.kind = kind;
+  r.rank = r.local_rank = rank;
+  r.name = "t";
+  r.dtype = SYNCD_FLOAT32;
+  r.shape = {int64_t(data->size())};
+  r.bytes = data->size() * sizeof(float);
+  r.data = reinterpret_cast<char*>(data->data());
+  return r;
+}
+
+TEST(Collectives, EveryKindIsRegisteredOnceUnderItsOwnName) {
+  std::set<std::string> names;
+  for (abi::OpKind k : {abi::OpKind::kAllreduce, abi::OpKind::kBroadcast, abi::OpKind::kBarrier}) {
+    const Collective* c = FindCollective(k);
+    ASSERT_NE(c, nullptr) << int(k);
+    EXPECT_EQ(c->kind(), k);
+    EXPECT_TRUE(names.insert(c->name()).second) << c->name();
+  }
+  // Not collectives: the engine handles them.
+  EXPECT_EQ(FindCollective(abi::OpKind::kRegisterGraph), nullptr);
+  EXPECT_EQ(FindCollective(abi::OpKind::kFail), nullptr);
+  EXPECT_STREQ(OpKindName(abi::OpKind::kRegisterGraph), "graph registration");
+  EXPECT_STREQ(OpKindName(abi::OpKind(99)), "unknown");
+}
+
+TEST(Collectives, AllreducesFuseByDtypeOpScaleAndMemoryOtherKindsRunAlone) {
+  const Collective& ar = *FindCollective(abi::OpKind::kAllreduce);
+  std::vector<float> d(4);
+  Request a = Tensor(abi::OpKind::kAllreduce, 0, &d), b = a;
+  EXPECT_EQ(ar.FusionKeyOf(a), ar.FusionKeyOf(b));
+  b.postscale = 0.5;
+  EXPECT_NE(ar.FusionKeyOf(a), ar.FusionKeyOf(b));
+  b = a;
+  b.gpu = true;
+  EXPECT_NE(ar.FusionKeyOf(a), ar.FusionKeyOf(b));
+  EXPECT_FALSE(FindCollective(abi::OpKind::kBroadcast)->FusionKeyOf(Tensor(abi::OpKind::kBroadcast, 0, &d)));
+  EXPECT_FALSE(FindCollective(abi::OpKind::kBarrier)->has_tensor());
+}
+
+TEST(Collectives, ParseChecksTheKindsOwnFields) {
+  abi::SubmitEntry e{};
+  Request r;
+  e.root = 4;
+  Status st = FindCollective(abi::OpKind::kBroadcast)->Parse(e, 4, "tensor 'w' from rank 1", &r);
+  EXPECT_EQ(st.code(), SYNCD_ERR_INVALID);
+  EXPECT_EQ(st.message(), "tensor 'w' from rank 1: broadcast root 4 is not a rank (size 4)");
+  e.root = 3;
+  EXPECT_TRUE(FindCollective(abi::OpKind::kBroadcast)->Parse(e, 4, "w", &r).ok());
+  EXPECT_EQ(r.root, 3);
+  e.op = SYNCD_REDUCE_OP_COUNT;
+  EXPECT_EQ(FindCollective(abi::OpKind::kAllreduce)->Parse(e, 4, "w", &r).code(), SYNCD_ERR_PROTOCOL);
+}
+
+TEST(Collectives, AgreementAppliesTheKindsRules) {
+  std::vector<float> d0(2), d1(2);
+  std::vector<Request> rs = {Tensor(abi::OpKind::kBroadcast, 0, &d0), Tensor(abi::OpKind::kBroadcast, 1, &d1)};
+  rs[1].root = 1;
+  Status st = CheckAgreement(rs);
+  EXPECT_EQ(st.code(), SYNCD_ERR_MISMATCH);
+  EXPECT_EQ(st.message(), "tensor 't': mismatched root across ranks: root 0 on rank 0; root 1 on rank 1");
+  rs[1].root = 0;
+  rs[1].op = SYNCD_MAX;  // a broadcast has no reduce op: not compared
+  EXPECT_TRUE(CheckAgreement(rs).ok());
+  rs[0].kind = rs[1].kind = abi::OpKind::kAllreduce;
+  EXPECT_NE(CheckAgreement(rs).message().find("mismatched reduce op"), std::string::npos);
+}
+
+TEST(Collectives, RunLocalComputesTheResultInEveryRanksTensor) {
+  HostExecutor host(2);
+  std::vector<float> a = {1, 2}, b = {3, 4};
+  ReadyTensor t{{Tensor(abi::OpKind::kAllreduce, 0, &a), Tensor(abi::OpKind::kAllreduce, 1, &b)}};
+  FindCollective(abi::OpKind::kAllreduce)->RunLocal({&t}, host);
+  EXPECT_EQ(a, (std::vector<float>{4, 6}));
+  EXPECT_EQ(b, (std::vector<float>{4, 6}));
+  a = {1, 2};
+  b = {3, 4};
+  ReadyTensor bc{{Tensor(abi::OpKind::kBroadcast, 0, &a), Tensor(abi::OpKind::kBroadcast, 1, &b)}};
+  for (Request& r : bc.requests) r.root = 1;
+  FindCollective(abi::OpKind::kBroadcast)->RunLocal({&bc}, host);
+  EXPECT_EQ(a, (std::vector<float>{3, 4}));
+}
+
+TEST(Collectives, AKindWithoutAGpuPathSaysSo) {
+  StatusOr<uint64_t> t = FindCollective(abi::OpKind::kBarrier)->EnqueueGpu({}, OnGpus{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "barrier has no GPU path");
+}
+
+}  // namespace
+}  // namespace syncd
