@@ -28,6 +28,61 @@ std::string Bytes(uint64_t b) {
 
 syncd::CoreSet Cores(const google::protobuf::RepeatedField<uint32_t>& f) { return {f.begin(), f.end()}; }
 
+void PrintStall(const syncd::control::Stall& st) {
+  std::string missing, submitted;
+  for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
+  for (uint32_t m : st.submitted_ranks()) submitted += (submitted.empty() ? "" : ",") + std::to_string(m);
+  printf("  STALLED  tensor '%s' waiting %.0f s for ranks %s%s\n", st.name().c_str(), st.waiting_s(), missing.c_str(),
+         submitted.empty() ? "" : (" (submitted by ranks " + submitted + ")").c_str());
+}
+
+void PrintTopo(const syncd::control::Topo& t) {
+  printf("  topo     plan %s: %lu tensors in %lu groups%s\n", t.plan_hash().c_str(), (unsigned long)t.plan_tensors(),
+         (unsigned long)t.plan_groups(), t.in_use() ? "" : "   (registered, not used: --coord is not topo)");
+  if (t.in_use())
+    printf("           %lu steps   %lu groups run   %lu tensors   waiting for group %u   negotiated outside the plan %lu\n",
+           (unsigned long)t.steps(), (unsigned long)t.groups_executed(), (unsigned long)t.tensors_executed(),
+           t.next_group(), (unsigned long)t.fallback_tensors());
+}
+
+void PrintCoordination(const syncd::control::Coordination& c) {
+  printf("  coord    %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",
+         c.mode().c_str(), (unsigned long)c.cycles(), c.mean_cycle_ms(), c.coordination_ms_total(),
+         (unsigned long)c.coordinator_rounds());
+  printf("  time     executing %.1f ms   blocked in collectives %.1f ms   between cycles %.1f ms\n",
+         c.execution_ms_total(), c.blocked_ms_total(), c.idle_ms_total());
+  if (c.mode() == "gs")
+    printf("  gs       %lu sleep agreements, %.1f ms agreed sleep\n", (unsigned long)c.sleep_agreements(),
+           c.agreed_sleep_ms_total());
+  printf("  messages %lu sent to coordinate (%s)%s\n", (unsigned long)c.coordination_messages(),
+         Bytes(c.coordination_bytes()).c_str(),
+         c.mode() == "topo" ? ("   " + std::to_string(c.cycle_requests()) + " cycles requested").c_str() : "");
+  printf("  cache    hits %lu   misses %lu   hit rate %.1f %%   waiting for other nodes %lu\n",
+         (unsigned long)c.cache_hits(), (unsigned long)c.cache_misses(), 100.0 * c.cache_hit_rate(),
+         (unsigned long)c.pending_names());
+  if (!c.failure().empty()) printf("  FAILED   %s\n", c.failure().c_str());
+}
+
+// One section per process set: the global set (id 0) first.
+void PrintProcessSet(const syncd::control::ProcessSetStatus& p) {
+  printf("process set %d%s   %u ranks   pending tensors %lu\n", p.id(), p.id() == 0 ? " (global)" : "", p.size(),
+         (unsigned long)p.pending_tensors());
+  for (const auto& st : p.stalls()) PrintStall(st);
+  if (p.has_topo()) PrintTopo(p.topo());
+  if (p.has_coordination()) PrintCoordination(p.coordination());
+}
+
+void PrintGpu(const syncd::control::Gpu& g) {
+  for (const auto& d : g.devices()) printf("gpu        %s\n", d.c_str());
+  printf("gpu ops    allreduce %lu   broadcast %lu   %s   NCCL ranks in the job %u\n", (unsigned long)g.allreduces(),
+         (unsigned long)g.broadcasts(), Bytes(g.bytes()).c_str(), g.nccl_ranks());
+  printf("ipc        %s   handles open %lu   opened %lu   cache hits %lu   closed %lu\n",
+         g.ipc_cache() ? "cache on" : "cache OFF", (unsigned long)g.ipc_handles_open(),
+         (unsigned long)g.ipc_handle_opens(), (unsigned long)g.ipc_handle_hits(), (unsigned long)g.ipc_handle_closes());
+  printf("gpu time   map %.1f us/request   issue %.1f us/collective   device %.1f us/collective\n", g.map_us_mean(),
+         g.issue_us_mean(), g.device_us_mean());
+}
+
 void PrintTable(const syncd::control::StatusReply& s) {
   size_t attached = 0;
   for (const auto& c : s.clients()) attached += c.state() == "attached";
@@ -49,57 +104,15 @@ void PrintTable(const syncd::control::StatusReply& s) {
          (unsigned long)s.ops().broadcast(), (unsigned long)s.ops().barrier(), (unsigned long)s.ops().errors());
   printf("fusion     %lu fused ops, %.2f tensors each, threshold %s   reduced %s\n", (unsigned long)s.fused_ops(),
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
-  printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu   pending tensors %lu\n",
-         s.engine_busy_pct(), s.engine_cpu_s(), s.daemon_cpu_s(), (unsigned long)s.engine_wakeups(),
-         (unsigned long)s.pending_tensors());
-  for (const auto& st : s.stalls()) {
-    std::string missing, submitted;
-    for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
-    for (uint32_t m : st.submitted_ranks()) submitted += (submitted.empty() ? "" : ",") + std::to_string(m);
-    printf("STALLED    tensor '%s' waiting %.0f s for ranks %s%s\n", st.name().c_str(), st.waiting_s(), missing.c_str(),
-           submitted.empty() ? "" : (" (submitted by ranks " + submitted + ")").c_str());
-  }
-  if (s.has_topo()) {
-    const auto& t = s.topo();
-    printf("topo       plan %s: %lu tensors in %lu groups%s\n", t.plan_hash().c_str(), (unsigned long)t.plan_tensors(),
-           (unsigned long)t.plan_groups(), t.in_use() ? "" : "   (registered, not used: --coord is not topo)");
-    if (t.in_use())
-      printf("           %lu steps   %lu groups run   %lu tensors   waiting for group %u   negotiated outside the plan %lu\n",
-             (unsigned long)t.steps(), (unsigned long)t.groups_executed(), (unsigned long)t.tensors_executed(),
-             t.next_group(), (unsigned long)t.fallback_tensors());
-  }
-  if (s.has_gpu()) {
-    const auto& g = s.gpu();
-    for (const auto& d : g.devices()) printf("gpu        %s\n", d.c_str());
-    printf("gpu ops    allreduce %lu   broadcast %lu   %s   NCCL ranks in the job %u\n", (unsigned long)g.allreduces(),
-           (unsigned long)g.broadcasts(), Bytes(g.bytes()).c_str(), g.nccl_ranks());
-    printf("ipc        %s   handles open %lu   opened %lu   cache hits %lu   closed %lu\n",
-           g.ipc_cache() ? "cache on" : "cache OFF", (unsigned long)g.ipc_handles_open(),
-           (unsigned long)g.ipc_handle_opens(), (unsigned long)g.ipc_handle_hits(), (unsigned long)g.ipc_handle_closes());
-    printf("gpu time   map %.1f us/request   issue %.1f us/collective   device %.1f us/collective\n", g.map_us_mean(),
-           g.issue_us_mean(), g.device_us_mean());
-  }
+  printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
+         s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
+  if (s.has_gpu()) PrintGpu(s.gpu());
   if (s.has_coordination()) {
-    const auto& c = s.coordination();
-    printf("coord      %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",
-           c.mode().c_str(), (unsigned long)c.cycles(), c.mean_cycle_ms(), c.coordination_ms_total(),
-           (unsigned long)c.coordinator_rounds());
-    printf("time       executing %.1f ms   blocked in collectives %.1f ms   between cycles %.1f ms\n",
-           c.execution_ms_total(), c.blocked_ms_total(), c.idle_ms_total());
-    if (c.mode() == "gs")
-      printf("gs         %lu sleep agreements, %.1f ms agreed sleep\n", (unsigned long)c.sleep_agreements(),
-             c.agreed_sleep_ms_total());
-    printf("messages   %lu sent to coordinate (%s)%s\n", (unsigned long)c.coordination_messages(),
-           Bytes(c.coordination_bytes()).c_str(),
-           c.mode() == "topo" ? ("   " + std::to_string(c.cycle_requests()) + " cycles requested").c_str() : "");
-    printf("cache      hits %lu   misses %lu   hit rate %.1f %%   waiting for other nodes %lu\n",
-           (unsigned long)c.cache_hits(), (unsigned long)c.cache_misses(), 100.0 * c.cache_hit_rate(),
-           (unsigned long)c.pending_names());
     std::string peers;
-    for (const auto& p : c.peers()) peers += " node " + std::to_string(p.node()) + " " + p.state() + ";";
+    for (const auto& p : s.coordination().peers()) peers += " node " + std::to_string(p.node()) + " " + p.state() + ";";
     printf("peers     %s\n", peers.c_str());
-    if (!c.failure().empty()) printf("FAILED     %s\n", c.failure().c_str());
   }
+  for (const auto& p : s.process_sets()) PrintProcessSet(p);
 }
 
 }  // namespace

@@ -12,6 +12,13 @@ namespace syncd {
 namespace {
 
 // The parts of a status reply, one per section of `syncctl status`.
+void FillStall(const StallSnapshot& st, control::Stall* out) {
+  out->set_name(st.name);
+  out->set_waiting_s(st.waiting_s);
+  for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
+  for (uint32_t m : st.submitted_ranks) out->add_submitted_ranks(m);
+}
+
 void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
   for (const ClientSnapshot& c : s.clients) {
     control::ClientStatus* out = r->add_clients();
@@ -40,22 +47,15 @@ void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control:
   r->set_bytes_reduced(count("allreduce").bytes);
   r->set_fused_ops(s.fused_ops);
   r->set_mean_tensors_per_fusion(s.fused_ops ? double(s.fused_tensors) / double(s.fused_ops) : 0.0);
-  r->set_pending_tensors(s.pending_tensors);
   r->set_fusion_threshold_bytes(fusion_threshold);
   r->set_engine_busy_pct(s.uptime_s > 0 ? 100.0 * double(s.engine_busy_ns) / 1e9 / s.uptime_s : 0.0);
   r->set_engine_wakeups(s.engine_wakeups);
   r->set_engine_cpu_s(s.engine_cpu_s);
   r->set_daemon_cpu_s(s.daemon_cpu_s);
-  for (const StallSnapshot& st : s.stalls) {
-    control::Stall* out = r->add_stalls();
-    out->set_name(st.name);
-    out->set_waiting_s(st.waiting_s);
-    for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
-    for (uint32_t m : st.submitted_ranks) out->add_submitted_ranks(m);
-  }
+  for (const StallSnapshot& st : s.stalls) FillStall(st, r->add_stalls());
 }
 
-void FillTopo(const StatusSnapshot& s, control::Topo* t) {
+void FillTopo(const ProcessSetSnapshot& s, control::Topo* t) {
   char hex[32];
   snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)s.plan_hash);
   t->set_plan_hash(hex);
@@ -89,9 +89,9 @@ void FillGpu(const StatusSnapshot& s, bool ipc_cache, control::Gpu* g) {
   g->set_device_us_mean(s.gpu.completed ? double(s.gpu.device_ns) / 1e3 / double(s.gpu.completed) : 0.0);
 }
 
-void FillCoordination(const StatusSnapshot& s, control::Coordination* c) {
+void FillCoordination(const ProcessSetSnapshot& s, const std::string& mode, control::Coordination* c) {
   const NegotiationStats& n = s.negotiation;
-  c->set_mode(s.coord_mode);
+  c->set_mode(mode);
   c->set_cycles(n.cycles);
   c->set_mean_cycle_ms(n.cycles ? double(n.cycle_ns_total) / double(n.cycles) / 1e6 : 0.0);
   c->set_coordination_ms_total(double(n.coordination_ns_total) / 1e6);
@@ -110,11 +110,23 @@ void FillCoordination(const StatusSnapshot& s, control::Coordination* c) {
   c->set_coordination_bytes(n.coordination_bytes);
   c->set_cycle_requests(n.cycle_requests);
   c->set_failure(s.failure);
+}
+
+void FillPeers(const StatusSnapshot& s, control::Coordination* c) {
   for (const auto& [node, state] : s.peers) {
     control::PeerStatus* p = c->add_peers();
     p->set_node(node);
     p->set_state(state);
   }
+}
+
+void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, control::ProcessSetStatus* out) {
+  out->set_id(p.id);
+  out->set_size(p.size);
+  out->set_pending_tensors(p.pending_tensors);
+  if (p.coordinated) FillCoordination(p, mode, out->mutable_coordination());
+  if (p.has_plan) FillTopo(p, out->mutable_topo());
+  for (const StallSnapshot& st : p.stalls) FillStall(st, out->add_stalls());
 }
 
 }  // namespace
@@ -133,9 +145,16 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_local_size(s->local_size);
   FillClients(*s, r);
   FillThroughput(*s, config_.fusion_threshold, r);
-  if (s->has_plan) FillTopo(*s, r->mutable_topo());
   if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache == "on", r->mutable_gpu());
-  if (s->coordinated) FillCoordination(*s, r->mutable_coordination());
+  for (const ProcessSetSnapshot& p : s->process_sets) FillProcessSet(p, s->coord_mode, r->add_process_sets());
+  // The global set's sections, where they were before there were sets.
+  const ProcessSetSnapshot* global = s->process_sets.empty() ? nullptr : &s->process_sets.front();
+  if (global) r->set_pending_tensors(global->pending_tensors);
+  if (global && global->has_plan) FillTopo(*global, r->mutable_topo());
+  if (s->coordinated) {
+    FillCoordination(global ? *global : ProcessSetSnapshot{}, s->coord_mode, r->mutable_coordination());
+    FillPeers(*s, r->mutable_coordination());
+  }
   return grpc::Status::OK;
 }
 

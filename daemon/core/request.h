@@ -18,6 +18,7 @@ struct Request {
   uint32_t rank = 0;        // global rank of the submitter
   uint32_t local_rank = 0;
   uint64_t handle = 0;      // the client's handle, echoed in the completion
+  int32_t process_set = 0;  // the set it is coordinated in (0: the global set)
   abi::OpKind kind = abi::OpKind::kAllreduce;
   syncd_dtype dtype = SYNCD_FLOAT32;
   syncd_reduce_op op = SYNCD_SUM;

@@ -24,66 +24,48 @@ std::string RankName(uint32_t rank, int32_t pid) {
 
 }  // namespace
 
-std::unique_ptr<Negotiator> Engine::MakeNegotiator(uint64_t job) {
-  NegotiatorOptions opts;
-  opts.job = job;
-  opts.cycle_ns = uint64_t(config_.cycle_time_us) * 1000;
-  opts.start_on_work = config_.cycle_start == "work";
-  opts.cache_capacity = config_.cache_capacity;
-  opts.stall_ns = uint64_t(config_.stall_shutdown_s ? std::min(config_.stall_warning_s, config_.stall_shutdown_s)
-                                                    : config_.stall_warning_s) * 1'000'000'000ull;
-  opts.local_size = local_size_;
-  opts.blocking = config_.coord == abi::CoordMode::kNegotiate || config_.coord == abi::CoordMode::kGs;
-  opts.on_demand = config_.coord == abi::CoordMode::kTopo;
-  opts.gs_period = config_.coord == abi::CoordMode::kGs ? config_.gs_period : 0;
-  if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
+void Engine::EndJob(uint64_t next_job) {
+  if (job_started_) spdlog::info("job {:#x} starts (previous job {:#x})", next_job, job_id_);
+  char why[64];
+  snprintf(why, sizeof(why), "its ranks started job %#llx", (unsigned long long)next_job);
+  for (auto& [id, set] : sets_) {
+    // Whatever the previous job left (requests of ranks that are all gone) ends here,
+    set->FailWaiting(Status(SYNCD_ERR_RANK_LOST, "its job ended"));
+    // and the other nodes learn that this one is done with it (they may still be in a cycle of it).
+    set->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
+  }
+  // Its plans and coordination too: every node drops them at the same point, before the new
+  // job's first request. GPU work already enqueued still completes (to nobody, its ranks are gone).
+  for (auto& [id, set] : sets_)
+    if (set->gpu_busy()) retired_.push_back(std::move(set));
+  sets_.clear();
+  lost_ranks_.clear();
+}
+
+void Engine::BeginJob(uint64_t job) {
+  // The new job's messages are kept apart from anything the old one left.
+  if (transport_) transport_->SetEpoch(JobEpoch(job));
+  ProcessSetHooks hooks;
+  hooks.complete = [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); };
+  hooks.flush = [this] { FlushClients(); };
   // Blocking in a cycle as Horovod does must not make the daemon blind: a client attaching or
   // dying, a stall to report, the daemon stopping all end the blocking (the cycle goes on).
-  opts.while_blocked = [this](uint64_t blocked_ns) {
+  hooks.keep_blocking = [this](uint64_t blocked_ns) {
     node_page_->Heartbeat();
     const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
     return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain) &&
            inbox_.Empty() && blocked_ns < kStallCheckPeriodNs;
   };
-  return std::make_unique<Negotiator>(
-      transport_.get(), opts,
-      [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
-        return ExecuteAgreed(ready, tag, &fusion_buffer_, negotiator_->agreed_gpu_position());
-      },
-      [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
-}
-
-void Engine::StartJob(uint64_t job) {
-  if (job_started_) spdlog::info("job {:#x} starts (previous job {:#x})", job, job_id_);
-  // Whatever the previous job left (requests of ranks that are all gone) ends here.
-  std::vector<FailedTensor> failed;
-  table_.FailAll(Status(SYNCD_ERR_RANK_LOST, "its job ended"), &failed);
-  for (FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  lost_ranks_.clear();
-  // Its plan too: every node drops it at the same point, before the new job's first request.
-  topo_.reset();
-  plan_.reset();
-  gpu_order_.Reset();
-  fallback_tensors_ = 0;
-  job_failure_ = Status::Ok();
-  deferred_failure_ = Status::Ok();
-  if (transport_) {
-    // The other nodes learn that this one is done with the old job (they may still be in a cycle
-    // of it), then the new job's messages are kept apart from anything the old one left.
-    if (negotiator_) {
-      char why[64];
-      snprintf(why, sizeof(why), "its ranks started job %#llx", (unsigned long long)job);
-      negotiator_->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
-      negotiator_.reset();
-    }
-    transport_->SetEpoch(JobEpoch(job));
-    negotiator_ = MakeNegotiator(job);
-  }
+  const ProcessSetPlace global{0, job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get()};
+  sets_[0] = std::make_unique<ProcessSet>(config_, global, &counters_, std::move(hooks));
   job_id_ = job;
   job_started_ = true;
 }
 
-Engine::~Engine() { negotiator_.reset(); }
+Engine::~Engine() {
+  sets_.clear();
+  retired_.clear();
+}
 
 bool Engine::DrainEvents() {
   bool did = false;
@@ -96,13 +78,13 @@ bool Engine::DrainEvents() {
       // previous job's departed ranks, its failure and its coordination mean nothing to it.
       // Without --local-size, the job's first client says how many ranks this node runs.
       const bool resize = clients_.empty() && config_.local_size == 0 && a->client->local_size != local_size_;
-      if (!job_started_ || resize || (a->client->job_id != job_id_ && clients_.empty())) StartJob(a->client->job_id);
+      const bool start = !job_started_ || resize || (a->client->job_id != job_id_ && clients_.empty());
+      if (start) EndJob(a->client->job_id);
       if (resize) {
         local_size_ = a->client->local_size;
         world_size_ = local_size_ * config_.nodes;
-        table_ = TensorTable(local_size_, CheckAgreement);
-        executor_ = HostExecutor(world_size_);
       }
+      if (start) BeginJob(a->client->job_id);
       lost_ranks_.erase(lr);
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
@@ -123,10 +105,9 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   if (clean) spdlog::info("{} {}", who, reason);
   else spdlog::warn("{} {}", who, reason);
   const uint32_t local_rank = info.local_rank;
-  const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
   // Requests of this rank still in flight were abandoned: what needs them cannot complete.
-  const bool abandoned = table_.HasRequestsOf(local_rank) || topo_in_flight ||
-                         (negotiator_ && negotiator_->pending() > 0);
+  bool abandoned = false;
+  for (const auto& [id, set] : sets_) abandoned = abandoned || set->Abandons(local_rank);
   lost_ranks_[local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
   client_by_local_rank_.erase(local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
@@ -145,15 +126,12 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
     lost.rejoin_deadline_ns = abi::MonotonicNs() + kRejoinGraceNs;
     return;
   }
-  std::vector<FailedTensor> failed;
   const Status lost(SYNCD_ERR_RANK_LOST, who + " " + reason + " while the collective was in flight");
-  table_.FailAll(lost, &failed);
-  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  if (topo_in_flight) topo_->FailAll(lost);
   // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
   // flight (the normal end of a job), the job cannot go on.
   // This holds even when it was this node's last rank: the other nodes' ranks still wait for it.
-  if (negotiator_ && (!clean || abandoned)) negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, who + " " + reason));
+  const Status peers = !clean || abandoned ? Status(SYNCD_ERR_RANK_LOST, who + " " + reason) : Status::Ok();
+  for (auto& [id, set] : sets_) set->RankLost(lost, peers);
 }
 
 void Engine::ExpireDepartures(uint64_t now_ns) {
@@ -166,10 +144,9 @@ void Engine::ExpireDepartures(uint64_t now_ns) {
     expired += (expired.empty() ? "" : "; ") + lost.reason;
   }
   if (expired.empty() || clients_.empty()) return;
-  std::vector<FailedTensor> failed;
-  table_.FailAll(Status(SYNCD_ERR_RANK_LOST, expired), &failed);
-  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  if (negotiator_ && !failed.empty()) negotiator_->Abort(Status(SYNCD_ERR_RANK_LOST, expired));
+  const Status why(SYNCD_ERR_RANK_LOST, expired);
+  for (auto& [id, set] : sets_)
+    if (set->FailWaiting(why) > 0) set->AbortCoordination(why);
 }
 
 std::string Engine::BlockingLosses() const {

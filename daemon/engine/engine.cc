@@ -33,8 +33,6 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       local_size_(local_size),
       world_size_(local_size * config.nodes),
       kick_client_(std::move(kick_client)),
-      table_(local_size, CheckAgreement),
-      executor_(local_size * config.nodes),
       transport_(std::move(transport)) {
   start_ns_ = abi::MonotonicNs();
   PublishSnapshot();
@@ -65,35 +63,26 @@ void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
 }
 
 size_t Engine::InFlight() const {
-  size_t n = table_.pending() + gpu_ops_.size();
-  if (topo_) n += topo_->in_flight();
+  size_t n = 0;
+  for (const auto& [id, set] : sets_) n += set->InFlight();
   return n;
 }
 
 bool Engine::Drained() {
   const bool idle_here = InFlight() == 0 && !HasWork();
-  if (!negotiator_ || negotiator_->broken()) return idle_here;
-  // Many nodes: leave only once a cycle that began after the drain found no node holding work,
-  // so that a collective other nodes' ranks are still submitting is not cut off.
-  negotiator_->SetDrain(true, !idle_here);
-  if (drain_first_cycle_ == 0) drain_first_cycle_ = negotiator_->cycle_seq() + 1;
-  const uint64_t quiet = negotiator_->quiet_cycle();
-  return idle_here && negotiator_->pending() == 0 && !negotiator_->cycle_running() &&
-         quiet == negotiator_->cycle_seq() && quiet >= drain_first_cycle_;
+  bool drained = idle_here;
+  for (auto& [id, set] : sets_) drained = set->Drained(idle_here) && drained;  // every set hears of the drain
+  return drained;
 }
 
 void Engine::FailInFlight(const Status& why) {
-  std::vector<FailedTensor> failed;
-  table_.FailAll(why, &failed);
-  for (FailedTensor& f : failed)
-    CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
-  if (topo_) topo_->FailAll(why);
-  if (gpu_ && gpu_->in_flight() > 0) {
-    gpu_->Abort(why);
-    PollGpu();
-  }
-  // Negotiated tensors fail in Run() when the daemon leaves the job (Negotiator::Leave).
+  for (auto& [id, set] : sets_) set->FailInFlight(why);
   FlushClients();
+}
+
+ProcessSet* Engine::SetOf(const Request& r) {
+  auto it = sets_.find(r.process_set);
+  return it == sets_.end() ? nullptr : it->second.get();
 }
 
 bool Engine::HasWork() {
@@ -129,11 +118,10 @@ void Engine::Run() {
       last_snapshot = t1;
     }
     uint64_t sleep_ns = kIdleSleepNs;
-    if (negotiator_ && !negotiator_->broken()) {
-      const uint64_t next = negotiator_->next_cycle_ns();  // 0: a cycle is in flight, keep polling
-      sleep_ns = next > t1 ? std::min(sleep_ns, next - t1) : 0;
+    for (const auto& [id, set] : sets_) {
+      const uint64_t next = set->NextPollNs(t1);
+      if (next != UINT64_MAX) sleep_ns = next > t1 ? std::min(sleep_ns, next - t1) : 0;
     }
-    if (topo_ && topo_->running()) sleep_ns = 0;  // a TOPO group waits on the network: keep polling it
     if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
     if (!did && t1 - last_work > spin_ns && sleep_ns > 0) {
       if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
@@ -164,11 +152,10 @@ void Engine::Run() {
   if (draining && drain_result_.deadline_passed) FailInFlight(Status(SYNCD_ERR_DAEMON_LOST, drain_leave_why_));
   // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
   // stopped) is not reported as a lost node.
-  if (negotiator_) {
-    negotiator_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
-                       drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_);
-    FlushClients();
-  }
+  for (auto& [id, set] : sets_)
+    set->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
+               drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_, "its daemon was stopped");
+  FlushClients();
   PublishSnapshot();
   finished_.store(true, std::memory_order_release);
 }
@@ -183,121 +170,15 @@ bool Engine::Poll() {
     kick_client_(id);
     did = true;
   }
-  std::vector<ReadyTensor> ready;
-  std::vector<FailedTensor> failed;
-  table_.TakeCompleted(&ready, &failed);
-  did |= !ready.empty() || !failed.empty();
-  std::vector<ReadyTensor> local_ready;
-  for (FailedTensor& f : failed) {
-    if (topo_ && topo_->Has(f.requests.front().name)) {
-      // The plan is the job's agreement: ranks that break it stop the job on every node.
-      CompleteAll(f.requests, f.error);
-      FailJob(Status(f.error.code(), "the registered TOPO plan cannot run: " + f.error.message()));
-    } else if (negotiator_) {
-      // Other nodes must learn of a local disagreement too: it travels with the name.
-      negotiator_->Add(ReadyTensor{std::move(f.requests)}, f.error);
-    } else {
-      CompleteAll(f.requests, f.error);
-    }
-  }
-  for (ReadyTensor& t : ready)
-    if (Status st = Route(std::move(t), &local_ready); !st.ok()) FailJob(st);
-  if (negotiator_) did |= negotiator_->Poll(abi::MonotonicNs());
-  if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
-  // However the job broke (here or on another node), tensors waiting for their group fail too.
-  if (topo_ && negotiator_ && negotiator_->broken() && topo_->in_flight() > 0) topo_->FailAll(negotiator_->failure());
-  // And so do tensors still waiting here for some local ranks: those ranks will be told too.
-  if (negotiator_ && negotiator_->broken() && table_.pending() > 0) {
-    std::vector<FailedTensor> failed;
-    table_.FailAll(Status(negotiator_->failure().code(), "cannot run, " + negotiator_->failure().message()), &failed);
-    for (FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  }
-  // However the job broke, NCCL calls that wait for other nodes must end too.
-  if (gpu_ && gpu_->in_flight() > 0 && negotiator_ && negotiator_->broken()) gpu_->Abort(negotiator_->failure());
-  if (!local_ready.empty()) Execute(local_ready);
-  if (gpu_) did |= PollGpu();
-  if (topo_) {
-    Status error;
-    did |= topo_->Poll(&error);
-    if (!error.ok()) FailJob(error);
+  const uint64_t now = abi::MonotonicNs();
+  for (auto& [id, set] : sets_) did |= set->Poll(now);
+  for (size_t i = 0; i < retired_.size();) {
+    did |= retired_[i]->PollGpu();
+    if (retired_[i]->gpu_busy()) ++i;
+    else retired_.erase(retired_.begin() + i);
   }
   FlushClients();
   return did;
-}
-
-Status Engine::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
-  if (topo_ && topo_->Has(t.first().name)) {
-    if (negotiator_ && negotiator_->broken()) {
-      const Status& why = negotiator_->failure();
-      CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': cannot run, " + why.message()));
-      return Status::Ok();
-    }
-    Status st = topo_->Add(&t);
-    if (st.ok()) return st;
-    CompleteAll(t.requests, st);
-    return Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
-  }
-  if (topo_) ++fallback_tensors_;
-  if (negotiator_) negotiator_->Add(std::move(t));
-  else local_ready->push_back(std::move(t));
-  return Status::Ok();
-}
-
-void Engine::FailJob(const Status& why) {
-  if (negotiator_) {
-    negotiator_->Abort(why);  // tells the other nodes; fails everything it holds
-    if (topo_) topo_->FailAll(negotiator_->failure());
-    return;
-  }
-  if (job_failure_.ok()) {
-    job_failure_ = why;
-    spdlog::error("job failed: {}", why.message());
-  }
-  if (topo_) topo_->FailAll(why);
-}
-
-void Engine::RegisterPlan(ReadyTensor& registration) {
-  const std::shared_ptr<const TopoPlan>& plan = registration.first().plan;
-  char hex[32];
-  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)plan->hash);
-  Status result(SYNCD_OK, std::string("plan ") + hex);
-  if (plan_ && plan_->hash != plan->hash) {
-    char old[32];
-    snprintf(old, sizeof(old), "%016llx", (unsigned long long)plan_->hash);
-    result = Status(SYNCD_ERR_INVALID, std::string("a different TOPO plan (") + old +
-                                           ") is already registered for this job; one plan per job");
-  } else if (!plan_) {
-    plan_ = plan;
-    spdlog::info("TOPO plan {} registered: {} tensors in {} groups{}", hex, plan->tensors.size(), plan->groups(),
-                 config_.coord == abi::CoordMode::kTopo ? "" : std::string(" (not used: --coord is ") + CoordName(config_.coord) + ")");
-    if (config_.coord == abi::CoordMode::kTopo) {
-      auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
-        return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_, std::nullopt) : ExecuteLocal(group, tag);
-      };
-      topo_ = std::make_unique<TopoRunner>(plan_, execute, [this](const std::vector<Request>& rs, const Status& st) {
-        CompleteAll(rs, st);
-      });
-      // Plan tensors already waiting for negotiation now wait for their group instead. Every
-      // node does this at the same point of the cycle sequence, so none negotiates them further.
-      if (negotiator_)
-        for (auto& [t, local_error] : negotiator_->Withdraw([this](const std::string& n) { return topo_->Has(n); })) {
-          // Runs inside a negotiation cycle: the job fails once the cycle has returned.
-          Status st = local_error;
-          if (!st.ok()) CompleteAll(t.requests, st);
-          else st = Route(std::move(t), nullptr);
-          if (!st.ok() && deferred_failure_.ok())
-            deferred_failure_ = Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
-        }
-    }
-  }
-  CompleteAll(registration.requests, result);
-  registration.requests.clear();
-}
-
-CommTask Engine::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
-  Execute(*ready);
-  for (ReadyTensor& t : *ready) t.requests.clear();
-  co_return Status::Ok();
 }
 
 bool Engine::DrainSubmissions(ClientState& c, bool* did) {
@@ -310,13 +191,14 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     *did = true;
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
-    if (!job_failure_.ok()) {
-      Complete(*r, Status(job_failure_.code(), "tensor '" + r->name + "': cannot run, " + job_failure_.message()));
+    ProcessSet* set = SetOf(*r);
+    if (set == nullptr) {
+      Complete(*r, InvalidArgument("tensor '" + r->name + "': process set " + std::to_string(r->process_set) +
+                                   " is not one of this job's"));
       continue;
     }
-    if (negotiator_ && negotiator_->broken()) {
-      Complete(*r, Status(negotiator_->failure().code(),
-                          "tensor '" + r->name + "': cannot run, " + negotiator_->failure().message()));
+    if (Status why = set->Refusal(); !why.ok()) {
+      Complete(*r, Status(why.code(), "tensor '" + r->name + "': cannot run, " + why.message()));
       continue;
     }
     if (!lost_ranks_.empty()) {
@@ -326,7 +208,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
       }
     }
     Request copy_for_error = *r;
-    Status st = table_.Add(std::move(*r));
+    Status st = set->Add(std::move(*r));
     if (!st.ok()) Complete(copy_for_error, st);
   }
 }
@@ -356,97 +238,6 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
   failed.handle = e.handle;
   Complete(failed, error);
   return std::nullopt;
-}
-
-std::vector<FusionGroup> Engine::Fuse(const std::vector<ReadyTensor>& ready) const {
-  std::vector<FusionCandidate> candidates;
-  candidates.reserve(ready.size());
-  for (const ReadyTensor& t : ready) {
-    const Request& f = t.first();
-    const Collective* kind = FindCollective(f.kind);
-    candidates.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
-  }
-  return PlanFusion(candidates, config_.fusion_threshold);
-}
-
-CollectiveGroup Engine::Members(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
-  CollectiveGroup members;
-  members.reserve(g.size());
-  for (size_t i : g) members.push_back(&ready[i]);
-  return members;
-}
-
-void Engine::Execute(std::vector<ReadyTensor>& ready) {
-  for (const FusionGroup& g : Fuse(ready)) {
-    ReadyTensor& head = ready[g.front()];
-    if (head.first().kind == abi::OpKind::kRegisterGraph) {
-      RegisterPlan(head);  // completes the registrations itself
-      continue;
-    }
-    if (head.first().gpu) {
-      ExecuteGpu(ready, g);
-      continue;
-    }
-    // A failure notice is never agreed (CheckAgreement) and never gets here.
-    if (const Collective* kind = FindCollective(head.first().kind)) kind->RunLocal(Members(ready, g), executor_);
-    CountExecuted(ready, g);
-    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
-  }
-}
-
-StatusOr<uint64_t> Engine::EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
-  const Request& f = ready[g.front()].first();
-  const Collective* kind = FindCollective(f.kind);
-  if (kind == nullptr) return InvalidArgument(std::string(OpKindName(f.kind)) + " has no GPU path");
-  return kind->EnqueueGpu(Members(ready, g), OnGpus{gpu_.get(), world_size_, local_size_});
-}
-
-void Engine::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
-  StatusOr<uint64_t> ticket = EnqueueGpu(ready, g);
-  if (!ticket.ok()) {
-    for (size_t i : g) {
-      const std::string& name = ready[i].first().name;
-      CompleteAll(ready[i].requests, Status(ticket.status().code(), "tensor '" + name + "': " + ticket.status().message()));
-      ready[i].requests.clear();
-    }
-    return;
-  }
-  CountExecuted(ready, g);
-  GpuOp op{*ticket, {}};
-  for (size_t i : g) op.requests.push_back(std::move(ready[i].requests));
-  gpu_ops_.push_back(std::move(op));
-}
-
-bool Engine::PollGpu() {
-  bool did = false;
-  for (size_t i = 0; i < gpu_ops_.size();) {
-    Status error;
-    const CommState state = gpu_->Test(gpu_ops_[i].ticket, &error);
-    if (state == CommState::kPending) {
-      ++i;
-      continue;
-    }
-    for (const std::vector<Request>& rs : gpu_ops_[i].requests)
-      if (!rs.empty())
-        CompleteAll(rs, state == CommState::kDone ? Status::Ok()
-                                                : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message()));
-    gpu_ops_.erase(gpu_ops_.begin() + i);
-    did = true;
-  }
-  return did;
-}
-
-void Engine::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
-  const Request& f = ready[g.front()].first();
-  const Collective* kind = FindCollective(f.kind);
-  if (kind == nullptr) return;
-  StatusSnapshot::KindCount& count = by_kind_[kind->name()];
-  count.ops += g.size();
-  for (size_t i : g) count.bytes += kind->ResultBytes(ready[i].requests, 0);
-  if (kind->FusionKeyOf(f)) {
-    ++fused_ops_;
-    fused_tensors_ += g.size();
-  }
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
@@ -514,11 +305,10 @@ void Engine::PublishSnapshot() {
     s->clients.push_back(cs);
   }
   std::sort(s->clients.begin(), s->clients.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  s->by_kind = by_kind_;
+  s->by_kind = counters_.by_kind;
   s->error_ops = error_ops_;
-  s->fused_ops = fused_ops_;
-  s->fused_tensors = fused_tensors_;
-  s->pending_tensors = table_.pending();
+  s->fused_ops = counters_.fused_ops;
+  s->fused_tensors = counters_.fused_tensors;
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
   // Published from the engine thread (or before it runs), so this thread's clock is the engine's.
@@ -528,20 +318,13 @@ void Engine::PublishSnapshot() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  s->stalls = Stalls(abi::MonotonicNs(), uint64_t(config_.stall_warning_s) * 1'000'000'000ull);
-  if (s->stalls.size() > 32) s->stalls.resize(32);
-  if (plan_) {
-    s->has_plan = true;
-    s->plan_hash = plan_->hash;
-    s->plan_tensors = plan_->tensors.size();
-    s->plan_groups = plan_->groups();
-    s->plan_in_use = topo_ != nullptr;
-    if (topo_) {
-      s->topo = topo_->stats();
-      s->topo_next_group = topo_->next_group();
-    }
-    s->fallback_tensors = fallback_tensors_;
+  const uint64_t now = abi::MonotonicNs();
+  for (const auto& [id, set] : sets_) {
+    s->process_sets.push_back(set->Snapshot(now));
+    for (const StallSnapshot& st : s->process_sets.back().stalls) s->stalls.push_back(st);
   }
+  std::stable_sort(s->stalls.begin(), s->stalls.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
+  if (s->stalls.size() > 32) s->stalls.resize(32);
   if (gpu_) {
     s->has_gpu = true;
     s->gpu = gpu_->stats();
@@ -549,11 +332,6 @@ void Engine::PublishSnapshot() {
   if (transport_) {
     s->coordinated = true;
     s->coord_mode = CoordName(config_.coord);
-    if (negotiator_) {
-      s->negotiation = negotiator_->stats();
-      s->pending_names = negotiator_->pending();
-      if (negotiator_->broken()) s->failure = negotiator_->failure().message();
-    }
     for (uint32_t p = 0; p < transport_->size(); ++p)
       if (p != transport_->rank()) s->peers.emplace_back(p, transport_->PeerLost(p) ? "lost" : "connected");
   }

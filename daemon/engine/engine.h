@@ -1,6 +1,8 @@
-// The engine: the daemon's one pinned progress thread. It polls every client's submission ring,
-// matches tensors across ranks, executes ready collectives and posts completions. When idle for
-// `spin_us` it sleeps on the node page's doorbell (clients and the control plane ring it).
+// The engine: the daemon's one pinned progress thread. It takes clients in and out (the inbox),
+// reads every client's submission ring, checks each request and hands it to its process set
+// (process_set.h: matching, coordination, execution), posts completions, watches for stalls and
+// publishes the status. When idle for `spin_us` it sleeps on the node page's doorbell (clients
+// and the control plane ring it).
 //
 // Threads: Run() is the engine thread. Post() and Stop() may be called from any other single
 // producer thread (the attach server); Snapshot() from any thread. Nothing else is shared.
@@ -17,17 +19,10 @@
 
 #include "daemon/base/config.h"
 #include "daemon/base/spsc_queue.h"
-#include "daemon/collectives/agreement.h"
-#include "daemon/collectives/collective.h"
-#include "daemon/coord/negotiator.h"
-#include "daemon/coord/topo_runner.h"
-#include "daemon/core/tensor_table.h"
-#include "daemon/plan/fusion.h"
-#include "daemon/transport/host_buffer.h"
-#include "daemon/transport/transport.h"
+#include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
-#include "daemon/exec/host_executor.h"
 #include "daemon/obs/status_snapshot.h"
+#include "daemon/transport/transport.h"
 #include "daemon/shm/client_segment.h"
 #include "daemon/shm/node_page.h"
 
@@ -113,11 +108,13 @@ class Engine {
     uint64_t rejoin_deadline_ns = 0;
   };
 
-  // Many nodes: the coordination of job `job` (a transport epoch of its own).
-  std::unique_ptr<Negotiator> MakeNegotiator(uint64_t job);
-  // The first client of a job attached (none of the previous job's is left): drops what the
-  // previous job left and, on many nodes, starts the job's coordination afresh.
-  void StartJob(uint64_t job);
+  // The first client of a job attached (none of the previous job's is left). EndJob: drops
+  // what the previous job left and tells the other nodes. BeginJob: the job's global process set,
+  // its coordination afresh on many nodes.
+  void EndJob(uint64_t next_job);
+  void BeginJob(uint64_t job);
+  // The set a request belongs to, or nullptr.
+  ProcessSet* SetOf(const Request& r);
   bool HasWork();
   // Requests this daemon holds outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
@@ -132,45 +129,12 @@ class Engine {
   // False when the client broke the ring protocol; sets *did when it consumed anything.
   bool DrainSubmissions(ClientState& c, bool* did);
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
-  // The fused groups of `ready`, by the rules of each tensor's kind.
-  std::vector<FusionGroup> Fuse(const std::vector<ReadyTensor>& ready) const;
-  static CollectiveGroup Members(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  void Execute(std::vector<ReadyTensor>& ready);
-  // Many nodes: runs the tensors every node agreed on, hierarchically (local reduce, inter-node
-  // collective, scatter back). `tag` is unique to this execution across the job. Completes each
-  // tensor's requests as its group finishes and clears them (see Negotiator::Execute).
-  // `buffer`: the fusion buffer of this kind of execution (negotiated and TOPO groups may be in
-  // flight at once, each needs its own). `gpu_position`: under --coord topo, where a negotiated
-  // cycle's GPU groups go among the plan's GPU groups (Negotiator::agreed_gpu_position);
-  // nullopt for a TOPO plan group.
-  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
-                         std::optional<uint64_t> gpu_position);
-  // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
-  CommTask RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g, std::optional<uint64_t> gpu_position);
-  // One node, TOPO: runs a plan group at once (the task is done when it returns).
-  CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
-  // A TOPO graph every rank of the job registered, agreed at this point of the job on every
-  // node: installs its plan (under --coord topo) and completes the registrations.
-  void RegisterPlan(ReadyTensor& registration);
-  // Hands a tensor every local rank submitted to the TOPO runner, the negotiator or the executor.
-  // An error means the job must fail (the tensor's requests were failed already).
-  Status Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready);
-  // The job cannot go on (a plan violation, a failed TOPO group): fails everything in flight.
-  void FailJob(const Status& why);
-  void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  // One node: enqueues group `g` (GPU tensors) on the GPU executor; its requests move into
-  // gpu_ops_ and complete when the GPUs are done (PollGpu), or fail now.
-  void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  // Enqueues a GPU group (its kind's GPU path); a ticket for GpuExecutor::Test.
-  StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  bool PollGpu();
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   void PublishSnapshot();
-  // Tensors that some ranks submitted and others have not for at least `min_age_ns`: this node's
-  // ranks, and (on node 0) whole nodes the coordinator still waits for; oldest first.
+  // Every set's stalls (ProcessSet::Stalls), oldest first.
   std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns) const;
   // Once a second: logs stalls past --stall-warning-s (once per period, as Horovod's stall
   // inspector does) and shuts the job down when one passes --stall-shutdown-s.
@@ -185,27 +149,13 @@ class Engine {
   uint32_t local_size_;
   uint32_t world_size_;
   const std::function<void(uint32_t)> kick_client_;
-  TensorTable table_;
-  HostExecutor executor_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<GpuExecutor> gpu_;
-  struct GpuOp {
-    uint64_t ticket;
-    std::vector<std::vector<Request>> requests;  // by member tensor
-  };
-  std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
   std::string gpu_unavailable_ = "none was found at startup";
-  // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
-  GpuOrder gpu_order_;
-  std::unique_ptr<Negotiator> negotiator_;  // many nodes: the current job's; none before the first
-  std::unique_ptr<TopoRunner> topo_;              // --coord topo, once a plan is registered
-  std::shared_ptr<const TopoPlan> plan_;          // the job's registered plan (any mode)
-  Status job_failure_;                            // one-node jobs: why FailJob was called
-  Status deferred_failure_;                       // found inside a negotiation cycle
-  uint64_t fallback_tensors_ = 0;                 // names outside the plan while one was in use
-  // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.
-  HostBuffer fusion_buffer_;
-  HostBuffer topo_fusion_buffer_;
+  // The job's process sets by id; the global one (0) from the first job on.
+  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+  std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
+  ExecutionCounters counters_;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> drain_deadline_ns_{0};  // 0: not draining
@@ -213,7 +163,6 @@ class Engine {
   mutable std::mutex drain_mu_;
   std::string drain_why_;          // under drain_mu_
   std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
-  uint64_t drain_first_cycle_ = 0;  // engine thread: the first negotiation cycle of the drain
   DrainResult drain_result_;       // engine thread until finished_, then read-only
   // The latest snapshot. A mutex held for a pointer copy (every 20 ms by the engine, now and then
   // by the control service), not std::atomic<shared_ptr>: libstdc++ 12 implements that with a
@@ -232,8 +181,7 @@ class Engine {
   uint64_t loss_seq_ = 0;
   uint64_t job_id_ = 0;  // the job being served (0: unspecified by its clients)
   bool job_started_ = false;  // a client has attached since the daemon started
-  std::map<std::string, StatusSnapshot::KindCount> by_kind_;
-  uint64_t error_ops_ = 0, fused_ops_ = 0, fused_tensors_ = 0;
+  uint64_t error_ops_ = 0;
   uint64_t busy_ns_ = 0, wakeups_ = 0;
 };
 

@@ -42,34 +42,9 @@ std::string Describe(const StallSnapshot& s) {
 
 std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns, uint64_t min_age_ns) const {
   std::vector<StallSnapshot> out;
-  const uint32_t first = config_.node_rank * local_size_;
-  for (const TensorTable::Stall& st : table_.Stalled(now_ns, min_age_ns)) {
-    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
-    for (uint32_t lr = 0; lr < local_size_; ++lr) {
-      const bool missing = std::count(st.missing_local_ranks.begin(), st.missing_local_ranks.end(), lr) > 0;
-      (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(first + lr);
-    }
-    out.push_back(std::move(ss));
-  }
-  if (topo_)
-    if (std::optional<TopoRunner::Wait> w = topo_->Waiting(now_ns, min_age_ns))
-      // The plan's group waits for tensors no local rank has submitted (all ranks must).
-      for (const std::string& name : w->missing) {
-        StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}, {}};
-        for (uint32_t lr = 0; lr < local_size_; ++lr) ss.missing_ranks.push_back(first + lr);
-        out.push_back(std::move(ss));
-      }
-  if (negotiator_)
-    for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, min_age_ns)) {
-      StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
-      for (uint32_t node = 0; node < config_.nodes; ++node) {
-        const bool missing = std::count(st.missing_nodes.begin(), st.missing_nodes.end(), node) > 0;
-        for (uint32_t lr = 0; lr < local_size_; ++lr)
-          (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(node * local_size_ + lr);
-      }
-      out.push_back(std::move(ss));
-    }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
+  for (const auto& [id, set] : sets_)
+    for (StallSnapshot& s : set->Stalls(now_ns, min_age_ns)) out.push_back(std::move(s));
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
   return out;
 }
 
@@ -93,10 +68,10 @@ void Engine::ShutDownStalledJob(const std::vector<StallSnapshot>& stalls) {
   const Status why(SYNCD_ERR_STALLED, "the job was shut down after a stall of --stall-shutdown-s " +
                                           std::to_string(config_.stall_shutdown_s) + " s: " + what);
   spdlog::error("{}", why.message());
-  std::vector<FailedTensor> failed;
-  table_.FailAll(why, &failed);
-  for (FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  FailJob(why);  // many nodes: tells the others, which fail what they hold
+  for (auto& [id, set] : sets_) {
+    set->FailWaiting(why);
+    set->FailJob(why);  // many nodes: tells the others, which fail what they hold
+  }
 }
 
 }  // namespace syncd

@@ -31,6 +31,26 @@ struct StallSnapshot {
   std::vector<uint32_t> submitted_ranks;  // global ranks known to have submitted it
 };
 
+// One process set: its coordination, plan and stalls.
+struct ProcessSetSnapshot {
+  int32_t id = 0;
+  uint32_t size = 0;              // ranks in the set
+  uint64_t pending_tensors = 0;   // waiting here for some local ranks
+  // TOPO, once a graph is registered.
+  bool has_plan = false;
+  uint64_t plan_hash = 0, plan_tensors = 0, plan_groups = 0;
+  bool plan_in_use = false;
+  TopoStats topo;
+  uint64_t fallback_tensors = 0;
+  uint32_t topo_next_group = 0;
+  // Many-node jobs.
+  bool coordinated = false;
+  NegotiationStats negotiation;
+  uint64_t pending_names = 0;
+  std::string failure;
+  std::vector<StallSnapshot> stalls;  // longest waiting first
+};
+
 struct StatusSnapshot {
   double uptime_s = 0;
   uint32_t node_rank = 0, node_count = 1, local_size = 0;
@@ -42,27 +62,17 @@ struct StatusSnapshot {
   std::map<std::string, KindCount> by_kind;
   uint64_t error_ops = 0;
   uint64_t fused_ops = 0, fused_tensors = 0;  // groups of kinds that fuse, and their members
-  uint64_t pending_tensors = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)
-  std::vector<StallSnapshot> stalls;  // longest waiting first
-
-  // TOPO, once a graph is registered.
-  bool has_plan = false;
-  uint64_t plan_hash = 0, plan_tensors = 0, plan_groups = 0;
-  bool plan_in_use = false;
-  TopoStats topo;
-  uint64_t fallback_tensors = 0;
-  uint32_t topo_next_group = 0;
+  std::vector<StallSnapshot> stalls;  // every set's, longest waiting first
+  // The unit of coordination: the global set first (id 0), the job's others after it.
+  std::vector<ProcessSetSnapshot> process_sets;
 
   // Many-node jobs.
   bool coordinated = false;
   std::string coord_mode;
-  NegotiationStats negotiation;
-  uint64_t pending_names = 0;
   std::vector<std::pair<uint32_t, std::string>> peers;  // node, state
-  std::string failure;
 
   bool has_gpu = false;
   GpuStats gpu;

@@ -190,8 +190,10 @@ int Daemon::Wait(int timeout_ms) {
 
 std::string Daemon::StatusJson() const { return SyncctlStatusJson(run_dir_); }
 
-std::string SyncctlStatusJson(const std::string& run_dir) {
-  const std::string cmd = BinDir() + "/syncctl --run-dir " + run_dir + " status --json";
+std::string SyncctlStatusJson(const std::string& run_dir) { return SyncctlStatus(run_dir, " --json"); }
+
+std::string SyncctlStatus(const std::string& run_dir, const std::string& flags) {
+  const std::string cmd = BinDir() + "/syncctl --run-dir " + run_dir + " status" + flags;
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) return "";
   std::string out;

@@ -109,6 +109,8 @@ double ExpectDaemonServes(const Daemon& d, int n);
 
 // Output of `syncctl --run-dir <run_dir> status --json` ("" on failure). Usable from children.
 std::string SyncctlStatusJson(const std::string& run_dir);
+// `syncctl status` with `flags` (" --json", or "" for the table a user reads); "" on failure.
+std::string SyncctlStatus(const std::string& run_dir, const std::string& flags = "");
 
 // A number field of `syncctl status --json` output (uint64 fields come quoted); UINT64_MAX if absent.
 uint64_t JsonNumber(const std::string& json, const std::string& key);

@@ -198,6 +198,8 @@ TEST(ManyNodesModes, UcxOverSharedMemoryGivesExactResults) {
   RunSteps(cluster, 5);
 }
 
+// Also: the process set is the unit of coordination, and `syncctl status` has a section per set
+// (only the global one for now) with the set's ranks, coordination and stragglers.
 TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
   Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error", "--stall-warning-s", "1"});
   const std::string dir = cluster.node(0).run_dir();
@@ -213,6 +215,15 @@ TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
       const std::string json = SyncctlStatusJson(dir);
       CHILD_CHECK(Contains(json, "\"name\":\"late.grad\"") && Contains(json, "\"missing_ranks\":[2,3]"),
                   "node 0's status while node 1 lags: %s", json.c_str());
+      CHILD_CHECK(Contains(json, "\"process_sets\":[{\"id\":0,\"size\":4,"), "%s", json.c_str());
+      const std::string text = SyncctlStatus(dir);
+      const size_t section = text.find("\nprocess set 0 (global)   4 ranks   pending tensors 0\n");
+      CHILD_CHECK(section != std::string::npos, "no section for the global set:\n%s", text.c_str());
+      const std::string body = text.substr(section);
+      CHILD_CHECK(Contains(body, "\n  STALLED  tensor 'late.grad' waiting ") &&
+                      Contains(body, " s for ranks 2,3 (submitted by ranks 0,1)\n") &&
+                      Contains(body, "\n  coord    negotiate") && Contains(body, "\n  cache    hits"),
+                  "the global set's section lacks its stall or coordination:\n%s", text.c_str());
     }
     CHILD_CHECK(syncd_wait(c, h, 20'000) == SYNCD_OK && v == 4, "%s", syncd_last_error());
     return 0;

@@ -1,0 +1,179 @@
+// A process set: the unit of coordination. Every request belongs to one (the global set, id 0,
+// unless it says otherwise), and everything that matches, agrees, plans and runs requests is the
+// set's own: its tensor table (names are per set), its negotiator and response cache (many
+// nodes), its TOPO plan and runner, its fusion buffers, its GPU groups in flight, its stalls, and
+// the communicator it runs on. A set lives for one job: the engine makes the global set afresh
+// when a job starts.
+//
+// The pipeline, per Poll(): tensors every local rank submitted leave the table; they go to the
+// TOPO runner (a plan tensor), the negotiator (many nodes) or straight to execution (one node);
+// whatever is agreed runs, kind by kind (collectives/), and completes.
+//
+// Engine thread only.
+#ifndef SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
+#define SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/base/config.h"
+#include "daemon/collectives/collective.h"
+#include "daemon/coord/gpu_order.h"
+#include "daemon/coord/negotiator.h"
+#include "daemon/coord/topo_runner.h"
+#include "daemon/core/tensor_table.h"
+#include "daemon/exec/gpu_executor.h"
+#include "daemon/exec/host_executor.h"
+#include "daemon/obs/status_snapshot.h"
+#include "daemon/plan/fusion.h"
+#include "daemon/transport/host_buffer.h"
+#include "daemon/transport/transport.h"
+
+namespace syncd {
+
+// What every set adds to the daemon's counters.
+struct ExecutionCounters {
+  std::map<std::string, StatusSnapshot::KindCount> by_kind;
+  uint64_t fused_ops = 0, fused_tensors = 0;
+};
+
+// What a set needs from the engine that runs it.
+struct ProcessSetHooks {
+  // Completes requests to their clients (every completion of the set goes through it).
+  std::function<void(const std::vector<Request>&, const Status&)> complete;
+  std::function<void()> flush;  // sends completions out now (between groups of a long execution)
+  // The negotiator's while_blocked (NegotiatorOptions).
+  std::function<bool(uint64_t blocked_ns)> keep_blocking;
+};
+
+// Where a set runs and with what.
+struct ProcessSetPlace {
+  int32_t id = 0;
+  uint64_t job = 0;
+  uint32_t local_size = 1;     // this node's ranks in the set
+  uint32_t nodes = 1;          // nodes of the set, this one is `node_rank`; ranks numbered node by node
+  uint32_t node_rank = 0;
+  Transport* comm = nullptr;   // one participant per node of the set; nullptr: one node
+  GpuExecutor* gpu = nullptr;  // this node's GPUs, or nullptr
+};
+
+class ProcessSet {
+ public:
+  ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks);
+  ~ProcessSet();
+  ProcessSet(const ProcessSet&) = delete;
+  ProcessSet& operator=(const ProcessSet&) = delete;
+
+  int32_t id() const { return place_.id; }
+
+  // Intake. Why a new request must fail now (the set's job failed, here or on another node),
+  // or OK. Then Add: fails (keeping nothing) for a name the rank already has in flight.
+  Status Refusal() const;
+  Status Add(Request r) { return table_.Add(std::move(r)); }
+
+  // The pipeline: matched tensors to the TOPO runner, the negotiator or execution; coordination
+  // cycles; GPU and TOPO progress. Returns whether it did work.
+  bool Poll(uint64_t now_ns);
+  // When the set next needs a Poll if nothing arrives: 0 at once (work on the network or the
+  // GPUs), UINT64_MAX when it waits for nothing.
+  uint64_t NextPollNs(uint64_t now_ns) const;
+
+  // Ending work. FailWaiting: what waits here for local ranks fails with `why` (returns how
+  // many tensors). FailJob: the set cannot go on; tells the other nodes, fails what they hold.
+  // FailInFlight: every request the set holds here fails (the drain deadline passed).
+  // RankLost: a local rank is gone, what needs it fails with `why`; unless `peers_why` is OK the
+  // job ends on every node with it (other nodes' ranks wait for the rank too).
+  // Leave: the daemon stops, or the job ends; the other nodes learn it without a lost node.
+  size_t FailWaiting(const Status& why);
+  void FailJob(const Status& why);
+  void FailInFlight(const Status& why);
+  void RankLost(const Status& why, const Status& peers_why);
+  // Ends the set's coordination on every node with `why` (many nodes; nothing on one node).
+  void AbortCoordination(const Status& why) {
+    if (negotiator_) negotiator_->Abort(why);
+  }
+  void Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason);
+
+  // One node: completes the GPU groups the GPUs are done with; whether any is left. (A set of an
+  // ended job is kept for this alone until its GPU work is done.)
+  bool PollGpu();
+  bool gpu_busy() const { return !gpu_ops_.empty(); }
+
+  // Whether a local rank's departure leaves work of the set unfinished.
+  bool Abandons(uint32_t local_rank) const;
+  // Requests held outside the negotiator (waiting for local ranks, TOPO, GPU).
+  size_t InFlight() const;
+  // Draining: whether the set is done everywhere (`idle_here`: the engine holds nothing and
+  // has nothing to take in). Many nodes: a cycle that began after the drain found no node busy.
+  bool Drained(bool idle_here);
+
+  // Tensors some ranks submitted and others have not for `min_age_ns`: this node's ranks, and (on
+  // node 0) whole nodes the coordinator still waits for; oldest first.
+  std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns) const;
+  ProcessSetSnapshot Snapshot(uint64_t now_ns) const;
+
+ private:
+  std::unique_ptr<Negotiator> MakeNegotiator();
+  // Hands a tensor every local rank submitted to the TOPO runner, the negotiator or `local_ready`.
+  // An error means the set must fail (the tensor's requests were failed already).
+  Status Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready);
+  // A TOPO graph every rank registered, agreed at this point on every node: installs its plan
+  // (under --coord topo) and completes the registrations.
+  void RegisterPlan(ReadyTensor& registration);
+  void InstallPlan();
+
+  // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.
+  std::vector<FusionGroup> Fuse(const std::vector<ReadyTensor>& ready) const;
+  // One node: runs the ready tensors at once (GPU groups complete later, in PollGpu).
+  void Execute(std::vector<ReadyTensor>& ready);
+  // One node, TOPO: runs a plan group at once (the task is done when it returns).
+  CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
+  // Many nodes: runs the tensors every node agreed on, group by group, in the same order
+  // everywhere. `tag` is unique to this execution across the job. Completes each tensor's
+  // requests as its group finishes and clears them (see Negotiator::Execute). `buffer`: the
+  // fusion buffer of this kind of execution (negotiated and TOPO groups may be in flight at once).
+  // `gpu_position`: under --coord topo, where a negotiated cycle's GPU groups go among the plan's
+  // GPU groups (Negotiator::agreed_gpu_position); nullopt for a TOPO plan group.
+  CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
+                         std::optional<uint64_t> gpu_position);
+  // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
+  CommTask RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g, std::optional<uint64_t> gpu_position);
+  // One node: enqueues GPU group `g`; its requests complete when the GPUs are done (PollGpu).
+  void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  void CompleteAll(const std::vector<Request>& requests, const Status& status) { hooks_.complete(requests, status); }
+
+  const Config& config_;
+  const ProcessSetPlace place_;
+  const uint32_t world_size_;
+  ExecutionCounters* counters_;
+  ProcessSetHooks hooks_;
+  TensorTable table_;
+  HostExecutor host_;
+  struct GpuOp {
+    uint64_t ticket;
+    std::vector<std::vector<Request>> requests;  // by member tensor
+  };
+  std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
+  // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
+  GpuOrder gpu_order_;
+  std::unique_ptr<Negotiator> negotiator_;   // many nodes
+  std::unique_ptr<TopoRunner> topo_;         // --coord topo, once a plan is registered
+  std::shared_ptr<const TopoPlan> plan_;     // the set's registered plan (any mode)
+  Status job_failure_;                       // one node: why FailJob was called
+  Status deferred_failure_;                  // found inside a negotiation cycle
+  uint64_t fallback_tensors_ = 0;            // names outside the plan while one was in use
+  uint64_t drain_first_cycle_ = 0;           // the first negotiation cycle of a drain
+  // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.
+  HostBuffer fusion_buffer_;
+  HostBuffer topo_fusion_buffer_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_PROCESS_SET_H_

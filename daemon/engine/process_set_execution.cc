@@ -1,0 +1,166 @@
+// How a process set runs what is ready or agreed: fusion, then each group by its kind's unit
+// (collectives/) on the host path or the GPUs, then completion. One node runs at once; many
+// nodes run what every daemon agreed, in the same order everywhere.
+#include "daemon/engine/process_set.h"
+
+namespace syncd {
+namespace {
+
+CollectiveGroup Members(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  CollectiveGroup members;
+  members.reserve(g.size());
+  for (size_t i : g) members.push_back(&ready[i]);
+  return members;
+}
+
+}  // namespace
+
+std::vector<FusionGroup> ProcessSet::Fuse(const std::vector<ReadyTensor>& ready) const {
+  std::vector<FusionCandidate> candidates;
+  candidates.reserve(ready.size());
+  for (const ReadyTensor& t : ready) {
+    const Request& f = t.first();
+    const Collective* kind = FindCollective(f.kind);
+    candidates.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
+  }
+  return PlanFusion(candidates, config_.fusion_threshold);
+}
+
+void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
+  for (const FusionGroup& g : Fuse(ready)) {
+    ReadyTensor& head = ready[g.front()];
+    if (head.first().kind == abi::OpKind::kRegisterGraph) {
+      RegisterPlan(head);  // completes the registrations itself
+      continue;
+    }
+    if (head.first().gpu) {
+      ExecuteGpu(ready, g);
+      continue;
+    }
+    // A failure notice is never agreed (CheckAgreement) and never gets here.
+    if (const Collective* kind = FindCollective(head.first().kind)) kind->RunLocal(Members(ready, g), host_);
+    CountExecuted(ready, g);
+    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
+  }
+}
+
+CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
+  Execute(*ready);
+  for (ReadyTensor& t : *ready) t.requests.clear();
+  co_return Status::Ok();
+}
+
+CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, HostBuffer* buffer,
+                                   std::optional<uint64_t> gpu_position) {
+  std::vector<ReadyTensor>& ready = *agreed;
+  const std::vector<FusionGroup> groups = Fuse(ready);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const FusionGroup& g = groups[gi];
+    const Request& f = ready[g.front()].first();
+    const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
+    if (f.kind == abi::OpKind::kRegisterGraph) {
+      RegisterPlan(ready[g.front()]);  // completes the registrations itself
+    } else if (f.gpu) {
+      CommTask run = RunAgreedOnGpu(&ready, g, gpu_position);
+      Status st = co_await Await(&run);
+      if (!st.ok()) co_return st;
+    } else if (const Collective* kind = FindCollective(f.kind)) {
+      CommTask run = kind->RunAcross(Members(ready, g), AcrossNodes{place_.comm, &host_, buffer, group_tag,
+                                                                    place_.local_size, place_.node_rank});
+      Status st = co_await Await(&run);
+      if (!st.ok()) co_return st;
+    }
+    CountExecuted(ready, g);
+    for (size_t i : g) {
+      CompleteAll(ready[i].requests, Status::Ok());
+      ready[i].requests.clear();  // done: nothing left to fail should the job break later
+    }
+    hooks_.flush();
+  }
+  co_return Status::Ok();
+}
+
+CommTask ProcessSet::RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g,
+                                    std::optional<uint64_t> gpu_position) {
+  // The GPU executor's NCCL communicator spans every GPU of the job: no host pipeline. Every
+  // daemon enqueues the agreed groups in the same order, as NCCL requires; under TOPO the plan's
+  // groups and the negotiated ones take turns in one job-wide order (GpuOrder).
+  const bool ordered = config_.coord == abi::CoordMode::kTopo;
+  if (ordered) {
+    WaitUntil turn = gpu_position ? gpu_order_.NegotiatedTurn(*gpu_position) : gpu_order_.PlanTurn();
+    co_await turn;
+    Status in_turn = gpu_position ? gpu_order_.Turn(*gpu_position) : Status::Ok();
+    if (!in_turn.ok()) co_return in_turn;
+  }
+  StatusOr<uint64_t> ticket = EnqueueGpu(*agreed, g);
+  if (!ticket.ok()) co_return ticket.status();
+  if (ordered && !gpu_position) gpu_order_.PlanIssued();
+  const uint64_t id = *ticket;
+  Status gpu_error;
+  CommState state = CommState::kPending;
+  WaitUntil gpu_done;
+  gpu_done.ready = [this, id, &state, &gpu_error] {
+    state = place_.gpu->Test(id, &gpu_error);
+    return state != CommState::kPending;
+  };
+  co_await gpu_done;
+  if (state == CommState::kFailed) co_return gpu_error;
+  co_return Status::Ok();
+}
+
+StatusOr<uint64_t> ProcessSet::EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  const Request& f = ready[g.front()].first();
+  const Collective* kind = FindCollective(f.kind);
+  if (kind == nullptr) return InvalidArgument(std::string(OpKindName(f.kind)) + " has no GPU path");
+  return kind->EnqueueGpu(Members(ready, g), OnGpus{place_.gpu, world_size_, place_.local_size});
+}
+
+void ProcessSet::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  StatusOr<uint64_t> ticket = EnqueueGpu(ready, g);
+  if (!ticket.ok()) {
+    for (size_t i : g) {
+      const std::string& name = ready[i].first().name;
+      CompleteAll(ready[i].requests, Status(ticket.status().code(), "tensor '" + name + "': " + ticket.status().message()));
+      ready[i].requests.clear();
+    }
+    return;
+  }
+  CountExecuted(ready, g);
+  GpuOp op{*ticket, {}};
+  for (size_t i : g) op.requests.push_back(std::move(ready[i].requests));
+  gpu_ops_.push_back(std::move(op));
+}
+
+bool ProcessSet::PollGpu() {
+  bool did = false;
+  for (size_t i = 0; i < gpu_ops_.size();) {
+    Status error;
+    const CommState state = place_.gpu->Test(gpu_ops_[i].ticket, &error);
+    if (state == CommState::kPending) {
+      ++i;
+      continue;
+    }
+    for (const std::vector<Request>& rs : gpu_ops_[i].requests)
+      if (!rs.empty())
+        CompleteAll(rs, state == CommState::kDone ? Status::Ok()
+                                                : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message()));
+    gpu_ops_.erase(gpu_ops_.begin() + i);
+    did = true;
+  }
+  return did;
+}
+
+void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  const Request& f = ready[g.front()].first();
+  const Collective* kind = FindCollective(f.kind);
+  if (kind == nullptr) return;
+  StatusSnapshot::KindCount& count = counters_->by_kind[kind->name()];
+  count.ops += g.size();
+  for (size_t i : g) count.bytes += kind->ResultBytes(ready[i].requests, 0);
+  if (kind->FusionKeyOf(f)) {
+    ++counters_->fused_ops;
+    counters_->fused_tensors += g.size();
+  }
+}
+
+}  // namespace syncd
