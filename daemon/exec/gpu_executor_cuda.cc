@@ -7,6 +7,7 @@
 #include <map>
 
 #include "daemon/exec/gpu_executor.h"
+#include "daemon/exec/gpu_ipc_cache.h"
 #include "daemon/exec/gpu_kernels.h"
 #include "proto/doorbell.h"
 #include "proto/status_names.h"
@@ -88,6 +89,9 @@ class CudaGpuExecutor final : public GpuExecutor {
       if (cudaError_t e = cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, hi); e != cudaSuccess)
         return CudaError("cudaStreamCreateWithPriority", e);
     }
+    std::vector<int> ordinals;
+    for (const Device& d : devices_) ordinals.push_back(d.ordinal);
+    ipc_ = std::make_unique<GpuIpcCache>(std::move(ordinals), ipc_cache_);
     return Status::Ok();
   }
 
@@ -96,10 +100,7 @@ class CudaGpuExecutor final : public GpuExecutor {
       cudaSetDevice(d.ordinal);
       if (d.stream) cudaStreamSynchronize(d.stream);
     }
-    for (auto& [client, allocs] : handles_)
-      for (auto& [base, h] : allocs) Close(h);
-    for (auto& [client, events] : events_)
-      for (auto& [key, ev] : events) cudaEventDestroy(ev);
+    ipc_.reset();  // the streams are idle: every mapping may close
     for (Device& d : devices_) {
       cudaSetDevice(d.ordinal);
       if (d.comm) ncclCommDestroy(d.comm);
@@ -173,64 +174,16 @@ class CudaGpuExecutor final : public GpuExecutor {
     GpuMapping m;
     m.device = dev;
     if (cudaError_t e = cudaSetDevice(devices_[dev].ordinal); e != cudaSuccess) return CudaError("cudaSetDevice", e);
-    auto& allocs = handles_[client_id];
-    auto it = allocs.find(desc.alloc_base);
-    if (it != allocs.end() && (memcmp(it->second.handle, desc.mem_handle, abi::kIpcHandleBytes) != 0 ||
-                               it->second.bytes != desc.alloc_bytes || it->second.device != dev)) {
-      // The client freed that allocation and got a new one at the same address.
-      Retire(it->second);
-      allocs.erase(it);
-      it = allocs.end();
-    }
-    if (it == allocs.end()) {
-      Handle h;
-      memcpy(h.handle, desc.mem_handle, abi::kIpcHandleBytes);
-      h.bytes = desc.alloc_bytes;
-      h.device = dev;
-      cudaIpcMemHandle_t mh;
-      memcpy(mh.reserved, desc.mem_handle, sizeof(mh.reserved));
-      if (cudaError_t e = cudaIpcOpenMemHandle(&h.ptr, mh, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
-        cudaGetLastError();
-        return CudaError("cudaIpcOpenMemHandle of its allocation", e);
-      }
-      ++stats_.handle_opens;
-      it = allocs.emplace(desc.alloc_base, h).first;
-    } else {
-      ++stats_.handle_hits;
-    }
-    m.data = static_cast<char*>(it->second.ptr) + desc.offset;
-    if (!ipc_cache_) {  // used by this request only: closed once the queued work is done
-      Retire(it->second);
-      allocs.erase(it);
-    }
+    SYNCD_ASSIGN_OR_RETURN(char* base, ipc_->OpenAllocation(client_id, dev, desc));
+    m.data = base + desc.offset;
     if (desc.has_event) {
-      const std::string key(reinterpret_cast<const char*>(desc.event_handle), abi::kIpcHandleBytes);
-      auto& evs = events_[client_id];
-      auto ev = evs.find(key);
-      if (ev == evs.end()) {
-        cudaIpcEventHandle_t eh;
-        memcpy(eh.reserved, desc.event_handle, sizeof(eh.reserved));
-        cudaEvent_t opened = nullptr;
-        if (cudaError_t e = cudaIpcOpenEventHandle(&opened, eh); e != cudaSuccess) {
-          cudaGetLastError();
-          return CudaError("cudaIpcOpenEventHandle of its stream's event", e);
-        }
-        ev = evs.emplace(key, opened).first;
-      }
-      m.event = ev->second;
+      SYNCD_ASSIGN_OR_RETURN(m.event, ipc_->OpenEvent(client_id, desc));
     }
     return m;
   }
 
   void ForgetClient(uint32_t client_id) override {
-    if (auto it = handles_.find(client_id); it != handles_.end()) {
-      for (auto& [base, h] : it->second) Retire(h);
-      handles_.erase(it);
-    }
-    if (auto it = events_.find(client_id); it != events_.end()) {
-      for (auto& [key, ev] : it->second) retired_events_.push_back(ev);
-      events_.erase(it);
-    }
+    ipc_->ForgetClient(client_id);
     CloseRetired();
   }
 
@@ -410,19 +363,15 @@ class CudaGpuExecutor final : public GpuExecutor {
     GpuStats s = stats_;
     s.devices = uint32_t(devices_.size());
     s.nccl_ranks = nranks_;
-    s.open_handles = 0;
-    for (const auto& [c, allocs] : handles_) s.open_handles += allocs.size();
+    s.handle_hits = ipc_->counters().hits;
+    s.handle_opens = ipc_->counters().opens;
+    s.handle_closes = ipc_->counters().closes;
+    s.open_handles = ipc_->open_allocations();
     for (const Device& d : devices_) s.names.push_back(d.name);
     return s;
   }
 
  private:
-  struct Handle {
-    uint8_t handle[abi::kIpcHandleBytes];
-    uint64_t bytes = 0;
-    int device = -1;
-    void* ptr = nullptr;
-  };
   struct Ticket {
     uint64_t id = 0;
     std::vector<cudaEvent_t> done;  // by device
@@ -512,8 +461,8 @@ class CudaGpuExecutor final : public GpuExecutor {
     tickets_.erase(it);
   }
 
-  // A mapping nobody will use again: closed once no queued work can still touch it.
-  void Retire(const Handle& h) { retired_.push_back(h); }
+  // Closes the IPC mappings and events nobody will use again, once no queued work can still
+  // touch them.
   void CloseRetired() {
     if (!tickets_.empty() && failure_.ok()) return;
     if (!tickets_.empty())  // aborted: let the streams drain before unmapping
@@ -521,25 +470,14 @@ class CudaGpuExecutor final : public GpuExecutor {
         cudaSetDevice(d.ordinal);
         cudaStreamSynchronize(d.stream);
       }
-    for (const Handle& h : retired_) Close(h);
-    retired_.clear();
-    for (cudaEvent_t e : retired_events_) cudaEventDestroy(e);
-    retired_events_.clear();
-  }
-  void Close(const Handle& h) {
-    cudaSetDevice(devices_[h.device].ordinal);
-    cudaIpcCloseMemHandle(h.ptr);
-    ++stats_.handle_closes;
+    ipc_->CloseRetired();
   }
 
   const bool ipc_cache_;
   std::vector<Device> devices_;
   std::vector<uint32_t> node_first_rank_;
   uint32_t nranks_ = 0, first_rank_ = 0;
-  std::map<uint32_t, std::map<uint64_t, Handle>> handles_;            // client -> allocation base -> mapping
-  std::map<uint32_t, std::map<std::string, cudaEvent_t>> events_;     // client -> event handle -> event
-  std::vector<Handle> retired_;
-  std::vector<cudaEvent_t> retired_events_;
+  std::unique_ptr<GpuIpcCache> ipc_;  // clients' allocations and events (Init)
   std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 0;
   uint64_t issue_start_ns_ = 0;

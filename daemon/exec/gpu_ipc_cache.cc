@@ -1,0 +1,100 @@
+#include "daemon/exec/gpu_ipc_cache.h"
+
+#include <cstring>
+
+namespace syncd {
+namespace {
+
+Status CudaFailure(const std::string& what, cudaError_t e) {
+  cudaGetLastError();  // clear it: the next call must not see it
+  return Status(SYNCD_ERR_SYSTEM, what + " failed (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")");
+}
+
+}  // namespace
+
+GpuIpcCache::~GpuIpcCache() {
+  for (auto& [client, allocs] : mappings_)
+    for (auto& [base, m] : allocs) Close(m);
+  for (auto& [client, events] : events_)
+    for (auto& [key, ev] : events) cudaEventDestroy(ev);
+  CloseRetired();
+}
+
+StatusOr<char*> GpuIpcCache::OpenAllocation(uint32_t client_id, int device, const abi::GpuDescriptor& desc) {
+  auto& allocs = mappings_[client_id];
+  auto it = allocs.find(desc.alloc_base);
+  if (it != allocs.end() && (memcmp(it->second.handle, desc.mem_handle, abi::kIpcHandleBytes) != 0 ||
+                             it->second.bytes != desc.alloc_bytes || it->second.device != device)) {
+    // The client freed that allocation and got a new one at the same address.
+    retired_.push_back(it->second);
+    allocs.erase(it);
+    it = allocs.end();
+  }
+  if (it == allocs.end()) {
+    Mapping m;
+    memcpy(m.handle, desc.mem_handle, abi::kIpcHandleBytes);
+    m.bytes = desc.alloc_bytes;
+    m.device = device;
+    cudaIpcMemHandle_t mh;
+    memcpy(mh.reserved, desc.mem_handle, sizeof(mh.reserved));
+    if (cudaError_t e = cudaIpcOpenMemHandle(&m.ptr, mh, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess)
+      return CudaFailure("cudaIpcOpenMemHandle of its allocation", e);
+    ++counters_.opens;
+    it = allocs.emplace(desc.alloc_base, m).first;
+  } else {
+    ++counters_.hits;
+  }
+  char* base = static_cast<char*>(it->second.ptr);
+  if (!cache_) {  // used by this request only: closed once the queued work is done
+    retired_.push_back(it->second);
+    allocs.erase(it);
+  }
+  return base;
+}
+
+StatusOr<cudaEvent_t> GpuIpcCache::OpenEvent(uint32_t client_id, const abi::GpuDescriptor& desc) {
+  const std::string key(reinterpret_cast<const char*>(desc.event_handle), abi::kIpcHandleBytes);
+  auto& evs = events_[client_id];
+  auto ev = evs.find(key);
+  if (ev == evs.end()) {
+    cudaIpcEventHandle_t eh;
+    memcpy(eh.reserved, desc.event_handle, sizeof(eh.reserved));
+    cudaEvent_t opened = nullptr;
+    if (cudaError_t e = cudaIpcOpenEventHandle(&opened, eh); e != cudaSuccess)
+      return CudaFailure("cudaIpcOpenEventHandle of its stream's event", e);
+    ev = evs.emplace(key, opened).first;
+  }
+  return ev->second;
+}
+
+void GpuIpcCache::ForgetClient(uint32_t client_id) {
+  if (auto it = mappings_.find(client_id); it != mappings_.end()) {
+    for (auto& [base, m] : it->second) retired_.push_back(m);
+    mappings_.erase(it);
+  }
+  if (auto it = events_.find(client_id); it != events_.end()) {
+    for (auto& [key, ev] : it->second) retired_events_.push_back(ev);
+    events_.erase(it);
+  }
+}
+
+void GpuIpcCache::CloseRetired() {
+  for (const Mapping& m : retired_) Close(m);
+  retired_.clear();
+  for (cudaEvent_t e : retired_events_) cudaEventDestroy(e);
+  retired_events_.clear();
+}
+
+uint64_t GpuIpcCache::open_allocations() const {
+  uint64_t n = 0;
+  for (const auto& [client, allocs] : mappings_) n += allocs.size();
+  return n;
+}
+
+void GpuIpcCache::Close(const Mapping& m) {
+  cudaSetDevice(ordinals_[m.device]);
+  cudaIpcCloseMemHandle(m.ptr);
+  ++counters_.closes;
+}
+
+}  // namespace syncd

@@ -1,0 +1,72 @@
+// The daemon's side of CUDA IPC: clients' GPU allocations and stream events, opened in the
+// daemon's address space and cached per client (the pointer cache of CUDA-aware MPI).
+//
+// - Open(): a descriptor's allocation becomes a device pointer. A cached allocation is reused; a
+//   different handle at a cached allocation base means the client freed that allocation and got a
+//   new one there, so the stale mapping is retired. Without the cache (`cache` false) every
+//   mapping is retired as soon as it is handed out.
+// - Retired mappings and events stay open until CloseRetired(), which the executor calls once no
+//   queued GPU work can still touch them.
+// - ForgetClient(): a client left; all of its mappings and events are retired.
+//
+// Built with CUDA only. Engine thread only (through the GPU executor).
+#ifndef SYNCD_DAEMON_EXEC_GPU_IPC_CACHE_H_
+#define SYNCD_DAEMON_EXEC_GPU_IPC_CACHE_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "proto/shm_abi.h"
+
+namespace syncd {
+
+class GpuIpcCache {
+ public:
+  struct Counters {
+    uint64_t hits = 0, opens = 0, closes = 0;
+  };
+
+  // `ordinals[i]`: the CUDA ordinal of the executor's device i.
+  GpuIpcCache(std::vector<int> ordinals, bool cache) : ordinals_(std::move(ordinals)), cache_(cache) {}
+  ~GpuIpcCache();
+  GpuIpcCache(const GpuIpcCache&) = delete;
+  GpuIpcCache& operator=(const GpuIpcCache&) = delete;
+
+  // The start of `desc`'s allocation on device `device`, open in this process (add desc.offset
+  // for the tensor). The current device must be `device`'s.
+  StatusOr<char*> OpenAllocation(uint32_t client_id, int device, const abi::GpuDescriptor& desc);
+  // The client's stream event of `desc` (desc.has_event), open in this process.
+  StatusOr<cudaEvent_t> OpenEvent(uint32_t client_id, const abi::GpuDescriptor& desc);
+  void ForgetClient(uint32_t client_id);
+  // Closes what was retired. Only when no queued GPU work can still use it.
+  void CloseRetired();
+
+  const Counters& counters() const { return counters_; }
+  uint64_t open_allocations() const;
+
+ private:
+  struct Mapping {
+    uint8_t handle[abi::kIpcHandleBytes];
+    uint64_t bytes = 0;
+    int device = -1;
+    void* ptr = nullptr;
+  };
+  void Close(const Mapping& m);
+
+  const std::vector<int> ordinals_;
+  const bool cache_;
+  std::map<uint32_t, std::map<uint64_t, Mapping>> mappings_;       // client -> allocation base -> mapping
+  std::map<uint32_t, std::map<std::string, cudaEvent_t>> events_;  // client -> event handle -> event
+  std::vector<Mapping> retired_;
+  std::vector<cudaEvent_t> retired_events_;
+  Counters counters_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_EXEC_GPU_IPC_CACHE_H_
