@@ -37,7 +37,7 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     spdlog::warn("rendezvous: refused {}", st.error_message());
     return st;
   }
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (joined_[req->node_rank()]) {
     spdlog::warn("rendezvous: refused {}: node rank already joined by {}", who, hostnames_[req->node_rank()]);
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
@@ -53,8 +53,9 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
   if (req->node_rank() == 0) nccl_id_ = req->nccl_id();
   if (++count_ == nodes_) all_joined_.notify_all();
   spdlog::info("rendezvous: {} joined ({} of {})", who, count_, nodes_);
-  if (!all_joined_.wait_until(lock, deadline_, [&] { return count_ == nodes_ || ctx->IsCancelled(); }) ||
-      count_ != nodes_)
+  while (count_ != nodes_ && !ctx->IsCancelled())
+    if (all_joined_.wait_until(mu_, deadline_) == std::cv_status::timeout) break;
+  if (count_ != nodes_)
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "rendezvous incomplete: nodes " + MissingNodes(joined_) + " of " + std::to_string(nodes_) +
                             " did not join in time");

@@ -10,10 +10,10 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "daemon/base/mutex.h"
 #include "daemon/base/status.h"
 #include "syncd.grpc.pb.h"
 
@@ -30,16 +30,16 @@ class RendezvousService final : public control::Rendezvous::Service {
   const uint32_t nodes_;
   const uint32_t local_size_;
   const std::chrono::steady_clock::time_point deadline_;
-  std::mutex mu_;
-  std::condition_variable all_joined_;
-  std::vector<bool> joined_;                 // GUARDED_BY(mu_)
-  std::vector<std::string> addresses_;       // GUARDED_BY(mu_)
-  std::vector<std::string> hostnames_;       // GUARDED_BY(mu_)
-  std::vector<int32_t> pids_;                // GUARDED_BY(mu_)
-  std::vector<uint32_t> gpus_;               // GUARDED_BY(mu_)
-  std::vector<std::vector<std::string>> gpu_uuids_;  // GUARDED_BY(mu_)
-  std::string nccl_id_;                      // GUARDED_BY(mu_)
-  uint32_t count_ = 0;                       // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any all_joined_;
+  std::vector<bool> joined_ SYNCD_GUARDED_BY(mu_);
+  std::vector<std::string> addresses_ SYNCD_GUARDED_BY(mu_);
+  std::vector<std::string> hostnames_ SYNCD_GUARDED_BY(mu_);
+  std::vector<int32_t> pids_ SYNCD_GUARDED_BY(mu_);
+  std::vector<uint32_t> gpus_ SYNCD_GUARDED_BY(mu_);
+  std::vector<std::vector<std::string>> gpu_uuids_ SYNCD_GUARDED_BY(mu_);
+  std::string nccl_id_ SYNCD_GUARDED_BY(mu_);
+  uint32_t count_ SYNCD_GUARDED_BY(mu_) = 0;
 };
 
 // Whether `req` may join a job of `nodes` nodes with `local_size` ranks each and this token;
