@@ -52,8 +52,8 @@ struct JobLinks {
 
 // GPUs: one NCCL rank per visible GPU, in a communicator over every GPU of the job.
 Status ProbeGpus(const Config& config, JobLinks* job) {
-  if (config.gpus != "none") {
-    job->gpu = GpuExecutor::Probe(config.gpu_ipc_cache == "on", &job->no_gpu);
+  if (config.gpus) {
+    job->gpu = GpuExecutor::Probe(config.gpu_ipc_cache, &job->no_gpu);
     if (job->gpu && config.node_rank == 0) {
       SYNCD_ASSIGN_OR_RETURN(job->nccl_id, job->gpu->MakeNcclId());
     }
@@ -96,8 +96,8 @@ control::JoinRequest JoinRequestOf(const Config& config, const JobLinks& job, co
 // engine starts.
 Status JoinPeers(const Config& config, JobLinks* job) {
   UcxOptions ucx;
-  ucx.detect_peer_failure = config.ucx_peer_errors != "off";
-  ucx.peer_errors_everywhere = config.ucx_peer_errors == "on";
+  ucx.detect_peer_failure = config.ucx_peer_errors != PeerErrors::kOff;
+  ucx.peer_errors_everywhere = config.ucx_peer_errors == PeerErrors::kOn;
   SYNCD_ASSIGN_OR_RETURN(job->transport, UcxTransport::Create(config.node_rank, config.nodes, ucx));
   if (config.node_rank == 0) SYNCD_RETURN_IF_ERROR(ServeRendezvous(config, job));
   char host[256] = {};
@@ -173,27 +173,40 @@ int Fail(const Status& st) {
   return 1;
 }
 
-int Serve(const Config& config) {
+// Process-wide setup, before any thread exists: memory, logging, the run directory, the daemon's
+// cores (pinned now, so that every thread of the daemon inherits them) and the signals only the
+// main thread takes (SIGTERM, SIGINT, in *signals).
+StatusOr<CorePartition> SetUpProcess(const Config& config, sigset_t* signals) {
   // Collectives take scratch buffers of up to a pipeline segment per step: keep such memory in
   // the heap instead of mapping, zero-filling and unmapping it on every step.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   SetupLogging(config.log_level, config.node_rank);
   umask(077);
-  if (Status st = PrepareRunDir(config.run_dir); !st.ok()) return Fail(st);
-  auto cores = ResolveCores(config.cores);
-  if (!cores.ok()) return Fail(cores.status());
-  // Pin before any thread exists so that every thread of the daemon inherits the core set.
-  if (Status st = PinCurrentThread(cores->daemon); !st.ok()) return Fail(st);
-
-  // SIGTERM/SIGINT are taken synchronously by the main thread only.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  SYNCD_RETURN_IF_ERROR(PrepareRunDir(config.run_dir));
+  SYNCD_ASSIGN_OR_RETURN(CorePartition cores, ResolveCores(config.cores));
+  SYNCD_RETURN_IF_ERROR(PinCurrentThread(cores.daemon));
+  sigemptyset(signals);
+  sigaddset(signals, SIGTERM);
+  sigaddset(signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return cores;
+}
 
+void AnnounceServing(const Config& config, const CorePartition& cores) {
+  spdlog::info("syncd {} serving {} (daemon cores: {}, worker cores: {}, local size: {}, fusion threshold: {} B)",
+               kVersionString, config.run_dir, cores.daemon.empty() ? "not pinned" : FormatCoreList(cores.daemon),
+               FormatCoreList(cores.workers), config.local_size ? std::to_string(config.local_size) : "from first client",
+               config.fusion_threshold);
+  NotifyService("READY=1\nSTATUS=serving " + config.run_dir + "\nSYNCD_WORKER_CORES=" + FormatCoreList(cores.workers) +
+                "\nSYNCD_DAEMON_CORES=" + FormatCoreList(cores.daemon) + "\nMAINPID=" + std::to_string(getpid()));
+}
+
+int Serve(const Config& config) {
+  sigset_t signals;
+  auto cores = SetUpProcess(config, &signals);
+  if (!cores.ok()) return Fail(cores.status());
   auto node_page = NodePage::Create();
   if (!node_page.ok()) return Fail(node_page.status());
   AttachServer attach(config, &*node_page);
@@ -234,13 +247,7 @@ int Serve(const Config& config) {
 
   std::thread engine_thread([&engine] { engine.Run(); });
   std::thread attach_thread([&attach] { attach.Run(); });
-  spdlog::info("syncd {} serving {} (daemon cores: {}, worker cores: {}, local size: {}, fusion threshold: {} B)",
-               kVersionString, config.run_dir,
-               cores->daemon.empty() ? "not pinned" : FormatCoreList(cores->daemon),
-               FormatCoreList(cores->workers), config.local_size ? std::to_string(config.local_size) : "from first client",
-               config.fusion_threshold);
-  NotifyService("READY=1\nSTATUS=serving " + config.run_dir + "\nSYNCD_WORKER_CORES=" + FormatCoreList(cores->workers) +
-                "\nSYNCD_DAEMON_CORES=" + FormatCoreList(cores->daemon) + "\nMAINPID=" + std::to_string(getpid()));
+  AnnounceServing(config, *cores);
 
   WatchUntilFinished(config, engine, *node_page, signals, begin_drain);
   engine_thread.join();

@@ -88,78 +88,89 @@ bool Client::DaemonAlive() {
   return true;
 }
 
+int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
+                        abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) {
+  if (t == nullptr || t->name == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor or tensor name is NULL");
+  *name = t->name;
+  const std::string what = "tensor '" + *name + "'";
+  if (name->empty() || name->size() > SYNCD_MAX_NAME)
+    return Fail(SYNCD_ERR_INVALID, what + ": name must have 1.." + std::to_string(SYNCD_MAX_NAME) + " bytes");
+  const size_t esize = abi::DtypeSize(t->dtype);
+  if (esize == 0) return Fail(SYNCD_ERR_INVALID, what + ": unknown dtype " + std::to_string(t->dtype));
+  if (t->ndim < 0 || t->ndim > SYNCD_MAX_DIMS || (t->ndim > 0 && t->shape == nullptr))
+    return Fail(SYNCD_ERR_INVALID, what + ": ndim must be 0.." + std::to_string(SYNCD_MAX_DIMS));
+  uint64_t count = 1;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] < 0) return Fail(SYNCD_ERR_INVALID, what + ": negative extent in dimension " + std::to_string(d));
+    if (t->shape[d] != 0 && count > (UINT64_MAX / esize) / uint64_t(t->shape[d]))
+      return Fail(SYNCD_ERR_INVALID, what + ": shape overflows");
+    count *= uint64_t(t->shape[d]);
+    entry->shape[d] = t->shape[d];
+  }
+  entry->ndim = uint32_t(t->ndim);
+  *bytes = count * esize;
+  if (*bytes > 0 && t->data == nullptr) return Fail(SYNCD_ERR_INVALID, what + ": data is NULL");
+  if (kind == abi::OpKind::kAllreduce && (op < 0 || op >= SYNCD_REDUCE_OP_COUNT))
+    return Fail(SYNCD_ERR_INVALID, what + ": unknown reduce op " + std::to_string(op));
+  if (kind == abi::OpKind::kBroadcast && (root < 0 || root >= id_.size))
+    return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank (size " +
+                                       std::to_string(id_.size) + ")");
+  entry->dtype = t->dtype;
+  return SYNCD_OK;
+}
+
 int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
                    double prescale, double postscale, syncd_handle* out, bool gpu, void* stream) {
   if (out == nullptr) return Fail(SYNCD_ERR_INVALID, "handle output pointer is NULL");
   std::string name;
   uint64_t bytes = 0;
-  void* data = nullptr;
   abi::SubmitEntry entry{};
   std::lock_guard lock(mu_);
   if (kind == abi::OpKind::kBarrier) {
     // Every rank's n-th barrier matches by name. Cycling through a few names (rather than a new
     // one each time) lets a many-node job agree on barriers through the response cache.
     name = "syncd.barrier." + std::to_string(barrier_seq_++ % kBarrierNames);
-  } else {
-    if (t == nullptr || t->name == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor or tensor name is NULL");
-    name = t->name;
-    const std::string what = "tensor '" + name + "'";
-    if (name.empty() || name.size() > SYNCD_MAX_NAME)
-      return Fail(SYNCD_ERR_INVALID, what + ": name must have 1.." + std::to_string(SYNCD_MAX_NAME) + " bytes");
-    const size_t esize = abi::DtypeSize(t->dtype);
-    if (esize == 0) return Fail(SYNCD_ERR_INVALID, what + ": unknown dtype " + std::to_string(t->dtype));
-    if (t->ndim < 0 || t->ndim > SYNCD_MAX_DIMS || (t->ndim > 0 && t->shape == nullptr))
-      return Fail(SYNCD_ERR_INVALID, what + ": ndim must be 0.." + std::to_string(SYNCD_MAX_DIMS));
-    uint64_t count = 1;
-    for (int d = 0; d < t->ndim; ++d) {
-      if (t->shape[d] < 0) return Fail(SYNCD_ERR_INVALID, what + ": negative extent in dimension " + std::to_string(d));
-      if (t->shape[d] != 0 && count > (UINT64_MAX / esize) / uint64_t(t->shape[d]))
-        return Fail(SYNCD_ERR_INVALID, what + ": shape overflows");
-      count *= uint64_t(t->shape[d]);
-      entry.shape[d] = t->shape[d];
-    }
-    entry.ndim = uint32_t(t->ndim);
-    bytes = count * esize;
-    if (bytes > 0 && t->data == nullptr) return Fail(SYNCD_ERR_INVALID, what + ": data is NULL");
-    if (kind == abi::OpKind::kAllreduce && (op < 0 || op >= SYNCD_REDUCE_OP_COUNT))
-      return Fail(SYNCD_ERR_INVALID, what + ": unknown reduce op " + std::to_string(op));
-    if (kind == abi::OpKind::kBroadcast && (root < 0 || root >= id_.size))
-      return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) +
-                                         " is not a rank (size " + std::to_string(id_.size) + ")");
-    data = t->data;
-    entry.dtype = t->dtype;
+  } else if (int rc = CheckTensor(kind, t, op, root, &entry, &name, &bytes); rc != SYNCD_OK) {
+    return rc;
   }
   if (in_flight_names_.count(name))
     return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));
   if (!DaemonAlive()) return DaemonLostError();
   if (free_slots_.empty())
     return Fail(SYNCD_ERR_NO_MEMORY, "too many requests in flight (" + std::to_string(slots_.size()) + ")");
+  entry.kind = uint32_t(kind);
+  entry.op = uint32_t(op);
+  entry.root = root;
+  entry.prescale = prescale;
+  entry.postscale = postscale;
+  entry.bytes = bytes;
+  void* data = bytes > 0 ? t->data : nullptr;
+  // An empty GPU tensor has nothing to move: it travels as a host one.
+  return gpu && bytes > 0 ? SubmitGpu(&entry, name, data, stream, out) : SubmitHost(&entry, name, data, out);
+}
 
+int Client::SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out) {
+  // The tensor stays where it is: the arena carries its description (freed at completion).
+  std::string why;
+  CudaDriver* cuda = CudaDriver::Get(&why);
+  if (cuda == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "' is a GPU tensor, but " + why);
+  auto off = arena_alloc_->Allocate(sizeof(abi::GpuDescriptor));
+  if (!off) return Fail(SYNCD_ERR_NO_MEMORY, "tensor '" + name + "': arena has no room for a GPU descriptor");
+  int event = -1;
+  auto* desc = reinterpret_cast<abi::GpuDescriptor*>(arena_ + *off);
+  if (int rc = cuda->Export(data, entry->bytes, stream, desc, &event, &why); rc != SYNCD_OK) {
+    arena_alloc_->Free(*off);
+    return Fail(rc, "tensor '" + name + "' (GPU pointer " + std::to_string(uintptr_t(data)) + "): " + why);
+  }
+  entry->arena_offset = *off;
+  entry->flags = abi::kSubmitGpu;
+  return Enqueue(entry, name, nullptr, *off, true, out, event);
+}
+
+int Client::SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* data, syncd_handle* out) {
+  const uint64_t bytes = entry->bytes;
   uint64_t offset = 0, staging = 0;
   void* user = nullptr;
-  if (gpu && bytes > 0) {  // an empty GPU tensor has nothing to move: it travels as a host one
-    // The tensor stays where it is: the arena carries its description (freed at completion).
-    std::string why;
-    CudaDriver* cuda = CudaDriver::Get(&why);
-    if (cuda == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "' is a GPU tensor, but " + why);
-    auto off = arena_alloc_->Allocate(sizeof(abi::GpuDescriptor));
-    if (!off) return Fail(SYNCD_ERR_NO_MEMORY, "tensor '" + name + "': arena has no room for a GPU descriptor");
-    int event = -1;
-    auto* desc = reinterpret_cast<abi::GpuDescriptor*>(arena_ + *off);
-    if (int rc = cuda->Export(data, bytes, stream, desc, &event, &why); rc != SYNCD_OK) {
-      arena_alloc_->Free(*off);
-      return Fail(rc, "tensor '" + name + "' (GPU pointer " + std::to_string(uintptr_t(data)) + "): " + why);
-    }
-    entry.kind = uint32_t(kind);
-    entry.op = uint32_t(op);
-    entry.root = root;
-    entry.prescale = prescale;
-    entry.postscale = postscale;
-    entry.arena_offset = *off;
-    entry.bytes = bytes;
-    entry.flags = abi::kSubmitGpu;
-    return Enqueue(&entry, name, nullptr, *off, true, out, event);
-  }
   if (bytes > 0) {
     if (InArena(data, bytes)) {
       offset = uint64_t(static_cast<char*>(data) - arena_);
@@ -175,14 +186,8 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
       memcpy(arena_ + offset, data, bytes);
     }
   }
-  entry.kind = uint32_t(kind);
-  entry.op = uint32_t(op);
-  entry.root = root;
-  entry.prescale = prescale;
-  entry.postscale = postscale;
-  entry.arena_offset = offset;
-  entry.bytes = bytes;
-  return Enqueue(&entry, name, user, staging, user != nullptr, out);
+  entry->arena_offset = offset;
+  return Enqueue(entry, name, user, staging, user != nullptr, out);
 }
 
 int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,

@@ -71,6 +71,12 @@ class Client {
   void DrainCompletions();
   // Fills the entry's handle and name and publishes it. `staged`: [staging, +bytes) of the arena
   // is this request's copy, freed at completion (after copying it back to `user`, if given).
+  // Submit's parts (mu_ held): the tensor's checks, filling `entry`'s dtype and shape; the
+  // arena side of a GPU tensor (its descriptor) and of a host tensor (in place or staged).
+  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, abi::SubmitEntry* entry,
+                  std::string* name, uint64_t* bytes);
+  int SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out);
+  int SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* data, syncd_handle* out);
   int Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
               syncd_handle* out, int gpu_event = -1);
   int Finish(Slot* slot, std::string* reply = nullptr);  // *reply: the completion's text

@@ -42,14 +42,17 @@ std::function<Status(Config&, const std::string&)> Bytes(uint64_t Config::*field
   };
 }
 
-// One of a few words; the error lists them ("name: expected a, b or c, got 'x'").
-std::function<Status(Config&, const std::string&)> OneOf(std::string Config::*field, const std::string& name,
-                                                         std::vector<std::string> allowed) {
+// One of a few words, each standing for a value of the field; the error lists them ("name:
+// expected a, b or c, got 'x'").
+template <typename T>
+std::function<Status(Config&, const std::string&)> OneOf(T Config::*field, const std::string& name,
+                                                         std::vector<std::pair<std::string, T>> allowed) {
   return [field, name, allowed](Config& c, const std::string& text) -> Status {
-    if (std::find(allowed.begin(), allowed.end(), text) != allowed.end()) return c.*field = text, Status::Ok();
+    for (const auto& [word, value] : allowed)
+      if (word == text) return c.*field = value, Status::Ok();
     std::string list;
     for (size_t i = 0; i < allowed.size(); ++i)
-      list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+      list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i].first;
     return InvalidArgument(name + ": expected " + list + ", got '" + text + "'");
   };
 }
@@ -158,12 +161,13 @@ std::vector<ConfigEntry> CoordinationEntries() {
     {"cycle-start", "SYNCD_CYCLE_START", "work",
      "work: a cycle starts as soon as new tensors are ready, else cycle-time after the previous one; timer: only "
      "cycle-time after the previous one (Horovod's exact timing)",
-     OneOf(&Config::cycle_start, "cycle-start", {"timer", "work"})},
+     OneOf<CycleStart>(&Config::cycle_start, "cycle-start", {{"timer", CycleStart::kTimer}, {"work", CycleStart::kWork}})},
     {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
      Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
     {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "auto",
      "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
-     OneOf(&Config::ucx_peer_errors, "ucx-peer-errors", {"auto", "on", "off"})},
+     OneOf<PeerErrors>(&Config::ucx_peer_errors, "ucx-peer-errors",
+                       {{"auto", PeerErrors::kAuto}, {"on", PeerErrors::kOn}, {"off", PeerErrors::kOff}})},
   };
 }
 
@@ -173,11 +177,11 @@ std::vector<ConfigEntry> DeviceAndHealthEntries() {
     {"gpus", "SYNCD_GPUS", "auto",
      "auto: drive every GPU the daemon sees (CUDA_VISIBLE_DEVICES) with one NCCL rank each, for GPU tensors; none: "
      "host tensors only",
-     OneOf(&Config::gpus, "gpus", {"auto", "none"})},
+     OneOf<bool>(&Config::gpus, "gpus", {{"auto", true}, {"none", false}})},
     {"gpu-ipc-cache", "SYNCD_GPU_IPC_CACHE", "on",
      "on: keep clients' CUDA IPC mappings open between requests (the pointer cache); off: open and close them for "
      "every request (only to measure what the cache saves)",
-     OneOf(&Config::gpu_ipc_cache, "gpu-ipc-cache", {"on", "off"})},
+     OneOf<bool>(&Config::gpu_ipc_cache, "gpu-ipc-cache", {{"on", true}, {"off", false}})},
     {"stall-warning-s", "SYNCD_STALL_WARNING_S", "60",
      "Warn (log and syncctl status) about tensors some ranks submitted and others not after this many seconds",
      Unsigned(&Config::stall_warning_s, "stall-warning-s", 1)},

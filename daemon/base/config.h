@@ -15,6 +15,10 @@
 
 namespace syncd {
 
+// The settings that pick one of a few behaviours (parsed once, never compared as strings).
+enum class CycleStart { kTimer, kWork };            // --cycle-start
+enum class PeerErrors { kAuto, kOn, kOff };         // --ucx-peer-errors
+
 // Field defaults live in ConfigTable() only; BuildConfig applies them.
 struct Config {
   std::string run_dir;        // holds attach.sock and control.sock
@@ -32,13 +36,13 @@ struct Config {
   uint32_t join_timeout_s = 0;
   uint32_t drain_timeout_s = 0;
   uint32_t cycle_time_us = 0;
-  std::string cycle_start;    // "timer" (Horovod) or "work"
+  CycleStart cycle_start = CycleStart::kWork;  // kTimer: Horovod's timing
   uint32_t cache_capacity = 0;
   abi::CoordMode coord = abi::CoordMode::kNegotiate;  // --coord, by name in abi::kCoordModeNames
-  std::string gpus;             // "auto" or "none"
-  std::string gpu_ipc_cache;    // "on" or "off"
+  bool gpus = true;             // --gpus auto (false: none)
+  bool gpu_ipc_cache = true;    // --gpu-ipc-cache on
   uint32_t gs_period = 1;       // gs: cycles between sleep agreements
-  std::string ucx_peer_errors;  // "auto", "on" or "off"
+  PeerErrors ucx_peer_errors = PeerErrors::kAuto;
   uint32_t stall_warning_s = 0;  // warn about names some ranks submitted and others not, after this long
   uint32_t stall_shutdown_s = 0;  // then end the job after this long (0: never)
 };

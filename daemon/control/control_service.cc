@@ -145,7 +145,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_local_size(s->local_size);
   FillClients(*s, r);
   FillThroughput(*s, config_.fusion_threshold, r);
-  if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache == "on", r->mutable_gpu());
+  if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache, r->mutable_gpu());
   for (const ProcessSetSnapshot& p : s->process_sets) FillProcessSet(p, s->coord_mode, r->add_process_sets());
   // The global set's sections, where they were before there were sets.
   const ProcessSetSnapshot* global = s->process_sets.empty() ? nullptr : &s->process_sets.front();

@@ -28,12 +28,10 @@ void Engine::EndJob(uint64_t next_job) {
   if (job_started_) spdlog::info("job {:#x} starts (previous job {:#x})", next_job, job_id_);
   char why[64];
   snprintf(why, sizeof(why), "its ranks started job %#llx", (unsigned long long)next_job);
-  for (auto& [id, set] : sets_) {
-    // Whatever the previous job left (requests of ranks that are all gone) ends here,
-    set->FailWaiting(Status(SYNCD_ERR_RANK_LOST, "its job ended"));
-    // and the other nodes learn that this one is done with it (they may still be in a cycle of it).
-    set->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
-  }
+  // Whatever the previous job left (requests of ranks that are all gone) ends here,
+  End(EndScope::Job(ProcessSet::Reach::kWaiting), Status(SYNCD_ERR_RANK_LOST, "its job ended"));
+  // and the other nodes learn that this one is done with it (they may still be in a cycle of it).
+  for (auto& [id, set] : sets_) set->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
   // Its plans and coordination too: every node drops them at the same point, before the new
   // job's first request. GPU work already enqueued still completes (to nobody, its ranks are gone).
   for (auto& [id, set] : sets_)
@@ -131,22 +129,27 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   // flight (the normal end of a job), the job cannot go on.
   // This holds even when it was this node's last rank: the other nodes' ranks still wait for it.
   const Status peers = !clean || abandoned ? Status(SYNCD_ERR_RANK_LOST, who + " " + reason) : Status::Ok();
-  for (auto& [id, set] : sets_) set->RankLost(lost, peers);
+  End(EndScope::Client(local_rank, peers), lost);
 }
 
 void Engine::ExpireDepartures(uint64_t now_ns) {
   std::string expired;
+  uint32_t first_expired = 0;
   for (auto& [lr, lost] : lost_ranks_) {
     if (lost.rejoin_deadline_ns == 0 || now_ns < lost.rejoin_deadline_ns) continue;
+    if (expired.empty()) first_expired = lr;
     lost.rejoin_deadline_ns = 0;
     lost.blocking = true;
     lost.reason += " and did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s";
     expired += (expired.empty() ? "" : "; ") + lost.reason;
   }
   if (expired.empty() || clients_.empty()) return;
+  // They will not come: what waits for them fails, and when anything did, the job ends on every
+  // node (other nodes' ranks wait for them too).
   const Status why(SYNCD_ERR_RANK_LOST, expired);
-  for (auto& [id, set] : sets_)
-    if (set->FailWaiting(why) > 0) set->AbortCoordination(why);
+  bool waiting = false;
+  for (const auto& [id, set] : sets_) waiting = waiting || set->InFlight() > 0;
+  End(EndScope::Client(first_expired, waiting ? why : Status::Ok()), why);
 }
 
 std::string Engine::BlockingLosses() const {

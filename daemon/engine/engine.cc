@@ -51,7 +51,7 @@ void Engine::Stop() {
 
 void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
   {
-    std::lock_guard lock(drain_mu_);
+    MutexLock lock(&drain_mu_);
     if (drain_why_.empty()) drain_why_ = why;
   }
   deadline_ns = std::max<uint64_t>(deadline_ns, 1);
@@ -75,9 +75,24 @@ bool Engine::Drained() {
   return drained;
 }
 
-void Engine::FailInFlight(const Status& why) {
-  for (auto& [id, set] : sets_) set->FailInFlight(why);
+size_t Engine::End(const EndScope& scope, const Status& why) {
+  size_t waiting = 0;
+  switch (scope.kind) {
+    case EndScope::Kind::kRequest:
+      Complete(*scope.request, why);
+      return 0;
+    case EndScope::Kind::kClient:
+      for (auto& [id, set] : sets_) waiting += set->End(why, ProcessSet::Reach::kRank, scope.peers_why);
+      break;
+    case EndScope::Kind::kProcessSet:
+      if (auto it = sets_.find(scope.set); it != sets_.end()) waiting = it->second->End(why, scope.reach, scope.peers_why);
+      break;
+    case EndScope::Kind::kJob:
+      for (auto& [id, set] : sets_) waiting += set->End(why, scope.reach, scope.peers_why);
+      break;
+  }
   FlushClients();
+  return waiting;
 }
 
 ProcessSet* Engine::SetOf(const Request& r) {
@@ -142,14 +157,15 @@ void Engine::Run() {
       if (Drained()) break;
       if (abi::MonotonicNs() >= deadline) {
         drain_result_.deadline_passed = true;
-        std::lock_guard lock(drain_mu_);
+        MutexLock lock(&drain_mu_);
         drain_leave_why_ = drain_why_;
         break;
       }
     }
   }
   const bool draining = drain_deadline_ns_.load(std::memory_order_acquire) != 0;
-  if (draining && drain_result_.deadline_passed) FailInFlight(Status(SYNCD_ERR_DAEMON_LOST, drain_leave_why_));
+  if (draining && drain_result_.deadline_passed)
+    End(EndScope::Job(ProcessSet::Reach::kHeld), Status(SYNCD_ERR_DAEMON_LOST, drain_leave_why_));
   // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
   // stopped) is not reported as a lost node.
   for (auto& [id, set] : sets_)
@@ -193,23 +209,23 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     if (!r) continue;  // already completed with an error
     ProcessSet* set = SetOf(*r);
     if (set == nullptr) {
-      Complete(*r, InvalidArgument("tensor '" + r->name + "': process set " + std::to_string(r->process_set) +
-                                   " is not one of this job's"));
+      End(EndScope::OneRequest(*r), InvalidArgument("tensor '" + r->name + "': process set " +
+                                                    std::to_string(r->process_set) + " is not one of this job's"));
       continue;
     }
     if (Status why = set->Refusal(); !why.ok()) {
-      Complete(*r, Status(why.code(), "tensor '" + r->name + "': cannot run, " + why.message()));
+      End(EndScope::OneRequest(*r), Status(why.code(), "tensor '" + r->name + "': cannot run, " + why.message()));
       continue;
     }
     if (!lost_ranks_.empty()) {
       if (std::string losses = BlockingLosses(); !losses.empty()) {
-        Complete(*r, Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + losses));
+        End(EndScope::OneRequest(*r), Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + losses));
         continue;
       }
     }
     Request copy_for_error = *r;
     Status st = set->Add(std::move(*r));
-    if (!st.ok()) Complete(copy_for_error, st);
+    if (!st.ok()) End(EndScope::OneRequest(copy_for_error), st);
   }
 }
 
@@ -236,7 +252,7 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
   Request failed;
   failed.client_id = c.info->client_id;
   failed.handle = e.handle;
-  Complete(failed, error);
+  End(EndScope::OneRequest(failed), error);
   return std::nullopt;
 }
 
@@ -336,7 +352,7 @@ void Engine::PublishSnapshot() {
       if (p != transport_->rank()) s->peers.emplace_back(p, transport_->PeerLost(p) ? "lost" : "connected");
   }
   {
-    std::lock_guard lock(snapshot_mu_);
+    MutexLock lock(&snapshot_mu_);
     snapshot_ = std::move(s);
   }
   snapshot_published_.store(requested, std::memory_order_release);

@@ -13,11 +13,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <variant>
 
 #include "daemon/base/config.h"
+#include "daemon/base/mutex.h"
 #include "daemon/base/spsc_queue.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
@@ -34,6 +34,45 @@ struct AttachedClient {
   int32_t pid = 0;
   uint64_t job_id = 0;  // 0: unspecified
   ClientSegment segment;
+};
+
+// What Engine::End ends: one request, what a gone rank leaves behind, a process set, or the job.
+struct EndScope {
+  enum class Kind { kRequest, kClient, kProcessSet, kJob };
+  Kind kind = Kind::kJob;
+  const Request* request = nullptr;  // kRequest
+  uint32_t local_rank = 0;           // kClient: the rank that is gone
+  int32_t set = 0;                   // kProcessSet
+  // kClient, kProcessSet, kJob: how far it reaches (ProcessSet::Reach; kClient: kRank).
+  ProcessSet::Reach reach = ProcessSet::Reach::kJob;
+  Status peers_why;  // what the other nodes are told (kRank: OK means nothing; kJob: OK means `why`)
+
+  static EndScope OneRequest(const Request& r) {
+    EndScope s;
+    s.kind = Kind::kRequest;
+    s.request = &r;
+    return s;
+  }
+  static EndScope Client(uint32_t local_rank, Status peers_why) {
+    EndScope s;
+    s.kind = Kind::kClient;
+    s.local_rank = local_rank;
+    s.reach = ProcessSet::Reach::kRank;
+    s.peers_why = std::move(peers_why);
+    return s;
+  }
+  static EndScope Set(int32_t id, ProcessSet::Reach reach) {
+    EndScope s;
+    s.kind = Kind::kProcessSet;
+    s.set = id;
+    s.reach = reach;
+    return s;
+  }
+  static EndScope Job(ProcessSet::Reach reach) {
+    EndScope s;
+    s.reach = reach;
+    return s;
+  }
 };
 
 // Control plane -> engine.
@@ -86,7 +125,7 @@ class Engine {
   DrainResult drain_result() const { return drain_result_; }  // once finished()
 
   std::shared_ptr<const StatusSnapshot> Snapshot() const {
-    std::lock_guard lock(snapshot_mu_);
+    MutexLock lock(&snapshot_mu_);
     return snapshot_;
   }
   // Asks the engine for a new snapshot and waits up to `timeout_ms` for it (never blocks the
@@ -121,8 +160,10 @@ class Engine {
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
   // on any node; see Negotiator::SetDrain).
   bool Drained();
-  // The drain deadline passed: fails everything still in flight with the drain's reason.
-  void FailInFlight(const Status& why);
+  // The one way work ends, whatever ended it (a refused request, a rank gone, a stall, the drain
+  // deadline, a new job): every pending request in `scope` completes exactly once with `why`.
+  // Returns how many tensors were waiting for local ranks.
+  size_t End(const EndScope& scope, const Status& why);
   // Why new requests must fail now (every lost rank of this job, first loss first), or "".
   std::string BlockingLosses() const;
   bool DrainEvents();
@@ -160,15 +201,15 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> drain_deadline_ns_{0};  // 0: not draining
   std::atomic<bool> finished_{false};
-  mutable std::mutex drain_mu_;
-  std::string drain_why_;          // under drain_mu_
+  mutable Mutex drain_mu_;
+  std::string drain_why_ SYNCD_GUARDED_BY(drain_mu_);
   std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
   DrainResult drain_result_;       // engine thread until finished_, then read-only
   // The latest snapshot. A mutex held for a pointer copy (every 20 ms by the engine, now and then
   // by the control service), not std::atomic<shared_ptr>: libstdc++ 12 implements that with a
   // lock bit ThreadSanitizer cannot see under clang.
-  mutable std::mutex snapshot_mu_;
-  std::shared_ptr<const StatusSnapshot> snapshot_;  // GUARDED_BY(snapshot_mu_)
+  mutable Mutex snapshot_mu_;
+  std::shared_ptr<const StatusSnapshot> snapshot_ SYNCD_GUARDED_BY(snapshot_mu_);
   mutable std::atomic<uint64_t> snapshot_requested_{0};
   std::atomic<uint64_t> snapshot_published_{0};
 

@@ -31,7 +31,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   NegotiatorOptions opts;
   opts.job = place_.job;
   opts.cycle_ns = uint64_t(config_.cycle_time_us) * 1000;
-  opts.start_on_work = config_.cycle_start == "work";
+  opts.start_on_work = config_.cycle_start == CycleStart::kWork;
   opts.cache_capacity = config_.cache_capacity;
   opts.stall_ns = uint64_t(config_.stall_shutdown_s ? std::min(config_.stall_warning_s, config_.stall_shutdown_s)
                                                     : config_.stall_warning_s) * 1'000'000'000ull;
@@ -185,7 +185,32 @@ void ProcessSet::FailJob(const Status& why) {
   if (topo_) topo_->FailAll(why);
 }
 
-void ProcessSet::FailInFlight(const Status& why) {
+size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) {
+  switch (reach) {
+    case Reach::kWaiting:
+      return FailWaiting(why);
+    case Reach::kHeld: {
+      const size_t waiting = table_.pending();
+      FailHeld(why);
+      return waiting;
+    }
+    case Reach::kRank: {
+      const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
+      const size_t waiting = FailWaiting(why);
+      if (topo_in_flight) topo_->FailAll(why);
+      if (negotiator_ && !peers_why.ok()) negotiator_->Abort(peers_why);
+      return waiting;
+    }
+    case Reach::kJob: {
+      const size_t waiting = FailWaiting(why);
+      FailJob(peers_why.ok() ? why : peers_why);  // many nodes: tells the others, which fail what they hold
+      return waiting;
+    }
+  }
+  return 0;
+}
+
+void ProcessSet::FailHeld(const Status& why) {
   std::vector<FailedTensor> failed;
   table_.FailAll(why, &failed);
   for (FailedTensor& f : failed)
@@ -196,13 +221,6 @@ void ProcessSet::FailInFlight(const Status& why) {
     PollGpu();
   }
   // Negotiated tensors fail when the daemon leaves the job (Leave).
-}
-
-void ProcessSet::RankLost(const Status& why, const Status& peers_why) {
-  const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
-  FailWaiting(why);
-  if (topo_in_flight) topo_->FailAll(why);
-  if (negotiator_ && !peers_why.ok()) negotiator_->Abort(peers_why);
 }
 
 void ProcessSet::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {

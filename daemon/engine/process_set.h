@@ -82,20 +82,18 @@ class ProcessSet {
   // GPUs), UINT64_MAX when it waits for nothing.
   uint64_t NextPollNs(uint64_t now_ns) const;
 
-  // Ending work. FailWaiting: what waits here for local ranks fails with `why` (returns how
-  // many tensors). FailJob: the set cannot go on; tells the other nodes, fails what they hold.
-  // FailInFlight: every request the set holds here fails (the drain deadline passed).
-  // RankLost: a local rank is gone, what needs it fails with `why`; unless `peers_why` is OK the
-  // job ends on every node with it (other nodes' ranks wait for the rank too).
+  // Ending work: every request the reach covers completes once, failed with `why` (named per
+  // tensor). Returns how many tensors were waiting here for local ranks.
+  //   kWaiting  what waits here for some local ranks (the job moved on; they will not come).
+  //   kHeld     everything held here: waiting, TOPO groups, GPU work (the drain deadline). The
+  //             other nodes learn it from Leave.
+  //   kRank     a local rank is gone: what waits for it, TOPO groups; with `peers_why` set the
+  //             job ends on every node with it (other nodes' ranks wait for the rank too).
+  //   kJob      the set cannot go on: what waits here, and on every node (told `peers_why`, or
+  //             `why`) everything of the set; new requests are refused.
+  enum class Reach { kWaiting, kHeld, kRank, kJob };
+  size_t End(const Status& why, Reach reach, const Status& peers_why = Status::Ok());
   // Leave: the daemon stops, or the job ends; the other nodes learn it without a lost node.
-  size_t FailWaiting(const Status& why);
-  void FailJob(const Status& why);
-  void FailInFlight(const Status& why);
-  void RankLost(const Status& why, const Status& peers_why);
-  // Ends the set's coordination on every node with `why` (many nodes; nothing on one node).
-  void AbortCoordination(const Status& why) {
-    if (negotiator_) negotiator_->Abort(why);
-  }
   void Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason);
 
   // One node: completes the GPU groups the GPUs are done with; whether any is left. (A set of an
@@ -125,6 +123,10 @@ class ProcessSet {
   // (under --coord topo) and completes the registrations.
   void RegisterPlan(ReadyTensor& registration);
   void InstallPlan();
+  // End's parts.
+  size_t FailWaiting(const Status& why);
+  void FailJob(const Status& why);
+  void FailHeld(const Status& why);
 
   // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.
   std::vector<FusionGroup> Fuse(const std::vector<ReadyTensor>& ready) const;

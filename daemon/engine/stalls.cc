@@ -68,10 +68,7 @@ void Engine::ShutDownStalledJob(const std::vector<StallSnapshot>& stalls) {
   const Status why(SYNCD_ERR_STALLED, "the job was shut down after a stall of --stall-shutdown-s " +
                                           std::to_string(config_.stall_shutdown_s) + " s: " + what);
   spdlog::error("{}", why.message());
-  for (auto& [id, set] : sets_) {
-    set->FailWaiting(why);
-    set->FailJob(why);  // many nodes: tells the others, which fail what they hold
-  }
+  End(EndScope::Job(ProcessSet::Reach::kJob), why);  // many nodes: tells the others, which fail what they hold
 }
 
 }  // namespace syncd

@@ -46,10 +46,14 @@ abi::AttachRequest RawAttachRequest(int rank, int size) {
   return abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, rank, size, int32_t(getpid()), 0, 0};
 }
 
-RawClient::RawClient(const std::string& run_dir, int size) {
+RawClient::RawClient(const std::string& run_dir, int size) : RawClient(run_dir, 0, size, 0, size) {}
+
+RawClient::RawClient(const std::string& run_dir, int rank, int size, int local_rank, int local_size) {
   fd_ = RawConnect(run_dir);
   int fds[2];
-  reply_ = RawAttach(fd_, RawAttachRequest(0, size), fds);
+  reply_ = RawAttach(fd_, abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, local_rank, local_size,
+                                             int32_t(getpid()), 0, 0},
+                     fds);
   EXPECT_EQ(reply_.status, SYNCD_OK) << reply_.message;
   seg_ = static_cast<char*>(mmap(nullptr, reply_.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
   node_ = static_cast<abi::NodePage*>(mmap(nullptr, reply_.node_page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0));
@@ -62,10 +66,28 @@ RawClient::RawClient(const std::string& run_dir, int size) {
       &h_->completion, reinterpret_cast<abi::CompletionEntry*>(seg_ + h_->completion_ring_offset), h_->ring_entries);
 }
 
-RawClient::~RawClient() {
+RawClient::~RawClient() { Vanish(); }
+
+void RawClient::Vanish() {
+  if (seg_ == nullptr) return;
   munmap(seg_, reply_.segment_bytes);
   munmap(node_, reply_.node_page_bytes);
   close(fd_);
+  seg_ = nullptr;
+}
+
+std::map<uint64_t, int> RawClient::Completions(double for_s, std::map<uint64_t, int>* status) {
+  std::map<uint64_t, int> seen;
+  for (double end = NowS() + for_s; NowS() < end;) {
+    if (const abi::CompletionEntry* c = done_.Front()) {
+      ++seen[c->handle];
+      if (status) (*status)[c->handle] = c->status;
+      done_.Pop();
+      continue;
+    }
+    usleep(200);
+  }
+  return seen;
 }
 
 abi::SubmitEntry RawClient::Valid(uint64_t handle) const {

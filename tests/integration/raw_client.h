@@ -4,6 +4,7 @@
 #define SYNCD_TESTS_INTEGRATION_RAW_CLIENT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,8 @@ class RawClient {
  public:
   // Attaches as rank 0 of `size` (one node).
   explicit RawClient(const std::string& run_dir, int size = 1);
+  // Attaches as global `rank` of `size`, local rank `local_rank` of `local_size`.
+  RawClient(const std::string& run_dir, int rank, int size, int local_rank, int local_size);
   ~RawClient();
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
@@ -34,6 +37,11 @@ class RawClient {
   bool ClosedByDaemon(double timeout_s);
   // Waits for the completion of `handle`; returns its status and message ({-1, ...}: none came).
   std::pair<int, std::string> Await(uint64_t handle, double timeout_s = 5);
+  // Every completion that arrives within `for_s`: handle -> how many times it came (a correct
+  // daemon completes each request exactly once), with the last status of each in *status.
+  std::map<uint64_t, int> Completions(double for_s, std::map<uint64_t, int>* status = nullptr);
+  // Goes away without a word, as a killed process does: the socket closes, the segment unmaps.
+  void Vanish();
   abi::SegmentHeader* header() { return h_; }
   uint64_t arena_bytes() const { return h_->arena_bytes; }
   char* arena() { return seg_ + h_->arena_offset; }

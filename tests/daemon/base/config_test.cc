@@ -51,6 +51,24 @@ TEST(Config, CoordinationModesAreParsedOnceIntoTheirEnum) {
   EXPECT_NE(bad.status().message().find("unknown mode 'horovod'"), std::string::npos) << bad.status().message();
 }
 
+TEST(Config, EveryOtherModeIsParsedOnceIntoItsValue) {
+  auto def = BuildConfig({}, {});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->cycle_start, CycleStart::kWork);
+  EXPECT_EQ(def->ucx_peer_errors, PeerErrors::kAuto);
+  EXPECT_TRUE(def->gpus);
+  EXPECT_TRUE(def->gpu_ipc_cache);
+  auto c = BuildConfig({{"cycle-start", "timer"}, {"ucx-peer-errors", "off"}, {"gpus", "none"}, {"gpu-ipc-cache", "off"}}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cycle_start, CycleStart::kTimer);
+  EXPECT_EQ(c->ucx_peer_errors, PeerErrors::kOff);
+  EXPECT_FALSE(c->gpus);
+  EXPECT_FALSE(c->gpu_ipc_cache);
+  auto bad = BuildConfig({}, {{"SYNCD_UCX_PEER_ERRORS", "sometimes"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "from SYNCD_UCX_PEER_ERRORS: ucx-peer-errors: expected auto, on or off, got 'sometimes'");
+}
+
 TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {
   for (const ConfigEntry& e : ConfigTable()) {
     EXPECT_FALSE(e.name.empty());

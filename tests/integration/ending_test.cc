@@ -1,0 +1,116 @@
+// One way to end work (Engine::End): whichever path ends a request (refused at once, a rank that
+// vanishes, a stall shutdown, the drain deadline, a lost node), it completes exactly once. The
+// completions are counted on the rings themselves: the C client would hide a second one (it
+// drops completions of handles no longer in flight), and a missing one would show only as a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "tests/integration/harness.h"
+#include "tests/integration/raw_client.h"
+
+namespace syncd::testing {
+namespace {
+
+// Pushes `n` well-formed allreduces named "<prefix>.<i>", handles `first` + i.
+std::vector<uint64_t> PushNamed(RawClient& c, uint64_t first, int n, const char* prefix) {
+  std::vector<uint64_t> handles;
+  for (int i = 0; i < n; ++i) {
+    abi::SubmitEntry e = c.Valid(first + i);
+    snprintf(e.name, sizeof(e.name), "%s.%d", prefix, i);
+    c.Push(e);
+    handles.push_back(first + i);
+  }
+  return handles;
+}
+
+// Collects `c`'s completions for `for_s` and checks them against `want` (handle -> status):
+// every handle of `want` exactly once with its status, no other handle.
+void ExpectEachOnce(RawClient& c, double for_s, const std::map<uint64_t, int>& want, const char* path) {
+  std::map<uint64_t, int> status;
+  const std::map<uint64_t, int> seen = c.Completions(for_s, &status);
+  for (const auto& [h, n] : seen) EXPECT_TRUE(want.count(h)) << path << ": handle " << h << " was never pending";
+  for (const auto& [h, code] : want) {
+    auto it = seen.find(h);
+    if (it == seen.end()) {
+      ADD_FAILURE() << path << ": handle " << h << " never completed";
+      continue;
+    }
+    EXPECT_EQ(it->second, 1) << path << ": handle " << h << " completed " << it->second << " times";
+    EXPECT_EQ(status.at(h), code) << path << ": handle " << h;
+  }
+}
+
+std::map<uint64_t, int> All(const std::vector<uint64_t>& handles, int status) {
+  std::map<uint64_t, int> m;
+  for (uint64_t h : handles) m[h] = status;
+  return m;
+}
+
+// Request scope: refused as it is read, or as a duplicate; and the normal end, for comparison.
+TEST(Ending, RefusedAndCompletedRequestsCompleteOnce) {
+  Daemon d(2);
+  RawClient r0(d.run_dir(), 0, 2, 0, 2), r1(d.run_dir(), 1, 2, 1, 2);
+  abi::SubmitEntry bad = r0.Valid(1);
+  bad.dtype = 99;
+  r0.Push(bad);
+  PushNamed(r0, 2, 1, "dup");
+  PushNamed(r0, 3, 1, "dup");   // already in flight on this rank: refused, the first stays
+  PushNamed(r1, 10, 1, "dup");  // completes the first
+  ExpectEachOnce(r0, 1.0, {{1, SYNCD_ERR_PROTOCOL}, {2, SYNCD_OK}, {3, SYNCD_ERR_DUPLICATE}}, "request");
+  ExpectEachOnce(r1, 0.1, {{10, SYNCD_OK}}, "request");
+}
+
+// Client scope: what waits for a rank that vanished fails, once.
+TEST(Ending, WhatWaitsForAVanishedRankCompletesOnce) {
+  Daemon d(2);
+  RawClient r0(d.run_dir(), 0, 2, 0, 2), r1(d.run_dir(), 1, 2, 1, 2);
+  PushNamed(r0, 1, 2, "mine");  // rank 0's own, never matched: nobody left to tell
+  const std::vector<uint64_t> waiting = PushNamed(r1, 100, 5, "w");
+  usleep(100'000);
+  r0.Vanish();
+  ExpectEachOnce(r1, 2.0, All(waiting, SYNCD_ERR_RANK_LOST), "client");
+}
+
+// Job scope, every node: a stall shutdown.
+TEST(Ending, AStallShutdownCompletesEachRequestOnce) {
+  Daemon d(2, {"--stall-warning-s", "1", "--stall-shutdown-s", "1"});
+  RawClient r0(d.run_dir(), 0, 2, 0, 2), r1(d.run_dir(), 1, 2, 1, 2);
+  const std::vector<uint64_t> stalled = PushNamed(r0, 1, 4, "s");
+  ExpectEachOnce(r0, 3.5, All(stalled, SYNCD_ERR_STALLED), "stall");
+  ExpectEachOnce(r1, 0.1, {}, "stall");
+}
+
+// Job scope, this node: the drain deadline.
+TEST(Ending, TheDrainDeadlineCompletesEachRequestOnce) {
+  Daemon d(2, {"--drain-timeout", "1"});
+  RawClient r0(d.run_dir(), 0, 2, 0, 2), r1(d.run_dir(), 1, 2, 1, 2);
+  const std::vector<uint64_t> held = PushNamed(r0, 1, 3, "d");
+  usleep(100'000);
+  d.Kill(SIGTERM);
+  ExpectEachOnce(r0, 2.5, All(held, SYNCD_ERR_DAEMON_LOST), "drain");
+  EXPECT_NE(d.Wait(10'000), -1);
+}
+
+// Process set scope on another node: a lost node ends the job's coordination; what this node
+// holds (waiting for the other node) completes once.
+TEST(Ending, ALostNodeCompletesEachRequestOnce) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "error"});
+  RawClient n0(cluster.node(0).run_dir(), 0, 2, 0, 1), n1(cluster.node(1).run_dir(), 1, 2, 0, 1);
+  const std::vector<uint64_t> agreed_here = PushNamed(n0, 1, 3, "n");
+  usleep(200'000);
+  cluster.node(1).Kill(SIGKILL);
+  std::map<uint64_t, int> status;
+  const std::map<uint64_t, int> seen = n0.Completions(5.0, &status);
+  ASSERT_EQ(seen.size(), agreed_here.size());
+  for (uint64_t h : agreed_here) {
+    EXPECT_EQ(seen.at(h), 1) << "handle " << h;
+    EXPECT_TRUE(status.at(h) == SYNCD_ERR_DAEMON_LOST || status.at(h) == SYNCD_ERR_RANK_LOST) << status.at(h);
+  }
+}
+
+}  // namespace
+}  // namespace syncd::testing
