@@ -29,7 +29,6 @@ class [[nodiscard]] Status {
 };
 
 inline Status InvalidArgument(std::string m) { return Status(SYNCD_ERR_INVALID, std::move(m)); }
-inline Status SystemError(std::string m) { return Status(SYNCD_ERR_SYSTEM, std::move(m)); }
 inline Status ProtocolError(std::string m) { return Status(SYNCD_ERR_PROTOCOL, std::move(m)); }
 // "what: strerror(errno)" for a failed OS call.
 Status ErrnoError(const std::string& what);

@@ -2,10 +2,9 @@
 // and NCCL. The engine thread is the only caller.
 //
 // - Map(): a client's GPU tensor, described by a GpuDescriptor, becomes a device pointer in the
-//   daemon. Opened IPC memory handles are cached per client and allocation (the pointer cache of
-//   CUDA-aware MPI); a different handle at a cached allocation base means the client freed that
-//   allocation, and the stale mapping is closed. ForgetClient() closes a client's mappings once
-//   no queued work uses them.
+//   daemon. The IPC side (opening, caching per client and allocation, retiring stale mappings)
+//   is GpuIpcCache's (gpu_ipc_cache.h); the executor closes retired mappings once no queued work
+//   uses them, and ForgetClient() retires a client's.
 // - One NCCL rank per local GPU, created in one group call, spanning every GPU of every daemon
 //   of the job (Connect()).
 // - Allreduce(): per GPU, waits on the clients' events, reduces the local ranks' tensors into a

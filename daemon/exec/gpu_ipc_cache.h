@@ -1,10 +1,10 @@
 // The daemon's side of CUDA IPC: clients' GPU allocations and stream events, opened in the
 // daemon's address space and cached per client (the pointer cache of CUDA-aware MPI).
 //
-// - Open(): a descriptor's allocation becomes a device pointer. A cached allocation is reused; a
-//   different handle at a cached allocation base means the client freed that allocation and got a
-//   new one there, so the stale mapping is retired. Without the cache (`cache` false) every
-//   mapping is retired as soon as it is handed out.
+// - OpenAllocation(): a descriptor's allocation becomes a device pointer. A cached allocation is
+//   reused; a different handle at a cached allocation base means the client freed that
+//   allocation and got a new one there, so the stale mapping is retired. Without the cache
+//   (`cache` false) every mapping is retired as soon as it is handed out.
 // - Retired mappings and events stay open until CloseRetired(), which the executor calls once no
 //   queued GPU work can still touch them.
 // - ForgetClient(): a client left; all of its mappings and events are retired.
