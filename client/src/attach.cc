@@ -229,6 +229,7 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   c->header_ = h;
   c->node_ = static_cast<abi::NodePage*>(c->node_map_);
   char* base = static_cast<char*>(c->segment_);
+  MutexLock lock(&c->mu_);  // nobody else sees `c` yet; the lock keeps the analysis simple
   c->submit_ = abi::RingView<abi::SubmitEntry>(
       &h->submit, reinterpret_cast<abi::SubmitEntry*>(base + h->submit_ring_offset), h->ring_entries);
   c->completion_ = abi::RingView<abi::CompletionEntry>(
@@ -237,6 +238,7 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   c->messages_ = base + h->message_offset;
   c->arena_ = base + h->arena_offset;
   c->arena_alloc_ = std::make_unique<ArenaAllocator>(h->arena_bytes, abi::kArenaAlignment);
+  c->arena_capacity_ = c->arena_alloc_->capacity();
   c->slots_.resize(h->ring_entries);
   for (uint32_t i = h->ring_entries; i-- > 0;) c->free_slots_.push_back(i);
   id.node_rank = reply.node_rank;

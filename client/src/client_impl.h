@@ -4,12 +4,12 @@
 #define SYNCD_CLIENT_CLIENT_IMPL_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "client/src/arena_allocator.h"
+#include "proto/mutex.h"
 #include "proto/shm_abi.h"
 #include "syncd/client.h"
 
@@ -66,21 +66,21 @@ class Client {
 
   Client() = default;
 
-  // All below require mu_.
-  Slot* Lookup(syncd_handle h);
-  void DrainCompletions();
+  Slot* Lookup(syncd_handle h) SYNCD_REQUIRES(mu_);
+  void DrainCompletions() SYNCD_REQUIRES(mu_);
+  // Submit's parts: the tensor's checks, filling `entry`'s dtype and shape; the arena side of a
+  // GPU tensor (its descriptor) and of a host tensor (in place or staged).
+  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, abi::SubmitEntry* entry,
+                  std::string* name, uint64_t* bytes) SYNCD_REQUIRES(mu_);
+  int SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out)
+      SYNCD_REQUIRES(mu_);
+  int SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* data, syncd_handle* out) SYNCD_REQUIRES(mu_);
   // Fills the entry's handle and name and publishes it. `staged`: [staging, +bytes) of the arena
   // is this request's copy, freed at completion (after copying it back to `user`, if given).
-  // Submit's parts (mu_ held): the tensor's checks, filling `entry`'s dtype and shape; the
-  // arena side of a GPU tensor (its descriptor) and of a host tensor (in place or staged).
-  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, abi::SubmitEntry* entry,
-                  std::string* name, uint64_t* bytes);
-  int SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out);
-  int SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* data, syncd_handle* out);
   int Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
-              syncd_handle* out, int gpu_event = -1);
-  int Finish(Slot* slot, std::string* reply = nullptr);  // *reply: the completion's text
-  bool DaemonAlive();  // may block for a zero-timeout poll(2) on the socket
+              syncd_handle* out, int gpu_event = -1) SYNCD_REQUIRES(mu_);
+  int Finish(Slot* slot, std::string* reply = nullptr) SYNCD_REQUIRES(mu_);  // *reply: the completion's text
+  bool DaemonAlive() SYNCD_REQUIRES(mu_);  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;
 
   Identity id_;
@@ -93,17 +93,18 @@ class Client {
   abi::NodePage* node_ = nullptr;
   char* arena_ = nullptr;
   char* messages_ = nullptr;
+  uint64_t arena_capacity_ = 0;  // bytes of the arena (fixed at attach)
   uint64_t spin_ns_ = 20'000;
 
-  std::mutex mu_;
-  abi::RingView<abi::SubmitEntry> submit_;
-  abi::RingView<abi::CompletionEntry> completion_;
-  std::unique_ptr<ArenaAllocator> arena_alloc_;
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_slots_;
-  std::unordered_map<std::string, uint32_t> in_flight_names_;
-  uint64_t barrier_seq_ = 0;
-  bool daemon_lost_ = false;
+  Mutex mu_;
+  abi::RingView<abi::SubmitEntry> submit_ SYNCD_GUARDED_BY(mu_);
+  abi::RingView<abi::CompletionEntry> completion_ SYNCD_GUARDED_BY(mu_);
+  std::unique_ptr<ArenaAllocator> arena_alloc_ SYNCD_PT_GUARDED_BY(mu_);
+  std::vector<Slot> slots_ SYNCD_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_slots_ SYNCD_GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint32_t> in_flight_names_ SYNCD_GUARDED_BY(mu_);
+  uint64_t barrier_seq_ SYNCD_GUARDED_BY(mu_) = 0;
+  bool daemon_lost_ SYNCD_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace syncd::client

@@ -7,8 +7,9 @@
 #include <dlfcn.h>
 
 #include <cstring>
-#include <mutex>
 #include <vector>
+
+#include "proto/mutex.h"
 #endif
 
 namespace syncd::client {
@@ -111,7 +112,7 @@ class DlCudaDriver final : public CudaDriver {
   }
 
   void Release(int slot) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (slot >= 0 && size_t(slot) < events_.size()) events_[slot].busy = false;
   }
 
@@ -148,8 +149,9 @@ class DlCudaDriver final : public CudaDriver {
     // on an interprocess event (which costs it more than this query costs here).
     if (api_.StreamQuery(stream) == CUDA_SUCCESS) return SYNCD_OK;
     int slot = -1;
+    Event chosen{};  // copied out under the lock: another thread may grow events_ meanwhile
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (size_t i = 0; i < events_.size(); ++i)
         if (!events_[i].busy && events_[i].ctx == ctx) {
           slot = int(i);
@@ -165,12 +167,13 @@ class DlCudaDriver final : public CudaDriver {
         slot = int(events_.size() - 1);
       }
       events_[slot].busy = true;
+      chosen = events_[slot];
     }
-    if (CUresult r = api_.EventRecord(events_[slot].event, stream); r != CUDA_SUCCESS) {
+    if (CUresult r = api_.EventRecord(chosen.event, stream); r != CUDA_SUCCESS) {
       Release(slot);
       return Failed("cuEventRecord on the caller's stream", r, error);
     }
-    memcpy(out->event_handle, events_[slot].handle.reserved, sizeof(out->event_handle));
+    memcpy(out->event_handle, chosen.handle.reserved, sizeof(out->event_handle));
     out->has_event = 1;
     *event_slot = slot;
     return SYNCD_OK;
@@ -188,8 +191,8 @@ class DlCudaDriver final : public CudaDriver {
 
   void* lib_ = nullptr;
   Api api_;
-  std::mutex mu_;
-  std::vector<Event> events_;  // GUARDED_BY(mu_); never destroyed: the daemon may hold them open
+  Mutex mu_;
+  std::vector<Event> events_ SYNCD_GUARDED_BY(mu_);  // never destroyed: the daemon may hold them open
 };
 
 static_assert(sizeof(CUipcMemHandle) == abi::kIpcHandleBytes && sizeof(CUipcEventHandle) == abi::kIpcHandleBytes);

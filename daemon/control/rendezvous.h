@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/base/mutex.h"
+#include "proto/mutex.h"
 #include "daemon/base/status.h"
 #include "syncd.grpc.pb.h"
 

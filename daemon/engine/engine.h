@@ -17,7 +17,7 @@
 #include <variant>
 
 #include "daemon/base/config.h"
-#include "daemon/base/mutex.h"
+#include "proto/mutex.h"
 #include "daemon/base/spsc_queue.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"

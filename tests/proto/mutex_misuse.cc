@@ -1,7 +1,7 @@
 // Not built: tests/CMakeLists.txt compiles this file with clang's -Wthread-safety
-// -Werror=thread-safety and expects it to FAIL (daemon/base/mutex.h's annotations reach the
+// -Werror=thread-safety and expects it to FAIL (proto/mutex.h's annotations reach the
 // analysis). With SYNCD_MUTEX_USED_RIGHT defined it must compile.
-#include "daemon/base/mutex.h"
+#include "proto/mutex.h"
 
 #include <string>
 

@@ -1,14 +1,15 @@
 // A mutex clang's thread-safety analysis understands (-Wthread-safety; libstdc++'s std::mutex
-// carries no annotations), and the annotations for what it guards. State shared between
-// threads is SYNCD_GUARDED_BY its mutex; functions that expect it held say SYNCD_REQUIRES.
+// carries no annotations), and the annotations for what it guards, for the daemon and the client
+// library alike. State shared between threads is SYNCD_GUARDED_BY its mutex; functions that
+// expect it held say SYNCD_REQUIRES.
 //
 //   Mutex mu_;
 //   std::string why_ SYNCD_GUARDED_BY(mu_);
 //   { MutexLock lock(&mu_); why_ = "..."; }
 //
 // Other compilers see plain std::mutex code.
-#ifndef SYNCD_DAEMON_BASE_MUTEX_H_
-#define SYNCD_DAEMON_BASE_MUTEX_H_
+#ifndef SYNCD_PROTO_MUTEX_H_
+#define SYNCD_PROTO_MUTEX_H_
 
 #include <mutex>
 
@@ -26,6 +27,8 @@
 #define SYNCD_EXCLUDES(...) SYNCD_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define SYNCD_ACQUIRE(...) SYNCD_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define SYNCD_RELEASE(...) SYNCD_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+// For code that reads guarded state on purpose without the lock (atomics inside it), saying why.
+#define SYNCD_NO_THREAD_SAFETY_ANALYSIS SYNCD_THREAD_ANNOTATION(no_thread_safety_analysis)
 
 namespace syncd {
 
@@ -52,4 +55,4 @@ class SYNCD_SCOPED_CAPABILITY MutexLock {
 
 }  // namespace syncd
 
-#endif  // SYNCD_DAEMON_BASE_MUTEX_H_
+#endif  // SYNCD_PROTO_MUTEX_H_
