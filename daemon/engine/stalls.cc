@@ -56,8 +56,12 @@ void Engine::CheckStalls(uint64_t now_ns) {
     spdlog::warn("stall: {}", Describe(s));
   }
   if (config_.stall_shutdown_s == 0) return;
-  const std::vector<StallSnapshot> over = Stalls(now_ns, uint64_t(config_.stall_shutdown_s) * kNsPerS);
-  if (!over.empty()) ShutDownStalledJob(over);
+  // Once the oldest stall passes --stall-shutdown-s the job ends, naming every tensor that stalls
+  // by then (past the warning time), oldest first: ranks that submit different names wait for
+  // each other, and the names one of them waits on may be a moment younger.
+  const uint32_t named_s = std::min(config_.stall_warning_s, config_.stall_shutdown_s);
+  const std::vector<StallSnapshot> stalled = Stalls(now_ns, uint64_t(named_s) * kNsPerS);
+  if (!stalled.empty() && stalled.front().waiting_s >= double(config_.stall_shutdown_s)) ShutDownStalledJob(stalled);
 }
 
 void Engine::ShutDownStalledJob(const std::vector<StallSnapshot>& stalls) {

@@ -202,10 +202,18 @@ def test_broadcast_every_dtype_and_root(dtype):
 
 
 def test_broadcast_gradient_goes_to_the_root():
+    # horovod.torch 0.28: the root's input gets the average of every rank's output gradient
+    # (here rank r's output gradient is r + 1), every other rank's input zero.
     x = torch.ones(3, requires_grad=True)
-    hvd.broadcast(x * (hvd.rank() + 1), root_rank=1, name="bc_grad").sum().backward()
-    want = float(hvd.size()) if hvd.rank() == 1 else 0.0
-    assert torch.allclose(x.grad, torch.full((3,), want * (hvd.rank() + 1)))
+    y = hvd.broadcast(x * 2, root_rank=1, name="bc_grad")
+    (y * (hvd.rank() + 1)).sum().backward()
+    mean = sum(r + 1 for r in range(hvd.size())) / hvd.size()
+    want = 2.0 * mean if hvd.rank() == 1 else 0.0
+    # A leaf tensor broadcast directly, and an unnamed broadcast: no hang, the same rule.
+    leaf = torch.full((2,), 3.0, requires_grad=True)
+    hvd.broadcast(leaf, root_rank=0).sum().backward()
+    assert torch.allclose(x.grad, torch.full((3,), want))
+    assert torch.allclose(leaf.grad, torch.full((2,), 1.0 if hvd.rank() == 0 else 0.0))
 
 
 def test_barrier_and_objects():
@@ -365,6 +373,27 @@ def test_distributed_optimizer_accumulates_backward_passes_and_zero_grad_set_to_
             ref(shard(10 + micro, r)[0]).sum().backward()
     for g, p in zip(grads, ref.parameters()):
         assert torch.allclose(g, p.grad, atol=1e-5)
+
+
+def test_distributed_optimizer_without_names_over_several_parameter_groups():
+    # Horovod names them allreduce.noname.<group>.<index>: no duplicates across groups.
+    model = make_model()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    layers = list(model.children())
+    sgd = torch.optim.SGD([{"params": layers[0].parameters()}, {"params": layers[2].parameters(), "lr": 0.05}],
+                          lr=0.1)
+    opt = hvd.DistributedOptimizer(sgd)
+    opt.zero_grad()
+    model(shard(7, hvd.rank())[0]).sum().backward()
+    opt.synchronize()
+    grads = [p.grad.clone() for p in model.parameters()]
+    with opt.skip_synchronize():
+        opt.step()
+    ref = make_model()
+    for r in range(hvd.size()):
+        ref(shard(7, r)[0]).sum().backward()
+    for g, p in zip(grads, ref.parameters()):
+        assert torch.allclose(g, p.grad / hvd.size(), atol=1e-5)
 
 
 def test_distributed_optimizer_argument_errors():

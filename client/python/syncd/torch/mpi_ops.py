@@ -340,8 +340,9 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # Only the root's input reached every output: it gets the summed gradient, others zero.
-        reduced = allreduce(grad_output, op=Sum)
+        # As horovod.torch 0.28: the root's input gets the average of every rank's output
+        # gradient, the other ranks' inputs zero.
+        reduced = allreduce(grad_output, op=Average)
         if basics.rank() != ctx.root_rank:
             reduced = reduced * 0
         return reduced, None, None

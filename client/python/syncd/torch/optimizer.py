@@ -91,7 +91,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
-            named_parameters = [("allreduce.noname.%s" % i, v) for param_group in self.param_groups
+            # Horovod's names: group index and index within the group, unique over every group.
+            named_parameters = [("allreduce.noname.%d.%d" % (g, i), v)
+                                for g, param_group in enumerate(self.param_groups)
                                 for i, v in enumerate(param_group["params"])]
         if any(not isinstance(p, tuple) for p in named_parameters):
             raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
