@@ -28,8 +28,8 @@ inline const char* StatusName(int s) {
 
 inline size_t DtypeSize(uint32_t dtype) {
   switch (dtype) {
-    case SYNCD_INT8: case SYNCD_UINT8: return 1;
-    case SYNCD_FLOAT16: case SYNCD_BFLOAT16: return 2;
+    case SYNCD_INT8: case SYNCD_UINT8: case SYNCD_BOOL: return 1;
+    case SYNCD_FLOAT16: case SYNCD_BFLOAT16: case SYNCD_INT16: return 2;
     case SYNCD_INT32: case SYNCD_FLOAT32: return 4;
     case SYNCD_INT64: case SYNCD_FLOAT64: return 8;
     default: return 0;
@@ -37,8 +37,8 @@ inline size_t DtypeSize(uint32_t dtype) {
 }
 
 inline const char* DtypeName(uint32_t dtype) {
-  static const char* const kNames[] = {"int8", "uint8", "int32", "int64",
-                                       "float16", "bfloat16", "float32", "float64"};
+  static const char* const kNames[] = {"int8",    "uint8",   "int32", "int64", "float16",
+                                       "bfloat16", "float32", "float64", "int16", "bool"};
   return dtype < SYNCD_DTYPE_COUNT ? kNames[dtype] : "invalid-dtype";
 }
 

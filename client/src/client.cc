@@ -111,6 +111,9 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
   if (*bytes > 0 && t->data == nullptr) return Fail(SYNCD_ERR_INVALID, what + ": data is NULL");
   if (kind == abi::OpKind::kAllreduce && (op < 0 || op >= SYNCD_REDUCE_OP_COUNT))
     return Fail(SYNCD_ERR_INVALID, what + ": unknown reduce op " + std::to_string(op));
+  if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && op == SYNCD_AVERAGE)
+    return Fail(SYNCD_ERR_INVALID, what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min "
+                                          "(logical and)");
   if (kind == abi::OpKind::kBroadcast && (root < 0 || root >= id_.size))
     return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank (size " +
                                        std::to_string(id_.size) + ")");
@@ -131,6 +134,8 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
     name = "syncd.barrier." + std::to_string(barrier_seq_++ % kBarrierNames);
   } else if (int rc = CheckTensor(kind, t, op, root, &entry, &name, &bytes); rc != SYNCD_OK) {
     return rc;
+  } else if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && (prescale != 1.0 || postscale != 1.0)) {
+    return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': allreduce of bool tensors takes no prescale or postscale factor");
   }
   if (in_flight_names_.count(name))
     return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));

@@ -17,6 +17,17 @@ namespace {
 constexpr size_t kPipelineSegmentBytes = 1 << 20;
 constexpr size_t kPipelineDepth = 4;
 
+// bool: logical or (SUM, MAX) and and (MIN, PRODUCT); an average or a scale factor means nothing.
+Status CheckDtypeAndOp(syncd_dtype dtype, syncd_reduce_op op, double prescale, double postscale,
+                       const std::string& what) {
+  if (dtype != SYNCD_BOOL) return Status::Ok();
+  if (op == SYNCD_AVERAGE)
+    return InvalidArgument(what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min (logical and)");
+  if (prescale != 1.0 || postscale != 1.0)
+    return InvalidArgument(what + ": allreduce of bool tensors takes no prescale or postscale factor");
+  return Status::Ok();
+}
+
 class AllreduceCollective final : public Collective {
  public:
   abi::OpKind kind() const override { return abi::OpKind::kAllreduce; }
@@ -28,7 +39,7 @@ class AllreduceCollective final : public Collective {
     r->op = syncd_reduce_op(e.op);
     r->prescale = e.prescale;
     r->postscale = e.postscale;
-    return Status::Ok();
+    return CheckDtypeAndOp(r->dtype, r->op, r->prescale, r->postscale, what);
   }
 
   std::string Disagreement(const std::vector<Request>& rs) const override {

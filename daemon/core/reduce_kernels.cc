@@ -104,7 +104,9 @@ template <typename A>
 A Mul(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
     using U = std::make_unsigned_t<A>;
-    return A(U(a) * U(b));
+    // 16-bit values promote to int, whose product can overflow: multiply as unsigned int.
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+    return A(U(W(U(a)) * W(U(b))));
   } else {
     return a * b;
   }
@@ -251,6 +253,13 @@ void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, vo
     case SYNCD_BFLOAT16: Dispatch<Bf16>(spec, inputs, n, first, count); break;
     case SYNCD_FLOAT32: Dispatch<float>(spec, inputs, n, first, count); break;
     case SYNCD_FLOAT64: Dispatch<double>(spec, inputs, n, first, count); break;
+    case SYNCD_INT16: Dispatch<int16_t>(spec, inputs, n, first, count); break;
+    case SYNCD_BOOL: {
+      ReduceSpec logical = spec;
+      logical.op = LogicalOp(spec.op);
+      Dispatch<uint8_t>(logical, inputs, n, first, count);
+      break;
+    }
     default: return;
   }
   const size_t bytes = count * abi::DtypeSize(spec.dtype);

@@ -16,6 +16,11 @@
 
 namespace syncd {
 
+// bool reduces as uint8 0/1 values: SUM and MAX are logical or, MIN and PRODUCT logical and.
+inline syncd_reduce_op LogicalOp(syncd_reduce_op op) {
+  return op == SYNCD_SUM || op == SYNCD_AVERAGE ? SYNCD_MAX : op == SYNCD_PRODUCT ? SYNCD_MIN : op;
+}
+
 struct ReduceSpec {
   syncd_dtype dtype;
   syncd_reduce_op op;  // AVERAGE is SUM with divisor = ranks

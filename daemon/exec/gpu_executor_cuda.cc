@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 
+#include "daemon/core/reduce_kernels.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/gpu_ipc_cache.h"
 #include "daemon/exec/gpu_kernels.h"
@@ -34,7 +35,8 @@ ncclDataType_t NcclType(syncd_dtype d) {
     case SYNCD_BFLOAT16: return ncclBfloat16;
     case SYNCD_FLOAT32: return ncclFloat32;
     case SYNCD_FLOAT64: return ncclFloat64;
-    default: return ncclFloat32;
+    case SYNCD_BOOL: return ncclUint8;  // reduced with LogicalOp
+    default: return ncclFloat32;  // SYNCD_INT16 has no NCCL type: Allreduce refuses it
   }
 }
 
@@ -192,7 +194,13 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (!failure_.ok()) return failure_;
     if (nranks_ == 0) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
     const Request& head = group.front()->first();
-    const size_t esize = abi::DtypeSize(head.dtype);
+    if (head.dtype == SYNCD_INT16)
+      return InvalidArgument("NCCL has no 16-bit integer type, so int16 GPU tensors cannot be allreduced (Horovod's "
+                             "NCCL path refuses them too); allreduce them as int32 or on the host");
+    // bool: uint8 values 0/1 under the logical op.
+    const syncd_dtype dtype = head.dtype == SYNCD_BOOL ? SYNCD_UINT8 : head.dtype;
+    const syncd_reduce_op op = head.dtype == SYNCD_BOOL ? LogicalOp(head.op) : head.op;
+    const size_t esize = abi::DtypeSize(dtype);
     uint64_t total = 0;
     for (const ReadyTensor* t : group) total += t->first().bytes;
     if (total == 0) return Finished();
@@ -211,8 +219,8 @@ class CudaGpuExecutor final : public GpuExecutor {
         gpu::ReduceLaunch l;
         l.output = out;
         l.count = count;
-        l.dtype = head.dtype;
-        l.op = head.op;
+        l.dtype = dtype;
+        l.op = op;
         l.prescale = head.prescale;
         for (const Request& r : t->requests) {
           if (!r.gpu || r.gpu_device != int(di)) continue;
@@ -224,14 +232,14 @@ class CudaGpuExecutor final : public GpuExecutor {
           }
           l.inputs[l.n++] = r.data;
         }
-        int e = l.n > 0 ? gpu::LaunchReduce(l, d.stream) : gpu::LaunchFillIdentity(out, count, head.dtype, head.op, d.stream);
+        int e = l.n > 0 ? gpu::LaunchReduce(l, d.stream) : gpu::LaunchFillIdentity(out, count, dtype, op, d.stream);
         if (e != 0) return CudaError("reduce kernel", cudaError_t(e));
         at += t->first().bytes;
       }
     }
     // 2. One allreduce over every GPU of the job.
     if (Status st = NcclAll([&](Device& d) {
-          return ncclAllReduce(d.fusion, d.fusion, total / esize, NcclType(head.dtype), NcclOp(head.op), d.comm, d.stream);
+          return ncclAllReduce(d.fusion, d.fusion, total / esize, NcclType(dtype), NcclOp(op), d.comm, d.stream);
         }, "ncclAllReduce");
         !st.ok())
       return st;
@@ -240,7 +248,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
       cudaSetDevice(d.ordinal);
-      if (int e = gpu::LaunchFinish(d.fusion, total / esize, head.dtype, head.postscale, divisor, d.stream); e != 0)
+      if (int e = gpu::LaunchFinish(d.fusion, total / esize, dtype, head.postscale, divisor, d.stream); e != 0)
         return CudaError("finish kernel", cudaError_t(e));
       uint64_t at = 0;
       for (const ReadyTensor* t : group) {

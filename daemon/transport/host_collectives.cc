@@ -92,6 +92,8 @@ Combiner ElementCombiner(syncd_dtype dtype, syncd_reduce_op op) {
     case SYNCD_FLOAT16: return CombinerFor<SYNCD_FLOAT16>(op);
     case SYNCD_BFLOAT16: return CombinerFor<SYNCD_BFLOAT16>(op);
     case SYNCD_FLOAT64: return CombinerFor<SYNCD_FLOAT64>(op);
+    case SYNCD_INT16: return CombinerFor<SYNCD_INT16>(op);
+    case SYNCD_BOOL: return CombinerFor<SYNCD_BOOL>(op);
     default: return CombinerFor<SYNCD_FLOAT32>(op);
   }
 }

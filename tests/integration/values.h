@@ -21,6 +21,8 @@ inline void SetValue(void* b, syncd_dtype dt, size_t i, double v) {
     case SYNCD_BFLOAT16: static_cast<uint16_t*>(b)[i] = FloatToBfloat16(float(v)); break;
     case SYNCD_FLOAT32: static_cast<float*>(b)[i] = float(v); break;
     case SYNCD_FLOAT64: static_cast<double*>(b)[i] = v; break;
+    case SYNCD_INT16: static_cast<int16_t*>(b)[i] = int16_t(v); break;
+    case SYNCD_BOOL: static_cast<uint8_t*>(b)[i] = v != 0 ? 1 : 0; break;
     default: break;
   }
 }
@@ -35,6 +37,8 @@ inline double GetValue(const void* b, syncd_dtype dt, size_t i) {
     case SYNCD_BFLOAT16: return Bfloat16ToFloat(static_cast<const uint16_t*>(b)[i]);
     case SYNCD_FLOAT32: return static_cast<const float*>(b)[i];
     case SYNCD_FLOAT64: return static_cast<const double*>(b)[i];
+    case SYNCD_INT16: return static_cast<const int16_t*>(b)[i];
+    case SYNCD_BOOL: return static_cast<const uint8_t*>(b)[i];
     default: return NAN;
   }
 }
@@ -43,9 +47,25 @@ inline double GetValue(const void* b, syncd_dtype dt, size_t i) {
 // to 8 ranks is exact in every dtype, however a reduction orders and rounds its steps (products
 // are powers of two up to 256; int8/uint8 wrap at 256 as documented).
 inline double Input(int r, size_t i) { return double((i * 7 + size_t(r) * 3) % 2 + 1); }
+// The same for `dt`: bool takes 0 and 1 (false and true) instead.
+inline double InputFor(syncd_dtype dt, int r, size_t i) { return dt == SYNCD_BOOL ? Input(r, i) - 1 : Input(r, i); }
+// What `v` becomes stored as `dt` (bool: 0 or 1).
+inline double Representable(syncd_dtype dt, double v) { return dt == SYNCD_BOOL ? (v != 0 ? 1 : 0) : v; }
+// Whether syncd allreduces `dt` with `op` (bool cannot average); on GPUs int16 neither (no NCCL type).
+inline bool Allreducible(syncd_dtype dt, syncd_reduce_op op, bool gpu = false) {
+  return !(dt == SYNCD_BOOL && op == SYNCD_AVERAGE) && !(gpu && dt == SYNCD_INT16);
+}
 
 // Expected allreduce result at element i over `n` ranks, following syncd's documented semantics.
 inline double Expected(syncd_dtype dt, syncd_reduce_op op, int n, size_t i) {
+  if (dt == SYNCD_BOOL) {  // SUM and MAX: logical or; MIN and PRODUCT: logical and
+    bool any = false, all = true;
+    for (int r = 0; r < n; ++r) {
+      any = any || InputFor(dt, r, i) != 0;
+      all = all && InputFor(dt, r, i) != 0;
+    }
+    return (op == SYNCD_MIN || op == SYNCD_PRODUCT ? all : any) ? 1 : 0;
+  }
   double acc = Input(0, i);
   for (int r = 1; r < n; ++r) {
     const double v = Input(r, i);
@@ -57,6 +77,7 @@ inline double Expected(syncd_dtype dt, syncd_reduce_op op, int n, size_t i) {
       case SYNCD_INT8: return double(int8_t(int64_t(acc)));
       case SYNCD_UINT8: return double(uint8_t(int64_t(acc)));
       case SYNCD_INT32: return double(int32_t(int64_t(acc)));
+      case SYNCD_INT16: return double(int16_t(int64_t(acc)));
       default: return acc;
     }
   }

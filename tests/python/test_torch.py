@@ -9,8 +9,8 @@ import torch
 import syncd.torch as hvd
 from training_check import distributed_matches_single_process, make_model, shard
 
-DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-          torch.float64]
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
 FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 
@@ -180,7 +180,7 @@ def test_grouped_allreduce_gradient():
     assert all(torch.allclose(x.grad, torch.full(x.shape, float(hvd.size()))) for x in xs)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
 def test_broadcast_every_dtype_and_root(dtype):
     results = []
     for root in range(hvd.size()):
@@ -265,9 +265,22 @@ def test_the_job_goes_on_after_errors():
     assert torch.equal(y, torch.full((2,), float(hvd.size())))
 
 
+def test_bool_allreduce_is_logical_or_and():
+    # As torch.distributed: Sum and Max are logical or, Min and Product logical and.
+    x = torch.tensor([False, True, hvd.rank() == 0, True])
+    ors = [hvd.allreduce(x, name="bool.%s" % op, op=OPS[op]) for op in ("sum", "max")]
+    ands = [hvd.allreduce(x, name="bool.%s" % op, op=OPS[op]) for op in ("min", "product")]
+    for y in ors:
+        assert y.dtype == torch.bool and y.tolist() == [False, True, True, True]
+    for y in ands:
+        assert y.tolist() == [False, True, hvd.size() == 1, True]
+
+
 def test_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError, match="cannot average"):
+        hvd.allreduce(torch.ones(2, dtype=torch.bool), name="bool")  # Average, the default
     with pytest.raises(ValueError):
-        hvd.allreduce(torch.ones(2, dtype=torch.bool), name="bool")
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64), name="complex")
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(2), name="adasum", op=hvd.Adasum)
     with pytest.raises(ValueError):
@@ -281,7 +294,7 @@ def test_bad_arguments_raise_value_error():
 
 def test_grouped_allreduce_with_an_unsupported_tensor_raises_and_leaves_nothing_in_flight():
     with pytest.raises(ValueError, match="bad_group.1"):
-        hvd.grouped_allreduce_async([torch.ones(2), torch.ones(2, dtype=torch.bool)], name="bad_group")
+        hvd.grouped_allreduce_async([torch.ones(2), torch.ones(2, dtype=torch.complex64)], name="bad_group")
     # The first tensor was submitted and waited for: its name is free again.
     y = hvd.allreduce(torch.ones(2), name="bad_group_after", op=hvd.Sum)
     assert torch.equal(y, torch.full((2,), float(hvd.size())))
@@ -291,7 +304,7 @@ def test_a_tensor_only_some_ranks_refuse_fails_every_rank_naming_them():
     # Rank 0's tensor has a type syncd does not take; the others' is fine. Rank 0 raises at once;
     # the others get an error naming rank 0 instead of waiting for it.
     bad = hvd.rank() == 0
-    x = torch.ones(3, dtype=torch.bool if bad else torch.float32)
+    x = torch.ones(3, dtype=torch.complex64 if bad else torch.float32)
     if bad:
         with pytest.raises(ValueError, match="not supported"):
             hvd.allreduce(x)
@@ -307,13 +320,13 @@ def test_unnamed_collectives_stay_in_step_after_a_failure(failure):
     r = hvd.rank()
     with pytest.raises((ValueError, hvd.HorovodInternalError)):
         if failure == "unsupported_dtype_everywhere":
-            hvd.allreduce(torch.ones(2, dtype=torch.bool))
+            hvd.allreduce(torch.ones(2, dtype=torch.complex64))
         elif failure == "shape_mismatch":
             hvd.allreduce(torch.ones(2 + r))
         elif failure == "dtype_on_one_rank":
-            hvd.allreduce(torch.ones(2, dtype=torch.bool if r == hvd.size() - 1 else torch.float32))
+            hvd.allreduce(torch.ones(2, dtype=torch.complex64 if r == hvd.size() - 1 else torch.float32))
         else:
-            parts = [torch.ones(2), torch.ones(2, dtype=torch.bool if r == 1 else torch.float32), torch.ones(2)]
+            parts = [torch.ones(2), torch.ones(2, dtype=torch.complex64 if r == 1 else torch.float32), torch.ones(2)]
             hvd.grouped_allreduce(parts)
     for step in range(100):
         y = hvd.allreduce(torch.full((3,), float(r + step)), op=hvd.Sum)

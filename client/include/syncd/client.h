@@ -52,7 +52,10 @@ typedef enum syncd_dtype {
   SYNCD_BFLOAT16 = 5,
   SYNCD_FLOAT32 = 6,
   SYNCD_FLOAT64 = 7,
-  SYNCD_DTYPE_COUNT = 8
+  SYNCD_INT16 = 8,
+  SYNCD_BOOL = 9, /* one byte, 0 or 1. Allreduce: SUM and MAX are logical or, MIN and PRODUCT
+                     logical and (as torch.distributed); AVERAGE and scale factors are refused */
+  SYNCD_DTYPE_COUNT = 10
 } syncd_dtype;
 
 typedef enum syncd_reduce_op {

@@ -226,6 +226,8 @@ PYBIND11_MODULE(_client, m) {
   m.attr("BFLOAT16") = int(SYNCD_BFLOAT16);
   m.attr("FLOAT32") = int(SYNCD_FLOAT32);
   m.attr("FLOAT64") = int(SYNCD_FLOAT64);
+  m.attr("INT16") = int(SYNCD_INT16);
+  m.attr("BOOL") = int(SYNCD_BOOL);
   m.attr("SUM") = int(SYNCD_SUM);
   m.attr("AVERAGE") = int(SYNCD_AVERAGE);
   m.attr("MIN") = int(SYNCD_MIN);

@@ -64,6 +64,27 @@ TEST(Collectives, ParseChecksTheKindsOwnFields) {
   EXPECT_EQ(FindCollective(abi::OpKind::kAllreduce)->Parse(e, 4, "w", &r).code(), SYNCD_ERR_PROTOCOL);
 }
 
+TEST(Collectives, BoolAllreduceCannotAverageOrScale) {
+  const Collective& ar = *FindCollective(abi::OpKind::kAllreduce);
+  abi::SubmitEntry e{};
+  e.op = SYNCD_AVERAGE;
+  e.prescale = e.postscale = 1.0;
+  Request r;
+  r.dtype = SYNCD_BOOL;  // set by the common checks before the kind's
+  Status st = ar.Parse(e, 4, "tensor 'mask' from rank 0", &r);
+  EXPECT_EQ(st.code(), SYNCD_ERR_INVALID);
+  EXPECT_EQ(st.message(), "tensor 'mask' from rank 0: allreduce of bool tensors cannot average; use Sum (logical or) or "
+                          "Min (logical and)");
+  e.op = SYNCD_SUM;
+  e.postscale = 2.0;
+  EXPECT_EQ(ar.Parse(e, 4, "m", &r).code(), SYNCD_ERR_INVALID);
+  e.postscale = 1.0;
+  EXPECT_TRUE(ar.Parse(e, 4, "m", &r).ok());
+  r.dtype = SYNCD_INT16;
+  e.op = SYNCD_AVERAGE;
+  EXPECT_TRUE(ar.Parse(e, 4, "m", &r).ok());
+}
+
 TEST(Collectives, AgreementAppliesTheKindsRules) {
   std::vector<float> d0(2), d1(2);
   std::vector<Request> rs = {Tensor(abi::OpKind::kBroadcast, 0, &d0), Tensor(abi::OpKind::kBroadcast, 1, &d1)};

@@ -105,6 +105,21 @@ TEST(ReduceChunk, Int8SumWrapsLikeNccl) {
   EXPECT_EQ(Reduce<uint8_t>({SYNCD_UINT8, SYNCD_SUM}, {{200}, {100}}), (std::vector<uint8_t>{44}));
 }
 
+TEST(ReduceChunk, Int16SumAndProductWrapWithoutOverflowingInt) {
+  EXPECT_EQ(Reduce<int16_t>({SYNCD_INT16, SYNCD_SUM}, {{30000}, {30000}}), (std::vector<int16_t>{-5536}));
+  // 65535 * 65535 overflows int, which 16-bit values promote to: must wrap, not be undefined.
+  EXPECT_EQ(Reduce<int16_t>({SYNCD_INT16, SYNCD_PRODUCT}, {{-1}, {-1}, {-32768}}), (std::vector<int16_t>{-32768}));
+  EXPECT_EQ(Reduce<int16_t>({SYNCD_INT16, SYNCD_MIN}, {{-7}, {3}}), (std::vector<int16_t>{-7}));
+}
+
+TEST(ReduceChunk, BoolIsLogicalOrForSumAndMaxAndLogicalAndForMinAndProduct) {
+  const std::vector<std::vector<uint8_t>> in = {{0, 0, 1, 1}, {0, 1, 0, 1}, {0, 1, 1, 1}};
+  for (syncd_reduce_op op : {SYNCD_SUM, SYNCD_MAX})
+    EXPECT_EQ(Reduce<uint8_t>({SYNCD_BOOL, op}, in), (std::vector<uint8_t>{0, 1, 1, 1})) << op;
+  for (syncd_reduce_op op : {SYNCD_MIN, SYNCD_PRODUCT})
+    EXPECT_EQ(Reduce<uint8_t>({SYNCD_BOOL, op}, in), (std::vector<uint8_t>{0, 0, 0, 1})) << op;
+}
+
 TEST(ReduceChunk, ScaleFactors) {
   EXPECT_EQ(Reduce<float>({SYNCD_FLOAT32, SYNCD_SUM, 0.5, 3.0, 1}, {{2.0f}, {4.0f}}), (std::vector<float>{9.0f}));
   EXPECT_EQ(Reduce<double>({SYNCD_FLOAT64, SYNCD_AVERAGE, 1.0, 1.0, 4}, {{1.0}, {2.0}, {3.0}, {6.0}}),
@@ -121,6 +136,7 @@ TEST(ReduceChunk, HalfAccumulatesInFloat) {
 
 TEST(ReduceChunk, FullChunkOfEveryDtypeAndOp) {
   for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt) {
+    if (dt == SYNCD_BOOL) continue;  // logical, below
     for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op) {
       const size_t n = kReduceChunkElements;
       std::vector<std::vector<double>> raw(3, std::vector<double>(n));
@@ -140,7 +156,7 @@ TEST(ReduceChunk, FullChunkOfEveryDtypeAndOp) {
                     : op == SYNCD_PRODUCT ? a * b * c : a + b + c;
         const double got = syncd::testing::GetValue(buf[2].data(), syncd_dtype(dt), i);
         if (op == SYNCD_AVERAGE) {
-          if (dt <= SYNCD_INT64) want = std::trunc(want / 3);
+          if (dt <= SYNCD_INT64 || dt == SYNCD_INT16) want = std::trunc(want / 3);
           else if (dt == SYNCD_FLOAT64) want = want * (1.0 / 3);
           else if (dt == SYNCD_FLOAT32) want = float(want) * float(1.0 / 3);
           else if (dt == SYNCD_FLOAT16) want = HalfToFloat(FloatToHalf(float(want) * float(1.0 / 3)));

@@ -26,6 +26,8 @@ _DTYPES = {
     torch.bfloat16: _client.BFLOAT16,
     torch.float32: _client.FLOAT32,
     torch.float64: _client.FLOAT64,
+    torch.int16: _client.INT16,
+    torch.bool: _client.BOOL,
 }
 
 _client_obj = None
