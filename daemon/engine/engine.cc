@@ -321,7 +321,9 @@ void Engine::PublishSnapshot() {
     s->clients.push_back(cs);
   }
   std::sort(s->clients.begin(), s->clients.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  s->by_kind = counters_.by_kind;
+  for (uint32_t k = 0; k < counters_.by_kind.size(); ++k)
+    if (const Collective* kind = FindCollective(abi::OpKind(k)); kind != nullptr && counters_.by_kind[k].ops > 0)
+      s->by_kind[kind->name()] = counters_.by_kind[k];
   s->error_ops = error_ops_;
   s->fused_ops = counters_.fused_ops;
   s->fused_tensors = counters_.fused_tensors;

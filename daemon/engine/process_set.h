@@ -13,6 +13,7 @@
 #ifndef SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
 #define SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,7 +38,8 @@ namespace syncd {
 
 // What every set adds to the daemon's counters.
 struct ExecutionCounters {
-  std::map<std::string, StatusSnapshot::KindCount> by_kind;
+  // By abi::OpKind value: an increment per executed group, names only when the status is built.
+  std::array<StatusSnapshot::KindCount, 8> by_kind{};
   uint64_t fused_ops = 0, fused_tensors = 0;
 };
 

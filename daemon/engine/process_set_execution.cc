@@ -154,7 +154,7 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
   const Request& f = ready[g.front()].first();
   const Collective* kind = FindCollective(f.kind);
   if (kind == nullptr) return;
-  StatusSnapshot::KindCount& count = counters_->by_kind[kind->name()];
+  StatusSnapshot::KindCount& count = counters_->by_kind.at(uint32_t(f.kind));
   count.ops += g.size();
   for (size_t i : g) count.bytes += kind->ResultBytes(ready[i].requests, 0);
   if (kind->FusionKeyOf(f)) {
