@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 8;
+inline constexpr uint32_t kVersion = 9;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -31,7 +31,20 @@ inline constexpr size_t kArenaAlignment = 64;
 // kFail: this rank cannot take part in the collective of this name (its own checks refused the
 // tensor); the arena range holds why (UTF-8, at most kFailMessageBytes). Every rank's request of
 // the name fails with it, so no rank waits for one that will never submit.
-enum class OpKind : uint32_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kRegisterGraph = 4, kFail = 5 };
+// kAllgather and kAlltoall: the result's size is known only once every rank has submitted, so
+// the daemon writes it into a block of the client's result area (ResultHeader) and the completion
+// says where. kReducescatter: in place, this rank's rows at the start of its tensor.
+enum class OpKind : uint32_t {
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kRegisterGraph = 4,
+  kFail = 5,
+  kAllgather = 6,
+  kAlltoall = 7,
+  kReducescatter = 8,
+};
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kReducescatter);
 inline constexpr size_t kFailMessageBytes = 1024;
 inline constexpr char kTopoPlanName[] = "syncd.topo_plan";
 
@@ -83,9 +96,12 @@ struct SubmitEntry {
   uint32_t ndim;
   uint32_t flags;  // kSubmit*
   int64_t shape[kMaxDims];
+  // kAlltoall: the splits, int64_t[set size] (rows to each rank), in the arena.
+  uint64_t aux_offset;
+  uint64_t aux_bytes;
   char name[kNameBytes];
 };
-static_assert(sizeof(SubmitEntry) == 320);
+static_assert(sizeof(SubmitEntry) == 336);
 
 // SubmitEntry::flags.
 inline constexpr uint32_t kSubmitGpu = 1;  // the tensor is in GPU memory, described by a GpuDescriptor
@@ -108,11 +124,31 @@ struct GpuDescriptor {
 };
 static_assert(sizeof(GpuDescriptor) == 176);
 
+inline constexpr uint64_t kNoResult = ~uint64_t{0};
 struct CompletionEntry {
   uint64_t handle;
   int32_t status;          // syncd_status
   uint32_t message_bytes;  // length of the text in the message slot of the same ring index
+  uint64_t result_offset;  // a ResultHeader, from the start of the segment; kNoResult: in place
 };
+
+// A result block in the client's result area, written by the daemon before the completion that
+// points to it. The client reads it, then sets `released`; the daemon reuses released blocks
+// (and frees the blocks of results that failed before reaching the client itself).
+struct ResultHeader {
+  std::atomic<uint32_t> released;
+  uint32_t ranks;        // entries of rows[], one per rank of the process set
+  uint64_t data_offset;  // from the start of this header, kArenaAlignment-aligned
+  uint64_t data_bytes;
+  uint64_t reserved;
+  // int64_t rows[ranks]: allgather, the first dimension each rank contributed; alltoall, the
+  // rows each rank sent to this one.
+};
+static_assert(sizeof(ResultHeader) == 32);
+constexpr uint64_t ResultDataOffset(uint32_t ranks) {
+  return (sizeof(ResultHeader) + uint64_t{ranks} * sizeof(int64_t) + kArenaAlignment - 1) / kArenaAlignment *
+         kArenaAlignment;
+}
 
 struct alignas(kCacheLine) PaddedIndex {
   std::atomic<uint32_t> value{0};
@@ -155,18 +191,20 @@ struct SegmentHeader {
   uint64_t message_offset;          // char[ring_entries][kMessageBytes]
   uint64_t arena_offset;
   uint64_t arena_bytes;
+  uint64_t result_offset;  // the result area (daemon-allocated blocks, see ResultHeader)
+  uint64_t result_bytes;
   RingIndices submit;
   RingIndices completion;
   Doorbell client_doorbell;  // the client sleeps here waiting for completions
 };
 
 struct SegmentLayout {
-  uint64_t submit_ring_offset, completion_ring_offset, message_offset, arena_offset, total_bytes;
+  uint64_t submit_ring_offset, completion_ring_offset, message_offset, arena_offset, result_offset, total_bytes;
 };
 
 constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-constexpr SegmentLayout ComputeLayout(uint32_t ring_entries, uint64_t arena_bytes) {
+constexpr SegmentLayout ComputeLayout(uint32_t ring_entries, uint64_t arena_bytes, uint64_t result_bytes) {
   SegmentLayout l{};
   l.submit_ring_offset = AlignUp(sizeof(SegmentHeader), 4096);
   l.completion_ring_offset =
@@ -174,7 +212,8 @@ constexpr SegmentLayout ComputeLayout(uint32_t ring_entries, uint64_t arena_byte
   l.message_offset =
       AlignUp(l.completion_ring_offset + uint64_t{ring_entries} * sizeof(CompletionEntry), kCacheLine);
   l.arena_offset = AlignUp(l.message_offset + uint64_t{ring_entries} * kMessageBytes, 4096);
-  l.total_bytes = AlignUp(l.arena_offset + arena_bytes, 4096);
+  l.result_offset = AlignUp(l.arena_offset + arena_bytes, 4096);
+  l.total_bytes = AlignUp(l.result_offset + result_bytes, 4096);
   return l;
 }
 

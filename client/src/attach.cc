@@ -237,6 +237,11 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
       h->ring_entries);
   c->messages_ = base + h->message_offset;
   c->arena_ = base + h->arena_offset;
+  c->results_ = base + h->result_offset;
+  c->results_offset_ = h->result_offset;
+  c->results_bytes_ = h->result_bytes;
+  if (h->result_offset < h->arena_offset + h->arena_bytes || h->result_bytes > c->segment_bytes_ - h->result_offset)
+    return Fail(SYNCD_ERR_PROTOCOL, "shared segment header has its result area outside the segment");
   c->arena_alloc_ = std::make_unique<ArenaAllocator>(h->arena_bytes, abi::kArenaAlignment);
   c->arena_capacity_ = c->arena_alloc_->capacity();
   c->slots_.resize(h->ring_entries);

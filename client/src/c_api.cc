@@ -64,6 +64,24 @@ int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, syncd_redu
 int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, int root, void* stream, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, true, stream);
 }
+int syncd_allgather_async(syncd_client* c, const syncd_tensor* t, syncd_result* result, syncd_handle* out) {
+  if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "allgather: result is NULL");
+  return Unwrap(c)->Submit(abi::OpKind::kAllgather, t, SYNCD_SUM, 0, 1.0, 1.0, out, false, nullptr, {nullptr, 0, result});
+}
+int syncd_alltoall_async(syncd_client* c, const syncd_tensor* t, const int64_t* splits, int nsplits,
+                         syncd_result* result, syncd_handle* out) {
+  if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "alltoall: result is NULL");
+  return Unwrap(c)->Submit(abi::OpKind::kAlltoall, t, SYNCD_SUM, 0, 1.0, 1.0, out, false, nullptr, {splits, nsplits, result});
+}
+int syncd_reducescatter_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, double prescale,
+                              double postscale, syncd_handle* out) {
+  return Unwrap(c)->Submit(abi::OpKind::kReducescatter, t, op, 0, prescale, postscale, out);
+}
+int64_t syncd_reducescatter_rows(int64_t first_dim, int size, int rank) {
+  if (first_dim < 0 || size <= 0 || rank < 0 || rank >= size) return 0;
+  return first_dim / size + (rank < first_dim % size ? 1 : 0);
+}
+void syncd_release_result(syncd_client* c, syncd_result* result) { Unwrap(c)->ReleaseResult(result); }
 int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_handle* out) {
   return Unwrap(c)->SubmitFailure(name, why, out);
 }

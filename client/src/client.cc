@@ -121,8 +121,46 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
   return SYNCD_OK;
 }
 
+int Client::CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra,
+                      const std::string& name, abi::SubmitEntry* entry) {
+  const std::string what = "tensor '" + name + "'";
+  const bool rows = kind == abi::OpKind::kAllgather || kind == abi::OpKind::kAlltoall || kind == abi::OpKind::kReducescatter;
+  const char* kind_name = kind == abi::OpKind::kAllgather ? "allgather" : kind == abi::OpKind::kAlltoall ? "alltoall" : "reducescatter";
+  if (rows && t->ndim == 0) return Fail(SYNCD_ERR_INVALID, what + ": " + kind_name + " needs a tensor of at least one dimension");
+  if (kind == abi::OpKind::kReducescatter) {
+    if (op != SYNCD_SUM && op != SYNCD_AVERAGE)
+      return Fail(SYNCD_ERR_INVALID, what + ": reducescatter supports the ops Sum and Average");
+    if (t->dtype == SYNCD_BOOL) return Fail(SYNCD_ERR_INVALID, what + ": reducescatter of bool tensors is not supported");
+  }
+  if (kind != abi::OpKind::kAlltoall || extra.splits == nullptr) {
+    if (kind == abi::OpKind::kAlltoall && t->shape[0] % id_.size != 0)
+      return Fail(SYNCD_ERR_INVALID, what + ": alltoall without splits divides the first dimension equally, but " +
+                                         std::to_string(t->shape[0]) + " rows do not divide among " +
+                                         std::to_string(id_.size) + " ranks; pass splits");
+    return SYNCD_OK;
+  }
+  if (extra.nsplits != id_.size)
+    return Fail(SYNCD_ERR_INVALID, what + ": alltoall has " + std::to_string(extra.nsplits) + " splits for " +
+                                       std::to_string(id_.size) + " ranks");
+  int64_t sum = 0;
+  for (int i = 0; i < extra.nsplits; ++i) {
+    if (extra.splits[i] < 0) return Fail(SYNCD_ERR_INVALID, what + ": alltoall split " + std::to_string(extra.splits[i]) + " is negative");
+    sum += extra.splits[i];
+  }
+  if (sum != t->shape[0])
+    return Fail(SYNCD_ERR_INVALID, what + ": alltoall splits add up to " + std::to_string(sum) + " rows, the tensor has " +
+                                       std::to_string(t->shape[0]));
+  const uint64_t bytes = uint64_t(extra.nsplits) * sizeof(int64_t);
+  auto off = arena_alloc_->Allocate(bytes);
+  if (!off) return Fail(SYNCD_ERR_NO_MEMORY, what + ": arena has no room for the alltoall splits");
+  memcpy(arena_ + *off, extra.splits, bytes);
+  entry->aux_offset = *off;
+  entry->aux_bytes = bytes;
+  return SYNCD_OK;
+}
+
 int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
-                   double prescale, double postscale, syncd_handle* out, bool gpu, void* stream) {
+                   double prescale, double postscale, syncd_handle* out, bool gpu, void* stream, const Extra& extra) {
   if (out == nullptr) return Fail(SYNCD_ERR_INVALID, "handle output pointer is NULL");
   std::string name;
   uint64_t bytes = 0;
@@ -148,9 +186,24 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   entry.prescale = prescale;
   entry.postscale = postscale;
   entry.bytes = bytes;
+  if (kind != abi::OpKind::kBarrier)
+    if (int rc = CheckKind(kind, t, op, extra, name, &entry); rc != SYNCD_OK) return rc;
   void* data = bytes > 0 ? t->data : nullptr;
   // An empty GPU tensor has nothing to move: it travels as a host one.
-  return gpu && bytes > 0 ? SubmitGpu(&entry, name, data, stream, out) : SubmitHost(&entry, name, data, out);
+  const int rc = gpu && bytes > 0 ? SubmitGpu(&entry, name, data, stream, out) : SubmitHost(&entry, name, data, out);
+  if (rc != SYNCD_OK) {
+    if (entry.aux_bytes > 0) arena_alloc_->Free(entry.aux_offset);
+    return rc;
+  }
+  Slot* s = Lookup(*out);  // the completion cannot be drained before mu_ is released
+  if (entry.aux_bytes > 0) s->aux_offset = int64_t(entry.aux_offset);
+  s->result = extra.result;
+  if (kind == abi::OpKind::kReducescatter) {
+    // In place: only this rank's share comes back.
+    const int64_t rows = syncd_reducescatter_rows(t->shape[0], id_.size, id_.rank);
+    s->bytes = t->shape[0] == 0 ? 0 : bytes / uint64_t(t->shape[0]) * uint64_t(rows);
+  }
+  return SYNCD_OK;
 }
 
 int Client::SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out) {
@@ -215,6 +268,9 @@ int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user
   s.staging_offset = staging;
   s.bytes = entry->bytes;
   s.gpu_event = gpu_event;
+  s.aux_offset = -1;
+  s.result = nullptr;
+  s.result_offset = abi::kNoResult;
   in_flight_names_.emplace(name, idx);
 
   const syncd_handle h = (uint64_t(s.generation) << 32) | idx;
@@ -322,6 +378,7 @@ void Client::DrainCompletions() {
     if (s != nullptr && s->state == SlotState::kInFlight) {
       s->state = SlotState::kDone;
       s->status = entry.status;
+      s->result_offset = entry.result_offset;
       if (entry.message_bytes > 0) {
         const char* text = messages_ + size_t(ring_index & (completion_.capacity() - 1)) * abi::kMessageBytes;
         s->message.assign(text, std::min<size_t>(entry.message_bytes, abi::kMessageBytes));
@@ -340,6 +397,9 @@ int Client::Finish(Slot* s, std::string* reply) {
     ReleaseGpuEvent(s->gpu_event);
     s->gpu_event = -1;
   }
+  if (s->aux_offset >= 0) arena_alloc_->Free(uint64_t(s->aux_offset));
+  s->aux_offset = -1;
+  if (s->result_offset != abi::kNoResult) DeliverResult(s);
   if (reply != nullptr) *reply = s->message;
   in_flight_names_.erase(s->name);
   const int status = s->status;
@@ -349,6 +409,45 @@ int Client::Finish(Slot* s, std::string* reply) {
   s->staged = false;
   free_slots_.push_back(uint32_t(s - slots_.data()));
   return status;
+}
+
+void Client::DeliverResult(Slot* s) {
+  const uint64_t at = s->result_offset;
+  s->result_offset = abi::kNoResult;
+  // The daemon wrote the block; check it lies in the result area before reading it.
+  if (at < results_offset_ || at - results_offset_ + sizeof(abi::ResultHeader) > results_bytes_) {
+    if (s->status == SYNCD_OK) {
+      s->status = SYNCD_ERR_PROTOCOL;
+      s->message = "tensor '" + s->name + "': the daemon's result block lies outside the result area";
+    }
+    return;
+  }
+  auto* h = reinterpret_cast<abi::ResultHeader*>(results_ + (at - results_offset_));
+  const uint64_t room = results_bytes_ - (at - results_offset_);
+  const bool fits = h->data_offset <= room && h->data_bytes <= room - h->data_offset &&
+                    sizeof(abi::ResultHeader) + uint64_t(h->ranks) * sizeof(int64_t) <= h->data_offset;
+  if (s->status != SYNCD_OK || s->result == nullptr || !fits) {
+    if (s->status == SYNCD_OK && !fits) {
+      s->status = SYNCD_ERR_PROTOCOL;
+      s->message = "tensor '" + s->name + "': the daemon's result block is malformed";
+    }
+    h->released.store(1, std::memory_order_release);
+    return;
+  }
+  char* block = reinterpret_cast<char*>(h);
+  *s->result = syncd_result{block + h->data_offset, h->data_bytes, int(h->ranks),
+                            reinterpret_cast<const int64_t*>(block + sizeof(abi::ResultHeader)), h};
+}
+
+void Client::ReleaseResult(syncd_result* r) {
+  if (r == nullptr || r->block == nullptr) return;
+  const char* b = static_cast<const char*>(r->block);
+  if (b < results_ || b + sizeof(abi::ResultHeader) > results_ + results_bytes_) {
+    Fail(SYNCD_ERR_INVALID, "syncd_release_result: not a result of this client");
+    return;
+  }
+  static_cast<abi::ResultHeader*>(r->block)->released.store(1, std::memory_order_release);
+  *r = syncd_result{};
 }
 
 int Client::Poll(syncd_handle h) {

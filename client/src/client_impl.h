@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "client/src/arena_allocator.h"
+#include "proto/arena_allocator.h"
 #include "proto/mutex.h"
 #include "proto/shm_abi.h"
 #include "syncd/client.h"
@@ -25,8 +25,17 @@ struct Identity {
   uint32_t coord_mode = 0;  // abi::CoordMode
 };
 
+// What some kinds take besides the tensor: alltoall's splits, where allgather and alltoall
+// results are described.
+struct SubmitExtra {
+  const int64_t* splits = nullptr;
+  int nsplits = 0;
+  syncd_result* result = nullptr;
+};
+
 class Client {
  public:
+  using Extra = SubmitExtra;
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -42,7 +51,9 @@ class Client {
 
   // `gpu`: t->data is device memory; the daemon waits for the work queued on `stream` first.
   int Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
-             double prescale, double postscale, syncd_handle* out, bool gpu = false, void* stream = nullptr);
+             double prescale, double postscale, syncd_handle* out, bool gpu = false, void* stream = nullptr,
+             const Extra& extra = {});
+  void ReleaseResult(syncd_result* r);
   int Poll(syncd_handle h);
   int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
@@ -60,8 +71,11 @@ class Client {
     bool staged = false;        // the payload was copied into the arena at staging_offset
     void* user_data = nullptr;  // where to copy a staged result back; null: only free the copy
     uint64_t staging_offset = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;           // copied back to user_data (reducescatter: this rank's share only)
     int gpu_event = -1;  // the CUDA driver's event slot this request recorded, released at completion
+    int64_t aux_offset = -1;      // the arena copy of alltoall's splits, freed at completion
+    syncd_result* result = nullptr;  // filled at completion (allgather, alltoall)
+    uint64_t result_offset = abi::kNoResult;
   };
 
   Client() = default;
@@ -72,6 +86,11 @@ class Client {
   // GPU tensor (its descriptor) and of a host tensor (in place or staged).
   int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, abi::SubmitEntry* entry,
                   std::string* name, uint64_t* bytes) SYNCD_REQUIRES(mu_);
+  // Alltoall's splits (into the arena, at entry->aux_offset) and reducescatter's share.
+  int CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra,
+                const std::string& name, abi::SubmitEntry* entry) SYNCD_REQUIRES(mu_);
+  // The completion's result block, checked, into the slot's syncd_result.
+  void DeliverResult(Slot* s) SYNCD_REQUIRES(mu_);
   int SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out)
       SYNCD_REQUIRES(mu_);
   int SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* data, syncd_handle* out) SYNCD_REQUIRES(mu_);
@@ -93,6 +112,8 @@ class Client {
   abi::NodePage* node_ = nullptr;
   char* arena_ = nullptr;
   char* messages_ = nullptr;
+  char* results_ = nullptr;  // the result area (written by the daemon)
+  uint64_t results_offset_ = 0, results_bytes_ = 0;
   uint64_t arena_capacity_ = 0;  // bytes of the arena (fixed at attach)
   uint64_t spin_ns_ = 20'000;
 

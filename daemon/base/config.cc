@@ -107,6 +107,9 @@ std::vector<ConfigEntry> NodeEntries() {
      "Largest fused allreduce in bytes; 0 disables fusion", Bytes(&Config::fusion_threshold, "fusion-threshold")},
     {"arena-size", "SYNCD_ARENA_SIZE", "512M",
      "Shared data arena per client (zero-copy tensors and staging)", Bytes(&Config::arena_bytes, "arena-size")},
+    {"result-area-size", "SYNCD_RESULT_AREA_SIZE", "512M",
+     "Shared area per client for results whose size only the daemon knows (allgather, alltoall)",
+     Bytes(&Config::result_bytes, "result-area-size")},
     {"ring-entries", "SYNCD_RING_ENTRIES", "1024",
      "Submission/completion ring slots per client (power of two): the in-flight request limit",
      [](Config& c, const std::string& t) -> Status {

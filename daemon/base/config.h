@@ -26,6 +26,7 @@ struct Config {
   std::string cores;          // dedicated cores: "auto", "none" or a list like "1,3-4"
   uint64_t fusion_threshold = 0;
   uint64_t arena_bytes = 0;
+  uint64_t result_bytes = 0;
   uint32_t ring_entries = 0;
   uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
   std::string log_level;

@@ -100,8 +100,11 @@ void PrintTable(const syncd::control::StatusReply& s) {
              (unsigned long)c.ops(), Bytes(c.bytes()).c_str(), (unsigned long)c.errors(), c.submit_depth(),
              c.completion_depth());
   }
-  printf("ops        allreduce %lu   broadcast %lu   barrier %lu   errors %lu\n", (unsigned long)s.ops().allreduce(),
-         (unsigned long)s.ops().broadcast(), (unsigned long)s.ops().barrier(), (unsigned long)s.ops().errors());
+  printf("ops        allreduce %lu   broadcast %lu   barrier %lu   allgather %lu   alltoall %lu   reducescatter %lu   "
+         "errors %lu\n",
+         (unsigned long)s.ops().allreduce(), (unsigned long)s.ops().broadcast(), (unsigned long)s.ops().barrier(),
+         (unsigned long)s.ops().allgather(), (unsigned long)s.ops().alltoall(), (unsigned long)s.ops().reducescatter(),
+         (unsigned long)s.ops().errors());
   printf("fusion     %lu fused ops, %.2f tensors each, threshold %s   reduced %s\n", (unsigned long)s.fused_ops(),
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),

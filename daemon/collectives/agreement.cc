@@ -36,6 +36,25 @@ std::string SameShape(const std::vector<Request>& rs) {
   return Disagreement(rs, "shape", [](const Request& r) { return ShapeText(r.shape); });
 }
 
+std::string SameReduction(const std::vector<Request>& rs) {
+  std::string msg = SameShape(rs);
+  if (msg.empty())
+    msg = Disagreement(rs, "reduce op", [](const Request& r) { return std::string(abi::ReduceOpName(r.op)); });
+  if (msg.empty())
+    msg = Disagreement(rs, "scale factors", [](const Request& r) {
+      return "prescale " + std::to_string(r.prescale) + " postscale " + std::to_string(r.postscale);
+    });
+  return msg;
+}
+
+std::string SameShapeAfterFirst(const std::vector<Request>& rs) {
+  return Disagreement(rs, "shape after the first dimension", [](const Request& r) {
+    std::string s = "[*";
+    for (size_t i = 1; i < r.shape.size(); ++i) s += "," + std::to_string(r.shape[i]);
+    return s + "]";
+  });
+}
+
 std::string Disagreement(const std::vector<Request>& rs, const char* what,
                          const std::function<std::string(const Request&)>& describe) {
   std::map<std::string, std::vector<uint32_t>> groups;

@@ -24,6 +24,10 @@ std::string Disagreement(const std::vector<Request>& requests, const char* what,
 
 // Every request has the same shape ("" or the message): what most kinds require.
 std::string SameShape(const std::vector<Request>& requests);
+// The same shape, reduce op and scale factors (allreduce, reducescatter).
+std::string SameReduction(const std::vector<Request>& requests);
+// The same number of dimensions and the same extents after the first (allgather, alltoall).
+std::string SameShapeAfterFirst(const std::vector<Request>& requests);
 
 }  // namespace syncd
 

@@ -42,16 +42,7 @@ class AllreduceCollective final : public Collective {
     return CheckDtypeAndOp(r->dtype, r->op, r->prescale, r->postscale, what);
   }
 
-  std::string Disagreement(const std::vector<Request>& rs) const override {
-    std::string msg = SameShape(rs);
-    if (msg.empty())
-      msg = syncd::Disagreement(rs, "reduce op", [](const Request& r) { return std::string(abi::ReduceOpName(r.op)); });
-    if (msg.empty())
-      msg = syncd::Disagreement(rs, "scale factors", [](const Request& r) {
-        return "prescale " + std::to_string(r.prescale) + " postscale " + std::to_string(r.postscale);
-      });
-    return msg;
-  }
+  std::string Disagreement(const std::vector<Request>& rs) const override { return SameReduction(rs); }
 
   std::optional<FusionKey> FusionKeyOf(const Request& r) const override {
     return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu};

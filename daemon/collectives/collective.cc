@@ -2,6 +2,7 @@
 #include "daemon/collectives/collective.h"
 
 #include "daemon/collectives/agreement.h"
+#include "proto/status_names.h"
 
 namespace syncd {
 
@@ -17,16 +18,38 @@ StatusOr<uint64_t> Collective::EnqueueGpu(const CollectiveGroup&, const OnGpus&)
   return InvalidArgument(std::string(name()) + " has no GPU path");
 }
 
+std::vector<int64_t> RankRows(const ReadyTensor& t) {
+  if (!t.rank_rows.empty()) return t.rank_rows;
+  std::vector<int64_t> rows;
+  rows.reserve(t.requests.size());
+  for (const Request& r : t.requests) rows.push_back(r.shape.empty() ? 0 : r.shape[0]);
+  return rows;
+}
+
+std::vector<int64_t> RankSplits(const ReadyTensor& t) {
+  if (!t.rank_splits.empty()) return t.rank_splits;
+  std::vector<int64_t> splits;
+  for (const Request& r : t.requests) splits.insert(splits.end(), r.splits.begin(), r.splits.end());
+  return splits;
+}
+
+uint64_t RowBytes(const Request& r) {
+  uint64_t bytes = abi::DtypeSize(r.dtype);
+  for (size_t d = 1; d < r.shape.size(); ++d) bytes *= uint64_t(r.shape[d]);
+  return bytes;
+}
+
 // The registry: each kind's file defines its function; one line here declares it, one lists it.
 const Collective& AllreduceKind();
 const Collective& BroadcastKind();
 const Collective& BarrierKind();
+const Collective& AllgatherKind();
+const Collective& AlltoallKind();
+const Collective& ReducescatterKind();
 
 const Collective* FindCollective(abi::OpKind kind) {
   static const Collective* const kKinds[] = {
-      &AllreduceKind(),
-      &BroadcastKind(),
-      &BarrierKind(),
+      &AllreduceKind(), &BroadcastKind(), &BarrierKind(), &AllgatherKind(), &AlltoallKind(), &ReducescatterKind(),
   };
   for (const Collective* c : kKinds)
     if (c->kind() == kind) return c;

@@ -1,12 +1,15 @@
-// A collective kind as one unit. Each kind (allreduce, broadcast, barrier; allgather, alltoall,
-// reducescatter next) is a Collective in a file of its own in this folder, listed once in
-// registry.cc. It says everything the rest of the daemon needs to know about the kind:
+// A collective kind as one unit. Each kind (allreduce, broadcast, barrier, allgather, alltoall,
+// reducescatter) is a Collective in a file of its own in this folder, listed once in
+// collective.cc. It says everything the rest of the daemon needs to know about the kind:
 //
 // - Parse: the ring entry's fields only this kind reads (reduce op and scale factors, a root).
 // - Disagreement: what must agree across ranks beyond the kind, memory, dtype and shape that
 //   every kind checks (agreement.h).
 // - FusionKeyOf: whether two requests fuse (they share a key) or the kind always runs alone.
-// - ResultBytes: how many bytes a rank's result holds, knowing every rank's request.
+// - shapes_vary: whether ranks' first dimensions (and splits) may differ, so that the
+//   coordinator must carry every rank's (RankRows, RankSplits give them to the kind).
+// - ResultPlace / ResultBytes: where a rank's result goes (in place, or a block of its result
+//   area when only the daemon knows its size) and how many bytes it holds.
 // - RunLocal / RunAcross / EnqueueGpu: how a fused group runs on this node's host memory, across
 //   nodes on the host path, and on the GPUs.
 //
@@ -68,8 +71,18 @@ class Collective {
   virtual std::string Disagreement(const std::vector<Request>& requests) const;
   // Requests with equal keys may run as one fused group; nullopt: each request runs alone.
   virtual std::optional<FusionKey> FusionKeyOf(const Request& r) const;
-  // The bytes rank `i` gets back (requests[i] is its request).
-  virtual uint64_t ResultBytes(const std::vector<Request>& requests, size_t i) const { return requests[i].bytes; }
+  // Whether the ranks' first dimensions and splits may differ (they then travel to the
+  // coordinator for every rank, and the name is never cached: each step's shapes are new).
+  virtual bool shapes_vary() const { return false; }
+  // Where local rank `i`'s result goes: nullopt, in place in its own tensor; else a block of its
+  // result area of `bytes`, with `rows` (one per rank of the set) in the block's header.
+  struct Placement {
+    uint64_t bytes = 0;
+    std::vector<int64_t> rows;
+  };
+  virtual std::optional<Placement> ResultPlace(const ReadyTensor&, size_t) const { return std::nullopt; }
+  // The bytes local rank `i` gets back.
+  virtual uint64_t ResultBytes(const ReadyTensor& t, size_t i) const { return t.requests[i].bytes; }
 
   // One node, host memory: runs the group at once, in place in every rank's tensor.
   virtual void RunLocal(const CollectiveGroup& group, HostExecutor& host) const = 0;
@@ -78,6 +91,14 @@ class Collective {
   // GPU tensors: enqueues the group on the GPU executor; a ticket for GpuExecutor::Test.
   virtual StatusOr<uint64_t> EnqueueGpu(const CollectiveGroup& group, const OnGpus& run) const;
 };
+
+// Every rank's first dimension (0 for a scalar), in the set's rank order: from the coordinator
+// (ReadyTensor::rank_rows) on many nodes, else from the requests. Alltoall: the splits matrix
+// rank-major (RankSplits(t)[s * size + d] rows from s to d).
+std::vector<int64_t> RankRows(const ReadyTensor& t);
+std::vector<int64_t> RankSplits(const ReadyTensor& t);
+// Bytes of one row (one index of the first dimension) of the tensor.
+uint64_t RowBytes(const Request& r);
 
 // The kind's unit, or nullptr for graph registration and failure notices (and unknown kinds).
 const Collective* FindCollective(abi::OpKind kind);

@@ -312,7 +312,7 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
                                              std::to_string(connections_[it->second].pid) + ")");
   const uint32_t ls = uint32_t(req.local_size);
   const uint32_t id = next_client_id_++;
-  auto segment = ClientSegment::Create(id, config_.ring_entries, config_.arena_bytes);
+  auto segment = ClientSegment::Create(id, config_.ring_entries, config_.arena_bytes, config_.result_bytes);
   if (!segment.ok()) return Refuse(fd, segment.status().code(), who + ": " + segment.status().message());
 
   abi::AttachReply reply{};

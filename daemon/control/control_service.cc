@@ -43,6 +43,9 @@ void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control:
   ops->set_allreduce(count("allreduce").ops);
   ops->set_broadcast(count("broadcast").ops);
   ops->set_barrier(count("barrier").ops);
+  ops->set_allgather(count("allgather").ops);
+  ops->set_alltoall(count("alltoall").ops);
+  ops->set_reducescatter(count("reducescatter").ops);
   ops->set_errors(s.error_ops);
   r->set_bytes_reduced(count("allreduce").bytes);
   r->set_fused_ops(s.fused_ops);

@@ -199,7 +199,7 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
     const Pending& p = pending_.at(name);
     gpu_pending |= p.tensor.first().gpu;
     if (announced_.count(name)) continue;
-    const TensorMeta meta = TensorMeta::Of(p.tensor.first());
+    const TensorMeta meta = TensorMeta::Of(p.tensor);
     const std::optional<int32_t> bit = cache_.Find(name);
     const uint64_t waited = now_ns - p.since_ns;
     const bool stalled = options_.stall_ns != 0 && waited >= options_.stall_ns;
@@ -279,8 +279,13 @@ Status Negotiator::TakeAgreed(const std::vector<std::string>& run, const std::ve
     // Daemons that hold different TOPO plans cannot run the job (see Coordinate).
     if (r.name == abi::kTopoPlanName && r.status != SYNCD_OK) plan_mismatch = Status(syncd_status(r.status), r.message);
     if (!pending_.count(r.name)) continue;
-    if (r.status == SYNCD_OK) ready->push_back(take(r.name));
-    else TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
+    if (r.status == SYNCD_OK) {
+      ready->push_back(take(r.name));
+      ready->back().rank_rows = r.meta.rows;
+      ready->back().rank_splits = r.meta.splits;
+    } else {
+      TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
+    }
   }
   return plan_mismatch;
 }
@@ -403,14 +408,23 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
       std::vector<Request> ranks;
       for (uint32_t node = 0; node < n; ++node)
         for (uint32_t l = 0; l < options_.local_size; ++l)
-          ranks.push_back(RequestOf(a.metas[node], name, node * options_.local_size + l));
+          ranks.push_back(RequestOf(a.metas[node], name, node * options_.local_size + l, l));
       Status agree = CheckAgreement(ranks);
       if (!agree.ok()) {
         resp.status = agree.code();
         resp.message = agree.message();
       }
     }
-    if (resp.status == SYNCD_OK) {
+    if (resp.status == SYNCD_OK && !a.metas[0].rows.empty()) {
+      // Shapes that vary by rank: every node learns every rank's, and the name is not cached
+      // (the next step's shapes may differ).
+      resp.meta.rows.clear();
+      resp.meta.splits.clear();
+      for (uint32_t node = 0; node < n; ++node) {
+        resp.meta.rows.insert(resp.meta.rows.end(), a.metas[node].rows.begin(), a.metas[node].rows.end());
+        resp.meta.splits.insert(resp.meta.splits.end(), a.metas[node].splits.begin(), a.metas[node].splits.end());
+      }
+    } else if (resp.status == SYNCD_OK) {
       resp.cache_bit = cache_.FreeBit();
       if (resp.cache_bit >= 0) cache_.Put(resp.cache_bit, name, resp.meta);
     }

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "daemon/collectives/collective.h"
+
 namespace syncd {
 namespace {
 
@@ -27,6 +29,12 @@ class Writer {
     Put(m.postscale);
     Put<uint32_t>(uint32_t(m.shape.size()));
     for (int64_t d : m.shape) Put(d);
+    Ints(m.rows);
+    Ints(m.splits);
+  }
+  void Ints(const std::vector<int64_t>& v) {
+    Put<uint32_t>(uint32_t(v.size()));
+    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
   }
   std::string Take() { return std::move(out_); }
 
@@ -57,14 +65,25 @@ class Reader {
           Get(&m->postscale) && Get(&dims)) || dims > abi::kMaxDims)
       return false;
     // Only what a daemon's own checks let through (submission.h): anything else is not ours.
-    if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > uint32_t(abi::OpKind::kFail) ||
+    if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > abi::kOpKindLast ||
         m->dtype >= SYNCD_DTYPE_COUNT || m->op >= SYNCD_REDUCE_OP_COUNT || m->gpu > 1)
       return false;
     m->shape.resize(dims);
     for (auto& d : m->shape)
       if (!Get(&d)) return false;
+    if (!Ints(&m->rows, kMaxRanks) || !Ints(&m->splits, kMaxRanks * kMaxRanks)) return false;
+    // Splits come as one row of the matrix per rank.
+    return m->rows.empty() ? m->splits.empty() : m->splits.size() % m->rows.size() == 0;
+  }
+  bool Ints(std::vector<int64_t>* v, uint64_t most) {
+    uint32_t n;
+    if (!Get(&n) || n > most || pos_ + uint64_t(n) * sizeof(int64_t) > s_.size()) return false;
+    v->resize(n);
+    memcpy(v->data(), s_.data() + pos_, uint64_t(n) * sizeof(int64_t));
+    pos_ += uint64_t(n) * sizeof(int64_t);
     return true;
   }
+  static constexpr uint64_t kMaxRanks = 1 << 16;
   bool done() const { return pos_ == s_.size(); }
 
  private:
@@ -74,7 +93,8 @@ class Reader {
 
 }  // namespace
 
-TensorMeta TensorMeta::Of(const Request& r) {
+TensorMeta TensorMeta::Of(const ReadyTensor& t) {
+  const Request& r = t.first();
   TensorMeta m;
   m.kind = uint32_t(r.kind);
   m.dtype = r.dtype;
@@ -84,6 +104,10 @@ TensorMeta TensorMeta::Of(const Request& r) {
   m.prescale = r.prescale;
   m.postscale = r.postscale;
   m.shape = r.shape;
+  if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
+    m.rows = RankRows(t);
+    m.splits = RankSplits(t);
+  }
   return m;
 }
 
@@ -111,7 +135,7 @@ StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
   return m;
 }
 
-Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank) {
+Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank, size_t index) {
   Request r;
   r.name = name;
   r.rank = rank;
@@ -123,6 +147,11 @@ Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank
   r.prescale = meta.prescale;
   r.postscale = meta.postscale;
   r.shape = meta.shape;
+  if (index < meta.rows.size()) {
+    if (!r.shape.empty()) r.shape[0] = meta.rows[index];
+    const size_t per = meta.splits.size() / meta.rows.size();
+    r.splits.assign(meta.splits.begin() + index * per, meta.splits.begin() + (index + 1) * per);
+  }
   return r;
 }
 

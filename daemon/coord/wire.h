@@ -10,6 +10,7 @@
 
 #include "daemon/base/status.h"
 #include "daemon/core/request.h"
+#include "daemon/core/tensor_table.h"
 
 namespace syncd {
 
@@ -20,14 +21,20 @@ struct TensorMeta {
   int32_t root = 0;
   double prescale = 1, postscale = 1;
   std::vector<int64_t> shape;
+  // Kinds whose ranks' shapes differ (Collective::shapes_vary): each rank's first dimension and
+  // (alltoall) splits, concatenated. A node announces its own ranks'; the coordinator answers
+  // with every rank's of the job.
+  std::vector<int64_t> rows;
+  std::vector<int64_t> splits;
 
-  static TensorMeta Of(const Request& r);
+  static TensorMeta Of(const ReadyTensor& t);
   bool operator==(const TensorMeta& o) const = default;
 };
 
-// A request of `rank` with what `meta` says (no data): how the coordinator checks that every
-// rank of the job agrees, with the same check as within a node (CheckAgreement).
-Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank);
+// A request of `rank` with what `meta` says (no data; `index`: the rank's place among the meta's
+// per-rank rows): how the coordinator checks that every rank of the job agrees, with the same
+// check as within a node (CheckAgreement).
+Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank, size_t index);
 
 // A node's request to the coordinator: "this name is ready here, with this meta".
 struct NameRequest {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/plan/topo.h"
+#include "daemon/shm/result_area.h"
 #include "proto/shm_abi.h"
 
 namespace syncd {
@@ -27,6 +28,7 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
+  std::vector<int64_t> splits;  // kAlltoall: the rows this rank sends to each rank of the set
   char* data = nullptr;     // inside the client's arena (gpu: device memory)
   // Host tensors: keeps the client's segment mapped while this request exists, so `data` stays
   // readable even after the client died (its work then fails, but never reads unmapped memory).
@@ -36,8 +38,15 @@ struct Request {
   bool gpu = false;
   int gpu_device = -1;
   void* gpu_event = nullptr;
+  // Results the daemon places (allgather, alltoall; Collective::Result): the client's result area,
+  // and once a block is allocated for it (just before execution) the block's data and offset,
+  // which the completion carries. A failed request's block is freed at completion.
+  std::shared_ptr<ResultArea> results;
+  char* result = nullptr;
+  uint64_t result_offset = abi::kNoResult;
   std::string name;
   // kFail: why this rank cannot take part (syncd_fail_async); the name's requests all fail with it.
+  // A collective: why this rank's result could not be placed (it fails, the others complete).
   std::string failure;
   // kRegisterGraph: the plan computed from the graph the rank sent; `shape` holds its hash.
   std::shared_ptr<const TopoPlan> plan;

@@ -19,8 +19,15 @@ namespace syncd {
 
 // One tensor submitted by every local rank; requests[i] is local rank i's.
 struct ReadyTensor {
+  ReadyTensor(std::vector<Request> rs = {}) : requests(std::move(rs)) {}  // NOLINT: implicit, as an aggregate's
   std::vector<Request> requests;
   const Request& first() const { return requests.front(); }
+  // Kinds whose ranks' shapes differ (allgather, alltoall), agreed across nodes: every rank's
+  // first dimension, and the alltoall splits rank-major (rank_splits[s * size + d]: rows from
+  // s to d), in the set's rank order, as the coordinator sent them. Empty on one node: the
+  // requests are every rank's.
+  std::vector<int64_t> rank_rows;
+  std::vector<int64_t> rank_splits;
 };
 
 // Requests that cannot proceed, with the error each of them gets.

@@ -266,6 +266,9 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
 
 void Engine::Complete(const Request& r, const Status& status) {
   if (drain_deadline_ns_.load(std::memory_order_relaxed) != 0) ++(status.ok() ? drain_result_.completed : drain_result_.failed);
+  // A result block only reaches the client with a successful completion; otherwise it is free.
+  const bool has_result = r.result_offset != abi::kNoResult;
+  if (has_result && (!status.ok() || !clients_.count(r.client_id))) r.results->Free(r.result_offset);
   auto it = clients_.find(r.client_id);
   if (it == clients_.end()) return;  // the client is gone; nobody to tell
   ClientState& c = it->second;
@@ -275,7 +278,7 @@ void Engine::Complete(const Request& r, const Status& status) {
   } else {
     ++c.errors;
   }
-  c.info->segment.Complete(r.handle, status.code(), status.message());
+  c.info->segment.Complete(r.handle, status.code(), status.message(), status.ok() ? r.result_offset : abi::kNoResult);
 }
 
 void Engine::FlushClients() {

@@ -39,7 +39,7 @@ namespace syncd {
 // What every set adds to the daemon's counters.
 struct ExecutionCounters {
   // By abi::OpKind value: an increment per executed group, names only when the status is built.
-  std::array<StatusSnapshot::KindCount, 8> by_kind{};
+  std::array<StatusSnapshot::KindCount, abi::kOpKindLast + 1> by_kind{};
   uint64_t fused_ops = 0, fused_tensors = 0;
 };
 
@@ -150,6 +150,11 @@ class ProcessSet {
   void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // Before a group runs: a result block for each request whose kind places its result
+  // (Collective::ResultPlace). A rank whose area is full gets none and fails in CompleteRan.
+  void PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // After a group ran: completes each member's requests.
+  void CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CompleteAll(const std::vector<Request>& requests, const Status& status) { hooks_.complete(requests, status); }
 
   const Config& config_;

@@ -3,6 +3,8 @@
 // nodes run what every daemon agreed, in the same order everywhere.
 #include "daemon/engine/process_set.h"
 
+#include <algorithm>
+
 namespace syncd {
 namespace {
 
@@ -38,9 +40,10 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
       continue;
     }
     // A failure notice is never agreed (CheckAgreement) and never gets here.
+    PlaceResults(ready, g);
     if (const Collective* kind = FindCollective(head.first().kind)) kind->RunLocal(Members(ready, g), host_);
     CountExecuted(ready, g);
-    for (size_t i : g) CompleteAll(ready[i].requests, Status::Ok());
+    CompleteRan(ready, g);
   }
 }
 
@@ -65,16 +68,15 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
     } else if (const Collective* kind = FindCollective(f.kind)) {
+      PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), AcrossNodes{place_.comm, &host_, buffer, group_tag,
                                                                     place_.local_size, place_.node_rank});
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
     }
     CountExecuted(ready, g);
-    for (size_t i : g) {
-      CompleteAll(ready[i].requests, Status::Ok());
-      ready[i].requests.clear();  // done: nothing left to fail should the job break later
-    }
+    CompleteRan(ready, g);
+    for (size_t i : g) ready[i].requests.clear();  // done: nothing left to fail should the job break later
     hooks_.flush();
   }
   co_return Status::Ok();
@@ -156,10 +158,43 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
   if (kind == nullptr) return;
   StatusSnapshot::KindCount& count = counters_->by_kind.at(uint32_t(f.kind));
   count.ops += g.size();
-  for (size_t i : g) count.bytes += kind->ResultBytes(ready[i].requests, 0);
+  for (size_t i : g) count.bytes += kind->ResultBytes(ready[i], 0);
   if (kind->FusionKeyOf(f)) {
     ++counters_->fused_ops;
     counters_->fused_tensors += g.size();
+  }
+}
+
+void ProcessSet::PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  for (size_t i : g) {
+    ReadyTensor& t = ready[i];
+    const Collective* kind = FindCollective(t.first().kind);
+    if (kind == nullptr) continue;
+    for (size_t l = 0; l < t.requests.size(); ++l) {
+      const std::optional<Collective::Placement> place = kind->ResultPlace(t, l);
+      Request& r = t.requests[l];
+      if (!place || r.results == nullptr) continue;
+      if (std::optional<ResultArea::Block> block = r.results->Allocate(place->bytes, place->rows)) {
+        r.result = block->data;
+        r.result_offset = block->offset;
+      } else {
+        r.failure = "tensor '" + r.name + "': rank " + std::to_string(r.rank) + "'s result area has no room for " +
+                    std::to_string(place->bytes) + " bytes (" + std::to_string(r.results->bytes_in_use()) + " of " +
+                    std::to_string(r.results->capacity()) + " in use by " + std::to_string(r.results->blocks()) +
+                    " results not yet released; raise --result-area-size)";
+      }
+    }
+  }
+}
+
+void ProcessSet::CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  for (size_t i : g) {
+    const std::vector<Request>& rs = ready[i].requests;
+    if (std::none_of(rs.begin(), rs.end(), [](const Request& r) { return !r.failure.empty(); })) {
+      CompleteAll(rs, Status::Ok());
+      continue;
+    }
+    for (const Request& r : rs) CompleteAll({r}, r.failure.empty() ? Status::Ok() : Status(SYNCD_ERR_NO_MEMORY, r.failure));
   }
 }
 

@@ -47,6 +47,19 @@ Status ParseTensor(const abi::SubmitEntry& e, const std::string& what, Request* 
   return Status::Ok();
 }
 
+// The splits of an alltoall (at most one per rank), copied out of the arena.
+Status ParseSplits(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
+  if (e.aux_bytes == 0) return Status::Ok();
+  if (e.aux_bytes % sizeof(int64_t) != 0 || e.aux_bytes > uint64_t(who.world_size) * sizeof(int64_t))
+    return Malformed(what + " has " + std::to_string(e.aux_bytes) + " bytes of splits for " +
+                     std::to_string(who.world_size) + " ranks");
+  const char* at = who.segment->ArenaRange(e.aux_offset, e.aux_bytes);
+  if (at == nullptr) return Malformed(what + ": splits outside the arena");
+  r->splits.resize(e.aux_bytes / sizeof(int64_t));
+  memcpy(r->splits.data(), at, e.aux_bytes);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
@@ -62,7 +75,7 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     return ProtocolError("malformed ring entry from " + rank + ": tensor name is empty or not terminated");
   r.name.assign(e.name, name_len);
   const std::string what = "tensor '" + r.name + "' from " + rank;
-  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > uint32_t(abi::OpKind::kFail))
+  if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > abi::kOpKindLast)
     return Malformed(what + " has unknown operation " + std::to_string(e.kind));
   r.kind = abi::OpKind(e.kind);
   if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
@@ -83,7 +96,9 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     return r;
   }
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
+  SYNCD_RETURN_IF_ERROR(ParseSplits(e, who, what, &r));
   SYNCD_RETURN_IF_ERROR(kind->Parse(e, who.world_size, what, &r));
+  if (kind->shapes_vary()) r.results = who.segment->results();
   if (e.flags & abi::kSubmitGpu) {
     r.gpu = true;
     const char* at = who.segment->ArenaRange(e.arena_offset, sizeof(abi::GpuDescriptor));

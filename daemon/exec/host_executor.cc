@@ -75,16 +75,9 @@ void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, siz
 void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end,
                                 char* segment) {
   const Request& head = group.front()->first();
-  const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? world_size_ : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
   // Finish the values once, in the segment (still in cache), then copy them out to each rank.
-  if (spec.postscale != 1.0 || spec.divisor != 1)
-    for (size_t off = 0; off < end - begin; off += kReduceChunkElements) {
-      const size_t m = std::min(kReduceChunkElements, end - begin - off);
-      const void* in[1] = {segment + off * esize};
-      void* out[1] = {segment + off * esize};
-      ReduceChunk(spec, in, 1, out, 1, m);
-    }
+  Finish(head, segment, end - begin);
   ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
     const char* from = segment + (pos - begin) * esize;
     for (const Request& r : t.requests) CopyStreaming(r.data + first * esize, from, count * esize);
@@ -94,6 +87,70 @@ void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, si
 void HostExecutor::ScatterBroadcast(const ReadyTensor& t, const char* buffer) {
   for (const Request& r : t.requests)
     if (int32_t(r.rank) != r.root && r.bytes > 0) memcpy(r.data, buffer, r.bytes);
+}
+
+void HostExecutor::Allgather(const ReadyTensor& t) {
+  for (const Request& d : t.requests) {
+    if (d.result == nullptr) continue;
+    uint64_t at = 0;
+    for (const Request& s : t.requests) {
+      if (s.bytes > 0) CopyStreaming(d.result + at, s.data, s.bytes);
+      at += s.bytes;
+    }
+  }
+}
+
+void HostExecutor::Alltoall(const ReadyTensor& t, const std::vector<int64_t>& splits, uint64_t row_bytes) {
+  const size_t n = t.requests.size();
+  for (size_t d = 0; d < n; ++d) {
+    const Request& dest = t.requests[d];
+    if (dest.result == nullptr) continue;
+    uint64_t at = 0;
+    for (size_t s = 0; s < n; ++s) {
+      uint64_t from = 0;
+      for (size_t j = 0; j < d; ++j) from += uint64_t(splits[s * n + j]) * row_bytes;
+      const uint64_t bytes = uint64_t(splits[s * n + d]) * row_bytes;
+      if (bytes > 0) CopyStreaming(dest.result + at, t.requests[s].data + from, bytes);
+      at += bytes;
+    }
+  }
+}
+
+void HostExecutor::CopyToResults(const ReadyTensor& t, const char* from, uint64_t bytes) {
+  for (const Request& r : t.requests)
+    if (r.result != nullptr && bytes > 0) CopyStreaming(r.result, from, bytes);
+}
+
+void HostExecutor::Reducescatter(const ReadyTensor& t, const std::vector<uint64_t>& bounds) {
+  const Request& head = t.first();
+  const ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale,
+                        head.op == SYNCD_AVERAGE ? world_size_ : 1u};
+  const size_t esize = abi::DtypeSize(head.dtype);
+  const size_t n = t.requests.size();
+  std::vector<const void*> in(n);
+  // In rank order, each rank's part lands at the start of its own tensor: rank d's part begins at
+  // or after where every earlier rank's part ended, and no later rank reads what is overwritten.
+  for (size_t d = 0; d < n; ++d) {
+    const size_t count = bounds[d + 1] - bounds[d];
+    for (size_t off = 0; off < count; off += kReduceChunkElements) {
+      const size_t m = std::min(kReduceChunkElements, count - off);
+      for (size_t r = 0; r < n; ++r) in[r] = t.requests[r].data + (bounds[d] + off) * esize;
+      void* out[1] = {t.requests[d].data + off * esize};
+      ReduceChunk(spec, in.data(), n, out, 1, m);
+    }
+  }
+}
+
+void HostExecutor::Finish(const Request& head, char* data, size_t count) {
+  const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? world_size_ : 1u};
+  if (spec.postscale == 1.0 && spec.divisor == 1) return;
+  const size_t esize = abi::DtypeSize(head.dtype);
+  for (size_t off = 0; off < count; off += kReduceChunkElements) {
+    const size_t m = std::min(kReduceChunkElements, count - off);
+    const void* in[1] = {data + off * esize};
+    void* out[1] = {data + off * esize};
+    ReduceChunk(spec, in, 1, out, 1, m);
+  }
 }
 
 }  // namespace syncd

@@ -29,6 +29,19 @@ class HostExecutor {
   // Copies `buffer` into every local rank's tensor except the root's.
   void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
 
+  // Results placed in result blocks (Request::result; a rank without a block is skipped: its
+  // block could not be allocated, and its request fails). Allgather: every local rank's tensor in
+  // rank order. Alltoall: for each rank d, the rows each rank s sends it (splits rank-major,
+  // splits[s * n + d]), in rank order. CopyToResults: `bytes` of `from` into every block.
+  void Allgather(const ReadyTensor& t);
+  void Alltoall(const ReadyTensor& t, const std::vector<int64_t>& splits, uint64_t row_bytes);
+  void CopyToResults(const ReadyTensor& t, const char* from, uint64_t bytes);
+  // Reducescatter on one node: local rank d gets elements [bounds[d], bounds[d+1]) of the
+  // reduction, finished, at the start of its own tensor.
+  void Reducescatter(const ReadyTensor& t, const std::vector<uint64_t>& bounds);
+  // The last step of a reduction done elsewhere, in place: postscale and the average's divisor.
+  void Finish(const Request& head, char* data, size_t count);
+
  private:
   // Calls fn(tensor, first element in it, element count, position in the concatenation) for each
   // piece of [begin, end).

@@ -6,8 +6,9 @@
 
 namespace syncd {
 
-StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes) {
-  const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes);
+StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
+                                              uint64_t result_bytes) {
+  const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes, result_bytes);
   ClientSegment s;
   SYNCD_ASSIGN_OR_RETURN(SharedMapping mapping,
                          SharedMapping::Create("syncd-client-" + std::to_string(client_id), layout.total_bytes));
@@ -23,7 +24,9 @@ StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_
   h->completion_ring_offset = layout.completion_ring_offset;
   h->message_offset = layout.message_offset;
   h->arena_offset = layout.arena_offset;
-  h->arena_bytes = layout.total_bytes - layout.arena_offset;
+  h->arena_bytes = layout.result_offset - layout.arena_offset;
+  h->result_offset = layout.result_offset;
+  h->result_bytes = layout.total_bytes - layout.result_offset;
   s.submit_ = abi::RingView<abi::SubmitEntry>(
       &h->submit, reinterpret_cast<abi::SubmitEntry*>(base + layout.submit_ring_offset), ring_entries);
   s.completion_ = abi::RingView<abi::CompletionEntry>(
@@ -31,6 +34,7 @@ StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_
   s.messages_ = base + layout.message_offset;
   s.arena_ = base + layout.arena_offset;
   s.arena_bytes_ = h->arena_bytes;
+  s.results_ = std::make_shared<ResultArea>(s.mapping_, base, h->result_offset, h->result_bytes);
   return s;
 }
 
@@ -49,8 +53,8 @@ char* ClientSegment::ArenaRange(uint64_t offset, uint64_t bytes) const {
   return arena_ + offset;
 }
 
-void ClientSegment::Complete(uint64_t handle, int status, const std::string& message) {
-  overflow_.push_back(Pending{handle, status, message});
+void ClientSegment::Complete(uint64_t handle, int status, const std::string& message, uint64_t result_offset) {
+  overflow_.push_back(Pending{handle, status, message, result_offset});
 }
 
 void ClientSegment::Flush() {
@@ -65,6 +69,7 @@ void ClientSegment::Flush() {
     slot->handle = p.handle;
     slot->status = p.status;
     slot->message_bytes = uint32_t(n);
+    slot->result_offset = p.result_offset;
     completion_.Publish();
     overflow_.pop_front();
     published = true;

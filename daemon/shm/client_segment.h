@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "daemon/shm/result_area.h"
 #include "daemon/shm/shared_mapping.h"
 #include "proto/shm_abi.h"
 
@@ -23,7 +24,8 @@ namespace syncd {
 
 class ClientSegment {
  public:
-  static StatusOr<ClientSegment> Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes);
+  static StatusOr<ClientSegment> Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
+                                       uint64_t result_bytes);
 
   int fd() const { return mapping_->fd(); }
   uint64_t size() const { return mapping_->size(); }
@@ -39,10 +41,13 @@ class ClientSegment {
   // The arena range [offset, offset+bytes), or nullptr when it is not inside the arena.
   char* ArenaRange(uint64_t offset, uint64_t bytes) const;
   uint64_t arena_bytes() const { return arena_bytes_; }
+  // The daemon's allocator of the client's result area (shared with the requests that fill it).
+  const std::shared_ptr<ResultArea>& results() const { return results_; }
 
-  // Queues one completion. If the client is not draining its ring, completions wait in the daemon
-  // (never dropped) and go out on a later Flush().
-  void Complete(uint64_t handle, int status, const std::string& message);
+  // Queues one completion (`result_offset`: the result block it points to, see ResultArea). If the
+  // client is not draining its ring, completions wait in the daemon (never dropped) and go out on
+  // a later Flush().
+  void Complete(uint64_t handle, int status, const std::string& message, uint64_t result_offset = abi::kNoResult);
   // Publishes what fits and rings the client's doorbell if anything was published.
   void Flush();
 
@@ -54,6 +59,7 @@ class ClientSegment {
     uint64_t handle;
     int status;
     std::string message;
+    uint64_t result_offset;
   };
   abi::SegmentHeader* header() const { return reinterpret_cast<abi::SegmentHeader*>(mapping_->data()); }
 
@@ -63,6 +69,7 @@ class ClientSegment {
   char* messages_ = nullptr;
   char* arena_ = nullptr;
   uint64_t arena_bytes_ = 0;
+  std::shared_ptr<ResultArea> results_;
   std::deque<Pending> overflow_;
 };
 

@@ -228,4 +228,60 @@ CommTask Barrier(Transport* t, uint64_t tag) {
   co_return co_await Await(&rd);
 }
 
+CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds) {
+  const uint32_t n = t->size(), r = t->rank();
+  if (n == 1) co_return Status::Ok();
+  char* buf = static_cast<char*>(data);
+  auto len = [&](uint32_t i) { return bounds[i + 1] - bounds[i]; };
+  const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
+  // Step s: pass on the block that arrived in step s-1 (at first, this node's own).
+  for (uint32_t s = 0; s + 1 < n; ++s) {
+    const uint32_t send_block = (r + n - s) % n, recv_block = (r + 2 * n - s - 1) % n;
+    std::vector<CommHandle> hs;
+    if (len(send_block) > 0) hs.push_back(t->Send(right, tag << 8, buf + bounds[send_block], len(send_block), owner));
+    if (len(recv_block) > 0) hs.push_back(t->Recv(left, tag << 8, buf + bounds[recv_block], len(recv_block), owner));
+    Status st = co_await Wait(t, std::move(hs));
+    if (!st.ok()) co_return st;
+  }
+  co_return Status::Ok();
+}
+
+CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds,
+                             syncd_dtype dtype, syncd_reduce_op op) {
+  const uint32_t n = t->size(), r = t->rank();
+  if (n == 1) co_return Status::Ok();
+  const size_t esize = abi::DtypeSize(dtype);
+  char* buf = static_cast<char*>(data);
+  auto len = [&](uint32_t i) { return bounds[i + 1] - bounds[i]; };
+  uint64_t largest = 0;
+  for (uint32_t i = 0; i < n; ++i) largest = std::max(largest, len(i));
+  const std::shared_ptr<char[]> tmp(new char[std::max<uint64_t>(1, largest * esize)]);
+  const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
+  // Step s sends the partial block (r - s - 1) and adds the left neighbour's partial block
+  // (r - s - 2) into this node's: after n-1 steps block r holds every node's contribution.
+  for (uint32_t s = 0; s + 1 < n; ++s) {
+    const uint32_t send_block = (r + 2 * n - s - 1) % n, recv_block = (r + 2 * n - s - 2) % n;
+    std::vector<CommHandle> hs;
+    if (len(send_block) > 0)
+      hs.push_back(t->Send(right, tag << 8, buf + bounds[send_block] * esize, len(send_block) * esize, owner));
+    if (len(recv_block) > 0) hs.push_back(t->Recv(left, tag << 8, tmp.get(), len(recv_block) * esize, tmp));
+    Status st = co_await Wait(t, std::move(hs));
+    if (!st.ok()) co_return st;
+    ReduceInto(dtype, op, buf + bounds[recv_block] * esize, tmp.get(), len(recv_block));
+  }
+  co_return Status::Ok();
+}
+
+CommTask ExchangeBlocks(Transport* t, uint64_t tag, std::vector<ByteSpan> sends, std::vector<ByteSpan> recvs,
+                        BufferOwner owner) {
+  const uint32_t n = t->size(), r = t->rank();
+  std::vector<CommHandle> hs;
+  for (uint32_t p = 0; p < n; ++p) {
+    if (p == r) continue;
+    if (recvs[p].bytes > 0) hs.push_back(t->Recv(p, tag << 8, recvs[p].data, recvs[p].bytes, owner));
+    if (sends[p].bytes > 0) hs.push_back(t->Send(p, tag << 8, sends[p].data, sends[p].bytes, owner));
+  }
+  co_return co_await Wait(t, std::move(hs));
+}
+
 }  // namespace syncd

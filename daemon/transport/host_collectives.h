@@ -7,6 +7,8 @@
 //   nodes into partners first). Every node ends with bit-identical results.
 // - Broadcast: binomial tree from the root node.
 // - Barrier: a one-byte allreduce.
+// - AllgatherBlocks, ReduceScatterBlocks: rings over one block per node, of any sizes (allgather,
+//   reducescatter); ExchangeBlocks: every pair of nodes at once (alltoall).
 // `tag` must be unique among collectives in flight; the low 8 bits are used for slices.
 // `owner` keeps `data` alive (see BufferOwner): a collective cut off by a failure may leave a
 // transfer on the wire, and the transport holds the owner until that transfer lets go.
@@ -33,6 +35,22 @@ CommTask Allreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
                    syncd_reduce_op op, const AllreduceOptions& options = {});
 CommTask Broadcast(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, uint32_t root);
 CommTask Barrier(Transport* t, uint64_t tag);
+
+// Node i's block of `data` is [bounds[i], bounds[i+1]) (n + 1 bounds; bytes for AllgatherBlocks,
+// elements for ReduceScatterBlocks). AllgatherBlocks: every node ends with every node's block.
+// ReduceScatterBlocks: node i ends with its block reduced over every node with `op` (AVERAGE
+// reduces as SUM), in place; the other blocks are left holding partial results.
+CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds);
+CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds,
+                             syncd_dtype dtype, syncd_reduce_op op);
+// Every pair of nodes at once: sends[p] goes to node p, recvs[p] comes from node p (the entries
+// of this node are not used). Both sides know the sizes; empty blocks are not sent.
+struct ByteSpan {
+  char* data = nullptr;
+  uint64_t bytes = 0;
+};
+CommTask ExchangeBlocks(Transport* t, uint64_t tag, std::vector<ByteSpan> sends, std::vector<ByteSpan> recvs,
+                        BufferOwner owner);
 
 // Element-wise combination of equally sized byte buffers: acc = f(acc, other). Must be
 // commutative and associative (bitwise AND/OR of flags, for example).

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!reqs.ok()) return 0;
       if (syncd::EncodeRequests(*reqs) != bytes) __builtin_trap();
       std::vector<syncd::Request> ranks;
-      for (const syncd::NameRequest& r : *reqs) ranks.push_back(syncd::RequestOf(r.meta, r.name, uint32_t(ranks.size())));
+      for (const syncd::NameRequest& r : *reqs) ranks.push_back(syncd::RequestOf(r.meta, r.name, uint32_t(ranks.size()), 0));
       if (!ranks.empty()) (void)syncd::CheckAgreement(ranks);
       break;
     }

@@ -10,7 +10,7 @@ namespace {
 
 syncd::ClientSegment& Segment() {
   static syncd::ClientSegment* segment = [] {
-    auto s = syncd::ClientSegment::Create(1, 8, 1 << 20);
+    auto s = syncd::ClientSegment::Create(1, 8, 1 << 20, 1 << 20);
     if (!s.ok()) __builtin_trap();
     return new syncd::ClientSegment(std::move(s.value()));
   }();

@@ -10,13 +10,15 @@ namespace {
 
 TEST(SegmentLayout, RegionsAreOrderedAlignedAndDisjoint) {
   for (uint32_t entries : {2u, 64u, 1024u}) {
-    const SegmentLayout l = ComputeLayout(entries, 1 << 20);
+    const SegmentLayout l = ComputeLayout(entries, 1 << 20, 1 << 16);
     EXPECT_GE(l.submit_ring_offset, sizeof(SegmentHeader));
     EXPECT_GE(l.completion_ring_offset, l.submit_ring_offset + entries * sizeof(SubmitEntry));
     EXPECT_GE(l.message_offset, l.completion_ring_offset + entries * sizeof(CompletionEntry));
     EXPECT_GE(l.arena_offset, l.message_offset + entries * kMessageBytes);
     EXPECT_EQ(l.arena_offset % 4096, 0u);
-    EXPECT_EQ(l.total_bytes - l.arena_offset, 1u << 20);
+    EXPECT_EQ(l.result_offset - l.arena_offset, 1u << 20);
+    EXPECT_EQ(l.result_offset % 4096, 0u);
+    EXPECT_EQ(l.total_bytes - l.result_offset, 1u << 16);
   }
 }
 

@@ -132,6 +132,39 @@ SYNCD_API int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, 
                                         double prescale, double postscale, void* stream, syncd_handle* out);
 SYNCD_API int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, int root, void* stream,
                                         syncd_handle* out);
+/* ---- Allgather, alltoall, reducescatter (host tensors; a GPU path is not there yet).
+ *
+ * Allgather and alltoall results have a size known only once every rank has submitted, so the
+ * daemon writes them into this client's result area (syncd --result-area-size) and the request's
+ * completion fills *result (keep it alive until then): the data (read only), its size, and one row
+ * count per rank. Copy the data out, then give the block back with syncd_release_result; a
+ * result never released keeps its room (a later allgather fails with SYNCD_ERR_NO_MEMORY on the
+ * rank whose area is full, and completes on the others). A failed request has no result. */
+typedef struct syncd_result {
+  const void* data;
+  uint64_t bytes;
+  int nranks;          /* entries of rows */
+  const int64_t* rows; /* allgather: each rank's first dimension; alltoall: the rows each rank sent here */
+  void* block;         /* for syncd_release_result */
+} syncd_result;
+
+/* Concatenation of every rank's tensor along the first dimension, in rank order. First
+ * dimensions may differ; the tensor needs at least one dimension and the others must agree. */
+SYNCD_API int syncd_allgather_async(syncd_client* c, const syncd_tensor* t, syncd_result* result, syncd_handle* out);
+/* Rank s sends splits[d] rows (from its first row on, in rank order) to each rank d and gets what
+ * every rank sent it, in rank order; result->rows are the received splits. `splits` NULL: equal
+ * parts (the first dimension must divide by the number of ranks); else `nsplits` is the size. */
+SYNCD_API int syncd_alltoall_async(syncd_client* c, const syncd_tensor* t, const int64_t* splits, int nsplits,
+                                   syncd_result* result, syncd_handle* out);
+/* Reduces every rank's tensor (SYNCD_SUM or SYNCD_AVERAGE, scale factors as allreduce) and keeps
+ * this rank's share of the first dimension, in place at the start of t->data: rows
+ * syncd_reducescatter_rows(shape[0], size, rank); the first (shape[0] % size) ranks get one more. */
+SYNCD_API int syncd_reducescatter_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, double prescale,
+                                        double postscale, syncd_handle* out);
+SYNCD_API int64_t syncd_reducescatter_rows(int64_t first_dim, int size, int rank);
+/* Gives a result's block back to the daemon; *result is cleared. */
+SYNCD_API void syncd_release_result(syncd_client* c, syncd_result* result);
+
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
 /* This rank cannot take part in the collective called `name` (a binding's own check refused its

@@ -23,7 +23,8 @@ Request Tensor(abi::OpKind kind, uint32_t rank, std::vector<float>* data) {
 
 TEST(Collectives, EveryKindIsRegisteredOnceUnderItsOwnName) {
   std::set<std::string> names;
-  for (abi::OpKind k : {abi::OpKind::kAllreduce, abi::OpKind::kBroadcast, abi::OpKind::kBarrier}) {
+  for (abi::OpKind k : {abi::OpKind::kAllreduce, abi::OpKind::kBroadcast, abi::OpKind::kBarrier, abi::OpKind::kAllgather,
+                        abi::OpKind::kAlltoall, abi::OpKind::kReducescatter}) {
     const Collective* c = FindCollective(k);
     ASSERT_NE(c, nullptr) << int(k);
     EXPECT_EQ(c->kind(), k);
@@ -118,6 +119,81 @@ TEST(Collectives, AKindWithoutAGpuPathSaysSo) {
   StatusOr<uint64_t> t = FindCollective(abi::OpKind::kBarrier)->EnqueueGpu({}, OnGpus{});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(), "barrier has no GPU path");
+}
+
+TEST(Collectives, AllgatherPlacesEveryRanksRowsInTheResultArea) {
+  const Collective& ag = *FindCollective(abi::OpKind::kAllgather);
+  EXPECT_TRUE(ag.shapes_vary());
+  std::vector<float> a = {1, 2, 3, 4}, b = {5, 6};
+  ReadyTensor t{{Tensor(abi::OpKind::kAllgather, 0, &a), Tensor(abi::OpKind::kAllgather, 1, &b)}};
+  t.requests[0].shape = {2, 2};
+  t.requests[1].shape = {1, 2};
+  const std::optional<Collective::Placement> p = ag.ResultPlace(t, 1);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->bytes, 6 * sizeof(float));
+  EXPECT_EQ(p->rows, (std::vector<int64_t>{2, 1}));
+  std::vector<float> out0(6), out1(6);
+  t.requests[0].result = reinterpret_cast<char*>(out0.data());
+  t.requests[1].result = reinterpret_cast<char*>(out1.data());
+  HostExecutor host(2);
+  ag.RunLocal({&t}, host);
+  EXPECT_EQ(out0, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(out1, out0);
+  t.requests[1].shape = {1, 3};
+  EXPECT_NE(CheckAgreement(t.requests).message().find("mismatched shape after the first dimension"), std::string::npos);
+  abi::SubmitEntry e{};
+  Request scalar;
+  EXPECT_EQ(ag.Parse(e, 2, "s", &scalar).code(), SYNCD_ERR_INVALID);
+}
+
+TEST(Collectives, AlltoallSplitsDefaultToEqualPartsAndMustAddUp) {
+  const Collective& a2a = *FindCollective(abi::OpKind::kAlltoall);
+  abi::SubmitEntry e{};
+  Request r;
+  r.shape = {6, 2};
+  ASSERT_TRUE(a2a.Parse(e, 3, "x", &r).ok());
+  EXPECT_EQ(r.splits, (std::vector<int64_t>{2, 2, 2}));
+  r.splits.clear();
+  EXPECT_EQ(a2a.Parse(e, 4, "x", &r).code(), SYNCD_ERR_INVALID);  // 6 rows among 4 ranks
+  r.splits = {1, 2, 2};
+  EXPECT_NE(a2a.Parse(e, 3, "x", &r).message().find("add up to 5 rows, the tensor has 6"), std::string::npos);
+  r.splits = {1, 5};
+  EXPECT_NE(a2a.Parse(e, 3, "x", &r).message().find("2 splits for 3 ranks"), std::string::npos);
+  // Two ranks: rank 0 sends 1 row to itself and 2 to rank 1, rank 1 sends 0 and 1.
+  std::vector<float> d0 = {1, 2, 3}, d1 = {4};
+  ReadyTensor t{{Tensor(abi::OpKind::kAlltoall, 0, &d0), Tensor(abi::OpKind::kAlltoall, 1, &d1)}};
+  t.requests[0].splits = {1, 2};
+  t.requests[1].splits = {0, 1};
+  EXPECT_EQ(a2a.ResultPlace(t, 0)->rows, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(a2a.ResultPlace(t, 1)->rows, (std::vector<int64_t>{2, 1}));
+  std::vector<float> out0(1), out1(3);
+  t.requests[0].result = reinterpret_cast<char*>(out0.data());
+  t.requests[1].result = reinterpret_cast<char*>(out1.data());
+  HostExecutor host(2);
+  a2a.RunLocal({&t}, host);
+  EXPECT_EQ(out0, (std::vector<float>{1}));
+  EXPECT_EQ(out1, (std::vector<float>{2, 3, 4}));
+}
+
+TEST(Collectives, ReducescatterGivesTheFirstRanksOneRowMoreWhenRowsDoNotDivide) {
+  const Collective& rs = *FindCollective(abi::OpKind::kReducescatter);
+  // 5 rows among 3 ranks: 2, 2, 1.
+  std::vector<float> a(5), b(5), c(5);
+  for (int i = 0; i < 5; ++i) a[size_t(i)] = float(i), b[size_t(i)] = float(10 * i), c[size_t(i)] = float(100 * i);
+  ReadyTensor t{{Tensor(abi::OpKind::kReducescatter, 0, &a), Tensor(abi::OpKind::kReducescatter, 1, &b),
+                 Tensor(abi::OpKind::kReducescatter, 2, &c)}};
+  HostExecutor host(3);
+  rs.RunLocal({&t}, host);
+  EXPECT_EQ(a[0], 0.0f);
+  EXPECT_EQ(a[1], 111.0f);
+  EXPECT_EQ(b[0], 222.0f);
+  EXPECT_EQ(b[1], 333.0f);
+  EXPECT_EQ(c[0], 444.0f);
+  abi::SubmitEntry e{};
+  e.op = SYNCD_MAX;
+  Request r;
+  r.shape = {4};
+  EXPECT_NE(rs.Parse(e, 2, "x", &r).message().find("supports the ops Sum and Average, not max"), std::string::npos);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ struct Job {
   CommTask Record(uint32_t n, std::vector<ReadyTensor>* ready) {
     for (ReadyTensor& t : *ready) {
       executed.push_back("node " + std::to_string(n) + ": " + t.first().name);
+      rank_rows.push_back(t.rank_rows);
       t.requests.clear();
     }
     co_return Status::Ok();
@@ -50,6 +51,7 @@ struct Job {
   std::vector<std::unique_ptr<LoopbackTransport>> transports;
   std::vector<std::unique_ptr<Negotiator>> negotiators;
   std::vector<std::string> executed, failed;
+  std::vector<std::vector<int64_t>> rank_rows;  // of each executed tensor
 };
 
 // One rank per node.
@@ -88,6 +90,24 @@ TEST(Negotiator, ACachedNameThatMovesToTheGpuIsNegotiatedAgain) {
   job.PollUntil([&] { return job.executed.size() == 6; });
   EXPECT_EQ(job.executed.size(), 6u);
   EXPECT_EQ(job.negotiators[0]->stats().cache_hits, 1u) << "the cached entry (host) must not match a GPU tensor";
+  EXPECT_TRUE(job.failed.empty());
+}
+
+TEST(Negotiator, ShapesThatVaryByRankReachEveryNodeAndAreNeverCached) {
+  Job job(2);
+  for (int step = 0; step < 2; ++step) {
+    for (uint32_t n = 0; n < 2; ++n) {
+      ReadyTensor t = Tensor("g", n, false);
+      t.requests[0].kind = abi::OpKind::kAllgather;
+      t.requests[0].shape = {int64_t(n + 1 + step), 8};  // node 0 has 1 + step rows, node 1 2 + step
+      job.negotiators[n]->Add(std::move(t));
+    }
+    job.PollUntil([&] { return job.executed.size() == 2u * (step + 1); });
+    ASSERT_EQ(job.rank_rows.size(), 2u * (step + 1));
+    for (size_t i = 2 * size_t(step); i < job.rank_rows.size(); ++i)
+      EXPECT_EQ(job.rank_rows[i], (std::vector<int64_t>{1 + step, 2 + step}));
+  }
+  EXPECT_EQ(job.negotiators[0]->stats().cache_hits, 0u) << "each step's first dimensions may differ";
   EXPECT_TRUE(job.failed.empty());
 }
 

@@ -1,11 +1,11 @@
-#include "client/src/arena_allocator.h"
+#include "proto/arena_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-namespace syncd::client {
+namespace syncd {
 namespace {
 
 TEST(ArenaAllocator, AlignsAndRefusesWhenFull) {
@@ -44,4 +44,4 @@ TEST(ArenaAllocator, ZeroBytesStillGetsADistinctBlock) {
 }
 
 }  // namespace
-}  // namespace syncd::client
+}  // namespace syncd
