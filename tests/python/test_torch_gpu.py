@@ -91,3 +91,15 @@ def test_mismatched_memory_raises_on_every_rank():
     t = torch.ones(10, device="cuda" if hvd.rank() == 0 else "cpu")
     with pytest.raises(hvd.HorovodInternalError, match="memory"):
         hvd.allreduce(t, name="gpu.where")
+
+
+def test_allgather_alltoall_reducescatter_of_cuda_tensors_come_back_on_the_gpu():
+    # No GPU path for these kinds yet: the binding stages them through host memory.
+    n, me = hvd.size(), hvd.rank()
+    gathered = hvd.allgather(torch.full((me + 1, 2), float(me), device="cuda"), name="gpu.ag")
+    exchanged = hvd.alltoall(torch.arange(n, dtype=torch.float32, device="cuda") + 10 * me, name="gpu.a2a")
+    scattered = hvd.reducescatter(torch.ones(n, 3, device="cuda"), name="gpu.rs", op=hvd.Sum)
+    assert gathered.is_cuda and exchanged.is_cuda and scattered.is_cuda
+    assert torch.equal(gathered.cpu(), torch.cat([torch.full((r + 1, 2), float(r)) for r in range(n)]))
+    assert exchanged.cpu().tolist() == [float(me + 10 * s) for s in range(n)]
+    assert torch.equal(scattered.cpu(), torch.full((1, 3), float(n)))

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <memory>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "syncd/client.h"
@@ -63,6 +65,7 @@ class PyClient {
   void Close() {
     if (c_ != nullptr) syncd_shutdown(c_);
     c_ = nullptr;
+    results_.clear();  // the segment is unmapped: no result is readable any more
   }
   bool closed() const { return c_ == nullptr; }
 
@@ -116,6 +119,53 @@ class PyClient {
     return h;
   }
 
+  // Allgather and alltoall: the daemon places the result; after the request completes, Result
+  // gives it (a memoryview into the result area and the per-rank rows) until Release.
+  uint64_t Allgather(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+    auto result = std::make_unique<syncd_result>();
+    syncd_handle h = 0;
+    Check(syncd_allgather_async(get(), &t, result.get(), &h));
+    results_[h] = std::move(result);
+    return h;
+  }
+
+  uint64_t Alltoall(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape,
+                    const std::optional<std::vector<int64_t>>& splits) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+    auto result = std::make_unique<syncd_result>();
+    syncd_handle h = 0;
+    Check(syncd_alltoall_async(get(), &t, splits ? splits->data() : nullptr, splits ? int(splits->size()) : 0,
+                               result.get(), &h));
+    results_[h] = std::move(result);
+    return h;
+  }
+
+  // In place: this rank's rows end at the start of the tensor (reducescatter_rows says how many).
+  uint64_t Reducescatter(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
+                         double prescale, double postscale) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+    syncd_handle h = 0;
+    Check(syncd_reducescatter_async(get(), &t, syncd_reduce_op(op), prescale, postscale, &h));
+    return h;
+  }
+
+  py::tuple Result(uint64_t h) {
+    auto it = results_.find(h);
+    if (it == results_.end() || it->second->block == nullptr) throw py::value_error("no result for this handle");
+    const syncd_result& r = *it->second;
+    std::vector<int64_t> rows(r.rows, r.rows + r.nranks);
+    // Writable: torch.frombuffer warns on read-only memory. The block is this client's alone.
+    return py::make_tuple(py::memoryview::from_memory(const_cast<void*>(r.data), py::ssize_t(r.bytes), false), rows);
+  }
+
+  void Release(uint64_t h) {
+    auto it = results_.find(h);
+    if (it == results_.end()) return;
+    syncd_release_result(get(), it->second.get());
+    results_.erase(it);
+  }
+
   uint64_t Barrier() {
     syncd_handle h = 0;
     Check(syncd_barrier_async(get(), &h));
@@ -132,7 +182,10 @@ class PyClient {
   bool Poll(uint64_t h) {
     const int rc = syncd_poll(get(), h);
     if (rc == SYNCD_IN_PROGRESS) return false;
-    if (rc != SYNCD_OK) RaiseCompletion(rc);
+    if (rc != SYNCD_OK) {
+      results_.erase(h);  // a failed request has no result
+      RaiseCompletion(rc);
+    }
     return true;
   }
 
@@ -145,7 +198,10 @@ class PyClient {
       rc = syncd_wait(c, h, timeout_ms);
     }
     if (rc == SYNCD_ERR_TIMEOUT) return false;
-    if (rc != SYNCD_OK) RaiseCompletion(rc);
+    if (rc != SYNCD_OK) {
+      results_.erase(h);
+      RaiseCompletion(rc);
+    }
     return true;
   }
 
@@ -182,6 +238,9 @@ class PyClient {
   [[noreturn]] static void RaiseCompletion(int status) { RaiseSyncdError(syncd_last_error(), status); }
 
   syncd_client* c_ = nullptr;
+  // Where the completions of allgathers and alltoalls in flight (or not yet released) describe
+  // their results, by handle.
+  std::unordered_map<uint64_t, std::unique_ptr<syncd_result>> results_;
 };
 
 }  // namespace
@@ -212,6 +271,17 @@ PYBIND11_MODULE(_client, m) {
            py::arg("stream") = py::none())
       .def("broadcast_async", &PyClient::Broadcast, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("root"), py::arg("stream") = py::none())
+      .def("allgather_async", &PyClient::Allgather, py::arg("name"), py::arg("addr"), py::arg("dtype"),
+           py::arg("shape"))
+      .def("alltoall_async", &PyClient::Alltoall, py::arg("name"), py::arg("addr"), py::arg("dtype"), py::arg("shape"),
+           py::arg("splits") = py::none())
+      .def("reducescatter_async", &PyClient::Reducescatter, py::arg("name"), py::arg("addr"), py::arg("dtype"),
+           py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+      .def("result", &PyClient::Result, py::arg("handle"))
+      .def("release", &PyClient::Release, py::arg("handle"))
+      .def_static("reducescatter_rows", [](int64_t first_dim, int size, int rank) {
+        return syncd_reducescatter_rows(first_dim, size, rank);
+      })
       .def("barrier_async", &PyClient::Barrier)
       .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"))
       .def("poll", &PyClient::Poll, py::arg("handle"))

@@ -16,8 +16,11 @@ from syncd.torch.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_bui
 from syncd.torch.compression import Compression
 from syncd.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                    broadcast_parameters)
-from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allreduce, allreduce_, allreduce_async,
-                                 allreduce_async_, barrier, broadcast, broadcast_, broadcast_async,
-                                 broadcast_async_, grouped_allreduce, grouped_allreduce_,
-                                 grouped_allreduce_async, grouped_allreduce_async_, poll, synchronize)
+from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allgather_async, allreduce, allreduce_,
+                                 allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
+                                 broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
+                                 grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
+                                 grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
+                                 grouped_reducescatter_async, poll, reducescatter, reducescatter_async,
+                                 synchronize)
 from syncd.torch.optimizer import DistributedOptimizer

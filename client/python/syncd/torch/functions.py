@@ -6,7 +6,7 @@ import pickle
 import torch
 
 from syncd.torch import basics
-from syncd.torch.mpi_ops import Sum, allreduce_, broadcast_, broadcast_async_, synchronize
+from syncd.torch.mpi_ops import _allgather_rows_async, broadcast_, broadcast_async_, synchronize
 
 
 def broadcast_parameters(params, root_rank, process_set=None):
@@ -70,13 +70,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 def allgather_object(obj, name=None, process_set=None):
     """Returns the list of every rank's `obj`, in rank order."""
     name = name if name is not None else type(obj).__name__
-    n, me = basics.size(), basics.rank()
     data = _to_bytes(obj)
-    lengths = torch.zeros(n, dtype=torch.int64)
-    lengths[me] = data.numel()
-    allreduce_(lengths, name="allgather_object.%s.sz" % name, op=Sum)
-    # Each rank fills its own row of a zero block; a sum leaves every row as its owner wrote it.
-    block = torch.zeros(n, int(lengths.max()), dtype=torch.uint8)
-    block[me, :data.numel()] = data
-    allreduce_(block, name="allgather_object.%s.t" % name, op=Sum)
-    return [_from_bytes(block[r, :int(lengths[r])]) for r in range(n)]
+    # One allgather of the bytes; its rows per rank are the lengths.
+    everything, lengths = synchronize(_allgather_rows_async(data, "allgather_object.%s" % name))
+    out, at = [], 0
+    for length in lengths:
+        out.append(_from_bytes(everything[at:at + length]))
+        at += length
+    return out

@@ -14,6 +14,7 @@ rank (mismatched shapes, dtypes, ops or roots, a lost rank or daemon). A tensor 
 (an unsupported type, say) still takes part under its name: the other ranks' requests of that name
 fail naming this rank, instead of waiting for it, and unnamed calls stay in step.
 """
+import contextlib
 import itertools
 import warnings
 
@@ -76,8 +77,9 @@ basics._shutdown_hooks.append(_forget_handles)
 
 
 class _Part:
-    """One tensor of a request: where the daemon works and where the result goes."""
-    __slots__ = ("handle", "done", "source", "output", "block", "staging")
+    """One tensor of a request: where the daemon works and where the result goes. `fetch`, when
+    set, builds the output at completion (allgather, alltoall and reducescatter results)."""
+    __slots__ = ("handle", "done", "source", "output", "block", "staging", "fetch", "placed", "rows")
 
     def __init__(self):
         self.handle = None
@@ -85,6 +87,9 @@ class _Part:
         self.output = None
         self.block = None
         self.staging = None
+        self.fetch = None
+        self.placed = False  # the daemon places its result in the result area (released at the end)
+        self.rows = None  # allgather, alltoall: the rows per rank the result came with
 
 
 class _Request:
@@ -119,16 +124,21 @@ class _Request:
             if self.error is None:
                 with torch.no_grad():
                     for p in self.parts:
-                        if p.staging is not None:
+                        if p.fetch is not None:
+                            p.output = p.fetch()
+                        elif p.staging is not None:
                             p.output.copy_(p.staging.view(p.output.shape))
         finally:
             for p in self.parts:
+                if p.placed:
+                    c.release(p.handle)
+                    p.placed = False
                 if p.block is not None:
                     c.free(p.block)
                     p.block = None
         if self.error is not None:
             raise HorovodInternalError(self.error)
-        return self.result
+        return self.result(self.parts) if callable(self.result) else self.result
 
 
 def _stage(part, tensor, output):
@@ -153,12 +163,26 @@ def _stage(part, tensor, output):
     return part.block if nbytes > 0 else 0
 
 
-def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0):
+@contextlib.contextmanager
+def _submitting(req, name):
+    """A new part of `req` for the tensor `name`. If anything fails before it is submitted, the
+    other ranks learn it instead of waiting (not for a duplicate name) and its staging is freed."""
     if _refused:
         _reap_refused()
-    c = client()
     part = _Part()
     try:
+        yield part
+    except BaseException as e:
+        if part.block is not None:
+            client().free(part.block)
+        _refuse([name], e)
+        raise
+    req.parts.append(part)
+
+
+def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0):
+    c = client()
+    with _submitting(req, name) as part:
         code = dtype_code(tensor, "tensor '%s'" % name)
         addr = _stage(part, tensor, output)
         # CUDA tensors: the daemon waits for the work queued so far on the current stream.
@@ -168,12 +192,51 @@ def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0
                                             float(postscale), stream=stream)
         else:
             part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root), stream=stream)
-    except BaseException as e:
-        if part.block is not None:
-            c.free(part.block)
-        _refuse([name], e)  # the other ranks learn it instead of waiting (not for a duplicate name)
-        raise
-    req.parts.append(part)
+
+
+def _stage_input(part, tensor):
+    """Arena memory holding a copy of `tensor`'s data, for kinds whose result is not the input
+    (CUDA tensors go through host memory: these kinds have no GPU path yet)."""
+    c = client()
+    if tensor.is_cuda:
+        tensor = tensor.detach().cpu()
+    nbytes = tensor.numel() * tensor.element_size()
+    part.block, part.staging = basics.arena_tensor(tensor.numel(), tensor.dtype)
+    with torch.no_grad():
+        part.staging.copy_(tensor.reshape(-1))
+    return part.block if nbytes > 0 else 0
+
+
+def _placed(part, like):
+    """The daemon's result of an allgather or alltoall (a copy, on `like`'s device) and the rows
+    per rank; the block goes back to the daemon when the request is finished."""
+    view, part.rows = client().result(part.handle)
+    out = torch.frombuffer(view, dtype=like.dtype).clone() if len(view) else torch.empty(0, dtype=like.dtype)
+    return out.view((sum(part.rows),) + tuple(like.shape[1:])).to(like.device)
+
+
+def _submit_kind(req, kind, name, tensor, op=Average, prescale=1.0, postscale=1.0, splits=None):
+    """allgather, alltoall, reducescatter: the input is staged, the output built at completion."""
+    c = client()
+    with _submitting(req, name) as part:
+        code = dtype_code(tensor, "tensor '%s'" % name)
+        if tensor.dim() == 0:
+            raise ValueError("tensor '%s': %s needs a tensor of at least one dimension" % (name, kind))
+        addr = _stage_input(part, tensor)
+        shape = list(tensor.shape)
+        if kind == "allgather":
+            part.handle = c.allgather_async(name, addr, code, shape)
+            part.placed = True
+            part.fetch = lambda: _placed(part, tensor)
+        elif kind == "alltoall":
+            part.handle = c.alltoall_async(name, addr, code, shape, splits)
+            part.placed = True
+            part.fetch = lambda: _placed(part, tensor)
+        else:
+            part.handle = c.reducescatter_async(name, addr, code, shape, op, float(prescale), float(postscale))
+            rows = c.reducescatter_rows(tensor.shape[0], basics.size(), basics.rank())
+            row = tensor[0].numel() if tensor.shape[0] > 0 else 0
+            part.fetch = lambda: part.staging[:rows * row].clone().view((rows,) + tuple(tensor.shape[1:])).to(tensor.device)
 
 
 def _register(req):
@@ -356,22 +419,199 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
     return synchronize(broadcast_async_(tensor, root_rank, name))
 
 
-def allgather(tensor, name=None, process_set=None):
-    """Concatenates every rank's `tensor` along dimension 0 (first dimensions may differ).
+def _outputs(parts):
+    return [p.output for p in parts]
 
-    Built from two allreduces (first dimensions, then a zero-padded block per rank), so it moves
-    size x the data of a native allgather: for metrics and small tensors."""
-    base = name if name is not None else "noname.%d" % next(_noname)
-    n, me = basics.size(), basics.rank()
-    rows = torch.zeros(n, dtype=torch.int64)
-    rows[me] = tensor.shape[0] if tensor.dim() > 0 else 1
-    allreduce_(rows, name="allgather.%s.rows" % base, op=Sum)
-    row_shape = tensor.shape[1:] if tensor.dim() > 0 else torch.Size()
-    most = int(rows.max())
-    padded = torch.zeros((n, most) + tuple(row_shape), dtype=tensor.dtype)
-    padded[me, :int(rows[me])] = tensor.reshape((int(rows[me]),) + tuple(row_shape))
-    allreduce_(padded, name="allgather.%s.data" % base, op=Sum)
-    return torch.cat([padded[r, :int(rows[r])] for r in range(n)])
+
+def _outputs_and_rows(parts):
+    return [(p.output, p.rows) for p in parts]
+
+
+def _grouped(kind, tensors, name, result=_outputs, **kw):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_%s needs at least one tensor" % kind)
+    base = _name("grouped_" + kind, name)
+    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
+    req = _Request(result, keep=tensors)
+    for i, t in enumerate(tensors):
+        try:
+            _submit_kind(req, kind, names[i], t, **kw)
+        except BaseException as e:
+            _refuse(names[i + 1:], e)
+            _abandon(req)
+            raise
+    return _register(req)
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    """Starts an allgather: synchronize() returns every rank's `tensor` concatenated along the
+    first dimension, in rank order (first dimensions may differ, the others must agree)."""
+    req = _Request(lambda parts: parts[0].output, keep=tensor)
+    _submit_kind(req, "allgather", _name("allgather", name), tensor)
+    return _register(req)
+
+
+def _allgather_rows_async(tensor, name):
+    """An allgather whose synchronize() returns (output, every rank's first dimension)."""
+    req = _Request(lambda parts: (parts[0].output, parts[0].rows), keep=tensor)
+    _submit_kind(req, "allgather", name, tensor)
+    return _register(req)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        output, rows = synchronize(_allgather_rows_async(tensor, _name("allgather", name)))
+        ctx.offset, ctx.rows = sum(rows[:basics.rank()]), tensor.shape[0]
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # As horovod.torch: the average of every rank's gradient of the gathered tensor, this
+        # rank's rows of it.
+        return allreduce(grad_output, op=Average).narrow(0, ctx.offset, ctx.rows), None
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Concatenates every rank's `tensor` along the first dimension, in rank order. Differentiable."""
+    return _Allgather.apply(tensor, name)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """Starts an allgather of each tensor; synchronize() returns the list of results."""
+    return _grouped("allgather", tensors, name)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, *tensors):
+        ctx.rows = [t.shape[0] for t in tensors]
+        gathered = synchronize(_grouped("allgather", tensors, name, result=_outputs_and_rows))
+        # This rank's offset in each output: the rows of the ranks before it.
+        ctx.offsets = [sum(rows[:basics.rank()]) for _, rows in gathered]
+        return tuple(out for out, _ in gathered)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        reduced = grouped_allreduce(list(grad_outputs), op=Average)
+        return (None,) + tuple(g.narrow(0, o, r) for g, o, r in zip(reduced, ctx.offsets, ctx.rows))
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    return list(_GroupedAllgather.apply(name, *tensors))
+
+
+def _splits_list(splits):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dim() != 1:
+            raise ValueError("alltoall splits must be a 1-D integer tensor or a list of ints")
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """Starts an alltoall: rank s sends splits[d] rows (in order) to each rank d (equal parts
+    without splits). synchronize() returns (output, received_splits), as horovod.torch."""
+    def result(parts):
+        return parts[0].output, torch.tensor(parts[0].rows, dtype=torch.int32)
+    req = _Request(result, keep=tensor)
+    _submit_kind(req, "alltoall", _name("alltoall", name), tensor, splits=_splits_list(splits))
+    return _register(req)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        output, received = synchronize(alltoall_async(tensor, splits, name))
+        ctx.received = received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *unused):
+        # What came from rank s goes back to it: an alltoall with the received splits.
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received))
+        return grad, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Scatters slices of `tensor` to every rank and gathers theirs. Returns the output, and with
+    `splits` given also the received splits (as horovod.torch). Differentiable."""
+    return _Alltoall.apply(tensor, splits, name)
+
+
+def _reducescatter_op(op):
+    op = Average if op is None else op
+    if op == Adasum:
+        raise ValueError("Adasum is not supported by syncd; use Average or Sum")
+    if op not in (Sum, Average):
+        raise ValueError("reducescatter supports the ops Sum and Average, not %r" % (op,))
+    return op
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter: the ranks' tensors are reduced and the first dimension divided
+    among them in rank order (the first `rows % size` ranks get one row more)."""
+    op = _reducescatter_op(op)
+    req = _Request(lambda parts: parts[0].output, keep=tensor)
+    _submit_kind(req, "reducescatter", _name("reducescatter", name), tensor, op, prescale_factor, postscale_factor)
+    return _register(req)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.op, ctx.scale = op, prescale_factor * postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, None, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Each rank's rows of the result depend on every rank's same rows: gather the gradients.
+        grad = allgather(grad_output.contiguous()) * ctx.scale
+        if ctx.op == Average:
+            grad = grad / basics.size()
+        return grad, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over all ranks and returns this rank's rows of the result. Differentiable."""
+    op = _reducescatter_op(op)
+    compressed, ctx = compression.compress(tensor)
+    return compression.decompress(_Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor), ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    op = _reducescatter_op(op)
+    return _grouped("reducescatter", tensors, name, op=op, prescale=prescale_factor, postscale=postscale_factor)
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.scale = op, prescale_factor * postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, None, prescale_factor,
+                                                             postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allgather([g.contiguous() for g in grad_outputs])
+        div = basics.size() if ctx.op == Average else 1
+        return (None, None, None, None) + tuple(g * ctx.scale / div for g in grads)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    op = _reducescatter_op(op)
+    compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    out = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    return [compression.decompress(t, c) for t, c in zip(out, ctxs)]
 
 
 def barrier(process_set=None):
