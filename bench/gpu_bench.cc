@@ -86,7 +86,7 @@ double ThroughSyncd(syncd_client* c, float* buf, uint64_t count, int iters, int 
     for (int i = 0; i < n; i += depth) {
       hs.clear();
       for (int k = 0; k < depth && i + k < n; ++k) {
-        syncd_tensor t{names[size_t(k)].c_str(), buf, SYNCD_FLOAT32, 1, shape};
+        syncd_tensor t{names[size_t(k)].c_str(), buf, SYNCD_FLOAT32, 1, shape, 0};
         syncd_handle h;
         if (g_queued) CheckCuda(cudaMemsetAsync(buf, 0, sizeof(float), nullptr), "cudaMemsetAsync");
         const double s0 = Now();

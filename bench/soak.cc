@@ -64,7 +64,7 @@ class Soak {
   void Allreduce(const std::string& name, uint64_t count) {
     for (uint64_t k = 0; k < count; ++k) buf_[k] = float(rank_ + 1);
     int64_t shape = int64_t(count);
-    syncd_tensor t{name.c_str(), buf_, SYNCD_FLOAT32, 1, &shape};
+    syncd_tensor t{name.c_str(), buf_, SYNCD_FLOAT32, 1, &shape, 0};
     syncd_handle h;
     if (syncd_allreduce_async(c_, &t, SYNCD_SUM, 1, 1, &h) != SYNCD_OK) Die(name);
     if (syncd_wait(c_, h, 60'000) != SYNCD_OK) Die(name);

@@ -77,7 +77,7 @@ class Bench {
   }
 
   void Allreduce(const char* name, void* data, int64_t count, syncd_dtype dt, syncd_reduce_op op) {
-    syncd_tensor t{name, data, dt, 1, &count};
+    syncd_tensor t{name, data, dt, 1, &count, 0};
     syncd_handle h;
     Check(syncd_allreduce_async(c_, &t, op, 1.0, 1.0, &h), std::string("allreduce ") + name);
     Check(syncd_wait(c_, h, -1), std::string("allreduce ") + name);
@@ -231,7 +231,7 @@ class Bench {
       const double t0 = Now();
       for (int i = 0; i < batch; ++i) {
         int64_t n = 2;
-        syncd_tensor t{names[i].c_str(), bufs[i], SYNCD_FLOAT32, 1, &n};
+        syncd_tensor t{names[i].c_str(), bufs[i], SYNCD_FLOAT32, 1, &n, 0};
         Check(syncd_allreduce_async(c_, &t, SYNCD_SUM, 1.0, 1.0, &handles[i]), "submit");
       }
       total += Now() - t0;
@@ -294,7 +294,7 @@ void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, con
   auto step = [&] {
     for (size_t k = 0; k < n; ++k) {
       const size_t i = n - 1 - k;
-      syncd_tensor t{names[i].c_str(), grads[i], SYNCD_FLOAT32, 1, &sizes[i]};
+      syncd_tensor t{names[i].c_str(), grads[i], SYNCD_FLOAT32, 1, &sizes[i], 0};
       Check(syncd_allreduce_async(c, &t, SYNCD_AVERAGE, 1.0, 1.0, &hs[i]), "submit " + names[i]);
     }
     for (size_t i = 0; i < n; ++i) Check(syncd_wait(c, hs[i], -1), "wait " + names[i]);
@@ -313,7 +313,7 @@ void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, con
     if (grads[i][0] != 1.0f) Die("wrong average in " + names[i]);
   std::sort(times.begin(), times.end());
   double v = times[times.size() / 2];
-  syncd_tensor t{"bench.stat", &v, SYNCD_FLOAT64, 0, nullptr};
+  syncd_tensor t{"bench.stat", &v, SYNCD_FLOAT64, 0, nullptr, 0};
   syncd_handle h;
   Check(syncd_allreduce_async(c, &t, SYNCD_AVERAGE, 1.0, 1.0, &h), "stat");
   Check(syncd_wait(c, h, -1), "stat");
@@ -434,7 +434,7 @@ void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0)
       Work(per);
       if (o.ideal) continue;
       const size_t i = n - 1 - k;
-      syncd_tensor t{names[i].c_str(), grads[i], SYNCD_FLOAT32, 1, &sizes[i]};
+      syncd_tensor t{names[i].c_str(), grads[i], SYNCD_FLOAT32, 1, &sizes[i], 0};
       Check(syncd_allreduce_async(c, &t, SYNCD_AVERAGE, 1.0, 1.0, &hs[i]), "submit " + names[i]);
     }
     if (!o.ideal)
@@ -456,7 +456,7 @@ void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0)
     step();
     double t = Now() - t0;
     // A step lasts as long as its slowest rank.
-    syncd_tensor st{"bench.step", &t, SYNCD_FLOAT64, 0, nullptr};
+    syncd_tensor st{"bench.step", &t, SYNCD_FLOAT64, 0, nullptr, 0};
     syncd_handle h;
     Check(syncd_allreduce_async(c, &st, SYNCD_MAX, 1.0, 1.0, &h), "step time");
     Check(syncd_wait(c, h, -1), "step time");

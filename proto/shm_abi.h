@@ -31,6 +31,9 @@ inline constexpr size_t kArenaAlignment = 64;
 // kFail: this rank cannot take part in the collective of this name (its own checks refused the
 // tensor); the arena range holds why (UTF-8, at most kFailMessageBytes). Every rank's request of
 // the name fails with it, so no rank waits for one that will never submit.
+// kAddProcessSet, kRemoveProcessSet: collectives of the global set that create or remove a
+// process set (the ranks, int64_t each, in the arena range; the id to remove in `root`). They
+// complete with "process set <id>" once every daemon of the job made the same change.
 // kAllgather and kAlltoall: the result's size is known only once every rank has submitted, so
 // the daemon writes it into a block of the client's result area (ResultHeader) and the completion
 // says where. kReducescatter: in place, this rank's rows at the start of its tensor.
@@ -43,8 +46,12 @@ enum class OpKind : uint32_t {
   kAllgather = 6,
   kAlltoall = 7,
   kReducescatter = 8,
+  kAddProcessSet = 9,
+  kRemoveProcessSet = 10,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kReducescatter);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kRemoveProcessSet);
+inline constexpr int32_t kMaxProcessSets = 62;  // live at once, the global set included
+inline constexpr bool IsSetChange(OpKind k) { return k == OpKind::kAddProcessSet || k == OpKind::kRemoveProcessSet; }
 inline constexpr size_t kFailMessageBytes = 1024;
 inline constexpr char kTopoPlanName[] = "syncd.topo_plan";
 
@@ -99,9 +106,11 @@ struct SubmitEntry {
   // kAlltoall: the splits, int64_t[set size] (rows to each rank), in the arena.
   uint64_t aux_offset;
   uint64_t aux_bytes;
+  int32_t process_set;  // 0: the global set
+  uint32_t reserved;
   char name[kNameBytes];
 };
-static_assert(sizeof(SubmitEntry) == 336);
+static_assert(sizeof(SubmitEntry) == 344);
 
 // SubmitEntry::flags.
 inline constexpr uint32_t kSubmitGpu = 1;  // the tensor is in GPU memory, described by a GpuDescriptor

@@ -82,6 +82,27 @@ int64_t syncd_reducescatter_rows(int64_t first_dim, int size, int rank) {
   return first_dim / size + (rank < first_dim % size ? 1 : 0);
 }
 void syncd_release_result(syncd_client* c, syncd_result* result) { Unwrap(c)->ReleaseResult(result); }
+
+int syncd_add_process_set(syncd_client* c, const int* ranks, int nranks, int64_t timeout_ms, int* id) {
+  return Unwrap(c)->AddProcessSet(ranks, nranks, timeout_ms, id);
+}
+int syncd_remove_process_set(syncd_client* c, int id, int64_t timeout_ms) {
+  return Unwrap(c)->RemoveProcessSet(id, timeout_ms);
+}
+int syncd_process_set_rank(const syncd_client* c, int id) {
+  return const_cast<Client*>(Unwrap(c))->Set(id).rank;
+}
+int syncd_process_set_size(const syncd_client* c, int id) {
+  return const_cast<Client*>(Unwrap(c))->Set(id).size;
+}
+int syncd_barrier_set_async(syncd_client* c, int process_set, syncd_handle* out) {
+  syncd::client::SubmitExtra extra;
+  extra.process_set = process_set;
+  return Unwrap(c)->Submit(abi::OpKind::kBarrier, nullptr, SYNCD_SUM, 0, 1.0, 1.0, out, false, nullptr, extra);
+}
+int syncd_fail_set_async(syncd_client* c, int process_set, const char* name, const char* why, syncd_handle* out) {
+  return Unwrap(c)->SubmitFailure(name, why, out, process_set);
+}
 int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_handle* out) {
   return Unwrap(c)->SubmitFailure(name, why, out);
 }

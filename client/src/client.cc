@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -87,7 +88,41 @@ bool Client::DaemonAlive() {
   return true;
 }
 
-int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root,
+namespace {
+std::string NameKey(const std::string& name, int process_set) {
+  return process_set == 0 ? name : name + '\0' + std::to_string(process_set);
+}
+}  // namespace
+
+SetView Client::Set(int id) {
+  MutexLock lock(&mu_);
+  SetView v;
+  CheckSet(id, "", &v);
+  return v;
+}
+
+int Client::CheckSet(int id, const std::string& what, SetView* set) {
+  set->id = id;
+  if (id == 0) {
+    *set = SetView{0, id_.size, id_.rank, nullptr};
+    return SYNCD_OK;
+  }
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    set->size = 0;
+    set->rank = -1;
+    return Fail(SYNCD_ERR_INVALID, what + "process set " + std::to_string(id) +
+                                       " is not one of this job's (syncd_add_process_set makes one; removed sets are gone)");
+  }
+  const std::vector<int>& ranks = it->second;
+  const auto at = std::lower_bound(ranks.begin(), ranks.end(), id_.rank);
+  *set = SetView{id, int(ranks.size()), at != ranks.end() && *at == id_.rank ? int(at - ranks.begin()) : -1, &ranks};
+  if (set->rank < 0)
+    return Fail(SYNCD_ERR_INVALID, what + "rank " + std::to_string(id_.rank) + " is not in process set " + std::to_string(id));
+  return SYNCD_OK;
+}
+
+int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, const SetView& set,
                         abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) {
   if (t == nullptr || t->name == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor or tensor name is NULL");
   *name = t->name;
@@ -114,15 +149,19 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
   if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && op == SYNCD_AVERAGE)
     return Fail(SYNCD_ERR_INVALID, what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min "
                                           "(logical and)");
-  if (kind == abi::OpKind::kBroadcast && (root < 0 || root >= id_.size))
+  if (kind == abi::OpKind::kBroadcast && set.ranks == nullptr && (root < 0 || root >= id_.size))
     return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank (size " +
                                        std::to_string(id_.size) + ")");
+  if (kind == abi::OpKind::kBroadcast && set.ranks != nullptr &&
+      !std::binary_search(set.ranks->begin(), set.ranks->end(), root))
+    return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank of process set " +
+                                       std::to_string(set.id));
   entry->dtype = t->dtype;
   return SYNCD_OK;
 }
 
 int Client::CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra,
-                      const std::string& name, abi::SubmitEntry* entry) {
+                      const SetView& set, const std::string& name, abi::SubmitEntry* entry) {
   const std::string what = "tensor '" + name + "'";
   const bool rows = kind == abi::OpKind::kAllgather || kind == abi::OpKind::kAlltoall || kind == abi::OpKind::kReducescatter;
   const char* kind_name = kind == abi::OpKind::kAllgather ? "allgather" : kind == abi::OpKind::kAlltoall ? "alltoall" : "reducescatter";
@@ -133,15 +172,15 @@ int Client::CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op o
     if (t->dtype == SYNCD_BOOL) return Fail(SYNCD_ERR_INVALID, what + ": reducescatter of bool tensors is not supported");
   }
   if (kind != abi::OpKind::kAlltoall || extra.splits == nullptr) {
-    if (kind == abi::OpKind::kAlltoall && t->shape[0] % id_.size != 0)
+    if (kind == abi::OpKind::kAlltoall && t->shape[0] % set.size != 0)
       return Fail(SYNCD_ERR_INVALID, what + ": alltoall without splits divides the first dimension equally, but " +
                                          std::to_string(t->shape[0]) + " rows do not divide among " +
-                                         std::to_string(id_.size) + " ranks; pass splits");
+                                         std::to_string(set.size) + " ranks; pass splits");
     return SYNCD_OK;
   }
-  if (extra.nsplits != id_.size)
+  if (extra.nsplits != set.size)
     return Fail(SYNCD_ERR_INVALID, what + ": alltoall has " + std::to_string(extra.nsplits) + " splits for " +
-                                       std::to_string(id_.size) + " ranks");
+                                       std::to_string(set.size) + " ranks");
   int64_t sum = 0;
   for (int i = 0; i < extra.nsplits; ++i) {
     if (extra.splits[i] < 0) return Fail(SYNCD_ERR_INVALID, what + ": alltoall split " + std::to_string(extra.splits[i]) + " is negative");
@@ -166,16 +205,21 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   uint64_t bytes = 0;
   abi::SubmitEntry entry{};
   MutexLock lock(&mu_);
+  SetView set;
+  const int set_id = kind == abi::OpKind::kBarrier ? extra.process_set : t != nullptr ? t->process_set : 0;
+  const std::string what = t != nullptr && t->name != nullptr ? "tensor '" + std::string(t->name) + "': " : "barrier: ";
+  if (int rc = CheckSet(set_id, what, &set); rc != SYNCD_OK) return rc;
+  entry.process_set = set_id;
   if (kind == abi::OpKind::kBarrier) {
     // Every rank's n-th barrier matches by name. Cycling through a few names (rather than a new
     // one each time) lets a many-node job agree on barriers through the response cache.
-    name = "syncd.barrier." + std::to_string(barrier_seq_++ % kBarrierNames);
-  } else if (int rc = CheckTensor(kind, t, op, root, &entry, &name, &bytes); rc != SYNCD_OK) {
+    name = "syncd.barrier." + std::to_string(barrier_seqs_[set_id]++ % kBarrierNames);
+  } else if (int rc = CheckTensor(kind, t, op, root, set, &entry, &name, &bytes); rc != SYNCD_OK) {
     return rc;
   } else if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && (prescale != 1.0 || postscale != 1.0)) {
     return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': allreduce of bool tensors takes no prescale or postscale factor");
   }
-  if (in_flight_names_.count(name))
+  if (in_flight_names_.count(NameKey(name, set_id)))
     return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));
   if (!DaemonAlive()) return DaemonLostError();
   if (free_slots_.empty())
@@ -187,7 +231,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   entry.postscale = postscale;
   entry.bytes = bytes;
   if (kind != abi::OpKind::kBarrier)
-    if (int rc = CheckKind(kind, t, op, extra, name, &entry); rc != SYNCD_OK) return rc;
+    if (int rc = CheckKind(kind, t, op, extra, set, name, &entry); rc != SYNCD_OK) return rc;
   void* data = bytes > 0 ? t->data : nullptr;
   // An empty GPU tensor has nothing to move: it travels as a host one.
   const int rc = gpu && bytes > 0 ? SubmitGpu(&entry, name, data, stream, out) : SubmitHost(&entry, name, data, out);
@@ -200,7 +244,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   s->result = extra.result;
   if (kind == abi::OpKind::kReducescatter) {
     // In place: only this rank's share comes back.
-    const int64_t rows = syncd_reducescatter_rows(t->shape[0], id_.size, id_.rank);
+    const int64_t rows = syncd_reducescatter_rows(t->shape[0], set.size, set.rank);
     s->bytes = t->shape[0] == 0 ? 0 : bytes / uint64_t(t->shape[0]) * uint64_t(rows);
   }
   return SYNCD_OK;
@@ -263,6 +307,7 @@ int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user
   s.status = SYNCD_OK;
   s.message.clear();
   s.name = name;
+  s.key = NameKey(name, entry->process_set);
   s.user_data = user;
   s.staged = staged;
   s.staging_offset = staging;
@@ -271,7 +316,7 @@ int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user
   s.aux_offset = -1;
   s.result = nullptr;
   s.result_offset = abi::kNoResult;
-  in_flight_names_.emplace(name, idx);
+  in_flight_names_.emplace(s.key, idx);
 
   const syncd_handle h = (uint64_t(s.generation) << 32) | idx;
   entry->handle = h;
@@ -338,7 +383,70 @@ int Client::RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* pl
   return rc;
 }
 
-int Client::SubmitFailure(const char* name_c, const char* why_c, syncd_handle* out) {
+int Client::ChangeSets(abi::OpKind kind, const std::vector<int64_t>& ranks, int id, int64_t timeout_ms,
+                       std::string* reply) {
+  syncd_handle h = 0;
+  {
+    MutexLock lock(&mu_);
+    // Every rank makes its set changes in the same order: the n-th change has the same name.
+    const std::string name = "syncd.process_set." + std::to_string(set_change_seq_++);
+    if (!DaemonAlive()) return DaemonLostError();
+    if (free_slots_.empty())
+      return Fail(SYNCD_ERR_NO_MEMORY, "too many requests in flight (" + std::to_string(slots_.size()) + ")");
+    abi::SubmitEntry entry{};
+    entry.kind = uint32_t(kind);
+    entry.root = id;
+    const uint64_t bytes = ranks.size() * sizeof(int64_t);
+    std::optional<uint64_t> off;
+    if (bytes > 0) {
+      off = arena_alloc_->Allocate(bytes);
+      if (!off) return Fail(SYNCD_ERR_NO_MEMORY, "process set: arena has no room for its ranks");
+      memcpy(arena_ + *off, ranks.data(), bytes);
+      entry.arena_offset = *off;
+      entry.bytes = bytes;
+    }
+    if (int rc = Enqueue(&entry, name, nullptr, off.value_or(0), off.has_value(), &h); rc != SYNCD_OK) return rc;
+  }
+  return Wait(h, timeout_ms, reply);
+}
+
+int Client::AddProcessSet(const int* ranks, int n, int64_t timeout_ms, int* id) {
+  if (id == nullptr || (ranks == nullptr && n > 0)) return Fail(SYNCD_ERR_INVALID, "add_process_set: NULL argument");
+  if (n <= 0 || n > id_.size)
+    return Fail(SYNCD_ERR_INVALID, "a process set has 1 to " + std::to_string(id_.size) + " ranks, not " + std::to_string(n));
+  std::vector<int64_t> sorted(ranks, ranks + n);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (sorted[i] < 0 || sorted[i] >= id_.size || (i > 0 && sorted[i] == sorted[i - 1]))
+      return Fail(SYNCD_ERR_INVALID, "process set ranks must be distinct ranks of the job (0.." + std::to_string(id_.size - 1) +
+                                         "); " + std::to_string(sorted[i]) + " is not");
+  std::string reply;
+  if (int rc = ChangeSets(abi::OpKind::kAddProcessSet, sorted, 0, timeout_ms, &reply); rc != SYNCD_OK) return rc;
+  int got = 0;
+  if (sscanf(reply.c_str(), "process set %d", &got) != 1 || got <= 0)
+    return Fail(SYNCD_ERR_PROTOCOL, "process set added but the daemon's reply carries no id");
+  MutexLock lock(&mu_);
+  sets_[got] = std::vector<int>(sorted.begin(), sorted.end());
+  *id = got;
+  return SYNCD_OK;
+}
+
+int Client::RemoveProcessSet(int id, int64_t timeout_ms) {
+  {
+    MutexLock lock(&mu_);
+    if (id == 0) return Fail(SYNCD_ERR_INVALID, "the global process set cannot be removed");
+    if (!sets_.count(id)) return Fail(SYNCD_ERR_INVALID, "process set " + std::to_string(id) + " is not one of this job's");
+  }
+  std::string reply;
+  const int rc = ChangeSets(abi::OpKind::kRemoveProcessSet, {}, id, timeout_ms, &reply);
+  if (rc == SYNCD_OK) {
+    MutexLock lock(&mu_);
+    sets_.erase(id);
+  }
+  return rc;
+}
+
+int Client::SubmitFailure(const char* name_c, const char* why_c, syncd_handle* out, int process_set) {
   if (name_c == nullptr || why_c == nullptr) return Fail(SYNCD_ERR_INVALID, "fail: name or reason is NULL");
   const std::string name = name_c;
   std::string why = why_c;
@@ -347,7 +455,9 @@ int Client::SubmitFailure(const char* name_c, const char* why_c, syncd_handle* o
   if (why.empty()) why = "no reason given";
   why.resize(std::min(why.size(), abi::kFailMessageBytes - 1));
   MutexLock lock(&mu_);
-  if (in_flight_names_.count(name))
+  SetView set;
+  if (int rc = CheckSet(process_set, "tensor '" + name + "': ", &set); rc != SYNCD_OK) return rc;
+  if (in_flight_names_.count(NameKey(name, process_set)))
     return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));
   if (!DaemonAlive()) return DaemonLostError();
   if (free_slots_.empty())
@@ -357,6 +467,7 @@ int Client::SubmitFailure(const char* name_c, const char* why_c, syncd_handle* o
   memcpy(arena_ + *off, why.data(), why.size());
   abi::SubmitEntry entry{};
   entry.kind = uint32_t(abi::OpKind::kFail);
+  entry.process_set = process_set;
   entry.arena_offset = *off;
   entry.bytes = why.size();
   return Enqueue(&entry, name, nullptr, *off, true, out);
@@ -401,7 +512,7 @@ int Client::Finish(Slot* s, std::string* reply) {
   s->aux_offset = -1;
   if (s->result_offset != abi::kNoResult) DeliverResult(s);
   if (reply != nullptr) *reply = s->message;
-  in_flight_names_.erase(s->name);
+  in_flight_names_.erase(s->key);
   const int status = s->status;
   if (status != SYNCD_OK) Fail(status, s->message);
   s->state = SlotState::kFree;

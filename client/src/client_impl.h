@@ -3,6 +3,7 @@
 #ifndef SYNCD_CLIENT_CLIENT_IMPL_H_
 #define SYNCD_CLIENT_CLIENT_IMPL_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -31,6 +32,15 @@ struct SubmitExtra {
   const int64_t* splits = nullptr;
   int nsplits = 0;
   syncd_result* result = nullptr;
+  int process_set = 0;  // a barrier's (a tensor names its own)
+};
+
+// A process set as one rank sees it: its global ranks (ascending), this rank's place among them.
+struct SetView {
+  int id = 0;
+  int size = 1;
+  int rank = 0;  // -1: not a member
+  const std::vector<int>* ranks = nullptr;  // nullptr: the global set
 };
 
 class Client {
@@ -54,11 +64,15 @@ class Client {
              double prescale, double postscale, syncd_handle* out, bool gpu = false, void* stream = nullptr,
              const Extra& extra = {});
   void ReleaseResult(syncd_result* r);
+  int AddProcessSet(const int* ranks, int n, int64_t timeout_ms, int* id);
+  int RemoveProcessSet(int id, int64_t timeout_ms);
+  // The set's size and this rank's place in it; size 0 for a set this job does not have.
+  SetView Set(int id);
   int Poll(syncd_handle h);
   int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
   // syncd_fail_async: a kFail entry for `name` whose arena copy of `why` is freed at completion.
-  int SubmitFailure(const char* name, const char* why, syncd_handle* out);
+  int SubmitFailure(const char* name, const char* why, syncd_handle* out, int process_set = 0);
 
  private:
   enum class SlotState : uint8_t { kFree, kInFlight, kDone };
@@ -68,6 +82,7 @@ class Client {
     int status = SYNCD_OK;
     std::string message;
     std::string name;
+    std::string key;  // in in_flight_names_ (the name within its process set)
     bool staged = false;        // the payload was copied into the arena at staging_offset
     void* user_data = nullptr;  // where to copy a staged result back; null: only free the copy
     uint64_t staging_offset = 0;
@@ -84,11 +99,15 @@ class Client {
   void DrainCompletions() SYNCD_REQUIRES(mu_);
   // Submit's parts: the tensor's checks, filling `entry`'s dtype and shape; the arena side of a
   // GPU tensor (its descriptor) and of a host tensor (in place or staged).
-  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, abi::SubmitEntry* entry,
-                  std::string* name, uint64_t* bytes) SYNCD_REQUIRES(mu_);
+  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, const SetView& set,
+                  abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) SYNCD_REQUIRES(mu_);
   // Alltoall's splits (into the arena, at entry->aux_offset) and reducescatter's share.
-  int CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra,
+  int CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra, const SetView& set,
                 const std::string& name, abi::SubmitEntry* entry) SYNCD_REQUIRES(mu_);
+  // The set a request names, checked: this rank must be in it.
+  int CheckSet(int id, const std::string& what, SetView* set) SYNCD_REQUIRES(mu_);
+  // Submits a process set change and waits for it; *reply: the daemon's "process set <id>".
+  int ChangeSets(abi::OpKind kind, const std::vector<int64_t>& ranks, int id, int64_t timeout_ms, std::string* reply);
   // The completion's result block, checked, into the slot's syncd_result.
   void DeliverResult(Slot* s) SYNCD_REQUIRES(mu_);
   int SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* data, void* stream, syncd_handle* out)
@@ -124,7 +143,9 @@ class Client {
   std::vector<Slot> slots_ SYNCD_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ SYNCD_GUARDED_BY(mu_);
   std::unordered_map<std::string, uint32_t> in_flight_names_ SYNCD_GUARDED_BY(mu_);
-  uint64_t barrier_seq_ SYNCD_GUARDED_BY(mu_) = 0;
+  std::map<int, uint64_t> barrier_seqs_ SYNCD_GUARDED_BY(mu_);  // by process set
+  std::map<int, std::vector<int>> sets_ SYNCD_GUARDED_BY(mu_);  // the job's process sets but the global one
+  uint64_t set_change_seq_ SYNCD_GUARDED_BY(mu_) = 0;
   bool daemon_lost_ SYNCD_GUARDED_BY(mu_) = false;
 };
 

@@ -65,8 +65,11 @@ void PrintCoordination(const syncd::control::Coordination& c) {
 
 // One section per process set: the global set (id 0) first.
 void PrintProcessSet(const syncd::control::ProcessSetStatus& p) {
-  printf("process set %d%s   %u ranks   pending tensors %lu\n", p.id(), p.id() == 0 ? " (global)" : "", p.size(),
-         (unsigned long)p.pending_tensors());
+  std::string ranks;
+  if (p.id() != 0)
+    for (int i = 0; i < p.ranks_size(); ++i) ranks += (i ? "," : " (") + std::to_string(p.ranks(i)) + (i + 1 == p.ranks_size() ? ")" : "");
+  printf("process set %d%s   %u ranks%s on %u node%s   pending tensors %lu\n", p.id(), p.id() == 0 ? " (global)" : "",
+         p.size(), ranks.c_str(), p.nodes(), p.nodes() == 1 ? "" : "s", (unsigned long)p.pending_tensors());
   for (const auto& st : p.stalls()) PrintStall(st);
   if (p.has_topo()) PrintTopo(p.topo());
   if (p.has_coordination()) PrintCoordination(p.coordination());

@@ -81,6 +81,14 @@ Status CheckAgreement(const std::vector<Request>& rs) {
   if (msg.empty()) msg = Disagreement(rs, "memory", [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
   if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
   if (msg.empty() && rs.front().kind == abi::OpKind::kRegisterGraph) msg = Disagreement(rs, "TOPO plan", PlanText);
+  if (msg.empty() && rs.front().kind == abi::OpKind::kAddProcessSet)
+    msg = Disagreement(rs, "process set", [](const Request& r) {
+      std::string s = "ranks";
+      for (size_t i = 0; i < r.splits.size(); ++i) s += (i ? "," : " ") + std::to_string(r.splits[i]);
+      return s;
+    });
+  if (msg.empty() && rs.front().kind == abi::OpKind::kRemoveProcessSet)
+    msg = Disagreement(rs, "process set", [](const Request& r) { return "id " + std::to_string(r.root); });
   if (msg.empty()) {
     const Collective* c = FindCollective(rs.front().kind);
     msg = c != nullptr ? c->Disagreement(rs) : SameShape(rs);

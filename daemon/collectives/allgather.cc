@@ -18,7 +18,7 @@ class AllgatherCollective final : public Collective {
   const char* name() const override { return "allgather"; }
   bool shapes_vary() const override { return true; }
 
-  Status Parse(const abi::SubmitEntry&, uint32_t, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry&, const SetRanks&, const std::string& what, Request* r) const override {
     if (r->shape.empty()) return InvalidArgument(what + ": allgather needs a tensor of at least one dimension");
     return Status::Ok();
   }
@@ -44,7 +44,7 @@ class AllgatherCollective final : public Collective {
     std::vector<uint64_t> bounds(nodes + 1, 0);
     for (uint32_t node = 0; node < nodes; ++node) {
       bounds[node + 1] = bounds[node];
-      for (uint32_t l = 0; l < run.local_size; ++l) bounds[node + 1] += uint64_t(rows[node * run.local_size + l]) * row_bytes;
+      for (uint32_t r = (*run.offsets)[node]; r < (*run.offsets)[node + 1]; ++r) bounds[node + 1] += uint64_t(rows[r]) * row_bytes;
     }
     const HostBuffer::Block fusion = run.buffer->Reserve(bounds[nodes]);
     uint64_t at = bounds[run.node_rank];

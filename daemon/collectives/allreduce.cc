@@ -33,7 +33,7 @@ class AllreduceCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kAllreduce; }
   const char* name() const override { return "allreduce"; }
 
-  Status Parse(const abi::SubmitEntry& e, uint32_t, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const std::string& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)
       return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
     r->op = syncd_reduce_op(e.op);

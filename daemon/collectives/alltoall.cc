@@ -34,7 +34,8 @@ class AlltoallCollective final : public Collective {
   const char* name() const override { return "alltoall"; }
   bool shapes_vary() const override { return true; }
 
-  Status Parse(const abi::SubmitEntry&, uint32_t world_size, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry&, const SetRanks& set, const std::string& what, Request* r) const override {
+    const uint32_t world_size = set.size;
     if (r->shape.empty()) return InvalidArgument(what + ": alltoall needs a tensor of at least one dimension");
     const int64_t dim0 = r->shape[0];
     if (r->splits.empty()) {
@@ -67,7 +68,7 @@ class AlltoallCollective final : public Collective {
     const std::vector<int64_t> m = RankSplits(t);
     const size_t n = RankRows(t).size();
     Placement p;
-    const size_t d = FirstRank(t) + i;
+    const size_t d = t.requests[i].set_rank;
     for (size_t s = 0; s < n; ++s) p.rows.push_back(m[s * n + d]);
     for (int64_t rows : p.rows) p.bytes += uint64_t(rows) * RowBytes(t.first());
     return p;
@@ -82,16 +83,18 @@ class AlltoallCollective final : public Collective {
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
     const std::vector<int64_t> m = RankSplits(t);
-    const uint32_t nodes = run.transport->size(), L = run.local_size, n = nodes * L, me = run.node_rank;
-    const Pieces p{n, m, RowBytes(t.first())};
+    const std::vector<uint32_t>& off = *run.offsets;
+    const uint32_t nodes = run.nodes(), me = run.node_rank;
+    const Pieces p{off.back(), m, RowBytes(t.first())};
     // The fusion buffer: a pack to send to each other node, then a pack received from each.
-    // Pack for node q, sent by node me: for each rank d of q, for each rank s of me, s's piece for d.
-    auto pack_bytes = [&](uint32_t from_node, uint32_t to_node) {
+    // The pack node `from` sends node `to`: for each rank d of `to`, each rank s of `from`'s piece for d.
+    auto pack_bytes = [&](uint32_t from, uint32_t to) {
       uint64_t bytes = 0;
-      for (uint32_t d = to_node * L; d < (to_node + 1) * L; ++d)
-        for (uint32_t s = from_node * L; s < (from_node + 1) * L; ++s) bytes += p.Bytes(s, d);
+      for (uint32_t d = off[to]; d < off[to + 1]; ++d)
+        for (uint32_t s = off[from]; s < off[from + 1]; ++s) bytes += p.Bytes(s, d);
       return bytes;
     };
+    auto local = [&](uint32_t s) -> const Request& { return t.requests[s - off[me]]; };
     std::vector<ByteSpan> sends(nodes), recvs(nodes);
     uint64_t total = 0;
     for (uint32_t q = 0; q < nodes; ++q)
@@ -101,10 +104,10 @@ class AlltoallCollective final : public Collective {
     for (uint32_t q = 0; q < nodes; ++q) {
       if (q == me) continue;
       sends[q] = ByteSpan{at, pack_bytes(me, q)};
-      for (uint32_t d = q * L; d < (q + 1) * L; ++d)
-        for (uint32_t s = me * L; s < (me + 1) * L; ++s) {
+      for (uint32_t d = off[q]; d < off[q + 1]; ++d)
+        for (uint32_t s = off[me]; s < off[me + 1]; ++s) {
           const uint64_t bytes = p.Bytes(s, d);
-          if (bytes > 0) memcpy(at, t.requests[s - me * L].data + p.From(s, d), bytes);
+          if (bytes > 0) memcpy(at, local(s).data + p.From(s, d), bytes);
           at += bytes;
         }
     }
@@ -117,26 +120,25 @@ class AlltoallCollective final : public Collective {
     Status st = co_await Await(&exchange);
     if (!st.ok()) co_return st;
     // Rank d's result: from each node q in order, each of q's ranks' pieces for d, in rank order.
-    for (uint32_t l = 0; l < L; ++l) {
-      const Request& dest = t.requests[l];
+    for (uint32_t d = off[me]; d < off[me + 1]; ++d) {
+      const Request& dest = local(d);
       if (dest.result == nullptr) continue;
-      const uint32_t d = me * L + l;
       char* out = dest.result;
       for (uint32_t q = 0; q < nodes; ++q) {
         if (q == me) {
-          for (uint32_t s = me * L; s < (me + 1) * L; ++s) {
+          for (uint32_t s = off[me]; s < off[me + 1]; ++s) {
             const uint64_t bytes = p.Bytes(s, d);
-            if (bytes > 0) memcpy(out, t.requests[s - me * L].data + p.From(s, d), bytes);
+            if (bytes > 0) memcpy(out, local(s).data + p.From(s, d), bytes);
             out += bytes;
           }
           continue;
         }
         // In q's pack for this node, the pieces for d follow those for this node's earlier ranks.
         uint64_t skip = 0;
-        for (uint32_t e = me * L; e < d; ++e)
-          for (uint32_t s = q * L; s < (q + 1) * L; ++s) skip += p.Bytes(s, e);
+        for (uint32_t e = off[me]; e < d; ++e)
+          for (uint32_t s = off[q]; s < off[q + 1]; ++s) skip += p.Bytes(s, e);
         uint64_t bytes = 0;
-        for (uint32_t s = q * L; s < (q + 1) * L; ++s) bytes += p.Bytes(s, d);
+        for (uint32_t s = off[q]; s < off[q + 1]; ++s) bytes += p.Bytes(s, d);
         if (bytes > 0) memcpy(out, recvs[q].data + skip, bytes);
         out += bytes;
       }
@@ -144,11 +146,6 @@ class AlltoallCollective final : public Collective {
     co_return Status::Ok();
   }
 
- private:
-  // The set rank of the tensor's first local request: the node's first rank on many nodes.
-  static size_t FirstRank(const ReadyTensor& t) {
-    return t.rank_rows.empty() ? 0 : t.first().rank - t.first().local_rank;
-  }
 };
 
 }  // namespace

@@ -14,10 +14,10 @@ class BroadcastCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kBroadcast; }
   const char* name() const override { return "broadcast"; }
 
-  Status Parse(const abi::SubmitEntry& e, uint32_t world_size, const std::string& what, Request* r) const override {
-    if (e.root < 0 || uint32_t(e.root) >= world_size)
-      return InvalidArgument(what + ": broadcast root " + std::to_string(e.root) + " is not a rank (size " +
-                             std::to_string(world_size) + ")");
+  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const override {
+    if (!set.Has(e.root))
+      return InvalidArgument(what + ": broadcast root " + std::to_string(e.root) + " is not a rank " +
+                             (set.ranks ? "of process set " + std::to_string(r->process_set) : "(size " + std::to_string(set.size) + ")"));
     r->root = e.root;
     return Status::Ok();
   }
@@ -38,7 +38,7 @@ class BroadcastCollective final : public Collective {
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
     const Request& f = t.first();
-    const uint32_t root_node = uint32_t(f.root) / run.local_size;
+    const uint32_t root_node = run.NodeOfGlobal(uint32_t(f.root));
     const HostBuffer::Block fusion = run.buffer->Reserve(f.bytes);
     if (root_node == run.node_rank)
       for (const Request& r : t.requests)

@@ -1,13 +1,26 @@
 // The defaults of the Collective interface, and the registry of kinds.
 #include "daemon/collectives/collective.h"
 
+#include <algorithm>
+
 #include "daemon/collectives/agreement.h"
 #include "proto/status_names.h"
 
 namespace syncd {
 
-Status Collective::Parse(const abi::SubmitEntry&, uint32_t, const std::string&, Request*) const {
+Status Collective::Parse(const abi::SubmitEntry&, const SetRanks&, const std::string&, Request*) const {
   return Status::Ok();
+}
+
+uint32_t AcrossNodes::NodeOfGlobal(uint32_t global) const {
+  const uint32_t set_rank = uint32_t(std::lower_bound(ranks->begin(), ranks->end(), global) - ranks->begin());
+  return uint32_t(std::upper_bound(offsets->begin(), offsets->end(), set_rank) - offsets->begin()) - 1;
+}
+
+bool SetRanks::Has(int64_t global) const {
+  if (global < 0) return false;
+  if (ranks == nullptr) return global < int64_t(size);
+  return std::binary_search(ranks->begin(), ranks->end(), uint32_t(global));
 }
 
 std::string Collective::Disagreement(const std::vector<Request>& requests) const { return SameShape(requests); }

@@ -40,12 +40,28 @@ using CollectiveGroup = std::vector<const ReadyTensor*>;
 
 // What a many-node host execution runs with.
 struct AcrossNodes {
-  Transport* transport = nullptr;  // one participant per node
+  Transport* transport = nullptr;  // one participant per node of the set
   HostExecutor* host = nullptr;    // this node's ranks
   HostBuffer* buffer = nullptr;    // the fusion buffer of this kind of execution
   uint64_t tag = 0;                // unique to this group across the job; the low 12 bits are the group's
-  uint32_t local_size = 1;
+  // Where each node's ranks begin among the set's ranks (one entry per node, then the set's
+  // size), and the set's ranks (global ranks, ascending). This node is `node_rank`.
+  const std::vector<uint32_t>* offsets = nullptr;
+  const std::vector<uint32_t>* ranks = nullptr;
   uint32_t node_rank = 0;
+
+  uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
+  uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank
+  // The node holding the set rank of global rank `global` (a member).
+  uint32_t NodeOfGlobal(uint32_t global) const;
+};
+
+// The ranks a request's process set holds: its size, and (nullptr: 0..size-1) its global ranks.
+struct SetRanks {
+  SetRanks(uint32_t n, const std::vector<uint32_t>* r = nullptr) : size(n), ranks(r) {}  // NOLINT: implicit
+  uint32_t size;
+  const std::vector<uint32_t>* ranks;
+  bool Has(int64_t global) const;
 };
 
 // What a GPU execution runs with.
@@ -66,7 +82,7 @@ class Collective {
 
   // Checks and copies this kind's own fields of `e` into `r` (after the common ones). `what`
   // names the tensor and the rank for errors.
-  virtual Status Parse(const abi::SubmitEntry& e, uint32_t world_size, const std::string& what, Request* r) const;
+  virtual Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const;
   // What else the ranks' requests must agree on: "" or the message (see Disagreement()).
   virtual std::string Disagreement(const std::vector<Request>& requests) const;
   // Requests with equal keys may run as one fused group; nullopt: each request runs alone.

@@ -28,7 +28,7 @@ class ReducescatterCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kReducescatter; }
   const char* name() const override { return "reducescatter"; }
 
-  Status Parse(const abi::SubmitEntry& e, uint32_t, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const std::string& what, Request* r) const override {
     if (e.op != SYNCD_SUM && e.op != SYNCD_AVERAGE)
       return InvalidArgument(what + ": reducescatter supports the ops Sum and Average, not " +
                              (e.op < SYNCD_REDUCE_OP_COUNT ? abi::ReduceOpName(syncd_reduce_op(e.op)) : std::to_string(e.op)));
@@ -51,9 +51,9 @@ class ReducescatterCollective final : public Collective {
     const ReadyTensor& t = *group.front();
     const Request& f = t.first();
     const uint32_t nodes = run.transport->size();
-    const std::vector<uint64_t> parts = PartBounds(f, nodes * run.local_size);
+    const std::vector<uint64_t> parts = PartBounds(f, run.offsets->back());
     std::vector<uint64_t> bounds(nodes + 1);
-    for (uint32_t node = 0; node <= nodes; ++node) bounds[node] = parts[node * run.local_size];
+    for (uint32_t node = 0; node <= nodes; ++node) bounds[node] = parts[(*run.offsets)[node]];
     const size_t esize = abi::DtypeSize(f.dtype);
     const uint64_t count = f.bytes / esize;
     const HostBuffer::Block fusion = run.buffer->Reserve(f.bytes);
@@ -61,8 +61,8 @@ class ReducescatterCollective final : public Collective {
     CommTask ring = ReduceScatterBlocks(run.transport, run.tag, fusion->data(), fusion, bounds, f.dtype, f.op);
     Status st = co_await Await(&ring);
     if (!st.ok()) co_return st;
-    for (uint32_t l = 0; l < run.local_size; ++l) {
-      const uint32_t rank = run.node_rank * run.local_size + l;
+    for (uint32_t l = 0; l < uint32_t(t.requests.size()); ++l) {
+      const uint32_t rank = run.first() + l;
       char* part = fusion->data() + parts[rank] * esize;
       const uint64_t elems = parts[rank + 1] - parts[rank];
       run.host->Finish(f, part, elems);

@@ -126,6 +126,8 @@ void FillPeers(const StatusSnapshot& s, control::Coordination* c) {
 void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, control::ProcessSetStatus* out) {
   out->set_id(p.id);
   out->set_size(p.size);
+  for (uint32_t r : p.ranks) out->add_ranks(r);
+  out->set_nodes(p.nodes);
   out->set_pending_tensors(p.pending_tensors);
   if (p.coordinated) FillCoordination(p, mode, out->mutable_coordination());
   if (p.has_plan) FillTopo(p, out->mutable_topo());

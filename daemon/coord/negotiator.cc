@@ -15,8 +15,9 @@
 namespace syncd {
 namespace {
 
-// Tags. A collective's tag is cycle (16 bits) | slot (12) | segment (12); collectives shift it left
-// by 8 for their slices, filling the transport's 48 bits. Slot 0 is the negotiation itself
+// Tags. A collective's tag is cycle (10 bits) | slot (12) | segment (12); collectives shift it left
+// by 8 for their slices, leaving the transport's top 6 bits for the process set's slot
+// (set_transport.h). Slot 0 is the negotiation itself
 // (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
 // cycles can overlap, so cycle numbers wrap safely. Control messages use the one tag above them all,
 // the job start handshake the two below it (job_join.h).
@@ -407,8 +408,11 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
       // Same check as within a node, over every rank of the job.
       std::vector<Request> ranks;
       for (uint32_t node = 0; node < n; ++node)
-        for (uint32_t l = 0; l < options_.local_size; ++l)
-          ranks.push_back(RequestOf(a.metas[node], name, node * options_.local_size + l, l));
+        if (options_.node_ranks.empty())
+          ranks.push_back(RequestOf(a.metas[node], name, node, 0));
+        else
+          for (size_t l = 0; l < options_.node_ranks[node].size(); ++l)
+            ranks.push_back(RequestOf(a.metas[node], name, options_.node_ranks[node][l], l));
       Status agree = CheckAgreement(ranks);
       if (!agree.ok()) {
         resp.status = agree.code();

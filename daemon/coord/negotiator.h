@@ -64,7 +64,9 @@ struct NegotiatorOptions {
   // cache entry is invalidated on every node), so that node 0 learns which nodes lack it, as
   // Horovod's stall inspector does. 0: never.
   uint64_t stall_ns = 0;
-  uint32_t local_size = 1;
+  // The global ranks of the set on each node, node by node (empty: one rank per node, numbered
+  // as the nodes): whom the coordinator's agreement check and its messages name.
+  std::vector<std::vector<uint32_t>> node_ranks;
   // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
   // plan's (see gpu_order.h). nullptr: no plan GPU groups to order against.
   GpuOrder* gpu_order = nullptr;

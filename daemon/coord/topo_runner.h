@@ -83,7 +83,9 @@ class TopoRunner {
 };
 
 // Tag bases: negotiation cycles use cycle numbers below kTopoTagCycleBit, TOPO groups above.
-inline constexpr uint64_t kTopoTagCycleBit = uint64_t{1} << 15;
+// Cycle numbers wrap (only neighbouring ones can overlap) below 1 << 10, which keeps the top six
+// tag bits free for the process set's slot (transport/set_transport.h).
+inline constexpr uint64_t kTopoTagCycleBit = uint64_t{1} << 9;
 
 }  // namespace syncd
 

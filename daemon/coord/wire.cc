@@ -72,8 +72,8 @@ class Reader {
     for (auto& d : m->shape)
       if (!Get(&d)) return false;
     if (!Ints(&m->rows, kMaxRanks) || !Ints(&m->splits, kMaxRanks * kMaxRanks)) return false;
-    // Splits come as one row of the matrix per rank.
-    return m->rows.empty() ? m->splits.empty() : m->splits.size() % m->rows.size() == 0;
+    // Splits come as one row of the matrix per rank (or, for a process set change, its ranks).
+    return m->rows.empty() || m->splits.size() % m->rows.size() == 0;
   }
   bool Ints(std::vector<int64_t>* v, uint64_t most) {
     uint32_t n;
@@ -107,6 +107,8 @@ TensorMeta TensorMeta::Of(const ReadyTensor& t) {
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
     m.rows = RankRows(t);
     m.splits = RankSplits(t);
+  } else if (abi::IsSetChange(r.kind)) {
+    m.splits = r.splits;  // the set's ranks
   }
   return m;
 }
@@ -151,6 +153,8 @@ Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank
     if (!r.shape.empty()) r.shape[0] = meta.rows[index];
     const size_t per = meta.splits.size() / meta.rows.size();
     r.splits.assign(meta.splits.begin() + index * per, meta.splits.begin() + (index + 1) * per);
+  } else if (meta.rows.empty()) {
+    r.splits = meta.splits;
   }
   return r;
 }

@@ -17,7 +17,10 @@ namespace syncd {
 struct Request {
   uint32_t client_id = 0;
   uint32_t rank = 0;        // global rank of the submitter
+  // Its place among this node's ranks of its process set (ProcessSet::Add sets it; until then,
+  // and for the global set, the node-local rank), and its rank in the set.
   uint32_t local_rank = 0;
+  uint32_t set_rank = 0;
   uint64_t handle = 0;      // the client's handle, echoed in the completion
   int32_t process_set = 0;  // the set it is coordinated in (0: the global set)
   abi::OpKind kind = abi::OpKind::kAllreduce;

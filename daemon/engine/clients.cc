@@ -6,6 +6,7 @@
 
 #include "daemon/engine/engine.h"
 #include "daemon/engine/engine_timing.h"
+#include "daemon/transport/set_transport.h"
 
 namespace syncd {
 namespace {
@@ -37,6 +38,8 @@ void Engine::EndJob(uint64_t next_job) {
   for (auto& [id, set] : sets_)
     if (set->gpu_busy()) retired_.push_back(std::move(set));
   sets_.clear();
+  set_info_.clear();
+  set_changes_.clear();
   lost_ranks_.clear();
 }
 
@@ -54,8 +57,13 @@ void Engine::BeginJob(uint64_t job) {
     return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain) &&
            inbox_.Empty() && blocked_ns < kStallCheckPeriodNs;
   };
-  const ProcessSetPlace global{0, job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get()};
-  sets_[0] = std::make_unique<ProcessSet>(config_, global, &counters_, std::move(hooks));
+  hooks.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
+  set_hooks_ = hooks;
+  ProcessSetPlace global =
+      ProcessSetPlace::Global(job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get());
+  set_info_[0] = SetInfo{global.ranks, 0, nullptr};
+  last_set_id_ = 0;
+  sets_[0] = std::make_unique<ProcessSet>(config_, std::move(global), &counters_, std::move(hooks));
   job_id_ = job;
   job_started_ = true;
 }
@@ -160,6 +168,79 @@ std::string Engine::BlockingLosses() const {
   std::string out;
   for (const LostRank* l : losses) out += (out.empty() ? "" : "; ") + l->reason;
   return out;
+}
+
+void Engine::ApplySetChanges() {
+  std::vector<ReadyTensor> changes = std::exchange(set_changes_, {});
+  for (ReadyTensor& t : changes) {
+    const Request& f = t.first();
+    const Status result = f.kind == abi::OpKind::kAddProcessSet ? AddSet(f.splits) : RemoveSet(f.root);
+    CompleteAll(t.requests, result);
+  }
+}
+
+Status Engine::AddSet(const std::vector<int64_t>& ranks) {
+  if (set_info_.size() >= size_t(abi::kMaxProcessSets))
+    return InvalidArgument("at most " + std::to_string(abi::kMaxProcessSets) +
+                           " process sets (the global one included) may exist at once; remove one first");
+  const int32_t id = ++last_set_id_;
+  // A tag slot no live set uses, the least recently freed first (a removed set's late messages
+  // then meet no new set for a long while).
+  uint32_t slot = last_slot_;
+  auto used = [this](uint32_t s) {
+    for (const auto& [sid, info] : set_info_)
+      if (info.slot == s) return true;
+    return false;
+  };
+  do slot = slot % uint32_t(abi::kMaxProcessSets) + 1;
+  while (used(slot));
+  last_slot_ = slot;
+  ProcessSetPlace place;
+  place.id = id;
+  place.job = job_id_;
+  std::vector<uint32_t> nodes;  // the set's nodes, in order
+  for (int64_t r : ranks) {
+    const uint32_t node = uint32_t(r) / local_size_;
+    if (nodes.empty() || nodes.back() != node) {
+      nodes.push_back(node);
+      place.offsets.push_back(uint32_t(place.ranks.size()));
+    }
+    place.ranks.push_back(uint32_t(r));
+    if (node == config_.node_rank) place.local_ranks.push_back(uint32_t(r) % local_size_);
+  }
+  place.offsets.push_back(uint32_t(place.ranks.size()));
+  SetInfo info{place.ranks, slot, nullptr};
+  if (!place.local_ranks.empty()) {
+    place.node_rank = uint32_t(std::find(nodes.begin(), nodes.end(), config_.node_rank) - nodes.begin());
+    if (nodes.size() > 1) info.comm = std::make_unique<SetTransport>(transport_.get(), nodes, slot);
+    place.comm = info.comm.get();
+    spdlog::info("process set {}: {} ranks on {} nodes, {} here", id, place.ranks.size(), nodes.size(),
+                 place.local_ranks.size());
+    set_info_[id] = std::move(info);
+    sets_[id] = std::make_unique<ProcessSet>(config_, std::move(place), &counters_, set_hooks_);
+  } else {
+    set_info_[id] = std::move(info);
+  }
+  return Status(SYNCD_OK, "process set " + std::to_string(id));
+}
+
+Status Engine::RemoveSet(int32_t id) {
+  if (id == 0) return InvalidArgument("the global process set cannot be removed");
+  auto info = set_info_.find(id);
+  if (info == set_info_.end()) return InvalidArgument("process set " + std::to_string(id) + " is not one of this job's");
+  if (auto it = sets_.find(id); it != sets_.end()) {
+    // Every node removes it at this point of the global set's order: what it still holds fails.
+    End(EndScope::Set(id, ProcessSet::Reach::kRemoved),
+        InvalidArgument("process set " + std::to_string(id) + " was removed while it ran"));
+    sets_.erase(it);
+  }
+  set_info_.erase(info);
+  return Status(SYNCD_OK, "process set " + std::to_string(id));
+}
+
+const std::vector<uint32_t>* Engine::SetRanksOf(int32_t id) const {
+  auto it = set_info_.find(id);
+  return it == set_info_.end() ? nullptr : &it->second.ranks;
 }
 
 }  // namespace syncd

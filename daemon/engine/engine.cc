@@ -188,6 +188,10 @@ bool Engine::Poll() {
   }
   const uint64_t now = abi::MonotonicNs();
   for (auto& [id, set] : sets_) did |= set->Poll(now);
+  if (!set_changes_.empty()) {
+    ApplySetChanges();
+    did = true;
+  }
   for (size_t i = 0; i < retired_.size();) {
     did |= retired_[i]->PollGpu();
     if (retired_[i]->gpu_busy()) ++i;
@@ -230,8 +234,9 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
 }
 
 std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {
-  const Submitter who{c.info->client_id, c.info->rank, c.info->local_rank, &c.info->segment, world_size_,
-                      config_.fusion_threshold};
+  const Submitter who{c.info->client_id, c.info->rank,          c.info->local_rank,
+                      &c.info->segment,  world_size_,            config_.fusion_threshold,
+                      SetRanksOf(e.process_set)};
   std::optional<abi::GpuDescriptor> gpu;
   StatusOr<Request> r = ParseSubmission(e, who, &gpu);
   Status error = r.status();

@@ -154,6 +154,13 @@ class Engine {
   void BeginJob(uint64_t job);
   // The set a request belongs to, or nullptr.
   ProcessSet* SetOf(const Request& r);
+  // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
+  // order agreed once the sets are polled: every node makes the same ones at the same point.
+  void ApplySetChanges();
+  Status AddSet(const std::vector<int64_t>& ranks);
+  Status RemoveSet(int32_t id);
+  // The ranks of set `id` a request names (nullptr: not a set of this job).
+  const std::vector<uint32_t>* SetRanksOf(int32_t id) const;
   bool HasWork();
   // Requests this daemon holds outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
@@ -193,7 +200,20 @@ class Engine {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<GpuExecutor> gpu_;
   std::string gpu_unavailable_ = "none was found at startup";
-  // The job's process sets by id; the global one (0) from the first job on.
+  // Every process set of the job, whether this node holds ranks of it or not: its ranks, the tag
+  // slot its messages carry, and (a member spanning nodes) its view of the transport.
+  struct SetInfo {
+    std::vector<uint32_t> ranks;
+    uint32_t slot = 0;
+    std::unique_ptr<Transport> comm;
+  };
+  std::map<int32_t, SetInfo> set_info_;
+  int32_t last_set_id_ = 0;
+  uint32_t last_slot_ = 0;
+  std::vector<ReadyTensor> set_changes_;
+  ProcessSetHooks set_hooks_;  // what every set of the job runs with
+  // The job's process sets this node holds ranks of, by id; the global one (0) from the first
+  // job on. Declared after set_info_: a set goes before the transport view it runs on.
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   ExecutionCounters counters_;

@@ -11,15 +11,39 @@
 
 namespace syncd {
 
+ProcessSetPlace ProcessSetPlace::Global(uint64_t job, uint32_t local_size, uint32_t nodes, uint32_t node_rank,
+                                        Transport* comm, GpuExecutor* gpu) {
+  ProcessSetPlace p;
+  p.job = job;
+  for (uint32_t r = 0; r < local_size * nodes; ++r) p.ranks.push_back(r);
+  for (uint32_t n = 0; n <= nodes; ++n) p.offsets.push_back(n * local_size);
+  for (uint32_t l = 0; l < local_size; ++l) p.local_ranks.push_back(l);
+  p.node_rank = node_rank;
+  p.comm = comm;
+  p.gpu = gpu;
+  return p;
+}
+
 ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks)
     : config_(config),
-      place_(place),
-      world_size_(place.local_size * place.nodes),
+      place_(std::move(place)),
+      world_size_(uint32_t(place_.ranks.size())),
       counters_(counters),
       hooks_(std::move(hooks)),
-      table_(place.local_size, CheckAgreement),
+      table_(place_.local_size(), CheckAgreement),
       host_(world_size_) {
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
+}
+
+Status ProcessSet::Add(Request r) {
+  // The table and the kinds know a request by its place among this node's ranks of the set.
+  const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), r.local_rank);
+  if (at == place_.local_ranks.end())
+    return InvalidArgument("tensor '" + r.name + "': rank " + std::to_string(r.rank) + " is not in process set " +
+                           std::to_string(place_.id));
+  r.local_rank = uint32_t(at - place_.local_ranks.begin());
+  r.set_rank = place_.offsets[place_.node_rank] + r.local_rank;
+  return table_.Add(std::move(r));
 }
 
 ProcessSet::~ProcessSet() {
@@ -35,8 +59,12 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   opts.cache_capacity = config_.cache_capacity;
   opts.stall_ns = uint64_t(config_.stall_shutdown_s ? std::min(config_.stall_warning_s, config_.stall_shutdown_s)
                                                     : config_.stall_warning_s) * 1'000'000'000ull;
-  opts.local_size = place_.local_size;
-  opts.blocking = config_.coord == abi::CoordMode::kNegotiate || config_.coord == abi::CoordMode::kGs;
+  for (uint32_t n = 0; n < place_.nodes(); ++n)
+    opts.node_ranks.emplace_back(place_.ranks.begin() + place_.offsets[n], place_.ranks.begin() + place_.offsets[n + 1]);
+  // Only the global set blocks the engine in its cycles (as Horovod's). Two blocking sets spanning
+  // the same nodes would each wait in its own cycle for a node that waits in the other's; the
+  // other sets' cycles are tested from the engine loop instead (as under nbcs).
+  opts.blocking = place_.id == 0 && (config_.coord == abi::CoordMode::kNegotiate || config_.coord == abi::CoordMode::kGs);
   opts.on_demand = config_.coord == abi::CoordMode::kTopo;
   opts.gs_period = config_.coord == abi::CoordMode::kGs ? config_.gs_period : 0;
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
@@ -201,6 +229,12 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       if (negotiator_ && !peers_why.ok()) negotiator_->Abort(peers_why);
       return waiting;
     }
+    case Reach::kRemoved: {
+      const size_t waiting = table_.pending();
+      FailHeld(why);
+      if (negotiator_) negotiator_->Break(why);
+      return waiting;
+    }
     case Reach::kJob: {
       const size_t waiting = FailWaiting(why);
       FailJob(peers_why.ok() ? why : peers_why);  // many nodes: tells the others, which fail what they hold
@@ -228,7 +262,9 @@ void ProcessSet::Leave(uint64_t deadline_ns, const std::string& why, const std::
 }
 
 bool ProcessSet::Abandons(uint32_t local_rank) const {
-  return table_.HasRequestsOf(local_rank) || (topo_ && topo_->in_flight() > 0) ||
+  const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
+  if (at == place_.local_ranks.end()) return false;  // not one of the set's
+  return table_.HasRequestsOf(uint32_t(at - place_.local_ranks.begin())) || (topo_ && topo_->in_flight() > 0) ||
          (negotiator_ && negotiator_->pending() > 0);
 }
 
@@ -251,12 +287,12 @@ bool ProcessSet::Drained(bool idle_here) {
 
 std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_ns) const {
   std::vector<StallSnapshot> out;
-  const uint32_t first = place_.node_rank * place_.local_size, local = place_.local_size;
+  const uint32_t first = place_.offsets[place_.node_rank], local = place_.local_size();
   for (const TensorTable::Stall& st : table_.Stalled(now_ns, min_age_ns)) {
     StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
     for (uint32_t lr = 0; lr < local; ++lr) {
       const bool missing = std::count(st.missing_local_ranks.begin(), st.missing_local_ranks.end(), lr) > 0;
-      (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(first + lr);
+      (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[first + lr]);
     }
     out.push_back(std::move(ss));
   }
@@ -265,16 +301,16 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
       // The plan's group waits for tensors no local rank has submitted (all ranks must).
       for (const std::string& name : w->missing) {
         StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}, {}};
-        for (uint32_t lr = 0; lr < local; ++lr) ss.missing_ranks.push_back(first + lr);
+        for (uint32_t lr = 0; lr < local; ++lr) ss.missing_ranks.push_back(place_.ranks[first + lr]);
         out.push_back(std::move(ss));
       }
   if (negotiator_)
     for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, min_age_ns)) {
       StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
-      for (uint32_t node = 0; node < place_.nodes; ++node) {
+      for (uint32_t node = 0; node < place_.nodes(); ++node) {
         const bool missing = std::count(st.missing_nodes.begin(), st.missing_nodes.end(), node) > 0;
-        for (uint32_t lr = 0; lr < local; ++lr)
-          (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(node * local + lr);
+        for (uint32_t r = place_.offsets[node]; r < place_.offsets[node + 1]; ++r)
+          (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[r]);
       }
       out.push_back(std::move(ss));
     }
@@ -286,6 +322,8 @@ ProcessSetSnapshot ProcessSet::Snapshot(uint64_t now_ns) const {
   ProcessSetSnapshot s;
   s.id = place_.id;
   s.size = world_size_;
+  s.ranks = place_.ranks;
+  s.nodes = place_.nodes();
   s.pending_tensors = table_.pending();
   s.stalls = Stalls(now_ns, uint64_t(config_.stall_warning_s) * 1'000'000'000ull);
   if (s.stalls.size() > 32) s.stalls.resize(32);

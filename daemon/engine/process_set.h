@@ -50,17 +50,30 @@ struct ProcessSetHooks {
   std::function<void()> flush;  // sends completions out now (between groups of a long execution)
   // The negotiator's while_blocked (NegotiatorOptions).
   std::function<bool(uint64_t blocked_ns)> keep_blocking;
+  // An agreed process set change (kAddProcessSet, kRemoveProcessSet, global set only): the
+  // engine applies it once the sets are polled, and completes its requests.
+  std::function<void(ReadyTensor)> change_sets;
 };
 
 // Where a set runs and with what.
 struct ProcessSetPlace {
   int32_t id = 0;
   uint64_t job = 0;
-  uint32_t local_size = 1;     // this node's ranks in the set
-  uint32_t nodes = 1;          // nodes of the set, this one is `node_rank`; ranks numbered node by node
+  // The set's ranks: global ranks, ascending (so node by node), and where each of its nodes'
+  // ranks begin among them (one entry per node of the set, then the size). This node is
+  // `node_rank` of the set's nodes, and holds the ranks with node-local ranks `local_ranks`.
+  std::vector<uint32_t> ranks;
+  std::vector<uint32_t> offsets;
+  std::vector<uint32_t> local_ranks;
   uint32_t node_rank = 0;
   Transport* comm = nullptr;   // one participant per node of the set; nullptr: one node
   GpuExecutor* gpu = nullptr;  // this node's GPUs, or nullptr
+
+  uint32_t nodes() const { return uint32_t(offsets.size() - 1); }
+  uint32_t local_size() const { return uint32_t(local_ranks.size()); }
+  // The global set of a job of `nodes` nodes with `local_size` ranks each.
+  static ProcessSetPlace Global(uint64_t job, uint32_t local_size, uint32_t nodes, uint32_t node_rank,
+                                Transport* comm, GpuExecutor* gpu);
 };
 
 class ProcessSet {
@@ -71,11 +84,12 @@ class ProcessSet {
   ProcessSet& operator=(const ProcessSet&) = delete;
 
   int32_t id() const { return place_.id; }
+  const ProcessSetPlace& place() const { return place_; }
 
   // Intake. Why a new request must fail now (the set's job failed, here or on another node),
   // or OK. Then Add: fails (keeping nothing) for a name the rank already has in flight.
   Status Refusal() const;
-  Status Add(Request r) { return table_.Add(std::move(r)); }
+  Status Add(Request r);
 
   // The pipeline: matched tensors to the TOPO runner, the negotiator or execution; coordination
   // cycles; GPU and TOPO progress. Returns whether it did work.
@@ -93,7 +107,9 @@ class ProcessSet {
   //             job ends on every node with it (other nodes' ranks wait for the rank too).
   //   kJob      the set cannot go on: what waits here, and on every node (told `peers_why`, or
   //             `why`) everything of the set; new requests are refused.
-  enum class Reach { kWaiting, kHeld, kRank, kJob };
+  //   kRemoved  the set is removed, on every node at the same agreed point: everything it holds
+  //             here, negotiated names included; nobody is told (every node does the same).
+  enum class Reach { kWaiting, kHeld, kRank, kJob, kRemoved };
   size_t End(const Status& why, Reach reach, const Status& peers_why = Status::Ok());
   // Leave: the daemon stops, or the job ends; the other nodes learn it without a lost node.
   void Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason);

@@ -35,6 +35,11 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
       RegisterPlan(head);  // completes the registrations itself
       continue;
     }
+    if (abi::IsSetChange(head.first().kind)) {
+      hooks_.change_sets(std::move(head));  // the engine completes it
+      head.requests.clear();
+      continue;
+    }
     if (head.first().gpu) {
       ExecuteGpu(ready, g);
       continue;
@@ -63,6 +68,9 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
     const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
     if (f.kind == abi::OpKind::kRegisterGraph) {
       RegisterPlan(ready[g.front()]);  // completes the registrations itself
+    } else if (abi::IsSetChange(f.kind)) {
+      hooks_.change_sets(std::move(ready[g.front()]));  // the engine completes it
+      ready[g.front()].requests.clear();
     } else if (f.gpu) {
       CommTask run = RunAgreedOnGpu(&ready, g, gpu_position);
       Status st = co_await Await(&run);
@@ -70,7 +78,7 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
     } else if (const Collective* kind = FindCollective(f.kind)) {
       PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), AcrossNodes{place_.comm, &host_, buffer, group_tag,
-                                                                    place_.local_size, place_.node_rank});
+                                                                    &place_.offsets, &place_.ranks, place_.node_rank});
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
     }
@@ -114,7 +122,9 @@ StatusOr<uint64_t> ProcessSet::EnqueueGpu(std::vector<ReadyTensor>& ready, const
   const Request& f = ready[g.front()].first();
   const Collective* kind = FindCollective(f.kind);
   if (kind == nullptr) return InvalidArgument(std::string(OpKindName(f.kind)) + " has no GPU path");
-  return kind->EnqueueGpu(Members(ready, g), OnGpus{place_.gpu, world_size_, place_.local_size});
+  if (place_.gpu == nullptr)
+    return InvalidArgument("process set " + std::to_string(place_.id) + " has no GPU path yet: submit host tensors");
+  return kind->EnqueueGpu(Members(ready, g), OnGpus{place_.gpu, world_size_, place_.local_size()});
 }
 
 void ProcessSet::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
@@ -153,6 +163,7 @@ bool ProcessSet::PollGpu() {
 }
 
 void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  if (ready[g.front()].requests.empty()) return;  // completed by whoever ran it (a registration)
   const Request& f = ready[g.front()].first();
   const Collective* kind = FindCollective(f.kind);
   if (kind == nullptr) return;

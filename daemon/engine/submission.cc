@@ -26,6 +26,27 @@ StatusOr<Request> ParseGraph(const abi::SubmitEntry& e, const Submitter& who, Re
 
 Status Malformed(const std::string& why) { return ProtocolError("malformed ring entry: " + why); }
 
+// A process set change: a collective of the global set; adding one names its ranks (ascending,
+// in the arena), removing one its id.
+StatusOr<Request> ParseSetChange(const abi::SubmitEntry& e, const Submitter& who, Request r, const std::string& what) {
+  if (e.process_set != 0)
+    return InvalidArgument(what + ": process sets are added and removed by every rank of the job (the global set)");
+  if (r.kind == abi::OpKind::kRemoveProcessSet) {
+    if (e.root <= 0) return InvalidArgument(what + ": process set " + std::to_string(e.root) + " cannot be removed");
+    r.root = e.root;
+    return r;
+  }
+  const char* at = who.segment->ArenaRange(e.arena_offset, e.bytes);
+  if (at == nullptr || e.bytes == 0 || e.bytes % sizeof(int64_t) != 0 || e.bytes > uint64_t(who.world_size) * sizeof(int64_t))
+    return Malformed(what + ": process set ranks outside the arena or more than the job's " + std::to_string(who.world_size));
+  r.splits.resize(e.bytes / sizeof(int64_t));
+  memcpy(r.splits.data(), at, e.bytes);  // copied first: the client could change it meanwhile
+  for (size_t i = 0; i < r.splits.size(); ++i)
+    if (r.splits[i] < 0 || r.splits[i] >= int64_t(who.world_size) || (i > 0 && r.splits[i] <= r.splits[i - 1]))
+      return InvalidArgument(what + ": process set ranks must be distinct ranks of the job, ascending");
+  return r;
+}
+
 // dtype, shape and size of a tensor entry.
 Status ParseTensor(const abi::SubmitEntry& e, const std::string& what, Request* r) {
   if ((e.flags & ~abi::kSubmitGpu) != 0) return Malformed(what + " has unknown flags " + std::to_string(e.flags));
@@ -81,6 +102,8 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
   if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
     return InvalidArgument(what + ": the name '" + abi::kTopoPlanName + "' is reserved for graph registration");
   if (r.kind == abi::OpKind::kRegisterGraph) return ParseGraph(e, who, std::move(r), rank);
+  if (abi::IsSetChange(r.kind)) return ParseSetChange(e, who, std::move(r), what);
+  r.process_set = e.process_set;
   if (r.kind == abi::OpKind::kFail) {
     const char* text = who.segment->ArenaRange(e.arena_offset, e.bytes);
     if (text == nullptr || e.bytes == 0 || e.bytes >= abi::kFailMessageBytes)
@@ -97,7 +120,8 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
   }
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
   SYNCD_RETURN_IF_ERROR(ParseSplits(e, who, what, &r));
-  SYNCD_RETURN_IF_ERROR(kind->Parse(e, who.world_size, what, &r));
+  const SetRanks set = who.set_ranks ? SetRanks(uint32_t(who.set_ranks->size()), who.set_ranks) : SetRanks(who.world_size);
+  SYNCD_RETURN_IF_ERROR(kind->Parse(e, set, what, &r));
   if (kind->shapes_vary()) r.results = who.segment->results();
   if (e.flags & abi::kSubmitGpu) {
     r.gpu = true;

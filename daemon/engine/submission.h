@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "daemon/base/status.h"
 #include "daemon/core/request.h"
@@ -22,6 +23,8 @@ struct Submitter {
   const ClientSegment* segment = nullptr;
   uint32_t world_size = 1;
   uint64_t fusion_threshold = 0;  // for the plan of a registered graph
+  // The global ranks of the process set the entry names (nullptr: a set this job does not have).
+  const std::vector<uint32_t>* set_ranks = nullptr;
 };
 
 // A checked request, or the error (with its status code) the submitter's request fails with.

@@ -35,6 +35,8 @@ struct StallSnapshot {
 struct ProcessSetSnapshot {
   int32_t id = 0;
   uint32_t size = 0;              // ranks in the set
+  std::vector<uint32_t> ranks;    // global, ascending
+  uint32_t nodes = 1;             // holding its ranks
   uint64_t pending_tensors = 0;   // waiting here for some local ranks
   // TOPO, once a graph is registered.
   bool has_plan = false;

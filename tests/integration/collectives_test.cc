@@ -26,7 +26,7 @@ int AllreduceChecked(syncd_client* c, int rank, int n, syncd_dtype dt, syncd_red
   CHILD_CHECK(buf != nullptr, "alloc %zu: %s", bytes, syncd_last_error());
   for (size_t i = 0; i < count; ++i) SetValue(buf, dt, i, InputFor(dt, rank, i));
   int64_t shape[2] = {int64_t(count), 1};
-  syncd_tensor t{name.c_str(), buf, dt, 2, shape};
+  syncd_tensor t{name.c_str(), buf, dt, 2, shape, 0};
   syncd_handle h;
   CHILD_CHECK(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h) == SYNCD_OK, "%s", syncd_last_error());
   CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
@@ -71,7 +71,7 @@ TEST(Collectives, ScaleFactorsApplyBeforeAndAfterTheReduction) {
   auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
     double v[3] = {1.0 + rank, 10.0, -4.0};
     int64_t shape = 3;
-    syncd_tensor t{"scaled", v, SYNCD_FLOAT64, 1, &shape};
+    syncd_tensor t{"scaled", v, SYNCD_FLOAT64, 1, &shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 0.5, 4.0, &h) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());
@@ -92,7 +92,7 @@ TEST(Collectives, BroadcastFromEveryRootAndDtype) {
           for (size_t i = 0; i < count; ++i) SetValue(buf, syncd_dtype(dt), i, double((rank * 31 + i) % 100));
           int64_t shape = int64_t(count);
           const std::string name = "b." + std::to_string(root) + "." + std::to_string(dt) + "." + std::to_string(count);
-          syncd_tensor t{name.c_str(), buf, syncd_dtype(dt), 1, &shape};
+          syncd_tensor t{name.c_str(), buf, syncd_dtype(dt), 1, &shape, 0};
           syncd_handle h;
           CHILD_CHECK(syncd_broadcast_async(c, &t, root, &h) == SYNCD_OK, "%s", syncd_last_error());
           CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
@@ -140,7 +140,7 @@ int ManyInFlight(syncd_client* c, int rank, int n, int tensors) {
     for (int k = 0; k < 64; ++k) b[k] = float(rank + i + k);
     int64_t shape = 64;
     const std::string name = "grad." + std::to_string(i);
-    syncd_tensor t{name.c_str(), b, SYNCD_FLOAT32, 1, &shape};
+    syncd_tensor t{name.c_str(), b, SYNCD_FLOAT32, 1, &shape, 0};
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &handles[size_t(i)]) == SYNCD_OK, "%s",
                 syncd_last_error());
     bufs.push_back(b);

@@ -48,7 +48,7 @@ bool IsDraining(const std::string& run_dir) { return Contains(SyncctlStatusJson(
 
 int SubmitSum(syncd_client* c, const char* name, int32_t* v, syncd_handle* h) {
   static int64_t shape = 1;
-  syncd_tensor t{name, v, SYNCD_INT32, 1, &shape};
+  syncd_tensor t{name, v, SYNCD_INT32, 1, &shape, 0};
   return syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, h);
 }
 

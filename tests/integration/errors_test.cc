@@ -25,7 +25,7 @@ namespace {
 
 int Submit(syncd_client* c, const char* name, void* data, syncd_dtype dt, int ndim, const int64_t* shape,
            syncd_reduce_op op, syncd_handle* h) {
-  syncd_tensor t{name, data, dt, ndim, shape};
+  syncd_tensor t{name, data, dt, ndim, shape, 0};
   return syncd_allreduce_async(c, &t, op, 1, 1, h);
 }
 
@@ -53,7 +53,7 @@ TEST_P(Mismatch, EveryRankGetsAnErrorNamingTensorAndRanksThenDaemonServes) {
     syncd_handle h;
     int rc;
     if (label == "root") {
-      syncd_tensor t{"grad.w", buf, dt, 1, shape};
+      syncd_tensor t{"grad.w", buf, dt, 1, shape, 0};
       rc = syncd_broadcast_async(c, &t, odd ? 2 : 0, &h);
     } else {
       rc = Submit(c, "grad.w", buf, dt, 1, shape, op, &h);
@@ -149,7 +149,7 @@ TEST(Errors, RanksThatDetachAndAttachAgainAtOnceAreNeverTakenForCrashed) {
         CHILD_CHECK(c != nullptr, "rank %d, round %d: attach: %s", r, i, syncd_last_error());
         int32_t v = 1;
         int64_t shape = 1;
-        syncd_tensor t{"reattached", &v, SYNCD_INT32, 1, &shape};
+        syncd_tensor t{"reattached", &v, SYNCD_INT32, 1, &shape, 0};
         syncd_handle h;
         CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
         const int rc = syncd_wait(c, h, 20'000);
@@ -189,7 +189,7 @@ TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
   auto st = RunRanks(d.run_dir(), 3, [&](syncd_client* c, int rank, int) {
     int32_t v = 1;
     int64_t shape = 1;
-    syncd_tensor t{"slow.grad", &v, SYNCD_INT32, 1, &shape};
+    syncd_tensor t{"slow.grad", &v, SYNCD_INT32, 1, &shape, 0};
     syncd_handle h;
     if (rank == 1) usleep(2'500'000);  // the straggler
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
@@ -289,7 +289,7 @@ TEST(Errors, ADaemonServesOneJobAtATime) {
   auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
     int32_t v = rank;
     int64_t shape = 1;
-    syncd_tensor t{"x", &v, SYNCD_INT32, 1, &shape};
+    syncd_tensor t{"x", &v, SYNCD_INT32, 1, &shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK,
                 "%s", syncd_last_error());

@@ -19,7 +19,7 @@ namespace syncd::testing {
 namespace {
 
 int Allreduce(syncd_client* c, const char* name, int32_t* v, int64_t count, int timeout_ms = 20'000) {
-  syncd_tensor t{name, v, SYNCD_INT32, 1, &count};
+  syncd_tensor t{name, v, SYNCD_INT32, 1, &count, 0};
   syncd_handle h;
   if (int rc = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h); rc != SYNCD_OK) return rc;
   return syncd_wait(c, h, timeout_ms);
@@ -84,7 +84,7 @@ TEST(Faults, ARankKilledWithARequestInFlightFailsThePeerAndNoDaemonCrashes) {
     CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
     const int64_t count = 1 << 16;
     auto* buf = static_cast<int32_t*>(syncd_alloc(c, count * 4));
-    syncd_tensor t{"grad", buf, SYNCD_INT32, 1, &count};
+    syncd_tensor t{"grad", buf, SYNCD_INT32, 1, &count, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     usleep(200'000);
@@ -283,7 +283,7 @@ TEST(Faults, AClientThatStopsReadingCompletionsLosesNoneAndDelaysNoOne) {
         v[size_t(i)] = i;
         int64_t shape = 1;
         const std::string name = "unread." + std::to_string(i);
-        syncd_tensor t{name.c_str(), &v[size_t(i)], SYNCD_INT32, 1, &shape};
+        syncd_tensor t{name.c_str(), &v[size_t(i)], SYNCD_INT32, 1, &shape, 0};
         syncd_handle h;
         int rc;
         while ((rc = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h)) == SYNCD_ERR_NO_MEMORY) usleep(1000);

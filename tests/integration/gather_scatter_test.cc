@@ -36,7 +36,7 @@ double Cell(syncd_dtype dt, int r, int64_t i, int64_t j) {
 int Allgather(syncd_client* c, const std::string& name, void* buf, syncd_dtype dt, int64_t rows, int64_t cols,
               syncd_result* out) {
   int64_t shape[2] = {rows, cols};
-  syncd_tensor t{name.c_str(), buf, dt, 2, shape};
+  syncd_tensor t{name.c_str(), buf, dt, 2, shape, 0};
   syncd_handle h;
   if (int rc = syncd_allgather_async(c, &t, out, &h); rc != SYNCD_OK) return rc;
   return syncd_wait(c, h, 60'000);
@@ -100,7 +100,7 @@ int CheckedAlltoall(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t co
     for (int64_t k = 0; k < rows(rank, d); ++k, ++at)
       for (int64_t j = 0; j < cols; ++j) SetValue(in.data(), dt, size_t(at * cols + j), AlltoallCell(dt, rank, d, k, j));
   int64_t shape[2] = {total, cols};
-  syncd_tensor t{name.c_str(), in.data(), dt, 2, shape};
+  syncd_tensor t{name.c_str(), in.data(), dt, 2, shape, 0};
   syncd_result res{};
   syncd_handle h;
   CHILD_CHECK(syncd_alltoall_async(c, &t, equal ? nullptr : splits.data(), n, &res, &h) == SYNCD_OK, "%s: %s",
@@ -144,7 +144,7 @@ int CheckedReducescatter(syncd_client* c, int rank, int n, syncd_dtype dt, syncd
   std::vector<char> buf(count * syncd_dtype_size(dt) + 1);
   for (size_t i = 0; i < count; ++i) SetValue(buf.data(), dt, i, Input(rank, i));
   int64_t shape[2] = {rows, cols};
-  syncd_tensor t{name.c_str(), buf.data(), dt, 2, shape};
+  syncd_tensor t{name.c_str(), buf.data(), dt, 2, shape, 0};
   syncd_handle h;
   CHILD_CHECK(syncd_reducescatter_async(c, &t, op, 1.0, 1.0, &h) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
   CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
@@ -173,7 +173,7 @@ TEST_P(GatherScatter, ReducescatterSumAndAverageEveryDtypeUnevenRows) {
     // Scale factors apply as in allreduce.
     std::vector<double> v(size_t(n), 1.0 + rank);
     int64_t shape = n;
-    syncd_tensor t{"rs.scaled", v.data(), SYNCD_FLOAT64, 1, &shape};
+    syncd_tensor t{"rs.scaled", v.data(), SYNCD_FLOAT64, 1, &shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_reducescatter_async(c, &t, SYNCD_SUM, 0.5, 4.0, &h) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s", syncd_last_error());
@@ -196,16 +196,16 @@ TEST_P(GatherScatter, DisagreementsFailOnEveryRankAndTheJobGoesOn) {
     CHILD_CHECK(res.data == nullptr, "a failed allgather has no result");
     // Different dtypes for one name.
     int64_t shape[1] = {4};
-    syncd_tensor t{"bad.dtype", x.data(), rank == 0 ? SYNCD_FLOAT32 : SYNCD_INT32, 1, shape};
+    syncd_tensor t{"bad.dtype", x.data(), rank == 0 ? SYNCD_FLOAT32 : SYNCD_INT32, 1, shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_reducescatter_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     const int rc2 = syncd_wait(c, h, 60'000);
     CHILD_CHECK(rc2 == SYNCD_ERR_MISMATCH, "bad.dtype: %s (%s)", syncd_status_name(rc2), syncd_last_error());
     // Refused before anything is sent: scalars, wrong splits, ops reducescatter lacks.
-    syncd_tensor scalar{"scalar", x.data(), SYNCD_FLOAT32, 0, nullptr};
+    syncd_tensor scalar{"scalar", x.data(), SYNCD_FLOAT32, 0, nullptr, 0};
     CHILD_CHECK(syncd_allgather_async(c, &scalar, &res, &h) == SYNCD_ERR_INVALID, "scalar allgather accepted");
     int64_t five = 5;
-    syncd_tensor odd{"odd", x.data(), SYNCD_FLOAT32, 1, &five};
+    syncd_tensor odd{"odd", x.data(), SYNCD_FLOAT32, 1, &five, 0};
     if (5 % n != 0) CHILD_CHECK(syncd_alltoall_async(c, &odd, nullptr, n, &res, &h) == SYNCD_ERR_INVALID, "5 rows split equally");
     std::vector<int64_t> wrong(static_cast<size_t>(n), 1);
     CHILD_CHECK(syncd_alltoall_async(c, &odd, wrong.data(), n, &res, &h) == SYNCD_ERR_INVALID, "splits not adding up");

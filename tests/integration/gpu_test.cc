@@ -25,7 +25,7 @@ TEST(Gpu, AHostPointerOrAMissingDriverIsRefusedClearly) {
   auto st = RunRanks(d.run_dir(), 1, [](syncd_client* c, int, int) {
     std::vector<float> host(16, 1.0f);
     int64_t shape[1] = {16};
-    syncd_tensor t{"not.on.a.gpu", host.data(), SYNCD_FLOAT32, 1, shape};
+    syncd_tensor t{"not.on.a.gpu", host.data(), SYNCD_FLOAT32, 1, shape, 0};
     syncd_handle h;
     const int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
     CHILD_CHECK(rc == SYNCD_ERR_INVALID, "got %s: %s", syncd_status_name(rc), syncd_last_error());
@@ -77,7 +77,7 @@ int GpuAllreduceChecked(syncd_client* c, int rank, int n, syncd_dtype dt, syncd_
   if (own) CUDA_CHECK(cudaMalloc(&dev, bytes));
   CUDA_CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
   int64_t shape[1] = {int64_t(count)};
-  syncd_tensor t{name.c_str(), dev, dt, 1, shape};
+  syncd_tensor t{name.c_str(), dev, dt, 1, shape, 0};
   syncd_handle h;
   CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, op, 1.0, 1.0, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
   CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
@@ -127,7 +127,7 @@ TEST(Gpu, PrescalePostscaleAndAverageFollowTheHostSemantics) {
     for (size_t i = 0; i < count; ++i) host[i] = float(i % 10 + rank);
     CUDA_CHECK(cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
     int64_t shape[1] = {int64_t(count)};
-    syncd_tensor t{"scaled", dev, SYNCD_FLOAT32, 1, shape};
+    syncd_tensor t{"scaled", dev, SYNCD_FLOAT32, 1, shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_AVERAGE, 0.5, 4.0, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s", syncd_last_error());
@@ -157,7 +157,7 @@ TEST(Gpu, BroadcastEveryDtypeFromEveryRoot) {
         CUDA_CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
         const std::string name = "b." + std::to_string(dt) + "." + std::to_string(root);
         int64_t shape[1] = {int64_t(count)};
-        syncd_tensor t{name.c_str(), dev, dtype, 1, shape};
+        syncd_tensor t{name.c_str(), dev, dtype, 1, shape, 0};
         syncd_handle h;
         CHILD_CHECK(syncd_broadcast_gpu_async(c, &t, root, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
         CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
@@ -190,7 +190,7 @@ TEST(Gpu, ManySmallTensorsFuseIntoFewAllreducesAndStayExact) {
     int64_t shape[1] = {int64_t(kCount)};
     for (int k = 0; k < kTensors; ++k) {
       names[k] = "layer." + std::to_string(k);
-      syncd_tensor t{names[k].c_str(), dev + k * kCount, SYNCD_FLOAT32, 1, shape};
+      syncd_tensor t{names[k].c_str(), dev + k * kCount, SYNCD_FLOAT32, 1, shape, 0};
       CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &hs[k]) == SYNCD_OK, "%s",
                   syncd_last_error());
     }
@@ -227,7 +227,7 @@ TEST(Gpu, TheDaemonWaitsForWorkQueuedOnTheCallersStream) {
       CUDA_CHECK(cudaMemcpyAsync(dst, src, count * 4, cudaMemcpyDeviceToDevice, s));
       const std::string name = "streamed." + std::to_string(round);
       int64_t shape[1] = {int64_t(count)};
-      syncd_tensor t{name.c_str(), dst, SYNCD_INT32, 1, shape};
+      syncd_tensor t{name.c_str(), dst, SYNCD_INT32, 1, shape, 0};
       syncd_handle h;
       CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, s, &h) == SYNCD_OK, "%s", syncd_last_error());
       CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "%s", syncd_last_error());
@@ -279,7 +279,7 @@ TEST(Gpu, HostAndGpuTensorsOfOneNameFailOnEveryRank) {
     float* dev = nullptr;
     CUDA_CHECK(cudaMalloc(&dev, count * 4));
     int64_t shape[1] = {int64_t(count)};
-    syncd_tensor t{"where", rank == 0 ? static_cast<void*>(dev) : host.data(), SYNCD_FLOAT32, 1, shape};
+    syncd_tensor t{"where", rank == 0 ? static_cast<void*>(dev) : host.data(), SYNCD_FLOAT32, 1, shape, 0};
     syncd_handle h;
     const int rc = rank == 0 ? syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h)
                              : syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h);
@@ -303,7 +303,7 @@ TEST(Gpu, Int16AllreduceFailsClearlyAndBoolIsLogical) {
     int16_t* dev = nullptr;
     CUDA_CHECK(cudaMalloc(&dev, 100 * sizeof(int16_t)));
     int64_t shape[1] = {100};
-    syncd_tensor t{"short", dev, SYNCD_INT16, 1, shape};
+    syncd_tensor t{"short", dev, SYNCD_INT16, 1, shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h) == SYNCD_OK, "%s", syncd_last_error());
     const int w = syncd_wait(c, h, 10'000);
@@ -324,7 +324,7 @@ TEST(Gpu, AClientThatDiesFailsItsPeersAndTheDaemonServesTheNextJob) {
     void* dev = nullptr;
     CUDA_CHECK(cudaMalloc(&dev, 4096));
     int64_t shape[1] = {1024};
-    syncd_tensor t{"after", dev, SYNCD_FLOAT32, 1, shape};
+    syncd_tensor t{"after", dev, SYNCD_FLOAT32, 1, shape, 0};
     syncd_handle h;
     int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
     if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
@@ -404,7 +404,7 @@ TEST(Gpu, DaemonsThatShareAGpuRefuseGpuTensorsClearlyAndServeHostTensors) {
     void* dev = nullptr;
     CUDA_CHECK(cudaMalloc(&dev, 64));
     int64_t shape[1] = {16};
-    syncd_tensor t{"on.a.shared.gpu", dev, SYNCD_FLOAT32, 1, shape};
+    syncd_tensor t{"on.a.shared.gpu", dev, SYNCD_FLOAT32, 1, shape, 0};
     syncd_handle h;
     const int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
     CHILD_CHECK(rc == SYNCD_ERR_INVALID, "got %s: %s", syncd_status_name(rc), syncd_last_error());
@@ -416,7 +416,7 @@ TEST(Gpu, DaemonsThatShareAGpuRefuseGpuTensorsClearlyAndServeHostTensors) {
     std::vector<int32_t> host(1024);
     for (size_t i = 0; i < host.size(); ++i) host[i] = int32_t(rank * 1000 + int(i));
     int64_t hshape[1] = {int64_t(host.size())};
-    syncd_tensor ht{"host.after", host.data(), SYNCD_INT32, 1, hshape};
+    syncd_tensor ht{"host.after", host.data(), SYNCD_INT32, 1, hshape, 0};
     CHILD_CHECK(syncd_allreduce_async(c, &ht, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(syncd_wait(c, h, 20'000) == SYNCD_OK, "%s", syncd_last_error());
     for (size_t i = 0; i < host.size(); ++i)

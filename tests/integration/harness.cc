@@ -59,7 +59,7 @@ double ExpectDaemonServes(const Daemon& d, int n) {
   auto st = RunRanks(d.run_dir(), n, [](syncd_client* c, int rank, int) {
     int32_t v = rank + 1;
     int64_t shape = 1;
-    syncd_tensor t{"alive", &v, SYNCD_INT32, 1, &shape};
+    syncd_tensor t{"alive", &v, SYNCD_INT32, 1, &shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK, "%s", syncd_last_error());

@@ -19,7 +19,7 @@ namespace {
 
 
 int Allreduce(syncd_client* c, const std::string& name, void* buf, syncd_dtype dt, int64_t count, syncd_reduce_op op) {
-  syncd_tensor t{name.c_str(), buf, dt, 1, &count};
+  syncd_tensor t{name.c_str(), buf, dt, 1, &count, 0};
   syncd_handle h;
   if (int rc = syncd_allreduce_async(c, &t, op, 1, 1, &h); rc != SYNCD_OK) return rc;
   return syncd_wait(c, h, 60'000);
@@ -65,7 +65,7 @@ TEST_P(ManyNodes, EveryOpAndDtypeIsExactAcrossNodes) {
       std::vector<int64_t> v(1000, rank * 1000 + 7);
       int64_t count = 1000;
       const std::string name = "bcast." + std::to_string(root);
-      syncd_tensor t{name.c_str(), v.data(), SYNCD_INT64, 1, &count};
+      syncd_tensor t{name.c_str(), v.data(), SYNCD_INT64, 1, &count, 0};
       syncd_handle h;
       CHILD_CHECK(syncd_broadcast_async(c, &t, root, &h) == SYNCD_OK, "%s", syncd_last_error());
       CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
@@ -103,7 +103,7 @@ TEST(ManyNodesNegotiation, ThreeHundredNamesPerStepForFiftyStepsUseTheCache) {
     for (int step = 0; step < 50; ++step) {
       for (int i = 0; i < kNames; ++i) {
         for (int64_t k = 0; k < counts[i]; k += 997) bufs[i][k] = float(rank + step);
-        syncd_tensor t{names[i].c_str(), bufs[i], SYNCD_FLOAT32, 1, &counts[i]};
+        syncd_tensor t{names[i].c_str(), bufs[i], SYNCD_FLOAT32, 1, &counts[i], 0};
         CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[i]) == SYNCD_OK, "%s", syncd_last_error());
       }
       for (int i = 0; i < kNames; ++i) {
@@ -135,7 +135,7 @@ void RunSteps(Cluster& cluster, int steps) {
       for (size_t i = 0; i < counts.size(); ++i) {
         for (int64_t k = 0; k < counts[i]; ++k) bufs[i][k] = int32_t(rank * 3 + step + k % 11);
         const std::string name = "w" + std::to_string(i);
-        syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &counts[i]};
+        syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &counts[i], 0};
         CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[i]) == SYNCD_OK, "%s", syncd_last_error());
       }
       for (size_t i = 0; i < counts.size(); ++i) {
@@ -208,7 +208,7 @@ TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
     if (rank >= 2) usleep(2'500'000);  // node 1 lags as a whole
     int32_t v = 1;
     int64_t count = 1;
-    syncd_tensor t{"late.grad", &v, SYNCD_INT32, 1, &count};
+    syncd_tensor t{"late.grad", &v, SYNCD_INT32, 1, &count, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     if (rank == 0) {
@@ -218,7 +218,7 @@ TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
                   "node 0's status while node 1 lags: %s", json.c_str());
       CHILD_CHECK(Contains(json, "\"process_sets\":[{\"id\":0,\"size\":4,"), "%s", json.c_str());
       const std::string text = SyncctlStatus(dir);
-      const size_t section = text.find("\nprocess set 0 (global)   4 ranks   pending tensors 0\n");
+      const size_t section = text.find("\nprocess set 0 (global)   4 ranks on 2 nodes   pending tensors 0\n");
       CHILD_CHECK(section != std::string::npos, "no section for the global set:\n%s", text.c_str());
       const std::string body = text.substr(section);
       CHILD_CHECK(Contains(body, "\n  STALLED  tensor 'late.grad' waiting ") &&

@@ -20,7 +20,7 @@ constexpr double kShutdownS = 3;
 int ExpectStalledOut(syncd_client* c, int rank, const std::string& name, const std::vector<std::string>& expect) {
   int32_t v = 1;
   int64_t shape = 1;
-  syncd_tensor t{name.c_str(), &v, SYNCD_INT32, 1, &shape};
+  syncd_tensor t{name.c_str(), &v, SYNCD_INT32, 1, &shape, 0};
   syncd_handle h;
   CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
   const double t0 = NowS();
@@ -63,7 +63,7 @@ TEST(Stalls, AcrossNodesEveryRankFailsAsAStallNamingTheMissingRank) {
   auto again = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
     int32_t v = rank + 1;
     int64_t shape = 1;
-    syncd_tensor t{"next.job", &v, SYNCD_INT32, 1, &shape};
+    syncd_tensor t{"next.job", &v, SYNCD_INT32, 1, &shape, 0};
     syncd_handle h;
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK && v == 3, "%s (%d)", syncd_last_error(), v);

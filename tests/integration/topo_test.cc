@@ -71,7 +71,7 @@ int Step(syncd_client* c, int rank, int n, int step, const std::vector<int32_t*>
     if (!delay_us.empty() && delay_us[j] > 0) usleep(useconds_t(delay_us[j]));
     for (int64_t k = 0; k < kCounts[i]; ++k) bufs[i][k] = int32_t(rank * 7 + step + i + k % 13);
     const std::string name = "grad." + std::to_string(i);
-    syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &kCounts[i]};
+    syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &kCounts[i], 0};
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[i]) == SYNCD_OK, "%s", syncd_last_error());
   }
   for (int i : order) {
@@ -174,7 +174,7 @@ TEST(Topo, NamesOutsideThePlanAreNegotiatedAndCounted) {
       if (Step(c, rank, n, step, bufs, InOrder(), {}) != 0) return 1;
       int64_t one = 1;
       int32_t v = rank;
-      syncd_tensor t{"loss.metric", &v, SYNCD_INT32, 1, &one};
+      syncd_tensor t{"loss.metric", &v, SYNCD_INT32, 1, &one, 0};
       syncd_handle h;
       CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
       CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK && v == n * (n - 1) / 2, "loss.metric: %d %s", v,
@@ -247,7 +247,7 @@ TEST(TopoErrors, PlansThatDifferAcrossNodesFailTheJobNamingTheNodes) {
     // The job is over: later collectives fail at once, naming why.
     int32_t v = 1;
     int64_t one = 1;
-    syncd_tensor t{"after", &v, SYNCD_INT32, 1, &one};
+    syncd_tensor t{"after", &v, SYNCD_INT32, 1, &one, 0};
     syncd_handle h;
     int rc2 = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h);
     if (rc2 == SYNCD_OK) rc2 = syncd_wait(c, h, 10'000);
@@ -278,7 +278,7 @@ TEST(TopoErrors, ATensorThatBreaksThePlanFailsEveryRank) {
     if (rc == SYNCD_OK) {
       std::vector<int32_t> buf(64);
       const int64_t count = rank == 1 ? 4 : 3;  // the plan says grad.0 has 3 elements
-      syncd_tensor t{"grad.0", buf.data(), SYNCD_INT32, 1, &count};
+      syncd_tensor t{"grad.0", buf.data(), SYNCD_INT32, 1, &count, 0};
       syncd_handle h;
       rc = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h);
       if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
@@ -314,7 +314,7 @@ TEST_P(EveryMode, RandomOrdersAndDelaysNeverHang) {
         if (rng() % 8 == 0) usleep(rng() % 300);
         for (int64_t k = 0; k < kSmall[i]; ++k) bufs[i][k] = int32_t(rank + step * 3 + i + k);
         const std::string name = "grad." + std::to_string(i);
-        syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &kSmall[i]};
+        syncd_tensor t{name.c_str(), bufs[i], SYNCD_INT32, 1, &kSmall[i], 0};
         CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[i]) == SYNCD_OK, "%s", syncd_last_error());
       }
       std::shuffle(order.begin(), order.end(), rng);

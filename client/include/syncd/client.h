@@ -109,11 +109,12 @@ SYNCD_API void syncd_free(syncd_client* c, void* ptr);
 SYNCD_API int syncd_in_arena(const syncd_client* c, const void* ptr, size_t bytes);
 
 typedef struct syncd_tensor {
-  const char* name;      /* unique among this rank's in-flight requests */
+  const char* name;      /* unique among this rank's in-flight requests (of its process set) */
   void* data;            /* input and output */
   syncd_dtype dtype;
   int ndim;              /* 0 for a scalar */
   const int64_t* shape;  /* ndim extents */
+  int process_set;       /* 0 (left out in an initializer): every rank; else a syncd_add_process_set id */
 } syncd_tensor;
 
 SYNCD_API int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
@@ -164,6 +165,26 @@ SYNCD_API int syncd_reducescatter_async(syncd_client* c, const syncd_tensor* t, 
 SYNCD_API int64_t syncd_reducescatter_rows(int64_t first_dim, int size, int rank);
 /* Gives a result's block back to the daemon; *result is cleared. */
 SYNCD_API void syncd_release_result(syncd_client* c, syncd_result* result);
+
+/* ---- Process sets: collectives among a subset of the ranks (Horovod's process sets).
+ *
+ * syncd_add_process_set is a collective of every rank of the job: all call it with the same
+ * ranks (any order; duplicates are an error), in the same order as their other set changes, and
+ * get the same id (ids are never reused within a job). Then collectives with t->process_set = id
+ * involve the set's ranks only: names are matched within the set, AVERAGE divides by the set's
+ * size, roots and alltoall splits are the set's (a root is a global rank of the set), and a rank
+ * outside the set gets SYNCD_ERR_INVALID. Sets on one node never leave its daemon; disjoint sets
+ * run concurrently. syncd_remove_process_set (every rank, collective) fails what is still in
+ * flight in the set; its id is then refused. The set's rank of this process (-1 if not in it) and
+ * its size come from syncd_process_set_rank / _size. */
+SYNCD_API int syncd_add_process_set(syncd_client* c, const int* ranks, int nranks, int64_t timeout_ms, int* id);
+SYNCD_API int syncd_remove_process_set(syncd_client* c, int id, int64_t timeout_ms);
+SYNCD_API int syncd_process_set_rank(const syncd_client* c, int id);
+SYNCD_API int syncd_process_set_size(const syncd_client* c, int id);
+/* A barrier of a process set (0: every rank), and syncd_fail_async for a name of a process set. */
+SYNCD_API int syncd_barrier_set_async(syncd_client* c, int process_set, syncd_handle* out);
+SYNCD_API int syncd_fail_set_async(syncd_client* c, int process_set, const char* name, const char* why,
+                                   syncd_handle* out);
 
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);

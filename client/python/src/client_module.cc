@@ -92,7 +92,7 @@ class PyClient {
     if (shape.size() > SYNCD_MAX_DIMS)
       throw py::value_error("tensor '" + name + "': " + std::to_string(shape.size()) + " dimensions, at most " +
                             std::to_string(SYNCD_MAX_DIMS) + " are supported");
-    return syncd_tensor{name.c_str(), reinterpret_cast<void*>(addr), syncd_dtype(dtype), int(shape.size()), shape.data()};
+    return syncd_tensor{name.c_str(), reinterpret_cast<void*>(addr), syncd_dtype(dtype), int(shape.size()), shape.data(), 0};
   }
 
   // `stream`: None for host memory; for CUDA memory the cudaStream_t (as an integer, 0 for the

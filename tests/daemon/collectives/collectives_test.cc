@@ -12,7 +12,7 @@ namespace {
 Request Tensor(abi::OpKind kind, uint32_t rank, std::vector<float>* data) {
   Request r;
   r.kind = kind;
-  r.rank = r.local_rank = rank;
+  r.rank = r.local_rank = r.set_rank = rank;
   r.name = "t";
   r.dtype = SYNCD_FLOAT32;
   r.shape = {int64_t(data->size())};

@@ -1,0 +1,54 @@
+// A process set's view of the job's transport: its members are some of the job's nodes (member
+// i is parent node nodes[i]) and its messages carry the set's slot in the top bits of the tag, so
+// that the set's collectives and coordination never match another set's. Everything else
+// (progress, completion, peer failures, epochs) is the parent's: one network, one engine thread.
+//
+// Tag layout (48 bits): slot (6) | the rest. Slot 0 is the global set's data (which uses the low
+// 42 bits only); its control tags are all ones (slot 63); a set's control tags are its slot
+// followed by ones. Slots 1..62 are the sets'.
+#ifndef SYNCD_DAEMON_TRANSPORT_SET_TRANSPORT_H_
+#define SYNCD_DAEMON_TRANSPORT_SET_TRANSPORT_H_
+
+#include <vector>
+
+#include "daemon/transport/transport.h"
+
+namespace syncd {
+
+inline constexpr uint32_t kSetSlotShift = 42;
+inline constexpr uint64_t kSetSlotMask = uint64_t{63} << kSetSlotShift;
+
+class SetTransport final : public Transport {
+ public:
+  // `nodes`: the parent ranks of the members, in order; this node is one of them.
+  SetTransport(Transport* parent, std::vector<uint32_t> nodes, uint32_t slot);
+
+  uint32_t rank() const override { return rank_; }
+  uint32_t size() const override { return uint32_t(nodes_.size()); }
+  CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) override {
+    return parent_->Send(nodes_[peer], Tag(tag), data, bytes, std::move(owner));
+  }
+  CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override {
+    return parent_->Recv(nodes_[peer], Tag(tag), data, bytes, std::move(owner));
+  }
+  bool Progress() override { return parent_->Progress(); }
+  CommState Test(CommHandle h, Status* error) override { return parent_->Test(h, error); }
+  void Cancel(CommHandle h) override { parent_->Cancel(h); }
+  // The job's epoch and its leftovers are the parent's business.
+  void SetEpoch(uint32_t) override {}
+  void DiscardArrived() override {}
+  std::optional<Status> PeerFailure() const override;
+  bool PeerLost(uint32_t peer) const override { return parent_->PeerLost(nodes_[peer]); }
+
+ private:
+  uint64_t Tag(uint64_t tag) const { return (tag & kTagMask & ~kSetSlotMask) | slot_bits_; }
+
+  Transport* parent_;
+  std::vector<uint32_t> nodes_;
+  uint32_t rank_ = 0;
+  uint64_t slot_bits_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_TRANSPORT_SET_TRANSPORT_H_
