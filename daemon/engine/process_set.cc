@@ -232,7 +232,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
     case Reach::kRemoved: {
       const size_t waiting = table_.pending();
       FailHeld(why);
-      if (negotiator_) negotiator_->Break(why);
+      if (negotiator_ && negotiator_->pending() > 0) negotiator_->Break(why);  // else nothing to fail
       return waiting;
     }
     case Reach::kJob: {

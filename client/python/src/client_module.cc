@@ -88,18 +88,20 @@ class PyClient {
     return py::memoryview::from_memory(reinterpret_cast<void*>(addr), py::ssize_t(bytes), false);
   }
 
-  static syncd_tensor Tensor(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape) {
+  static syncd_tensor Tensor(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape,
+                             int process_set) {
     if (shape.size() > SYNCD_MAX_DIMS)
       throw py::value_error("tensor '" + name + "': " + std::to_string(shape.size()) + " dimensions, at most " +
                             std::to_string(SYNCD_MAX_DIMS) + " are supported");
-    return syncd_tensor{name.c_str(), reinterpret_cast<void*>(addr), syncd_dtype(dtype), int(shape.size()), shape.data(), 0};
+    return syncd_tensor{name.c_str(), reinterpret_cast<void*>(addr), syncd_dtype(dtype), int(shape.size()), shape.data(),
+                        process_set};
   }
 
   // `stream`: None for host memory; for CUDA memory the cudaStream_t (as an integer, 0 for the
   // default stream) whose queued work produces the tensor.
   uint64_t Allreduce(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
-                     double prescale, double postscale, std::optional<uintptr_t> stream) {
-    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+                     double prescale, double postscale, std::optional<uintptr_t> stream, int process_set) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
     syncd_handle h = 0;
     if (stream)
       Check(syncd_allreduce_gpu_async(get(), &t, syncd_reduce_op(op), prescale, postscale, reinterpret_cast<void*>(*stream), &h));
@@ -109,8 +111,8 @@ class PyClient {
   }
 
   uint64_t Broadcast(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int root,
-                     std::optional<uintptr_t> stream) {
-    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+                     std::optional<uintptr_t> stream, int process_set) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
     syncd_handle h = 0;
     if (stream)
       Check(syncd_broadcast_gpu_async(get(), &t, root, reinterpret_cast<void*>(*stream), &h));
@@ -121,8 +123,9 @@ class PyClient {
 
   // Allgather and alltoall: the daemon places the result; after the request completes, Result
   // gives it (a memoryview into the result area and the per-rank rows) until Release.
-  uint64_t Allgather(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape) {
-    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+  uint64_t Allgather(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape,
+                     int process_set) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
     auto result = std::make_unique<syncd_result>();
     syncd_handle h = 0;
     Check(syncd_allgather_async(get(), &t, result.get(), &h));
@@ -131,8 +134,8 @@ class PyClient {
   }
 
   uint64_t Alltoall(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape,
-                    const std::optional<std::vector<int64_t>>& splits) {
-    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+                    const std::optional<std::vector<int64_t>>& splits, int process_set) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
     auto result = std::make_unique<syncd_result>();
     syncd_handle h = 0;
     Check(syncd_alltoall_async(get(), &t, splits ? splits->data() : nullptr, splits ? int(splits->size()) : 0,
@@ -143,8 +146,8 @@ class PyClient {
 
   // In place: this rank's rows end at the start of the tensor (reducescatter_rows says how many).
   uint64_t Reducescatter(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
-                         double prescale, double postscale) {
-    const syncd_tensor t = Tensor(name, addr, dtype, shape);
+                         double prescale, double postscale, int process_set) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
     syncd_handle h = 0;
     Check(syncd_reducescatter_async(get(), &t, syncd_reduce_op(op), prescale, postscale, &h));
     return h;
@@ -166,16 +169,28 @@ class PyClient {
     results_.erase(it);
   }
 
-  uint64_t Barrier() {
+  uint64_t Barrier(int process_set) {
     syncd_handle h = 0;
-    Check(syncd_barrier_async(get(), &h));
+    Check(syncd_barrier_set_async(get(), process_set, &h));
     return h;
   }
 
-  uint64_t Fail(const std::string& name, const std::string& why) {
+  uint64_t Fail(const std::string& name, const std::string& why, int process_set) {
     syncd_handle h = 0;
-    Check(syncd_fail_async(get(), name.c_str(), why.c_str(), &h));
+    Check(syncd_fail_set_async(get(), process_set, name.c_str(), why.c_str(), &h));
     return h;
+  }
+
+  // Collectives of every rank: block (GIL released) until every daemon made the change. A bad
+  // argument is a ValueError, a change that failed a collective error.
+  int AddProcessSet(const std::vector<int>& ranks, int64_t timeout_ms) {
+    int id = 0;
+    CheckChange(Unlocked([&](syncd_client* c) { return syncd_add_process_set(c, ranks.data(), int(ranks.size()), timeout_ms, &id); }));
+    return id;
+  }
+
+  void RemoveProcessSet(int id, int64_t timeout_ms) {
+    CheckChange(Unlocked([&](syncd_client* c) { return syncd_remove_process_set(c, id, timeout_ms); }));
   }
 
   // True when complete (the handle is then released); raises on failure.
@@ -191,12 +206,7 @@ class PyClient {
 
   // True when complete; False on timeout (the request stays in flight); raises on failure.
   bool Wait(uint64_t h, int64_t timeout_ms) {
-    syncd_client* c = get();
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = syncd_wait(c, h, timeout_ms);
-    }
+    const int rc = Unlocked([&](syncd_client* c) { return syncd_wait(c, h, timeout_ms); });
     if (rc == SYNCD_ERR_TIMEOUT) return false;
     if (rc != SYNCD_OK) {
       results_.erase(h);
@@ -236,6 +246,17 @@ class PyClient {
  private:
   // A request that failed after submission: a collective error, never a ValueError.
   [[noreturn]] static void RaiseCompletion(int status) { RaiseSyncdError(syncd_last_error(), status); }
+  static void CheckChange(int rc) {
+    if (rc == SYNCD_ERR_INVALID) Raise(rc);
+    if (rc != SYNCD_OK) RaiseCompletion(rc);
+  }
+  // Runs a blocking call of the C client without the GIL.
+  template <typename F>
+  int Unlocked(F call) {
+    syncd_client* c = get();
+    py::gil_scoped_release nogil;
+    return call(c);
+  }
 
   syncd_client* c_ = nullptr;
   // Where the completions of allgathers and alltoalls in flight (or not yet released) describe
@@ -268,22 +289,25 @@ PYBIND11_MODULE(_client, m) {
       .def("view", &PyClient::View, py::arg("addr"), py::arg("nbytes"))
       .def("allreduce_async", &PyClient::Allreduce, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
-           py::arg("stream") = py::none())
+           py::arg("stream") = py::none(), py::arg("process_set") = 0)
       .def("broadcast_async", &PyClient::Broadcast, py::arg("name"), py::arg("addr"), py::arg("dtype"),
-           py::arg("shape"), py::arg("root"), py::arg("stream") = py::none())
+           py::arg("shape"), py::arg("root"), py::arg("stream") = py::none(), py::arg("process_set") = 0)
       .def("allgather_async", &PyClient::Allgather, py::arg("name"), py::arg("addr"), py::arg("dtype"),
-           py::arg("shape"))
+           py::arg("shape"), py::arg("process_set") = 0)
       .def("alltoall_async", &PyClient::Alltoall, py::arg("name"), py::arg("addr"), py::arg("dtype"), py::arg("shape"),
-           py::arg("splits") = py::none())
+           py::arg("splits") = py::none(), py::arg("process_set") = 0)
       .def("reducescatter_async", &PyClient::Reducescatter, py::arg("name"), py::arg("addr"), py::arg("dtype"),
-           py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+           py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+           py::arg("process_set") = 0)
+      .def("add_process_set", &PyClient::AddProcessSet, py::arg("ranks"), py::arg("timeout_ms") = -1)
+      .def("remove_process_set", &PyClient::RemoveProcessSet, py::arg("id"), py::arg("timeout_ms") = -1)
       .def("result", &PyClient::Result, py::arg("handle"))
       .def("release", &PyClient::Release, py::arg("handle"))
       .def_static("reducescatter_rows", [](int64_t first_dim, int size, int rank) {
         return syncd_reducescatter_rows(first_dim, size, rank);
       })
-      .def("barrier_async", &PyClient::Barrier)
-      .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"))
+      .def("barrier_async", &PyClient::Barrier, py::arg("process_set") = 0)
+      .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"), py::arg("process_set") = 0)
       .def("poll", &PyClient::Poll, py::arg("handle"))
       .def("wait", &PyClient::Wait, py::arg("handle"), py::arg("timeout_ms") = -1)
       .def("register_graph", &PyClient::RegisterGraph, py::arg("ops"), py::arg("edges"), py::arg("fetches"),

@@ -24,3 +24,4 @@ from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allgather_asyn
                                  grouped_reducescatter_async, poll, reducescatter, reducescatter_async,
                                  synchronize)
 from syncd.torch.optimizer import DistributedOptimizer
+from syncd.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set

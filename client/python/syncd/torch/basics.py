@@ -35,6 +35,7 @@ _client_obj = None
 # they move their tensors out before the arena is unmapped.
 _arena_owners = weakref.WeakSet()
 _shutdown_hooks = []
+_init_hooks = []
 
 
 def _not_initialized():
@@ -48,14 +49,19 @@ def client():
 
 
 def init(comm=None, process_sets=None):
-    """Attaches this process to its node's syncd. Calling it again while attached does nothing."""
+    """Attaches this process to its node's syncd (calling it again while attached does nothing),
+    then adds `process_sets` (ProcessSet objects or lists of ranks), as every rank must."""
     global _client_obj
     if comm is not None:
         raise ValueError("syncd.torch.init: MPI communicators are not supported; ranks come from syncrun/srun")
-    if process_sets is not None:
-        raise ValueError("syncd.torch.init: process sets are not supported; every collective spans all ranks")
     if _client_obj is None:
         _client_obj = _client.Client()
+        for hook in list(_init_hooks):
+            hook()
+    if process_sets:
+        from syncd.torch.process_sets import add_process_set
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def shutdown():

@@ -6,10 +6,11 @@ import pickle
 import torch
 
 from syncd.torch import basics
-from syncd.torch.mpi_ops import _allgather_rows_async, broadcast_, broadcast_async_, synchronize
+from syncd.torch.mpi_ops import _allgather_rows_async, _ps, broadcast_, broadcast_async_, synchronize
+from syncd.torch.process_sets import global_process_set
 
 
-def broadcast_parameters(params, root_rank, process_set=None):
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
     """Broadcasts parameters (a state_dict or model.named_parameters() / model.parameters()) from
     root_rank in place, so every rank starts from the same model."""
     if isinstance(params, dict):
@@ -22,12 +23,12 @@ def broadcast_parameters(params, root_rank, process_set=None):
     for i, (name, p) in enumerate(params):
         if not torch.is_tensor(p):
             raise ValueError("broadcast_parameters: %s is a %s, not a tensor" % (name or "parameter %d" % i, type(p)))
-        handles.append(broadcast_async_(p, root_rank, name))
+        handles.append(broadcast_async_(p, root_rank, name, process_set=process_set))
     for h in handles:
         synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (hyperparameters of each param group and per-parameter
     state such as momentum buffers) equal to root_rank's.
 
@@ -36,7 +37,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state = broadcast_object(optimizer.state_dict() if basics.rank() == root_rank else None, root_rank,
-                             name="optimizer_state")
+                             name="optimizer_state", process_set=process_set)
     if basics.rank() != root_rank:
         optimizer.load_state_dict(state)
 
@@ -52,7 +53,7 @@ def _from_bytes(data):
     return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Serializes `obj` on root_rank and returns it on every rank (the root included)."""
     name = name if name is not None else type(obj).__name__
     if basics.rank() == root_rank:
@@ -60,19 +61,19 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
         length = torch.tensor([data.numel()], dtype=torch.int64)
     else:
         length = torch.zeros(1, dtype=torch.int64)
-    broadcast_(length, root_rank, name="%s.sz" % name)
+    broadcast_(length, root_rank, name="%s.sz" % name, process_set=process_set)
     if basics.rank() != root_rank:
         data = torch.zeros(int(length.item()), dtype=torch.uint8)
-    broadcast_(data, root_rank, name="%s.t" % name)
+    broadcast_(data, root_rank, name="%s.t" % name, process_set=process_set)
     return _from_bytes(data)
 
 
-def allgather_object(obj, name=None, process_set=None):
-    """Returns the list of every rank's `obj`, in rank order."""
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj` (of the set), in rank order."""
     name = name if name is not None else type(obj).__name__
     data = _to_bytes(obj)
     # One allgather of the bytes; its rows per rank are the lengths.
-    everything, lengths = synchronize(_allgather_rows_async(data, "allgather_object.%s" % name))
+    everything, lengths = synchronize(_allgather_rows_async(data, "allgather_object.%s" % name, _ps(process_set)))
     out, at = [], 0
     for length in lengths:
         out.append(_from_bytes(everything[at:at + length]))

@@ -24,6 +24,7 @@ from syncd.errors import SyncdError
 from syncd.torch import basics
 from syncd.torch.basics import Adasum, Average, Sum, client, dtype_code
 from syncd.torch.compression import Compression
+from syncd.torch.process_sets import global_process_set, set_id, set_rank, set_size
 
 
 class HorovodInternalError(SyncdError):
@@ -35,28 +36,42 @@ class HorovodInternalError(SyncdError):
 
 _handles = {}  # handle -> _Request, until synchronize()
 _handle_ids = itertools.count(1)
-_noname = itertools.count(1)
+_noname = {}  # process set id -> counter of unnamed calls (every member counts the same calls)
 
 
-def _name(prefix, name):
-    return "%s.%s" % (prefix, name if name is not None else "noname.%d" % next(_noname))
+def _name(prefix, name, ps=None):
+    if name is not None:
+        return "%s.%s" % (prefix, name)
+    counter = _noname.setdefault(set_id(ps), itertools.count(1))
+    return "%s.noname.%d" % (prefix, next(counter))
+
+
+def _ps(process_set):
+    """None for the global set, else the (added) ProcessSet this rank is in."""
+    if process_set is None or process_set is global_process_set:
+        return None
+    set_id(process_set)  # raises ValueError unless added and including this rank
+    return process_set
 
 
 _refused = []  # handles of names this rank refused (syncd_fail_async), reaped as they complete
 
 
 def _forget_handles():
-    # At shutdown the client abandons in-flight requests; their handles mean nothing after.
+    # At shutdown the client abandons in-flight requests; their handles mean nothing after, and
+    # the next job's process sets are new ones.
     _handles.clear()
     _refused.clear()
+    for pid in [p for p in _noname if p != 0]:
+        del _noname[pid]
 
 
-def _refuse(names, error):
+def _refuse(names, error, ps=None):
     """This rank cannot take part in `names`: every rank's request of each fails with `error`."""
     c = client()
     for name in names:
         try:
-            _refused.append(c.fail_async(name, str(error)))
+            _refused.append(c.fail_async(name, str(error), set_id(ps)))
         except (SyncdError, ValueError):
             pass  # the daemon is gone, or the name is in flight already: nobody waits for this one
     _reap_refused()
@@ -164,7 +179,7 @@ def _stage(part, tensor, output):
 
 
 @contextlib.contextmanager
-def _submitting(req, name):
+def _submitting(req, name, ps=None):
     """A new part of `req` for the tensor `name`. If anything fails before it is submitted, the
     other ranks learn it instead of waiting (not for a duplicate name) and its staging is freed."""
     if _refused:
@@ -175,23 +190,24 @@ def _submitting(req, name):
     except BaseException as e:
         if part.block is not None:
             client().free(part.block)
-        _refuse([name], e)
+        _refuse([name], e, ps)
         raise
     req.parts.append(part)
 
 
-def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0):
+def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0, ps=None):
     c = client()
-    with _submitting(req, name) as part:
+    with _submitting(req, name, ps) as part:
         code = dtype_code(tensor, "tensor '%s'" % name)
         addr = _stage(part, tensor, output)
         # CUDA tensors: the daemon waits for the work queued so far on the current stream.
         stream = torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda and tensor.numel() > 0 else None
         if kind == "allreduce":
             part.handle = c.allreduce_async(name, addr, code, list(tensor.shape), op, float(prescale),
-                                            float(postscale), stream=stream)
+                                            float(postscale), stream=stream, process_set=set_id(ps))
         else:
-            part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root), stream=stream)
+            part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root), stream=stream,
+                                            process_set=set_id(ps))
 
 
 def _stage_input(part, tensor):
@@ -215,26 +231,28 @@ def _placed(part, like):
     return out.view((sum(part.rows),) + tuple(like.shape[1:])).to(like.device)
 
 
-def _submit_kind(req, kind, name, tensor, op=Average, prescale=1.0, postscale=1.0, splits=None):
+def _submit_kind(req, kind, name, tensor, op=Average, prescale=1.0, postscale=1.0, splits=None, ps=None):
     """allgather, alltoall, reducescatter: the input is staged, the output built at completion."""
     c = client()
-    with _submitting(req, name) as part:
+    pid = set_id(ps)
+    with _submitting(req, name, ps) as part:
         code = dtype_code(tensor, "tensor '%s'" % name)
         if tensor.dim() == 0:
             raise ValueError("tensor '%s': %s needs a tensor of at least one dimension" % (name, kind))
         addr = _stage_input(part, tensor)
         shape = list(tensor.shape)
         if kind == "allgather":
-            part.handle = c.allgather_async(name, addr, code, shape)
+            part.handle = c.allgather_async(name, addr, code, shape, process_set=pid)
             part.placed = True
             part.fetch = lambda: _placed(part, tensor)
         elif kind == "alltoall":
-            part.handle = c.alltoall_async(name, addr, code, shape, splits)
+            part.handle = c.alltoall_async(name, addr, code, shape, splits, process_set=pid)
             part.placed = True
             part.fetch = lambda: _placed(part, tensor)
         else:
-            part.handle = c.reducescatter_async(name, addr, code, shape, op, float(prescale), float(postscale))
-            rows = c.reducescatter_rows(tensor.shape[0], basics.size(), basics.rank())
+            part.handle = c.reducescatter_async(name, addr, code, shape, op, float(prescale), float(postscale),
+                                                process_set=pid)
+            rows = c.reducescatter_rows(tensor.shape[0], set_size(ps), set_rank(ps))
             row = tensor[0].numel() if tensor.shape[0] > 0 else 0
             part.fetch = lambda: part.staging[:rows * row].clone().view((rows,) + tuple(tensor.shape[1:])).to(tensor.device)
 
@@ -269,154 +287,157 @@ def _resolve_op(op, average):
     return op
 
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, ps):
     req = _Request(output, keep=tensor)
-    _submit(req, "allreduce", _name("allreduce", name), tensor, output, op, prescale_factor, postscale_factor)
+    _submit(req, "allreduce", _name("allreduce", name, ps), tensor, output, op, prescale_factor, postscale_factor,
+            ps=ps)
     return _register(req)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=None):
+                    process_set=global_process_set):
     """Starts an allreduce of `tensor` into a new tensor (the input is not modified)."""
     op = _resolve_op(op, average)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, _ps(process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=None):
+                     process_set=global_process_set):
     """Starts an in-place allreduce of `tensor`."""
     op = _resolve_op(op, average)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, _ps(process_set))
 
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
-        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor, ctx.ps = op, prescale_factor, postscale_factor, ps
         return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale_factor,
-                                           postscale_factor=postscale_factor))
+                                           postscale_factor=postscale_factor, process_set=ps))
 
     @staticmethod
     def backward(ctx, grad_output):
         return allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
-                         postscale_factor=ctx.postscale_factor), None, None, None, None
+                         postscale_factor=ctx.postscale_factor, process_set=ctx.ps), None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=None):
-    """Reduces `tensor` over all ranks (Average by default) and returns the result. Differentiable:
-    the gradient of an allreduce is the allreduce of the gradient."""
+              postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over the set's ranks (Average by default) and returns the result.
+    Differentiable: the gradient of an allreduce is the allreduce of the gradient."""
     op = _resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
-    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, _ps(process_set))
     return compression.decompress(reduced, ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=None):
+               process_set=global_process_set):
     """Reduces `tensor` in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
-def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, ps):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
-    base = _name("grouped_allreduce", name)
+    base = _name("grouped_allreduce", name, ps)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     req = _Request(outputs, keep=tensors)
     for i, (t, out) in enumerate(zip(tensors, outputs)):
         try:
-            _submit(req, "allreduce", names[i], t, out, op, prescale_factor, postscale_factor)
+            _submit(req, "allreduce", names[i], t, out, op, prescale_factor, postscale_factor, ps=ps)
         except BaseException as e:
-            _refuse(names[i + 1:], e)  # the parts after it never come from this rank either
+            _refuse(names[i + 1:], e, ps)  # the parts after it never come from this rank either
             _abandon(req)
             raise
     return _register(req)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                            process_set=None):
+                            process_set=global_process_set):
     """Starts one allreduce of a list of tensors; synchronize() returns the list of results."""
     op = _resolve_op(op, average)
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor)
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, _ps(process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                             process_set=None):
+                             process_set=global_process_set):
     op = _resolve_op(op, average)
     tensors = list(tensors)
-    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, _ps(process_set))
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
-        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+    def forward(ctx, name, op, prescale_factor, postscale_factor, ps, *tensors):
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor, ctx.ps = op, prescale_factor, postscale_factor, ps
         return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
                                                          prescale_factor=prescale_factor,
-                                                         postscale_factor=postscale_factor)))
+                                                         postscale_factor=postscale_factor, process_set=ps)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         grads = grouped_allreduce(list(grad_outputs), op=ctx.op, prescale_factor=ctx.prescale_factor,
-                                  postscale_factor=ctx.postscale_factor)
-        return (None, None, None, None) + tuple(grads)
+                                  postscale_factor=ctx.postscale_factor, process_set=ctx.ps)
+        return (None, None, None, None, None) + tuple(grads)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(op, average)
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, _ps(process_set), *compressed)
     return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=None):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor))
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
 
 
-def _broadcast_async(tensor, output, root_rank, name):
+def _broadcast_async(tensor, output, root_rank, name, ps):
     req = _Request(output, keep=tensor)
-    _submit(req, "broadcast", _name("broadcast", name), tensor, output, root=root_rank)
+    _submit(req, "broadcast", _name("broadcast", name, ps), tensor, output, root=root_rank, ps=ps)
     return _register(req)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    """Starts a broadcast of root_rank's `tensor` into a new tensor on every rank."""
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast of root_rank's `tensor` (a global rank of the set) into a new tensor on
+    every rank of the set."""
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _broadcast_async(tensor, output, root_rank, name)
+    return _broadcast_async(tensor, output, root_rank, name, _ps(process_set))
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _broadcast_async(tensor, tensor, root_rank, name)
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, tensor, root_rank, name, _ps(process_set))
 
 
 class _Broadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name))
+    def forward(ctx, tensor, root_rank, name, ps):
+        ctx.root_rank, ctx.ps = root_rank, ps
+        return synchronize(broadcast_async(tensor, root_rank, name, ps))
 
     @staticmethod
     def backward(ctx, grad_output):
         # As horovod.torch 0.28: the root's input gets the average of every rank's output
         # gradient, the other ranks' inputs zero.
-        reduced = allreduce(grad_output, op=Average)
+        reduced = allreduce(grad_output, op=Average, process_set=ctx.ps)
         if basics.rank() != ctx.root_rank:
             reduced = reduced * 0
-        return reduced, None, None
+        return reduced, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=None):
-    return _Broadcast.apply(tensor, root_rank, name)
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    return _Broadcast.apply(tensor, root_rank, name, _ps(process_set))
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def _outputs(parts):
@@ -427,79 +448,80 @@ def _outputs_and_rows(parts):
     return [(p.output, p.rows) for p in parts]
 
 
-def _grouped(kind, tensors, name, result=_outputs, **kw):
+def _grouped(kind, tensors, name, ps, result=_outputs, **kw):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_%s needs at least one tensor" % kind)
-    base = _name("grouped_" + kind, name)
+    base = _name("grouped_" + kind, name, ps)
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
     req = _Request(result, keep=tensors)
     for i, t in enumerate(tensors):
         try:
-            _submit_kind(req, kind, names[i], t, **kw)
+            _submit_kind(req, kind, names[i], t, ps=ps, **kw)
         except BaseException as e:
-            _refuse(names[i + 1:], e)
+            _refuse(names[i + 1:], e, ps)
             _abandon(req)
             raise
     return _register(req)
 
 
-def allgather_async(tensor, name=None, process_set=None):
+def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: synchronize() returns every rank's `tensor` concatenated along the
     first dimension, in rank order (first dimensions may differ, the others must agree)."""
+    ps = _ps(process_set)
     req = _Request(lambda parts: parts[0].output, keep=tensor)
-    _submit_kind(req, "allgather", _name("allgather", name), tensor)
+    _submit_kind(req, "allgather", _name("allgather", name, ps), tensor, ps=ps)
     return _register(req)
 
 
-def _allgather_rows_async(tensor, name):
+def _allgather_rows_async(tensor, name, ps=None):
     """An allgather whose synchronize() returns (output, every rank's first dimension)."""
     req = _Request(lambda parts: (parts[0].output, parts[0].rows), keep=tensor)
-    _submit_kind(req, "allgather", name, tensor)
+    _submit_kind(req, "allgather", name, tensor, ps=ps)
     return _register(req)
 
 
 class _Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        output, rows = synchronize(_allgather_rows_async(tensor, _name("allgather", name)))
-        ctx.offset, ctx.rows = sum(rows[:basics.rank()]), tensor.shape[0]
+    def forward(ctx, tensor, name, ps):
+        output, rows = synchronize(_allgather_rows_async(tensor, _name("allgather", name, ps), ps))
+        ctx.offset, ctx.rows, ctx.ps = sum(rows[:set_rank(ps)]), tensor.shape[0], ps
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
         # As horovod.torch: the average of every rank's gradient of the gathered tensor, this
         # rank's rows of it.
-        return allreduce(grad_output, op=Average).narrow(0, ctx.offset, ctx.rows), None
+        return allreduce(grad_output, op=Average, process_set=ctx.ps).narrow(0, ctx.offset, ctx.rows), None, None
 
 
-def allgather(tensor, name=None, process_set=None):
+def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension, in rank order. Differentiable."""
-    return _Allgather.apply(tensor, name)
+    return _Allgather.apply(tensor, name, _ps(process_set))
 
 
-def grouped_allgather_async(tensors, name=None, process_set=None):
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts an allgather of each tensor; synchronize() returns the list of results."""
-    return _grouped("allgather", tensors, name)
+    return _grouped("allgather", tensors, name, _ps(process_set))
 
 
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, *tensors):
-        ctx.rows = [t.shape[0] for t in tensors]
-        gathered = synchronize(_grouped("allgather", tensors, name, result=_outputs_and_rows))
+    def forward(ctx, name, ps, *tensors):
+        ctx.rows, ctx.ps = [t.shape[0] for t in tensors], ps
+        gathered = synchronize(_grouped("allgather", tensors, name, ps, result=_outputs_and_rows))
         # This rank's offset in each output: the rows of the ranks before it.
-        ctx.offsets = [sum(rows[:basics.rank()]) for _, rows in gathered]
+        ctx.offsets = [sum(rows[:set_rank(ps)]) for _, rows in gathered]
         return tuple(out for out, _ in gathered)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        reduced = grouped_allreduce(list(grad_outputs), op=Average)
-        return (None,) + tuple(g.narrow(0, o, r) for g, o, r in zip(reduced, ctx.offsets, ctx.rows))
+        reduced = grouped_allreduce(list(grad_outputs), op=Average, process_set=ctx.ps)
+        return (None, None) + tuple(g.narrow(0, o, r) for g, o, r in zip(reduced, ctx.offsets, ctx.rows))
 
 
-def grouped_allgather(tensors, name=None, process_set=None):
-    return list(_GroupedAllgather.apply(name, *tensors))
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return list(_GroupedAllgather.apply(name, _ps(process_set), *tensors))
 
 
 def _splits_list(splits):
@@ -512,21 +534,22 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    """Starts an alltoall: rank s sends splits[d] rows (in order) to each rank d (equal parts
-    without splits). synchronize() returns (output, received_splits), as horovod.torch."""
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall: rank s sends splits[d] rows (in order) to each rank d of the set (equal
+    parts without splits). synchronize() returns (output, received_splits), as horovod.torch."""
     def result(parts):
         return parts[0].output, torch.tensor(parts[0].rows, dtype=torch.int32)
+    ps = _ps(process_set)
     req = _Request(result, keep=tensor)
-    _submit_kind(req, "alltoall", _name("alltoall", name), tensor, splits=_splits_list(splits))
+    _submit_kind(req, "alltoall", _name("alltoall", name, ps), tensor, splits=_splits_list(splits), ps=ps)
     return _register(req)
 
 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        output, received = synchronize(alltoall_async(tensor, splits, name))
-        ctx.received = received
+    def forward(ctx, tensor, splits, name, ps):
+        output, received = synchronize(alltoall_async(tensor, splits, name, ps))
+        ctx.received, ctx.ps = received, ps
         if splits is None:
             return output
         ctx.mark_non_differentiable(received)
@@ -535,14 +558,14 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, *unused):
         # What came from rank s goes back to it: an alltoall with the received splits.
-        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received))
-        return grad, None, None
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received, process_set=ctx.ps))
+        return grad, None, None, None
 
 
-def alltoall(tensor, splits=None, name=None, process_set=None):
-    """Scatters slices of `tensor` to every rank and gathers theirs. Returns the output, and with
-    `splits` given also the received splits (as horovod.torch). Differentiable."""
-    return _Alltoall.apply(tensor, splits, name)
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Scatters slices of `tensor` to every rank of the set and gathers theirs. Returns the
+    output, and with `splits` given also the received splits (as horovod.torch). Differentiable."""
+    return _Alltoall.apply(tensor, splits, name, _ps(process_set))
 
 
 def _reducescatter_op(op):
@@ -554,71 +577,77 @@ def _reducescatter_op(op):
     return op
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
     """Starts a reducescatter: the ranks' tensors are reduced and the first dimension divided
     among them in rank order (the first `rows % size` ranks get one row more)."""
     op = _reducescatter_op(op)
+    ps = _ps(process_set)
     req = _Request(lambda parts: parts[0].output, keep=tensor)
-    _submit_kind(req, "reducescatter", _name("reducescatter", name), tensor, op, prescale_factor, postscale_factor)
+    _submit_kind(req, "reducescatter", _name("reducescatter", name, ps), tensor, op, prescale_factor,
+                 postscale_factor, ps=ps)
     return _register(req)
 
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
-        ctx.op, ctx.scale = op, prescale_factor * postscale_factor
-        return synchronize(reducescatter_async(tensor, name, op, None, prescale_factor, postscale_factor))
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
+        ctx.op, ctx.scale, ctx.ps = op, prescale_factor * postscale_factor, ps
+        return synchronize(reducescatter_async(tensor, name, op, ps, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
         # Each rank's rows of the result depend on every rank's same rows: gather the gradients.
-        grad = allgather(grad_output.contiguous()) * ctx.scale
+        grad = allgather(grad_output.contiguous(), process_set=ctx.ps) * ctx.scale
         if ctx.op == Average:
-            grad = grad / basics.size()
-        return grad, None, None, None, None
+            grad = grad / set_size(ctx.ps)
+        return grad, None, None, None, None, None
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None,
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces `tensor` over all ranks and returns this rank's rows of the result. Differentiable."""
+    """Reduces `tensor` over the set's ranks and returns this rank's rows of the result.
+    Differentiable."""
     op = _reducescatter_op(op)
     compressed, ctx = compression.compress(tensor)
-    return compression.decompress(_Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor), ctx)
+    out = _Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, _ps(process_set))
+    return compression.decompress(out, ctx)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                                 postscale_factor=1.0):
     op = _reducescatter_op(op)
-    return _grouped("reducescatter", tensors, name, op=op, prescale=prescale_factor, postscale=postscale_factor)
+    return _grouped("reducescatter", tensors, name, _ps(process_set), op=op, prescale=prescale_factor,
+                    postscale=postscale_factor)
 
 
 class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
-        ctx.op, ctx.scale = op, prescale_factor * postscale_factor
-        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, None, prescale_factor,
+    def forward(ctx, name, op, prescale_factor, postscale_factor, ps, *tensors):
+        ctx.op, ctx.scale, ctx.ps = op, prescale_factor * postscale_factor, ps
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, ps, prescale_factor,
                                                              postscale_factor)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        grads = grouped_allgather([g.contiguous() for g in grad_outputs])
-        div = basics.size() if ctx.op == Average else 1
-        return (None, None, None, None) + tuple(g * ctx.scale / div for g in grads)
+        grads = grouped_allgather([g.contiguous() for g in grad_outputs], process_set=ctx.ps)
+        div = set_size(ctx.ps) if ctx.op == Average else 1
+        return (None, None, None, None, None) + tuple(g * ctx.scale / div for g in grads)
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None,
-                          prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     op = _reducescatter_op(op)
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    out = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    out = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, _ps(process_set), *compressed)
     return [compression.decompress(t, c) for t, c in zip(out, ctxs)]
 
 
-def barrier(process_set=None):
-    """Returns once every rank has called barrier()."""
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set has called barrier()."""
     c = client()
     try:
-        c.wait(c.barrier_async())
+        c.wait(c.barrier_async(set_id(_ps(process_set))))
     except SyncdError as e:
         raise HorovodInternalError(e) from e
 

@@ -18,6 +18,7 @@ from syncd.torch import basics
 from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
 from syncd.torch.mpi_ops import _resolve_op, allreduce_async_, synchronize
+from syncd.torch.process_sets import global_process_set
 from syncd.torch.topo import GraphRecorder
 
 
@@ -85,9 +86,10 @@ class _GradientArena:
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0):
+                 gradient_predivide_factor=1.0, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
+        self.process_set = process_set
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
@@ -155,7 +157,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             prescale, postscale = 1.0, 1.0
         handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
-                                  postscale_factor=postscale)
+                                  postscale_factor=postscale, process_set=self.process_set)
         if self._recorder is not None:
             self._recorder.submitted(p, "allreduce." + name, compressed)
         return handle, ctx
@@ -240,7 +242,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=None):
+                         process_set=global_process_set):
     """Wraps a torch.optim optimizer so that step() applies gradients averaged (op) over all ranks.
 
     Same arguments and behaviour as horovod.torch.DistributedOptimizer. num_groups/groups are
@@ -249,4 +251,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor)
+               gradient_predivide_factor, process_set)
