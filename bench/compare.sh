@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs syncd-bench and torch.distributed/gloo with the same ranks and sizes, back to back in one
 # go, and prints the ratio per size (p50 latency: gloo/syncd; busbw: syncd/gloo; > 1 means
-# syncd is better). The last line is one JSON object with both result sets.
+# syncd is better), one table per collective. The last line is one JSON object with every result.
 #   bench/compare.sh [--nodes 1] [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
-#                    [--syncd-arg=--flag=value ...]
+#                    [--ops allreduce,allgather,alltoall,reducescatter] [--syncd-arg=--flag=value ...]
 # With --nodes N, syncrun starts N daemons (one per simulated node) and the ranks spread over
 # them; gloo runs the same number of ranks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nodes=1 ranks=4 sizes="" seconds=1 build="$here/../build" extra=() daemon_args=()
+nodes=1 ranks=4 sizes="" seconds=1 build="$here/../build" extra=() daemon_args=() ops=allreduce
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -17,6 +17,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --ops) ops=$2; shift 2 ;;
     --staged) extra+=(--staged); shift ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -26,38 +27,46 @@ size_args=()
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-"$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- "$build/bin/syncd-bench" allreduce --json --seconds "$seconds" \
-  "${size_args[@]}" "${extra[@]}" >"$out/syncd.jsonl" 2>"$out/syncd.log" ||
-  { cat "$out/syncd.log" >&2; exit 1; }
-/usr/bin/python3 "$here/peers/torch_gloo.py" --ranks "$ranks" --json --seconds "$seconds" \
-  "${size_args[@]}" >"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
+for op in ${ops//,/ }; do
+  "$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- "$build/bin/syncd-bench" "$op" --json --seconds "$seconds" \
+    "${size_args[@]}" "${extra[@]}" >>"$out/syncd.jsonl" 2>"$out/syncd.log" ||
+    { cat "$out/syncd.log" >&2; exit 1; }
+  /usr/bin/python3 "$here/peers/torch_gloo.py" --op "$op" --ranks "$ranks" --json --seconds "$seconds" \
+    "${size_args[@]}" >>"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
+done
 
-/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" <<'PY'
+/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" "$ops" <<'PY'
 import json, sys
-def load(path):
-    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
-    return [r for r in rows if r.get("op") == "allreduce"], [r for r in rows if r.get("op") == "submit"]
-syncd, submit = load(sys.argv[1])
-gloo, _ = load(sys.argv[2])
-gloo_by = {r["bytes"]: r for r in gloo}
-ranks = syncd[0]["ranks"] if syncd else 0
-nodes = int(sys.argv[3])
-print(f"# allreduce, {ranks} ranks on {nodes} syncd node(s), float32: syncd (zero-copy arena) vs torch.distributed gloo "
-      f"({ranks} ranks), same run")
-print(f"# {'bytes':>10} | {'syncd p50 us':>12} {'gloo p50 us':>12} {'p50 x':>7} | "
-      f"{'syncd busbw':>11} {'gloo busbw':>10} {'busbw x':>8}")
-ratios = []
-for r in syncd:
-    g = gloo_by.get(r["bytes"])
-    if not g:
-        continue
-    lat_x = g["lat_p50_us"] / r["lat_p50_us"] if r["lat_p50_us"] else 0
-    bw_x = r["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0
-    ratios.append({"bytes": r["bytes"], "p50_ratio": round(lat_x, 2), "busbw_ratio": round(bw_x, 2)})
-    print(f"  {r['bytes']:>10} | {r['lat_p50_us']:>12.1f} {g['lat_p50_us']:>12.1f} {lat_x:>7.1f} | "
-          f"{r['busbw_GBps']:>11.3f} {g['busbw_GBps']:>10.3f} {bw_x:>8.2f}")
+rows = {name: [json.loads(l) for l in open(path) if l.startswith("{")] for name, path in
+        (("syncd", sys.argv[1]), ("gloo", sys.argv[2]))}
+nodes, ops = int(sys.argv[3]), sys.argv[4].split(",")
+submit = [r for r in rows["syncd"] if r.get("op") == "submit"]
+notes = {"allreduce": "busbw = algbw * 2(n-1)/n", "allgather": "size: the output; busbw = algbw * (n-1)/n",
+         "alltoall": "size: each rank's buffer; busbw = algbw * (n-1)/n",
+         "reducescatter": "size: the input; busbw = algbw * (n-1)/n; gloo has none: all_reduce + copy"}
+result = {"bench": "compare", "nodes": nodes, "ops": {}}
+for op in ops:
+    syncd = [r for r in rows["syncd"] if r.get("op") == op]
+    gloo = [r for r in rows["gloo"] if r.get("op") == op]
+    gloo_by = {r["bytes"]: r for r in gloo}
+    ranks = syncd[0]["ranks"] if syncd else 0
+    print(f"# {op}, {ranks} ranks on {nodes} syncd node(s), float32: syncd (zero-copy arena) vs torch.distributed "
+          f"gloo ({ranks} ranks), same run; {notes.get(op, '')}")
+    print(f"# {'bytes':>10} | {'syncd p50 us':>12} {'gloo p50 us':>12} {'p50 x':>7} | "
+          f"{'syncd busbw':>11} {'gloo busbw':>10} {'busbw x':>8}")
+    ratios = []
+    for r in syncd:
+        g = gloo_by.get(r["bytes"])
+        if not g:
+            continue
+        lat_x = g["lat_p50_us"] / r["lat_p50_us"] if r["lat_p50_us"] else 0
+        bw_x = r["busbw_GBps"] / g["busbw_GBps"] if g["busbw_GBps"] else 0
+        ratios.append({"bytes": r["bytes"], "p50_ratio": round(lat_x, 2), "busbw_ratio": round(bw_x, 2)})
+        print(f"  {r['bytes']:>10} | {r['lat_p50_us']:>12.1f} {g['lat_p50_us']:>12.1f} {lat_x:>7.1f} | "
+              f"{r['busbw_GBps']:>11.3f} {g['busbw_GBps']:>10.3f} {bw_x:>8.2f}")
+    result["ops"][op] = {"ranks": ranks, "syncd": syncd, "gloo": gloo, "ratios": ratios}
 if submit:
     print(f"# client submit cost: {submit[0]['ns_per_request']:.0f} ns per request")
-print(json.dumps({"bench": "compare_allreduce", "ranks": ranks, "nodes": nodes, "syncd": syncd, "gloo": gloo,
-                  "ratios": ratios, "submit": submit}))
+result["submit"] = submit
+print(json.dumps(result))
 PY

@@ -76,6 +76,21 @@ class Bench {
     Check(syncd_wait(c_, h, -1), "barrier");
   }
 
+  // One collective of `op_` (allreduce, allgather, alltoall, reducescatter) on `count` elements
+  // of this rank's buffer; a result the daemon placed is given back at once.
+  void Collective(const char* name, void* data, int64_t count) {
+    if (op_ == "allreduce") return Allreduce(name, data, count, dtype_, SYNCD_SUM);
+    syncd_tensor t{name, data, dtype_, 1, &count, 0};
+    syncd_handle h;
+    syncd_result res{};
+    if (op_ == "allgather") Check(syncd_allgather_async(c_, &t, &res, &h), "allgather");
+    else if (op_ == "alltoall") Check(syncd_alltoall_async(c_, &t, nullptr, 0, &res, &h), "alltoall");
+    else Check(syncd_reducescatter_async(c_, &t, SYNCD_SUM, 1.0, 1.0, &h), "reducescatter");
+    Check(syncd_wait(c_, h, -1), op_ + " " + name);
+    last_result_.assign(static_cast<const char*>(res.data), res.bytes);
+    syncd_release_result(c_, &res);
+  }
+
   void Allreduce(const char* name, void* data, int64_t count, syncd_dtype dt, syncd_reduce_op op) {
     syncd_tensor t{name, data, dt, 1, &count, 0};
     syncd_handle h;
@@ -89,7 +104,11 @@ class Bench {
     return v;
   }
 
-  void RunAllreduce() {
+  // nccl-tests' conventions: `size` is the allreduce's buffer, the allgather's output (each rank
+  // sends size/n), the alltoall's buffer per rank, the reducescatter's input; busbw is
+  // algbw * 2(n-1)/n for allreduce, algbw * (n-1)/n for the others.
+  void Run(const std::string& op) {
+    op_ = op;
     const int n = syncd_size(c_), rank = syncd_rank(c_);
     const size_t esize = syncd_dtype_size(dtype_);
     std::vector<uint64_t> sizes;
@@ -98,7 +117,7 @@ class Bench {
     else
       for (const auto& s : o_.sizes) sizes.push_back(ParseSize(s));
     if (rank == 0 && !o_.json) {
-      printf("# syncd-bench allreduce: %d ranks, dtype %s, %s buffers\n", n, o_.dtype.c_str(),
+      printf("# syncd-bench %s: %d ranks, dtype %s, %s buffers\n", op_.c_str(), n, o_.dtype.c_str(),
              o_.staged ? "staged (user memory)" : "zero-copy (arena)");
       printf("# %12s %12s %9s %12s %10s %10s %12s %6s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
              "busbw(GB/s)", "p50(us)", "wrong");
@@ -111,44 +130,50 @@ class Bench {
       while (MeanAcrossRanks(Now() < until ? 1.0 : 0.0) > 0.0) Allreduce("bench.warmup", w, 2, SYNCD_FLOAT32, SYNCD_SUM);
     }
     for (uint64_t bytes : sizes) {
-      const int64_t count = int64_t(std::max<uint64_t>(1, bytes / esize));
-      bytes = uint64_t(count) * esize;
-      void* buf = o_.staged ? malloc(bytes) : syncd_alloc(c_, bytes);
-      if (buf == nullptr) Die("allocating " + std::to_string(bytes) + " bytes");
-      const std::string name = "bench.allreduce." + std::to_string(bytes);
+      // Elements in this rank's buffer: allgather sends size/n, alltoall and reducescatter need a
+      // multiple of n.
+      const int64_t unit = op_ == "allreduce" ? 1 : n;
+      int64_t count = int64_t(std::max<uint64_t>(1, bytes / esize));
+      count = std::max<int64_t>(unit, count / unit * unit);
+      if (op_ == "allgather") count /= n;
+      bytes = uint64_t(op_ == "allgather" ? count * n : count) * esize;
+      const uint64_t buf_bytes = uint64_t(count) * esize;
+      void* buf = o_.staged ? malloc(buf_bytes) : syncd_alloc(c_, buf_bytes);
+      if (buf == nullptr) Die("allocating " + std::to_string(buf_bytes) + " bytes");
+      const std::string name = "bench." + op_ + "." + std::to_string(bytes);
       // Correctness: every rank contributes rank+1 (exact in every dtype for small rank counts).
       const long wrong = Validate(buf, count, name, n, rank);
-      memset(buf, 0, bytes);
+      memset(buf, 0, buf_bytes);
       const double t_one = [&] {
         const double t0 = Now();
-        Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+        Collective(name.c_str(), buf, count);
         return Now() - t0;
       }();
       // Every rank must run the same number of iterations: derive it from the mean across ranks.
       const double t_est = MeanAcrossRanks(t_one);
       const int iters = std::clamp(int(o_.seconds_per_size / 2 / std::max(t_est, 1e-7)), 5, o_.iters);
-      for (int i = 0; i < o_.warmup; ++i) Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+      for (int i = 0; i < o_.warmup; ++i) Collective(name.c_str(), buf, count);
       Barrier();
       const double t0 = Now();
-      for (int i = 0; i < iters; ++i) Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+      for (int i = 0; i < iters; ++i) Collective(name.c_str(), buf, count);
       const double mean_s = (Now() - t0) / iters;
       std::vector<double> lat;
       for (int i = 0; i < iters; ++i) {
         Barrier();
         const double s = Now();
-        Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+        Collective(name.c_str(), buf, count);
         lat.push_back(Now() - s);
       }
       std::nth_element(lat.begin(), lat.begin() + lat.size() / 2, lat.end());
       const double time_us = MeanAcrossRanks(mean_s) * 1e6;
       const double p50_us = MeanAcrossRanks(lat[lat.size() / 2]) * 1e6;
       const double algbw = double(bytes) / (time_us * 1e-6) / 1e9;
-      const double busbw = algbw * 2.0 * (n - 1) / n;
+      const double busbw = algbw * (op_ == "allreduce" ? 2.0 : 1.0) * (n - 1) / n;
       if (rank == 0) {
         if (o_.json)
-          printf("{\"op\":\"allreduce\",\"bytes\":%lu,\"ranks\":%d,\"dtype\":\"%s\",\"time_us\":%.3f,\"lat_p50_us\":%.3f,"
+          printf("{\"op\":\"%s\",\"bytes\":%lu,\"ranks\":%d,\"dtype\":\"%s\",\"time_us\":%.3f,\"lat_p50_us\":%.3f,"
                  "\"algbw_GBps\":%.7f,\"busbw_GBps\":%.7f,\"iters\":%d,\"wrong\":%ld,\"zero_copy\":%s}\n",
-                 (unsigned long)bytes, n, o_.dtype.c_str(), time_us, p50_us, algbw, busbw, iters, wrong,
+                 op_.c_str(), (unsigned long)bytes, n, o_.dtype.c_str(), time_us, p50_us, algbw, busbw, iters, wrong,
                  o_.staged ? "false" : "true");
         else
           printf("  %12lu %12ld %9s %12.2f %10.3f %10.3f %12.2f %6ld\n", (unsigned long)bytes, (long)count,
@@ -158,16 +183,22 @@ class Bench {
       if (o_.staged) free(buf);
       else syncd_free(c_, buf);
     }
-    SubmitCost();
+    if (op_ == "allreduce") SubmitCost();
   }
 
  private:
   long Validate(void* buf, int64_t count, const std::string& name, int n, int rank) {
-    std::vector<double> expect(1, n * (n + 1) / 2.0);
     Fill(buf, count, rank + 1);
-    Allreduce(name.c_str(), buf, count, dtype_, SYNCD_SUM);
+    Collective(name.c_str(), buf, count);
     long wrong = 0;
-    for (int64_t i = 0; i < count; ++i) wrong += Get(buf, i) != expect[0];
+    if (op_ == "allreduce" || op_ == "reducescatter") {
+      const int64_t mine = op_ == "allreduce" ? count : count / n;
+      for (int64_t i = 0; i < mine; ++i) wrong += Get(buf, i) != n * (n + 1) / 2.0;
+    } else {
+      // Rank s's part of the result holds s + 1.
+      const int64_t part = int64_t(last_result_.size() / syncd_dtype_size(dtype_)) / n;
+      for (int64_t i = 0; i < part * n; ++i) wrong += Get(last_result_.data(), i) != double(i / part + 1);
+    }
     double total = double(wrong);
     Allreduce("bench.wrong", &total, 1, SYNCD_FLOAT64, SYNCD_SUM);
     return long(total);
@@ -246,6 +277,8 @@ class Bench {
   }
 
   syncd_client* c_;
+  std::string op_ = "allreduce";
+  std::string last_result_;  // the last placed result (allgather, alltoall), for validation
   const Options& o_;
   syncd_dtype dtype_;
 };
@@ -503,6 +536,19 @@ int main(int argc, char** argv) {
   ar->add_option("--dtype", o.dtype, "int8 uint8 int32 int64 float16 bfloat16 float32 float64");
   ar->add_flag("--json", o.json, "One JSON object per size");
   ar->add_flag("--staged", o.staged, "Use ordinary memory (one staging copy each way) instead of the arena");
+  // The same measurement for the other kinds (nccl-tests' size and busbw conventions).
+  CLI::App* ag = app.add_subcommand("allgather", "Allgather time and bandwidth per size (size: the output)");
+  CLI::App* a2a = app.add_subcommand("alltoall", "Alltoall time and bandwidth per size (size: each rank's buffer)");
+  CLI::App* rs = app.add_subcommand("reducescatter", "Reducescatter time and bandwidth per size (size: the input)");
+  for (CLI::App* sub : {ag, a2a, rs}) {
+    sub->add_option("--sizes", o.sizes, "Sizes in bytes (8,1K,64M); default 8 B .. 64 MiB doubling")->delimiter(',');
+    sub->add_option("--iters", o.iters, "Maximum timed iterations per size");
+    sub->add_option("--warmup", o.warmup, "Warm-up iterations per size");
+    sub->add_option("--seconds", o.seconds_per_size, "Time budget per size");
+    sub->add_option("--dtype", o.dtype, "int8 uint8 int32 int64 float16 bfloat16 float32 float64");
+    sub->add_flag("--json", o.json, "One JSON object per size");
+    sub->add_flag("--staged", o.staged, "Use ordinary memory instead of the arena");
+  }
   CLI::App* rn = app.add_subcommand("resnet", "Allreduce a ResNet's gradient set once per step (one tensor per parameter)");
   int depth = 101, steps = 10, rn_warmup = 2;
   std::string label;
@@ -549,7 +595,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   Bench b(c, o);
-  b.RunAllreduce();
+  for (const auto* sub : {ar, ag, a2a, rs})
+    if (sub->parsed()) b.Run(sub->get_name());
   syncd_shutdown(c);
   return 0;
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """The peer a user would pick instead of syncd on CPUs: torch.distributed with gloo.
 
-Runs the same measurement as `syncd-bench allreduce` (nccl-tests' time_us and busbw, OSU's p50
+Runs the same measurement as `syncd-bench <op>` (nccl-tests' time_us, sizes and busbw, OSU's p50
 with a barrier outside the timed region) and prints the same JSON keys, one object per size.
+allgather is dist.all_gather into a list, alltoall dist.all_to_all_single; gloo has no
+reduce_scatter (torch 1.13), so a gloo user's reducescatter is an all_reduce and a copy of the
+rank's part, which is what is timed.
 
-    /usr/bin/python3 bench/peers/torch_gloo.py --ranks 4 --sizes 8,1K,64M [--json]
+    /usr/bin/python3 bench/peers/torch_gloo.py --ranks 4 --sizes 8,1K,64M [--op allgather] [--json]
 """
 import argparse
 import json
@@ -34,6 +37,25 @@ def mean_across_ranks(value):
     return t.item() / dist.get_world_size()
 
 
+def make_collective(op, buf, n):
+    if op == "allreduce":
+        return lambda: dist.all_reduce(buf)
+    if op == "allgather":
+        outs = [torch.empty_like(buf) for _ in range(n)]
+        return lambda: dist.all_gather(outs, buf)
+    if op == "alltoall":
+        out = torch.empty_like(buf)
+        return lambda: dist.all_to_all_single(out, buf)
+    part = torch.empty(buf.numel() // n, dtype=buf.dtype)
+    rank = dist.get_rank()
+
+    def reducescatter():
+        reduced = buf.clone()
+        dist.all_reduce(reduced)
+        part.copy_(reduced[rank * part.numel():(rank + 1) * part.numel()])
+    return reducescatter
+
+
 def worker(rank, args, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -45,33 +67,38 @@ def worker(rank, args, port):
     sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else \
         [8 << i for i in range(24)]
     for nbytes in sizes:
-        count = max(1, nbytes // esize)
-        nbytes = count * esize
+        # Elements in this rank's buffer, as syncd-bench counts them.
+        unit = 1 if args.op == "allreduce" else n
+        count = max(unit, max(1, nbytes // esize) // unit * unit)
+        if args.op == "allgather":
+            count //= n
+        nbytes = (count * n if args.op == "allgather" else count) * esize
         buf = torch.zeros(count, dtype=dtype)
+        collective = make_collective(args.op, buf, n)
         t0 = time.perf_counter()
-        dist.all_reduce(buf)
+        collective()
         t_est = mean_across_ranks(time.perf_counter() - t0)
         iters = int(min(args.iters, max(5, args.seconds / 2 / max(t_est, 1e-7))))
         for _ in range(args.warmup):
-            dist.all_reduce(buf)
+            collective()
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(buf)
+            collective()
         mean_s = (time.perf_counter() - t0) / iters
         lat = []
         for _ in range(iters):
             dist.barrier()
             s = time.perf_counter()
-            dist.all_reduce(buf)
+            collective()
             lat.append(time.perf_counter() - s)
         time_us = mean_across_ranks(mean_s) * 1e6
         p50_us = mean_across_ranks(statistics.median(lat)) * 1e6
         algbw = nbytes / (time_us * 1e-6) / 1e9
-        busbw = algbw * 2 * (n - 1) / n
+        busbw = algbw * (2 if args.op == "allreduce" else 1) * (n - 1) / n
         if rank == 0:
             if args.json:
-                print(json.dumps({"op": "allreduce", "peer": "torch_gloo", "bytes": nbytes, "ranks": n,
+                print(json.dumps({"op": args.op, "peer": "torch_gloo", "bytes": nbytes, "ranks": n,
                                   "dtype": args.dtype, "time_us": round(time_us, 3),
                                   "lat_p50_us": round(p50_us, 3), "algbw_GBps": round(algbw, 7),
                                   "busbw_GBps": round(busbw, 7), "iters": iters}), flush=True)
@@ -89,6 +116,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seconds", type=float, default=1.0, help="time budget per size")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--op", default="allreduce", choices=["allreduce", "allgather", "alltoall", "reducescatter"])
     p.add_argument("--json", action="store_true")
     p.add_argument("--port", type=int, default=0, help="rendezvous port on 127.0.0.1 (default: a free one)")
     args = p.parse_args()
@@ -99,7 +127,7 @@ def main():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     if not args.json:
-        print(f"# torch.distributed gloo allreduce: {args.ranks} ranks, dtype {args.dtype}")
+        print(f"# torch.distributed gloo {args.op}: {args.ranks} ranks, dtype {args.dtype}")
         print(f"# {'size(B)':>12} {'count':>12} {'type':>9} {'time(us)':>12} {'algbw(GB/s)':>10} "
               f"{'busbw(GB/s)':>10} {'p50(us)':>12}")
     mp.spawn(worker, args=(args, port), nprocs=args.ranks, join=True)

@@ -2,8 +2,9 @@
 // d; rank d ends with what every rank sent it, in rank order, and with how many rows each sent
 // (the received splits, in its result block's header). No splits: equal parts (the first
 // dimension must divide by the number of ranks). The other dimensions must agree. Never fuses.
-// Across nodes on the host path: each node packs, for every other node, what its ranks send to
-// that node's ranks, and every pair of nodes exchanges its packs at once.
+// Across nodes on the host path: every piece travels as its own message, from the sender's tensor
+// straight into the receiver's result block; all of them at once.
+#include <algorithm>
 #include <cstring>
 
 #include "daemon/collectives/agreement.h"
@@ -80,69 +81,50 @@ class AlltoallCollective final : public Collective {
     host.Alltoall(t, RankSplits(t), RowBytes(t.first()));
   }
 
+  // Every piece goes straight from its sender's tensor to its receiver's result block: one
+  // message per piece between nodes, a copy within the node, nothing staged.
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
     const std::vector<int64_t> m = RankSplits(t);
     const std::vector<uint32_t>& off = *run.offsets;
     const uint32_t nodes = run.nodes(), me = run.node_rank;
     const Pieces p{off.back(), m, RowBytes(t.first())};
-    // The fusion buffer: a pack to send to each other node, then a pack received from each.
-    // The pack node `from` sends node `to`: for each rank d of `to`, each rank s of `from`'s piece for d.
-    auto pack_bytes = [&](uint32_t from, uint32_t to) {
-      uint64_t bytes = 0;
-      for (uint32_t d = off[to]; d < off[to + 1]; ++d)
-        for (uint32_t s = off[from]; s < off[from + 1]; ++s) bytes += p.Bytes(s, d);
-      return bytes;
-    };
     auto local = [&](uint32_t s) -> const Request& { return t.requests[s - off[me]]; };
-    std::vector<ByteSpan> sends(nodes), recvs(nodes);
-    uint64_t total = 0;
-    for (uint32_t q = 0; q < nodes; ++q)
-      if (q != me) total += pack_bytes(me, q) + pack_bytes(q, me);
-    const HostBuffer::Block fusion = run.buffer->Reserve(total);
-    char* at = fusion->data();
+    // Where s's piece lands in d's result: after the pieces of the ranks before s.
+    auto into = [&](uint32_t s, uint32_t d) {
+      uint64_t at = 0;
+      for (uint32_t e = 0; e < s; ++e) at += p.Bytes(e, d);
+      return at;
+    };
+    // A rank whose result block could not be allocated still receives what it was sent.
+    uint64_t scratch_bytes = 0;
+    for (uint32_t d = off[me]; d < off[me + 1]; ++d)
+      if (local(d).result == nullptr)
+        for (uint32_t s = 0; s < off.back(); ++s) scratch_bytes = std::max(scratch_bytes, p.Bytes(s, d));
+    const HostBuffer::Block scratch = run.buffer->Reserve(scratch_bytes);
+    std::vector<Transfer> sends, recvs;
     for (uint32_t q = 0; q < nodes; ++q) {
       if (q == me) continue;
-      sends[q] = ByteSpan{at, pack_bytes(me, q)};
+      // The same order on both sides: for each receiving rank d, each sending rank s.
       for (uint32_t d = off[q]; d < off[q + 1]; ++d)
-        for (uint32_t s = off[me]; s < off[me + 1]; ++s) {
-          const uint64_t bytes = p.Bytes(s, d);
-          if (bytes > 0) memcpy(at, local(s).data + p.From(s, d), bytes);
-          at += bytes;
+        for (uint32_t s = off[me]; s < off[me + 1]; ++s)
+          sends.push_back(Transfer{q, local(s).data + p.From(s, d), p.Bytes(s, d), local(s).memory});
+      for (uint32_t d = off[me]; d < off[me + 1]; ++d)
+        for (uint32_t s = off[q]; s < off[q + 1]; ++s) {
+          const Request& dest = local(d);
+          if (dest.result != nullptr) recvs.push_back(Transfer{q, dest.result + into(s, d), p.Bytes(s, d), dest.memory});
+          else recvs.push_back(Transfer{q, scratch->data(), p.Bytes(s, d), scratch});
         }
     }
-    for (uint32_t q = 0; q < nodes; ++q) {
-      if (q == me) continue;
-      recvs[q] = ByteSpan{at, pack_bytes(q, me)};
-      at += recvs[q].bytes;
+    // This node's own pieces meanwhile.
+    for (uint32_t d = off[me]; d < off[me + 1]; ++d) {
+      if (local(d).result == nullptr) continue;
+      for (uint32_t s = off[me]; s < off[me + 1]; ++s)
+        if (p.Bytes(s, d) > 0) memcpy(local(d).result + into(s, d), local(s).data + p.From(s, d), p.Bytes(s, d));
     }
-    CommTask exchange = ExchangeBlocks(run.transport, run.tag, sends, recvs, fusion);
+    CommTask exchange = Exchange(run.transport, run.tag, std::move(sends), std::move(recvs));
     Status st = co_await Await(&exchange);
     if (!st.ok()) co_return st;
-    // Rank d's result: from each node q in order, each of q's ranks' pieces for d, in rank order.
-    for (uint32_t d = off[me]; d < off[me + 1]; ++d) {
-      const Request& dest = local(d);
-      if (dest.result == nullptr) continue;
-      char* out = dest.result;
-      for (uint32_t q = 0; q < nodes; ++q) {
-        if (q == me) {
-          for (uint32_t s = off[me]; s < off[me + 1]; ++s) {
-            const uint64_t bytes = p.Bytes(s, d);
-            if (bytes > 0) memcpy(out, local(s).data + p.From(s, d), bytes);
-            out += bytes;
-          }
-          continue;
-        }
-        // In q's pack for this node, the pieces for d follow those for this node's earlier ranks.
-        uint64_t skip = 0;
-        for (uint32_t e = off[me]; e < d; ++e)
-          for (uint32_t s = off[q]; s < off[q + 1]; ++s) skip += p.Bytes(s, e);
-        uint64_t bytes = 0;
-        for (uint32_t s = off[q]; s < off[q + 1]; ++s) bytes += p.Bytes(s, d);
-        if (bytes > 0) memcpy(out, recvs[q].data + skip, bytes);
-        out += bytes;
-      }
-    }
     co_return Status::Ok();
   }
 

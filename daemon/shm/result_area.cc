@@ -10,8 +10,10 @@ ResultArea::ResultArea(std::shared_ptr<const void> memory, char* segment_base, u
 std::optional<ResultArea::Block> ResultArea::Allocate(uint64_t data_bytes, const std::vector<int64_t>& rows) {
   const uint64_t head = abi::ResultDataOffset(uint32_t(rows.size()));
   if (data_bytes > UINT64_MAX - head) return std::nullopt;
+  // Released blocks first: the lowest free block is then usually the one just given back, whose
+  // pages are mapped and warm in both processes (a fresh one costs a page fault per page).
+  Reclaim();
   std::optional<uint64_t> at = alloc_.Allocate(head + data_bytes);
-  if (!at && Reclaim() > 0) at = alloc_.Allocate(head + data_bytes);
   if (!at) return std::nullopt;
   char* block = base_ + *at;
   auto* h = new (block) abi::ResultHeader();

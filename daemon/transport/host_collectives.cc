@@ -272,15 +272,12 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
   co_return Status::Ok();
 }
 
-CommTask ExchangeBlocks(Transport* t, uint64_t tag, std::vector<ByteSpan> sends, std::vector<ByteSpan> recvs,
-                        BufferOwner owner) {
-  const uint32_t n = t->size(), r = t->rank();
+CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs) {
   std::vector<CommHandle> hs;
-  for (uint32_t p = 0; p < n; ++p) {
-    if (p == r) continue;
-    if (recvs[p].bytes > 0) hs.push_back(t->Recv(p, tag << 8, recvs[p].data, recvs[p].bytes, owner));
-    if (sends[p].bytes > 0) hs.push_back(t->Send(p, tag << 8, sends[p].data, sends[p].bytes, owner));
-  }
+  for (Transfer& x : recvs)
+    if (x.bytes > 0) hs.push_back(t->Recv(x.peer, tag << 8, x.data, x.bytes, std::move(x.owner)));
+  for (Transfer& x : sends)
+    if (x.bytes > 0) hs.push_back(t->Send(x.peer, tag << 8, x.data, x.bytes, std::move(x.owner)));
   co_return co_await Wait(t, std::move(hs));
 }
 

@@ -8,7 +8,7 @@
 // - Broadcast: binomial tree from the root node.
 // - Barrier: a one-byte allreduce.
 // - AllgatherBlocks, ReduceScatterBlocks: rings over one block per node, of any sizes (allgather,
-//   reducescatter); ExchangeBlocks: every pair of nodes at once (alltoall).
+//   reducescatter); Exchange: any point-to-point transfers at once (alltoall).
 // `tag` must be unique among collectives in flight; the low 8 bits are used for slices.
 // `owner` keeps `data` alive (see BufferOwner): a collective cut off by a failure may leave a
 // transfer on the wire, and the transport holds the owner until that transfer lets go.
@@ -43,14 +43,16 @@ CommTask Barrier(Transport* t, uint64_t tag);
 CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds);
 CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds,
                              syncd_dtype dtype, syncd_reduce_op op);
-// Every pair of nodes at once: sends[p] goes to node p, recvs[p] comes from node p (the entries
-// of this node are not used). Both sides know the sizes; empty blocks are not sent.
-struct ByteSpan {
+// Point-to-point transfers all at once (alltoall): each is one message to or from a peer. The
+// n-th send to a peer matches the peer's n-th receive from this node: both sides list them in
+// the same order, with the same sizes. Empty transfers are skipped.
+struct Transfer {
+  uint32_t peer = 0;
   char* data = nullptr;
   uint64_t bytes = 0;
+  BufferOwner owner;
 };
-CommTask ExchangeBlocks(Transport* t, uint64_t tag, std::vector<ByteSpan> sends, std::vector<ByteSpan> recvs,
-                        BufferOwner owner);
+CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs);
 
 // Element-wise combination of equally sized byte buffers: acc = f(acc, other). Must be
 // commutative and associative (bitwise AND/OR of flags, for example).

@@ -216,3 +216,67 @@ def test_allgather_object_is_one_native_allgather():
     objs = hvd.allgather_object({"rank": hvd.rank(), "pad": "x" * (hvd.rank() * 1000)})
     assert [o["rank"] for o in objs] == list(range(hvd.size()))
     assert [len(o["pad"]) for o in objs] == [r * 1000 for r in range(hvd.size())]
+
+
+# ---- SyncBatchNorm: BatchNorm over every rank's samples together.
+
+def test_sync_batch_norm_equals_batch_norm_over_the_concatenated_batch():
+    n, me = hvd.size(), hvd.rank()
+    torch.manual_seed(0)
+    batches = [torch.randn(r + 2, 3, 4, dtype=torch.float64) for r in range(n)]  # uneven batches
+    sync = hvd.SyncBatchNorm(3).double()
+    ref = torch.nn.BatchNorm1d(3).double()
+    with torch.no_grad():
+        for m in (sync, ref):
+            m.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+            m.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))
+    x = batches[me].clone().requires_grad_(True)
+    y = sync(x)
+    weights = torch.arange(y.numel(), dtype=torch.float64).reshape(y.shape)
+    (y * weights * (me + 1)).sum().backward()
+    weight_grad = hvd.allreduce(sync.weight.grad, op=hvd.Sum, name="sbn.wgrad")
+    # Single process: the concatenated batch and the sum of every rank's loss.
+    xs = [b.clone().requires_grad_(True) for b in batches]
+    out = ref(torch.cat(xs))
+    total, at = 0, 0
+    for r, b in enumerate(batches):
+        part = out[at:at + b.shape[0]]
+        total = total + (part * torch.arange(part.numel(), dtype=torch.float64).reshape(part.shape) * (r + 1)).sum()
+        at += b.shape[0]
+    total.backward()
+    start = sum(b.shape[0] for b in batches[:me])
+    assert torch.allclose(y, out[start:start + x.shape[0]].detach())
+    assert torch.allclose(x.grad, xs[me].grad)
+    assert torch.allclose(weight_grad, ref.weight.grad)
+    assert torch.allclose(sync.running_mean, ref.running_mean) and torch.allclose(sync.running_var, ref.running_var)
+    sync.eval()
+    ref.eval()
+    assert torch.allclose(sync(batches[me]), ref(batches[me]))
+
+
+# ---- Sparse gradients: nn.Embedding(sparse=True) with torch.optim.SparseAdam.
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_gradients_are_gathered_and_stay_sparse(sparse_as_dense):
+    n, me = hvd.size(), hvd.rank()
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    inner = torch.optim.SGD(emb.parameters(), lr=0.5) if sparse_as_dense else torch.optim.SparseAdam(emb.parameters())
+    opt = hvd.DistributedOptimizer(inner, named_parameters=emb.named_parameters(), sparse_as_dense=sparse_as_dense)
+    lookups = [torch.tensor([r, r + 1, 9]) for r in range(n)]
+    for step in range(2):
+        opt.zero_grad()
+        emb(lookups[me]).sum().backward()
+        opt.synchronize()
+        grad = emb.weight.grad
+        with opt.skip_synchronize():
+            opt.step()
+    weights = hvd.allgather(emb.weight.detach().unsqueeze(0), name="emb.weights.%d" % sparse_as_dense)
+    assert grad.is_sparse != sparse_as_dense
+    # The average of every rank's dense gradient.
+    want = torch.zeros(10, 3)
+    for r in range(n):
+        for i in lookups[r].tolist():
+            want[i] += 1.0 / n
+    assert torch.allclose(grad.to_dense(), want)
+    assert all(torch.equal(weights[0], weights[r]) for r in range(n)), "ranks diverged"

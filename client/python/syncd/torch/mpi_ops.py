@@ -643,6 +643,25 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     return [compression.decompress(t, c) for t, c in zip(out, ctxs)]
 
 
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """As horovod.torch: a sparse tensor's indices and values gathered from every rank of the set
+    (one allgather each); the returned function waits and gives their sum (Average: divided by
+    the set's size) as an uncoalesced sparse tensor of the same size."""
+    ps = _ps(process_set)
+    base = name if name is not None else _name("sparse_allreduce", None, ps)
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(), name="%s.indices" % base,
+                              process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name="%s.values" % base, process_set=process_set)
+
+    def handle():
+        v = synchronize(values)
+        i = synchronize(indices)
+        if op == Average:
+            v = v / set_size(ps)
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+    return handle
+
+
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called barrier()."""
     c = client()

@@ -17,7 +17,7 @@ import torch
 from syncd.torch import basics
 from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
-from syncd.torch.mpi_ops import _resolve_op, allreduce_async_, synchronize
+from syncd.torch.mpi_ops import _resolve_op, allreduce_async_, sparse_allreduce_async, synchronize
 from syncd.torch.process_sets import global_process_set
 from syncd.torch.topo import GraphRecorder
 
@@ -53,6 +53,11 @@ class _GradientArena:
                 self.views[p] = view
         basics._arena_owners.add(self)
 
+    def forget(self, p):
+        """p's gradients are sparse: they live outside the arena from now on."""
+        if self.views.pop(p, None) is not None:
+            p.grad = None
+
     def adopt(self, p):
         """Puts p's gradient back into its view when autograd replaced it (after zero_grad with
         set_to_none, the first backward allocates a fresh tensor)."""
@@ -86,10 +91,12 @@ class _GradientArena:
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0, process_set=global_process_set):
+                 gradient_predivide_factor=1.0, process_set=global_process_set, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         self.process_set = process_set
+        self.sparse_as_dense = sparse_as_dense
+        self._sparse = set()  # parameters whose gradients came sparse (nn.Embedding(sparse=True))
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
@@ -131,6 +138,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
             grad_acc.register_hook(self._make_hook(p))
             self._grad_accs.append(grad_acc)
+            p.register_hook(self._make_sparse_check(p))
+
+    def _make_sparse_check(self, p):
+        # Runs on the incoming gradient before it is accumulated: a sparse one must not be added
+        # into the dense arena view, or it comes back dense (and torch.optim.SparseAdam refuses it).
+        def check(grad):
+            if grad.is_sparse and p not in self._sparse:
+                self._sparse.add(p)
+                self._grads.forget(p)
+            return grad
+        return check
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
@@ -146,11 +164,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = passes
 
     def _allreduce_grad_async(self, p):
+        if p.grad is None and p in self._sparse:
+            # Another rank's gradient may have rows: an empty sparse one takes part.
+            p.grad = torch.sparse_coo_tensor(torch.empty(1, 0, dtype=torch.int64),
+                                             torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype), p.shape)
         if p.grad is None:
             # Another rank may have computed this gradient: every rank submits every name.
             p.grad = torch.zeros_like(p)
             self._grads.adopt(p)
         name = self._parameter_names.get(p)
+        if p.grad.is_sparse:
+            if self.sparse_as_dense:
+                p.grad = p.grad.to_dense()
+            else:
+                # As horovod.torch: the indices and values of every rank, gathered.
+                return sparse_allreduce_async(p.grad, name, self.op, process_set=self.process_set), None
         compressed, ctx = self._compression.compress(p.grad)
         if self.op == Average:
             prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
@@ -170,7 +198,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                      "accumulate gradients locally.")
             assert not p.grad.requires_grad
             assert self._allreduce_delay[p] > 0
-            self._grads.adopt(p)
+            if p not in self._sparse:
+                self._grads.adopt(p)
             handle, ctx = None, None
             self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] == 0:
@@ -187,8 +216,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._allreduce_grad_async(p)
         try:
             for p, (handle, ctx) in self._handles.items():
-                output = synchronize(handle)
                 self._allreduce_delay[p] = self.backward_passes_per_step
+                if callable(handle):  # a sparse gradient's gather
+                    p.grad = handle()
+                    continue
+                output = synchronize(handle)
                 result = self._compression.decompress(output, ctx)
                 if result.data_ptr() != p.grad.data_ptr():
                     with torch.no_grad():
@@ -233,6 +265,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 view = self._grads.views.get(p)
                 if p.grad is None or (view is not None and p.grad.data_ptr() == view.data_ptr()):
                     continue
+                if p.grad.is_sparse:  # the next backward starts a new sparse gradient
+                    p.grad = None
+                    continue
                 if p.grad.grad_fn is not None:
                     p.grad.detach_()
                 else:
@@ -251,4 +286,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, process_set)
+               gradient_predivide_factor, process_set, sparse_as_dense)
