@@ -48,8 +48,13 @@ enum class OpKind : uint32_t {
   kReducescatter = 8,
   kAddProcessSet = 9,
   kRemoveProcessSet = 10,
+  kJoin = 11,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kRemoveProcessSet);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kJoin);
+// kJoin (hvd.join): this rank has no more data. Until every rank of the job has joined, it takes
+// part in the others' collectives with nothing of its own (zeros to reduce, no rows to gather);
+// then every join completes with "last rank <r>", the last rank to join.
+inline constexpr char kJoinName[] = "syncd.join";
 inline constexpr int32_t kMaxProcessSets = 62;  // live at once, the global set included
 inline constexpr bool IsSetChange(OpKind k) { return k == OpKind::kAddProcessSet || k == OpKind::kRemoveProcessSet; }
 inline constexpr size_t kFailMessageBytes = 1024;

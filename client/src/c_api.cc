@@ -83,6 +83,8 @@ int64_t syncd_reducescatter_rows(int64_t first_dim, int size, int rank) {
 }
 void syncd_release_result(syncd_client* c, syncd_result* result) { Unwrap(c)->ReleaseResult(result); }
 
+int syncd_join(syncd_client* c, int64_t timeout_ms, int* last_rank) { return Unwrap(c)->Join(timeout_ms, last_rank); }
+
 int syncd_add_process_set(syncd_client* c, const int* ranks, int nranks, int64_t timeout_ms, int* id) {
   return Unwrap(c)->AddProcessSet(ranks, nranks, timeout_ms, id);
 }

@@ -214,6 +214,8 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
     // Every rank's n-th barrier matches by name. Cycling through a few names (rather than a new
     // one each time) lets a many-node job agree on barriers through the response cache.
     name = "syncd.barrier." + std::to_string(barrier_seqs_[set_id]++ % kBarrierNames);
+  } else if (kind == abi::OpKind::kJoin) {
+    name = abi::kJoinName;
   } else if (int rc = CheckTensor(kind, t, op, root, set, &entry, &name, &bytes); rc != SYNCD_OK) {
     return rc;
   } else if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && (prescale != 1.0 || postscale != 1.0)) {
@@ -230,7 +232,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   entry.prescale = prescale;
   entry.postscale = postscale;
   entry.bytes = bytes;
-  if (kind != abi::OpKind::kBarrier)
+  if (kind != abi::OpKind::kBarrier && kind != abi::OpKind::kJoin)
     if (int rc = CheckKind(kind, t, op, extra, set, name, &entry); rc != SYNCD_OK) return rc;
   void* data = bytes > 0 ? t->data : nullptr;
   // An empty GPU tensor has nothing to move: it travels as a host one.
@@ -408,6 +410,18 @@ int Client::ChangeSets(abi::OpKind kind, const std::vector<int64_t>& ranks, int 
     if (int rc = Enqueue(&entry, name, nullptr, off.value_or(0), off.has_value(), &h); rc != SYNCD_OK) return rc;
   }
   return Wait(h, timeout_ms, reply);
+}
+
+int Client::Join(int64_t timeout_ms, int* last_rank) {
+  syncd_handle h = 0;
+  if (int rc = Submit(abi::OpKind::kJoin, nullptr, SYNCD_SUM, 0, 1.0, 1.0, &h); rc != SYNCD_OK) return rc;
+  std::string reply;
+  if (int rc = Wait(h, timeout_ms, &reply); rc != SYNCD_OK) return rc;
+  int last = -1;
+  if (sscanf(reply.c_str(), "last rank %d", &last) != 1)
+    return Fail(SYNCD_ERR_PROTOCOL, "join completed but the daemon's reply names no last rank");
+  if (last_rank != nullptr) *last_rank = last;
+  return SYNCD_OK;
 }
 
 int Client::AddProcessSet(const int* ranks, int n, int64_t timeout_ms, int* id) {

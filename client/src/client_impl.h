@@ -65,6 +65,7 @@ class Client {
              const Extra& extra = {});
   void ReleaseResult(syncd_result* r);
   int AddProcessSet(const int* ranks, int n, int64_t timeout_ms, int* id);
+  int Join(int64_t timeout_ms, int* last_rank);
   int RemoveProcessSet(int id, int64_t timeout_ms);
   // The set's size and this rank's place in it; size 0 for a set this job does not have.
   SetView Set(int id);

@@ -28,6 +28,12 @@ class BroadcastCollective final : public Collective {
     return msg;
   }
 
+  Status Joined(Request* r) const override {
+    if (int32_t(r->rank) == r->root)
+      return InvalidArgument("its broadcast root, rank " + std::to_string(r->rank) + ", has joined (hvd.join) and has no data");
+    return Status::Ok();
+  }
+
   void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override { host.Broadcast(*group.front()); }
 
   StatusOr<uint64_t> EnqueueGpu(const CollectiveGroup& group, const OnGpus& run) const override {

@@ -46,6 +46,38 @@ std::vector<int64_t> RankSplits(const ReadyTensor& t) {
   return splits;
 }
 
+StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local) {
+  const Collective* kind = FindCollective(like.kind);
+  const std::string what = "tensor '" + like.name + "'";
+  if (kind == nullptr) return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined");
+  if (like.gpu)
+    return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined, and joined ranks take part in host "
+                                  "collectives only");
+  Request r;
+  r.client_id = kNoClient;
+  r.rank = rank;
+  r.set_rank = set_rank;
+  r.local_rank = local;
+  r.process_set = like.process_set;
+  r.kind = like.kind;
+  r.dtype = like.dtype;
+  r.op = like.op;
+  r.root = like.root;
+  r.prescale = like.prescale;
+  r.postscale = like.postscale;
+  r.shape = like.shape;
+  r.splits = like.splits;
+  // From the shape: `like` may be the coordinator's description of another node's request.
+  r.bytes = kind->has_tensor() ? abi::DtypeSize(like.dtype) : 0;
+  for (int64_t d : like.shape) r.bytes *= uint64_t(d);
+  r.name = like.name;
+  if (Status st = kind->Joined(&r); !st.ok()) return Status(st.code(), what + ": " + st.message());
+  auto zeros = std::make_shared<std::vector<char>>(r.bytes);
+  r.data = zeros->data();
+  r.memory = std::move(zeros);
+  return r;
+}
+
 uint64_t RowBytes(const Request& r) {
   uint64_t bytes = abi::DtypeSize(r.dtype);
   for (size_t d = 1; d < r.shape.size(); ++d) bytes *= uint64_t(r.shape[d]);
@@ -59,10 +91,12 @@ const Collective& BarrierKind();
 const Collective& AllgatherKind();
 const Collective& AlltoallKind();
 const Collective& ReducescatterKind();
+const Collective& JoinKind();
 
 const Collective* FindCollective(abi::OpKind kind) {
   static const Collective* const kKinds[] = {
       &AllreduceKind(), &BroadcastKind(), &BarrierKind(), &AllgatherKind(), &AlltoallKind(), &ReducescatterKind(),
+      &JoinKind(),
   };
   for (const Collective* c : kKinds)
     if (c->kind() == kind) return c;

@@ -99,6 +99,11 @@ class Collective {
   virtual std::optional<Placement> ResultPlace(const ReadyTensor&, size_t) const { return std::nullopt; }
   // The bytes local rank `i` gets back.
   virtual uint64_t ResultBytes(const ReadyTensor& t, size_t i) const { return t.requests[i].bytes; }
+  // A joined rank's stand-in (see JoinedRequest), a copy of another rank's request: what this
+  // kind makes of it (the default: the same shape, zeros), or why it cannot stand in.
+  virtual Status Joined(Request*) const { return Status::Ok(); }
+  // The text a successful completion carries ("last rank 3" for a join), or "".
+  virtual std::string CompletionText(const ReadyTensor&) const { return ""; }
 
   // One node, host memory: runs the group at once, in place in every rank's tensor.
   virtual void RunLocal(const CollectiveGroup& group, HostExecutor& host) const = 0;
@@ -115,6 +120,12 @@ std::vector<int64_t> RankRows(const ReadyTensor& t);
 std::vector<int64_t> RankSplits(const ReadyTensor& t);
 // Bytes of one row (one index of the first dimension) of the tensor.
 uint64_t RowBytes(const Request& r);
+
+// A rank that has joined (abi::OpKind::kJoin) takes part in the others' collectives with nothing
+// of its own: a request like `like` for it, with no client, by its kind's rule (zeros to reduce,
+// no rows to gather or send), or an error naming the tensor (it is a broadcast's root, or the
+// tensor lives on GPUs).
+StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local);
 
 // The kind's unit, or nullptr for graph registration and failure notices (and unknown kinds).
 const Collective* FindCollective(abi::OpKind kind);

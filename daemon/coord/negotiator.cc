@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "daemon/collectives/agreement.h"
+#include "daemon/collectives/collective.h"
 #include "daemon/coord/job_join.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/transport/host_collectives.h"
@@ -211,6 +212,10 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
       uncached->push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message(), waited});
     }
   }
+  // Every rank here joined: any cached name the other nodes run, this one runs with stand-ins.
+  if (JoinedHere())
+    for (uint32_t bit = 0; bit < cache_.capacity(); ++bit)
+      if (cache_.used(int32_t(bit))) a.hits[bit / 64] |= uint64_t{1} << (bit % 64);
   if (!uncached->empty()) a.flags |= 1;
   if (local_busy_ || !pending_.empty()) a.flags |= 2;
   return gpu_pending;
@@ -273,17 +278,24 @@ Status Negotiator::TakeAgreed(const std::vector<std::string>& run, const std::ve
     announced_.erase(name);
     return t;
   };
-  for (const std::string& name : run)
+  const bool joined = JoinedHere();
+  for (const std::string& name : run) {
     if (pending_.count(name)) ready->push_back(take(name));
+    else if (joined) ready->push_back(StandIn(name, cache_.meta(*cache_.Find(name))));
+  }
   Status plan_mismatch;
   for (const NameResponse& r : responses) {
     // Daemons that hold different TOPO plans cannot run the job (see Coordinate).
     if (r.name == abi::kTopoPlanName && r.status != SYNCD_OK) plan_mismatch = Status(syncd_status(r.status), r.message);
-    if (!pending_.count(r.name)) continue;
+    if (!pending_.count(r.name)) {
+      if (joined && r.status == SYNCD_OK) ready->push_back(StandIn(r.name, r.meta));
+      continue;
+    }
     if (r.status == SYNCD_OK) {
       ready->push_back(take(r.name));
       ready->back().rank_rows = r.meta.rows;
       ready->back().rank_splits = r.meta.splits;
+      for (Request& q : ready->back().requests) q.root = r.meta.root;  // a join: the last rank to join
     } else {
       TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
     }
@@ -348,9 +360,39 @@ void Negotiator::CancelCycle(const Status& why) {
       fail_(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
 }
 
+ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta) const {
+  const std::vector<uint32_t> mine = RanksOf(t_->rank());
+  const uint32_t first = FirstIndexOf(t_->rank());
+  ReadyTensor t;
+  for (uint32_t l = 0; l < mine.size(); ++l) {
+    // The coordinator checked that these stand-ins are possible.
+    StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l);
+    if (r.ok()) t.requests.push_back(std::move(r.value()));
+  }
+  t.rank_rows = meta.rows;
+  t.rank_splits = meta.splits;
+  return t;
+}
+
+std::vector<uint32_t> Negotiator::RanksOf(uint32_t node) const {
+  if (options_.node_ranks.empty()) return {node};
+  return options_.node_ranks[node];
+}
+
+uint32_t Negotiator::FirstIndexOf(uint32_t node) const {
+  if (options_.node_ranks.empty()) return node;
+  uint32_t at = 0;
+  for (uint32_t n = 0; n < node; ++n) at += uint32_t(options_.node_ranks[n].size());
+  return at;
+}
+
+bool Negotiator::NodeJoined(uint32_t node) const {
+  auto it = coord_.find(abi::kJoinName);
+  return it != coord_.end() && it->second.ready[node];
+}
+
 StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
   const uint32_t n = t_->size();
-  std::vector<std::string> complete;
   for (uint32_t node = 0; node < n; ++node) {
     auto reqs = DecodeRequests(all_requests[node]);
     if (!reqs.ok())
@@ -368,74 +410,98 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
       a.first_ns = std::min(a.first_ns, abi::MonotonicNs() - std::min(r.waited_ns, abi::MonotonicNs()));
       if (a.ready[node]) continue;
       a.ready[node] = true;
+      a.last_node = node;
       a.metas[node] = std::move(r.meta);
       a.errors[node] = std::move(r.error);
-      if (++a.count == n) complete.push_back(r.name);
+      ++a.count;
     }
+  }
+  // A name is agreed once every node announced it, or joined (hvd.join: all of its ranks did,
+  // and they stand in with nothing of their own). The join itself needs every node.
+  std::vector<std::string> complete;
+  for (const auto& [name, a] : coord_) {
+    uint32_t ready = 0;
+    for (uint32_t node = 0; node < n; ++node) ready += a.ready[node] || (name != abi::kJoinName && NodeJoined(node));
+    if (ready == n) complete.push_back(name);
   }
   std::vector<NameResponse> responses;
   for (const std::string& name : complete) {
-    Announcement& a = coord_[name];
-    NameResponse resp{name, SYNCD_OK, "", -1, a.metas[0]};
-    for (uint32_t node = 0; node < n && resp.status == SYNCD_OK; ++node)
-      if (!a.errors[node].empty()) {
-        resp.status = SYNCD_ERR_MISMATCH;
-        resp.message = a.errors[node];
-      }
-    if (resp.status == SYNCD_OK && a.metas[0].kind == uint32_t(abi::OpKind::kRegisterGraph)) {
-      // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
-      // ranks of one node already agreed.
-      std::vector<int64_t> hashes;
-      std::vector<std::string> groups;
-      for (uint32_t node = 0; node < n; ++node) {
-        const int64_t h = a.metas[node].shape.empty() ? 0 : a.metas[node].shape[0];
-        size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
-        if (i == hashes.size()) {
-          hashes.push_back(h);
-          char hex[32];
-          snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
-          groups.push_back(std::string("plan ") + hex + " on node");
-        }
-        groups[i] += " " + std::to_string(node);
-      }
-      if (hashes.size() > 1) {
-        resp.status = SYNCD_ERR_MISMATCH;
-        resp.message = "TOPO plans differ across nodes, the job cannot run:";
-        for (size_t i = 0; i < groups.size(); ++i) resp.message += (i ? ";" : "") + std::string(" ") + groups[i];
-      }
-    }
-    if (resp.status == SYNCD_OK) {
-      // Same check as within a node, over every rank of the job.
-      std::vector<Request> ranks;
-      for (uint32_t node = 0; node < n; ++node)
-        if (options_.node_ranks.empty())
-          ranks.push_back(RequestOf(a.metas[node], name, node, 0));
-        else
-          for (size_t l = 0; l < options_.node_ranks[node].size(); ++l)
-            ranks.push_back(RequestOf(a.metas[node], name, options_.node_ranks[node][l], l));
-      Status agree = CheckAgreement(ranks);
-      if (!agree.ok()) {
-        resp.status = agree.code();
-        resp.message = agree.message();
-      }
-    }
-    if (resp.status == SYNCD_OK && !a.metas[0].rows.empty()) {
-      // Shapes that vary by rank: every node learns every rank's, and the name is not cached
-      // (the next step's shapes may differ).
-      resp.meta.rows.clear();
-      resp.meta.splits.clear();
-      for (uint32_t node = 0; node < n; ++node) {
-        resp.meta.rows.insert(resp.meta.rows.end(), a.metas[node].rows.begin(), a.metas[node].rows.end());
-        resp.meta.splits.insert(resp.meta.splits.end(), a.metas[node].splits.begin(), a.metas[node].splits.end());
-      }
-    } else if (resp.status == SYNCD_OK) {
-      resp.cache_bit = cache_.FreeBit();
-      if (resp.cache_bit >= 0) cache_.Put(resp.cache_bit, name, resp.meta);
-    }
-    responses.push_back(std::move(resp));
+    responses.push_back(Respond(name, coord_[name]));
     coord_.erase(name);
   }
   return responses;
+}
+
+NameResponse Negotiator::Respond(const std::string& name, const Announcement& a) {
+  const uint32_t n = t_->size();
+  NameResponse resp{name, SYNCD_OK, "", -1, a.metas[a.last_node]};
+  for (uint32_t node = 0; node < n && resp.status == SYNCD_OK; ++node)
+    if (!a.errors[node].empty()) {
+      resp.status = SYNCD_ERR_MISMATCH;
+      resp.message = a.errors[node];
+    }
+  if (resp.status == SYNCD_OK && resp.meta.kind == uint32_t(abi::OpKind::kRegisterGraph)) {
+    // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
+    // ranks of one node already agreed.
+    std::vector<int64_t> hashes;
+    std::vector<std::string> groups;
+    for (uint32_t node = 0; node < n; ++node) {
+      const int64_t h = a.metas[node].shape.empty() ? 0 : a.metas[node].shape[0];
+      size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
+      if (i == hashes.size()) {
+        hashes.push_back(h);
+        char hex[32];
+        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+        groups.push_back(std::string("plan ") + hex + " on node");
+      }
+      groups[i] += " " + std::to_string(node);
+    }
+    if (hashes.size() > 1) {
+      resp.status = SYNCD_ERR_MISMATCH;
+      resp.message = "TOPO plans differ across nodes, the job cannot run:";
+      for (size_t i = 0; i < groups.size(); ++i) resp.message += (i ? ";" : "") + std::string(" ") + groups[i];
+    }
+  }
+  // Every rank's request, joined nodes' stand-ins included: the same check as within a node.
+  std::vector<Request> ranks;
+  for (uint32_t node = 0; node < n && resp.status == SYNCD_OK; ++node) {
+    const std::vector<uint32_t> node_ranks = RanksOf(node);
+    for (size_t l = 0; l < node_ranks.size() && resp.status == SYNCD_OK; ++l) {
+      if (a.ready[node]) {
+        ranks.push_back(RequestOf(a.metas[node], name, node_ranks[l], l));
+        continue;
+      }
+      StatusOr<Request> stand_in = JoinedRequest(RequestOf(resp.meta, name, node_ranks[l], 0), node_ranks[l],
+                                                 FirstIndexOf(node) + uint32_t(l), uint32_t(l));
+      if (stand_in.ok()) {
+        ranks.push_back(std::move(stand_in.value()));
+      } else {
+        resp.status = stand_in.status().code();
+        resp.message = stand_in.status().message();
+      }
+    }
+  }
+  if (resp.status == SYNCD_OK) {
+    Status agree = CheckAgreement(ranks);
+    if (!agree.ok()) {
+      resp.status = agree.code();
+      resp.message = agree.message();
+    }
+  }
+  if (resp.status == SYNCD_OK && !resp.meta.rows.empty()) {
+    // Shapes that vary by rank: every node learns every rank's (a joined rank has none), and the
+    // name is not cached (the next step's shapes may differ).
+    resp.meta.rows.clear();
+    resp.meta.splits.clear();
+    for (const Request& r : ranks) {
+      resp.meta.rows.push_back(r.shape.empty() ? 0 : r.shape[0]);
+      resp.meta.splits.insert(resp.meta.splits.end(), r.splits.begin(), r.splits.end());
+    }
+  } else if (resp.status == SYNCD_OK && name != abi::kJoinName) {
+    resp.cache_bit = cache_.FreeBit();
+    if (resp.cache_bit >= 0) cache_.Put(resp.cache_bit, name, resp.meta);
+  }
+  return resp;
 }
 
 std::vector<Negotiator::NodeStall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {

@@ -174,6 +174,14 @@ class Negotiator {
   void Block();
   // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
   StatusOr<std::vector<NameResponse>> Coordinate(const std::vector<std::string>& all_requests);
+  // Node 0: the global ranks on `node`, the set rank of its first, whether all of them joined.
+  std::vector<uint32_t> RanksOf(uint32_t node) const;
+  uint32_t FirstIndexOf(uint32_t node) const;
+  bool NodeJoined(uint32_t node) const;
+  // This node's ranks all joined (the join waits here for the other nodes): they stand in for
+  // the names other nodes run (JoinedRequest), as the coordinator agreed them.
+  bool JoinedHere() const { return pending_.count(abi::kJoinName) > 0; }
+  ReadyTensor StandIn(const std::string& name, const TensorMeta& meta) const;
   void TakeAndFail(const std::string& name, const Status& st);
   void EndJob(Status why, bool tell_peers);  // Abort and Break
   bool CheckAbortMessages();
@@ -201,9 +209,12 @@ class Negotiator {
     std::vector<TensorMeta> metas;
     std::vector<std::string> errors;
     uint32_t count = 0;
+    uint32_t last_node = 0;  // the last to announce it (a join: the last node to join)
     uint64_t first_ns = 0;
   };
   std::unordered_map<std::string, Announcement> coord_;
+  // Node 0: the response for an agreed name.
+  NameResponse Respond(const std::string& name, const Announcement& a);
 
   CommTask join_;
   bool joined_ = false;

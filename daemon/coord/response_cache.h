@@ -27,6 +27,7 @@ class ResponseCache {
   std::optional<int32_t> Find(const std::string& name) const;
   const std::string& name(int32_t bit) const { return entries_[size_t(bit)].name; }
   const TensorMeta& meta(int32_t bit) const { return entries_[size_t(bit)].meta; }
+  bool used(int32_t bit) const { return entries_[size_t(bit)].used; }
 
  private:
   struct Entry {

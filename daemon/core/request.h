@@ -14,6 +14,9 @@
 
 namespace syncd {
 
+// The client of a joined rank's stand-in request (see abi::OpKind::kJoin): nobody to complete.
+inline constexpr uint32_t kNoClient = UINT32_MAX;
+
 struct Request {
   uint32_t client_id = 0;
   uint32_t rank = 0;        // global rank of the submitter

@@ -21,19 +21,61 @@ Status TensorTable::Add(Request r) {
   if (e.present[r.local_rank])
     return Status(SYNCD_ERR_DUPLICATE,
                   "tensor '" + r.name + "' is already in flight on rank " + std::to_string(r.rank));
+  const bool join = r.kind == abi::OpKind::kJoin && join_ != nullptr;
+  if (join) {
+    joined_[r.local_rank] = Joined{true, r.rank, r.set_rank};
+    last_joined_ = r.rank;
+  }
   e.present[r.local_rank] = true;
   e.requests[r.local_rank] = std::move(r);
-  if (++e.count == local_size_) completed_.push_back(it->first);
+  ++e.count;
+  if (join) {
+    for (auto& [name, other] : pending_) QueueIfReady(name, other);  // they wait for one rank less
+  } else {
+    QueueIfReady(it->first, e);
+  }
   return Status::Ok();
+}
+
+void TensorTable::QueueIfReady(const std::string& name, Entry& e) {
+  if (e.queued) return;
+  const bool join = name == abi::kJoinName;
+  for (uint32_t l = 0; l < local_size_; ++l)
+    if (!e.present[l] && (join || !joined_[l].joined)) return;
+  e.queued = true;
+  completed_.push_back(name);
 }
 
 void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<FailedTensor>* failed) {
   while (!completed_.empty()) {
     auto it = pending_.find(completed_.front());
     completed_.pop_front();
-    std::vector<Request> requests = std::move(it->second.requests);
+    Entry& e = it->second;
+    std::vector<Request> requests = std::move(e.requests);
+    Status agreement;
+    // Joined ranks stand in; the first present request shows what the collective is.
+    const Request* like = nullptr;
+    for (uint32_t l = 0; l < local_size_ && like == nullptr; ++l)
+      if (e.present[l]) like = &requests[l];
+    for (uint32_t l = 0; l < local_size_ && agreement.ok(); ++l) {
+      if (e.present[l]) continue;
+      StatusOr<Request> stand_in = join_(*like, joined_[l].rank, joined_[l].set_rank, l);
+      if (stand_in.ok()) requests[l] = std::move(stand_in.value());
+      else agreement = stand_in.status();
+    }
+    if (!agreement.ok()) {  // only the present requests fail
+      std::vector<Request> present;
+      for (uint32_t l = 0; l < local_size_; ++l)
+        if (e.present[l]) present.push_back(std::move(requests[l]));
+      requests = std::move(present);
+    }
+    if (it->first == abi::kJoinName) {
+      // Every local rank joined: the join goes on (to the other nodes); joining ends here.
+      for (Request& r : requests) r.root = int32_t(last_joined_);
+      joined_.assign(local_size_, Joined{});
+    }
     pending_.erase(it);
-    Status agreement = check_(requests);
+    if (agreement.ok()) agreement = check_(requests);
     if (agreement.ok()) {
       ready->push_back(ReadyTensor{std::move(requests)});
     } else {
@@ -48,7 +90,8 @@ std::vector<TensorTable::Stall> TensorTable::Stalled(uint64_t now_ns, uint64_t m
     if (e.count == local_size_ || now_ns - e.first_seen_ns < min_age_ns) continue;
     Stall s{name, now_ns - e.first_seen_ns, {}};
     for (uint32_t i = 0; i < local_size_; ++i)
-      if (!e.present[i]) s.missing_local_ranks.push_back(i);
+      if (!e.present[i] && !joined_[i].joined) s.missing_local_ranks.push_back(i);
+    if (s.missing_local_ranks.empty()) continue;  // complete (joined ranks stand in)
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) { return a.waiting_ns > b.waiting_ns; });
@@ -71,6 +114,7 @@ void TensorTable::FailAll(const Status& error, std::vector<FailedTensor>* failed
   }
   pending_.clear();
   completed_.clear();
+  joined_.assign(local_size_, Joined{});
 }
 
 }  // namespace syncd

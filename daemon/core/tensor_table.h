@@ -39,13 +39,21 @@ struct FailedTensor {
 // Whether every request of one name agrees; the error names the tensor, the property and which
 // ranks had which value.
 using AgreementCheck = Status (*)(const std::vector<Request>& requests);
+// The stand-in of a joined rank (global `rank`, `set_rank`, local index `local`) in a collective
+// like `like`: collectives/collective.h JoinedRequest, which knows each kind's rule.
+using JoinFill = StatusOr<Request> (*)(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local);
 
 class TensorTable {
  public:
-  TensorTable(uint32_t local_size, AgreementCheck check) : local_size_(local_size), check_(check) {}
+  // `join`: how joined ranks stand in (nullptr: ranks cannot join, as in process sets).
+  TensorTable(uint32_t local_size, AgreementCheck check, JoinFill join = nullptr)
+      : local_size_(local_size), check_(check), join_(join), joined_(local_size) {}
 
   // Records one rank's request. Fails (and keeps nothing) when the same rank already has this
-  // name in flight, or the local rank is out of range.
+  // name in flight, or the local rank is out of range. A join (abi::kJoinName) marks the rank
+  // joined: from then on every name waits for the others only, and the rank stands in (JoinFill)
+  // until every local rank has joined and the join leaves the table (its requests' root is then
+  // the last of them to join).
   Status Add(Request r);
 
   // Moves out every tensor that all ranks have submitted: consistent ones into `ready` (in the
@@ -73,10 +81,20 @@ class TensorTable {
     std::vector<bool> present;
     uint32_t count = 0;
     uint64_t first_seen_ns = 0;
+    bool queued = false;  // in completed_
   };
+  struct Joined {
+    bool joined = false;
+    uint32_t rank = 0, set_rank = 0;
+  };
+  // Whether every local rank has submitted `name` or (another name) joined; queues it once.
+  void QueueIfReady(const std::string& name, Entry& e);
 
   uint32_t local_size_;
   AgreementCheck check_;
+  JoinFill join_;
+  std::vector<Joined> joined_;  // by local rank
+  uint32_t last_joined_ = 0;    // global rank
   std::unordered_map<std::string, Entry> pending_;
   std::deque<std::string> completed_;  // names in the order their last rank arrived
 };

@@ -30,7 +30,8 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       world_size_(uint32_t(place_.ranks.size())),
       counters_(counters),
       hooks_(std::move(hooks)),
-      table_(place_.local_size(), CheckAgreement),
+      // Ranks join the global set (hvd.join) only.
+      table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_) {
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
 }

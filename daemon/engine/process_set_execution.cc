@@ -201,11 +201,14 @@ void ProcessSet::PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup
 void ProcessSet::CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
   for (size_t i : g) {
     const std::vector<Request>& rs = ready[i].requests;
+    if (rs.empty()) continue;
+    const Collective* kind = FindCollective(rs.front().kind);
+    const Status done(SYNCD_OK, kind != nullptr ? kind->CompletionText(ready[i]) : "");
     if (std::none_of(rs.begin(), rs.end(), [](const Request& r) { return !r.failure.empty(); })) {
-      CompleteAll(rs, Status::Ok());
+      CompleteAll(rs, done);
       continue;
     }
-    for (const Request& r : rs) CompleteAll({r}, r.failure.empty() ? Status::Ok() : Status(SYNCD_ERR_NO_MEMORY, r.failure));
+    for (const Request& r : rs) CompleteAll({r}, r.failure.empty() ? done : Status(SYNCD_ERR_NO_MEMORY, r.failure));
   }
 }
 

@@ -255,6 +255,35 @@ TEST_P(GatherScatter, AFullResultAreaFailsThatRankOnlyAndReleasedBlocksAreReused
   ExpectAllSucceeded(st);
 }
 
+// Under --coord topo, once a plan is registered, the new kinds (outside any plan) are
+// negotiated on demand between the plan's groups, as other allreduces are.
+TEST(GatherScatterTopo, NewKindsOutsideARegisteredPlanAreNegotiatedOnDemand) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    syncd_graph_op ops[3] = {{"fwd", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM},
+                             {"ar", "plan.grad", SYNCD_FLOAT32, 4, SYNCD_SUM},
+                             {"update", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM}};
+    const uint32_t edges[4] = {0, 1, 1, 2};
+    const uint32_t fetch = 2;
+    syncd_graph g{ops, 3, edges, 2, &fetch, 1};
+    CHILD_CHECK(syncd_register_graph(c, &g, 30'000, nullptr) == SYNCD_OK, "register: %s", syncd_last_error());
+    for (int step = 0; step < 3; ++step) {
+      float v[4] = {1, 1, 1, 1};
+      int64_t four = 4;
+      syncd_tensor t{"plan.grad", v, SYNCD_FLOAT32, 1, &four, 0};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
+      const std::string tag = "." + std::to_string(step);
+      if (CheckedAllgather(c, rank, n, SYNCD_FLOAT32, 2, "topo.ag" + tag)) return 1;
+      if (CheckedAlltoall(c, rank, n, SYNCD_INT32, 2, false, "topo.a2a" + tag)) return 1;
+      if (CheckedReducescatter(c, rank, n, SYNCD_FLOAT64, SYNCD_AVERAGE, 2 * n + 1, 2, "topo.rs" + tag)) return 1;
+      CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK && v[0] == float(n), "plan.grad: %s", syncd_last_error());
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, GatherScatter, ::testing::Values(Shape{1, 4}, Shape{2, 2}, Shape{3, 1}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local);

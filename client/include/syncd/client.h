@@ -186,6 +186,13 @@ SYNCD_API int syncd_barrier_set_async(syncd_client* c, int process_set, syncd_ha
 SYNCD_API int syncd_fail_set_async(syncd_client* c, int process_set, const char* name, const char* why,
                                    syncd_handle* out);
 
+/* Join (Horovod's hvd.join): this rank has no more data. Blocks until every rank of the job has
+ * joined; meanwhile this rank takes part in the others' collectives with nothing of its own
+ * (zeros to reduce, no rows to gather or send; a broadcast from it fails), so ranks with uneven
+ * amounts of data finish without a hang. *last_rank (may be NULL): the last rank to join. Host
+ * tensors only; the global set only. */
+SYNCD_API int syncd_join(syncd_client* c, int64_t timeout_ms, int* last_rank);
+
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
 /* This rank cannot take part in the collective called `name` (a binding's own check refused its

@@ -189,6 +189,14 @@ class PyClient {
     return id;
   }
 
+  // hvd.join: blocks (GIL released) until every rank joined; the last rank to join.
+  int Join(int64_t timeout_ms) {
+    int last = -1;
+    const int rc = Unlocked([&](syncd_client* c) { return syncd_join(c, timeout_ms, &last); });
+    if (rc != SYNCD_OK) RaiseCompletion(rc);
+    return last;
+  }
+
   void RemoveProcessSet(int id, int64_t timeout_ms) {
     CheckChange(Unlocked([&](syncd_client* c) { return syncd_remove_process_set(c, id, timeout_ms); }));
   }
@@ -299,6 +307,7 @@ PYBIND11_MODULE(_client, m) {
       .def("reducescatter_async", &PyClient::Reducescatter, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
            py::arg("process_set") = 0)
+      .def("join", &PyClient::Join, py::arg("timeout_ms") = -1)
       .def("add_process_set", &PyClient::AddProcessSet, py::arg("ranks"), py::arg("timeout_ms") = -1)
       .def("remove_process_set", &PyClient::RemoveProcessSet, py::arg("id"), py::arg("timeout_ms") = -1)
       .def("result", &PyClient::Result, py::arg("handle"))

@@ -21,7 +21,7 @@ from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allgather_asyn
                                  broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
                                  grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
                                  grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
-                                 grouped_reducescatter_async, poll, reducescatter, reducescatter_async,
+                                 grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
                                  sparse_allreduce_async, synchronize)
 from syncd.torch.optimizer import DistributedOptimizer
 from syncd.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set

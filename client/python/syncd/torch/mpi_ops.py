@@ -662,6 +662,18 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     return handle
 
 
+def join(device=-1):
+    """This rank has no more data (as horovod.torch.join): blocks until every rank has joined and
+    returns the last rank to join. Meanwhile this rank takes part in the others' collectives with
+    nothing of its own (zeros to reduce, no rows to gather), so training on uneven data per rank
+    finishes; DistributedOptimizer's averages then count the joined ranks' zeros, as Horovod's
+    do. `device` is accepted for compatibility (stand-ins live in the daemon)."""
+    try:
+        return client().join()
+    except SyncdError as e:
+        raise HorovodInternalError(e) from e
+
+
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called barrier()."""
     c = client()
