@@ -207,8 +207,13 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   MutexLock lock(&mu_);
   SetView set;
   const int set_id = kind == abi::OpKind::kBarrier ? extra.process_set : t != nullptr ? t->process_set : 0;
-  const std::string what = t != nullptr && t->name != nullptr ? "tensor '" + std::string(t->name) + "': " : "barrier: ";
-  if (int rc = CheckSet(set_id, what, &set); rc != SYNCD_OK) return rc;
+  // The global set needs no checks (and no message text built on the submit path).
+  if (set_id != 0) {
+    const std::string what = t != nullptr && t->name != nullptr ? "tensor '" + std::string(t->name) + "': " : "barrier: ";
+    if (int rc = CheckSet(set_id, what, &set); rc != SYNCD_OK) return rc;
+  } else {
+    set = SetView{0, id_.size, id_.rank, nullptr};
+  }
   entry.process_set = set_id;
   if (kind == abi::OpKind::kBarrier) {
     // Every rank's n-th barrier matches by name. Cycling through a few names (rather than a new
@@ -221,7 +226,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   } else if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && (prescale != 1.0 || postscale != 1.0)) {
     return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': allreduce of bool tensors takes no prescale or postscale factor");
   }
-  if (in_flight_names_.count(NameKey(name, set_id)))
+  if (in_flight_names_.count(set_id == 0 ? name : NameKey(name, set_id)))
     return Fail(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already in flight on rank " + std::to_string(id_.rank));
   if (!DaemonAlive()) return DaemonLostError();
   if (free_slots_.empty())
