@@ -432,6 +432,47 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
   return responses;
 }
 
+std::string Negotiator::PlanMismatch(const Announcement& a) const {
+  // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
+  // ranks of one node already agreed.
+  std::vector<int64_t> hashes;
+  std::vector<std::string> groups;
+  for (uint32_t node = 0; node < a.metas.size(); ++node) {
+    const int64_t h = a.metas[node].shape.empty() ? 0 : a.metas[node].shape[0];
+    size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
+    if (i == hashes.size()) {
+      hashes.push_back(h);
+      char hex[32];
+      snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+      groups.push_back(std::string("plan ") + hex + " on node");
+    }
+    groups[i] += " " + std::to_string(node);
+  }
+  if (hashes.size() <= 1) return "";
+  std::string why = "TOPO plans differ across nodes, the job cannot run:";
+  for (size_t i = 0; i < groups.size(); ++i) why += (i ? ";" : "") + std::string(" ") + groups[i];
+  return why;
+}
+
+Status Negotiator::RankRequests(const std::string& name, const Announcement& a, const TensorMeta& meta,
+                                std::vector<Request>* ranks) const {
+  for (uint32_t node = 0; node < a.metas.size(); ++node) {
+    const std::vector<uint32_t> node_ranks = RanksOf(node);
+    for (size_t l = 0; l < node_ranks.size(); ++l) {
+      if (a.ready[node]) {
+        ranks->push_back(RequestOf(a.metas[node], name, node_ranks[l], l));
+        continue;
+      }
+      // A joined node's ranks stand in.
+      StatusOr<Request> stand_in =
+          JoinedRequest(RequestOf(meta, name, node_ranks[l], 0), node_ranks[l], FirstIndexOf(node) + uint32_t(l), uint32_t(l));
+      if (!stand_in.ok()) return stand_in.status();
+      ranks->push_back(std::move(stand_in.value()));
+    }
+  }
+  return Status::Ok();
+}
+
 NameResponse Negotiator::Respond(const std::string& name, const Announcement& a) {
   const uint32_t n = t_->size();
   NameResponse resp{name, SYNCD_OK, "", -1, a.metas[a.last_node]};
@@ -441,48 +482,15 @@ NameResponse Negotiator::Respond(const std::string& name, const Announcement& a)
       resp.message = a.errors[node];
     }
   if (resp.status == SYNCD_OK && resp.meta.kind == uint32_t(abi::OpKind::kRegisterGraph)) {
-    // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
-    // ranks of one node already agreed.
-    std::vector<int64_t> hashes;
-    std::vector<std::string> groups;
-    for (uint32_t node = 0; node < n; ++node) {
-      const int64_t h = a.metas[node].shape.empty() ? 0 : a.metas[node].shape[0];
-      size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
-      if (i == hashes.size()) {
-        hashes.push_back(h);
-        char hex[32];
-        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
-        groups.push_back(std::string("plan ") + hex + " on node");
-      }
-      groups[i] += " " + std::to_string(node);
-    }
-    if (hashes.size() > 1) {
+    if (std::string why = PlanMismatch(a); !why.empty()) {
       resp.status = SYNCD_ERR_MISMATCH;
-      resp.message = "TOPO plans differ across nodes, the job cannot run:";
-      for (size_t i = 0; i < groups.size(); ++i) resp.message += (i ? ";" : "") + std::string(" ") + groups[i];
+      resp.message = why;
     }
   }
-  // Every rank's request, joined nodes' stand-ins included: the same check as within a node.
   std::vector<Request> ranks;
-  for (uint32_t node = 0; node < n && resp.status == SYNCD_OK; ++node) {
-    const std::vector<uint32_t> node_ranks = RanksOf(node);
-    for (size_t l = 0; l < node_ranks.size() && resp.status == SYNCD_OK; ++l) {
-      if (a.ready[node]) {
-        ranks.push_back(RequestOf(a.metas[node], name, node_ranks[l], l));
-        continue;
-      }
-      StatusOr<Request> stand_in = JoinedRequest(RequestOf(resp.meta, name, node_ranks[l], 0), node_ranks[l],
-                                                 FirstIndexOf(node) + uint32_t(l), uint32_t(l));
-      if (stand_in.ok()) {
-        ranks.push_back(std::move(stand_in.value()));
-      } else {
-        resp.status = stand_in.status().code();
-        resp.message = stand_in.status().message();
-      }
-    }
-  }
   if (resp.status == SYNCD_OK) {
-    Status agree = CheckAgreement(ranks);
+    Status agree = RankRequests(name, a, resp.meta, &ranks);
+    if (agree.ok()) agree = CheckAgreement(ranks);  // the same check as within a node
     if (!agree.ok()) {
       resp.status = agree.code();
       resp.message = agree.message();

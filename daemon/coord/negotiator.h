@@ -213,8 +213,13 @@ class Negotiator {
     uint64_t first_ns = 0;
   };
   std::unordered_map<std::string, Announcement> coord_;
-  // Node 0: the response for an agreed name.
+  // Node 0: the response for an agreed name. Its parts: why the nodes' TOPO plans differ ("" if
+  // they do not); every rank's request as announced, joined nodes' stand-ins included (an error
+  // when one cannot stand in).
   NameResponse Respond(const std::string& name, const Announcement& a);
+  std::string PlanMismatch(const Announcement& a) const;
+  Status RankRequests(const std::string& name, const Announcement& a, const TensorMeta& meta,
+                      std::vector<Request>* ranks) const;
 
   CommTask join_;
   bool joined_ = false;
