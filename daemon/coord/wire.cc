@@ -34,7 +34,7 @@ class Writer {
   }
   void Ints(const std::vector<int64_t>& v) {
     Put<uint32_t>(uint32_t(v.size()));
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
   }
   std::string Take() { return std::move(out_); }
 
@@ -79,7 +79,7 @@ class Reader {
     uint32_t n;
     if (!Get(&n) || n > most || pos_ + uint64_t(n) * sizeof(int64_t) > s_.size()) return false;
     v->resize(n);
-    memcpy(v->data(), s_.data() + pos_, uint64_t(n) * sizeof(int64_t));
+    if (n > 0) memcpy(v->data(), s_.data() + pos_, uint64_t(n) * sizeof(int64_t));  // an empty vector's data() may be null
     pos_ += uint64_t(n) * sizeof(int64_t);
     return true;
   }
