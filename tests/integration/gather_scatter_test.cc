@@ -284,6 +284,40 @@ TEST(GatherScatterTopo, NewKindsOutsideARegisteredPlanAreNegotiatedOnDemand) {
   ExpectAllSucceeded(st);
 }
 
+TEST_P(GatherScatter, AnAlltoallWhoseResultHasNoRoomFailsThatRankAndTheOthersGetTheirs) {
+  // 1 MiB of result area; each alltoall below returns 256 KiB to each rank.
+  Cluster cluster = MakeCluster({"--result-area-size", "1M"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    std::vector<float> x(size_t(n) * 16 * 1024);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(rank * 1000 + int(i / (16 * 1024)));  // piece d holds rank*1000+d
+    int64_t rows = int64_t(x.size());
+    std::vector<syncd_result> kept;
+    bool failed = false;
+    for (int i = 0; i < 8; ++i) {
+      const std::string name = "a2a.keep." + std::to_string(i);
+      syncd_tensor t{name.c_str(), x.data(), SYNCD_FLOAT32, 1, &rows, 0};
+      syncd_result res{};
+      syncd_handle h;
+      CHILD_CHECK(syncd_alltoall_async(c, &t, nullptr, 0, &res, &h) == SYNCD_OK, "%s", syncd_last_error());
+      const int rc = syncd_wait(c, h, 60'000);
+      if (rank == 0 && rc == SYNCD_ERR_NO_MEMORY) {
+        failed = true;  // it still received what it was sent (into scratch): the others go on
+        continue;
+      }
+      CHILD_CHECK(rc == SYNCD_OK, "rank %d %s: %s", rank, name.c_str(), syncd_last_error());
+      for (int s = 0; s < n; ++s)
+        CHILD_CHECK(static_cast<const float*>(res.data)[size_t(s) * 16 * 1024] == float(s * 1000 + rank),
+                    "%s: piece from rank %d", name.c_str(), s);
+      if (rank == 0) kept.push_back(res);
+      else syncd_release_result(c, &res);
+    }
+    CHILD_CHECK(rank != 0 || failed, "rank 0 never ran out of room (%zu kept)", kept.size());
+    for (syncd_result& r : kept) syncd_release_result(c, &r);
+    return CheckedAlltoall(c, rank, n, SYNCD_INT32, 2, false, "a2a.after");
+  });
+  ExpectAllSucceeded(st);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, GatherScatter, ::testing::Values(Shape{1, 4}, Shape{2, 2}, Shape{3, 1}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local);
