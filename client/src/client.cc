@@ -184,6 +184,9 @@ int Client::CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op o
   int64_t sum = 0;
   for (int i = 0; i < extra.nsplits; ++i) {
     if (extra.splits[i] < 0) return Fail(SYNCD_ERR_INVALID, what + ": alltoall split " + std::to_string(extra.splits[i]) + " is negative");
+    if (extra.splits[i] > t->shape[0] - sum)  // before adding: the sum must not overflow
+      return Fail(SYNCD_ERR_INVALID, what + ": alltoall splits add up to more than the tensor's " +
+                                         std::to_string(t->shape[0]) + " rows");
     sum += extra.splits[i];
   }
   if (sum != t->shape[0])

@@ -53,6 +53,9 @@ class AlltoallCollective final : public Collective {
     int64_t sum = 0;
     for (int64_t s : r->splits) {
       if (s < 0) return InvalidArgument(what + ": alltoall split " + std::to_string(s) + " is negative");
+      if (s > dim0 - sum)  // checked before adding: splits from shared memory could overflow the sum
+        return InvalidArgument(what + ": alltoall splits add up to more than the tensor's " + std::to_string(dim0) +
+                               " rows");
       sum += s;
     }
     if (sum != dim0)

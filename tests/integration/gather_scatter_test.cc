@@ -210,6 +210,9 @@ TEST_P(GatherScatter, DisagreementsFailOnEveryRankAndTheJobGoesOn) {
     std::vector<int64_t> wrong(static_cast<size_t>(n), 1);
     CHILD_CHECK(syncd_alltoall_async(c, &odd, wrong.data(), n, &res, &h) == SYNCD_ERR_INVALID, "splits not adding up");
     CHILD_CHECK(strstr(syncd_last_error(), "add up to") != nullptr, "message: %s", syncd_last_error());
+    std::vector<int64_t> huge(static_cast<size_t>(n), INT64_MAX);  // a sum that would overflow
+    CHILD_CHECK(syncd_alltoall_async(c, &odd, huge.data(), n, &res, &h) == SYNCD_ERR_INVALID, "huge splits");
+    CHILD_CHECK(strstr(syncd_last_error(), "more than the tensor's 5 rows") != nullptr, "message: %s", syncd_last_error());
     CHILD_CHECK(syncd_reducescatter_async(c, &odd, SYNCD_MIN, 1, 1, &h) == SYNCD_ERR_INVALID, "reducescatter min");
     // The job goes on.
     return CheckedAllgather(c, rank, n, SYNCD_INT64, 2, "after");

@@ -157,6 +157,8 @@ TEST(Collectives, AlltoallSplitsDefaultToEqualPartsAndMustAddUp) {
   EXPECT_EQ(a2a.Parse(e, 4, "x", &r).code(), SYNCD_ERR_INVALID);  // 6 rows among 4 ranks
   r.splits = {1, 2, 2};
   EXPECT_NE(a2a.Parse(e, 3, "x", &r).message().find("add up to 5 rows, the tensor has 6"), std::string::npos);
+  r.splits = {1, INT64_MAX, INT64_MAX};  // from shared memory: a sum that would overflow is refused
+  EXPECT_NE(a2a.Parse(e, 3, "x", &r).message().find("add up to more than the tensor's 6 rows"), std::string::npos);
   r.splits = {1, 5};
   EXPECT_NE(a2a.Parse(e, 3, "x", &r).message().find("2 splits for 3 ranks"), std::string::npos);
   // Two ranks: rank 0 sends 1 row to itself and 2 to rank 1, rank 1 sends 0 and 1.
