@@ -6,8 +6,10 @@ import pickle
 import torch
 
 from syncd.torch import basics
-from syncd.torch.mpi_ops import _allgather_rows_async, _ps, broadcast_, broadcast_async_, synchronize
+from syncd.torch.gather_scatter import _allgather_rows_async
+from syncd.torch.inplace_ops import broadcast_, broadcast_async_
 from syncd.torch.process_sets import global_process_set
+from syncd.torch.requests import _ps, synchronize
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):

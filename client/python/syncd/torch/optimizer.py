@@ -17,8 +17,10 @@ import torch
 from syncd.torch import basics
 from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
-from syncd.torch.mpi_ops import _resolve_op, allreduce_async_, sparse_allreduce_async, synchronize
+from syncd.torch.gather_scatter import sparse_allreduce_async
+from syncd.torch.inplace_ops import _resolve_op, allreduce_async_
 from syncd.torch.process_sets import global_process_set
+from syncd.torch.requests import synchronize
 from syncd.torch.topo import GraphRecorder
 
 

@@ -80,7 +80,7 @@ def add_process_set(process_set):
     try:
         ps.process_set_id = basics.client().add_process_set(ps.ranks)
     except SyncdError as e:
-        from syncd.torch.mpi_ops import HorovodInternalError
+        from syncd.torch.requests import HorovodInternalError
         raise HorovodInternalError(e) from e
     _sets[ps.process_set_id] = ps
     return ps
@@ -94,7 +94,7 @@ def remove_process_set(process_set):
     try:
         basics.client().remove_process_set(process_set.process_set_id)
     except SyncdError as e:
-        from syncd.torch.mpi_ops import HorovodInternalError
+        from syncd.torch.requests import HorovodInternalError
         raise HorovodInternalError(e) from e
     del _sets[process_set.process_set_id]
     process_set._invalidate()

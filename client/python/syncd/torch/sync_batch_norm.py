@@ -11,7 +11,7 @@ single rank, it is torch's BatchNorm.
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from syncd.torch.mpi_ops import Sum, allreduce
+from syncd.torch.inplace_ops import Sum, allreduce
 from syncd.torch.process_sets import global_process_set, set_size
 
 
