@@ -1,0 +1,138 @@
+// The job's control channel: the messages outside any cycle (abort, leave, a cycle wanted) sent to
+// and received from every peer on one tag, and the ends of a job they bring (Break, Abort, a peer
+// leaving, this node leaving).
+#include <sched.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "daemon/coord/negotiator.h"
+#include "proto/doorbell.h"
+
+namespace syncd {
+namespace {
+
+constexpr uint64_t kControlTag = kTagMask;  // ControlMessage (see wire.h)
+
+// The status an abort from another node carries: its own when it is one (a stall says STALLED
+// everywhere), else RANK_LOST.
+syncd_status AbortCode(int32_t code) {
+  return code > SYNCD_OK && code <= SYNCD_ERR_STALLED && code != SYNCD_IN_PROGRESS ? syncd_status(code) : SYNCD_ERR_RANK_LOST;
+}
+
+}  // namespace
+
+void Negotiator::Break(Status why) { EndJob(std::move(why), /*tell_peers=*/false); }
+
+void Negotiator::Abort(Status why) { EndJob(std::move(why), /*tell_peers=*/true); }
+
+void Negotiator::EndJob(Status why, bool tell_peers) {
+  if (broken_) return;
+  broken_ = true;
+  failure_ = why;
+  spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
+  CancelCycle(why);
+  if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message(), why.code()});
+  std::vector<std::string> names = order_;
+  for (const std::string& name : names)
+    TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
+}
+
+void Negotiator::RequestCycle(uint64_t cycle) {
+  ++stats_.cycle_requests;
+  SendControl(ControlMessage{ControlMessage::Kind::kCycle, options_.job, cycle, ""});
+}
+
+void Negotiator::PostControlReceive(uint32_t p) {
+  control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p]->data(), kControlMessageBytes, control_in_[p]);
+}
+
+void Negotiator::SendControl(ControlMessage m) {
+  for (uint32_t p = 0; p < t_->size(); ++p) {
+    if (p == t_->rank() || t_->PeerLost(p)) continue;
+    Outgoing& out = control_out_.emplace_back();
+    out.bytes = std::make_shared<ControlBytes>();
+    EncodeControl(m, out.bytes->data());
+    out.handle = t_->Send(p, kControlTag, out.bytes->data(), kControlMessageBytes, out.bytes);
+  }
+}
+
+void Negotiator::PeerLeft(uint32_t node, const std::string& reason) {
+  const std::string who = "node " + std::to_string(node) + " left the job (" + reason + ")";
+  if (pending_.empty() && executing_.empty()) {
+    // The normal end of a job: every daemon is being stopped, or has moved on to the next job.
+    // Nothing is lost, so nothing is reported as an error, but this job cannot go on.
+    spdlog::info("{}", who);
+    broken_ = true;
+    failure_ = Status(SYNCD_ERR_RANK_LOST, who);
+    CancelCycle(failure_);  // an idle cycle may be waiting on that node
+    return;
+  }
+  Abort(Status(SYNCD_ERR_RANK_LOST, who + " while " + std::to_string(pending_.size()) + " tensor(s) were pending"));
+}
+
+bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {
+  if (!broken_) {
+    broken_ = true;
+    failure_ = Status(SYNCD_ERR_RANK_LOST, why);
+    CancelCycle(failure_);
+    std::vector<std::string> names = order_;
+    for (const std::string& name : names) TakeAndFail(name, Status(SYNCD_ERR_RANK_LOST, "tensor '" + name + "': " + why));
+    SendControl(ControlMessage{ControlMessage::Kind::kLeave, options_.job, 0, peer_reason});
+  }
+  while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
+    t_->Progress();
+    CheckAbortMessages();
+    if (!control_out_.empty()) sched_yield();
+  }
+  return control_out_.empty();
+}
+
+bool Negotiator::CheckAbortMessages() {
+  bool did = false;
+  for (auto it = control_out_.begin(); it != control_out_.end();) {
+    Status err;  // a failed send means a lost peer: PeerFailure() reports it below
+    if (t_->Test(it->handle, &err) == CommState::kPending) ++it;
+    else it = control_out_.erase(it);
+  }
+  if (broken_) return false;
+  t_->Progress();
+  for (uint32_t p = 0; p < control_recvs_.size(); ++p) {
+    if (p == t_->rank() || control_recvs_[p] == 0) continue;
+    Status err;
+    const CommState s = t_->Test(control_recvs_[p], &err);
+    if (s == CommState::kPending) continue;
+    control_recvs_[p] = 0;
+    did = true;
+    if (s == CommState::kFailed) {
+      Abort(err);  // the peer itself is lost
+      break;
+    }
+    StatusOr<ControlMessage> m = DecodeControl(control_in_[p]->data(), kControlMessageBytes);
+    if (!m.ok()) {
+      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " broke the coordination protocol: " +
+                                           m.status().message()));
+      break;
+    }
+    if (m->job != options_.job || m->kind == ControlMessage::Kind::kCycle) {
+      // A notice about another job (sent before this one started here) means nothing to it.
+      if (m->job == options_.job) wanted_cycle_ = std::max(wanted_cycle_, m->cycle);
+      PostControlReceive(p);
+      continue;
+    }
+    if (m->kind == ControlMessage::Kind::kLeave) PeerLeft(p, m->text);
+    else if (m->kind == ControlMessage::Kind::kAbort)
+      Abort(Status(AbortCode(m->code), "node " + std::to_string(p) + " aborted the job: " + m->text));
+    else
+      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " sent a job start message on the control channel"));
+    break;
+  }
+  if (!broken_)
+    if (std::optional<Status> lost = t_->PeerFailure()) {
+      Abort(*lost);
+      did = true;
+    }
+  return did;
+}
+
+}  // namespace syncd
