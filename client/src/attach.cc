@@ -167,31 +167,44 @@ int Handshake(int sock, const abi::AttachRequest& req, const std::string& socket
   return SYNCD_OK;
 }
 
+// Who this process is: the options, else syncrun's SYNCD_* variables, else Slurm's (under a plain
+// srun our prolog's run directory is /run/syncd/<job id>).
+int ResolveIdentity(const syncd_init_options& opts, Identity* id) {
+  const char* env_dir = getenv("SYNCD_RUN_DIR");
+  const char* slurm_job = getenv("SLURM_JOB_ID");
+  id->run_dir = opts.run_dir ? opts.run_dir : (env_dir ? env_dir : "");
+  if (id->run_dir.empty() && slurm_job != nullptr && *slurm_job != '\0') id->run_dir = std::string("/run/syncd/") + slurm_job;
+  if (id->run_dir.empty())
+    return Fail(SYNCD_ERR_INVALID, "no run directory: set SYNCD_RUN_DIR or pass run_dir (syncrun sets it)");
+  id->rank = opts.rank >= 0 ? opts.rank : IdentityFromEnv("SYNCD_RANK", "SLURM_PROCID", 0);
+  id->size = opts.size >= 0 ? opts.size : IdentityFromEnv("SYNCD_SIZE", "SLURM_NTASKS", 1);
+  id->local_rank = opts.local_rank >= 0 ? opts.local_rank : IdentityFromEnv("SYNCD_LOCAL_RANK", "SLURM_LOCALID", id->rank);
+  const int slurm_local = SlurmTasksOnNode(getenv("SLURM_TASKS_PER_NODE"), EnvInt("SLURM_NODEID", -1));
+  id->local_size = opts.local_size >= 0 ? opts.local_size : EnvInt("SYNCD_LOCAL_SIZE", slurm_local > 0 ? slurm_local : id->size);
+  if (id->size < 1 || id->rank < 0 || id->rank >= id->size || id->local_size < 1 || id->local_rank < 0 ||
+      id->local_rank >= id->local_size)
+    return Fail(SYNCD_ERR_INVALID, "inconsistent identity: rank " + std::to_string(id->rank) + " of " +
+                                       std::to_string(id->size) + ", local rank " +
+                                       std::to_string(id->local_rank) + " of " +
+                                       std::to_string(id->local_size));
+  return SYNCD_OK;
+}
+
+// The job this rank belongs to (0: whichever the daemon serves).
+uint64_t JobIdOf(const syncd_init_options& opts) {
+  if (opts.job_id != 0) return opts.job_id;
+  if (const char* j = getenv("SYNCD_JOB_ID"); j != nullptr) return strtoull(j, nullptr, 0);
+  if (const char* slurm_job = getenv("SLURM_JOB_ID"); slurm_job != nullptr) return strtoull(slurm_job, nullptr, 10);
+  return 0;
+}
+
 }  // namespace
 
 int Client::Attach(const syncd_init_options& opts, Client** out) {
   *out = nullptr;
   std::unique_ptr<Client> c(new Client());
   Identity& id = c->id_;
-  // syncrun and our Slurm prolog set SYNCD_*; under a plain srun, Slurm's own variables say who
-  // this task is and the prolog's run directory is /run/syncd/<job id>.
-  const char* env_dir = getenv("SYNCD_RUN_DIR");
-  const char* slurm_job = getenv("SLURM_JOB_ID");
-  id.run_dir = opts.run_dir ? opts.run_dir : (env_dir ? env_dir : "");
-  if (id.run_dir.empty() && slurm_job != nullptr && *slurm_job != '\0') id.run_dir = std::string("/run/syncd/") + slurm_job;
-  if (id.run_dir.empty())
-    return Fail(SYNCD_ERR_INVALID, "no run directory: set SYNCD_RUN_DIR or pass run_dir (syncrun sets it)");
-  id.rank = opts.rank >= 0 ? opts.rank : IdentityFromEnv("SYNCD_RANK", "SLURM_PROCID", 0);
-  id.size = opts.size >= 0 ? opts.size : IdentityFromEnv("SYNCD_SIZE", "SLURM_NTASKS", 1);
-  id.local_rank = opts.local_rank >= 0 ? opts.local_rank : IdentityFromEnv("SYNCD_LOCAL_RANK", "SLURM_LOCALID", id.rank);
-  const int slurm_local = SlurmTasksOnNode(getenv("SLURM_TASKS_PER_NODE"), EnvInt("SLURM_NODEID", -1));
-  id.local_size = opts.local_size >= 0 ? opts.local_size : EnvInt("SYNCD_LOCAL_SIZE", slurm_local > 0 ? slurm_local : id.size);
-  if (id.size < 1 || id.rank < 0 || id.rank >= id.size || id.local_size < 1 || id.local_rank < 0 ||
-      id.local_rank >= id.local_size)
-    return Fail(SYNCD_ERR_INVALID, "inconsistent identity: rank " + std::to_string(id.rank) + " of " +
-                                       std::to_string(id.size) + ", local rank " +
-                                       std::to_string(id.local_rank) + " of " +
-                                       std::to_string(id.local_size));
+  if (int rc = ResolveIdentity(opts, &id); rc != SYNCD_OK) return rc;
 
   const int timeout_ms = opts.attach_timeout_ms >= 0 ? opts.attach_timeout_ms : 10'000;
   // One deadline for the whole attach: reaching the daemon and its answer.
@@ -200,57 +213,55 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   if (int rc = Connect(socket_path, deadline, timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
   SetSocketTimeouts(c->sock_, Remaining(deadline));
 
-  uint64_t job_id = opts.job_id;
-  if (job_id == 0) {
-    if (const char* j = getenv("SYNCD_JOB_ID"); j != nullptr) job_id = strtoull(j, nullptr, 0);
-    else if (slurm_job != nullptr) job_id = strtoull(slurm_job, nullptr, 10);
-  }
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
-                         int32_t(getpid()), 0, job_id};
+                         int32_t(getpid()), 0, JobIdOf(opts)};
   abi::AttachReply reply{};
   int fds[2];
   if (int rc = Handshake(c->sock_, req, socket_path, timeout_ms, &reply, fds); rc != SYNCD_OK) return rc;
   SetSocketTimeouts(c->sock_, 0);  // from now on the socket only carries the goodbye
-
-  c->segment_bytes_ = reply.segment_bytes;
-  c->node_bytes_ = reply.node_page_bytes;
-  c->segment_ = mmap(nullptr, c->segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-  c->node_map_ = mmap(nullptr, c->node_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
-  close(fds[0]);
-  close(fds[1]);
-  if (c->segment_ == MAP_FAILED || c->node_map_ == MAP_FAILED) {
-    if (c->segment_ == MAP_FAILED) c->segment_ = nullptr;
-    if (c->node_map_ == MAP_FAILED) c->node_map_ = nullptr;
-    return Fail(SYNCD_ERR_SYSTEM, std::string("mmap of the shared segment failed: ") + strerror(errno));
-  }
-  auto* h = static_cast<abi::SegmentHeader*>(c->segment_);
-  if (h->magic != abi::kMagic || h->version != abi::kVersion || h->segment_bytes != c->segment_bytes_)
-    return Fail(SYNCD_ERR_PROTOCOL, "shared segment header is not what the handshake announced");
-  c->header_ = h;
-  c->node_ = static_cast<abi::NodePage*>(c->node_map_);
-  char* base = static_cast<char*>(c->segment_);
-  MutexLock lock(&c->mu_);  // nobody else sees `c` yet; the lock keeps the analysis simple
-  c->submit_ = abi::RingView<abi::SubmitEntry>(
-      &h->submit, reinterpret_cast<abi::SubmitEntry*>(base + h->submit_ring_offset), h->ring_entries);
-  c->completion_ = abi::RingView<abi::CompletionEntry>(
-      &h->completion, reinterpret_cast<abi::CompletionEntry*>(base + h->completion_ring_offset),
-      h->ring_entries);
-  c->messages_ = base + h->message_offset;
-  c->arena_ = base + h->arena_offset;
-  c->results_ = base + h->result_offset;
-  c->results_offset_ = h->result_offset;
-  c->results_bytes_ = h->result_bytes;
-  if (h->result_offset < h->arena_offset + h->arena_bytes || h->result_bytes > c->segment_bytes_ - h->result_offset)
-    return Fail(SYNCD_ERR_PROTOCOL, "shared segment header has its result area outside the segment");
-  c->arena_alloc_ = std::make_unique<ArenaAllocator>(h->arena_bytes, abi::kArenaAlignment);
-  c->arena_capacity_ = c->arena_alloc_->capacity();
-  c->slots_.resize(h->ring_entries);
-  for (uint32_t i = h->ring_entries; i-- > 0;) c->free_slots_.push_back(i);
+  if (int rc = c->MapShared(reply, fds); rc != SYNCD_OK) return rc;
   id.node_rank = reply.node_rank;
   c->spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", int(reply.client_spin_us))) * 1000;
   id.node_count = reply.node_count;
   id.coord_mode = reply.coord_mode < std::size(abi::kCoordModeNames) ? reply.coord_mode : 0;
   *out = c.release();
+  return SYNCD_OK;
+}
+
+int Client::MapShared(const abi::AttachReply& reply, int fds[2]) {
+  segment_bytes_ = reply.segment_bytes;
+  node_bytes_ = reply.node_page_bytes;
+  segment_ = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  node_map_ = mmap(nullptr, node_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+  close(fds[0]);
+  close(fds[1]);
+  if (segment_ == MAP_FAILED || node_map_ == MAP_FAILED) {
+    if (segment_ == MAP_FAILED) segment_ = nullptr;
+    if (node_map_ == MAP_FAILED) node_map_ = nullptr;
+    return Fail(SYNCD_ERR_SYSTEM, std::string("mmap of the shared segment failed: ") + strerror(errno));
+  }
+  auto* h = static_cast<abi::SegmentHeader*>(segment_);
+  if (h->magic != abi::kMagic || h->version != abi::kVersion || h->segment_bytes != segment_bytes_)
+    return Fail(SYNCD_ERR_PROTOCOL, "shared segment header is not what the handshake announced");
+  if (h->result_offset < h->arena_offset + h->arena_bytes || h->result_bytes > segment_bytes_ - h->result_offset)
+    return Fail(SYNCD_ERR_PROTOCOL, "shared segment header has its result area outside the segment");
+  header_ = h;
+  node_ = static_cast<abi::NodePage*>(node_map_);
+  char* base = static_cast<char*>(segment_);
+  MutexLock lock(&mu_);  // nobody else sees this client yet; the lock keeps the analysis simple
+  submit_ = abi::RingView<abi::SubmitEntry>(&h->submit, reinterpret_cast<abi::SubmitEntry*>(base + h->submit_ring_offset),
+                                            h->ring_entries);
+  completion_ = abi::RingView<abi::CompletionEntry>(
+      &h->completion, reinterpret_cast<abi::CompletionEntry*>(base + h->completion_ring_offset), h->ring_entries);
+  messages_ = base + h->message_offset;
+  arena_ = base + h->arena_offset;
+  results_ = base + h->result_offset;
+  results_offset_ = h->result_offset;
+  results_bytes_ = h->result_bytes;
+  arena_alloc_ = std::make_unique<ArenaAllocator>(h->arena_bytes, abi::kArenaAlignment);
+  arena_capacity_ = arena_alloc_->capacity();
+  slots_.resize(h->ring_entries);
+  for (uint32_t i = h->ring_entries; i-- > 0;) free_slots_.push_back(i);
   return SYNCD_OK;
 }
 

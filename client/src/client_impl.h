@@ -121,6 +121,9 @@ class Client {
   int Finish(Slot* slot, std::string* reply = nullptr) SYNCD_REQUIRES(mu_);  // *reply: the completion's text
   bool DaemonAlive() SYNCD_REQUIRES(mu_);  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;
+  // Attach's last step: maps the segment and node page the daemon sent (closing both
+  // descriptors), checks the header and sets up the rings, arena and result area.
+  int MapShared(const abi::AttachReply& reply, int fds[2]);
 
   Identity id_;
   int sock_ = -1;
