@@ -146,6 +146,51 @@ double Direct(uint64_t count, int ranks, int iters, bool serial) {
   return t;
 }
 
+struct Row {
+  uint64_t bytes;
+  double serial, pipelined, direct_serial = 0, direct_pipelined = 0, submit = 0;
+};
+
+// Rank 0's table (and JSON lines): syncd's times and bandwidths beside the direct runs'.
+void PrintRows(const std::vector<Row>& rows, const std::string& mode, const char* device, int size, bool json) {
+  const double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
+  if (mode == "latency") {
+    printf("%10s %12s %12s\n", "size", "time_us", "submit_us");
+    for (const Row& r : rows) printf("%10s %12.2f %12.2f\n", SizeText(r.bytes).c_str(), r.serial * 1e6, r.submit * 1e6);
+  } else {
+    printf("%10s %12s %10s %10s %12s %10s %10s %9s %9s\n", "size", "serial_us", "busbw", "direct", "pipelined_us", "busbw",
+           "direct", "ser/dir", "pipe/dir");
+    for (const Row& r : rows)
+      printf("%10s %12.1f %10.1f %10.1f %12.1f %10.1f %10.1f %9.3f %9.3f\n", SizeText(r.bytes).c_str(), r.serial * 1e6,
+             r.bytes / r.serial / 1e9 * bus, r.bytes / r.direct_serial / 1e9 * bus, r.pipelined * 1e6,
+             r.bytes / r.pipelined / 1e9 * bus, r.bytes / r.direct_pipelined / 1e9 * bus, r.direct_serial / r.serial,
+             r.direct_pipelined / r.pipelined);
+    printf("# busbw in GB/s; ser/dir and pipe/dir: syncd's bandwidth as a share of the direct run's\n");
+  }
+  if (json)
+    for (const Row& r : rows)
+      printf("{\"bench\":\"gpu_%s\",\"device\":\"%s\",\"ranks\":%d,\"bytes\":%llu,\"serial_us\":%.3f,\"pipelined_us\":%.3f,"
+             "\"direct_serial_us\":%.3f,\"direct_pipelined_us\":%.3f,\"serial_busbw_gbs\":%.3f,\"serial_ratio\":%.4f,"
+             "\"pipelined_ratio\":%.4f,\"submit_us\":%.3f}\n",
+             mode.c_str(), device, size, (unsigned long long)r.bytes, r.serial * 1e6, r.pipelined * 1e6,
+             r.direct_serial * 1e6, r.direct_pipelined * 1e6, r.bytes / r.serial / 1e9 * bus,
+             r.direct_serial > 0 ? r.direct_serial / r.serial : 0.0,
+             r.direct_pipelined > 0 ? r.direct_pipelined / r.pipelined : 0.0, r.submit * 1e6);
+}
+
+void PrintDaemonStatus() {
+  // Where the daemon's time went (map, issue, device), from its own status.
+  if (const char* dir = getenv("SYNCD_RUN_DIR")) {
+    char exe[4096] = {};
+    if (readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0) {
+      std::string bin(exe);
+      bin = bin.substr(0, bin.rfind('/'));
+      const std::string cmd = bin + "/syncctl --run-dir " + dir + " status | sed 's/^/# /' >&2";
+      if (system(cmd.c_str()) != 0) fprintf(stderr, "# syncctl status failed\n");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,10 +227,6 @@ int main(int argc, char** argv) {
     printf("# %s, %d ranks of %d on this node (%d GPU%s), float32 sum\n", prop.name, size, syncd_local_size(c), devices,
            devices == 1 ? "" : "s");
 
-  struct Row {
-    uint64_t bytes;
-    double serial, pipelined, direct_serial = 0, direct_pipelined = 0, submit = 0;
-  };
   std::vector<Row> rows;
   for (uint64_t bytes : sizes) {
     const uint64_t count = std::max<uint64_t>(1, bytes / sizeof(float));
@@ -210,39 +251,8 @@ int main(int argc, char** argv) {
     }
   Barrier(c);
   if (rank == 0) {
-    const double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
-    if (mode == "latency") {
-      printf("%10s %12s %12s\n", "size", "time_us", "submit_us");
-      for (const Row& r : rows) printf("%10s %12.2f %12.2f\n", SizeText(r.bytes).c_str(), r.serial * 1e6, r.submit * 1e6);
-    } else {
-      printf("%10s %12s %10s %10s %12s %10s %10s %9s %9s\n", "size", "serial_us", "busbw", "direct", "pipelined_us", "busbw",
-             "direct", "ser/dir", "pipe/dir");
-      for (const Row& r : rows)
-        printf("%10s %12.1f %10.1f %10.1f %12.1f %10.1f %10.1f %9.3f %9.3f\n", SizeText(r.bytes).c_str(), r.serial * 1e6,
-               r.bytes / r.serial / 1e9 * bus, r.bytes / r.direct_serial / 1e9 * bus, r.pipelined * 1e6,
-               r.bytes / r.pipelined / 1e9 * bus, r.bytes / r.direct_pipelined / 1e9 * bus, r.direct_serial / r.serial,
-               r.direct_pipelined / r.pipelined);
-      printf("# busbw in GB/s; ser/dir and pipe/dir: syncd's bandwidth as a share of the direct run's\n");
-    }
-    if (json)
-      for (const Row& r : rows)
-        printf("{\"bench\":\"gpu_%s\",\"device\":\"%s\",\"ranks\":%d,\"bytes\":%llu,\"serial_us\":%.3f,\"pipelined_us\":%.3f,"
-               "\"direct_serial_us\":%.3f,\"direct_pipelined_us\":%.3f,\"serial_busbw_gbs\":%.3f,\"serial_ratio\":%.4f,"
-               "\"pipelined_ratio\":%.4f,\"submit_us\":%.3f}\n",
-               mode.c_str(), prop.name, size, (unsigned long long)r.bytes, r.serial * 1e6, r.pipelined * 1e6,
-               r.direct_serial * 1e6, r.direct_pipelined * 1e6, r.bytes / r.serial / 1e9 * bus,
-               r.direct_serial > 0 ? r.direct_serial / r.serial : 0.0,
-               r.direct_pipelined > 0 ? r.direct_pipelined / r.pipelined : 0.0, r.submit * 1e6);
-    // Where the daemon's time went (map, issue, device), from its own status.
-    if (const char* dir = getenv("SYNCD_RUN_DIR")) {
-      char exe[4096] = {};
-      if (readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0) {
-        std::string bin(exe);
-        bin = bin.substr(0, bin.rfind('/'));
-        const std::string cmd = bin + "/syncctl --run-dir " + dir + " status | sed 's/^/# /' >&2";
-        if (system(cmd.c_str()) != 0) fprintf(stderr, "# syncctl status failed\n");
-      }
-    }
+    PrintRows(rows, mode, prop.name, size, json);
+    PrintDaemonStatus();
   }
   syncd_shutdown(c);
   return 0;

@@ -97,6 +97,32 @@ void RegisterStepGraph(syncd_client* c, const std::vector<int64_t>& sizes, const
   Check(syncd_register_graph(c, &g, -1, nullptr), "registering the step's graph");
 }
 
+// Node 0's line: the median step, and its engine's time per timed step from syncctl's status
+// before and after them.
+void ReportImbalance(syncd_client* c, const ImbalanceOptions& o, size_t n, std::vector<double> times,
+                     const std::string& before, const std::string& after) {
+  std::sort(times.begin(), times.end());
+  const double step_ms = times[times.size() / 2] * 1e3;
+  // Node 0's engine over the timed steps, per step.
+  auto delta = [&](const char* key) { return (JsonField(after, key) - JsonField(before, key)) / o.steps; };
+  const double sleep_ms = delta("idle_ms_total"), coord_ms = delta("coordination_ms_total");
+  const double exec_ms = delta("execution_ms_total") + delta("topo_execution_ms_total"), blocked_ms = delta("blocked_ms_total");
+  const double cpu_ms = delta("engine_cpu_s") * 1e3;
+  // Each timed step also has the bench's own barrier and step-time allreduce (negotiated).
+  const double messages = delta("coordination_messages");
+  if (o.json)
+    printf("{\"bench\":\"imbalance\",\"mode\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"tensors\":%zu,\"step_ms\":%.3f,"
+           "\"engine_sleep_ms\":%.3f,\"engine_coord_ms\":%.3f,\"engine_exec_ms\":%.3f,\"engine_blocked_ms\":%.3f,"
+           "\"engine_cpu_ms\":%.3f,\"coord_messages_per_step\":%.1f}\n",
+           o.label.c_str(), syncd_size(c), syncd_cross_size(c), n, step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
+           cpu_ms, messages);
+  else
+    printf("imbalance [%s]: %d ranks on %d nodes, median step %.2f ms; engine per step: sleeping %.2f ms, "
+           "coordinating %.2f ms, executing %.2f ms, blocked %.2f ms, cpu %.2f ms\n",
+           o.label.c_str(), syncd_size(c), syncd_cross_size(c), step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
+           cpu_ms);
+}
+
 }  // namespace
 
 // One data-parallel step's gradient synchronisation: every parameter's gradient submitted in
@@ -217,28 +243,7 @@ void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0)
   const std::string after = syncd_rank(c) == 0 ? DaemonStatusJson(argv0) : "";
   stop = true;
   if (input.joinable()) input.join();
-  std::sort(times.begin(), times.end());
-  const double step_ms = times[times.size() / 2] * 1e3;
-  if (syncd_rank(c) == 0) {
-    // Node 0's engine over the timed steps, per step.
-    auto delta = [&](const char* key) { return (JsonField(after, key) - JsonField(before, key)) / o.steps; };
-    const double sleep_ms = delta("idle_ms_total"), coord_ms = delta("coordination_ms_total");
-    const double exec_ms = delta("execution_ms_total") + delta("topo_execution_ms_total"), blocked_ms = delta("blocked_ms_total");
-    const double cpu_ms = delta("engine_cpu_s") * 1e3;
-    // Each timed step also has the bench's own barrier and step-time allreduce (negotiated).
-    const double messages = delta("coordination_messages");
-    if (o.json)
-      printf("{\"bench\":\"imbalance\",\"mode\":\"%s\",\"ranks\":%d,\"nodes\":%d,\"tensors\":%zu,\"step_ms\":%.3f,"
-             "\"engine_sleep_ms\":%.3f,\"engine_coord_ms\":%.3f,\"engine_exec_ms\":%.3f,\"engine_blocked_ms\":%.3f,"
-             "\"engine_cpu_ms\":%.3f,\"coord_messages_per_step\":%.1f}\n",
-             o.label.c_str(), syncd_size(c), syncd_cross_size(c), n, step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
-             cpu_ms, messages);
-    else
-      printf("imbalance [%s]: %d ranks on %d nodes, median step %.2f ms; engine per step: sleeping %.2f ms, "
-             "coordinating %.2f ms, executing %.2f ms, blocked %.2f ms, cpu %.2f ms\n",
-             o.label.c_str(), syncd_size(c), syncd_cross_size(c), step_ms, sleep_ms, coord_ms, exec_ms, blocked_ms,
-             cpu_ms);
-  }
+  if (syncd_rank(c) == 0) ReportImbalance(c, o, n, std::move(times), before, after);
   for (float* g : grads) syncd_free(c, g);
 }
 
