@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 9;
+inline constexpr uint32_t kVersion = 10;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -49,8 +49,14 @@ enum class OpKind : uint32_t {
   kAddProcessSet = 9,
   kRemoveProcessSet = 10,
   kJoin = 11,
+  kPartialAllreduce = 12,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kJoin);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kPartialAllreduce);
+// kPartialAllreduce (eager-SGD's partial collectives): a persistent allreduce of one name that
+// runs in rounds once enough ranks arrived (`partial_mode`: solo, majority; `root`: the quorum k,
+// 0 for the mode's own). Each rank's contributions accumulate in the daemon until a round takes
+// them, so a late rank loses nothing; it gets the latest round's result at once. The completion
+// says "round <r> nap <n> initiator <rank> fresh <0|1> ranks <hex bitmap of the fresh set ranks>".
 // kJoin (hvd.join): this rank has no more data. Until every rank of the job has joined, it takes
 // part in the others' collectives with nothing of its own (zeros to reduce, no rows to gather);
 // then every join completes with "last rank <r>", the last rank to join.
@@ -112,7 +118,7 @@ struct SubmitEntry {
   uint64_t aux_offset;
   uint64_t aux_bytes;
   int32_t process_set;  // 0: the global set
-  uint32_t reserved;
+  uint32_t partial_mode;  // kPartialAllreduce: syncd_partial_mode
   char name[kNameBytes];
 };
 static_assert(sizeof(SubmitEntry) == 344);

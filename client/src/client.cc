@@ -142,6 +142,7 @@ int Client::CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op o
       return Fail(SYNCD_ERR_INVALID, what + ": reducescatter supports the ops Sum and Average");
     if (t->dtype == SYNCD_BOOL) return Fail(SYNCD_ERR_INVALID, what + ": reducescatter of bool tensors is not supported");
   }
+  if (kind == abi::OpKind::kPartialAllreduce) return CheckPartial(t, op, extra, set, what, entry);
   if (kind != abi::OpKind::kAlltoall || extra.splits == nullptr) {
     if (kind == abi::OpKind::kAlltoall && t->shape[0] % set.size != 0)
       return Fail(SYNCD_ERR_INVALID, what + ": alltoall without splits divides the first dimension equally, but " +
@@ -169,6 +170,21 @@ int Client::CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op o
   memcpy(arena_ + *off, extra.splits, bytes);
   entry->aux_offset = *off;
   entry->aux_bytes = bytes;
+  return SYNCD_OK;
+}
+
+int Client::CheckPartial(const syncd_tensor* t, syncd_reduce_op op, const Extra& extra, const SetView& set,
+                         const std::string& what, abi::SubmitEntry* entry) {
+  if (op != SYNCD_SUM && op != SYNCD_AVERAGE)
+    return Fail(SYNCD_ERR_INVALID, what + ": partial allreduce supports the ops Sum and Average");
+  if (t->dtype == SYNCD_BOOL) return Fail(SYNCD_ERR_INVALID, what + ": partial allreduce of bool tensors is not supported");
+  if (extra.partial_mode != SYNCD_PARTIAL_SOLO && extra.partial_mode != SYNCD_PARTIAL_MAJORITY)
+    return Fail(SYNCD_ERR_INVALID, what + ": partial allreduce mode must be SYNCD_PARTIAL_SOLO or SYNCD_PARTIAL_MAJORITY, not " +
+                                       std::to_string(extra.partial_mode));
+  if (entry->root < 0 || entry->root > set.size)
+    return Fail(SYNCD_ERR_INVALID, what + ": partial allreduce quorum " + std::to_string(entry->root) + " is not 0.." +
+                                       std::to_string(set.size) + " (the set's size)");
+  entry->partial_mode = extra.partial_mode;
   return SYNCD_OK;
 }
 

@@ -33,6 +33,7 @@ struct SubmitExtra {
   int nsplits = 0;
   syncd_result* result = nullptr;
   int process_set = 0;  // a barrier's (a tensor names its own)
+  uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode (the quorum travels as the root)
 };
 
 // A process set as one rank sees it: its global ranks (ascending), this rank's place among them.
@@ -71,6 +72,8 @@ class Client {
   SetView Set(int id);
   int Poll(syncd_handle h);
   int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
+  // Wait for a partial allreduce, with the round its completion describes.
+  int WaitPartial(syncd_handle h, int64_t timeout_ms, syncd_partial_info* info);
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
   // syncd_fail_async: a kFail entry for `name` whose arena copy of `why` is freed at completion.
   int SubmitFailure(const char* name, const char* why, syncd_handle* out, int process_set = 0);
@@ -105,6 +108,9 @@ class Client {
   // Alltoall's splits (into the arena, at entry->aux_offset) and reducescatter's share.
   int CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra, const SetView& set,
                 const std::string& name, abi::SubmitEntry* entry) SYNCD_REQUIRES(mu_);
+  // A partial allreduce's op, mode and quorum (entry->root), into `entry`.
+  int CheckPartial(const syncd_tensor* t, syncd_reduce_op op, const Extra& extra, const SetView& set,
+                   const std::string& what, abi::SubmitEntry* entry) SYNCD_REQUIRES(mu_);
   // The set a request names, checked: this rank must be in it.
   int CheckSet(int id, const std::string& what, SetView* set) SYNCD_REQUIRES(mu_);
   // Submits a process set change and waits for it; *reply: the daemon's "process set <id>".

@@ -1,7 +1,7 @@
-// Requests that change the job rather than move a tensor: TOPO graph registration, process sets
-// (their view on this rank, adding and removing them) and join. Each is a collective of the global
-// set that the caller waits for; the daemon's reply text carries what it decided (plan hash, set id,
-// last rank to join).
+// Requests whose completion text carries what the daemon decided: TOPO graph registration (the
+// plan hash), process sets (their view on this rank, adding and removing them: the set id), join
+// (the last rank to join) and a partial allreduce (its round). All but the last are collectives
+// of the global set that the caller waits for.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -131,6 +131,18 @@ int Client::Join(int64_t timeout_ms, int* last_rank) {
   if (sscanf(reply.c_str(), "last rank %d", &last) != 1)
     return Fail(SYNCD_ERR_PROTOCOL, "join completed but the daemon's reply names no last rank");
   if (last_rank != nullptr) *last_rank = last;
+  return SYNCD_OK;
+}
+
+int Client::WaitPartial(syncd_handle h, int64_t timeout_ms, syncd_partial_info* info) {
+  std::string reply;
+  if (int rc = Wait(h, timeout_ms, &reply); rc != SYNCD_OK) return rc;
+  unsigned long long round = 0;
+  syncd_partial_info got{};
+  if (sscanf(reply.c_str(), "round %llu nap %d initiator %d fresh %d", &round, &got.nap, &got.initiator, &got.fresh) != 4)
+    return Fail(SYNCD_ERR_PROTOCOL, "partial allreduce completed but the daemon's reply names no round: '" + reply + "'");
+  got.round = round;
+  if (info != nullptr) *info = got;
   return SYNCD_OK;
 }
 

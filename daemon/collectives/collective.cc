@@ -92,11 +92,12 @@ const Collective& AllgatherKind();
 const Collective& AlltoallKind();
 const Collective& ReducescatterKind();
 const Collective& JoinKind();
+const Collective& PartialAllreduceKind();
 
 const Collective* FindCollective(abi::OpKind kind) {
   static const Collective* const kKinds[] = {
       &AllreduceKind(), &BroadcastKind(), &BarrierKind(), &AllgatherKind(), &AlltoallKind(), &ReducescatterKind(),
-      &JoinKind(),
+      &JoinKind(),      &PartialAllreduceKind(),
   };
   for (const Collective* c : kKinds)
     if (c->kind() == kind) return c;

@@ -1,6 +1,6 @@
 // A collective kind as one unit. Each kind (allreduce, broadcast, barrier, allgather, alltoall,
-// reducescatter) is a Collective in a file of its own in this folder, listed once in
-// collective.cc. It says everything the rest of the daemon needs to know about the kind:
+// reducescatter, join, partial allreduce) is a Collective in a file of its own in this folder,
+// listed once in collective.cc. It says everything the rest of the daemon needs to know about the kind:
 //
 // - Parse: the ring entry's fields only this kind reads (reduce op and scale factors, a root).
 // - Disagreement: what must agree across ranks beyond the kind, memory, dtype and shape that
@@ -87,6 +87,9 @@ class Collective {
   virtual std::string Disagreement(const std::vector<Request>& requests) const;
   // Requests with equal keys may run as one fused group; nullopt: each request runs alone.
   virtual std::optional<FusionKey> FusionKeyOf(const Request& r) const;
+  // Whether its requests run in rounds of their own (a partial allreduce: coord/partial_runner.h)
+  // instead of being matched across ranks by the tensor table and coordinated.
+  virtual bool partial() const { return false; }
   // Whether the ranks' first dimensions and splits may differ (they then travel to the
   // coordinator for every rank, and the name is never cached: each step's shapes are new).
   virtual bool shapes_vary() const { return false; }

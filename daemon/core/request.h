@@ -29,7 +29,8 @@ struct Request {
   abi::OpKind kind = abi::OpKind::kAllreduce;
   syncd_dtype dtype = SYNCD_FLOAT32;
   syncd_reduce_op op = SYNCD_SUM;
-  int32_t root = 0;
+  int32_t root = 0;         // kBroadcast: the root; kPartialAllreduce: the quorum (0: the mode's)
+  uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> shape;

@@ -32,7 +32,9 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       hooks_(std::move(hooks)),
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
-      host_(world_size_) {
+      host_(world_size_),
+      partial_(world_size_, place_.offsets[place_.node_rank], place_.local_size(),
+               [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); }) {
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
 }
 
@@ -44,6 +46,12 @@ Status ProcessSet::Add(Request r) {
                            std::to_string(place_.id));
   r.local_rank = uint32_t(at - place_.local_ranks.begin());
   r.set_rank = place_.offsets[place_.node_rank] + r.local_rank;
+  if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->partial()) {
+    if (place_.nodes() > 1)
+      return InvalidArgument("tensor '" + r.name + "': partial allreduce of a process set spanning " +
+                             std::to_string(place_.nodes()) + " nodes is not supported yet (one node only)");
+    return partial_.Add(std::move(r));
+  }
   return table_.Add(std::move(r));
 }
 
@@ -198,7 +206,9 @@ size_t ProcessSet::FailWaiting(const Status& why) {
   std::vector<FailedTensor> failed;
   table_.FailAll(why, &failed);
   for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  return failed.size();
+  const size_t partial = partial_.in_flight();
+  partial_.FailAll(why);
+  return failed.size() + partial;
 }
 
 void ProcessSet::FailJob(const Status& why) {
@@ -219,7 +229,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
     case Reach::kWaiting:
       return FailWaiting(why);
     case Reach::kHeld: {
-      const size_t waiting = table_.pending();
+      const size_t waiting = table_.pending() + partial_.in_flight();
       FailHeld(why);
       return waiting;
     }
@@ -231,7 +241,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       return waiting;
     }
     case Reach::kRemoved: {
-      const size_t waiting = table_.pending();
+      const size_t waiting = table_.pending() + partial_.in_flight();
       FailHeld(why);
       if (negotiator_ && negotiator_->pending() > 0) negotiator_->Break(why);  // else nothing to fail
       return waiting;
@@ -251,6 +261,7 @@ void ProcessSet::FailHeld(const Status& why) {
   for (FailedTensor& f : failed)
     CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
   if (topo_) topo_->FailAll(why);
+  partial_.FailAll(why);
   if (place_.gpu && place_.gpu->in_flight() > 0) {
     place_.gpu->Abort(why);
     PollGpu();
@@ -266,11 +277,11 @@ bool ProcessSet::Abandons(uint32_t local_rank) const {
   const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
   if (at == place_.local_ranks.end()) return false;  // not one of the set's
   return table_.HasRequestsOf(uint32_t(at - place_.local_ranks.begin())) || (topo_ && topo_->in_flight() > 0) ||
-         (negotiator_ && negotiator_->pending() > 0);
+         (negotiator_ && negotiator_->pending() > 0) || partial_.in_flight() > 0;
 }
 
 size_t ProcessSet::InFlight() const {
-  size_t n = table_.pending() + gpu_ops_.size();
+  size_t n = table_.pending() + gpu_ops_.size() + partial_.in_flight();
   if (topo_) n += topo_->in_flight();
   return n;
 }
@@ -326,6 +337,7 @@ ProcessSetSnapshot ProcessSet::Snapshot(uint64_t now_ns) const {
   s.ranks = place_.ranks;
   s.nodes = place_.nodes();
   s.pending_tensors = table_.pending();
+  s.partial_ops = partial_.Snapshot();
   s.stalls = Stalls(now_ns, uint64_t(config_.stall_warning_s) * 1'000'000'000ull);
   if (s.stalls.size() > 32) s.stalls.resize(32);
   if (plan_) {

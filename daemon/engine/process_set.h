@@ -25,6 +25,7 @@
 #include "daemon/collectives/collective.h"
 #include "daemon/coord/gpu_order.h"
 #include "daemon/coord/negotiator.h"
+#include "daemon/coord/partial_runner.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/core/tensor_table.h"
 #include "daemon/exec/gpu_executor.h"
@@ -180,6 +181,7 @@ class ProcessSet {
   ProcessSetHooks hooks_;
   TensorTable table_;
   HostExecutor host_;
+  PartialRunner partial_;  // partial allreduces: rounds of their own, never matched or negotiated
   struct GpuOp {
     uint64_t ticket;
     std::vector<std::vector<Request>> requests;  // by member tensor

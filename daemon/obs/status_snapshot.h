@@ -10,6 +10,7 @@
 
 #include "daemon/base/affinity.h"
 #include "daemon/coord/negotiation_stats.h"
+#include "daemon/coord/partial_stats.h"
 #include "daemon/coord/topo_stats.h"
 #include "daemon/exec/gpu_executor.h"
 
@@ -38,6 +39,7 @@ struct ProcessSetSnapshot {
   std::vector<uint32_t> ranks;    // global, ascending
   uint32_t nodes = 1;             // holding its ranks
   uint64_t pending_tensors = 0;   // waiting here for some local ranks
+  std::vector<PartialOpSnapshot> partial_ops;
   // TOPO, once a graph is registered.
   bool has_plan = false;
   uint64_t plan_hash = 0, plan_tensors = 0, plan_groups = 0;

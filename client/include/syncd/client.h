@@ -193,6 +193,33 @@ SYNCD_API int syncd_fail_set_async(syncd_client* c, int process_set, const char*
  * tensors only; the global set only. */
 SYNCD_API int syncd_join(syncd_client* c, int64_t timeout_ms, int* last_rank);
 
+/* ---- Partial allreduce (eager-SGD's partial collectives: Li et al., PPoPP 2020).
+ *
+ * A persistent allreduce of one name, called once per step by every rank of the set, that runs in
+ * rounds without waiting for every rank. A round starts once
+ *   SYNCD_PARTIAL_SOLO:     `quorum` ranks (default 1: the first to arrive) have arrived;
+ *   SYNCD_PARTIAL_MAJORITY: the round's initiator has arrived (a rank drawn from the name and the
+ *                           round number, the same on every rank; then at least `quorum` ranks).
+ * A round sums what every rank has contributed since the previous one: the ranks that arrived for
+ * it (fresh) and what late ranks left (stale). Nothing is lost: a rank that arrives after its round
+ * ran gets the latest round's result at once, and its tensor goes into the next round. The daemon
+ * holds each rank's not-yet-taken contributions, so an absent rank contributes without running.
+ * SYNCD_AVERAGE divides by the number of contributions the round summed (fresh and stale), so a
+ * rank with nothing to give does not shrink the result. Ops: SYNCD_SUM, SYNCD_AVERAGE; the dtype,
+ * shape and op of a name never change. The result replaces t->data; syncd_partial_wait also says
+ * which round it is and how many ranks were fresh in it (NAP). Host tensors, one node for now. */
+typedef enum syncd_partial_mode { SYNCD_PARTIAL_SOLO = 1, SYNCD_PARTIAL_MAJORITY = 2 } syncd_partial_mode;
+typedef struct syncd_partial_info {
+  uint64_t round;  /* the round whose result t->data holds (1, 2, ...) */
+  int nap;         /* ranks whose contribution to that round was fresh */
+  int initiator;   /* majority: the round's initiator (a rank of the set); solo: the first to arrive */
+  int fresh;       /* whether this rank's tensor went into that round (0: it goes into the next) */
+} syncd_partial_info;
+SYNCD_API int syncd_partial_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                                            syncd_partial_mode mode, int quorum, syncd_handle* out);
+/* syncd_wait for a partial allreduce, with its round (info may be NULL). */
+SYNCD_API int syncd_partial_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms, syncd_partial_info* info);
+
 /* At most 16 barriers may be in flight on one rank; a 17th fails with SYNCD_ERR_DUPLICATE. */
 SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
 /* This rank cannot take part in the collective called `name` (a binding's own check refused its

@@ -1,0 +1,151 @@
+#include "daemon/coord/partial_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace syncd {
+namespace {
+
+struct Done {
+  std::string name;
+  uint32_t rank;
+  Status status;
+  std::vector<float> data;  // the tensor when it completed
+};
+
+// Four local ranks of a four-rank set; each request's tensor is a fresh vector of `n` floats.
+class PartialRunnerTest : public ::testing::Test {
+ protected:
+  PartialRunnerTest()
+      : runner_(4, 0, 4, [this](const std::vector<Request>& rs, const Status& st) {
+          for (const Request& r : rs) {
+            const float* f = reinterpret_cast<const float*>(r.data);
+            done_.push_back({r.name, r.rank, st, std::vector<float>(f, f + r.bytes / sizeof(float))});
+          }
+        }) {}
+
+  Status Submit(uint32_t rank, std::vector<float> v, syncd_partial_mode mode = SYNCD_PARTIAL_SOLO, int quorum = 0,
+                syncd_reduce_op op = SYNCD_SUM, const std::string& name = "g") {
+    buffers_.push_back(std::make_unique<std::vector<float>>(std::move(v)));
+    Request r;
+    r.kind = abi::OpKind::kPartialAllreduce;
+    r.name = name;
+    r.rank = r.local_rank = r.set_rank = rank;
+    r.dtype = SYNCD_FLOAT32;
+    r.op = op;
+    r.partial_mode = mode;
+    r.root = quorum;
+    r.shape = {int64_t(buffers_.back()->size())};
+    r.bytes = buffers_.back()->size() * sizeof(float);
+    r.data = reinterpret_cast<char*>(buffers_.back()->data());
+    return runner_.Add(std::move(r));
+  }
+
+  // "round R nap N initiator I fresh F" of completion `i`.
+  static std::map<std::string, int> Info(const Done& d) {
+    unsigned long long round = 0;
+    int nap = 0, initiator = 0, fresh = 0;
+    EXPECT_EQ(sscanf(d.status.message().c_str(), "round %llu nap %d initiator %d fresh %d", &round, &nap, &initiator,
+                     &fresh),
+              4)
+        << d.status.message();
+    return {{"round", int(round)}, {"nap", nap}, {"initiator", initiator}, {"fresh", fresh}};
+  }
+
+  PartialRunner runner_;
+  std::vector<Done> done_;
+  std::vector<std::unique_ptr<std::vector<float>>> buffers_;
+};
+
+TEST_F(PartialRunnerTest, SoloRunsAtTheFirstArrivalAndALateRankGetsTheLatestResultAndLosesNothing) {
+  ASSERT_TRUE(Submit(0, {1, 0}).ok());  // round 1: rank 0 alone
+  ASSERT_EQ(done_.size(), 1u);
+  EXPECT_EQ(done_[0].data, (std::vector<float>{1, 0}));
+  EXPECT_EQ(Info(done_[0]), (std::map<std::string, int>{{"round", 1}, {"nap", 1}, {"initiator", 0}, {"fresh", 1}}));
+  EXPECT_NE(done_[0].status.message().find("ranks 1"), std::string::npos);  // bitmap: rank 0 only
+  ASSERT_TRUE(Submit(1, {0, 10}).ok());  // late for round 1: gets it, its tensor waits
+  ASSERT_EQ(done_.size(), 2u);
+  EXPECT_EQ(done_[1].data, (std::vector<float>{1, 0}));
+  EXPECT_EQ(Info(done_[1])["fresh"], 0);
+  EXPECT_EQ(Info(done_[1])["round"], 1);
+  ASSERT_TRUE(Submit(1, {0, 20}).ok());  // fresh for round 2, with its stale 10
+  ASSERT_EQ(done_.size(), 3u);
+  EXPECT_EQ(done_[2].data, (std::vector<float>{0, 30}));
+  EXPECT_EQ(Info(done_[2])["nap"], 1);
+  EXPECT_EQ(runner_.in_flight(), 0u);
+  const std::vector<PartialOpSnapshot> s = runner_.Snapshot();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].rounds, 2u);
+  EXPECT_EQ(s[0].late, 1u);
+  EXPECT_EQ(s[0].most_absent.front().second, 2u);  // ranks 2 and 3 missed both rounds
+}
+
+TEST_F(PartialRunnerTest, AverageDividesByTheContributionsTheRoundSummed) {
+  ASSERT_TRUE(Submit(0, {2}, SYNCD_PARTIAL_SOLO, 0, SYNCD_AVERAGE).ok());  // round 1: 2 / 1
+  ASSERT_TRUE(Submit(1, {4}, SYNCD_PARTIAL_SOLO, 0, SYNCD_AVERAGE).ok());  // late
+  ASSERT_TRUE(Submit(2, {6}, SYNCD_PARTIAL_SOLO, 0, SYNCD_AVERAGE).ok());  // late
+  ASSERT_TRUE(Submit(0, {8}, SYNCD_PARTIAL_SOLO, 0, SYNCD_AVERAGE).ok());  // round 2: (4 + 6 + 8) / 3
+  ASSERT_EQ(done_.size(), 4u);
+  EXPECT_EQ(done_[0].data[0], 2.f);
+  EXPECT_EQ(done_[3].data[0], 6.f);
+}
+
+TEST_F(PartialRunnerTest, QuorumWaitsForExactlyKFreshRanks) {
+  ASSERT_TRUE(Submit(0, {1}, SYNCD_PARTIAL_SOLO, 3).ok());
+  ASSERT_TRUE(Submit(1, {1}, SYNCD_PARTIAL_SOLO, 3).ok());
+  EXPECT_TRUE(done_.empty());
+  EXPECT_EQ(runner_.in_flight(), 2u);
+  ASSERT_TRUE(Submit(3, {1}, SYNCD_PARTIAL_SOLO, 3).ok());
+  ASSERT_EQ(done_.size(), 3u);
+  for (const Done& d : done_) {
+    EXPECT_EQ(d.data[0], 3.f);
+    EXPECT_EQ(Info(d)["nap"], 3);
+  }
+  ASSERT_TRUE(Submit(2, {5}, SYNCD_PARTIAL_SOLO, 3).ok());  // late: round 1's result, its 5 waits
+  EXPECT_EQ(done_.back().data[0], 3.f);
+  EXPECT_EQ(Info(done_.back())["fresh"], 0);
+}
+
+TEST_F(PartialRunnerTest, MajorityRunsWhenTheRoundsInitiatorArrives) {
+  for (uint64_t round = 1; round <= 6; ++round) {
+    const uint32_t initiator = PartialInitiator("g", round, 4);
+    const size_t before = done_.size();
+    for (uint32_t r = 0; r < 4; ++r)
+      if (r != initiator) ASSERT_TRUE(Submit(r, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+    EXPECT_EQ(done_.size(), before) << "round " << round << " ran before its initiator " << initiator << " arrived";
+    ASSERT_TRUE(Submit(initiator, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+    ASSERT_EQ(done_.size(), before + 4);
+    for (size_t i = before; i < done_.size(); ++i) {
+      EXPECT_EQ(Info(done_[i])["initiator"], int(initiator));
+      EXPECT_EQ(Info(done_[i])["nap"], 4);
+      EXPECT_EQ(done_[i].data[0], 4.f);
+    }
+  }
+  // The draw: the same for the same name and round, spread over the ranks.
+  EXPECT_EQ(PartialInitiator("g", 7, 4), PartialInitiator("g", 7, 4));
+  std::vector<int> hits(4, 0);
+  for (uint64_t round = 1; round <= 400; ++round) ++hits[PartialInitiator("g", round, 4)];
+  for (int h : hits) EXPECT_GT(h, 60);
+}
+
+TEST_F(PartialRunnerTest, AChangedShapeOrModeIsAMismatchAndFailAllFailsTheWaiting) {
+  ASSERT_TRUE(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).ok());
+  Status st = Submit(1, {1}, SYNCD_PARTIAL_SOLO, 2);
+  EXPECT_EQ(st.code(), SYNCD_ERR_MISMATCH);
+  EXPECT_NE(st.message().find("tensor 'g': partial allreduce from rank 1 is float32 [1]"), std::string::npos) << st.message();
+  EXPECT_EQ(Submit(1, {1, 2}, SYNCD_PARTIAL_MAJORITY, 2).code(), SYNCD_ERR_MISMATCH);
+  EXPECT_EQ(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).code(), SYNCD_ERR_INVALID);  // rank 0 already waits
+  runner_.FailAll(Status(SYNCD_ERR_RANK_LOST, "rank 3 is gone"));
+  ASSERT_EQ(done_.size(), 1u);
+  EXPECT_EQ(done_[0].status.code(), SYNCD_ERR_RANK_LOST);
+  EXPECT_EQ(done_[0].status.message(), "tensor 'g': rank 3 is gone");
+  EXPECT_EQ(runner_.in_flight(), 0u);
+}
+
+}  // namespace
+}  // namespace syncd
