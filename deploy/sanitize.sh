@@ -48,7 +48,9 @@ status=0
 check_reports "ASan/UBSan suite" || status=1
 
 echo "== libFuzzer harnesses (${FUZZ_SECONDS:-30} s each)"
+rm -f "$reports"/*  # the suite's were checked: what is left now is a fuzzer's finding
 SYNCD_BUILD_DIR=build-asan deploy/fuzz.sh "${FUZZ_SECONDS:-30}" || status=1
+check_reports "libFuzzer harnesses" || status=1  # a UBSan/ASan finding's report (the fuzz log has only the input)
 unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== ThreadSanitizer (build-tsan)"
