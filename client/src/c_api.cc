@@ -109,8 +109,8 @@ int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_h
   return Unwrap(c)->SubmitFailure(name, why, out);
 }
 
-int syncd_partial_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, syncd_partial_mode mode,
-                                  int quorum, syncd_handle* out) {
+int syncd_partial_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, int mode, int quorum,
+                                  syncd_handle* out) {
   syncd::client::SubmitExtra extra;
   extra.partial_mode = uint32_t(mode);
   return Unwrap(c)->Submit(abi::OpKind::kPartialAllreduce, t, op, quorum, 1.0, 1.0, out, false, nullptr, extra);

@@ -141,7 +141,7 @@ TEST(Partial, ASetSpanningNodesIsRefusedNamingTheTensor) {
                 "%s: %s", syncd_status_name(rc), syncd_last_error());
     // Bad arguments are refused before anything is sent.
     CHILD_CHECK(syncd_partial_allreduce_async(c, &t, SYNCD_MAX, SYNCD_PARTIAL_SOLO, 0, &h) == SYNCD_ERR_INVALID, "max");
-    CHILD_CHECK(syncd_partial_allreduce_async(c, &t, SYNCD_SUM, syncd_partial_mode(7), 0, &h) == SYNCD_ERR_INVALID, "mode");
+    CHILD_CHECK(syncd_partial_allreduce_async(c, &t, SYNCD_SUM, 7, 0, &h) == SYNCD_ERR_INVALID, "mode");
     CHILD_CHECK(syncd_partial_allreduce_async(c, &t, SYNCD_SUM, SYNCD_PARTIAL_SOLO, 3, &h) == SYNCD_ERR_INVALID &&
                     strstr(syncd_last_error(), "quorum 3") != nullptr,
                 "quorum: %s", syncd_last_error());

@@ -215,8 +215,9 @@ typedef struct syncd_partial_info {
   int initiator;   /* majority: the round's initiator (a rank of the set); solo: the first to arrive */
   int fresh;       /* whether this rank's tensor went into that round (0: it goes into the next) */
 } syncd_partial_info;
-SYNCD_API int syncd_partial_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
-                                            syncd_partial_mode mode, int quorum, syncd_handle* out);
+/* `mode`: a syncd_partial_mode (an int, so that any value a binding passes is checked, not undefined). */
+SYNCD_API int syncd_partial_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, int mode,
+                                            int quorum, syncd_handle* out);
 /* syncd_wait for a partial allreduce, with its round (info may be NULL). */
 SYNCD_API int syncd_partial_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms, syncd_partial_info* info);
 

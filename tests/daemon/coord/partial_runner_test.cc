@@ -115,8 +115,9 @@ TEST_F(PartialRunnerTest, MajorityRunsWhenTheRoundsInitiatorArrives) {
   for (uint64_t round = 1; round <= 6; ++round) {
     const uint32_t initiator = PartialInitiator("g", round, 4);
     const size_t before = done_.size();
-    for (uint32_t r = 0; r < 4; ++r)
+    for (uint32_t r = 0; r < 4; ++r) {
       if (r != initiator) ASSERT_TRUE(Submit(r, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+    }
     EXPECT_EQ(done_.size(), before) << "round " << round << " ran before its initiator " << initiator << " arrived";
     ASSERT_TRUE(Submit(initiator, {1}, SYNCD_PARTIAL_MAJORITY).ok());
     ASSERT_EQ(done_.size(), before + 4);
