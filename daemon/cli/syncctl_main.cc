@@ -64,6 +64,16 @@ void PrintCoordination(const syncd::control::Coordination& c) {
 }
 
 // One section per process set: the global set (id 0) first.
+void PrintPartial(const syncd::control::PartialOp& op) {
+  std::string quorum = op.quorum() > 1 ? " quorum " + std::to_string(op.quorum()) : "";
+  std::string absent;
+  for (const auto& a : op.most_absent())
+    absent += (absent.empty() ? "" : ", ") + std::to_string(a.rank()) + " (" + std::to_string(a.rounds()) + ")";
+  printf("partial    %s   %s%s   rounds %lu   mean NAP %.2f   late %lu   waiting %lu   most absent here: %s\n",
+         op.name().c_str(), op.mode().c_str(), quorum.c_str(), (unsigned long)op.rounds(), op.mean_nap(),
+         (unsigned long)op.late(), (unsigned long)op.waiting(), absent.empty() ? "none" : absent.c_str());
+}
+
 void PrintProcessSet(const syncd::control::ProcessSetStatus& p) {
   std::string ranks;
   if (p.id() != 0)
@@ -71,6 +81,7 @@ void PrintProcessSet(const syncd::control::ProcessSetStatus& p) {
   printf("process set %d%s   %u ranks%s on %u node%s   pending tensors %lu\n", p.id(), p.id() == 0 ? " (global)" : "",
          p.size(), ranks.c_str(), p.nodes(), p.nodes() == 1 ? "" : "s", (unsigned long)p.pending_tensors());
   for (const auto& st : p.stalls()) PrintStall(st);
+  for (const auto& op : p.partial_ops()) PrintPartial(op);
   if (p.has_topo()) PrintTopo(p.topo());
   if (p.has_coordination()) PrintCoordination(p.coordination());
 }

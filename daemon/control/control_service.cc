@@ -132,6 +132,21 @@ void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, contro
   if (p.coordinated) FillCoordination(p, mode, out->mutable_coordination());
   if (p.has_plan) FillTopo(p, out->mutable_topo());
   for (const StallSnapshot& st : p.stalls) FillStall(st, out->add_stalls());
+  for (const PartialOpSnapshot& op : p.partial_ops) {
+    control::PartialOp* o = out->add_partial_ops();
+    o->set_name(op.name);
+    o->set_mode(op.mode);
+    o->set_quorum(op.quorum);
+    o->set_rounds(op.rounds);
+    o->set_mean_nap(op.mean_nap);
+    o->set_late(op.late);
+    o->set_waiting(op.waiting);
+    for (const auto& [rank, rounds] : op.most_absent) {
+      control::PartialOp::Absent* a = o->add_most_absent();
+      a->set_rank(rank);
+      a->set_rounds(rounds);
+    }
+  }
 }
 
 }  // namespace

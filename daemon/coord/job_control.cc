@@ -47,9 +47,9 @@ void Negotiator::PostControlReceive(uint32_t p) {
   control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p]->data(), kControlMessageBytes, control_in_[p]);
 }
 
-void Negotiator::SendControl(ControlMessage m) {
+void Negotiator::Tell(int32_t node, ControlMessage m) {
   for (uint32_t p = 0; p < t_->size(); ++p) {
-    if (p == t_->rank() || t_->PeerLost(p)) continue;
+    if (p == t_->rank() || t_->PeerLost(p) || (node >= 0 && p != uint32_t(node))) continue;
     Outgoing& out = control_out_.emplace_back();
     out.bytes = std::make_shared<ControlBytes>();
     EncodeControl(m, out.bytes->data());
@@ -114,6 +114,12 @@ bool Negotiator::CheckAbortMessages() {
                                            m.status().message()));
       break;
     }
+    const bool partial = m->kind == ControlMessage::Kind::kPartialReport || m->kind == ControlMessage::Kind::kPartialRun;
+    if (m->job == options_.job && partial && options_.on_partial) {
+      options_.on_partial(p, *m);
+      PostControlReceive(p);
+      continue;
+    }
     if (m->job != options_.job || m->kind == ControlMessage::Kind::kCycle) {
       // A notice about another job (sent before this one started here) means nothing to it.
       if (m->job == options_.job) wanted_cycle_ = std::max(wanted_cycle_, m->cycle);
@@ -124,7 +130,8 @@ bool Negotiator::CheckAbortMessages() {
     else if (m->kind == ControlMessage::Kind::kAbort)
       Abort(Status(AbortCode(m->code), "node " + std::to_string(p) + " aborted the job: " + m->text));
     else
-      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " sent a job start message on the control channel"));
+      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " sent a control message of kind '" +
+                                           std::string(1, char(m->kind)) + "' this set does not expect"));
     break;
   }
   if (!broken_)

@@ -70,6 +70,9 @@ struct NegotiatorOptions {
   // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
   // plan's (see gpu_order.h). nullptr: no plan GPU groups to order against.
   GpuOrder* gpu_order = nullptr;
+  // Partial allreduce messages of this job from node `from` (kPartialReport, kPartialRun): the
+  // control channel carries them for the set's PartialRunner. Unset: they break the protocol.
+  std::function<void(uint32_t from, const ControlMessage&)> on_partial;
 };
 
 
@@ -110,6 +113,9 @@ class Negotiator {
   // "node N left the job (<peer_reason>)".
   bool Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason = "its daemon was stopped");
   bool broken() const { return broken_; }
+  // Whether the job start handshake is done: messages sent before it may be discarded by a node
+  // that has not started the job yet.
+  bool joined() const { return joined_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
   bool cycle_running() const { return cycle_running_; }
@@ -132,6 +138,9 @@ class Negotiator {
     s.coordination_bytes = counting_.sent_bytes();
     return s;
   }
+
+  // Sends `m` on the control channel to `node`, or to every other node when `node` is -1.
+  void Tell(int32_t node, ControlMessage m);
 
   // Takes the pending names `pred` selects out of negotiation, on every node at the same point
   // of the cycle sequence (call it from the Execute callback): the coordinator forgets what was
@@ -186,9 +195,9 @@ class Negotiator {
   void EndJob(Status why, bool tell_peers);  // Abort and Break
   bool CheckAbortMessages();
   void PeerLeft(uint32_t node, const std::string& reason);
-  // Sends one control message to every peer not known to be lost.
   void PostControlReceive(uint32_t peer);
-  void SendControl(ControlMessage m);
+  // Sends one control message to every peer not known to be lost.
+  void SendControl(ControlMessage m) { Tell(-1, std::move(m)); }
   // on_demand: asks every other node to run cycle number `cycle`.
   void RequestCycle(uint64_t cycle);
   // Stops the current cycle; fails its tensors that have not completed with `why`.

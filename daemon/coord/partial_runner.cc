@@ -2,18 +2,37 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <optional>
 
 #include "daemon/core/reduce_kernels.h"
+#include "daemon/transport/comm_task.h"
+#include "daemon/transport/host_collectives.h"
 #include "proto/status_names.h"
 
 namespace syncd {
 namespace {
+
+// Tags: the cycle field's last value (negotiation and TOPO cycles use the others, see
+// topo_runner.h), then the round's sequence number and the part (header 0, data 1). Allreduce
+// shifts the tag by 8 for its slices: 34 bits in all, below the process set's slot.
+constexpr uint64_t kPartialCycle = 1023;
+constexpr uint64_t kSeqBits = 22;
+
+uint64_t RoundTag(uint64_t seq, uint64_t part) {
+  return (kPartialCycle << 24) | ((seq & ((uint64_t{1} << kSeqBits) - 1)) << 2) | part;
+}
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+uint64_t Fnv(const void* bytes, size_t n, uint64_t h = 1469598103934665603ull) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(bytes)[i]) * 1099511628211ull;
+  return h;
 }
 
 // out = sum of `inputs` (element-wise, `dtype`), divided by `divisor`; chunk by chunk.
@@ -29,113 +48,265 @@ void Sum(syncd_dtype dtype, const std::vector<const char*>& inputs, char* out, u
   }
 }
 
-std::string Describe(const Request& r) {
-  std::string shape = "[";
-  for (size_t d = 0; d < r.shape.size(); ++d) shape += (d ? ", " : "") + std::to_string(r.shape[d]);
-  return std::string(abi::DtypeName(r.dtype)) + " " + shape + "] " + (r.op == SYNCD_AVERAGE ? "Average" : "Sum") + ", " +
-         (r.partial_mode == SYNCD_PARTIAL_MAJORITY ? "majority" : "solo") + " with quorum " + std::to_string(r.root);
+// Splits "a b c rest of text" into `n` numbers and the rest (a name may hold spaces).
+bool Fields(const std::string& text, size_t n, std::vector<uint64_t>* out, std::string* rest) {
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t end = text.find(' ', at);
+    if (end == std::string::npos || end == at) return false;
+    char* stop = nullptr;
+    out->push_back(strtoull(text.c_str() + at, &stop, 10));
+    if (stop != text.c_str() + end) return false;
+    at = end + 1;
+  }
+  *rest = text.substr(at);
+  return !rest->empty();
+}
+
+// Which set ranks a header's flags mark: hex digit i holds ranks 4i..4i+3 (bit j: rank 4i+j).
+std::string Bitmap(const int64_t* flags, uint32_t n) {
+  std::vector<int> digits((n + 3) / 4, 0);
+  for (uint32_t s = 0; s < n; ++s)
+    if (flags[s] != 0) digits[s / 4] |= 1 << (s % 4);
+  std::string bits;
+  for (int d : digits) bits += "0123456789abcdef"[d];
+  return bits;
 }
 
 }  // namespace
 
 uint32_t PartialInitiator(const std::string& name, uint64_t round, uint32_t set_size) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the name
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return uint32_t(Mix(h ^ Mix(round)) % std::max<uint32_t>(set_size, 1));
+  return uint32_t(Mix(Fnv(name.data(), name.size()) ^ Mix(round)) % std::max<uint32_t>(set_size, 1));
 }
 
+// What every rank's requests of a name, on every node, must agree on.
+struct PartialRunner::Meta {
+  uint64_t dtype = 0, op = 0, mode = 0, quorum = 0, elements = 0, shape_hash = 0;
+
+  static Meta Of(const Request& r) {
+    Meta m{uint64_t(r.dtype), uint64_t(r.op), uint64_t(r.partial_mode), uint64_t(std::max(r.root, 0)), 1, 0};
+    for (int64_t d : r.shape) m.elements *= uint64_t(d);
+    m.shape_hash = Fnv(r.shape.data(), r.shape.size() * sizeof(int64_t));
+    return m;
+  }
+  bool operator==(const Meta&) const = default;
+  bool majority() const { return mode == SYNCD_PARTIAL_MAJORITY; }
+  uint32_t need() const { return std::max<uint32_t>(uint32_t(quorum), 1); }
+  uint64_t bytes() const { return elements * abi::DtypeSize(syncd_dtype(dtype)); }
+  std::string Encode() const {
+    return std::to_string(dtype) + " " + std::to_string(op) + " " + std::to_string(mode) + " " + std::to_string(quorum) +
+           " " + std::to_string(elements) + " " + std::to_string(shape_hash) + " ";
+  }
+  static bool Decode(const std::vector<uint64_t>& f, size_t at, Meta* m) {
+    *m = Meta{f[at], f[at + 1], f[at + 2], f[at + 3], f[at + 4], f[at + 5]};
+    return m->dtype <= SYNCD_BOOL && (m->op == SYNCD_SUM || m->op == SYNCD_AVERAGE) && m->mode <= SYNCD_PARTIAL_MAJORITY &&
+           m->quorum < (1u << 24) && m->elements < (uint64_t{1} << 48);
+  }
+  // `shape`: the ranks' shape when known here, else the element count.
+  std::string Describe(const std::vector<int64_t>& shape) const {
+    std::string s = std::string(abi::DtypeName(syncd_dtype(dtype))) + " [";
+    if (shape.empty()) s += std::to_string(elements) + " elements";
+    for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+    return s + "] " + (op == SYNCD_AVERAGE ? "Average" : "Sum") + ", " + (majority() ? "majority" : "solo") +
+           " with quorum " + std::to_string(quorum);
+  }
+};
+
+struct PartialRunner::Flight {
+  uint64_t round = 0, seq = 0;
+  uint32_t initiator = 0;
+  Meta meta;             // the round's, as node 0 ran it
+  bool differs = false;  // this node's ranks submitted something else
+  // Header: [tensors summed][fresh flag by set rank][differs flag by node], every node's summed.
+  std::shared_ptr<std::vector<int64_t>> header;
+  std::shared_ptr<std::vector<char>> data;
+  std::vector<Request> fresh;
+  CommTask header_task, data_task;
+};
+
 struct PartialRunner::Op {
-  Request like;  // the name's first request: dtype, op, shape, mode, quorum
+  Meta meta;
+  std::vector<int64_t> shape;            // empty while only a peer's run message named it
   std::vector<std::vector<char>> accum;  // by local rank: its tensors no round took yet
   std::vector<uint64_t> counts;          // how many they are
-  std::vector<uint64_t> last_round;      // the round whose result the rank got last
-  std::vector<std::optional<Request>> waiting;
+  std::vector<uint64_t> last_round;      // the round whose result the rank got (or gets) last
+  std::vector<std::optional<Request>> waiting;  // fresh for the next round
+  std::vector<Request> late;             // late for the round in flight: its result when it ends
   uint32_t fresh = 0;
   uint32_t first_fresh = 0;  // the set rank that arrived first for the next round
-  uint64_t round = 0;        // the last round run
+  uint64_t started = 0;      // the last round taken here
+  uint64_t done = 0;         // the last round whose result is here
+  struct Queued {
+    uint64_t round, seq;
+    uint32_t initiator;
+    Meta meta;
+  };
+  std::deque<Queued> queued;  // rounds node 0 ran while one is in flight here
+  std::unique_ptr<Flight> flight;
+  uint64_t reported_round = 0;  // what the last report to node 0 said
+  uint32_t reported_fresh = 0;
+  bool reported_initiator = false;
   std::vector<char> result;
   std::string result_text;  // "nap <n> initiator <r>" of the last round
-  uint64_t nap_total = 0, late = 0;
+  uint64_t nap_total = 0, late_total = 0;
   std::vector<uint64_t> absent;  // by local rank: rounds run without its fresh tensor
 };
 
-PartialRunner::PartialRunner(uint32_t set_size, uint32_t first, uint32_t local_size, Complete complete)
-    : set_size_(set_size), first_(first), local_size_(local_size), complete_(std::move(complete)) {}
+struct PartialRunner::Order {
+  Meta meta;
+  uint64_t round = 0;            // the last round run
+  std::vector<uint32_t> fresh;   // by node: fresh ranks for the next round, as reported
+  std::vector<uint32_t> first;   // by node: its first fresh set rank
+  int32_t first_node = -1;       // the first node to report a fresh rank
+  bool initiator_fresh = false;  // majority: the round's initiator is fresh
+};
+
+PartialRunner::PartialRunner(PartialPlace place, Complete complete)
+    : place_(std::move(place)), complete_(std::move(complete)) {}
 
 PartialRunner::~PartialRunner() = default;
 
-Status PartialRunner::Check(const Op& op, const Request& r) const {
-  const Request& a = op.like;
-  if (a.dtype == r.dtype && a.shape == r.shape && a.op == r.op && a.partial_mode == r.partial_mode && a.root == r.root)
-    return Status::Ok();
-  return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': partial allreduce from rank " + std::to_string(r.rank) +
-                                        " is " + Describe(r) + ", but the name's earlier requests were " + Describe(a) +
+PartialRunner::Op& PartialRunner::OpFor(const std::string& name, const Meta& meta, const Request* first) {
+  auto [it, created] = ops_.try_emplace(name);
+  Op& op = it->second;
+  if (first != nullptr && op.shape.empty() && op.meta == Meta::Of(*first)) op.shape = first->shape;
+  if (!created) return op;
+  const uint32_t n = place_.local_size();
+  op.meta = meta;
+  if (first != nullptr) op.shape = first->shape;
+  op.accum.assign(n, std::vector<char>(meta.bytes(), 0));
+  op.counts.assign(n, 0);
+  op.last_round.assign(n, 0);
+  op.waiting.resize(n);
+  op.absent.assign(n, 0);
+  return op;
+}
+
+Status PartialRunner::Check(const Op& op, const std::string& name, const Request& r) const {
+  if (Meta::Of(r) == op.meta) return Status::Ok();
+  return Status(SYNCD_ERR_MISMATCH, "tensor '" + name + "': partial allreduce from rank " + std::to_string(r.rank) +
+                                        " is " + Meta::Of(r).Describe(r.shape) + ", but the name's earlier requests were " +
+                                        op.meta.Describe(op.shape) +
                                         " (a partial allreduce keeps its dtype, shape, op, mode and quorum)");
 }
 
 Status PartialRunner::Add(Request r) {
-  auto [it, created] = ops_.try_emplace(r.name);
-  Op& op = it->second;
-  if (created) {
-    op.like = r;
-    op.like.data = nullptr;
-    op.like.memory.reset();
-    op.accum.assign(local_size_, std::vector<char>(r.bytes, 0));
-    op.counts.assign(local_size_, 0);
-    op.last_round.assign(local_size_, 0);
-    op.waiting.resize(local_size_);
-    op.absent.assign(local_size_, 0);
-  } else if (Status st = Check(op, r); !st.ok()) {
-    return st;
-  }
+  const bool created = ops_.count(r.name) == 0;
+  Op& op = OpFor(r.name, Meta::Of(r), &r);
+  if (!created)
+    if (Status st = Check(op, r.name, r); !st.ok()) return st;
   const uint32_t l = r.local_rank;
-  if (op.waiting[l])
-    return InvalidArgument("tensor '" + r.name + "': rank " + std::to_string(r.rank) + " already waits for round " +
-                           std::to_string(op.round + 1) + " of this partial allreduce");
+  const bool is_late = std::any_of(op.late.begin(), op.late.end(), [&](const Request& w) { return w.local_rank == l; });
+  if (op.waiting[l] || is_late)
+    return InvalidArgument("tensor '" + r.name + "': rank " + std::to_string(r.rank) +
+                           " already waits for a round of this partial allreduce");
   // The rank's tensor joins what it has not contributed yet.
   if (r.bytes > 0) {
     if (op.counts[l] == 0) memcpy(op.accum[l].data(), r.data, r.bytes);
     else Sum(r.dtype, {op.accum[l].data(), r.data}, op.accum[l].data(), r.bytes, 1);
   }
   ++op.counts[l];
-  if (op.last_round[l] < op.round) {
-    // Late: its round ran without it. It gets the latest result now; its tensor goes into the next.
-    ++op.late;
-    op.last_round[l] = op.round;
+  if (op.last_round[l] < op.started) {
+    // Late: a round started without it. It gets that round's result; its tensor goes into the next.
+    ++op.late_total;
+    op.last_round[l] = op.started;
+    if (op.done < op.started) {
+      op.late.push_back(std::move(r));  // the round is on the network: its result comes in Finish
+      return Status::Ok();
+    }
     if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
-    complete_({r}, Status(SYNCD_OK, "round " + std::to_string(op.round) + " " + op.result_text + " fresh 0"));
+    complete_({r}, Status(SYNCD_OK, "round " + std::to_string(op.done) + " " + op.result_text + " fresh 0"));
     return Status::Ok();
   }
-  if (op.fresh++ == 0) op.first_fresh = first_ + l;
+  if (op.fresh++ == 0) op.first_fresh = place_.first() + l;
+  const std::string name = r.name;
   op.waiting[l] = std::move(r);
-  MaybeRun(it->first, op);
+  Report(name, op);
   return Status::Ok();
 }
 
-void PartialRunner::MaybeRun(const std::string& name, Op& op) {
-  const uint32_t quorum = std::max<uint32_t>(uint32_t(op.like.root), 1);
-  if (op.fresh < quorum) return;
-  if (op.like.partial_mode == SYNCD_PARTIAL_SOLO) return Run(op, op.first_fresh);
-  const uint32_t initiator = PartialInitiator(name, op.round + 1, set_size_);
-  if (initiator >= first_ && initiator - first_ < local_size_ && op.waiting[initiator - first_])
-    Run(op, initiator);
+void PartialRunner::Report(const std::string& name, Op& op) {
+  const uint64_t round = op.started + 1;
+  bool initiator_fresh = false;
+  if (op.meta.majority()) {
+    const uint32_t init = PartialInitiator(name, round, place_.set_size);
+    initiator_fresh = init >= place_.first() && init - place_.first() < place_.local_size() &&
+                      op.waiting[init - place_.first()].has_value();
+  }
+  if (place_.node == 0) return Count(name, op.meta, 0, round, op.fresh, op.first_fresh, initiator_fresh);
+  // Node 0 needs a count only when it can decide something: with quorum 1, the first fresh rank
+  // (solo) or the initiator (majority) once; with a larger quorum, every change.
+  const bool decides = op.meta.need() > 1 || (op.meta.majority() ? initiator_fresh : true);
+  const bool told = op.reported_round == round &&
+                    (op.meta.need() > 1 ? op.reported_fresh == op.fresh && op.reported_initiator == initiator_fresh
+                                        : (op.meta.majority() ? op.reported_initiator : true));
+  if (!decides || told) return;
+  op.reported_round = round;
+  op.reported_fresh = op.fresh;
+  op.reported_initiator = initiator_fresh;
+  place_.tell(0, ControlMessage{ControlMessage::Kind::kPartialReport, place_.job, round,
+                                std::to_string(op.fresh) + " " + std::to_string(op.first_fresh) + " " +
+                                    std::to_string(int(initiator_fresh)) + " " + op.meta.Encode() + name});
 }
 
-void PartialRunner::Run(Op& op, uint32_t initiator) {
-  const Request& like = op.like;
-  std::vector<const char*> inputs;
+void PartialRunner::Count(const std::string& name, const Meta& meta, uint32_t node, uint64_t round, uint32_t fresh,
+                          uint32_t first, bool initiator_fresh) {
+  auto [it, created] = orders_.try_emplace(name);
+  Order& o = it->second;
+  if (created) {
+    o.meta = meta;
+    o.fresh.assign(place_.nodes(), 0);
+    o.first.assign(place_.nodes(), 0);
+  }
+  if (round != o.round + 1) return;  // a report about a round that ran already
+  o.fresh[node] = fresh;
+  o.first[node] = first;
+  if (o.first_node < 0 && fresh > 0) o.first_node = int32_t(node);
+  o.initiator_fresh = o.initiator_fresh || initiator_fresh;
   uint64_t total = 0;
-  for (uint32_t l = 0; l < local_size_; ++l) {
+  for (uint32_t f : o.fresh) total += f;
+  if (total < o.meta.need() || (o.meta.majority() && !o.initiator_fresh)) return;
+  const uint32_t initiator = o.meta.majority() ? PartialInitiator(name, round, place_.set_size) : o.first[o.first_node];
+  o.round = round;
+  std::fill(o.fresh.begin(), o.fresh.end(), 0);
+  o.first_node = -1;
+  o.initiator_fresh = false;
+  const uint64_t seq = next_seq_++;
+  if (place_.nodes() > 1)
+    place_.tell(-1, ControlMessage{ControlMessage::Kind::kPartialRun, place_.job, round,
+                                   std::to_string(seq) + " " + std::to_string(initiator) + " " + o.meta.Encode() + name});
+  Run(name, o.meta, round, seq, initiator);
+}
+
+void PartialRunner::Run(const std::string& name, const Meta& meta, uint64_t round, uint64_t seq, uint32_t initiator) {
+  Op& op = OpFor(name, meta, nullptr);
+  op.queued.push_back(Op::Queued{round, seq, initiator, meta});
+  if (!op.flight) Start(name, op);
+}
+
+void PartialRunner::Start(const std::string& name, Op& op) {
+  const Op::Queued q = op.queued.front();
+  op.queued.pop_front();
+  auto f = std::make_unique<Flight>();
+  f->round = q.round;
+  f->seq = q.seq;
+  f->initiator = q.initiator;
+  f->meta = q.meta;
+  f->differs = !(q.meta == op.meta);
+  const uint32_t first = place_.first();
+  f->header = std::make_shared<std::vector<int64_t>>(1 + place_.set_size + place_.nodes(), 0);
+  f->data = std::make_shared<std::vector<char>>(q.meta.bytes(), 0);
+  std::vector<int64_t>& h = *f->header;
+  // Every rank's accumulator goes in, fresh or not; the fresh ranks' requests wait for the result.
+  std::vector<const char*> inputs;
+  for (uint32_t l = 0; l < place_.local_size(); ++l) {
     if (op.counts[l] == 0) continue;
     inputs.push_back(op.accum[l].data());
-    total += op.counts[l];
+    h[0] += int64_t(op.counts[l]);
   }
-  op.result.resize(like.bytes);
-  if (like.bytes > 0) Sum(like.dtype, inputs, op.result.data(), like.bytes, like.op == SYNCD_AVERAGE ? total : 1);
-  ++op.round;
-  // Which set ranks were fresh: hex digit i holds ranks 4i..4i+3 (bit j: rank 4i+j).
-  std::string bits((set_size_ + 3) / 4, '0');
-  for (uint32_t l = 0; l < local_size_; ++l) {
+  if (f->differs) h[0] = 0;
+  else if (!inputs.empty() && !f->data->empty()) Sum(syncd_dtype(op.meta.dtype), inputs, f->data->data(), f->data->size(), 1);
+  for (uint32_t l = 0; l < place_.local_size(); ++l) {
     if (op.counts[l] > 0) {
       std::fill(op.accum[l].begin(), op.accum[l].end(), 0);
       op.counts[l] = 0;
@@ -144,37 +315,132 @@ void PartialRunner::Run(Op& op, uint32_t initiator) {
       ++op.absent[l];
       continue;
     }
-    const uint32_t s = first_ + l;
-    const int digit = (bits[s / 4] - '0') | (1 << (s % 4));
-    bits[s / 4] = "0123456789abcdef"[digit];
-  }
-  op.nap_total += op.fresh;
-  op.result_text = "nap " + std::to_string(op.fresh) + " initiator " + std::to_string(initiator);
-  std::string text = "round " + std::to_string(op.round) + " " + op.result_text + " fresh 1";
-  if (text.size() + 7 + bits.size() < abi::kMessageBytes) text += " ranks " + bits;
-  for (uint32_t l = 0; l < local_size_; ++l) {
-    if (!op.waiting[l]) continue;
-    Request r = std::move(*op.waiting[l]);
+    h[1 + first + l] = 1;
+    f->fresh.push_back(std::move(*op.waiting[l]));
     op.waiting[l].reset();
-    op.last_round[l] = op.round;
-    if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
-    complete_({r}, Status(SYNCD_OK, text));
+    op.last_round[l] = q.round;
   }
+  h[1 + place_.set_size + place_.node] = f->differs ? 1 : 0;
   op.fresh = 0;
+  op.started = q.round;
+  if (place_.comm != nullptr) {
+    f->header_task = Allreduce(place_.comm, RoundTag(q.seq, 0), h.data(), f->header, h.size(), SYNCD_INT64, SYNCD_SUM);
+    if (q.meta.elements > 0)
+      f->data_task = Allreduce(place_.comm, RoundTag(q.seq, 1), f->data->data(), f->data, q.meta.elements,
+                               syncd_dtype(q.meta.dtype), SYNCD_SUM);
+  }
+  op.flight = std::move(f);
+  if (place_.comm == nullptr) Finish(name, op);
+}
+
+void PartialRunner::Finish(const std::string& name, Op& op) {
+  std::unique_ptr<Flight> f = std::move(op.flight);
+  std::vector<Request> late = std::move(op.late);
+  op.late.clear();
+  const std::vector<int64_t>& h = *f->header;
+  const uint32_t n = place_.set_size;
+  op.done = f->round;
+  std::string differing;
+  for (uint32_t node = 0; node < place_.nodes(); ++node)
+    if (h[1 + n + node] != 0) differing += (differing.empty() ? "" : ", ") + std::to_string(node);
+  if (!differing.empty()) {
+    const std::string mine = f->differs ? "; the ranks here submitted " + op.meta.Describe(op.shape) : "";
+    const Status st(SYNCD_ERR_MISMATCH, "tensor '" + name + "': partial allreduce round " + std::to_string(f->round) +
+                                            " ran as " + f->meta.Describe({}) + ", but the ranks on node(s) " + differing +
+                                            " submitted something else" + mine);
+    complete_(f->fresh, st);
+    complete_(late, st);
+  } else {
+    uint32_t nap = 0;
+    for (uint32_t s = 0; s < n; ++s) nap += h[1 + s] != 0 ? 1 : 0;
+    op.result = *f->data;
+    const uint64_t total = uint64_t(std::max<int64_t>(h[0], 1));
+    if (op.meta.op == SYNCD_AVERAGE && total > 1 && !op.result.empty())
+      Sum(syncd_dtype(op.meta.dtype), {op.result.data()}, op.result.data(), op.result.size(), total);
+    op.nap_total += nap;
+    op.result_text = "nap " + std::to_string(nap) + " initiator " + std::to_string(f->initiator);
+    std::string text = "round " + std::to_string(f->round) + " " + op.result_text + " fresh 1";
+    const std::string bits = Bitmap(h.data() + 1, n);
+    if (text.size() + 7 + bits.size() < abi::kMessageBytes) text += " ranks " + bits;
+    for (Request& r : f->fresh) {
+      if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
+      complete_({r}, Status(SYNCD_OK, text));
+    }
+    for (Request& r : late) {
+      if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
+      complete_({r}, Status(SYNCD_OK, "round " + std::to_string(f->round) + " " + op.result_text + " fresh 0"));
+    }
+  }
+  if (!op.queued.empty()) Start(name, op);
+}
+
+void PartialRunner::Receive(uint32_t from, const ControlMessage& m) { inbox_.emplace_back(from, m); }
+
+Status PartialRunner::Take(uint32_t from, const ControlMessage& m) {
+  std::vector<uint64_t> f;
+  std::string name;
+  Meta meta;
+  const bool report = m.kind == ControlMessage::Kind::kPartialReport;
+  const size_t head = report ? 3 : 2;
+  if (!Fields(m.text, head + 6, &f, &name) || !Meta::Decode(f, head, &meta) || from >= place_.nodes() ||
+      (report ? place_.node != 0 || f[1] >= place_.set_size : from != 0 || f[1] >= place_.set_size))
+    return Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(from) + " sent a partial allreduce message this node cannot take: '" +
+                                          m.text.substr(0, 120) + "'");
+  if (report) Count(name, meta, from, m.cycle, uint32_t(f[0]), uint32_t(f[1]), f[2] != 0);
+  else Run(name, meta, m.cycle, f[0], uint32_t(f[1]));
+  return Status::Ok();
+}
+
+Status PartialRunner::Poll(bool* did) {
+  std::vector<std::pair<uint32_t, ControlMessage>> in = std::move(inbox_);
+  inbox_.clear();
+  for (const auto& [from, m] : in) {
+    *did = true;
+    if (Status st = Take(from, m); !st.ok()) return st;
+  }
+  if (place_.comm == nullptr) return Status::Ok();
+  for (auto& [name, op] : ops_) {
+    if (!op.flight) continue;
+    Flight& f = *op.flight;
+    const bool header = f.header_task.Poll(), data = f.data_task.Poll();
+    for (const CommTask* t : {&f.header_task, &f.data_task})
+      if (t->done() && (t == &f.header_task || f.meta.elements > 0) && !t->status().ok())
+        return Status(t->status().code(), "partial allreduce '" + name + "' round " + std::to_string(f.round) + ": " +
+                                              t->status().message());
+    if (!header || !data) continue;
+    *did = true;
+    Finish(name, op);
+  }
+  return Status::Ok();
+}
+
+bool PartialRunner::busy() const {
+  if (!inbox_.empty()) return true;
+  if (place_.comm == nullptr) return false;
+  // Rounds on the network, and fresh ranks whose round node 0 may start any moment.
+  return std::any_of(ops_.begin(), ops_.end(), [](const auto& o) { return o.second.flight || o.second.fresh > 0; });
 }
 
 size_t PartialRunner::in_flight() const {
   size_t n = 0;
-  for (const auto& [name, op] : ops_) n += op.fresh;
+  for (const auto& [name, op] : ops_) n += op.fresh + op.late.size() + (op.flight ? op.flight->fresh.size() : 0);
   return n;
 }
 
 void PartialRunner::FailAll(const Status& why) {
   std::map<std::string, Op> ops = std::move(ops_);
   ops_.clear();
-  for (auto& [name, op] : ops)
+  orders_.clear();
+  inbox_.clear();
+  for (auto& [name, op] : ops) {
+    const Status st(why.code(), "tensor '" + name + "': " + why.message());
+    std::vector<Request> all = std::move(op.late);
     for (std::optional<Request>& w : op.waiting)
-      if (w) complete_({*w}, Status(why.code(), "tensor '" + name + "': " + why.message()));
+      if (w) all.push_back(std::move(*w));
+    if (op.flight)
+      for (Request& r : op.flight->fresh) all.push_back(std::move(r));
+    for (const Request& r : all) complete_({r}, st);
+  }
 }
 
 std::vector<PartialOpSnapshot> PartialRunner::Snapshot() const {
@@ -182,14 +448,14 @@ std::vector<PartialOpSnapshot> PartialRunner::Snapshot() const {
   for (const auto& [name, op] : ops_) {
     PartialOpSnapshot s;
     s.name = name;
-    s.mode = op.like.partial_mode == SYNCD_PARTIAL_MAJORITY ? "majority" : "solo";
-    s.quorum = uint32_t(op.like.root);
-    s.rounds = op.round;
-    s.mean_nap = op.round > 0 ? double(op.nap_total) / double(op.round) : 0;
-    s.late = op.late;
+    s.mode = op.meta.majority() ? "majority" : "solo";
+    s.quorum = uint32_t(op.meta.quorum);
+    s.rounds = op.done;
+    s.mean_nap = op.done > 0 ? double(op.nap_total) / double(op.done) : 0;
+    s.late = op.late_total;
     s.waiting = op.fresh;
-    for (uint32_t l = 0; l < local_size_; ++l)
-      if (op.absent[l] > 0) s.most_absent.emplace_back(first_ + l, op.absent[l]);
+    for (uint32_t l = 0; l < place_.local_size(); ++l)
+      if (op.absent[l] > 0) s.most_absent.emplace_back(place_.first() + l, op.absent[l]);
     std::stable_sort(s.most_absent.begin(), s.most_absent.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });
     if (s.most_absent.size() > 8) s.most_absent.resize(8);

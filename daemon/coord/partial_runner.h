@@ -5,17 +5,27 @@
 // Per name and local rank the runner holds an accumulator: the sum of the rank's tensors that no
 // round has taken yet, and how many they are. A rank's request is added to its accumulator at
 // once (its tensor is free again as soon as the request completes). Then
-//   - the rank is late when a round ran since its last result: the request completes at once with
-//     the latest round's result, and its tensor waits in the accumulator for the next round;
+//   - the rank is late when a round started since its last result: the request completes with
+//     that round's result (at once, or when the round ends here), and its tensor waits in the
+//     accumulator for the next round;
 //   - else it is fresh for the next round and waits for it.
-// The next round runs once the mode's condition holds: solo, `quorum` fresh ranks (default 1);
-// majority, the round's initiator is fresh (a set rank drawn from the name and the round number,
-// the same on every rank), and `quorum` fresh ranks. A round sums every rank's accumulator, fresh
-// or not (absent ranks contribute what they left, with no code of theirs running), empties them,
-// and completes the fresh requests with the result. Average divides by the number of tensors the
-// round summed. So the sum of all rounds is the sum of everything every rank contributed.
+// The next round runs once the mode's condition holds, counted over the whole set: solo, `quorum`
+// fresh ranks (default 1); majority, the round's initiator is fresh (a set rank drawn from the
+// name and the round number, the same on every node) and `quorum` fresh ranks. A round sums every
+// rank's accumulator, fresh or not (absent ranks contribute what they left, with no code of theirs
+// running), empties them, and completes the fresh requests with the result. Average divides by
+// the number of tensors the round summed. So the sum of all rounds is the sum of everything every
+// rank contributed.
 //
-// One node for now: a set spanning nodes refuses partial requests.
+// Activation, many nodes: a node whose fresh ranks may meet the condition reports its count to the
+// set's node 0 (kPartialReport); node 0 decides, numbers the round in one sequence of all the
+// set's partial rounds and tells every node (kPartialRun). Each node then takes its accumulators
+// and the round runs as two allreduces between the nodes (a header: tensors summed, which ranks
+// were fresh, which nodes disagree; and the data), tagged by the sequence number, so rounds of
+// different names never wait for one another. A name's rounds run one after the other on each
+// node. A node that never saw the name joins with zeros (the run message carries what the round
+// is). No rank polls: a rank only ever submits and waits. On one node the same steps happen at
+// once, inside Add.
 //
 // Threads: engine thread only. Nothing here blocks.
 #ifndef SYNCD_DAEMON_COORD_PARTIAL_RUNNER_H_
@@ -24,49 +34,88 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/base/status.h"
 #include "daemon/coord/partial_stats.h"
+#include "daemon/coord/wire.h"
 #include "daemon/core/request.h"
+#include "daemon/transport/transport.h"
 
 namespace syncd {
 
 // The majority round's initiator: a set rank drawn from the name and the round number.
 uint32_t PartialInitiator(const std::string& name, uint64_t round, uint32_t set_size);
 
+// Where a set's partial rounds run.
+struct PartialPlace {
+  uint32_t set_size = 1;
+  // Set ranks: node n holds [offsets[n], offsets[n + 1]); this node is `node`.
+  std::vector<uint32_t> offsets{0, 1};
+  uint32_t node = 0;
+  uint64_t job = 0;
+  Transport* comm = nullptr;  // one participant per node of the set; nullptr: one node
+  // Sends a control message to a node of the set (-1: every other node).
+  std::function<void(int32_t node, ControlMessage m)> tell;
+
+  uint32_t nodes() const { return uint32_t(offsets.size() - 1); }
+  uint32_t first() const { return offsets[node]; }
+  uint32_t local_size() const { return offsets[node + 1] - offsets[node]; }
+};
+
 class PartialRunner {
  public:
   using Complete = std::function<void(const std::vector<Request>&, const Status&)>;
 
-  // The set has `set_size` ranks; this node's `local_size` of them are set ranks `first`,
-  // `first` + 1, ... (Request::local_rank is the index among them).
-  PartialRunner(uint32_t set_size, uint32_t first, uint32_t local_size, Complete complete);
+  PartialRunner(PartialPlace place, Complete complete);
   ~PartialRunner();
   PartialRunner(const PartialRunner&) = delete;
   PartialRunner& operator=(const PartialRunner&) = delete;
 
-  // A partial allreduce request of a local rank. An error (it differs from the name's earlier
-  // requests, or the rank has one waiting already) leaves the request to the caller.
+  // A partial allreduce request of a local rank (Request::local_rank: its index among this node's
+  // ranks of the set). An error (it differs from the name's earlier requests, or the rank has one
+  // in flight already) leaves the request to the caller.
   Status Add(Request r);
+  // A kPartialReport or kPartialRun from node `from`; taken in at the next Poll.
+  void Receive(uint32_t from, const ControlMessage& m);
+  // Takes in messages and drives the rounds on the network; `*did` says whether anything moved.
+  // An error (a round failed on the network, or a node broke the protocol): the set's job must
+  // end; nothing was completed for it.
+  Status Poll(bool* did);
+  // Whether Poll has work now (rounds on the network, messages in, reports to be answered).
+  bool busy() const;
   // Requests waiting for a round.
   size_t in_flight() const;
-  // Fails every waiting request with `why` (named per tensor); the accumulators are dropped.
+  // Fails every waiting request with `why` (named per tensor); everything is dropped.
   void FailAll(const Status& why);
   std::vector<PartialOpSnapshot> Snapshot() const;
 
  private:
+  struct Meta;
   struct Op;
-  Status Check(const Op& op, const Request& r) const;
-  // Runs the next round if its condition holds.
-  void MaybeRun(const std::string& name, Op& op);
-  void Run(Op& op, uint32_t initiator);
+  struct Flight;
+  struct Order;  // node 0: a name's next round, as the nodes' reports count it
+  Op& OpFor(const std::string& name, const Meta& meta, const Request* first);
+  Status Check(const Op& op, const std::string& name, const Request& r) const;
+  // This node's fresh count for the name's next round, to node 0 (or counted here on node 0).
+  void Report(const std::string& name, Op& op);
+  // Node 0: a node's count for the name's round `round`; runs the round once the condition holds.
+  void Count(const std::string& name, const Meta& meta, uint32_t node, uint64_t round, uint32_t fresh, uint32_t first,
+             bool initiator_fresh);
+  // Every node: round `round` of the name runs as the `seq`-th partial round of the set.
+  void Run(const std::string& name, const Meta& meta, uint64_t round, uint64_t seq, uint32_t initiator);
+  void Start(const std::string& name, Op& op);
+  void Finish(const std::string& name, Op& op);
+  Status Take(uint32_t from, const ControlMessage& m);
 
-  const uint32_t set_size_, first_, local_size_;
+  const PartialPlace place_;
   Complete complete_;
   std::map<std::string, Op> ops_;
+  std::map<std::string, Order> orders_;  // node 0
+  uint64_t next_seq_ = 0;                // node 0
+  std::vector<std::pair<uint32_t, ControlMessage>> inbox_;
 };
 
 }  // namespace syncd

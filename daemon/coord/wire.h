@@ -63,6 +63,8 @@ struct ControlMessage {
     kCycle = 'C',  // on-demand coordination: please run cycle `cycle`
     kHello = 'H',  // job start, round 1 (job_join.h)
     kReady = 'R',  // job start, round 2
+    kPartialReport = 'P',  // partial allreduce: fresh contributions here (partial_runner.h)
+    kPartialRun = 'Q',     // partial allreduce: run this round (from the set's node 0)
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;

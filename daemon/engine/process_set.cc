@@ -24,6 +24,21 @@ ProcessSetPlace ProcessSetPlace::Global(uint64_t job, uint32_t local_size, uint3
   return p;
 }
 
+namespace {
+
+PartialPlace PartialPlaceOf(const ProcessSetPlace& place, std::function<void(int32_t, ControlMessage)> tell) {
+  PartialPlace p;
+  p.set_size = uint32_t(place.ranks.size());
+  p.offsets = place.offsets;
+  p.node = place.node_rank;
+  p.job = place.job;
+  p.comm = place.comm;
+  p.tell = std::move(tell);
+  return p;
+}
+
+}  // namespace
+
 ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks)
     : config_(config),
       place_(std::move(place)),
@@ -33,7 +48,7 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_),
-      partial_(world_size_, place_.offsets[place_.node_rank], place_.local_size(),
+      partial_(PartialPlaceOf(place_, [this](int32_t node, ControlMessage m) { negotiator_->Tell(node, std::move(m)); }),
                [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); }) {
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
 }
@@ -47,9 +62,11 @@ Status ProcessSet::Add(Request r) {
   r.local_rank = uint32_t(at - place_.local_ranks.begin());
   r.set_rank = place_.offsets[place_.node_rank] + r.local_rank;
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->partial()) {
-    if (place_.nodes() > 1)
-      return InvalidArgument("tensor '" + r.name + "': partial allreduce of a process set spanning " +
-                             std::to_string(place_.nodes()) + " nodes is not supported yet (one node only)");
+    // Rounds go on the network: not before every node has started the job (Negotiator::joined).
+    if (negotiator_ && !negotiator_->joined()) {
+      partial_early_.push_back(std::move(r));
+      return Status::Ok();
+    }
     return partial_.Add(std::move(r));
   }
   return table_.Add(std::move(r));
@@ -78,6 +95,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   opts.gs_period = config_.coord == abi::CoordMode::kGs ? config_.gs_period : 0;
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   opts.while_blocked = hooks_.keep_blocking;
+  opts.on_partial = [this](uint32_t from, const ControlMessage& m) { partial_.Receive(from, m); };
   return std::make_unique<Negotiator>(
       place_.comm, opts,
       [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
@@ -119,11 +137,18 @@ bool ProcessSet::Poll(uint64_t now_ns) {
     // However the job broke (here or on another node), tensors waiting for their group fail too,
     if (topo_ && topo_->in_flight() > 0) topo_->FailAll(why);
     // and so do tensors still waiting here for some local ranks: those ranks will be told too,
-    if (table_.pending() > 0) FailWaiting(Status(why.code(), "cannot run, " + why.message()));
+    if (table_.pending() > 0 || PartialInFlight() > 0) FailWaiting(Status(why.code(), "cannot run, " + why.message()));
     // and NCCL calls that wait for other nodes.
     if (place_.gpu && place_.gpu->in_flight() > 0) place_.gpu->Abort(why);
   }
   if (!local_ready.empty()) Execute(local_ready);
+  if (negotiator_ && !negotiator_->broken() && negotiator_->joined()) {
+    for (Request& r : std::exchange(partial_early_, {})) {
+      Request copy = r;  // Add leaves a refused request to us
+      if (Status st = partial_.Add(std::move(r)); !st.ok()) CompleteAll({copy}, st);
+    }
+    if (Status st = partial_.Poll(&did); !st.ok()) FailJob(st);
+  }
   if (place_.gpu) did |= PollGpu();
   if (topo_) {
     Status error;
@@ -141,6 +166,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
   }
   if (topo_ && topo_->running()) next = 0;  // a TOPO group waits on the network: keep polling it
   if (!gpu_ops_.empty()) next = 0;          // GPU work completes without ringing the doorbell
+  if (partial_.busy()) next = 0;            // partial rounds and their activation on the network
   return next;
 }
 
@@ -206,9 +232,15 @@ size_t ProcessSet::FailWaiting(const Status& why) {
   std::vector<FailedTensor> failed;
   table_.FailAll(why, &failed);
   for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
-  const size_t partial = partial_.in_flight();
-  partial_.FailAll(why);
+  const size_t partial = PartialInFlight();
+  FailPartial(why);
   return failed.size() + partial;
+}
+
+void ProcessSet::FailPartial(const Status& why) {
+  for (const Request& r : std::exchange(partial_early_, {}))
+    CompleteAll({r}, Status(why.code(), "tensor '" + r.name + "': " + why.message()));
+  partial_.FailAll(why);
 }
 
 void ProcessSet::FailJob(const Status& why) {
@@ -229,7 +261,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
     case Reach::kWaiting:
       return FailWaiting(why);
     case Reach::kHeld: {
-      const size_t waiting = table_.pending() + partial_.in_flight();
+      const size_t waiting = table_.pending() + PartialInFlight();
       FailHeld(why);
       return waiting;
     }
@@ -241,7 +273,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       return waiting;
     }
     case Reach::kRemoved: {
-      const size_t waiting = table_.pending() + partial_.in_flight();
+      const size_t waiting = table_.pending() + PartialInFlight();
       FailHeld(why);
       if (negotiator_ && negotiator_->pending() > 0) negotiator_->Break(why);  // else nothing to fail
       return waiting;
@@ -261,7 +293,7 @@ void ProcessSet::FailHeld(const Status& why) {
   for (FailedTensor& f : failed)
     CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
   if (topo_) topo_->FailAll(why);
-  partial_.FailAll(why);
+  FailPartial(why);
   if (place_.gpu && place_.gpu->in_flight() > 0) {
     place_.gpu->Abort(why);
     PollGpu();
@@ -277,11 +309,11 @@ bool ProcessSet::Abandons(uint32_t local_rank) const {
   const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
   if (at == place_.local_ranks.end()) return false;  // not one of the set's
   return table_.HasRequestsOf(uint32_t(at - place_.local_ranks.begin())) || (topo_ && topo_->in_flight() > 0) ||
-         (negotiator_ && negotiator_->pending() > 0) || partial_.in_flight() > 0;
+         (negotiator_ && negotiator_->pending() > 0) || PartialInFlight() > 0;
 }
 
 size_t ProcessSet::InFlight() const {
-  size_t n = table_.pending() + gpu_ops_.size() + partial_.in_flight();
+  size_t n = table_.pending() + gpu_ops_.size() + PartialInFlight();
   if (topo_) n += topo_->in_flight();
   return n;
 }

@@ -146,6 +146,8 @@ class ProcessSet {
   size_t FailWaiting(const Status& why);
   void FailJob(const Status& why);
   void FailHeld(const Status& why);
+  void FailPartial(const Status& why);
+  size_t PartialInFlight() const { return partial_.in_flight() + partial_early_.size(); }
 
   // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.
   std::vector<FusionGroup> Fuse(const std::vector<ReadyTensor>& ready) const;
@@ -182,6 +184,7 @@ class ProcessSet {
   TensorTable table_;
   HostExecutor host_;
   PartialRunner partial_;  // partial allreduces: rounds of their own, never matched or negotiated
+  std::vector<Request> partial_early_;  // partial requests in before the job's nodes all joined
   struct GpuOp {
     uint64_t ticket;
     std::vector<std::vector<Request>> requests;  // by member tensor

@@ -1,5 +1,7 @@
 #include "daemon/coord/partial_runner.h"
 
+#include "daemon/transport/loopback/loopback_transport.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -22,7 +24,7 @@ struct Done {
 class PartialRunnerTest : public ::testing::Test {
  protected:
   PartialRunnerTest()
-      : runner_(4, 0, 4, [this](const std::vector<Request>& rs, const Status& st) {
+      : runner_(PartialPlace{4, {0, 4}, 0, 0, nullptr, nullptr}, [this](const std::vector<Request>& rs, const Status& st) {
           for (const Request& r : rs) {
             const float* f = reinterpret_cast<const float*>(r.data);
             done_.push_back({r.name, r.rank, st, std::vector<float>(f, f + r.bytes / sizeof(float))});
@@ -116,7 +118,9 @@ TEST_F(PartialRunnerTest, MajorityRunsWhenTheRoundsInitiatorArrives) {
     const uint32_t initiator = PartialInitiator("g", round, 4);
     const size_t before = done_.size();
     for (uint32_t r = 0; r < 4; ++r) {
-      if (r != initiator) ASSERT_TRUE(Submit(r, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+      if (r != initiator) {
+        ASSERT_TRUE(Submit(r, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+      }
     }
     EXPECT_EQ(done_.size(), before) << "round " << round << " ran before its initiator " << initiator << " arrived";
     ASSERT_TRUE(Submit(initiator, {1}, SYNCD_PARTIAL_MAJORITY).ok());
@@ -136,7 +140,7 @@ TEST_F(PartialRunnerTest, MajorityRunsWhenTheRoundsInitiatorArrives) {
 
 TEST_F(PartialRunnerTest, AChangedShapeOrModeIsAMismatchAndFailAllFailsTheWaiting) {
   ASSERT_TRUE(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).ok());
-  Status st = Submit(1, {1}, SYNCD_PARTIAL_SOLO, 2);
+  const Status st = Submit(1, {1}, SYNCD_PARTIAL_SOLO, 2);
   EXPECT_EQ(st.code(), SYNCD_ERR_MISMATCH);
   EXPECT_NE(st.message().find("tensor 'g': partial allreduce from rank 1 is float32 [1]"), std::string::npos) << st.message();
   EXPECT_EQ(Submit(1, {1, 2}, SYNCD_PARTIAL_MAJORITY, 2).code(), SYNCD_ERR_MISMATCH);
@@ -146,6 +150,195 @@ TEST_F(PartialRunnerTest, AChangedShapeOrModeIsAMismatchAndFailAllFailsTheWaitin
   EXPECT_EQ(done_[0].status.code(), SYNCD_ERR_RANK_LOST);
   EXPECT_EQ(done_[0].status.message(), "tensor 'g': rank 3 is gone");
   EXPECT_EQ(runner_.in_flight(), 0u);
+}
+
+// Three nodes holding set ranks {0, 1}, {2}, {3, 4}: runners joined by a loopback transport, their
+// control messages delivered in process.
+class PartialNodesTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kNodes = 3, kRanks = 5;
+  const std::vector<uint32_t> offsets_{0, 2, 3, 5};
+
+  PartialNodesTest() : hub_(kNodes) {
+    for (uint32_t n = 0; n < kNodes; ++n) {
+      transports_.push_back(std::make_unique<LoopbackTransport>(&hub_, n));
+      PartialPlace place{kRanks, offsets_, n, 7, transports_.back().get(), nullptr};
+      place.tell = [this, n](int32_t to, ControlMessage m) {
+        ++messages_;
+        for (uint32_t d = 0; d < kNodes; ++d)
+          if (d != n && (to < 0 || uint32_t(to) == d)) runners_[d]->Receive(n, m);
+      };
+      runners_.push_back(std::make_unique<PartialRunner>(place, [this](const std::vector<Request>& rs, const Status& st) {
+        for (const Request& r : rs) {
+          const float* f = reinterpret_cast<const float*>(r.data);
+          done_.push_back({r.name, r.rank, st, std::vector<float>(f, f + r.bytes / sizeof(float))});
+        }
+      }));
+    }
+  }
+
+  uint32_t NodeOf(uint32_t rank) const {
+    uint32_t n = 0;
+    while (offsets_[n + 1] <= rank) ++n;
+    return n;
+  }
+
+  Status Submit(uint32_t rank, std::vector<float> v, syncd_partial_mode mode = SYNCD_PARTIAL_SOLO, int quorum = 0,
+                const std::string& name = "g") {
+    buffers_.push_back(std::make_unique<std::vector<float>>(std::move(v)));
+    Request r;
+    r.kind = abi::OpKind::kPartialAllreduce;
+    r.name = name;
+    r.rank = r.set_rank = rank;
+    r.local_rank = rank - offsets_[NodeOf(rank)];
+    r.dtype = SYNCD_FLOAT32;
+    r.op = SYNCD_SUM;
+    r.partial_mode = mode;
+    r.root = quorum;
+    r.shape = {int64_t(buffers_.back()->size())};
+    r.bytes = buffers_.back()->size() * sizeof(float);
+    r.data = reinterpret_cast<char*>(buffers_.back()->data());
+    return runners_[NodeOf(rank)]->Add(std::move(r));
+  }
+
+  // Polls every node until nothing moves.
+  void Pump() {
+    for (int quiet = 0; quiet < 3;) {
+      bool any = false;
+      for (auto& r : runners_) {
+        bool did = false;
+        ASSERT_TRUE(r->Poll(&did).ok());
+        any |= did;
+      }
+      quiet = any ? 0 : quiet + 1;
+    }
+  }
+
+  const Done* DoneOf(uint32_t rank, size_t from = 0) const {
+    for (size_t i = done_.size(); i-- > from;)
+      if (done_[i].rank == rank) return &done_[i];
+    return nullptr;
+  }
+
+  LoopbackHub hub_;
+  std::vector<std::unique_ptr<LoopbackTransport>> transports_;
+  std::vector<std::unique_ptr<PartialRunner>> runners_;
+  std::vector<Done> done_;
+  std::vector<std::unique_ptr<std::vector<float>>> buffers_;
+  int messages_ = 0;
+};
+
+TEST_F(PartialNodesTest, SoloOnAnyNodeRunsWithTheOthersStaleTensorsAndNothingIsLost) {
+  // Rank r contributes r + 1 in every call; the ranks call in an uneven order, so most calls are
+  // late and their tensors wait for a later round, on whichever node it starts.
+  float contributed = 0;
+  uint32_t rank = 0;
+  for (int step = 0; step < 14; ++step) {
+    rank = uint32_t((step * 3 + step / 4) % kRanks);
+    const size_t before = done_.size();
+    ASSERT_TRUE(Submit(rank, {float(rank + 1)}).ok());
+    contributed += float(rank + 1);
+    Pump();
+    ASSERT_EQ(done_.size(), before + 1) << "step " << step << ": rank " << rank << " did not complete";
+    ASSERT_TRUE(done_.back().status.ok()) << done_.back().status.message();
+  }
+  // The last caller is fresh for the next round: its zero runs one that takes all that is left.
+  ASSERT_TRUE(Submit(rank, {0}).ok());
+  Pump();
+  std::map<int, float> results;  // by round
+  for (const Done& d : done_) {
+    int round = 0, nap = 0, init = 0, fresh = 0;
+    ASSERT_EQ(sscanf(d.status.message().c_str(), "round %d nap %d initiator %d fresh %d", &round, &nap, &init, &fresh), 4);
+    if (fresh == 1) {
+      EXPECT_EQ(nap, 1);
+      EXPECT_EQ(uint32_t(init), d.rank);  // solo: the rank that arrived is the initiator
+      EXPECT_EQ(results.count(round), 0u) << "round " << round << " completed twice fresh";
+    }
+    if (results.count(round)) {
+      EXPECT_EQ(results[round], d.data[0]) << "round " << round << " differs between ranks";
+    }
+    results[round] = d.data[0];
+  }
+  float total = 0;
+  for (const auto& [round, value] : results) total += value;
+  EXPECT_GT(results.size(), 4u);
+  EXPECT_EQ(total, contributed);
+  EXPECT_EQ(int(results.rbegin()->first), int(results.size()));  // rounds 1..N, none skipped
+}
+
+TEST_F(PartialNodesTest, MajorityInitiatorSequenceIsTheSameOnEveryNode) {
+  for (uint64_t round = 1; round <= 8; ++round) {
+    const uint32_t initiator = PartialInitiator("g", round, kRanks);
+    const size_t before = done_.size();
+    for (uint32_t r = 0; r < kRanks; ++r)
+      if (r != initiator) {
+        ASSERT_TRUE(Submit(r, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+      }
+    Pump();
+    EXPECT_EQ(done_.size(), before) << "round " << round << " ran before its initiator " << initiator << " arrived";
+    ASSERT_TRUE(Submit(initiator, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+    Pump();
+    ASSERT_EQ(done_.size(), before + kRanks) << "round " << round;
+    for (size_t i = before; i < done_.size(); ++i) {
+      ASSERT_TRUE(done_[i].status.ok()) << done_[i].status.message();
+      int got_round = 0, nap = 0, init = 0, fresh = 0;
+      ASSERT_EQ(sscanf(done_[i].status.message().c_str(), "round %d nap %d initiator %d fresh %d", &got_round, &nap, &init,
+                       &fresh),
+                4);
+      EXPECT_EQ(got_round, int(round));
+      EXPECT_EQ(init, int(initiator)) << "rank " << done_[i].rank;
+      EXPECT_EQ(nap, int(kRanks));
+      EXPECT_EQ(done_[i].data[0], float(kRanks));
+    }
+  }
+}
+
+TEST_F(PartialNodesTest, QuorumCountsFreshRanksOnEveryNodeAndWaitsForExactlyK) {
+  ASSERT_TRUE(Submit(0, {1}, SYNCD_PARTIAL_SOLO, 3).ok());
+  ASSERT_TRUE(Submit(4, {1}, SYNCD_PARTIAL_SOLO, 3).ok());
+  Pump();
+  EXPECT_TRUE(done_.empty()) << "ran with 2 of quorum 3: " << done_.front().status.message();
+  ASSERT_TRUE(Submit(2, {1}, SYNCD_PARTIAL_SOLO, 3).ok());
+  Pump();
+  ASSERT_EQ(done_.size(), 3u);
+  for (const Done& d : done_) {
+    EXPECT_EQ(d.data[0], 3.f);
+    EXPECT_NE(d.status.message().find("nap 3 "), std::string::npos) << d.status.message();
+    EXPECT_NE(d.status.message().find("ranks 51"), std::string::npos) << d.status.message();  // ranks 0, 2, 4
+  }
+}
+
+TEST_F(PartialNodesTest, ARankLateWhileItsRoundIsOnTheNetworkGetsThatRoundsResult) {
+  ASSERT_TRUE(Submit(0, {1}).ok());  // node 0 starts round 1; the others have not taken part yet
+  ASSERT_TRUE(done_.empty());
+  ASSERT_TRUE(Submit(1, {10}).ok());  // late for round 1, which is still on the network
+  ASSERT_TRUE(done_.empty());
+  Pump();
+  ASSERT_EQ(done_.size(), 2u);
+  EXPECT_EQ(DoneOf(0)->data[0], 1.f);
+  EXPECT_EQ(DoneOf(1)->data[0], 1.f);
+  EXPECT_NE(DoneOf(1)->status.message().find("fresh 0"), std::string::npos);
+  ASSERT_TRUE(Submit(3, {1000}).ok());  // late too: round 1 ran without it
+  Pump();
+  EXPECT_EQ(DoneOf(3)->data[0], 1.f);
+  ASSERT_TRUE(Submit(0, {100}).ok());  // round 2 holds ranks 1's and 3's stale tensors
+  Pump();
+  EXPECT_EQ(DoneOf(0)->data[0], 1110.f);
+  EXPECT_NE(DoneOf(0)->status.message().find("round 2 nap 1 initiator 0 fresh 1"), std::string::npos);
+}
+
+TEST_F(PartialNodesTest, NodesThatDisagreeFailTheRoundOnEveryNodeNamingThem) {
+  ASSERT_TRUE(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).ok());
+  ASSERT_TRUE(Submit(2, {1}, SYNCD_PARTIAL_SOLO, 2).ok());
+  Pump();
+  ASSERT_EQ(done_.size(), 2u);
+  for (const Done& d : done_) {
+    EXPECT_EQ(d.status.code(), SYNCD_ERR_MISMATCH);
+    EXPECT_NE(d.status.message().find("tensor 'g': partial allreduce round 1 ran as float32 [2 elements] Sum, solo with "
+                                      "quorum 2, but the ranks on node(s) 1 submitted something else"),
+              std::string::npos)
+        << d.status.message();
+  }
 }
 
 }  // namespace
