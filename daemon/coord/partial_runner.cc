@@ -129,7 +129,7 @@ struct PartialRunner::Op {
   std::vector<int64_t> shape;            // empty while only a peer's run message named it
   std::vector<std::vector<char>> accum;  // by local rank: its tensors no round took yet
   std::vector<uint64_t> counts;          // how many they are
-  std::vector<uint64_t> last_round;      // the round whose result the rank got (or gets) last
+  std::vector<uint64_t> calls;           // by local rank: its requests so far (call i is for round i)
   std::vector<std::optional<Request>> waiting;  // fresh for the next round
   std::vector<Request> late;             // late for the round in flight: its result when it ends
   uint32_t fresh = 0;
@@ -176,7 +176,7 @@ PartialRunner::Op& PartialRunner::OpFor(const std::string& name, const Meta& met
   if (first != nullptr) op.shape = first->shape;
   op.accum.assign(n, std::vector<char>(meta.bytes(), 0));
   op.counts.assign(n, 0);
-  op.last_round.assign(n, 0);
+  op.calls.assign(n, 0);
   op.waiting.resize(n);
   op.absent.assign(n, 0);
   return op;
@@ -206,10 +206,10 @@ Status PartialRunner::Add(Request r) {
     else Sum(r.dtype, {op.accum[l].data(), r.data}, op.accum[l].data(), r.bytes, 1);
   }
   ++op.counts[l];
-  if (op.last_round[l] < op.started) {
-    // Late: a round started without it. It gets that round's result; its tensor goes into the next.
+  if (++op.calls[l] <= op.started) {
+    // Late: the round of this call started without it. It gets the latest round's result; its
+    // tensor goes into the next round.
     ++op.late_total;
-    op.last_round[l] = op.started;
     if (op.done < op.started) {
       op.late.push_back(std::move(r));  // the round is on the network: its result comes in Finish
       return Status::Ok();
@@ -318,7 +318,6 @@ void PartialRunner::Start(const std::string& name, Op& op) {
     h[1 + first + l] = 1;
     f->fresh.push_back(std::move(*op.waiting[l]));
     op.waiting[l].reset();
-    op.last_round[l] = q.round;
   }
   h[1 + place_.set_size + place_.node] = f->differs ? 1 : 0;
   op.fresh = 0;

@@ -4,11 +4,14 @@
 //
 // Per name and local rank the runner holds an accumulator: the sum of the rank's tensors that no
 // round has taken yet, and how many they are. A rank's request is added to its accumulator at
-// once (its tensor is free again as soon as the request completes). Then
-//   - the rank is late when a round started since its last result: the request completes with
-//     that round's result (at once, or when the round ends here), and its tensor waits in the
+// once (its tensor is free again as soon as the request completes). A rank's i-th request of a
+// name is for round i (the i-th step of training, as in eager-SGD). Then
+//   - the rank is late when round i has started already: the request completes with the latest
+//     round's result (at once, or when the round ends here), and its tensor waits in the
 //     accumulator for the next round;
-//   - else it is fresh for the next round and waits for it.
+//   - else it is fresh for round i (the next one) and waits for it.
+// So a round needs nothing of a rank beyond its i-th call: ranks that make the same number of
+// calls before a synchronous collective never wait on one another's later steps.
 // The next round runs once the mode's condition holds, counted over the whole set: solo, `quorum`
 // fresh ranks (default 1); majority, the round's initiator is fresh (a set rank drawn from the
 // name and the round number, the same on every node) and `quorum` fresh ranks. A round sums every

@@ -72,7 +72,10 @@ int SoloBody(syncd_client* c, int rank, int set, const std::vector<int>& members
   syncd_partial_info info{};
   int calls = 0;
   for (int k = 0; k < 24; ++k) {
-    if ((k + rank) % 3 == 0) usleep(1500 * (rank + 1));  // uneven arrivals, on both nodes
+    // The lead changes nodes: node 1's ranks are ahead for 8 calls, then slow; node 0's take over
+    // (a rank's k-th call is for round k: the rank ahead starts the rounds).
+    const bool node1 = rank >= kLocal;
+    usleep(useconds_t(k < 8 ? (node1 ? 0 : 3000 + 500 * rank) : (node1 ? 20000 : 300 * rank)));
     CHILD_CHECK(Call(c, rank, slot, SYNCD_PARTIAL_SOLO, set, b, &info) == SYNCD_OK, "step %d: %s", k, syncd_last_error());
     CHILD_CHECK(info.nap >= 1, "solo round %llu with nap %d", (unsigned long long)info.round, info.nap);
     ++calls;

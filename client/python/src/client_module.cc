@@ -66,6 +66,7 @@ class PyClient {
     if (c_ != nullptr) syncd_shutdown(c_);
     c_ = nullptr;
     results_.clear();  // the segment is unmapped: no result is readable any more
+    partial_.clear();
   }
   bool closed() const { return c_ == nullptr; }
 
@@ -153,6 +154,25 @@ class PyClient {
     return h;
   }
 
+  // Partial allreduce (eager-SGD): Poll and Wait keep its round's info for PartialInfo.
+  uint64_t PartialAllreduce(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
+                            int mode, int quorum, int process_set) {
+    const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
+    syncd_handle h = 0;
+    Check(syncd_partial_allreduce_async(get(), &t, syncd_reduce_op(op), mode, quorum, &h));
+    partial_[h] = std::nullopt;
+    return h;
+  }
+
+  // (round, nap, initiator, fresh) of a completed partial allreduce; once per handle.
+  py::tuple PartialInfo(uint64_t h) {
+    auto it = partial_.find(h);
+    if (it == partial_.end() || !it->second) throw py::value_error("no completed partial allreduce for this handle");
+    const syncd_partial_info i = *it->second;
+    partial_.erase(it);
+    return py::make_tuple(i.round, i.nap, i.initiator, bool(i.fresh));
+  }
+
   py::tuple Result(uint64_t h) {
     auto it = results_.find(h);
     if (it == results_.end() || it->second->block == nullptr) throw py::value_error("no result for this handle");
@@ -203,6 +223,7 @@ class PyClient {
 
   // True when complete (the handle is then released); raises on failure.
   bool Poll(uint64_t h) {
+    if (partial_.count(h)) return Wait(h, 0);
     const int rc = syncd_poll(get(), h);
     if (rc == SYNCD_IN_PROGRESS) return false;
     if (rc != SYNCD_OK) {
@@ -214,8 +235,16 @@ class PyClient {
 
   // True when complete; False on timeout (the request stays in flight); raises on failure.
   bool Wait(uint64_t h, int64_t timeout_ms) {
-    const int rc = Unlocked([&](syncd_client* c) { return syncd_wait(c, h, timeout_ms); });
+    auto partial = partial_.find(h);
+    syncd_partial_info info{};
+    const int rc = Unlocked([&](syncd_client* c) {
+      return partial != partial_.end() ? syncd_partial_wait(c, h, timeout_ms, &info) : syncd_wait(c, h, timeout_ms);
+    });
     if (rc == SYNCD_ERR_TIMEOUT) return false;
+    if (partial != partial_.end()) {
+      if (rc == SYNCD_OK) partial->second = info;
+      else partial_.erase(partial);
+    }
     if (rc != SYNCD_OK) {
       results_.erase(h);
       RaiseCompletion(rc);
@@ -270,6 +299,7 @@ class PyClient {
   // Where the completions of allgathers and alltoalls in flight (or not yet released) describe
   // their results, by handle.
   std::unordered_map<uint64_t, std::unique_ptr<syncd_result>> results_;
+  std::unordered_map<uint64_t, std::optional<syncd_partial_info>> partial_;  // partial allreduces in flight
 };
 
 }  // namespace
@@ -307,6 +337,9 @@ PYBIND11_MODULE(_client, m) {
       .def("reducescatter_async", &PyClient::Reducescatter, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
            py::arg("process_set") = 0)
+      .def("partial_allreduce_async", &PyClient::PartialAllreduce, py::arg("name"), py::arg("addr"), py::arg("dtype"),
+           py::arg("shape"), py::arg("op"), py::arg("mode"), py::arg("quorum"), py::arg("process_set") = 0)
+      .def("partial_info", &PyClient::PartialInfo, py::arg("handle"))
       .def("join", &PyClient::Join, py::arg("timeout_ms") = -1)
       .def("add_process_set", &PyClient::AddProcessSet, py::arg("ranks"), py::arg("timeout_ms") = -1)
       .def("remove_process_set", &PyClient::RemoveProcessSet, py::arg("id"), py::arg("timeout_ms") = -1)
@@ -331,6 +364,8 @@ PYBIND11_MODULE(_client, m) {
   m.attr("FLOAT64") = int(SYNCD_FLOAT64);
   m.attr("INT16") = int(SYNCD_INT16);
   m.attr("BOOL") = int(SYNCD_BOOL);
+  m.attr("PARTIAL_SOLO") = int(SYNCD_PARTIAL_SOLO);
+  m.attr("PARTIAL_MAJORITY") = int(SYNCD_PARTIAL_MAJORITY);
   m.attr("SUM") = int(SYNCD_SUM);
   m.attr("AVERAGE") = int(SYNCD_AVERAGE);
   m.attr("MIN") = int(SYNCD_MIN);

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,33 @@ TEST_F(PartialRunnerTest, MajorityRunsWhenTheRoundsInitiatorArrives) {
   for (int h : hits) EXPECT_GT(h, 60);
 }
 
+// Ranks running free (a rank calls again as soon as its last call completed), 40 calls each,
+// then a synchronous collective: each rank's k-th call is for round k, so when every rank has made
+// its 40 calls nobody waits (a rank fresh for a round after its last step would wait forever).
+TEST_F(PartialRunnerTest, MajorityNeverWaitsOnceEveryRankMadeItsLastStepsCall) {
+  std::mt19937 rng(5);
+  std::vector<int> calls(4, 0);
+  std::vector<size_t> pending(4, SIZE_MAX);  // index in buffers_ of the rank's waiting call
+  for (int tick = 0; tick < 100000; ++tick) {
+    std::vector<uint32_t> ready;
+    for (uint32_t r = 0; r < 4; ++r) {
+      if (pending[r] != SIZE_MAX &&
+          std::any_of(done_.begin(), done_.end(), [&](const Done& d) { return d.rank == r; }) &&
+          std::count_if(done_.begin(), done_.end(), [&](const Done& d) { return d.rank == r; }) == calls[r])
+        pending[r] = SIZE_MAX;
+      if (pending[r] == SIZE_MAX && calls[r] < 40) ready.push_back(r);
+    }
+    if (ready.empty()) break;
+    const uint32_t r = ready[rng() % ready.size()];
+    ASSERT_TRUE(Submit(r, {1}, SYNCD_PARTIAL_MAJORITY).ok());
+    ++calls[r];
+    pending[r] = buffers_.size() - 1;
+  }
+  EXPECT_EQ(calls, (std::vector<int>{40, 40, 40, 40}));
+  EXPECT_EQ(runner_.in_flight(), 0u) << "a rank still waits after its 40th call";
+  EXPECT_EQ(done_.size(), 160u);
+}
+
 TEST_F(PartialRunnerTest, AChangedShapeOrModeIsAMismatchAndFailAllFailsTheWaiting) {
   ASSERT_TRUE(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).ok());
   const Status st = Submit(1, {1}, SYNCD_PARTIAL_SOLO, 2);
@@ -232,18 +261,23 @@ TEST_F(PartialNodesTest, SoloOnAnyNodeRunsWithTheOthersStaleTensorsAndNothingIsL
   // Rank r contributes r + 1 in every call; the ranks call in an uneven order, so most calls are
   // late and their tensors wait for a later round, on whichever node it starts.
   float contributed = 0;
-  uint32_t rank = 0;
+  std::vector<int> calls(kRanks, 0);
   for (int step = 0; step < 14; ++step) {
-    rank = uint32_t((step * 3 + step / 4) % kRanks);
+    const uint32_t rank = uint32_t((step * 3 + step / 4) % kRanks);
     const size_t before = done_.size();
     ASSERT_TRUE(Submit(rank, {float(rank + 1)}).ok());
     contributed += float(rank + 1);
+    ++calls[rank];
     Pump();
     ASSERT_EQ(done_.size(), before + 1) << "step " << step << ": rank " << rank << " did not complete";
     ASSERT_TRUE(done_.back().status.ok()) << done_.back().status.message();
   }
-  // The last caller is fresh for the next round: its zero runs one that takes all that is left.
-  ASSERT_TRUE(Submit(rank, {0}).ok());
+  // The rank with the most calls is fresh for the next round (call i is for round i): its zero
+  // runs one that takes all that is left.
+  const uint32_t most = uint32_t(std::max_element(calls.begin(), calls.end()) - calls.begin());
+  ASSERT_TRUE(Submit(most, {0}).ok());
+  Pump();
+  EXPECT_NE(done_.back().status.message().find(" fresh 1"), std::string::npos) << done_.back().status.message();
   Pump();
   std::map<int, float> results;  // by round
   for (const Done& d : done_) {

@@ -24,5 +24,7 @@ from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allgather_asyn
                                  grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
                                  sparse_allreduce_async, synchronize)
 from syncd.torch.optimizer import DistributedOptimizer
+from syncd.torch.partial import (PartialInfo, partial_allreduce, partial_allreduce_async,
+                                 partial_allreduce_async_)
 from syncd.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from syncd.torch.sync_batch_norm import SyncBatchNorm

@@ -8,6 +8,12 @@ communication overlaps the rest of the backward pass; step() (or synchronize()) 
 
 Under `syncd --coord topo` the first step is recorded (see syncd.torch.topo) and its graph
 registered, after which the daemons run the precomputed order and fusion plan.
+
+With `partial='solo'|'majority'` (eager-SGD, see syncd.torch.partial) step() runs one partial
+allreduce per gradient block instead: it returns as soon as the mode's round ran, with the
+gradients of the ranks that were there plus what late ranks left in their daemons (a late rank's
+gradient is not lost: it goes into the next round). Every `full_sync_every` steps the parameters
+are averaged synchronously over every rank, so models that drifted apart agree again.
 """
 import warnings
 from contextlib import contextmanager
@@ -19,6 +25,7 @@ from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
 from syncd.torch.gather_scatter import sparse_allreduce_async
 from syncd.torch.inplace_ops import _resolve_op, allreduce_async_
+from syncd.torch.partial import _MODES, partial_allreduce_async_
 from syncd.torch.process_sets import global_process_set
 from syncd.torch.requests import synchronize
 from syncd.torch.topo import GraphRecorder
@@ -29,6 +36,7 @@ class _GradientArena:
 
     def __init__(self, params):
         self.blocks = []  # (address, flat tensor)
+        self.firsts = []  # each block's first parameter
         self.views = {}  # param -> its gradient view
         by_dtype = {}
         for p in params:
@@ -42,6 +50,7 @@ class _GradientArena:
                               "each allreduce then copies them in and out" % (dtype, e))
                 continue
             self.blocks.append((addr, flat))
+            self.firsts.append(ps[0])
             offset = 0
             for p in ps:
                 view = flat[offset:offset + p.numel()].view_as(p)
@@ -83,6 +92,7 @@ class _GradientArena:
             for addr, _ in self.blocks:
                 basics.client().free(addr)
         self.blocks.clear()
+        self.firsts.clear()
 
     def __del__(self):
         try:
@@ -93,8 +103,12 @@ class _GradientArena:
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0, process_set=global_process_set, sparse_as_dense=False):
+                 gradient_predivide_factor=1.0, process_set=global_process_set, sparse_as_dense=False,
+                 partial=None, quorum=None, full_sync_every=0):
         super(self.__class__, self).__init__(params)
+        self._partial, self._quorum, self._full_sync_every = partial, quorum, int(full_sync_every or 0)
+        self._steps = 0
+        self.partial_info = None  # the last step's PartialInfo (round, nap, initiator, fresh)
         self._compression = compression
         self.process_set = process_set
         self.sparse_as_dense = sparse_as_dense
@@ -134,7 +148,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
         ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._grads = _GradientArena(ordered)
-        self._recorder = GraphRecorder(self) if basics.coord_mode() == "topo" else None
+        self._recorder = GraphRecorder(self) if basics.coord_mode() == "topo" and partial is None else None
         for p in ordered:
             self._requires_update.add(p)
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -204,13 +218,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._grads.adopt(p)
             handle, ctx = None, None
             self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if self._allreduce_delay[p] == 0 and self._partial is None:
                 handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
         return hook
 
     def synchronize(self):
         """Waits for every gradient's allreduce (submitting those backward did not produce)."""
+        if self._partial is not None:
+            return self._partial_synchronize()
         for p in self._requires_update - set(self._handles):
             self._handles[p] = self._allreduce_grad_async(p)
         for p, (handle, ctx) in list(self._handles.items()):
@@ -233,6 +249,51 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._recorder.step_done()
         self._synchronized = True
 
+    def _partial_synchronize(self):
+        """One partial allreduce per arena block of gradients (in place, no copy), and one per
+        gradient outside the arena."""
+        if self._sparse:
+            raise ValueError("DistributedOptimizer(partial=...) does not take sparse gradients; "
+                             "use sparse_as_dense=True")
+        handles = []
+        try:
+            for p in self._requires_update:
+                view = self._grads.views.get(p)
+                if view is not None and p.grad is None:
+                    view.zero_()  # a parameter backward did not reach contributes zeros
+                    p.grad = view
+                elif view is not None:
+                    self._grads.adopt(p)
+            for first, (_, flat) in zip(self._grads.firsts, self._grads.blocks):
+                # Named after the block's first parameter: unique to this optimizer's parameters.
+                name = "grads.%s.%s" % (self._parameter_names[first], str(flat.dtype).replace("torch.", ""))
+                handles.append((partial_allreduce_async_(flat, name=name, mode=self._partial,
+                                                         quorum=self._quorum, op=self.op,
+                                                         process_set=self.process_set), None))
+            for p in sorted(self._requires_update - set(self._grads.views), key=self._parameter_names.get):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                handles.append((partial_allreduce_async_(p.grad, name="grads." + self._parameter_names[p],
+                                                         mode=self._partial, quorum=self._quorum, op=self.op,
+                                                         process_set=self.process_set), p))
+        finally:
+            infos = [synchronize(h).partial_info for h, _ in handles]
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        self.partial_info = infos[0] if infos else None
+        self._synchronized = True
+
+    def _average_parameters(self):
+        """The periodic full synchronisation of partial training: every rank's parameters averaged."""
+        handles = []
+        with torch.no_grad():
+            for p in sorted(self._requires_update, key=self._parameter_names.get):
+                handles.append(allreduce_async_(p.data, name="partial.model." + self._parameter_names[p],
+                                                op=Average, process_set=self.process_set))
+            for h in handles:
+                synchronize(h)
+
     @contextmanager
     def skip_synchronize(self):
         """optimizer.synchronize(); with optimizer.skip_synchronize(): optimizer.step()"""
@@ -251,7 +312,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        loss = super(self.__class__, self).step(closure)
+        self._steps += 1
+        if self._partial is not None and self._full_sync_every and self._steps % self._full_sync_every == 0:
+            self._average_parameters()
+        return loss
 
     def zero_grad(self, set_to_none=False):
         if self._handles:
@@ -279,13 +344,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, partial=None, quorum=None, full_sync_every=0):
     """Wraps a torch.optim optimizer so that step() applies gradients averaged (op) over all ranks.
 
     Same arguments and behaviour as horovod.torch.DistributedOptimizer. num_groups/groups are
-    accepted and ignored: the daemon fuses tensors itself (and by plan under --coord topo)."""
+    accepted and ignored: the daemon fuses tensors itself (and by plan under --coord topo).
+
+    syncd's own: partial='solo' or 'majority' (with quorum k) trains with eager-SGD's partial
+    allreduce instead (see the module's doc); full_sync_every=N averages the parameters over every
+    rank every N steps (0: never)."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if partial is not None:
+        if partial not in _MODES:
+            raise ValueError("partial must be 'solo' or 'majority', not %r" % (partial,))
+        if op not in (Average, basics.Sum) or gradient_predivide_factor != 1.0 or compression is not Compression.none:
+            raise ValueError("DistributedOptimizer(partial=...) takes op=Average or Sum, no compression and no "
+                             "gradient_predivide_factor")
+    elif quorum is not None or full_sync_every:
+        raise ValueError("quorum and full_sync_every go with partial='solo' or 'majority'")
+    if not isinstance(full_sync_every, int) or full_sync_every < 0:
+        raise ValueError("full_sync_every must be an int >= 0, not %r" % (full_sync_every,))
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, process_set, sparse_as_dense)
+               gradient_predivide_factor, process_set, sparse_as_dense, partial, quorum, full_sync_every)
