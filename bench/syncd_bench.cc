@@ -6,6 +6,7 @@
 #include <syncd/client.h>
 
 #include "bench/bench_util.h"
+#include "bench/partial_bench.h"
 #include "bench/plan_bench.h"
 #include "bench/training_bench.h"
 
@@ -329,14 +330,29 @@ int main(int argc, char** argv) {
   im->add_flag("--register-graph", io.register_graph, "Register the step's graph (used under --coord topo)");
   im->add_option("--label", io.label, "The mode, carried into the output");
   im->add_flag("--json", io.json, "One JSON object");
+  CLI::App* pa = app.add_subcommand("partial", "Eager-SGD's benchmark: full, solo and majority allreduce under linear skew");
+  syncd::bench::PartialBenchOptions pbo;
+  std::string pa_size = "64K";
+  pa->add_option("--rounds", pbo.rounds, "Timed rounds per mode");
+  pa->add_option("--warmup", pbo.warmup, "Warm-up rounds per mode");
+  pa->add_option("--skew-ms", pbo.skew_ms, "Rank r waits r times this before each call");
+  pa->add_option("--size", pa_size, "Bytes per allreduce (float32)");
+  pa->add_option("--modes", pbo.modes, "full, solo, majority")->delimiter(',');
+  pa->add_flag("--json", pbo.json, "One JSON object");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
+  pbo.bytes = ParseSize(pa_size);
   if (pl->parsed()) {
     if (plan_nodes > 0) po.graphs = {{plan_nodes, plan_edges ? plan_edges : plan_nodes * 3 / 2}};
     return syncd::bench::RunPlanBench(po);
   }
   syncd_client* c = nullptr;
   Check(syncd_init(nullptr, &c), "attach");
+  if (pa->parsed()) {
+    syncd::bench::RunPartialBench(c, pbo);
+    syncd_shutdown(c);
+    return 0;
+  }
   if (im->parsed()) {
     syncd::bench::RunImbalance(c, io, argv[0]);
     syncd_shutdown(c);

@@ -18,6 +18,8 @@ packages=(
   slurmd slurmctld slurm-client munge systemd
   # the quickstart's dataset (scikit-learn's bundled digits) and the torchvision benchmark models
   python3-sklearn python3-torchvision
+  # MPI_Allreduce: the partial-collective benchmark's peer (bench/partial.sh)
+  openmpi-bin libopenmpi-dev
 )
 
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)

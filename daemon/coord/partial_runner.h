@@ -89,6 +89,8 @@ class PartialRunner {
   Status Poll(bool* did);
   // Whether Poll has work now (rounds on the network, messages in, reports to be answered).
   bool busy() const;
+  // Whether the set has partial operations (many nodes): another node may start a round any time.
+  bool active() const { return place_.comm != nullptr && !ops_.empty(); }
   // Requests waiting for a round.
   size_t in_flight() const;
   // Fails every waiting request with `why` (named per tensor); everything is dropped.

@@ -26,6 +26,8 @@ ProcessSetPlace ProcessSetPlace::Global(uint64_t job, uint32_t local_size, uint3
 
 namespace {
 
+constexpr uint64_t kPartialPollNs = 50'000;
+
 PartialPlace PartialPlaceOf(const ProcessSetPlace& place, std::function<void(int32_t, ControlMessage)> tell) {
   PartialPlace p;
   p.set_size = uint32_t(place.ranks.size());
@@ -96,6 +98,10 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   opts.while_blocked = hooks_.keep_blocking;
   opts.on_partial = [this](uint32_t from, const ControlMessage& m) { partial_.Receive(from, m); };
+  opts.poll_while_blocked = [this] {
+    bool did = false;
+    PollPartial(&did);
+  };
   return std::make_unique<Negotiator>(
       place_.comm, opts,
       [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
@@ -142,13 +148,8 @@ bool ProcessSet::Poll(uint64_t now_ns) {
     if (place_.gpu && place_.gpu->in_flight() > 0) place_.gpu->Abort(why);
   }
   if (!local_ready.empty()) Execute(local_ready);
-  if (negotiator_ && !negotiator_->broken() && negotiator_->joined()) {
-    for (Request& r : std::exchange(partial_early_, {})) {
-      Request copy = r;  // Add leaves a refused request to us
-      if (Status st = partial_.Add(std::move(r)); !st.ok()) CompleteAll({copy}, st);
-    }
-    if (Status st = partial_.Poll(&did); !st.ok()) FailJob(st);
-  }
+  PollPartial(&did);
+  if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
   if (topo_) {
     Status error;
@@ -167,6 +168,9 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
   if (topo_ && topo_->running()) next = 0;  // a TOPO group waits on the network: keep polling it
   if (!gpu_ops_.empty()) next = 0;          // GPU work completes without ringing the doorbell
   if (partial_.busy()) next = 0;            // partial rounds and their activation on the network
+  // A round another node starts needs this node's accumulators at once (no rank here runs any
+  // code for it): look at the network every kPartialPollNs while the job has partial operations.
+  if (partial_.active()) next = std::min(next, now_ns + kPartialPollNs);
   return next;
 }
 
@@ -235,6 +239,16 @@ size_t ProcessSet::FailWaiting(const Status& why) {
   const size_t partial = PartialInFlight();
   FailPartial(why);
   return failed.size() + partial;
+}
+
+void ProcessSet::PollPartial(bool* did) {
+  if (!negotiator_ || negotiator_->broken() || !negotiator_->joined()) return;
+  for (Request& r : std::exchange(partial_early_, {})) {
+    Request copy = r;  // Add leaves a refused request to us
+    if (Status st = partial_.Add(std::move(r)); !st.ok()) CompleteAll({copy}, st);
+  }
+  // May run inside a blocking negotiation cycle: the job fails once the cycle has returned.
+  if (Status st = partial_.Poll(did); !st.ok() && deferred_failure_.ok()) deferred_failure_ = st;
 }
 
 void ProcessSet::FailPartial(const Status& why) {

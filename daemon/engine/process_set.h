@@ -147,6 +147,8 @@ class ProcessSet {
   void FailJob(const Status& why);
   void FailHeld(const Status& why);
   void FailPartial(const Status& why);
+  // Many nodes: partial requests held until the job started everywhere, then the runner's rounds.
+  void PollPartial(bool* did);
   size_t PartialInFlight() const { return partial_.in_flight() + partial_early_.size(); }
 
   // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.

@@ -6,9 +6,15 @@ Run it as the quickstart does:
 Each rank trains on its shard of the training set with syncd.torch's DistributedOptimizer;
 rank 0 prints per-epoch loss, held-out accuracy and samples/s. At the end each daemon's
 `syncctl status` is shown while its ranks are still attached.
+
+Under load imbalance (--delay-ms 50,200: each step one rank, drawn with a seed every rank shares,
+sleeps that long) compare synchronous training with eager-SGD's partial allreduce:
+    --partial solo|majority [--full-sync-every N]   (bench/partial_training.sh runs all three)
 """
 import argparse
+import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -42,7 +48,14 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the number of ranks")
     parser.add_argument("--min-accuracy", type=float, default=0.95, help="exit 1 below this held-out accuracy")
+    parser.add_argument("--partial", choices=["solo", "majority"], help="eager-SGD's partial allreduce")
+    parser.add_argument("--full-sync-every", type=int, default=0, help="with --partial: average the models every N steps")
+    parser.add_argument("--delay-ms", default="", help="LO,HI: each step one rank (the same on every rank) sleeps "
+                                                       "uniformly LO..HI ms after its backward pass")
+    parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
+    parser.add_argument("--no-status", action="store_true", help="do not show syncctl status at the end")
     args = parser.parse_args()
+    delay = [float(v) for v in args.delay_ms.split(",")] if args.delay_ms else None
 
     hvd.init()
     torch.set_num_threads(1)
@@ -56,7 +69,8 @@ def main():
 
     model = DigitsNet()
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9),
-                                         named_parameters=model.named_parameters())
+                                         named_parameters=model.named_parameters(), partial=args.partial,
+                                         full_sync_every=args.full_sync_every if args.partial else 0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     if hvd.rank() == 0:
@@ -64,7 +78,8 @@ def main():
               (hvd.size(), hvd.cross_size(), hvd.coord_mode(), len(y) - len(y_test), len(y_test)), flush=True)
         print("%5s %10s %10s %12s" % ("epoch", "loss", "accuracy", "samples/s"), flush=True)
 
-    accuracy = 0.0
+    accuracy, steps, train_s, naps = 0.0, 0, 0.0, []
+    straggler = random.Random(4321)  # the same draws on every rank
     for epoch in range(1, args.epochs + 1):
         model.train()
         order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(epoch * 100 + hvd.rank()))
@@ -74,10 +89,20 @@ def main():
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             loss.backward()
+            if delay and straggler.randrange(hvd.size()) == hvd.rank():
+                time.sleep(straggler.uniform(*delay) / 1000.0)
+            elif delay:
+                straggler.uniform(*delay)  # keep the draws in step on every rank
             optimizer.step()
+            steps += 1
+            if args.partial:
+                naps.append(optimizer.partial_info.nap)
             loss_sum += loss.item() * len(idx)
             seen += len(idx)
         elapsed = time.perf_counter() - start
+        train_s += elapsed
+        if args.partial and epoch == args.epochs:
+            optimizer.average_parameters()  # the model that is evaluated: every rank's average
         model.eval()
         with torch.no_grad():
             correct = (model(x_test).argmax(1) == y_test).sum().item()
@@ -90,14 +115,22 @@ def main():
 
     # Each daemon's status while its ranks are attached, node by node.
     bindir = os.environ.get("SYNCD_BIN_DIR")
-    for node in range(hvd.cross_size()):
+    for node in range(0 if args.no_status else hvd.cross_size()):
         if bindir and hvd.cross_rank() == node and hvd.local_rank() == 0:
             print("\n== syncctl status, node %d (%s)" % (node, os.environ["SYNCD_RUN_DIR"]), flush=True)
             subprocess.run([os.path.join(bindir, "syncctl"), "--run-dir", os.environ["SYNCD_RUN_DIR"], "status"])
             sys.stdout.flush()
         hvd.barrier()
+    # Step time: every rank's mean (seconds of training over steps), averaged over ranks.
+    step_ms = hvd.allreduce(torch.tensor([1000.0 * train_s / max(steps, 1)], dtype=torch.float64), name="step_ms")
     if hvd.rank() == 0:
         print("\nheld-out accuracy %.2f%% (goal at least %.0f%%)" % (100 * accuracy, 100 * args.min_accuracy))
+        if args.json:
+            print(json.dumps({"bench": "digits", "mode": args.partial or "synchronous", "ranks": hvd.size(),
+                              "nodes": hvd.cross_size(), "epochs": args.epochs, "steps": steps,
+                              "step_ms": round(step_ms.item(), 2), "accuracy_pct": round(100 * accuracy, 2),
+                              "mean_nap": round(sum(naps) / len(naps), 2) if naps else hvd.size(),
+                              "delay_ms": args.delay_ms, "full_sync_every": args.full_sync_every}), flush=True)
     hvd.shutdown()
     sys.exit(0 if accuracy >= args.min_accuracy else 1)
 

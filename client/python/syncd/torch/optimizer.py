@@ -284,8 +284,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.partial_info = infos[0] if infos else None
         self._synchronized = True
 
-    def _average_parameters(self):
-        """The periodic full synchronisation of partial training: every rank's parameters averaged."""
+    def average_parameters(self):
+        """The periodic full synchronisation of partial training (every rank calls it): every
+        rank's parameters averaged. step() calls it every full_sync_every steps."""
         handles = []
         with torch.no_grad():
             for p in sorted(self._requires_update, key=self._parameter_names.get):
@@ -315,7 +316,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         loss = super(self.__class__, self).step(closure)
         self._steps += 1
         if self._partial is not None and self._full_sync_every and self._steps % self._full_sync_every == 0:
-            self._average_parameters()
+            self.average_parameters()
         return loss
 
     def zero_grad(self, set_to_none=False):
