@@ -18,6 +18,10 @@ namespace {
 // shifts the tag by 8 for its slices: 34 bits in all, below the process set's slot.
 constexpr uint64_t kPartialCycle = 1023;
 constexpr uint64_t kSeqBits = 22;
+// Results kept for late ranks: a rank behind by up to this many rounds still gets its own
+// round's result (so its model stays the others'); one further behind gets the latest. Only rounds
+// some local rank has yet to call for are kept.
+constexpr size_t kPartialHistory = 64;
 
 uint64_t RoundTag(uint64_t seq, uint64_t part) {
   return (kPartialCycle << 24) | ((seq & ((uint64_t{1} << kSeqBits) - 1)) << 2) | part;
@@ -146,8 +150,18 @@ struct PartialRunner::Op {
   uint64_t reported_round = 0;  // what the last report to node 0 said
   uint32_t reported_fresh = 0;
   bool reported_initiator = false;
-  std::vector<char> result;
-  std::string result_text;  // "nap <n> initiator <r>" of the last round
+  struct Result {
+    uint64_t round;
+    std::vector<char> data;
+    std::string text;  // "nap <n> initiator <r>"
+  };
+  std::deque<Result> results;  // the last kPartialHistory rounds' results, oldest first
+  // Round `round`'s result if it is still kept, else the latest; nullptr before any.
+  const Result* ResultFor(uint64_t round) const {
+    for (const Result& r : results)
+      if (r.round == round) return &r;
+    return results.empty() ? nullptr : &results.back();
+  }
   uint64_t nap_total = 0, late_total = 0;
   std::vector<uint64_t> absent;  // by local rank: rounds run without its fresh tensor
 };
@@ -206,16 +220,22 @@ Status PartialRunner::Add(Request r) {
     else Sum(r.dtype, {op.accum[l].data(), r.data}, op.accum[l].data(), r.bytes, 1);
   }
   ++op.counts[l];
-  if (++op.calls[l] <= op.started) {
-    // Late: the round of this call started without it. It gets the latest round's result; its
-    // tensor goes into the next round.
+  if (const uint64_t call = ++op.calls[l]; call <= op.started) {
+    // Late: the round of this call started without it. It gets that round's result, as every
+    // rank does at this step (the latest if it is too far behind); its tensor goes into the next.
     ++op.late_total;
-    if (op.done < op.started) {
+    if (call > op.done) {
       op.late.push_back(std::move(r));  // the round is on the network: its result comes in Finish
       return Status::Ok();
     }
-    if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
-    complete_({r}, Status(SYNCD_OK, "round " + std::to_string(op.done) + " " + op.result_text + " fresh 0"));
+    const Op::Result* res = op.ResultFor(call);
+    if (res == nullptr) {
+      complete_({r}, Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': no round of this partial allreduce has "
+                                                "completed (they failed: the nodes disagree on it)"));
+      return Status::Ok();
+    }
+    if (r.bytes > 0) memcpy(r.data, res->data.data(), r.bytes);
+    complete_({r}, Status(SYNCD_OK, "round " + std::to_string(res->round) + " " + res->text + " fresh 0"));
     return Status::Ok();
   }
   if (op.fresh++ == 0) op.first_fresh = place_.first() + l;
@@ -352,22 +372,26 @@ void PartialRunner::Finish(const std::string& name, Op& op) {
   } else {
     uint32_t nap = 0;
     for (uint32_t s = 0; s < n; ++s) nap += h[1 + s] != 0 ? 1 : 0;
-    op.result = *f->data;
+    Op::Result& res = op.results.emplace_back(
+        Op::Result{f->round, *f->data, "nap " + std::to_string(nap) + " initiator " + std::to_string(f->initiator)});
+    // `res` stays valid: a deque keeps its other elements where they are when the front goes.
+    const uint64_t slowest = *std::min_element(op.calls.begin(), op.calls.end());  // the next call is for slowest + 1
+    while (op.results.size() > 1 && (op.results.size() > kPartialHistory || op.results.front().round <= slowest))
+      op.results.pop_front();
     const uint64_t total = uint64_t(std::max<int64_t>(h[0], 1));
-    if (op.meta.op == SYNCD_AVERAGE && total > 1 && !op.result.empty())
-      Sum(syncd_dtype(op.meta.dtype), {op.result.data()}, op.result.data(), op.result.size(), total);
+    if (op.meta.op == SYNCD_AVERAGE && total > 1 && !res.data.empty())
+      Sum(syncd_dtype(op.meta.dtype), {res.data.data()}, res.data.data(), res.data.size(), total);
     op.nap_total += nap;
-    op.result_text = "nap " + std::to_string(nap) + " initiator " + std::to_string(f->initiator);
-    std::string text = "round " + std::to_string(f->round) + " " + op.result_text + " fresh 1";
+    std::string text = "round " + std::to_string(f->round) + " " + res.text + " fresh 1";
     const std::string bits = Bitmap(h.data() + 1, n);
     if (text.size() + 7 + bits.size() < abi::kMessageBytes) text += " ranks " + bits;
     for (Request& r : f->fresh) {
-      if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
+      if (r.bytes > 0) memcpy(r.data, res.data.data(), r.bytes);
       complete_({r}, Status(SYNCD_OK, text));
     }
     for (Request& r : late) {
-      if (r.bytes > 0) memcpy(r.data, op.result.data(), r.bytes);
-      complete_({r}, Status(SYNCD_OK, "round " + std::to_string(f->round) + " " + op.result_text + " fresh 0"));
+      if (r.bytes > 0) memcpy(r.data, res.data.data(), r.bytes);
+      complete_({r}, Status(SYNCD_OK, "round " + std::to_string(f->round) + " " + res.text + " fresh 0"));
     }
   }
   if (!op.queued.empty()) Start(name, op);

@@ -6,9 +6,12 @@
 // round has taken yet, and how many they are. A rank's request is added to its accumulator at
 // once (its tensor is free again as soon as the request completes). A rank's i-th request of a
 // name is for round i (the i-th step of training, as in eager-SGD). Then
-//   - the rank is late when round i has started already: the request completes with the latest
-//     round's result (at once, or when the round ends here), and its tensor waits in the
-//     accumulator for the next round;
+//   - the rank is late when round i has started already: the request completes with round i's
+//     result (at once, or when the round ends here), and its tensor waits in the accumulator for
+//     the next round. So every rank applies the same results in the same order, and models that
+//     start equal stay equal. Results are kept for the rounds some local rank has yet to call for,
+//     at most kPartialHistory (64) of them: a rank further behind gets the latest round's result
+//     (its model then differs until the next full synchronisation);
 //   - else it is fresh for round i (the next one) and waits for it.
 // So a round needs nothing of a rank beyond its i-th call: ranks that make the same number of
 // calls before a synchronous collective never wait on one another's later steps.

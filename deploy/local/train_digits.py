@@ -47,11 +47,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the number of ranks")
+    parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--min-accuracy", type=float, default=0.95, help="exit 1 below this held-out accuracy")
     parser.add_argument("--partial", choices=["solo", "majority"], help="eager-SGD's partial allreduce")
     parser.add_argument("--full-sync-every", type=int, default=0, help="with --partial: average the models every N steps")
     parser.add_argument("--delay-ms", default="", help="LO,HI: each step one rank (the same on every rank) sleeps "
-                                                       "uniformly LO..HI ms after its backward pass")
+                                                       "uniformly LO..HI ms before its forward pass")
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
     parser.add_argument("--no-status", action="store_true", help="do not show syncctl status at the end")
     args = parser.parse_args()
@@ -68,7 +69,7 @@ def main():
     x_train, y_train = x_train[shard], y_train[shard]
 
     model = DigitsNet()
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9),
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum),
                                          named_parameters=model.named_parameters(), partial=args.partial,
                                          full_sync_every=args.full_sync_every if args.partial else 0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -78,7 +79,7 @@ def main():
               (hvd.size(), hvd.cross_size(), hvd.coord_mode(), len(y) - len(y_test), len(y_test)), flush=True)
         print("%5s %10s %10s %12s" % ("epoch", "loss", "accuracy", "samples/s"), flush=True)
 
-    accuracy, steps, train_s, naps = 0.0, 0, 0.0, []
+    accuracy, steps, train_s, naps, skipped = 0.0, 0, 0.0, [], 0
     straggler = random.Random(4321)  # the same draws on every rank
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -86,17 +87,18 @@ def main():
         start, loss_sum, seen = time.perf_counter(), 0.0, 0
         for i in range(0, len(order), args.batch_size):
             idx = order[i:i + args.batch_size]
+            if delay and straggler.randrange(hvd.size()) == hvd.rank():
+                time.sleep(straggler.uniform(*delay) / 1000.0)  # a straggler: slow input or forward pass
+            elif delay:
+                straggler.uniform(*delay)  # keep the draws in step on every rank
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             loss.backward()
-            if delay and straggler.randrange(hvd.size()) == hvd.rank():
-                time.sleep(straggler.uniform(*delay) / 1000.0)
-            elif delay:
-                straggler.uniform(*delay)  # keep the draws in step on every rank
             optimizer.step()
             steps += 1
             if args.partial:
                 naps.append(optimizer.partial_info.nap)
+                skipped += optimizer.partial_info.round != steps  # late beyond the daemon's kept results
             loss_sum += loss.item() * len(idx)
             seen += len(idx)
         elapsed = time.perf_counter() - start
@@ -130,7 +132,8 @@ def main():
                               "nodes": hvd.cross_size(), "epochs": args.epochs, "steps": steps,
                               "step_ms": round(step_ms.item(), 2), "accuracy_pct": round(100 * accuracy, 2),
                               "mean_nap": round(sum(naps) / len(naps), 2) if naps else hvd.size(),
-                              "delay_ms": args.delay_ms, "full_sync_every": args.full_sync_every}), flush=True)
+                              "delay_ms": args.delay_ms, "full_sync_every": args.full_sync_every,
+                              "rounds_skipped_rank0": skipped}), flush=True)
     hvd.shutdown()
     sys.exit(0 if accuracy >= args.min_accuracy else 1)
 

@@ -1,6 +1,6 @@
 // Partial allreduce (eager-SGD) through a real daemon and real clients: solo rounds run while the
-// other ranks are stopped (SIGSTOP), a stopped rank's next call returns at once with the latest
-// round, and nothing anybody contributed is lost. Across nodes: partial_nodes_test.cc.
+// other ranks are stopped (SIGSTOP), a stopped rank's next call returns at once with the result
+// of the round it was late for, and nothing anybody contributed is lost. Across nodes: partial_nodes_test.cc.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -76,12 +76,14 @@ TEST(Partial, SoloRunsWhileOthersAreStoppedTheirNextCallReturnsAtOnceAndNothingI
       CHILD_CHECK(Call(c, rank, b, &info) == SYNCD_OK, "first call after SIGCONT: %s", syncd_last_error());
       ++calls;
       CHILD_CHECK(NowS() - t0 < 1.0, "a late call waited %.3f s", NowS() - t0);
-      CHILD_CHECK(info.fresh == 0 && info.round == kAlone, "late call: round %llu fresh %d",
-                  (unsigned long long)info.round, info.fresh);
+      // Its first call is for round 1 (a rank's k-th call is for round k), which ran without it:
+      // it gets round 1's result, as rank 0 did, so the models stay the same.
+      CHILD_CHECK(info.fresh == 0 && info.round == 1, "late call: round %llu fresh %d", (unsigned long long)info.round,
+                  info.fresh);
       for (int i = 0; i < kRanks; ++i)
-        CHILD_CHECK(b->result[kAlone][i] == (i == 0 ? 1.f : 0.f), "round %d's result [%d]", kAlone, i);
+        CHILD_CHECK(b->result[1][i] == (i == 0 ? 1.f : 0.f), "round 1's result [%d]", i);
       ++b->resumed;
-      while (b->resumed < kRanks - 1) usleep(1000);  // no round runs before every stopped rank saw round kAlone
+      while (b->resumed < kRanks - 1) usleep(1000);  // no round runs before every stopped rank made its first call
     } else {
       for (int r = 1; r < kRanks; ++r)
         while (b->pids[r] == 0 || !Stopped(b->pids[r])) usleep(1000);
@@ -95,7 +97,7 @@ TEST(Partial, SoloRunsWhileOthersAreStoppedTheirNextCallReturnsAtOnceAndNothingI
                     info.initiator);
       }
       for (int r = 1; r < kRanks; ++r) kill(b->pids[r], SIGCONT);
-      while (b->resumed < kRanks - 1) usleep(1000);  // their first call sees round kAlone as the latest
+      while (b->resumed < kRanks - 1) usleep(1000);  // their first calls are late for round 1
     }
     for (int k = 0; k < kSteps; ++k) {
       if ((k + rank) % 3 == 0) usleep(2000);  // uneven arrivals

@@ -89,6 +89,21 @@ TEST_F(PartialRunnerTest, SoloRunsAtTheFirstArrivalAndALateRankGetsTheLatestResu
   EXPECT_EQ(s[0].most_absent.front().second, 2u);  // ranks 2 and 3 missed both rounds
 }
 
+TEST_F(PartialRunnerTest, ARankRoundsBehindGetsEachRoundsResultInOrderSoModelsStayEqual) {
+  for (float k = 1; k <= 3; ++k) ASSERT_TRUE(Submit(0, {k}).ok());  // rounds 1..3: rank 0 alone
+  ASSERT_EQ(done_.size(), 3u);
+  for (int call = 1; call <= 3; ++call) {  // rank 1's calls 1..3 are late: rounds 1..3, in order
+    ASSERT_TRUE(Submit(1, {0}).ok());
+    EXPECT_EQ(Info(done_.back())["round"], call);
+    EXPECT_EQ(Info(done_.back())["fresh"], 0);
+    EXPECT_EQ(done_.back().data[0], float(call));
+  }
+  ASSERT_TRUE(Submit(1, {10}).ok());  // call 4: fresh, round 4
+  EXPECT_EQ(Info(done_.back())["round"], 4);
+  EXPECT_EQ(Info(done_.back())["fresh"], 1);
+  EXPECT_EQ(done_.back().data[0], 10.f);
+}
+
 TEST_F(PartialRunnerTest, AverageDividesByTheContributionsTheRoundSummed) {
   ASSERT_TRUE(Submit(0, {2}, SYNCD_PARTIAL_SOLO, 0, SYNCD_AVERAGE).ok());  // round 1: 2 / 1
   ASSERT_TRUE(Submit(1, {4}, SYNCD_PARTIAL_SOLO, 0, SYNCD_AVERAGE).ok());  // late
