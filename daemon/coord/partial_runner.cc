@@ -8,6 +8,7 @@
 #include "daemon/core/reduce_kernels.h"
 #include "daemon/transport/comm_task.h"
 #include "daemon/transport/host_collectives.h"
+#include "proto/doorbell.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -135,6 +136,7 @@ struct PartialRunner::Op {
   std::vector<uint64_t> counts;          // how many they are
   std::vector<uint64_t> calls;           // by local rank: its requests so far (call i is for round i)
   std::vector<std::optional<Request>> waiting;  // fresh for the next round
+  std::vector<uint64_t> since;                  // when each waiting request came
   std::vector<Request> late;             // late for the round in flight: its result when it ends
   uint32_t fresh = 0;
   uint32_t first_fresh = 0;  // the set rank that arrived first for the next round
@@ -192,6 +194,7 @@ PartialRunner::Op& PartialRunner::OpFor(const std::string& name, const Meta& met
   op.counts.assign(n, 0);
   op.calls.assign(n, 0);
   op.waiting.resize(n);
+  op.since.assign(n, 0);
   op.absent.assign(n, 0);
   return op;
 }
@@ -240,6 +243,7 @@ Status PartialRunner::Add(Request r) {
   }
   if (op.fresh++ == 0) op.first_fresh = place_.first() + l;
   const std::string name = r.name;
+  op.since[l] = abi::MonotonicNs();
   op.waiting[l] = std::move(r);
   Report(name, op);
   return Status::Ok();
@@ -464,6 +468,35 @@ void PartialRunner::FailAll(const Status& why) {
       for (Request& r : op.flight->fresh) all.push_back(std::move(r));
     for (const Request& r : all) complete_({r}, st);
   }
+}
+
+std::vector<PartialRunner::Stall> PartialRunner::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
+  std::vector<Stall> out;
+  for (const auto& [name, op] : ops_) {
+    if (op.fresh == 0) continue;
+    Stall st;
+    uint64_t oldest = UINT64_MAX;
+    for (uint32_t l = 0; l < place_.local_size(); ++l)
+      if (op.waiting[l]) {
+        oldest = std::min(oldest, op.since[l]);
+        st.waiting.push_back(place_.first() + l);
+      }
+    if (oldest == UINT64_MAX || now_ns < oldest || now_ns - oldest < min_age_ns) continue;
+    st.waiting_ns = now_ns - oldest;
+    const uint64_t round = op.started + 1;
+    st.name = name + " (partial round " + std::to_string(round) + ", " +
+              (op.meta.majority() ? "majority: waits for its initiator)"
+                                  : "quorum " + std::to_string(op.meta.need()) + ": waits for more fresh ranks)");
+    if (op.meta.majority()) {
+      const uint32_t init = PartialInitiator(name, round, place_.set_size);
+      if (std::find(st.waiting.begin(), st.waiting.end(), init) == st.waiting.end()) st.awaited.push_back(init);
+    }
+    if (st.awaited.empty())
+      for (uint32_t s = 0; s < place_.set_size; ++s)
+        if (std::find(st.waiting.begin(), st.waiting.end(), s) == st.waiting.end()) st.awaited.push_back(s);
+    out.push_back(std::move(st));
+  }
+  return out;
 }
 
 std::vector<PartialOpSnapshot> PartialRunner::Snapshot() const {

@@ -96,6 +96,15 @@ class PartialRunner {
   bool active() const { return place_.comm != nullptr && !ops_.empty(); }
   // Requests waiting for a round.
   size_t in_flight() const;
+  // Fresh requests that have waited at least `min_age_ns` for their round: per operation, the
+  // set ranks waiting here and those the round waits for (majority: its initiator; a quorum: the
+  // set's ranks not waiting here, some of which must come).
+  struct Stall {
+    std::string name;
+    uint64_t waiting_ns = 0;
+    std::vector<uint32_t> waiting, awaited;
+  };
+  std::vector<Stall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
   // Fails every waiting request with `why` (named per tensor); everything is dropped.
   void FailAll(const Status& why);
   std::vector<PartialOpSnapshot> Snapshot() const;

@@ -372,6 +372,12 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
       }
       out.push_back(std::move(ss));
     }
+  for (const PartialRunner::Stall& st : partial_.Stalled(now_ns, min_age_ns)) {
+    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
+    for (uint32_t r : st.awaited) ss.missing_ranks.push_back(place_.ranks[r]);
+    for (uint32_t r : st.waiting) ss.submitted_ranks.push_back(place_.ranks[r]);
+    out.push_back(std::move(ss));
+  }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
   return out;
 }

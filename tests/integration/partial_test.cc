@@ -128,5 +128,37 @@ TEST(Partial, SoloRunsWhileOthersAreStoppedTheirNextCallReturnsAtOnceAndNothingI
   munmap(b, sizeof(Board));
 }
 
+// Majority rounds whose initiator never calls: the waiting rank is not left waiting for ever, the
+// stall inspector reports it and --stall-shutdown-s ends the job naming the tensor and the rank.
+TEST(Partial, AMajorityRoundWhoseInitiatorNeverComesEndsAsAStallNamingIt) {
+  Daemon d(2, {"--cores", "none", "--log-level", "error", "--stall-warning-s", "1", "--stall-shutdown-s", "2"});
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
+    if (rank == 1) {  // never calls the partial allreduce; stays attached
+      sleep(6);
+      return 0;
+    }
+    float v = 1;
+    int64_t one = 1;
+    syncd_tensor t{"grad", &v, SYNCD_FLOAT32, 1, &one, 0};
+    const double t0 = NowS();
+    for (int k = 0; k < 1000; ++k) {  // rounds initiated by rank 0 run; the first by rank 1 stalls
+      syncd_handle h;
+      syncd_partial_info info{};
+      CHILD_CHECK(syncd_partial_allreduce_async(c, &t, SYNCD_SUM, SYNCD_PARTIAL_MAJORITY, 0, &h) == SYNCD_OK, "%s",
+                  syncd_last_error());
+      const int rc = syncd_partial_wait(c, h, 30'000, &info);
+      if (rc == SYNCD_OK) continue;
+      CHILD_CHECK(rc == SYNCD_ERR_STALLED && strstr(syncd_last_error(), "tensor 'grad (partial round") != nullptr &&
+                      strstr(syncd_last_error(), "for rank 1") != nullptr,
+                  "%s: %s", syncd_status_name(rc), syncd_last_error());
+      CHILD_CHECK(NowS() - t0 < 10, "the stall took %.1f s to end the job", NowS() - t0);
+      return 0;
+    }
+    CHILD_CHECK(false, "1000 majority rounds of 2 ranks ran without rank 1 as an initiator");
+    return 1;
+  });
+  ExpectAllSucceeded(st);
+}
+
 }  // namespace
 }  // namespace syncd::testing
