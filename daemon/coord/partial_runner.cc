@@ -241,6 +241,7 @@ Status PartialRunner::Add(Request r) {
     complete_({r}, Status(SYNCD_OK, "round " + std::to_string(res->round) + " " + res->text + " fresh 0"));
     return Status::Ok();
   }
+  ++fresh_total_;
   if (op.fresh++ == 0) op.first_fresh = place_.first() + l;
   const std::string name = r.name;
   op.since[l] = abi::MonotonicNs();
@@ -344,6 +345,7 @@ void PartialRunner::Start(const std::string& name, Op& op) {
     op.waiting[l].reset();
   }
   h[1 + place_.set_size + place_.node] = f->differs ? 1 : 0;
+  fresh_total_ -= op.fresh;
   op.fresh = 0;
   op.started = q.round;
   if (place_.comm != nullptr) {
@@ -353,11 +355,13 @@ void PartialRunner::Start(const std::string& name, Op& op) {
                                syncd_dtype(q.meta.dtype), SYNCD_SUM);
   }
   op.flight = std::move(f);
+  ++flights_;
   if (place_.comm == nullptr) Finish(name, op);
 }
 
 void PartialRunner::Finish(const std::string& name, Op& op) {
   std::unique_ptr<Flight> f = std::move(op.flight);
+  --flights_;
   std::vector<Request> late = std::move(op.late);
   op.late.clear();
   const std::vector<int64_t>& h = *f->header;
@@ -425,7 +429,7 @@ Status PartialRunner::Poll(bool* did) {
     *did = true;
     if (Status st = Take(from, m); !st.ok()) return st;
   }
-  if (place_.comm == nullptr) return Status::Ok();
+  if (place_.comm == nullptr || flights_ == 0) return Status::Ok();
   for (auto& [name, op] : ops_) {
     if (!op.flight) continue;
     Flight& f = *op.flight;
@@ -442,10 +446,8 @@ Status PartialRunner::Poll(bool* did) {
 }
 
 bool PartialRunner::busy() const {
-  if (!inbox_.empty()) return true;
-  if (place_.comm == nullptr) return false;
-  // Rounds on the network, and fresh ranks whose round node 0 may start any moment.
-  return std::any_of(ops_.begin(), ops_.end(), [](const auto& o) { return o.second.flight || o.second.fresh > 0; });
+  // Messages in, rounds on the network, and fresh ranks whose round node 0 may start any moment.
+  return !inbox_.empty() || (place_.comm != nullptr && (flights_ > 0 || fresh_total_ > 0));
 }
 
 size_t PartialRunner::in_flight() const {
@@ -459,6 +461,8 @@ void PartialRunner::FailAll(const Status& why) {
   ops_.clear();
   orders_.clear();
   inbox_.clear();
+  flights_ = 0;
+  fresh_total_ = 0;
   for (auto& [name, op] : ops) {
     const Status st(why.code(), "tensor '" + name + "': " + why.message());
     std::vector<Request> all = std::move(op.late);

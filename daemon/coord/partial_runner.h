@@ -133,6 +133,10 @@ class PartialRunner {
   std::map<std::string, Order> orders_;  // node 0
   uint64_t next_seq_ = 0;                // node 0
   std::vector<std::pair<uint32_t, ControlMessage>> inbox_;
+  // Kept as they change, so that the engine's every-turn questions (busy, Poll) need no walk over
+  // the operations: rounds in flight here, and fresh requests waiting over all operations.
+  size_t flights_ = 0;
+  uint64_t fresh_total_ = 0;
 };
 
 }  // namespace syncd

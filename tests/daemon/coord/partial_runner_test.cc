@@ -22,6 +22,24 @@ struct Done {
   std::vector<float> data;  // the tensor when it completed
 };
 
+// A float32 partial allreduce request of set rank `rank` (`local_rank` on its node) over `data`.
+Request PartialRequest(std::vector<float>* data, const std::string& name, uint32_t rank, uint32_t local_rank,
+                       syncd_partial_mode mode, int quorum, syncd_reduce_op op) {
+  Request r;
+  r.kind = abi::OpKind::kPartialAllreduce;
+  r.name = name;
+  r.rank = r.set_rank = rank;
+  r.local_rank = local_rank;
+  r.dtype = SYNCD_FLOAT32;
+  r.op = op;
+  r.partial_mode = mode;
+  r.root = quorum;
+  r.shape = {int64_t(data->size())};
+  r.bytes = data->size() * sizeof(float);
+  r.data = reinterpret_cast<char*>(data->data());
+  return r;
+}
+
 // Four local ranks of a four-rank set; each request's tensor is a fresh vector of `n` floats.
 class PartialRunnerTest : public ::testing::Test {
  protected:
@@ -36,18 +54,7 @@ class PartialRunnerTest : public ::testing::Test {
   Status Submit(uint32_t rank, std::vector<float> v, syncd_partial_mode mode = SYNCD_PARTIAL_SOLO, int quorum = 0,
                 syncd_reduce_op op = SYNCD_SUM, const std::string& name = "g") {
     buffers_.push_back(std::make_unique<std::vector<float>>(std::move(v)));
-    Request r;
-    r.kind = abi::OpKind::kPartialAllreduce;
-    r.name = name;
-    r.rank = r.local_rank = r.set_rank = rank;
-    r.dtype = SYNCD_FLOAT32;
-    r.op = op;
-    r.partial_mode = mode;
-    r.root = quorum;
-    r.shape = {int64_t(buffers_.back()->size())};
-    r.bytes = buffers_.back()->size() * sizeof(float);
-    r.data = reinterpret_cast<char*>(buffers_.back()->data());
-    return runner_.Add(std::move(r));
+    return runner_.Add(PartialRequest(buffers_.back().get(), name, rank, rank, mode, quorum, op));
   }
 
   // "round R nap N initiator I fresh F" of completion `i`.
@@ -230,19 +237,8 @@ class PartialNodesTest : public ::testing::Test {
   Status Submit(uint32_t rank, std::vector<float> v, syncd_partial_mode mode = SYNCD_PARTIAL_SOLO, int quorum = 0,
                 const std::string& name = "g") {
     buffers_.push_back(std::make_unique<std::vector<float>>(std::move(v)));
-    Request r;
-    r.kind = abi::OpKind::kPartialAllreduce;
-    r.name = name;
-    r.rank = r.set_rank = rank;
-    r.local_rank = rank - offsets_[NodeOf(rank)];
-    r.dtype = SYNCD_FLOAT32;
-    r.op = SYNCD_SUM;
-    r.partial_mode = mode;
-    r.root = quorum;
-    r.shape = {int64_t(buffers_.back()->size())};
-    r.bytes = buffers_.back()->size() * sizeof(float);
-    r.data = reinterpret_cast<char*>(buffers_.back()->data());
-    return runners_[NodeOf(rank)]->Add(std::move(r));
+    return runners_[NodeOf(rank)]->Add(
+        PartialRequest(buffers_.back().get(), name, rank, rank - offsets_[NodeOf(rank)], mode, quorum, SYNCD_SUM));
   }
 
   // Polls every node until nothing moves.
