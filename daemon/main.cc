@@ -18,10 +18,12 @@
 #include "daemon/base/version.h"
 #include "daemon/control/attach_server.h"
 #include "daemon/control/control_service.h"
+#include "daemon/control/metrics_server.h"
 #include "daemon/control/notify.h"
 #include "daemon/control/rendezvous.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 #include "daemon/engine/engine.h"
+#include "daemon/obs/prometheus.h"
 #include "daemon/exec/gpu_executor.h"
 
 namespace syncd {
@@ -194,6 +196,17 @@ StatusOr<CorePartition> SetUpProcess(const Config& config, sigset_t* signals) {
   return cores;
 }
 
+// RUN_DIR/metrics.url: where a launcher, a test or a site's file-based service discovery finds
+// the endpoint when --metrics-port 0 picked the port. Written whole, then renamed into place.
+Status WriteMetricsUrl(const std::string& run_dir, const std::string& url) {
+  const std::string path = run_dir + "/metrics.url", tmp = path + ".tmp";
+  FILE* f = fopen(tmp.c_str(), "w");
+  if (f == nullptr) return ErrnoError("cannot write " + tmp);
+  const bool ok = fprintf(f, "%s\n", url.c_str()) > 0;
+  if (fclose(f) != 0 || !ok || rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot write " + path);
+  return Status::Ok();
+}
+
 void AnnounceServing(const Config& config, const CorePartition& cores) {
   spdlog::info("syncd {} serving {} (daemon cores: {}, worker cores: {}, local size: {}, fusion threshold: {} B)",
                kVersionString, config.run_dir, cores.daemon.empty() ? "not pinned" : FormatCoreList(cores.daemon),
@@ -242,6 +255,16 @@ int Serve(const Config& config) {
                      ") before this collective finished (drain timeout " + limit + " s)");
   };
   ControlService control(config, *cores, &engine, begin_drain);
+  std::unique_ptr<MetricsServer> metrics;  // stops (below) before the engine goes
+  if (config.metrics_port >= 0) {
+    auto m = MetricsServer::Start(config.metrics_address, uint16_t(config.metrics_port),
+                                  [&engine] { return RenderPrometheus(*engine.FreshSnapshot(100)); });
+    if (!m.ok()) return Fail(m.status());
+    metrics = std::move(*m);
+    control.set_metrics_url(metrics->url());
+    if (Status st = WriteMetricsUrl(config.run_dir, metrics->url()); !st.ok()) return Fail(st);
+    spdlog::info("metrics at {}", metrics->url());
+  }
   auto server = StartControlServer(config.run_dir, &control);
   if (!server.ok()) return Fail(server.status());
 
@@ -260,6 +283,10 @@ int Serve(const Config& config) {
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (job.rendezvous_server) job.rendezvous_server->Shutdown();
   unlink((config.run_dir + "/control.sock").c_str());
+  if (metrics) {
+    metrics.reset();
+    unlink((config.run_dir + "/metrics.url").c_str());
+  }
   return 0;
 }
 

@@ -10,6 +10,8 @@ packages=(
   # daemon dependencies
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
+  # the metrics endpoint's HTTP server
+  libcivetweb-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)
@@ -20,6 +22,8 @@ packages=(
   python3-sklearn python3-torchvision
   # MPI_Allreduce: the partial-collective benchmark's peer (bench/partial.sh)
   openmpi-bin libopenmpi-dev
+  # a real Prometheus server (and promtool) that scrapes the metrics endpoint in the tests
+  prometheus
 )
 
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)

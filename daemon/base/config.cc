@@ -192,6 +192,21 @@ std::vector<ConfigEntry> DeviceAndHealthEntries() {
      "Shut the job down (every pending request fails on every rank, naming the tensor and the ranks that never "
      "submitted it) once a tensor has stalled this many seconds; 0: never",
      Unsigned(&Config::stall_shutdown_s, "stall-shutdown-s")},
+    {"metrics-port", "SYNCD_METRICS_PORT", "off",
+     "Serve Prometheus metrics at http://ADDRESS:PORT/metrics (text exposition format); 0: any free port "
+     "(syncctl status and RUN_DIR/metrics.url say which); off: no endpoint",
+     [](Config& c, const std::string& t) -> Status {
+       if (t == "off") return c.metrics_port = -1, Status::Ok();
+       auto v = ParseUnsigned("metrics-port", t, 65535);
+       if (!v.ok()) return InvalidArgument("metrics-port: expected off or a port number 0..65535, got '" + t + "'");
+       return c.metrics_port = int32_t(*v), Status::Ok();
+     }},
+    {"metrics-address", "SYNCD_METRICS_ADDRESS", "127.0.0.1",
+     "Address the metrics endpoint listens on (loopback by default; 0.0.0.0 lets a site's Prometheus reach it)",
+     [](Config& c, const std::string& t) -> Status {
+       if (t.empty()) return InvalidArgument("metrics-address: must not be empty");
+       return c.metrics_address = t, Status::Ok();
+     }},
     {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
      [](Config& c, const std::string& t) -> Status {
        static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};

@@ -46,6 +46,8 @@ struct Config {
   PeerErrors ucx_peer_errors = PeerErrors::kAuto;
   uint32_t stall_warning_s = 0;  // warn about names some ranks submitted and others not, after this long
   uint32_t stall_shutdown_s = 0;  // then end the job after this long (0: never)
+  int32_t metrics_port = -1;      // --metrics-port (-1: off, 0: any free port)
+  std::string metrics_address;    // --metrics-address
 };
 
 struct ConfigEntry {

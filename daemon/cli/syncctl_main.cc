@@ -123,6 +123,7 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
+  if (!s.metrics_url().empty()) printf("metrics    %s\n", s.metrics_url().c_str());
   if (s.has_gpu()) PrintGpu(s.gpu());
   if (s.has_coordination()) {
     std::string peers;

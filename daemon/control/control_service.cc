@@ -160,6 +160,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_node_count(s->node_count);
   r->set_run_dir(config_.run_dir);
   r->set_draining(engine_->draining());
+  r->set_metrics_url(metrics_url_);
   for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
   for (uint32_t c : cores_.workers) r->add_worker_cores(c);
   r->set_local_size(s->local_size);

@@ -25,12 +25,15 @@ class ControlService final : public control::Control::Service {
 
   grpc::Status Status(grpc::ServerContext*, const control::StatusRequest*, control::StatusReply* reply) override;
   grpc::Status Drain(grpc::ServerContext*, const control::DrainRequest* request, control::DrainReply* reply) override;
+  // Where the metrics endpoint serves (shown by status); set before the service starts.
+  void set_metrics_url(std::string url) { metrics_url_ = std::move(url); }
 
  private:
   const Config config_;
   const CorePartition cores_;
   const Engine* engine_;
   const BeginDrain begin_drain_;
+  std::string metrics_url_;
 };
 
 // The drain timeout a request asks for: its own (clamped to a day), or `default_s` when it asks

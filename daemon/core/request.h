@@ -25,6 +25,7 @@ struct Request {
   uint32_t local_rank = 0;
   uint32_t set_rank = 0;
   uint64_t handle = 0;      // the client's handle, echoed in the completion
+  uint64_t received_ns = 0;  // abi::MonotonicNs() when the engine took it off the ring
   int32_t process_set = 0;  // the set it is coordinated in (0: the global set)
   abi::OpKind kind = abi::OpKind::kAllreduce;
   syncd_dtype dtype = SYNCD_FLOAT32;

@@ -252,7 +252,10 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
       r->gpu_event = m->event;
     }
   }
-  if (error.ok()) return std::move(r.value());
+  if (error.ok()) {
+    r->received_ns = abi::MonotonicNs();
+    return std::move(r.value());
+  }
   spdlog::warn("refused request from rank {}: {}", c.info->rank, error.message());
   Request failed;
   failed.client_id = c.info->client_id;
@@ -266,7 +269,24 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
     ++error_ops_;
     spdlog::warn("{}", status.message());
   }
+  if (!requests.empty() && FindCollective(requests.front().kind) != nullptr) Count(requests, status);
   for (const Request& r : requests) Complete(r, status);
+}
+
+void Engine::Count(const std::vector<Request>& requests, const Status& status) {
+  const Request& f = requests.front();
+  CollectiveMetrics& m = metrics_[{f.process_set, uint32_t(f.kind)}];
+  if (!status.ok()) {
+    ++m.errors[abi::StatusName(status.code())];
+    return;
+  }
+  uint64_t first_ns = UINT64_MAX;
+  for (const Request& r : requests) {
+    m.bytes += r.bytes;
+    if (r.received_ns != 0) first_ns = std::min(first_ns, r.received_ns);
+  }
+  ++m.ops;
+  if (first_ns != UINT64_MAX) m.latency.Observe(kLatencyBounds, double(abi::MonotonicNs() - first_ns) / 1e9);
 }
 
 void Engine::Complete(const Request& r, const Status& status) {
@@ -335,6 +355,10 @@ void Engine::PublishSnapshot() {
   s->error_ops = error_ops_;
   s->fused_ops = counters_.fused_ops;
   s->fused_tensors = counters_.fused_tensors;
+  s->fusion_sizes = counters_.fusion_sizes;
+  for (const auto& [key, m] : metrics_) s->collectives[{key.first, OpKindName(abi::OpKind(key.second))}] = m;
+  s->stall_warnings = stall_warnings_;
+  s->job_id = job_id_;
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
   // Published from the engine thread (or before it runs), so this thread's clock is the engine's.

@@ -178,6 +178,7 @@ class Engine {
   bool DrainSubmissions(ClientState& c, bool* did);
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
+  void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
@@ -217,6 +218,8 @@ class Engine {
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   ExecutionCounters counters_;
+  CollectiveMetricsByKind metrics_;
+  uint64_t stall_warnings_ = 0;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> drain_deadline_ns_{0};  // 0: not draining

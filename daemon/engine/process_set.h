@@ -42,6 +42,7 @@ struct ExecutionCounters {
   // By abi::OpKind value: an increment per executed group, names only when the status is built.
   std::array<StatusSnapshot::KindCount, abi::kOpKindLast + 1> by_kind{};
   uint64_t fused_ops = 0, fused_tensors = 0;
+  FusionHistogram fusion_sizes;
 };
 
 // What a set needs from the engine that runs it.

@@ -173,6 +173,7 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
   if (kind->FusionKeyOf(f)) {
     ++counters_->fused_ops;
     counters_->fused_tensors += g.size();
+    counters_->fusion_sizes.Observe(kFusionBounds, double(g.size()));
   }
 }
 

@@ -54,6 +54,7 @@ void Engine::CheckStalls(uint64_t now_ns) {
   for (const StallSnapshot& s : Stalls(now_ns, uint64_t(config_.stall_warning_s) * kNsPerS)) {
     if (std::fmod(s.waiting_s - period_s, period_s) >= double(kStallCheckPeriodNs) / 1e9) continue;
     spdlog::warn("stall: {}", Describe(s));
+    ++stall_warnings_;
   }
   if (config_.stall_shutdown_s == 0) return;
   // Once the oldest stall passes --stall-shutdown-s the job ends, naming every tensor that stalls

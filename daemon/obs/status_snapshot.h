@@ -13,6 +13,7 @@
 #include "daemon/coord/partial_stats.h"
 #include "daemon/coord/topo_stats.h"
 #include "daemon/exec/gpu_executor.h"
+#include "daemon/obs/metrics.h"
 
 namespace syncd {
 
@@ -66,6 +67,10 @@ struct StatusSnapshot {
   std::map<std::string, KindCount> by_kind;
   uint64_t error_ops = 0;
   uint64_t fused_ops = 0, fused_tensors = 0;  // groups of kinds that fuse, and their members
+  FusionHistogram fusion_sizes;               // tensors per such group
+  CollectiveMetricsMap collectives;           // per (process set, kind): the metrics endpoint's
+  uint64_t stall_warnings = 0;                // "stall:" warnings logged
+  uint64_t job_id = 0;                        // as the clients gave it (0: unspecified)
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)

@@ -1,0 +1,238 @@
+#include "daemon/obs/prometheus.h"
+
+#include <charconv>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "daemon/base/version.h"
+
+namespace syncd {
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+std::string Number(double v) {  // the shortest text that reads back as v
+  char buf[40];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, end) : "NaN";
+}
+
+std::string Number(uint64_t v) { return std::to_string(v); }
+
+// Appends families and samples; every sample gets the node-level labels first.
+class Exposition {
+ public:
+  explicit Exposition(Labels base) : base_(std::move(base)) {}
+
+  void Family(const std::string& name, const char* type, const char* help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+
+  template <typename T>
+  void Sample(const std::string& name, const Labels& labels, T value) {
+    out_ += name;
+    out_ += '{';
+    bool first = true;
+    for (const Labels* ls : {static_cast<const Labels*>(&base_), &labels}) {
+      for (const auto& [k, v] : *ls) {
+        if (!first) out_ += ',';
+        first = false;
+        out_ += k + "=\"" + EscapeLabelValue(v) + "\"";
+      }
+    }
+    out_ += "} " + Number(value) + "\n";
+  }
+
+  // One family's single sample.
+  template <typename T>
+  void Metric(const std::string& name, const char* type, const char* help, T value) {
+    Family(name, type, help);
+    Sample(name, {}, value);
+  }
+
+  template <size_t N>
+  void Histogram(const std::string& name, const Labels& labels, const std::array<double, N>& bounds,
+                 const syncd::Histogram<N>& h) {
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i <= N; ++i) {
+      cumulative += h.counts[i];
+      Labels with = labels;
+      char le[32];
+      if (i < N) {
+        snprintf(le, sizeof(le), "%g", bounds[i]);
+      } else {
+        snprintf(le, sizeof(le), "+Inf");
+      }
+      with.emplace_back("le", le);
+      Sample(name + "_bucket", with, cumulative);
+    }
+    Sample(name + "_sum", labels, h.sum);
+    Sample(name + "_count", labels, h.count);
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  Labels base_;
+  std::string out_;
+};
+
+double Seconds(uint64_t ns) { return double(ns) / 1e9; }
+
+void Clients(const StatusSnapshot& s, Exposition* e) {
+  uint64_t attached = 0, lost = 0;
+  for (const ClientSnapshot& c : s.clients) ++(c.state == "attached" ? attached : lost);
+  e->Family("syncd_clients", "gauge", "Ranks of this node by state: attached, or lost (exited or killed while attached).");
+  e->Sample("syncd_clients", {{"state", "attached"}}, attached);
+  e->Sample("syncd_clients", {{"state", "lost"}}, lost);
+  struct PerRank {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t (*value)(const ClientSnapshot&);
+  };
+  static const PerRank kPerRank[] = {
+      {"syncd_rank_requests_total", "counter", "Collective requests of this rank completed successfully.",
+       [](const ClientSnapshot& c) { return c.ops; }},
+      {"syncd_rank_bytes_total", "counter", "Input bytes of this rank's completed requests.",
+       [](const ClientSnapshot& c) { return c.bytes; }},
+      {"syncd_rank_errors_total", "counter", "Requests of this rank that completed with an error.",
+       [](const ClientSnapshot& c) { return c.errors; }},
+      {"syncd_rank_submit_queue_depth", "gauge", "Entries waiting in this rank's submission ring.",
+       [](const ClientSnapshot& c) { return uint64_t(c.submit_depth); }},
+  };
+  for (const PerRank& m : kPerRank) {
+    e->Family(m.name, m.type, m.help);
+    for (const ClientSnapshot& c : s.clients)
+      if (c.state == "attached") e->Sample(m.name, {{"rank", std::to_string(c.rank)}}, m.value(c));
+  }
+}
+
+void Collectives(const StatusSnapshot& s, Exposition* e) {
+  auto labels = [](const std::pair<int32_t, std::string>& key) {
+    return Labels{{"process_set", std::to_string(key.first)}, {"kind", key.second}};
+  };
+  e->Family("syncd_collectives_total", "counter",
+            "Tensors completed by kind and process set (once per tensor, however many local ranks took part).");
+  for (const auto& [key, m] : s.collectives) e->Sample("syncd_collectives_total", labels(key), m.ops);
+  e->Family("syncd_collective_bytes_total", "counter", "Input bytes of the local ranks' completed tensors.");
+  for (const auto& [key, m] : s.collectives) e->Sample("syncd_collective_bytes_total", labels(key), m.bytes);
+  e->Family("syncd_collective_latency_seconds", "histogram",
+            "From the first local rank's submission reaching the daemon to the tensor's completion.");
+  for (const auto& [key, m] : s.collectives)
+    e->Histogram("syncd_collective_latency_seconds", labels(key), kLatencyBounds, m.latency);
+  e->Family("syncd_collective_errors_total", "counter", "Tensors that completed with an error, by status code.");
+  for (const auto& [key, m] : s.collectives)
+    for (const auto& [code, n] : m.errors) {
+      Labels l = labels(key);
+      l.emplace_back("code", code);
+      e->Sample("syncd_collective_errors_total", l, n);
+    }
+  e->Family("syncd_fusion_group_tensors", "histogram", "Tensors per executed group of a kind that fuses.");
+  e->Histogram("syncd_fusion_group_tensors", {}, kFusionBounds, s.fusion_sizes);
+  e->Metric("syncd_stalled_tensors", "gauge",
+            "Tensors some ranks submitted and others not, for longer than --stall-warning-s.", uint64_t(s.stalls.size()));
+  e->Metric("syncd_stall_warnings_total", "counter", "Stall warnings logged.", s.stall_warnings);
+}
+
+void Coordination(const StatusSnapshot& s, Exposition* e) {
+  struct PerSet {
+    const char* name;
+    const char* help;
+    double (*value)(const NegotiationStats&);
+  };
+  static const PerSet kPerSet[] = {
+      {"syncd_negotiation_cycles_total", "Coordination cycles run.",
+       [](const NegotiationStats& n) { return double(n.cycles); }},
+      {"syncd_negotiation_cycle_seconds_total", "Time in coordination cycles, execution included.",
+       [](const NegotiationStats& n) { return Seconds(n.cycle_ns_total); }},
+      {"syncd_coordination_seconds_total", "Time agreeing on what runs (bit-vector agreement and coordinator rounds).",
+       [](const NegotiationStats& n) { return Seconds(n.coordination_ns_total); }},
+      {"syncd_execution_seconds_total", "Time moving and reducing agreed tensors.",
+       [](const NegotiationStats& n) { return Seconds(n.execution_ns_total); }},
+      {"syncd_response_cache_hits_total", "Tensor names agreed through the response cache.",
+       [](const NegotiationStats& n) { return double(n.cache_hits); }},
+      {"syncd_response_cache_misses_total", "Tensor names that needed the coordinator.",
+       [](const NegotiationStats& n) { return double(n.cache_misses); }},
+      {"syncd_coordination_messages_total", "Point-to-point messages this daemon sent to coordinate.",
+       [](const NegotiationStats& n) { return double(n.coordination_messages); }},
+      {"syncd_coordination_bytes_total", "Bytes of those messages.",
+       [](const NegotiationStats& n) { return double(n.coordination_bytes); }},
+  };
+  for (const PerSet& m : kPerSet) {
+    e->Family(m.name, "counter", m.help);
+    for (const ProcessSetSnapshot& p : s.process_sets)
+      if (p.coordinated) e->Sample(m.name, {{"process_set", std::to_string(p.id)}}, m.value(p.negotiation));
+  }
+  e->Family("syncd_pending_tensors", "gauge", "Tensors waiting in this daemon for some of its ranks.");
+  for (const ProcessSetSnapshot& p : s.process_sets)
+    e->Sample("syncd_pending_tensors", {{"process_set", std::to_string(p.id)}}, p.pending_tensors);
+  e->Family("syncd_topo_plan_in_use", "gauge", "1 when the set runs a registered TOPO plan.");
+  for (const ProcessSetSnapshot& p : s.process_sets)
+    if (p.has_plan) e->Sample("syncd_topo_plan_in_use", {{"process_set", std::to_string(p.id)}}, uint64_t(p.plan_in_use));
+  e->Family("syncd_partial_rounds_total", "counter", "Rounds of a partial allreduce run.");
+  for (const ProcessSetSnapshot& p : s.process_sets)
+    for (const PartialOpSnapshot& o : p.partial_ops)
+      e->Sample("syncd_partial_rounds_total", {{"process_set", std::to_string(p.id)}, {"name", o.name}, {"mode", o.mode}},
+                o.rounds);
+  e->Family("syncd_partial_mean_active_ranks", "gauge", "Mean ranks with a fresh contribution per round (NAP).");
+  for (const ProcessSetSnapshot& p : s.process_sets)
+    for (const PartialOpSnapshot& o : p.partial_ops)
+      e->Sample("syncd_partial_mean_active_ranks",
+                {{"process_set", std::to_string(p.id)}, {"name", o.name}, {"mode", o.mode}}, o.mean_nap);
+  e->Family("syncd_peer_up", "gauge", "1 while the daemon of that node is connected, 0 once it is lost.");
+  for (const auto& [node, state] : s.peers)
+    e->Sample("syncd_peer_up", {{"peer_node", std::to_string(node)}}, uint64_t(state == "connected"));
+}
+
+void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
+  e->Metric("syncd_engine_busy_seconds_total", "counter", "Engine time spent on work (not polling or sleeping).",
+            Seconds(s.engine_busy_ns));
+  e->Metric("syncd_engine_cpu_seconds_total", "counter", "CPU time of the engine thread.", s.engine_cpu_s);
+  e->Metric("syncd_daemon_cpu_seconds_total", "counter", "CPU time of the whole daemon.", s.daemon_cpu_s);
+  e->Metric("syncd_engine_wakeups_total", "counter", "Times the engine woke from sleep.", s.engine_wakeups);
+  if (!s.has_gpu) return;
+  e->Metric("syncd_gpu_devices", "gauge", "GPUs this daemon drives.", uint64_t(s.gpu.devices));
+  e->Metric("syncd_gpu_collectives_total", "counter", "GPU collectives whose work completed.", s.gpu.completed);
+  e->Metric("syncd_gpu_bytes_total", "counter", "Bytes reduced or broadcast on GPUs.", s.gpu.bytes);
+  e->Metric("syncd_gpu_ipc_cache_hits_total", "counter", "GPU tensors whose allocation was already open.",
+            s.gpu.handle_hits);
+  e->Metric("syncd_gpu_ipc_handle_opens_total", "counter", "CUDA IPC handles opened.", s.gpu.handle_opens);
+  e->Metric("syncd_gpu_ipc_open_handles", "gauge", "CUDA IPC handles cached now.", s.gpu.open_handles);
+}
+
+}  // namespace
+
+std::string EscapeLabelValue(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string RenderPrometheus(const StatusSnapshot& s) {
+  Exposition e({{"job_id", std::to_string(s.job_id)}, {"node", std::to_string(s.node_rank)}});
+  e.Family("syncd_info", "gauge", "Always 1: the daemon's version and coordination mode.");
+  e.Sample("syncd_info", {{"version", kVersionString}, {"coord", s.coordinated ? s.coord_mode : "local"}}, uint64_t(1));
+  e.Metric("syncd_uptime_seconds", "gauge", "Seconds since the daemon started.", s.uptime_s);
+  e.Metric("syncd_nodes", "gauge", "Daemons in the job.", uint64_t(s.node_count));
+  e.Metric("syncd_local_ranks", "gauge", "Ranks this node serves.", uint64_t(s.local_size));
+  Clients(s, &e);
+  Collectives(s, &e);
+  Coordination(s, &e);
+  EngineMetrics(s, &e);
+  return e.Take();
+}
+
+}  // namespace syncd

@@ -1,0 +1,113 @@
+// The metrics endpoint's text: what a scraper parses. Values, labels and histogram shape are
+// checked line by line; the integration test runs Prometheus itself against a daemon.
+#include "daemon/obs/prometheus.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace syncd {
+namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The value of the one sample whose line starts with `series` (name and labels, up to "} ").
+std::string ValueOf(const std::string& text, const std::string& series) {
+  std::string found;
+  int n = 0;
+  for (const std::string& l : Lines(text))
+    if (l.rfind(series + " ", 0) == 0) {
+      found = l.substr(series.size() + 1);
+      ++n;
+    }
+  EXPECT_EQ(n, 1) << series;
+  return found;
+}
+
+StatusSnapshot Snapshot() {
+  StatusSnapshot s;
+  s.job_id = 42;
+  s.node_rank = 1;
+  s.node_count = 2;
+  s.local_size = 2;
+  s.clients = {{2, 0, 100, "attached", 7, 700, 1, 0, 0}, {3, 1, 101, "lost", 0, 0, 0, 0, 0}};
+  CollectiveMetrics& m = s.collectives[{0, "allreduce"}];
+  m.ops = 3;
+  m.bytes = 4096;
+  for (double v : {20e-6, 0.003, 2.0}) m.latency.Observe(kLatencyBounds, v);
+  m.errors["STALLED"] = 1;
+  s.collectives[{5, "allgather"}].ops = 1;
+  s.fusion_sizes.Observe(kFusionBounds, 3);
+  s.engine_cpu_s = 1.5;
+  return s;
+}
+
+TEST(PrometheusTest, CountersCarryKindSetAndTheNodeLevelLabels) {
+  const std::string text = RenderPrometheus(Snapshot());
+  const std::string node = "job_id=\"42\",node=\"1\"";
+  EXPECT_EQ(ValueOf(text, "syncd_collectives_total{" + node + ",process_set=\"0\",kind=\"allreduce\"}"), "3");
+  EXPECT_EQ(ValueOf(text, "syncd_collective_bytes_total{" + node + ",process_set=\"0\",kind=\"allreduce\"}"), "4096");
+  EXPECT_EQ(ValueOf(text, "syncd_collectives_total{" + node + ",process_set=\"5\",kind=\"allgather\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_collective_errors_total{" + node + ",process_set=\"0\",kind=\"allreduce\",code=\"STALLED\"}"),
+            "1");
+  EXPECT_EQ(ValueOf(text, "syncd_rank_requests_total{" + node + ",rank=\"2\"}"), "7");
+  EXPECT_EQ(ValueOf(text, "syncd_clients{" + node + ",state=\"lost\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_engine_cpu_seconds_total{" + node + "}"), "1.5");
+  // A lost rank has no per-rank series; every sample has the node-level labels.
+  EXPECT_EQ(text.find("rank=\"3\""), std::string::npos);
+  for (const std::string& l : Lines(text))
+    if (l[0] != '#') EXPECT_NE(l.find("{" + node), std::string::npos) << l;
+}
+
+TEST(PrometheusTest, HistogramBucketsAreCumulativeAndEndAtCount) {
+  const std::string text = RenderPrometheus(Snapshot());
+  const std::string series = "syncd_collective_latency_seconds_bucket{job_id=\"42\",node=\"1\",process_set=\"0\",kind=\"allreduce\",";
+  EXPECT_EQ(ValueOf(text, series + "le=\"1e-05\"}"), "0");
+  EXPECT_EQ(ValueOf(text, series + "le=\"2.5e-05\"}"), "1");
+  EXPECT_EQ(ValueOf(text, series + "le=\"0.0025\"}"), "1");
+  EXPECT_EQ(ValueOf(text, series + "le=\"0.005\"}"), "2");
+  EXPECT_EQ(ValueOf(text, series + "le=\"1\"}"), "2");
+  EXPECT_EQ(ValueOf(text, series + "le=\"10\"}"), "3");
+  EXPECT_EQ(ValueOf(text, series + "le=\"+Inf\"}"), "3");
+  EXPECT_EQ(ValueOf(text, "syncd_collective_latency_seconds_count{job_id=\"42\",node=\"1\",process_set=\"0\",kind=\"allreduce\"}"),
+            "3");
+  EXPECT_EQ(ValueOf(text, "syncd_collective_latency_seconds_sum{job_id=\"42\",node=\"1\",process_set=\"0\",kind=\"allreduce\"}"),
+            "2.00302");
+  EXPECT_EQ(ValueOf(text, "syncd_fusion_group_tensors_bucket{job_id=\"42\",node=\"1\",le=\"2\"}"), "0");
+  EXPECT_EQ(ValueOf(text, "syncd_fusion_group_tensors_bucket{job_id=\"42\",node=\"1\",le=\"4\"}"), "1");
+}
+
+TEST(PrometheusTest, EveryFamilyIsDeclaredOnceBeforeItsSamples) {
+  const std::string text = RenderPrometheus(Snapshot());
+  std::vector<std::string> declared;
+  for (const std::string& l : Lines(text)) {
+    if (l.rfind("# TYPE ", 0) == 0) {
+      const std::string name = l.substr(7, l.find(' ', 7) - 7);
+      for (const std::string& d : declared) EXPECT_NE(d, name) << "declared twice";
+      declared.push_back(name);
+    } else if (l[0] != '#') {
+      const std::string name = l.substr(0, l.find('{'));
+      ASSERT_FALSE(declared.empty()) << l;
+      const std::string& family = declared.back();
+      EXPECT_TRUE(name == family || name == family + "_bucket" || name == family + "_sum" || name == family + "_count")
+          << l << " under " << family;
+    }
+  }
+}
+
+TEST(PrometheusTest, LabelValuesAreEscaped) {
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  StatusSnapshot s;
+  s.collectives[{0, "all\"reduce"}].ops = 1;
+  EXPECT_NE(RenderPrometheus(s).find("kind=\"all\\\"reduce\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace syncd
