@@ -1,8 +1,12 @@
 // syncctl: inspect a running syncd over its gRPC control socket.
 //   syncctl [--run-dir DIR] status [--json]
+//   syncctl [--run-dir DIR] watch [--json] [--interval S] [--count N]
 //   syncctl [--run-dir DIR] drain [--timeout S]
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -124,6 +128,15 @@ void PrintTable(const syncd::control::StatusReply& s) {
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
   if (!s.metrics_url().empty()) printf("metrics    %s\n", s.metrics_url().c_str());
+  if (s.stragglers_size() > 0) {
+    printf("stragglers this node's ranks over the last %lu collectives (window %lu), most waiting caused first\n",
+           (unsigned long)s.straggler_collectives(), (unsigned long)s.straggler_window());
+    printf("  %5s %8s %13s %12s %12s\n", "RANK", "LAST", "MEAN LATE ms", "P95 LATE ms", "WAIT CAUSED");
+    for (const auto& g : s.stragglers())
+      printf("  %5u %7.0f%% %13.2f %12.2f %11.1f%%\n", g.rank(),
+             g.collectives() ? 100.0 * double(g.last()) / double(g.collectives()) : 0.0, g.mean_late_ms(),
+             g.p95_late_ms(), 100.0 * g.wait_share());
+  }
   if (s.has_gpu()) PrintGpu(s.gpu());
   if (s.has_coordination()) {
     std::string peers;
@@ -144,6 +157,12 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App* status = app.add_subcommand("status", "Clients, cores, operations and engine state");
   status->add_flag("--json", json, "Print the status as one JSON object");
+  CLI::App* watch = app.add_subcommand("watch", "status, refreshed every second (like top); Ctrl-C ends it");
+  watch->add_flag("--json", json, "One JSON object per refresh, a line each");
+  double interval_s = 1.0;
+  watch->add_option("--interval", interval_s, "Seconds between refreshes")->check(CLI::Range(0.05, 3600.0));
+  uint64_t count = 0;
+  watch->add_option("--count", count, "Stop after this many refreshes (0: never)");
   CLI::App* drain = app.add_subcommand(
       "drain", "Graceful stop: no new clients, in-flight collectives finish (or fail at the timeout), the daemon exits 0");
   double drain_timeout = -1;
@@ -169,19 +188,25 @@ int main(int argc, char** argv) {
            reply.deadline_passed() ? " (the timeout passed)" : "");
     return 0;
   }
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  syncd::control::StatusReply reply;
-  grpc::Status st = stub->Status(&ctx, syncd::control::StatusRequest(), &reply);
-  if (!st.ok()) return no_daemon(st);
-  if (json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions opts;
-    opts.always_print_primitive_fields = true;
-    opts.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
-    printf("%s\n", out.c_str());
-  } else {
-    PrintTable(reply);
+  for (uint64_t n = 1;; ++n) {
+    grpc::ClientContext status_ctx;
+    status_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    syncd::control::StatusReply reply;
+    grpc::Status st = stub->Status(&status_ctx, syncd::control::StatusRequest(), &reply);
+    if (!st.ok()) return no_daemon(st);
+    if (json) {
+      std::string out;
+      google::protobuf::util::JsonPrintOptions opts;
+      opts.always_print_primitive_fields = true;
+      opts.preserve_proto_field_names = true;
+      (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
+      printf("%s\n", out.c_str());
+    } else {
+      if (watch->parsed()) printf("\033[H\033[2J");  // home, clear: redraw in place
+      PrintTable(reply);
+    }
+    fflush(stdout);
+    if (!watch->parsed() || (count != 0 && n >= count)) return 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
   }
-  return 0;
 }

@@ -161,6 +161,17 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_run_dir(config_.run_dir);
   r->set_draining(engine_->draining());
   r->set_metrics_url(metrics_url_);
+  r->set_straggler_window(s->straggler_window);
+  r->set_straggler_collectives(s->straggler_collectives);
+  for (const StragglerRank& g : s->stragglers) {
+    control::Straggler* o = r->add_stragglers();
+    o->set_rank(g.rank);
+    o->set_collectives(g.collectives);
+    o->set_last(g.last);
+    o->set_mean_late_ms(g.mean_late_ms);
+    o->set_p95_late_ms(g.p95_late_ms);
+    o->set_wait_share(g.wait_share);
+  }
   for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
   for (uint32_t c : cores_.workers) r->add_worker_cores(c);
   r->set_local_size(s->local_size);

@@ -287,6 +287,12 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   }
   ++m.ops;
   if (first_ns != UINT64_MAX) m.latency.Observe(kLatencyBounds, double(abi::MonotonicNs() - first_ns) / 1e9);
+  // Stragglers: a partial round completes whoever came; the others are the point of it.
+  if (f.kind == abi::OpKind::kPartialAllreduce || requests.size() < 2) return;
+  arrivals_.clear();
+  for (const Request& r : requests)
+    if (r.client_id != kNoClient && r.received_ns != 0) arrivals_.emplace_back(r.rank, r.received_ns);
+  stragglers_.Record(arrivals_);
 }
 
 void Engine::Complete(const Request& r, const Status& status) {
@@ -359,6 +365,9 @@ void Engine::PublishSnapshot() {
   for (const auto& [key, m] : metrics_) s->collectives[{key.first, OpKindName(abi::OpKind(key.second))}] = m;
   s->stall_warnings = stall_warnings_;
   s->job_id = job_id_;
+  s->stragglers = stragglers_.Summary();
+  s->straggler_window = stragglers_.window();
+  s->straggler_collectives = stragglers_.collectives();
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
   // Published from the engine thread (or before it runs), so this thread's clock is the engine's.

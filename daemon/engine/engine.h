@@ -219,6 +219,8 @@ class Engine {
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   ExecutionCounters counters_;
   CollectiveMetricsByKind metrics_;
+  StragglerWindow stragglers_;
+  std::vector<std::pair<uint32_t, uint64_t>> arrivals_;  // Count()'s scratch
   uint64_t stall_warnings_ = 0;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};

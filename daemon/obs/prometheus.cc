@@ -107,6 +107,15 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
     for (const ClientSnapshot& c : s.clients)
       if (c.state == "attached") e->Sample(m.name, {{"rank", std::to_string(c.rank)}}, m.value(c));
   }
+  // Stragglers among this node's ranks, over the window `syncctl status` shows.
+  e->Family("syncd_rank_lateness_seconds", "gauge",
+            "Mean time this rank submitted behind the node's first submitter, over the straggler window.");
+  for (const StragglerRank& g : s.stragglers)
+    e->Sample("syncd_rank_lateness_seconds", {{"rank", std::to_string(g.rank)}}, g.mean_late_ms / 1e3);
+  e->Family("syncd_rank_wait_caused_ratio", "gauge",
+            "Share of the node's waiting over the straggler window that this rank caused by submitting last.");
+  for (const StragglerRank& g : s.stragglers)
+    e->Sample("syncd_rank_wait_caused_ratio", {{"rank", std::to_string(g.rank)}}, g.wait_share);
 }
 
 void Collectives(const StatusSnapshot& s, Exposition* e) {

@@ -14,6 +14,7 @@
 #include "daemon/coord/topo_stats.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/metrics.h"
+#include "daemon/obs/stragglers.h"
 
 namespace syncd {
 
@@ -71,6 +72,9 @@ struct StatusSnapshot {
   CollectiveMetricsMap collectives;           // per (process set, kind): the metrics endpoint's
   uint64_t stall_warnings = 0;                // "stall:" warnings logged
   uint64_t job_id = 0;                        // as the clients gave it (0: unspecified)
+  // This node's ranks over the last straggler_window collectives (straggler_collectives so far).
+  std::vector<StragglerRank> stragglers;
+  uint64_t straggler_window = 0, straggler_collectives = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)

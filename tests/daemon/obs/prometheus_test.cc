@@ -46,6 +46,7 @@ StatusSnapshot Snapshot() {
   s.collectives[{5, "allgather"}].ops = 1;
   s.fusion_sizes.Observe(kFusionBounds, 3);
   s.engine_cpu_s = 1.5;
+  s.stragglers = {{2, 10, 9, 50.0, 60.0, 0.75}};
   return s;
 }
 
@@ -60,6 +61,8 @@ TEST(PrometheusTest, CountersCarryKindSetAndTheNodeLevelLabels) {
   EXPECT_EQ(ValueOf(text, "syncd_rank_requests_total{" + node + ",rank=\"2\"}"), "7");
   EXPECT_EQ(ValueOf(text, "syncd_clients{" + node + ",state=\"lost\"}"), "1");
   EXPECT_EQ(ValueOf(text, "syncd_engine_cpu_seconds_total{" + node + "}"), "1.5");
+  EXPECT_EQ(ValueOf(text, "syncd_rank_lateness_seconds{" + node + ",rank=\"2\"}"), "0.05");
+  EXPECT_EQ(ValueOf(text, "syncd_rank_wait_caused_ratio{" + node + ",rank=\"2\"}"), "0.75");
   // A lost rank has no per-rank series; every sample has the node-level labels.
   EXPECT_EQ(text.find("rank=\"3\""), std::string::npos);
   for (const std::string& l : Lines(text))

@@ -1,0 +1,57 @@
+#include "daemon/obs/stragglers.h"
+
+#include <algorithm>
+#include <map>
+
+namespace syncd {
+
+void StragglerWindow::Record(const std::vector<std::pair<uint32_t, uint64_t>>& arrivals) {
+  if (arrivals.size() < 2 || window_ == 0) return;
+  uint64_t first = UINT64_MAX, last_ns = 0;
+  Record_ r;
+  for (const auto& [rank, ns] : arrivals) {
+    first = std::min(first, ns);
+    if (ns >= last_ns) {  // ties: the later in the list (no rank is singled out by order alone)
+      last_ns = ns;
+      r.last = rank;
+    }
+  }
+  for (const auto& [rank, ns] : arrivals) {
+    r.late_ns.emplace_back(rank, ns - first);
+    r.wait_ns += last_ns - ns;
+  }
+  records_.push_back(std::move(r));
+  if (records_.size() > window_) records_.pop_front();
+}
+
+std::vector<StragglerRank> StragglerWindow::Summary() const {
+  std::map<uint32_t, std::vector<uint64_t>> late;
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> caused;  // rank -> (times last, wait caused)
+  uint64_t total_wait = 0;
+  for (const Record_& r : records_) {
+    for (const auto& [rank, ns] : r.late_ns) late[rank].push_back(ns);
+    ++caused[r.last].first;
+    caused[r.last].second += r.wait_ns;
+    total_wait += r.wait_ns;
+  }
+  std::vector<StragglerRank> out;
+  for (auto& [rank, ns] : late) {
+    StragglerRank s;
+    s.rank = rank;
+    s.collectives = ns.size();
+    s.last = caused[rank].first;
+    double sum = 0;
+    for (uint64_t v : ns) sum += double(v);
+    s.mean_late_ms = sum / double(ns.size()) / 1e6;
+    std::sort(ns.begin(), ns.end());
+    s.p95_late_ms = double(ns[std::min(ns.size() - 1, (ns.size() * 95 + 99) / 100 - 1)]) / 1e6;  // nearest rank
+    s.wait_share = total_wait ? double(caused[rank].second) / double(total_wait) : 0.0;
+    out.push_back(s);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const StragglerRank& a, const StragglerRank& b) {
+    return a.wait_share != b.wait_share ? a.wait_share > b.wait_share : a.mean_late_ms > b.mean_late_ms;
+  });
+  return out;
+}
+
+}  // namespace syncd

@@ -1,0 +1,53 @@
+// Live straggler attribution among a daemon's ranks: over the last `window` collectives in which
+// two or more of its ranks took part, per rank how often it submitted last, how late it was
+// behind the first submitter (mean and 95th percentile), and its share of the waiting it caused.
+// A collective's waiting is what its ranks spent between their own submission and the last one's,
+// summed over ranks; all of it is the last submitter's doing (the collective could run only once
+// it came). Fed on the engine thread at each completion (O(ranks)); summarised for snapshots.
+#ifndef SYNCD_DAEMON_OBS_STRAGGLERS_H_
+#define SYNCD_DAEMON_OBS_STRAGGLERS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
+
+namespace syncd {
+
+struct StragglerRank {
+  uint32_t rank = 0;            // global
+  uint64_t collectives = 0;     // in the window, with this rank
+  uint64_t last = 0;            // of those, how many it submitted last
+  double mean_late_ms = 0;      // behind the first submitter
+  double p95_late_ms = 0;
+  double wait_share = 0;        // of the window's waiting, the part it caused (0..1)
+};
+
+class StragglerWindow {
+ public:
+  static constexpr size_t kDefaultWindow = 100;
+  explicit StragglerWindow(size_t window = kDefaultWindow) : window_(window) {}
+
+  // One collective: (global rank, when its request reached the daemon) for each local rank in it.
+  // Fewer than two ranks say nothing about stragglers and are ignored.
+  void Record(const std::vector<std::pair<uint32_t, uint64_t>>& arrivals);
+
+  // Every rank seen in the window, the one that caused most waiting first.
+  std::vector<StragglerRank> Summary() const;
+  size_t collectives() const { return records_.size(); }
+  size_t window() const { return window_; }
+
+ private:
+  struct Record_ {
+    std::vector<std::pair<uint32_t, uint64_t>> late_ns;  // per rank: behind the first submitter
+    uint32_t last = 0;
+    uint64_t wait_ns = 0;
+  };
+  size_t window_;
+  std::deque<Record_> records_;
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_OBS_STRAGGLERS_H_

@@ -1,0 +1,71 @@
+"""Live straggler attribution, run on every rank of a syncrun job:
+
+    syncrun [-N NODES] -n RANKS -- python3 straggler_job.py [--rank R] [--sleep-ms MS] [--steps N]
+
+Rank R sleeps MS before each of N allreduces (a slow input pipeline). After those N collectives,
+`syncctl status --json` of R's daemon must name R first among the stragglers, last to submit in
+at least 90 % of them, with a mean lateness within 20 % of MS, and `syncctl watch --json --count 2`
+must give two refreshes. Every rank exits with the verdict of the rank that checked.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+import syncd.torch as hvd
+
+
+def check(rank, sleep_ms, steps):
+    syncctl = os.path.join(os.environ["SYNCD_BIN_DIR"], "syncctl")
+    out = subprocess.run([syncctl, "--run-dir", os.environ["SYNCD_RUN_DIR"], "status", "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    status = json.loads(out)
+    stragglers = status["stragglers"]
+    print("stragglers:", json.dumps(stragglers), flush=True)
+    assert stragglers, "status lists no stragglers"
+    worst = stragglers[0]
+    assert worst["rank"] == rank, "worst straggler is rank %d, expected %d" % (worst["rank"], rank)
+    assert int(worst["collectives"]) == steps, worst
+    assert int(worst["last"]) >= 0.9 * steps, worst
+    assert abs(worst["mean_late_ms"] - sleep_ms) <= 0.2 * sleep_ms, "lateness %.1f ms for a sleep of %.1f ms" % (
+        worst["mean_late_ms"], sleep_ms)
+    assert worst["wait_share"] > 0.9, worst
+    table = subprocess.run([syncctl, "--run-dir", os.environ["SYNCD_RUN_DIR"], "status"], check=True,
+                           capture_output=True, text=True).stdout
+    print(table, flush=True)
+    assert "stragglers" in table
+    watch = subprocess.run([syncctl, "--run-dir", os.environ["SYNCD_RUN_DIR"], "watch", "--json", "--count", "2",
+                            "--interval", "0.2"], check=True, capture_output=True, text=True, timeout=30).stdout
+    assert len([json.loads(l) for l in watch.splitlines()]) == 2, watch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, default=1)
+    parser.add_argument("--sleep-ms", type=float, default=50.0)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    hvd.init()
+    for step in range(args.steps):
+        if hvd.rank() == args.rank:
+            time.sleep(args.sleep_ms / 1000.0)
+        hvd.allreduce(torch.ones(1000), name="straggler.grad")
+    ok = 1
+    # The straggler's node checks (its daemon sees its ranks), before any other collective.
+    if hvd.rank() == args.rank:
+        try:
+            check(args.rank, args.sleep_ms, args.steps)
+        except Exception as e:
+            print("straggler check failed: %s" % e, file=sys.stderr, flush=True)
+            ok = 0
+    ok = int(hvd.broadcast(torch.tensor([ok]), root_rank=args.rank, name="straggler.verdict").item())
+    hvd.shutdown()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
