@@ -7,8 +7,13 @@ namespace syncd {
 
 void StragglerWindow::Record(const std::vector<std::pair<uint32_t, uint64_t>>& arrivals) {
   if (arrivals.size() < 2 || window_ == 0) return;
+  if (records_.size() < window_) records_.resize(window_);
+  Record_& r = records_[next_];
+  next_ = (next_ + 1) % window_;
+  count_ = std::min(count_ + 1, window_);
+  r.late_ns.clear();
+  r.wait_ns = 0;
   uint64_t first = UINT64_MAX, last_ns = 0;
-  Record_ r;
   for (const auto& [rank, ns] : arrivals) {
     first = std::min(first, ns);
     if (ns >= last_ns) {  // ties: the later in the list (no rank is singled out by order alone)
@@ -20,15 +25,14 @@ void StragglerWindow::Record(const std::vector<std::pair<uint32_t, uint64_t>>& a
     r.late_ns.emplace_back(rank, ns - first);
     r.wait_ns += last_ns - ns;
   }
-  records_.push_back(std::move(r));
-  if (records_.size() > window_) records_.pop_front();
 }
 
 std::vector<StragglerRank> StragglerWindow::Summary() const {
   std::map<uint32_t, std::vector<uint64_t>> late;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> caused;  // rank -> (times last, wait caused)
   uint64_t total_wait = 0;
-  for (const Record_& r : records_) {
+  for (size_t i = 0; i < count_; ++i) {
+    const Record_& r = records_[(next_ + window_ - count_ + i) % window_];
     for (const auto& [rank, ns] : r.late_ns) late[rank].push_back(ns);
     ++caused[r.last].first;
     caused[r.last].second += r.wait_ns;

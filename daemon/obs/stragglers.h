@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <utility>
 #include <vector>
 
@@ -35,7 +34,7 @@ class StragglerWindow {
 
   // Every rank seen in the window, the one that caused most waiting first.
   std::vector<StragglerRank> Summary() const;
-  size_t collectives() const { return records_.size(); }
+  size_t collectives() const { return count_; }
   size_t window() const { return window_; }
 
  private:
@@ -45,7 +44,9 @@ class StragglerWindow {
     uint64_t wait_ns = 0;
   };
   size_t window_;
-  std::deque<Record_> records_;
+  // A ring of the last window_ records, reused in place (no allocation once it has gone round).
+  std::vector<Record_> records_;
+  size_t next_ = 0, count_ = 0;
 };
 
 }  // namespace syncd
