@@ -5,7 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <atomic>
+#include <chrono>
+#include <fstream>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -208,6 +214,75 @@ TEST(Collectives, StatusReportsClientsCoresAndCounters) {
                           "\"mean_tensors_per_fusion\"", "\"submit_depth\"", "\"node_count\""})
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   EXPECT_EQ(JsonNumber(json, "bytes_reduced"), 5u * 64 * 4);
+}
+
+// GET http://127.0.0.1:port/path over a plain socket (HTTP/1.0: the server closes when done):
+// the status line and the body, or "" when nothing answers.
+std::pair<std::string, std::string> HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const size_t head = reply.find("\r\n\r\n");
+  if (head == std::string::npos) return {};
+  return {reply.substr(0, reply.find("\r\n")), reply.substr(head + 4)};
+}
+
+// The value of the sample that starts with `prefix` (name and leading labels) and has `suffix`
+// right before its value, or -1.
+double Sample(const std::string& page, const std::string& prefix, const std::string& suffix) {
+  size_t at = 0;
+  while ((at = page.find(prefix, at)) != std::string::npos) {
+    const size_t end = page.find('\n', at);
+    const std::string line = page.substr(at, end - at);
+    const size_t brace = line.rfind("} ");
+    if (brace != std::string::npos && line.compare(0, prefix.size(), prefix) == 0 &&
+        brace >= suffix.size() && line.compare(brace - suffix.size(), suffix.size(), suffix) == 0)
+      return std::stod(line.substr(brace + 2));
+    at = end;
+  }
+  return -1;
+}
+
+// Scrapes run on civetweb's threads while the engine completes collectives: counts come out exact.
+TEST(Collectives, MetricsEndpointCountsWhileScrapedConcurrently) {
+  Daemon d(2, {"--metrics-port", "0"});
+  std::string url;
+  std::ifstream(d.run_dir() + "/metrics.url") >> url;
+  ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
+  const int port = std::stoi(url.substr(strlen("http://127.0.0.1:")));
+  std::atomic<bool> done{false};
+  std::atomic<int> scrapes{0};
+  std::thread scraper([&] {
+    while (!done.load()) {
+      if (HttpGet(port, "/metrics").first.find(" 200 ") != std::string::npos) ++scrapes;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) { return ManyInFlight(c, rank, n, 300); });
+  done = true;
+  scraper.join();
+  ExpectAllSucceeded(st);
+  EXPECT_GT(scrapes.load(), 0);
+  const auto [status, page] = HttpGet(port, "/metrics");
+  EXPECT_NE(status.find(" 200 "), std::string::npos) << status;
+  EXPECT_EQ(Sample(page, "syncd_collectives_total{", "process_set=\"0\",kind=\"allreduce\""), 300) << page;
+  EXPECT_EQ(Sample(page, "syncd_collective_bytes_total{", "process_set=\"0\",kind=\"allreduce\""), 300 * 64 * 4 * 2);
+  EXPECT_EQ(Sample(page, "syncd_collective_latency_seconds_count{", "process_set=\"0\",kind=\"allreduce\""), 300);
+  EXPECT_EQ(Sample(page, "syncd_collective_latency_seconds_bucket{", "kind=\"allreduce\",le=\"+Inf\""), 300);
+  EXPECT_EQ(Sample(page, "syncd_clients{", "state=\"attached\""), 0);  // the ranks have detached
+  EXPECT_NE(HttpGet(port, "/other").first.find(" 404 "), std::string::npos);
+  EXPECT_NE(d.StatusJson().find("\"metrics_url\":\"" + url + "\""), std::string::npos);
 }
 
 }  // namespace
