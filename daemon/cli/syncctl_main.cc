@@ -111,12 +111,17 @@ void PrintTable(const syncd::control::StatusReply& s) {
          syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
   printf("clients    %zu attached of %u local ranks\n", attached, s.local_size());
   if (s.clients_size() > 0) {
-    printf("  %5s %5s %8s %-9s %10s %12s %7s %5s %5s\n", "RANK", "LOCAL", "PID", "STATE", "OPS", "BYTES", "ERRORS",
-           "SUBQ", "COMPQ");
+    printf("  %5s %5s %8s %-9s %10s %12s %7s %5s %5s %10s %-10s\n", "RANK", "LOCAL", "PID", "STATE", "OPS", "BYTES",
+           "ERRORS", "SUBQ", "COMPQ", "LAST SEEN", "PROCESS");
+    for (const auto& c : s.clients()) {
+      char seen[32] = "-";
+      if (c.last_seen_s() >= 0) snprintf(seen, sizeof(seen), "%.1f s", c.last_seen_s());
+      printf("  %5u %5u %8d %-9s %10lu %12s %7lu %5u %5u %10s %-10s\n", c.rank(), c.local_rank(), c.pid(),
+             c.state().c_str(), (unsigned long)c.ops(), Bytes(c.bytes()).c_str(), (unsigned long)c.errors(),
+             c.submit_depth(), c.completion_depth(), seen, c.process().c_str());
+    }
     for (const auto& c : s.clients())
-      printf("  %5u %5u %8d %-9s %10lu %12s %7lu %5u %5u\n", c.rank(), c.local_rank(), c.pid(), c.state().c_str(),
-             (unsigned long)c.ops(), Bytes(c.bytes()).c_str(), (unsigned long)c.errors(), c.submit_depth(),
-             c.completion_depth());
+      if (!c.unresponsive().empty()) printf("  UNRESPONSIVE rank %u (pid %d): %s\n", c.rank(), c.pid(), c.unresponsive().c_str());
   }
   printf("ops        allreduce %lu   broadcast %lu   barrier %lu   allgather %lu   alltoall %lu   reducescatter %lu   "
          "errors %lu\n",

@@ -31,6 +31,9 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
     out->set_errors(c.errors);
     out->set_submit_depth(c.submit_depth);
     out->set_completion_depth(c.completion_depth);
+    out->set_last_seen_s(c.last_seen_s);
+    out->set_process(c.process);
+    out->set_unresponsive(c.unresponsive);
   }
 }
 

@@ -209,6 +209,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     if (corrupt) return false;
     if (!e) return true;
     *did = true;
+    c.last_submit_ns = abi::MonotonicNs();
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
     ProcessSet* set = SetOf(*r);
@@ -326,6 +327,45 @@ std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) cons
   return Snapshot();
 }
 
+namespace {
+
+// How long the others must have waited for a rank, and it been away from syncd, before status
+// calls it unresponsive (well before the stall warning: a live view, not an alarm).
+constexpr uint64_t kUnresponsiveNs = 2'000'000'000;
+
+// The state letter of /proc/PID/stat, in words ("" when the process is gone).
+std::string ProcessState(int32_t pid) {
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return "";
+  char buf[512];
+  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* paren = strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (paren == nullptr || paren[1] != ' ') return "";
+  switch (paren[2]) {
+    case 'R': return "running";
+    case 'S': case 'I': return "sleeping";
+    case 'D': return "disk wait";
+    case 'T': case 't': return "stopped";
+    case 'Z': case 'X': return "zombie";
+    default: return std::string(1, paren[2]);
+  }
+}
+
+// Why a rank holds the others up, or "".
+std::string Unresponsive(const ClientSnapshot& c, const StallSnapshot* awaited) {
+  if (c.process == "stopped") return "stopped (SIGSTOP, Ctrl-Z or a debugger)";
+  if (c.process == "zombie") return "exited (zombie)";
+  if (awaited == nullptr || c.last_seen_s < double(kUnresponsiveNs) / 1e9) return "";
+  char what[64];
+  snprintf(what, sizeof(what), "not calling syncd for %.1f s", c.last_seen_s);
+  return std::string(what) + " while tensor '" + awaited->name + "' waits for it (process " +
+         (c.process.empty() ? "gone" : c.process) + ")";
+}
+
+}  // namespace
+
 void Engine::PublishSnapshot() {
   const uint64_t requested = snapshot_requested_.load(std::memory_order_relaxed);
   auto s = std::make_shared<StatusSnapshot>();
@@ -333,6 +373,12 @@ void Engine::PublishSnapshot() {
   s->node_rank = config_.node_rank;
   s->node_count = config_.nodes;
   s->local_size = local_size_;
+  const uint64_t now_ns = abi::MonotonicNs();
+  // Ranks the others have been waiting for past kUnresponsiveNs: global rank -> the oldest such tensor.
+  std::map<uint32_t, const StallSnapshot*> awaited;
+  const std::vector<StallSnapshot> waits = Stalls(now_ns, kUnresponsiveNs);
+  for (const StallSnapshot& w : waits)
+    for (uint32_t rank : w.missing_ranks) awaited.emplace(rank, &w);
   for (auto& [id, c] : clients_) {
     ClientSnapshot cs;
     cs.rank = c.info->rank;
@@ -344,6 +390,9 @@ void Engine::PublishSnapshot() {
     cs.errors = c.errors;
     cs.submit_depth = c.info->segment.submit_depth();
     cs.completion_depth = c.info->segment.completion_depth();
+    cs.last_seen_s = c.last_submit_ns ? double(now_ns - c.last_submit_ns) / 1e9 : -1.0;
+    cs.process = ProcessState(cs.pid);
+    cs.unresponsive = Unresponsive(cs, awaited.count(cs.rank) ? awaited.at(cs.rank) : nullptr);
     s->clients.push_back(cs);
   }
   for (auto& [lr, lost] : lost_ranks_) {
@@ -377,7 +426,7 @@ void Engine::PublishSnapshot() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  const uint64_t now = abi::MonotonicNs();
+  const uint64_t now = now_ns;
   for (const auto& [id, set] : sets_) {
     s->process_sets.push_back(set->Snapshot(now));
     for (const StallSnapshot& st : s->process_sets.back().stalls) s->stalls.push_back(st);

@@ -136,6 +136,7 @@ class Engine {
   struct ClientState {
     std::unique_ptr<AttachedClient> info;
     uint64_t ops = 0, bytes = 0, errors = 0;
+    uint64_t last_submit_ns = 0;  // when the engine last took an entry off its ring
   };
   struct LostRank {
     int32_t pid;

@@ -107,6 +107,12 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
     for (const ClientSnapshot& c : s.clients)
       if (c.state == "attached") e->Sample(m.name, {{"rank", std::to_string(c.rank)}}, m.value(c));
   }
+  e->Family("syncd_rank_unresponsive", "gauge",
+            "1 while this rank holds the others up: its process is stopped, or it has not called syncd for 2 s while "
+            "a tensor waits for it.");
+  for (const ClientSnapshot& c : s.clients)
+    if (c.state == "attached")
+      e->Sample("syncd_rank_unresponsive", {{"rank", std::to_string(c.rank)}}, uint64_t(!c.unresponsive.empty()));
   // Stragglers among this node's ranks, over the window `syncctl status` shows.
   e->Family("syncd_rank_lateness_seconds", "gauge",
             "Mean time this rank submitted behind the node's first submitter, over the straggler window.");

@@ -24,6 +24,9 @@ struct ClientSnapshot {
   std::string state;  // "attached" or "lost"
   uint64_t ops = 0, bytes = 0, errors = 0;
   uint32_t submit_depth = 0, completion_depth = 0;
+  double last_seen_s = -1;   // since its last submission (-1: none yet)
+  std::string process;       // /proc state of its process: "running", "sleeping", "stopped", ...
+  std::string unresponsive;  // why it holds others up (stopped; not calling syncd while awaited)
 };
 
 // A tensor some ranks submitted while others have not, for longer than the stall threshold.
