@@ -191,6 +191,8 @@ class Engine {
   void CheckStalls(uint64_t now_ns);
   // Fails everything the job has pending, on every node, naming the stalls (oldest first).
   void ShutDownStalledJob(const std::vector<StallSnapshot>& stalls);
+  // A stall in words, with how long each missing rank of this node has not called syncd.
+  std::string DescribeStall(const StallSnapshot& s, uint64_t now_ns) const;
   // Fails what waits for ranks that detached cleanly and did not attach again in time.
   void ExpireDepartures(uint64_t now_ns);
 

@@ -53,7 +53,7 @@ void Engine::CheckStalls(uint64_t now_ns) {
   const double period_s = double(config_.stall_warning_s);
   for (const StallSnapshot& s : Stalls(now_ns, uint64_t(config_.stall_warning_s) * kNsPerS)) {
     if (std::fmod(s.waiting_s - period_s, period_s) >= double(kStallCheckPeriodNs) / 1e9) continue;
-    spdlog::warn("stall: {}", Describe(s));
+    spdlog::warn("stall: {}", DescribeStall(s, now_ns));
     ++stall_warnings_;
   }
   if (config_.stall_shutdown_s == 0) return;
@@ -65,10 +65,23 @@ void Engine::CheckStalls(uint64_t now_ns) {
   if (!stalled.empty() && stalled.front().waiting_s >= double(config_.stall_shutdown_s)) ShutDownStalledJob(stalled);
 }
 
+std::string Engine::DescribeStall(const StallSnapshot& s, uint64_t now_ns) const {
+  std::string text = Describe(s);
+  for (uint32_t rank : s.missing_ranks)
+    for (const auto& [id, c] : clients_)
+      if (c.info->rank == rank) {
+        text += " [rank " + std::to_string(rank) +
+                (c.last_submit_ns ? " last called syncd " + std::to_string((now_ns - c.last_submit_ns) / kNsPerS) + " s ago]"
+                                  : " has not called syncd since it attached]");
+      }
+  return text;
+}
+
 void Engine::ShutDownStalledJob(const std::vector<StallSnapshot>& stalls) {
   // Ranks that submit different names each wait for the other: name a few, not just one.
   std::string what;
-  for (size_t i = 0; i < stalls.size() && i < kStallsNamed; ++i) what += (i ? "; " : "") + Describe(stalls[i]);
+  const uint64_t now_ns = abi::MonotonicNs();
+  for (size_t i = 0; i < stalls.size() && i < kStallsNamed; ++i) what += (i ? "; " : "") + DescribeStall(stalls[i], now_ns);
   if (stalls.size() > kStallsNamed) what += "; and " + std::to_string(stalls.size() - kStallsNamed) + " more";
   const Status why(SYNCD_ERR_STALLED, "the job was shut down after a stall of --stall-shutdown-s " +
                                           std::to_string(config_.stall_shutdown_s) + " s: " + what);

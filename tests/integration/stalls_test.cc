@@ -43,7 +43,10 @@ TEST(Stalls, RanksWhoseNamesNeverMatchEndWithinTheShutdownTimeNamingTensorAndRan
     // Each rank waits for the other's name: both tensors and both ranks are named.
     return ExpectStalledOut(c, rank, rank == 0 ? "grad.a" : "grad.b",
                             {"--stall-shutdown-s 3", "tensor 'grad.a' has waited ", "s for rank 1 (submitted by rank 0)",
-                             "tensor 'grad.b' has waited ", "s for rank 0 (submitted by rank 1)"});
+                             "tensor 'grad.b' has waited ", "s for rank 0 (submitted by rank 1)",
+                             // How long each missing rank of the node has been away from syncd.
+                             "(submitted by rank 0) [rank 1 last called syncd ",
+                             "(submitted by rank 1) [rank 0 last called syncd "});
   });
   ExpectAllSucceeded(st);
   EXPECT_TRUE(Contains(d.Log(), "the job was shut down")) << d.Log();
