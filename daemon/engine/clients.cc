@@ -46,6 +46,10 @@ void Engine::EndJob(uint64_t next_job) {
 void Engine::BeginJob(uint64_t job) {
   // The new job's messages are kept apart from anything the old one left.
   if (transport_) transport_->SetEpoch(JobEpoch(job));
+  // Stragglers and per-collective metrics are the job's own: its series carry its job_id and
+  // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.)
+  stragglers_ = StragglerWindow();
+  metrics_.clear();
   ProcessSetHooks hooks;
   hooks.complete = [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); };
   hooks.flush = [this] { FlushClients(); };

@@ -283,6 +283,12 @@ TEST(Collectives, MetricsEndpointCountsWhileScrapedConcurrently) {
   EXPECT_EQ(Sample(page, "syncd_clients{", "state=\"attached\""), 0);  // the ranks have detached
   EXPECT_NE(HttpGet(port, "/other").first.find(" 404 "), std::string::npos);
   EXPECT_NE(d.StatusJson().find("\"metrics_url\":\"" + url + "\""), std::string::npos);
+  // The daemon's next job starts its series from zero, under its own job_id.
+  ExpectAllSucceeded(RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) { return ManyInFlight(c, rank, n, 5); }));
+  const std::string next = HttpGet(port, "/metrics").second;
+  EXPECT_EQ(Sample(next, "syncd_collectives_total{", "process_set=\"0\",kind=\"allreduce\""), 5) << next;
+  EXPECT_NE(next.find("job_id=\"" + std::to_string(CurrentJobId()) + "\""), std::string::npos) << next;
+  EXPECT_EQ(next.find("job_id=\"" + std::to_string(CurrentJobId() - 1) + "\""), std::string::npos);
 }
 
 }  // namespace
