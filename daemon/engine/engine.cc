@@ -366,20 +366,14 @@ std::string Unresponsive(const ClientSnapshot& c, const StallSnapshot* awaited) 
 
 }  // namespace
 
-void Engine::PublishSnapshot() {
-  const uint64_t requested = snapshot_requested_.load(std::memory_order_relaxed);
-  auto s = std::make_shared<StatusSnapshot>();
-  s->uptime_s = double(abi::MonotonicNs() - start_ns_) / 1e9;
-  s->node_rank = config_.node_rank;
-  s->node_count = config_.nodes;
-  s->local_size = local_size_;
-  const uint64_t now_ns = abi::MonotonicNs();
+std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
+  std::vector<ClientSnapshot> out;
   // Ranks the others have been waiting for past kUnresponsiveNs: global rank -> the oldest such tensor.
   std::map<uint32_t, const StallSnapshot*> awaited;
   const std::vector<StallSnapshot> waits = Stalls(now_ns, kUnresponsiveNs);
   for (const StallSnapshot& w : waits)
     for (uint32_t rank : w.missing_ranks) awaited.emplace(rank, &w);
-  for (auto& [id, c] : clients_) {
+  for (const auto& [id, c] : clients_) {
     ClientSnapshot cs;
     cs.rank = c.info->rank;
     cs.local_rank = c.info->local_rank;
@@ -393,17 +387,29 @@ void Engine::PublishSnapshot() {
     cs.last_seen_s = c.last_submit_ns ? double(now_ns - c.last_submit_ns) / 1e9 : -1.0;
     cs.process = ProcessState(cs.pid);
     cs.unresponsive = Unresponsive(cs, awaited.count(cs.rank) ? awaited.at(cs.rank) : nullptr);
-    s->clients.push_back(cs);
+    out.push_back(cs);
   }
-  for (auto& [lr, lost] : lost_ranks_) {
+  for (const auto& [lr, lost] : lost_ranks_) {
     ClientSnapshot cs;
     cs.rank = config_.node_rank * local_size_ + lr;
     cs.local_rank = lr;
     cs.pid = lost.pid;
     cs.state = "lost";
-    s->clients.push_back(cs);
+    out.push_back(cs);
   }
-  std::sort(s->clients.begin(), s->clients.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  return out;
+}
+
+void Engine::PublishSnapshot() {
+  const uint64_t requested = snapshot_requested_.load(std::memory_order_relaxed);
+  auto s = std::make_shared<StatusSnapshot>();
+  s->uptime_s = double(abi::MonotonicNs() - start_ns_) / 1e9;
+  s->node_rank = config_.node_rank;
+  s->node_count = config_.nodes;
+  s->local_size = local_size_;
+  const uint64_t now_ns = abi::MonotonicNs();
+  s->clients = SnapshotClients(now_ns);
   for (uint32_t k = 0; k < counters_.by_kind.size(); ++k)
     if (const Collective* kind = FindCollective(abi::OpKind(k)); kind != nullptr && counters_.by_kind[k].ops > 0)
       s->by_kind[kind->name()] = counters_.by_kind[k];

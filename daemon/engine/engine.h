@@ -184,6 +184,8 @@ class Engine {
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   void PublishSnapshot();
+  // Attached and lost ranks, by rank, with whether each holds the others up (status, metrics).
+  std::vector<ClientSnapshot> SnapshotClients(uint64_t now_ns) const;
   // Every set's stalls (ProcessSet::Stalls), oldest first.
   std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns) const;
   // Once a second: logs stalls past --stall-warning-s (once per period, as Horovod's stall

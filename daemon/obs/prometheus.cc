@@ -186,16 +186,24 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
   e->Family("syncd_topo_plan_in_use", "gauge", "1 when the set runs a registered TOPO plan.");
   for (const ProcessSetSnapshot& p : s.process_sets)
     if (p.has_plan) e->Sample("syncd_topo_plan_in_use", {{"process_set", std::to_string(p.id)}}, uint64_t(p.plan_in_use));
-  e->Family("syncd_partial_rounds_total", "counter", "Rounds of a partial allreduce run.");
-  for (const ProcessSetSnapshot& p : s.process_sets)
-    for (const PartialOpSnapshot& o : p.partial_ops)
-      e->Sample("syncd_partial_rounds_total", {{"process_set", std::to_string(p.id)}, {"name", o.name}, {"mode", o.mode}},
-                o.rounds);
-  e->Family("syncd_partial_mean_active_ranks", "gauge", "Mean ranks with a fresh contribution per round (NAP).");
-  for (const ProcessSetSnapshot& p : s.process_sets)
-    for (const PartialOpSnapshot& o : p.partial_ops)
-      e->Sample("syncd_partial_mean_active_ranks",
-                {{"process_set", std::to_string(p.id)}, {"name", o.name}, {"mode", o.mode}}, o.mean_nap);
+  struct PerPartialOp {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const PartialOpSnapshot&);
+  };
+  static const PerPartialOp kPerPartialOp[] = {
+      {"syncd_partial_rounds_total", "counter", "Rounds of a partial allreduce run.",
+       [](const PartialOpSnapshot& o) { return double(o.rounds); }},
+      {"syncd_partial_mean_active_ranks", "gauge", "Mean ranks with a fresh contribution per round (NAP).",
+       [](const PartialOpSnapshot& o) { return o.mean_nap; }},
+  };
+  for (const PerPartialOp& m : kPerPartialOp) {
+    e->Family(m.name, m.type, m.help);
+    for (const ProcessSetSnapshot& p : s.process_sets)
+      for (const PartialOpSnapshot& o : p.partial_ops)
+        e->Sample(m.name, {{"process_set", std::to_string(p.id)}, {"name", o.name}, {"mode", o.mode}}, m.value(o));
+  }
   e->Family("syncd_peer_up", "gauge", "1 while the daemon of that node is connected, 0 once it is lost.");
   for (const auto& [node, state] : s.peers)
     e->Sample("syncd_peer_up", {{"peer_node", std::to_string(node)}}, uint64_t(state == "connected"));
