@@ -5,8 +5,11 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -101,6 +104,53 @@ void PrintGpu(const syncd::control::Gpu& g) {
          g.issue_us_mean(), g.device_us_mean());
 }
 
+// Every daemon and rank of a many-node job, as their health reports say: unresponsive ones named
+// first, then the ranks that caused most waiting on their nodes.
+void PrintJob(const syncd::control::StatusReply& s) {
+  size_t ranks = 0;
+  for (const auto& n : s.job()) ranks += n.ranks_size();
+  printf("job        %d daemons, %zu ranks (each daemon's latest report, every 0.5 s); nodes latest first: WAIT is\n"
+         "           from a node's last submission to the collective's end, LATE how much later than the first node\n",
+         s.job_size(), ranks);
+  for (const auto& n : s.job())
+    if (n.state() != "ok")
+      printf("  %s daemon of node %u (%s, pid %d): %s\n", n.state() == "waiting" ? "WAITING FOR" : "UNRESPONSIVE", n.node(),
+             n.host().c_str(), n.daemon_pid(), n.why().empty() ? n.state().c_str() : n.why().c_str());
+  for (const auto& n : s.job())
+    for (const auto& k : n.ranks())
+      if (!k.unresponsive().empty())
+        printf("  UNRESPONSIVE rank %u on node %u (pid %d): %s\n", k.rank(), n.node(), k.pid(), k.unresponsive().c_str());
+  std::vector<const syncd::control::JobNode*> nodes;
+  for (const auto& n : s.job()) nodes.push_back(&n);
+  std::stable_sort(nodes.begin(), nodes.end(), [](const auto* a, const auto* b) { return a->late_ms() > b->late_ms(); });
+  printf("  %4s %-16s %8s %-13s %9s %8s %7s %12s %12s\n", "NODE", "HOST", "DAEMON", "STATE", "REPORT", "PENDING",
+         "COLLS", "WAIT ms", "LATE ms");
+  for (const auto* n : nodes) {
+    char late[32] = "-";
+    if (n->late_ms() >= 0) snprintf(late, sizeof(late), "%.2f", n->late_ms());
+    printf("  %4u %-16.16s %8d %-13s %7.1f s %8lu %7lu %12.2f %12s\n", n->node(), n->host().c_str(), n->daemon_pid(),
+           n->state().c_str(), n->report_age_s(), (unsigned long)n->pending_tensors(), (unsigned long)n->collectives(),
+           n->wait_mean_ms(), late);
+  }
+  std::vector<std::pair<const syncd::control::JobRank*, uint32_t>> rows;
+  for (const auto& n : s.job())
+    for (const auto& k : n.ranks()) rows.emplace_back(&k, n.node());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.first->job_late_ms() > b.first->job_late_ms(); });
+  printf("  ranks latest first: JOB LATE behind the first node; LAST, NODE LATE and WAIT CAUSED within the rank's node\n");
+  printf("  %5s %4s %8s %-9s %10s %-10s %12s %6s %12s %12s\n", "RANK", "NODE", "PID", "STATE", "LAST SEEN", "PROCESS",
+         "JOB LATE ms", "LAST", "NODE LATE ms", "WAIT CAUSED");
+  for (const auto& [k, node] : rows) {
+    char seen[32] = "-", job_late[32] = "-";
+    if (k->last_seen_s() >= 0) snprintf(seen, sizeof(seen), "%.1f s", k->last_seen_s());
+    if (k->job_late_ms() >= 0) snprintf(job_late, sizeof(job_late), "%.2f", k->job_late_ms());
+    printf("  %5u %4u %8d %-9s %10s %-10s %12s %5.0f%% %12.2f %11.1f%%\n", k->rank(), node, k->pid(), k->state().c_str(),
+           seen, k->process().c_str(), job_late,
+           k->collectives() ? 100.0 * double(k->last()) / double(k->collectives()) : 0.0, k->mean_late_ms(),
+           100.0 * k->wait_share());
+  }
+}
+
 void PrintTable(const syncd::control::StatusReply& s) {
   size_t attached = 0;
   for (const auto& c : s.clients()) attached += c.state() == "attached";
@@ -148,6 +198,7 @@ void PrintTable(const syncd::control::StatusReply& s) {
     for (const auto& p : s.coordination().peers()) peers += " node " + std::to_string(p.node()) + " " + p.state() + ";";
     printf("peers     %s\n", peers.c_str());
   }
+  if (s.job_size() > 0) PrintJob(s);
   for (const auto& p : s.process_sets()) PrintProcessSet(p);
 }
 

@@ -152,6 +152,38 @@ void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, contro
   }
 }
 
+void FillJob(const StatusSnapshot& s, control::StatusReply* r) {
+  for (const NodeHealth& n : s.job_nodes) {
+    control::JobNode* o = r->add_job();
+    o->set_node(n.node);
+    o->set_host(n.host);
+    o->set_daemon_pid(n.daemon_pid);
+    o->set_state(n.state);
+    o->set_report_age_s(n.report_age_s);
+    o->set_why(n.why);
+    o->set_pending_tensors(n.pending);
+    o->set_collectives(n.collectives);
+    o->set_wait_mean_ms(n.wait_mean_ms);
+    o->set_wait_p95_ms(n.wait_p95_ms);
+    o->set_late_ms(n.late_ms);
+    for (const RankHealth& k : n.ranks) {
+      control::JobRank* x = o->add_ranks();
+      x->set_rank(k.rank);
+      x->set_pid(k.pid);
+      x->set_state(k.attached ? "attached" : "lost");
+      x->set_last_seen_s(k.last_seen_s);
+      x->set_process(k.process);
+      x->set_unresponsive(k.why);
+      x->set_collectives(k.collectives);
+      x->set_last(k.last);
+      x->set_mean_late_ms(k.mean_late_ms);
+      x->set_p95_late_ms(k.p95_late_ms);
+      x->set_wait_share(k.wait_share);
+      x->set_job_late_ms(k.job_late_ms);
+    }
+  }
+}
+
 }  // namespace
 
 grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusRequest*,
@@ -175,6 +207,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     o->set_p95_late_ms(g.p95_late_ms);
     o->set_wait_share(g.wait_share);
   }
+  FillJob(*s, r);
   for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
   for (uint32_t c : cores_.workers) r->add_worker_cores(c);
   r->set_local_size(s->local_size);

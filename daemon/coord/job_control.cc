@@ -120,6 +120,11 @@ bool Negotiator::CheckAbortMessages() {
       PostControlReceive(p);
       continue;
     }
+    if (m->kind == ControlMessage::Kind::kHealth) {
+      if (m->job == options_.job && options_.on_health) options_.on_health(p, *m);
+      PostControlReceive(p);
+      continue;
+    }
     if (m->job != options_.job || m->kind == ControlMessage::Kind::kCycle) {
       // A notice about another job (sent before this one started here) means nothing to it.
       if (m->job == options_.job) wanted_cycle_ = std::max(wanted_cycle_, m->cycle);

@@ -73,6 +73,9 @@ struct NegotiatorOptions {
   // Partial allreduce messages of this job from node `from` (kPartialReport, kPartialRun): the
   // control channel carries them for the set's PartialRunner. Unset: they break the protocol.
   std::function<void(uint32_t from, const ControlMessage&)> on_partial;
+  // Health reports of this job from node `from` (kHealth, job_health.h; the global set's channel
+  // carries them). Unset: they are ignored.
+  std::function<void(uint32_t from, const ControlMessage&)> on_health;
   // Called at every turn of a blocking cycle's spin: work that must not wait for the cycle (the
   // set's partial rounds, which run outside cycles). It must not end the job itself.
   std::function<void()> poll_while_blocked;

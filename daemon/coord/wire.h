@@ -65,6 +65,7 @@ struct ControlMessage {
     kReady = 'R',  // job start, round 2
     kPartialReport = 'P',  // partial allreduce: fresh contributions here (partial_runner.h)
     kPartialRun = 'Q',     // partial allreduce: run this round (from the set's node 0)
+    kHealth = 'N',         // a chunk of a node's health report (job_health.h)
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;

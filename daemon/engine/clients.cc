@@ -50,6 +50,7 @@ void Engine::BeginJob(uint64_t job) {
   // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.)
   stragglers_ = StragglerWindow();
   metrics_.clear();
+  StartJobHealth(abi::MonotonicNs());
   ProcessSetHooks hooks;
   hooks.complete = [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); };
   hooks.flush = [this] { FlushClients(); };
@@ -62,6 +63,7 @@ void Engine::BeginJob(uint64_t job) {
            inbox_.Empty() && blocked_ns < kStallCheckPeriodNs;
   };
   hooks.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
+  hooks.on_health = [this](uint32_t from, const ControlMessage& m) { ReceiveHealth(from, m); };
   set_hooks_ = hooks;
   ProcessSetPlace global =
       ProcessSetPlace::Global(job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get());

@@ -123,6 +123,7 @@ void Engine::Run() {
       node_page_->Heartbeat();
       last_beat = t1;
     }
+    SendHealth(t1);
     if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) {
       CheckStalls(t1);
       ExpireDepartures(t1);
@@ -289,11 +290,18 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   ++m.ops;
   if (first_ns != UINT64_MAX) m.latency.Observe(kLatencyBounds, double(abi::MonotonicNs() - first_ns) / 1e9);
   // Stragglers: a partial round completes whoever came; the others are the point of it.
-  if (f.kind == abi::OpKind::kPartialAllreduce || requests.size() < 2) return;
+  if (f.kind == abi::OpKind::kPartialAllreduce) return;
   arrivals_.clear();
+  uint64_t ready_ns = 0, first_ns_here = UINT64_MAX;
   for (const Request& r : requests)
-    if (r.client_id != kNoClient && r.received_ns != 0) arrivals_.emplace_back(r.rank, r.received_ns);
+    if (r.client_id != kNoClient && r.received_ns != 0) {
+      arrivals_.emplace_back(r.rank, r.received_ns);
+      ready_ns = std::max(ready_ns, r.received_ns);
+      first_ns_here = std::min(first_ns_here, r.received_ns);
+    }
   stragglers_.Record(arrivals_);
+  if (const ProcessSet* set = SetOf(f); ready_ns != 0 && set != nullptr && set->place().nodes() > 1)
+    stragglers_.RecordNodeWait(abi::MonotonicNs() - ready_ns, ready_ns - first_ns_here);
 }
 
 void Engine::Complete(const Request& r, const Status& status) {
@@ -327,80 +335,6 @@ std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) cons
   return Snapshot();
 }
 
-namespace {
-
-// How long the others must have waited for a rank, and it been away from syncd, before status
-// calls it unresponsive (well before the stall warning: a live view, not an alarm).
-constexpr uint64_t kUnresponsiveNs = 2'000'000'000;
-
-// The state letter of /proc/PID/stat, in words ("" when the process is gone).
-std::string ProcessState(int32_t pid) {
-  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (f == nullptr) return "";
-  char buf[512];
-  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char* paren = strrchr(buf, ')');  // the command name may hold spaces and parentheses
-  if (paren == nullptr || paren[1] != ' ') return "";
-  switch (paren[2]) {
-    case 'R': return "running";
-    case 'S': case 'I': return "sleeping";
-    case 'D': return "disk wait";
-    case 'T': case 't': return "stopped";
-    case 'Z': case 'X': return "zombie";
-    default: return std::string(1, paren[2]);
-  }
-}
-
-// Why a rank holds the others up, or "".
-std::string Unresponsive(const ClientSnapshot& c, const StallSnapshot* awaited) {
-  if (c.process == "stopped") return "stopped (SIGSTOP, Ctrl-Z or a debugger)";
-  if (c.process == "zombie") return "exited (zombie)";
-  if (awaited == nullptr || c.last_seen_s < double(kUnresponsiveNs) / 1e9) return "";
-  char what[64];
-  snprintf(what, sizeof(what), "not calling syncd for %.1f s", c.last_seen_s);
-  return std::string(what) + " while tensor '" + awaited->name + "' waits for it (process " +
-         (c.process.empty() ? "gone" : c.process) + ")";
-}
-
-}  // namespace
-
-std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
-  std::vector<ClientSnapshot> out;
-  // Ranks the others have been waiting for past kUnresponsiveNs: global rank -> the oldest such tensor.
-  std::map<uint32_t, const StallSnapshot*> awaited;
-  const std::vector<StallSnapshot> waits = Stalls(now_ns, kUnresponsiveNs);
-  for (const StallSnapshot& w : waits)
-    for (uint32_t rank : w.missing_ranks) awaited.emplace(rank, &w);
-  for (const auto& [id, c] : clients_) {
-    ClientSnapshot cs;
-    cs.rank = c.info->rank;
-    cs.local_rank = c.info->local_rank;
-    cs.pid = c.info->pid;
-    cs.state = "attached";
-    cs.ops = c.ops;
-    cs.bytes = c.bytes;
-    cs.errors = c.errors;
-    cs.submit_depth = c.info->segment.submit_depth();
-    cs.completion_depth = c.info->segment.completion_depth();
-    cs.last_seen_s = c.last_submit_ns ? double(now_ns - c.last_submit_ns) / 1e9 : -1.0;
-    cs.process = ProcessState(cs.pid);
-    cs.unresponsive = Unresponsive(cs, awaited.count(cs.rank) ? awaited.at(cs.rank) : nullptr);
-    out.push_back(cs);
-  }
-  for (const auto& [lr, lost] : lost_ranks_) {
-    ClientSnapshot cs;
-    cs.rank = config_.node_rank * local_size_ + lr;
-    cs.local_rank = lr;
-    cs.pid = lost.pid;
-    cs.state = "lost";
-    out.push_back(cs);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  return out;
-}
-
 void Engine::PublishSnapshot() {
   const uint64_t requested = snapshot_requested_.load(std::memory_order_relaxed);
   auto s = std::make_shared<StatusSnapshot>();
@@ -421,6 +355,7 @@ void Engine::PublishSnapshot() {
   s->stall_warnings = stall_warnings_;
   s->job_id = job_id_;
   s->stragglers = stragglers_.Summary();
+  s->job_nodes = JobNodes(now_ns, s->clients, s->stragglers);
   s->straggler_window = stragglers_.window();
   s->straggler_collectives = stragglers_.collectives();
   s->engine_busy_ns = busy_ns_;

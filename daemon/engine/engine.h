@@ -186,6 +186,15 @@ class Engine {
   void PublishSnapshot();
   // Attached and lost ranks, by rank, with whether each holds the others up (status, metrics).
   std::vector<ClientSnapshot> SnapshotClients(uint64_t now_ns) const;
+  // The job-wide health view (health.cc, coord/job_health.h): this node's report; the view reset
+  // for a new job; a report chunk from another node; this node's report sent when due; every
+  // node's latest, this one's included.
+  NodeHealth LocalHealth(const std::vector<ClientSnapshot>& clients, const std::vector<StragglerRank>& stragglers) const;
+  void StartJobHealth(uint64_t now_ns);
+  void ReceiveHealth(uint32_t from, const ControlMessage& m);
+  void SendHealth(uint64_t now_ns);
+  std::vector<NodeHealth> JobNodes(uint64_t now_ns, const std::vector<ClientSnapshot>& clients,
+                                   const std::vector<StragglerRank>& stragglers) const;
   // Every set's stalls (ProcessSet::Stalls), oldest first.
   std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns) const;
   // Once a second: logs stalls past --stall-warning-s (once per period, as Horovod's stall
@@ -225,6 +234,8 @@ class Engine {
   ExecutionCounters counters_;
   CollectiveMetricsByKind metrics_;
   StragglerWindow stragglers_;
+  JobHealth health_;
+  std::string host_;  // this machine's name, for the health view
   std::vector<std::pair<uint32_t, uint64_t>> arrivals_;  // Count()'s scratch
   uint64_t stall_warnings_ = 0;
   SpscQueue<EngineEvent> inbox_{256};

@@ -98,6 +98,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   opts.while_blocked = hooks_.keep_blocking;
   opts.on_partial = [this](uint32_t from, const ControlMessage& m) { partial_.Receive(from, m); };
+  if (place_.id == 0) opts.on_health = hooks_.on_health;
   opts.poll_while_blocked = [this] {
     bool did = false;
     PollPartial(&did);
@@ -108,6 +109,12 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
         return ExecuteAgreed(ready, tag, &fusion_buffer_, negotiator_->agreed_gpu_position());
       },
       [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
+}
+
+bool ProcessSet::TellNodes(ControlMessage m) {
+  if (!negotiator_ || !negotiator_->joined() || negotiator_->broken()) return false;
+  negotiator_->Tell(-1, std::move(m));
+  return true;
 }
 
 Status ProcessSet::Refusal() const {

@@ -55,6 +55,8 @@ struct ProcessSetHooks {
   // An agreed process set change (kAddProcessSet, kRemoveProcessSet, global set only): the
   // engine applies it once the sets are polled, and completes its requests.
   std::function<void(ReadyTensor)> change_sets;
+  // Health reports from other nodes (global set only; NegotiatorOptions::on_health).
+  std::function<void(uint32_t from, const ControlMessage&)> on_health;
 };
 
 // Where a set runs and with what.
@@ -115,6 +117,11 @@ class ProcessSet {
   size_t End(const Status& why, Reach reach, const Status& peers_why = Status::Ok());
   // Leave: the daemon stops, or the job ends; the other nodes learn it without a lost node.
   void Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason);
+  // Sends `m` on the control channel to every other node of the set, once every node has started
+  // the job and while it runs; returns whether it did.
+  bool TellNodes(ControlMessage m);
+  // Tensors waiting here for some of this node's ranks.
+  size_t pending_tensors() const { return table_.pending(); }
 
   // One node: completes the GPU groups the GPUs are done with; whether any is left. (A set of an
   // ended job is kept for this alone until its GPU work is done.)

@@ -67,13 +67,32 @@ void Engine::CheckStalls(uint64_t now_ns) {
 
 std::string Engine::DescribeStall(const StallSnapshot& s, uint64_t now_ns) const {
   std::string text = Describe(s);
-  for (uint32_t rank : s.missing_ranks)
+  std::vector<NodeHealth> others;  // ranks of other nodes: as their daemons' latest reports say
+  for (uint32_t rank : s.missing_ranks) {
+    bool here = false;
     for (const auto& [id, c] : clients_)
       if (c.info->rank == rank) {
+        here = true;
         text += " [rank " + std::to_string(rank) +
                 (c.last_submit_ns ? " last called syncd " + std::to_string((now_ns - c.last_submit_ns) / kNsPerS) + " s ago]"
                                   : " has not called syncd since it attached]");
       }
+    if (here || !transport_) continue;
+    if (others.empty()) others = health_.Peers(now_ns, std::vector<bool>(transport_->size(), false));
+    for (const NodeHealth& n : others)
+      for (const RankHealth& r : n.ranks)
+        if (r.rank == rank) {
+          char what[160];
+          if (n.state != "ok")
+            snprintf(what, sizeof(what), " [rank %u on node %u: its daemon has sent no report for %.0f s]", rank, n.node,
+                     n.report_age_s);
+          else if (r.last_seen_s >= 0)
+            snprintf(what, sizeof(what), " [rank %u on node %u last called syncd %.0f s ago]", rank, n.node, r.last_seen_s);
+          else
+            snprintf(what, sizeof(what), " [rank %u on node %u has not called syncd since it attached]", rank, n.node);
+          text += what;
+        }
+  }
   return text;
 }
 

@@ -207,6 +207,14 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
   e->Family("syncd_peer_up", "gauge", "1 while the daemon of that node is connected, 0 once it is lost.");
   for (const auto& [node, state] : s.peers)
     e->Sample("syncd_peer_up", {{"peer_node", std::to_string(node)}}, uint64_t(state == "connected"));
+  e->Family("syncd_peer_report_age_seconds", "gauge",
+            "Since the latest health report of that node's daemon came (reports every 0.5 s; 3 s: unresponsive).");
+  for (const NodeHealth& n : s.job_nodes)
+    if (n.node != s.node_rank) e->Sample("syncd_peer_report_age_seconds", {{"peer_node", std::to_string(n.node)}}, n.report_age_s);
+  e->Family("syncd_peer_unresponsive", "gauge", "1 while that node's daemon has sent no health report for 3 s.");
+  for (const NodeHealth& n : s.job_nodes)
+    if (n.node != s.node_rank)
+      e->Sample("syncd_peer_unresponsive", {{"peer_node", std::to_string(n.node)}}, uint64_t(n.state == "unresponsive"));
 }
 
 void EngineMetrics(const StatusSnapshot& s, Exposition* e) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/base/affinity.h"
+#include "daemon/coord/job_health.h"
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/partial_stats.h"
 #include "daemon/coord/topo_stats.h"
@@ -27,6 +28,7 @@ struct ClientSnapshot {
   double last_seen_s = -1;   // since its last submission (-1: none yet)
   std::string process;       // /proc state of its process: "running", "sleeping", "stopped", ...
   std::string unresponsive;  // why it holds others up (stopped; not calling syncd while awaited)
+  char unresponsive_code = '-';  // UnresponsiveText's code for it
 };
 
 // A tensor some ranks submitted while others have not, for longer than the stall threshold.
@@ -89,6 +91,9 @@ struct StatusSnapshot {
   bool coordinated = false;
   std::string coord_mode;
   std::vector<std::pair<uint32_t, std::string>> peers;  // node, state
+  // Every daemon of the job and its ranks, node by node (this one's as of now, the others' as
+  // their latest reports say): the job-wide health view.
+  std::vector<NodeHealth> job_nodes;
 
   bool has_gpu = false;
   GpuStats gpu;

@@ -58,4 +58,32 @@ std::vector<StragglerRank> StragglerWindow::Summary() const {
   return out;
 }
 
+void StragglerWindow::RecordNodeWait(uint64_t wait_ns, uint64_t spread_ns) {
+  if (window_ == 0) return;
+  if (node_waits_.size() < window_) {
+    node_waits_.emplace_back(wait_ns, spread_ns);
+    return;
+  }
+  node_waits_[node_next_] = {wait_ns, spread_ns};
+  node_next_ = (node_next_ + 1) % window_;
+}
+
+StragglerWindow::NodeWait StragglerWindow::node_wait() const {
+  NodeWait w;
+  if (node_waits_.empty()) return w;
+  std::vector<uint64_t> v;
+  double sum = 0, spread = 0;
+  for (const auto& [ns, spread_ns] : node_waits_) {
+    v.push_back(ns);
+    sum += double(ns);
+    spread += double(spread_ns);
+  }
+  w.collectives = v.size();
+  w.mean_ms = sum / double(v.size()) / 1e6;
+  w.spread_mean_ms = spread / double(v.size()) / 1e6;
+  std::sort(v.begin(), v.end());
+  w.p95_ms = double(v[std::min(v.size() - 1, (v.size() * 95 + 99) / 100 - 1)]) / 1e6;
+  return w;
+}
+
 }  // namespace syncd

@@ -34,6 +34,19 @@ class StragglerWindow {
 
   // Every rank seen in the window, the one that caused most waiting first.
   std::vector<StragglerRank> Summary() const;
+
+  // Between nodes, without comparing their clocks: for each collective that spans nodes, this
+  // node's wait, from its last local rank's submission to the collective's end. A collective ends
+  // at about the same time on every node, so the node that came last waited least; the job view
+  // compares the nodes' means (JobHealth). `spread_ns`: from its first local rank's submission to
+  // its last's.
+  void RecordNodeWait(uint64_t wait_ns, uint64_t spread_ns);
+  struct NodeWait {
+    uint64_t collectives = 0;
+    double mean_ms = 0, p95_ms = 0;
+    double spread_mean_ms = 0;
+  };
+  NodeWait node_wait() const;
   size_t collectives() const { return count_; }
   size_t window() const { return window_; }
 
@@ -47,6 +60,8 @@ class StragglerWindow {
   // A ring of the last window_ records, reused in place (no allocation once it has gone round).
   std::vector<Record_> records_;
   size_t next_ = 0, count_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> node_waits_;  // (wait, spread): a ring of the last window_ too
+  size_t node_next_ = 0;
 };
 
 }  // namespace syncd

@@ -1,9 +1,11 @@
 // What one daemon sends another (coord/wire.h): the coordinator's request lists, its responses,
 // and control messages. The first byte picks the decoder. A list that decodes re-encodes to the
-// same bytes, and what the coordinator then does with its metas (the agreement check) holds.
+// same bytes, and what the coordinator then does with its metas (the agreement check) holds. A
+// health report (job_health.h) is read as node 1's by node 0 of a three-node job.
 #include <string>
 
 #include "daemon/collectives/agreement.h"
+#include "daemon/coord/job_health.h"
 #include "daemon/coord/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -31,6 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         syncd::EncodeControl(*m, out);
         auto again = syncd::DecodeControl(out, sizeof(out));
         if (!again.ok() || again->kind != m->kind || again->job != m->job || again->text != m->text) __builtin_trap();
+        if (m->kind == syncd::ControlMessage::Kind::kHealth) {
+          syncd::JobHealth viewer(3, 0, 0);
+          (void)viewer.Receive(1, *m, 1);
+          std::vector<syncd::NodeHealth> nodes = viewer.Peers(2, {false, false, false});
+          syncd::CompareNodeWaits(&nodes);
+        }
       }
       break;
     }

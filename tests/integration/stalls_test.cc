@@ -58,9 +58,12 @@ TEST(Stalls, AcrossNodesEveryRankFailsAsAStallNamingTheMissingRank) {
   auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
     // Rank 1's name is 1.5 s younger: it must be named too when rank 0's passes the shutdown time.
     if (rank == 1) usleep(1'500'000);
-    return ExpectStalledOut(c, rank, rank == 0 ? "grad.a" : "grad.b",
-                            {"tensor 'grad.a' has waited ", "s for rank 1 (submitted by rank 0)",
-                             "tensor 'grad.b' has waited ", "s for rank 0 (submitted by rank 1)"});
+    std::vector<std::string> expect = {"tensor 'grad.a' has waited ", "s for rank 1 (submitted by rank 0)",
+                                       "tensor 'grad.b' has waited ", "s for rank 0 (submitted by rank 1)"};
+    // Node 0 ends the job: its message says how long rank 1, on node 1, has been away from syncd
+    // (from node 1's health reports).
+    if (rank == 0) expect.push_back("(submitted by rank 0) [rank 1 on node 1 last called syncd ");
+    return ExpectStalledOut(c, rank, rank == 0 ? "grad.a" : "grad.b", expect);
   });
   ExpectAllSucceeded(st);
   auto again = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {

@@ -5,7 +5,10 @@
 Rank R sleeps MS before each of N allreduces (a slow input pipeline). After those N collectives,
 `syncctl status --json` of R's daemon must name R first among the stragglers, last to submit in
 at least 90 % of them, with a mean lateness within 20 % of MS, and `syncctl watch --json --count 2`
-must give two refreshes. Every rank exits with the verdict of the rank that checked.
+must give two refreshes. On many nodes, rank 0's daemon (another node's when R is not on node 0)
+must show the same in its job-wide view within 5 s: R first among the job's ranks with that
+lateness behind the job's first node, the others not late, and R's node first among the nodes, later than the first node by MS within 20 %.
+Every rank exits with the verdict of the ranks that checked.
 """
 import argparse
 import json
@@ -43,6 +46,40 @@ def check(rank, sleep_ms, steps):
     assert len([json.loads(l) for l in watch.splitlines()]) == 2, watch
 
 
+def check_job_view(rank, sleep_ms, steps):
+    syncctl = os.path.join(os.environ["SYNCD_BIN_DIR"], "syncctl")
+    deadline = time.time() + 5
+    while True:
+        status = json.loads(subprocess.run([syncctl, "--run-dir", os.environ["SYNCD_RUN_DIR"], "status", "--json"],
+                                           check=True, capture_output=True, text=True).stdout)
+        nodes = status.get("job", [])
+        home = [n for n in nodes if any(r["rank"] == rank for r in n.get("ranks", []))]
+        if home and all(int(n.get("collectives", 0)) >= steps for n in nodes):
+            ranks = [r for n in nodes for r in n.get("ranks", [])]
+            mine = next(r for r in ranks if r["rank"] == rank)
+            if int(mine.get("collectives", 0)) >= steps:
+                break
+        assert time.time() < deadline, "no report with %d collectives after 5 s: %s" % (steps, nodes)
+        time.sleep(0.1)
+    print("job view:", json.dumps(nodes), flush=True)
+    worst = max(ranks, key=lambda r: r.get("job_late_ms", -1))
+    assert worst["rank"] == rank, "the job view's latest rank is %d, expected %d" % (worst["rank"], rank)
+    assert abs(worst["job_late_ms"] - sleep_ms) <= 0.2 * sleep_ms, worst
+    for r in ranks:
+        if r is not worst:
+            assert r.get("job_late_ms", 0) < 0.2 * sleep_ms, r
+    latest = max(nodes, key=lambda n: n.get("late_ms", -1))
+    assert latest is home[0], "the latest node is %d, expected %d" % (latest.get("node", 0), home[0].get("node", 0))
+    assert abs(latest["late_ms"] - sleep_ms) <= 0.2 * sleep_ms, "node lateness %.1f ms for a sleep of %.1f ms" % (
+        latest["late_ms"], sleep_ms)
+    for n in nodes:
+        if n is not latest:
+            assert n.get("late_ms", 0) < 0.2 * sleep_ms, n
+    table = subprocess.run([syncctl, "--run-dir", os.environ["SYNCD_RUN_DIR"], "status"], check=True,
+                           capture_output=True, text=True).stdout
+    print(table[table.index("job "):], flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, default=1)
@@ -62,7 +99,13 @@ def main():
         except Exception as e:
             print("straggler check failed: %s" % e, file=sys.stderr, flush=True)
             ok = 0
-    ok = int(hvd.broadcast(torch.tensor([ok]), root_rank=args.rank, name="straggler.verdict").item())
+    if hvd.rank() == 0 and hvd.size() > hvd.local_size():
+        try:
+            check_job_view(args.rank, args.sleep_ms, args.steps)
+        except Exception as e:
+            print("job view check failed: %s" % e, file=sys.stderr, flush=True)
+            ok = 0
+    ok = int(hvd.allreduce(torch.tensor([ok]), op=hvd.Min, name="straggler.verdict").item())
     hvd.shutdown()
     sys.exit(0 if ok else 1)
 

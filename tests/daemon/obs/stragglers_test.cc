@@ -56,5 +56,17 @@ TEST(StragglerWindowTest, SharesSplitTheWaitingBetweenTheRanksThatCausedIt) {
   EXPECT_NEAR(s[1].wait_share, 0.4, 1e-12);
 }
 
+TEST(StragglerWindowTest, NodeWaitsKeepTheLastWindowWithMeanP95AndSpread) {
+  StragglerWindow w(4);
+  EXPECT_EQ(w.node_wait().collectives, 0u);
+  w.RecordNodeWait(1000 * kMs, 0);  // pushed out by the four below
+  for (uint64_t ms : {10, 20, 30, 40}) w.RecordNodeWait(ms * kMs, 2 * kMs);
+  const StragglerWindow::NodeWait n = w.node_wait();
+  EXPECT_EQ(n.collectives, 4u);
+  EXPECT_NEAR(n.mean_ms, 25.0, 1e-9);
+  EXPECT_NEAR(n.p95_ms, 40.0, 1e-9);
+  EXPECT_NEAR(n.spread_mean_ms, 2.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace syncd
