@@ -24,6 +24,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   # a real Prometheus server (and promtool) that scrapes the metrics endpoint in the tests
   prometheus
+  # syncctl report's plots, and the headless browser its test opens the page in
+  python3-matplotlib chromium chromium-driver python3-selenium
 )
 
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)

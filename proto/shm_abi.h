@@ -50,8 +50,13 @@ enum class OpKind : uint32_t {
   kRemoveProcessSet = 10,
   kJoin = 11,
   kPartialAllreduce = 12,
+  kTimeline = 13,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kPartialAllreduce);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kTimeline);
+// kTimeline (syncd_start_timeline, syncd_stop_timeline): not a collective; the rank's daemon starts
+// (the arena holds the file's path) or stops (no bytes) the job's timeline and completes it at once.
+inline constexpr char kTimelineName[] = "syncd.timeline";
+inline constexpr size_t kTimelinePathBytes = 4096;
 // kPartialAllreduce (eager-SGD's partial collectives): a persistent allreduce of one name that
 // runs in rounds once enough ranks arrived (`partial_mode`: solo, majority; `root`: the quorum k,
 // 0 for the mode's own). Each rank's contributions accumulate in the daemon until a round takes

@@ -108,6 +108,11 @@ int syncd_fail_set_async(syncd_client* c, int process_set, const char* name, con
 int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_handle* out) {
   return Unwrap(c)->SubmitFailure(name, why, out);
 }
+int syncd_start_timeline(syncd_client* c, const char* path) {
+  if (path == nullptr || *path == 0) return Fail(SYNCD_ERR_INVALID, "syncd_start_timeline: no file given");
+  return Unwrap(c)->Timeline(path, 10'000);
+}
+int syncd_stop_timeline(syncd_client* c) { return Unwrap(c)->Timeline("", 10'000); }
 
 int syncd_partial_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, int mode, int quorum,
                                   syncd_handle* out) {

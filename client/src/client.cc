@@ -352,6 +352,33 @@ int Client::SubmitFailure(const char* name_c, const char* why_c, syncd_handle* o
   return Enqueue(&entry, name, nullptr, *off, true, out);
 }
 
+int Client::Timeline(const std::string& path, int64_t timeout_ms) {
+  if (path.size() >= abi::kTimelinePathBytes)
+    return Fail(SYNCD_ERR_INVALID, "timeline: the file name has over " + std::to_string(abi::kTimelinePathBytes - 1) + " bytes");
+  syncd_handle h = 0;
+  {
+    MutexLock lock(&mu_);
+    if (in_flight_names_.count(NameKey(abi::kTimelineName, 0)))
+      return Fail(SYNCD_ERR_DUPLICATE, "timeline: another start or stop is in flight on rank " + std::to_string(id_.rank));
+    if (!DaemonAlive()) return DaemonLostError();
+    if (free_slots_.empty())
+      return Fail(SYNCD_ERR_NO_MEMORY, "too many requests in flight (" + std::to_string(slots_.size()) + ")");
+    uint64_t off = 0;
+    if (!path.empty()) {
+      auto at = arena_alloc_->Allocate(path.size());
+      if (!at) return Fail(SYNCD_ERR_NO_MEMORY, "timeline: the arena has no room for the file name");
+      off = *at;
+      memcpy(arena_ + off, path.data(), path.size());
+    }
+    abi::SubmitEntry entry{};
+    entry.kind = uint32_t(abi::OpKind::kTimeline);
+    entry.arena_offset = off;
+    entry.bytes = path.size();
+    if (int rc = Enqueue(&entry, abi::kTimelineName, nullptr, off, !path.empty(), &h); rc != SYNCD_OK) return rc;
+  }
+  return Wait(h, timeout_ms);
+}
+
 Client::Slot* Client::Lookup(syncd_handle h) {
   const uint32_t idx = uint32_t(h & 0xffffffffu);
   if (idx >= slots_.size()) return nullptr;

@@ -77,6 +77,8 @@ class Client {
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
   // syncd_fail_async: a kFail entry for `name` whose arena copy of `why` is freed at completion.
   int SubmitFailure(const char* name, const char* why, syncd_handle* out, int process_set = 0);
+  // syncd_start_timeline (`path` non-empty) and syncd_stop_timeline: a kTimeline entry, waited for.
+  int Timeline(const std::string& path, int64_t timeout_ms);
 
  private:
   enum class SlotState : uint8_t { kFree, kInFlight, kDone };

@@ -207,6 +207,16 @@ std::vector<ConfigEntry> DeviceAndHealthEntries() {
        if (t.empty()) return InvalidArgument("metrics-address: must not be empty");
        return c.metrics_address = t, Status::Ok();
      }},
+    {"timeline", "SYNCD_TIMELINE", "off",
+     "Write the job's timeline (Chrome trace JSON, every node's events; node 0 writes it) to this file from each "
+     "job's start until its ranks leave; off: only when syncctl timeline start or hvd.start_timeline() asks",
+     [](Config& c, const std::string& t) -> Status {
+       if (t.empty()) return InvalidArgument("timeline: expected a file or off");
+       return c.timeline = t == "off" ? "" : t, Status::Ok();
+     }},
+    {"timeline-max-mb", "SYNCD_TIMELINE_MAX_MB", "1024",
+     "The timeline file stops growing at this size (a marker at its end says how many events were cut)",
+     Unsigned(&Config::timeline_max_mb, "timeline-max-mb", 1)},
     {"log-level", "SYNCD_LOG_LEVEL", "info", "trace, debug, info, warn, error or off",
      [](Config& c, const std::string& t) -> Status {
        static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};

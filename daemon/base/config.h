@@ -48,6 +48,8 @@ struct Config {
   uint32_t stall_shutdown_s = 0;  // then end the job after this long (0: never)
   int32_t metrics_port = -1;      // --metrics-port (-1: off, 0: any free port)
   std::string metrics_address;    // --metrics-address
+  std::string timeline;           // --timeline FILE ("": none until syncctl or a rank starts one)
+  uint32_t timeline_max_mb = 0;   // --timeline-max-mb: the file's cap
 };
 
 struct ConfigEntry {

@@ -2,18 +2,25 @@
 //   syncctl [--run-dir DIR] status [--json]
 //   syncctl [--run-dir DIR] watch [--json] [--interval S] [--count N]
 //   syncctl [--run-dir DIR] drain [--timeout S]
+//   syncctl [--run-dir DIR] timeline start FILE [--seconds S | --cycles N]
+//   syncctl [--run-dir DIR] timeline stop
+//   syncctl report TIMELINE.json -o report.html
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "daemon/base/affinity.h"
 #include "syncd.grpc.pb.h"
@@ -183,6 +190,17 @@ void PrintTable(const syncd::control::StatusReply& s) {
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
   if (!s.metrics_url().empty()) printf("metrics    %s\n", s.metrics_url().c_str());
+  if (s.timeline().on() || s.timeline().events() > 0) {
+    const auto& t = s.timeline();
+    printf("timeline   %s %s   %lu events recorded here, %lu dropped", t.on() ? "RECORDING" : "stopped",
+           t.file().c_str(), (unsigned long)t.events(), (unsigned long)t.dropped());
+    if (t.bytes() > 0)
+      printf("   file %lu events, %s%s", (unsigned long)t.written(), Bytes(t.bytes()).c_str(),
+             t.cut() ? (", " + std::to_string(t.cut()) + " cut at the size cap").c_str() : "");
+    printf("\n");
+    for (int i = 1; i < t.clock_offset_us_size(); ++i)
+      printf("  clock of node %d: %+.1f us from node 0's, within %.1f us\n", i, t.clock_offset_us(i), t.clock_error_us(i));
+  }
   if (s.stragglers_size() > 0) {
     printf("stragglers this node's ranks over the last %lu collectives (window %lu), most waiting caused first\n",
            (unsigned long)s.straggler_collectives(), (unsigned long)s.straggler_window());
@@ -200,6 +218,22 @@ void PrintTable(const syncd::control::StatusReply& s) {
   }
   if (s.job_size() > 0) PrintJob(s);
   for (const auto& p : s.process_sets()) PrintProcessSet(p);
+}
+
+// syncctl report: share/syncd/timeline_report.py (beside bin/, as installed and in the build tree)
+// under Debian's python3, which has matplotlib.
+int Report(const std::string& in, const std::string& out) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path script = exe.parent_path().parent_path() / "share" / "syncd" / "timeline_report.py";
+  if (ec || !std::filesystem::exists(script)) {
+    fprintf(stderr, "syncctl report: %s is missing (install syncd with its share/ directory)\n", script.c_str());
+    return 1;
+  }
+  const std::string s = script.string();
+  execl("/usr/bin/python3", "python3", s.c_str(), in.c_str(), "-o", out.c_str(), static_cast<char*>(nullptr));
+  fprintf(stderr, "syncctl report: cannot run /usr/bin/python3: %s\n", strerror(errno));
+  return 1;
 }
 
 }  // namespace
@@ -223,8 +257,28 @@ int main(int argc, char** argv) {
       "drain", "Graceful stop: no new clients, in-flight collectives finish (or fail at the timeout), the daemon exits 0");
   double drain_timeout = -1;
   drain->add_option("--timeout", drain_timeout, "Seconds in-flight collectives get (default: the daemon's --drain-timeout)");
+  CLI::App* timeline = app.add_subcommand("timeline", "The job's timeline (Chrome trace JSON; node 0 writes it)");
+  CLI::App* timeline_start = timeline->add_subcommand("start", "Start recording every node's events into FILE");
+  std::string timeline_file;
+  double timeline_seconds = 0;
+  uint64_t timeline_cycles = 0;
+  timeline_start->add_option("FILE", timeline_file, "The trace file (on node 0's machine; relative to this directory)")
+      ->required();
+  auto* seconds_opt = timeline_start->add_option("--seconds", timeline_seconds, "Stop after this many seconds")
+                          ->check(CLI::Range(0.001, 1e7));
+  timeline_start->add_option("--cycles", timeline_cycles, "Stop after this many coordination cycles that ran tensors")
+      ->excludes(seconds_opt);
+  CLI::App* timeline_stop = timeline->add_subcommand("stop", "Stop recording; node 0 finishes the file");
+  timeline->require_subcommand(1);
+  CLI::App* report = app.add_subcommand("report", "A self-contained HTML page of plots from a timeline file");
+  std::string report_in, report_out;
+  report->add_option("TIMELINE", report_in, "The timeline (Chrome trace JSON) a daemon wrote")
+      ->required()
+      ->check(CLI::ExistingFile);
+  report->add_option("-o,--output", report_out, "The HTML page to write")->required();
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
+  if (report->parsed()) return Report(report_in, report_out);
 
   auto channel = grpc::CreateChannel("unix:" + run_dir + "/control.sock", grpc::InsecureChannelCredentials());
   auto stub = syncd::control::Control::NewStub(channel);
@@ -242,6 +296,29 @@ int main(int argc, char** argv) {
     printf("drained syncd at %s in %.2f s: %lu requests finished, %lu failed%s\n", run_dir.c_str(), reply.seconds(),
            (unsigned long)reply.completed(), (unsigned long)reply.failed(),
            reply.deadline_passed() ? " (the timeout passed)" : "");
+    return 0;
+  }
+  if (timeline->parsed()) {
+    syncd::control::TimelineRequest req;
+    req.set_stop(timeline_stop->parsed());
+    if (timeline_start->parsed()) {
+      std::error_code ec;
+      const std::filesystem::path abs = std::filesystem::absolute(timeline_file, ec);
+      req.set_file(ec ? timeline_file : abs.string());
+      req.set_seconds(timeline_seconds);
+      req.set_cycles(timeline_cycles);
+    }
+    syncd::control::TimelineReply reply;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status st = stub->Timeline(&ctx, req, &reply);
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().find("timeline") == std::string::npos)
+      return no_daemon(st);
+    if (!st.ok()) {
+      fprintf(stderr, "syncctl: %s\n", st.error_message().c_str());
+      return 1;
+    }
+    if (timeline_start->parsed()) printf("timeline: node 0 writes %s\n", req.file().c_str());
+    else printf("timeline: stopped; node 0 finishes the file\n");
     return 0;
   }
   for (uint64_t n = 1;; ++n) {

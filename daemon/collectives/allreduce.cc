@@ -8,6 +8,7 @@
 #include "daemon/collectives/agreement.h"
 #include "daemon/collectives/collective.h"
 #include "daemon/transport/host_collectives.h"
+#include "proto/doorbell.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -70,6 +71,21 @@ class AllreduceCollective final : public Collective {
       CommTask task;
       size_t begin, end;
       char* slot;
+      uint64_t posted_ns;
+      uint32_t slot_index;
+    };
+    // The timeline: each segment's local reduction, its inter-node step and its copy back.
+    Timeline* tl = run.timeline != nullptr && run.timeline->on() ? run.timeline : nullptr;
+    auto record = [&](TraceKind what, uint64_t t0, size_t elements, uint32_t slot_index) {
+      TraceEvent e;
+      e.kind = what;
+      e.t0 = t0;
+      e.t1 = abi::MonotonicNs();
+      e.set = run.set;
+      e.bytes = elements * esize;
+      e.count = slot_index;
+      e.op_kind = uint8_t(abi::OpKind::kAllreduce);
+      tl->Record(e);
     };
     std::deque<Stage> inflight;
     AllreduceOptions opts;
@@ -80,10 +96,12 @@ class AllreduceCollective final : public Collective {
       while (next < count && inflight.size() < kPipelineDepth) {
         const size_t end = std::min(count, next + seg);
         char* slot = fusion->data() + (segment % kPipelineDepth) * slot_bytes;
+        const uint64_t reduce_ns = tl ? abi::MonotonicNs() : 0;
         run.host->ReduceRange(group, next, end, slot);
+        if (tl) record(TraceKind::kReduce, reduce_ns, end - next, 0);
         inflight.push_back(Stage{syncd::Allreduce(run.transport, run.tag | (segment % 4096), slot, fusion, end - next,
                                                   f.dtype, f.op, opts),
-                                 next, end, slot});
+                                 next, end, slot, tl ? abi::MonotonicNs() : 0, uint32_t(segment % kPipelineDepth)});
         ++segment;
         next = end;
       }
@@ -91,7 +109,11 @@ class AllreduceCollective final : public Collective {
       for (Stage& s : inflight) stages.push_back(&s.task);
       Status st = co_await AwaitFirst(std::move(stages));
       if (!st.ok()) co_return st;
-      run.host->ScatterRange(group, inflight.front().begin, inflight.front().end, inflight.front().slot);
+      const Stage& done = inflight.front();
+      if (tl) record(TraceKind::kNetwork, done.posted_ns, done.end - done.begin, done.slot_index);
+      const uint64_t scatter_ns = tl ? abi::MonotonicNs() : 0;
+      run.host->ScatterRange(group, done.begin, done.end, done.slot);
+      if (tl) record(TraceKind::kScatter, scatter_ns, done.end - done.begin, 0);
       inflight.pop_front();
     }
     co_return Status::Ok();

@@ -109,6 +109,7 @@ const char* OpKindName(abi::OpKind kind) {
   switch (kind) {
     case abi::OpKind::kRegisterGraph: return "graph registration";
     case abi::OpKind::kFail: return "failure notice";
+    case abi::OpKind::kTimeline: return "timeline";
     default: return "unknown";
   }
 }

@@ -26,6 +26,7 @@
 
 #include "daemon/base/status.h"
 #include "daemon/core/tensor_table.h"
+#include "daemon/core/timeline.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/host_executor.h"
 #include "daemon/plan/fusion.h"
@@ -49,6 +50,9 @@ struct AcrossNodes {
   const std::vector<uint32_t>* offsets = nullptr;
   const std::vector<uint32_t>* ranks = nullptr;
   uint32_t node_rank = 0;
+  // The timeline recorder (may be null) and the set, for the phases of the group's execution.
+  Timeline* timeline = nullptr;
+  int32_t set = 0;
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank

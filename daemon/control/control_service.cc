@@ -152,6 +152,21 @@ void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, contro
   }
 }
 
+void FillTimeline(const StatusSnapshot& s, control::TimelineStatus* t) {
+  const TimelineState& tl = s.timeline;
+  t->set_on(tl.on);
+  t->set_file(tl.path);
+  t->set_events(tl.events);
+  t->set_dropped(tl.dropped);
+  t->set_written(tl.written);
+  t->set_bytes(tl.bytes);
+  t->set_cut(tl.cut);
+  for (const auto& [offset, error] : tl.clocks) {
+    t->add_clock_offset_us(offset);
+    t->add_clock_error_us(error);
+  }
+}
+
 void FillJob(const StatusSnapshot& s, control::StatusReply* r) {
   for (const NodeHealth& n : s.job_nodes) {
     control::JobNode* o = r->add_job();
@@ -208,6 +223,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     o->set_wait_share(g.wait_share);
   }
   FillJob(*s, r);
+  FillTimeline(*s, r->mutable_timeline());
   for (uint32_t c : cores_.daemon) r->add_pinned_cores(c);
   for (uint32_t c : cores_.workers) r->add_worker_cores(c);
   r->set_local_size(s->local_size);
@@ -224,6 +240,19 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     FillPeers(*s, r->mutable_coordination());
   }
   return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Timeline(grpc::ServerContext*, const control::TimelineRequest* request,
+                                      control::TimelineReply*) {
+  Engine::TimelineCommand c;
+  c.start = !request->stop();
+  c.path = request->file();
+  c.seconds = request->seconds();
+  c.cycles = request->cycles();
+  const syncd::Status st = engine_->CommandTimeline(c, 5000);
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(st.code() == SYNCD_ERR_INVALID ? grpc::StatusCode::INVALID_ARGUMENT : grpc::StatusCode::UNAVAILABLE,
+                      st.message());
 }
 
 grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const control::DrainRequest* request,

@@ -1,5 +1,6 @@
 // The gRPC control service on <run-dir>/control.sock (see proto/syncd.proto). It reads only the
-// engine's published snapshot, never engine state, so a slow client cannot stall the engine.
+// engine's published snapshot, never engine state, so a slow client cannot stall the engine;
+// timeline commands go to the engine through its one-command slot (Engine::CommandTimeline).
 #ifndef SYNCD_DAEMON_CONTROL_CONTROL_SERVICE_H_
 #define SYNCD_DAEMON_CONTROL_CONTROL_SERVICE_H_
 
@@ -20,18 +21,19 @@ class ControlService final : public control::Control::Service {
  public:
   // `begin_drain(timeout_s, why)` starts the daemon's graceful drain (see main.cc).
   using BeginDrain = std::function<void(double timeout_s, const std::string& why)>;
-  ControlService(const Config& config, const CorePartition& cores, const Engine* engine, BeginDrain begin_drain)
+  ControlService(const Config& config, const CorePartition& cores, Engine* engine, BeginDrain begin_drain)
       : config_(config), cores_(cores), engine_(engine), begin_drain_(std::move(begin_drain)) {}
 
   grpc::Status Status(grpc::ServerContext*, const control::StatusRequest*, control::StatusReply* reply) override;
   grpc::Status Drain(grpc::ServerContext*, const control::DrainRequest* request, control::DrainReply* reply) override;
+  grpc::Status Timeline(grpc::ServerContext*, const control::TimelineRequest* request, control::TimelineReply*) override;
   // Where the metrics endpoint serves (shown by status); set before the service starts.
   void set_metrics_url(std::string url) { metrics_url_ = std::move(url); }
 
  private:
   const Config config_;
   const CorePartition cores_;
-  const Engine* engine_;
+  Engine* engine_;  // Snapshot, drain results, timeline commands: thread-safe calls only
   const BeginDrain begin_drain_;
   std::string metrics_url_;
 };

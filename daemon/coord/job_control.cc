@@ -20,6 +20,11 @@ syncd_status AbortCode(int32_t code) {
   return code > SYNCD_OK && code <= SYNCD_ERR_STALLED && code != SYNCD_IN_PROGRESS ? syncd_status(code) : SYNCD_ERR_RANK_LOST;
 }
 
+bool IsNotice(ControlMessage::Kind k) {
+  using K = ControlMessage::Kind;
+  return k == K::kHealth || k == K::kTimelineStart || k == K::kTimelineStop || k == K::kClockPing || k == K::kClockPong;
+}
+
 }  // namespace
 
 void Negotiator::Break(Status why) { EndJob(std::move(why), /*tell_peers=*/false); }
@@ -53,7 +58,9 @@ void Negotiator::Tell(int32_t node, ControlMessage m) {
     Outgoing& out = control_out_.emplace_back();
     out.bytes = std::make_shared<ControlBytes>();
     EncodeControl(m, out.bytes->data());
-    out.handle = t_->Send(p, kControlTag, out.bytes->data(), kControlMessageBytes, out.bytes);
+    // The engine's notices are not coordination: they do not count as its messages.
+    Transport* via = IsNotice(m.kind) ? raw_ : t_;
+    out.handle = via->Send(p, kControlTag, out.bytes->data(), kControlMessageBytes, out.bytes);
   }
 }
 
@@ -120,8 +127,8 @@ bool Negotiator::CheckAbortMessages() {
       PostControlReceive(p);
       continue;
     }
-    if (m->kind == ControlMessage::Kind::kHealth) {
-      if (m->job == options_.job && options_.on_health) options_.on_health(p, *m);
+    if (IsNotice(m->kind)) {
+      if (m->job == options_.job && options_.on_notice) options_.on_notice(p, *m);
       PostControlReceive(p);
       continue;
     }

@@ -60,7 +60,7 @@ void MinCombine(char* acc, const char* other, size_t bytes) {
 }  // namespace
 
 Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail)
-    : counting_(transport), t_(&counting_), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
+    : counting_(transport), t_(&counting_), raw_(transport), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
       cache_(options.cache_capacity) {
   const uint32_t n = t_->size();
   for (uint32_t p = 0; p < n; ++p) control_in_.push_back(std::make_shared<ControlBytes>());
@@ -124,6 +124,17 @@ bool Negotiator::Poll(uint64_t now_ns) {
     cycle_running_ = false;
     last_cycle_end_ = abi::MonotonicNs();
     ++stats_.cycles;
+    if (options_.timeline && options_.timeline->on() && cycle_agreed_ > 0) {  // idle cycles would flood it
+      TraceEvent e;
+      e.kind = TraceKind::kCycle;
+      e.t0 = last_cycle_start_;
+      e.t1 = last_cycle_end_;
+      e.set = options_.set;
+      e.group = uint32_t(cycle_seq_);
+      e.count = cycle_agreed_;
+      options_.timeline->Record(e);
+    }
+    cycle_agreed_ = 0;
     stats_.cycle_ns_total += last_cycle_end_ - last_cycle_start_;
     if (!cycle_.status().ok()) {
       // A failure every node saw in the same cycle needs no abort messages (which would race
@@ -342,6 +353,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   if (std::none_of(ready.begin(), ready.end(), [](const ReadyTensor& t) { return t.first().gpu; })) hold.Release();
   executing_ = std::move(ready);
   const uint64_t exec_start = abi::MonotonicNs();
+  cycle_agreed_ = uint32_t(executing_.size());
   CommTask exec = execute_(&executing_, base);
   st = co_await Await(&exec);
   stats_.execution_ns_total += abi::MonotonicNs() - exec_start;

@@ -30,6 +30,7 @@
 #include "daemon/coord/response_cache.h"
 #include "daemon/coord/wire.h"
 #include "daemon/core/tensor_table.h"
+#include "daemon/core/timeline.h"
 #include "daemon/transport/comm_task.h"
 #include "daemon/transport/counting_transport.h"
 #include "proto/doorbell.h"
@@ -73,9 +74,13 @@ struct NegotiatorOptions {
   // Partial allreduce messages of this job from node `from` (kPartialReport, kPartialRun): the
   // control channel carries them for the set's PartialRunner. Unset: they break the protocol.
   std::function<void(uint32_t from, const ControlMessage&)> on_partial;
-  // Health reports of this job from node `from` (kHealth, job_health.h; the global set's channel
-  // carries them). Unset: they are ignored.
-  std::function<void(uint32_t from, const ControlMessage&)> on_health;
+  // Notices of this job from node `from` that are the engine's, not coordination: health reports
+  // (kHealth, job_health.h), the timeline's (kTimeline*, kClock*; engine/job_timeline.h). The
+  // global set's channel carries them. Unset: they are ignored.
+  std::function<void(uint32_t from, const ControlMessage&)> on_notice;
+  // Cycles that agreed on tensors are recorded here as set `set`'s (nullptr: none).
+  Timeline* timeline = nullptr;
+  int32_t set = 0;
   // Called at every turn of a blocking cycle's spin: work that must not wait for the cycle (the
   // set's partial rounds, which run outside cycles). It must not end the job itself.
   std::function<void()> poll_while_blocked;
@@ -209,8 +214,9 @@ class Negotiator {
   // Stops the current cycle; fails its tensors that have not completed with `why`.
   void CancelCycle(const Status& why);
 
-  CountingTransport counting_;  // every message the negotiator sends goes through it
+  CountingTransport counting_;  // every coordination message the negotiator sends goes through it
   Transport* t_;
+  Transport* raw_;  // the same, uncounted: the engine's notices (Tell)
   const NegotiatorOptions options_;
   Execute execute_;
   Fail fail_;
@@ -242,6 +248,7 @@ class Negotiator {
   CommTask cycle_;
   std::vector<ReadyTensor> executing_;  // the current cycle's agreed tensors (see Execute)
   bool cycle_running_ = false;
+  uint32_t cycle_agreed_ = 0;  // tensors the running cycle agreed on
   uint64_t cycle_seq_ = 0;
   uint64_t last_cycle_start_ = 0;
   uint64_t last_cycle_end_ = 0;

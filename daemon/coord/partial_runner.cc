@@ -120,6 +120,7 @@ struct PartialRunner::Meta {
 struct PartialRunner::Flight {
   uint64_t round = 0, seq = 0;
   uint32_t initiator = 0;
+  uint64_t started_ns = 0;  // for the timeline
   Meta meta;             // the round's, as node 0 ran it
   bool differs = false;  // this node's ranks submitted something else
   // Header: [tensors summed][fresh flag by set rank][differs flag by node], every node's summed.
@@ -314,6 +315,7 @@ void PartialRunner::Start(const std::string& name, Op& op) {
   op.queued.pop_front();
   auto f = std::make_unique<Flight>();
   f->round = q.round;
+  f->started_ns = abi::MonotonicNs();
   f->seq = q.seq;
   f->initiator = q.initiator;
   f->meta = q.meta;
@@ -390,6 +392,19 @@ void PartialRunner::Finish(const std::string& name, Op& op) {
     if (op.meta.op == SYNCD_AVERAGE && total > 1 && !res.data.empty())
       Sum(syncd_dtype(op.meta.dtype), {res.data.data()}, res.data.data(), res.data.size(), total);
     op.nap_total += nap;
+    if (Timeline* tl = place_.timeline; tl != nullptr && tl->on()) {
+      TraceEvent e;
+      e.kind = TraceKind::kPartialRound;
+      e.t0 = f->started_ns;
+      e.t1 = abi::MonotonicNs();
+      e.name = tl->Name(name);
+      e.set = place_.set;
+      e.group = uint32_t(f->round);
+      e.count = nap;
+      e.bytes = res.data.size();
+      e.op_kind = uint8_t(abi::OpKind::kPartialAllreduce);
+      tl->Record(e);
+    }
     std::string text = "round " + std::to_string(f->round) + " " + res.text + " fresh 1";
     const std::string bits = Bitmap(h.data() + 1, n);
     if (text.size() + 7 + bits.size() < abi::kMessageBytes) text += " ranks " + bits;

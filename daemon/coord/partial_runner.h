@@ -48,6 +48,7 @@
 #include "daemon/coord/partial_stats.h"
 #include "daemon/coord/wire.h"
 #include "daemon/core/request.h"
+#include "daemon/core/timeline.h"
 #include "daemon/transport/transport.h"
 
 namespace syncd {
@@ -65,6 +66,9 @@ struct PartialPlace {
   Transport* comm = nullptr;  // one participant per node of the set; nullptr: one node
   // Sends a control message to a node of the set (-1: every other node).
   std::function<void(int32_t node, ControlMessage m)> tell;
+  // Rounds are recorded here, as set `set`'s (nullptr: nowhere).
+  Timeline* timeline = nullptr;
+  int32_t set = 0;
 
   uint32_t nodes() const { return uint32_t(offsets.size() - 1); }
   uint32_t first() const { return offsets[node]; }

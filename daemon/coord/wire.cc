@@ -128,7 +128,7 @@ StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
                          std::to_string(kControlMessageBytes));
   ControlMessage m;
   m.kind = ControlMessage::Kind(bytes[0]);
-  if (std::string_view("ALCHRPQN").find(bytes[0]) == std::string_view::npos)
+  if (std::string_view("ALCHRPQNXYTU").find(bytes[0]) == std::string_view::npos)
     return ProtocolError("control message of unknown kind " + std::to_string(int(uint8_t(bytes[0]))));
   memcpy(&m.job, bytes + 1, 8);
   memcpy(&m.cycle, bytes + 9, 8);

@@ -66,6 +66,10 @@ struct ControlMessage {
     kPartialReport = 'P',  // partial allreduce: fresh contributions here (partial_runner.h)
     kPartialRun = 'Q',     // partial allreduce: run this round (from the set's node 0)
     kHealth = 'N',         // a chunk of a node's health report (job_health.h)
+    kTimelineStart = 'X',  // the timeline (engine/job_timeline.h): start, `text` the file
+    kTimelineStop = 'Y',   // ... stop
+    kClockPing = 'T',      // node 0's clock estimate: a ping sent at `cycle` (node 0's clock)
+    kClockPong = 'U',      // ... its answer: `cycle` echoed, `text` the answering node's clock
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;

@@ -26,6 +26,10 @@ struct Request {
   uint32_t set_rank = 0;
   uint64_t handle = 0;      // the client's handle, echoed in the completion
   uint64_t received_ns = 0;  // abi::MonotonicNs() when the engine took it off the ring
+  // For the timeline: when the nodes agreed to run it (0: never negotiated) and its execution
+  // started, and its fusion group's number in the set.
+  uint64_t agreed_ns = 0, exec_ns = 0;
+  uint32_t group = 0;
   int32_t process_set = 0;  // the set it is coordinated in (0: the global set)
   abi::OpKind kind = abi::OpKind::kAllreduce;
   syncd_dtype dtype = SYNCD_FLOAT32;
@@ -56,6 +60,8 @@ struct Request {
   // kFail: why this rank cannot take part (syncd_fail_async); the name's requests all fail with it.
   // A collective: why this rank's result could not be placed (it fails, the others complete).
   std::string failure;
+  // kTimeline: the file to start writing ("": stop).
+  std::string text;
   // kRegisterGraph: the plan computed from the graph the rank sent; `shape` holds its hash.
   std::shared_ptr<const TopoPlan> plan;
 };

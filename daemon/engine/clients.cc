@@ -63,8 +63,20 @@ void Engine::BeginJob(uint64_t job) {
            inbox_.Empty() && blocked_ns < kStallCheckPeriodNs;
   };
   hooks.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
-  hooks.on_health = [this](uint32_t from, const ControlMessage& m) { ReceiveHealth(from, m); };
+  hooks.on_notice = [this](uint32_t from, const ControlMessage& m) {
+    if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(from, m);
+    else timeline_.Receive(from, m);
+  };
+  hooks.timeline = timeline_.recorder();
   set_hooks_ = hooks;
+  JobTimeline::Links links;
+  links.transport = transport_.get();
+  links.job = job;
+  links.tell = [this](int32_t node, ControlMessage m) {
+    const auto it = sets_.find(0);
+    return it != sets_.end() && it->second->TellNodes(std::move(m), node);
+  };
+  timeline_.BeginJob(std::move(links));
   ProcessSetPlace global =
       ProcessSetPlace::Global(job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get());
   set_info_[0] = SetInfo{global.ranks, 0, nullptr};
@@ -72,6 +84,10 @@ void Engine::BeginJob(uint64_t job) {
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(global), &counters_, std::move(hooks));
   job_id_ = job;
   job_started_ = true;
+  // --timeline: node 0 writes the job's file from its first collective on (the other nodes join
+  // in once they have started the job too).
+  if (!config_.timeline.empty() && config_.node_rank == 0)
+    if (Status st = timeline_.Start(config_.timeline, 0, 0); !st.ok()) spdlog::error("--timeline: {}", st.message());
 }
 
 Engine::~Engine() {
@@ -130,6 +146,9 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   const bool job_over = clients_.empty() && lost_ranks_.size() == local_size_;
   if (job_over)
     for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
+  // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
+  // events), so it is complete once the job is.
+  if (job_over && config_.node_rank == 0) (void)timeline_.Stop();
   // A clean detach between collectives (Horovod's shutdown() then init() again, on every rank):
   // requests that need this rank wait for it to attach again, for a grace period.
   if (clean && !abandoned && !job_over) {

@@ -33,7 +33,8 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       local_size_(local_size),
       world_size_(local_size * config.nodes),
       kick_client_(std::move(kick_client)),
-      transport_(std::move(transport)) {
+      transport_(std::move(transport)),
+      timeline_(uint64_t(config.timeline_max_mb) << 20) {
   start_ns_ = abi::MonotonicNs();
   PublishSnapshot();
 }
@@ -124,6 +125,8 @@ void Engine::Run() {
       last_beat = t1;
     }
     SendHealth(t1);
+    if (timeline_posted_.load(std::memory_order_acquire)) RunTimelineCommand();
+    timeline_.Poll(t1);
     if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) {
       CheckStalls(t1);
       ExpireDepartures(t1);
@@ -141,7 +144,7 @@ void Engine::Run() {
     if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
     if (!did && t1 - last_work > spin_ns && sleep_ns > 0) {
       if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
-            return HasWork() || stop_.load(std::memory_order_relaxed) ||
+            return HasWork() || stop_.load(std::memory_order_relaxed) || timeline_posted_.load(std::memory_order_relaxed) ||
                    snapshot_requested_.load(std::memory_order_relaxed) !=
                        snapshot_published_.load(std::memory_order_relaxed);
           }))
@@ -213,6 +216,10 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     c.last_submit_ns = abi::MonotonicNs();
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
+    if (r->kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
+      Complete(*r, r->text.empty() ? timeline_.Stop() : timeline_.Start(r->text, 0, 0));
+      continue;
+    }
     ProcessSet* set = SetOf(*r);
     if (set == nullptr) {
       End(EndScope::OneRequest(*r), InvalidArgument("tensor '" + r->name + "': process set " +
@@ -275,8 +282,44 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
   for (const Request& r : requests) Complete(r, status);
 }
 
+void Engine::Trace(const std::vector<Request>& requests, const Status& status) {
+  Timeline* tl = timeline_.recorder();
+  const Request& f = requests.front();
+  TraceEvent tensor;
+  tensor.kind = TraceKind::kTensor;
+  tensor.name = tl->Name(f.name);
+  tensor.t0 = UINT64_MAX;
+  tensor.t1 = abi::MonotonicNs();
+  tensor.set = f.process_set;
+  tensor.op_kind = uint8_t(f.kind);
+  tensor.dtype = uint8_t(f.dtype);
+  tensor.failed = !status.ok();
+  tensor.bytes = f.bytes;
+  for (const Request& r : requests) {
+    if (r.client_id == kNoClient || r.received_ns == 0) continue;
+    TraceEvent submit;
+    submit.kind = TraceKind::kSubmit;
+    submit.t0 = submit.t1 = r.received_ns;
+    submit.name = tensor.name;
+    submit.rank = int32_t(r.rank);
+    submit.set = r.process_set;
+    submit.bytes = r.bytes;
+    submit.op_kind = tensor.op_kind;
+    tl->Record(submit);
+    tensor.t0 = std::min(tensor.t0, r.received_ns);
+    tensor.t2 = std::max(tensor.t2, r.received_ns);
+    tensor.t3 = std::max(tensor.t3, r.agreed_ns);
+    tensor.t4 = std::max(tensor.t4, r.exec_ns);
+    tensor.group = r.group;
+    ++tensor.count;
+  }
+  if (tensor.count == 0) return;
+  tl->Record(tensor);
+}
+
 void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   const Request& f = requests.front();
+  if (timeline_.recorder()->on()) Trace(requests, status);
   CollectiveMetrics& m = metrics_[{f.process_set, uint32_t(f.kind)}];
   if (!status.ok()) {
     ++m.errors[abi::StatusName(status.code())];
@@ -326,6 +369,49 @@ void Engine::FlushClients() {
   for (auto& [id, c] : clients_) c.info->segment.Flush();
 }
 
+Status Engine::CommandTimeline(const TimelineCommand& command, int timeout_ms) {
+  {
+    MutexLock lock(&timeline_mu_);
+    if (timeline_command_) return Status(SYNCD_ERR_DUPLICATE, "timeline: another command is being carried out");
+    timeline_command_ = command;
+    timeline_answer_.reset();
+  }
+  timeline_posted_.store(true, std::memory_order_release);
+  node_page_->Wake();
+  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
+  for (;;) {
+    {
+      MutexLock lock(&timeline_mu_);
+      if (timeline_answer_) {
+        Status answer = std::move(*timeline_answer_);
+        timeline_answer_.reset();
+        return answer;
+      }
+      if (abi::MonotonicNs() >= deadline) {
+        // The engine may still carry it out; its answer is dropped then.
+        return Status(SYNCD_ERR_TIMEOUT, "timeline: the engine did not answer in time");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void Engine::RunTimelineCommand() {
+  std::optional<TimelineCommand> c;
+  {
+    MutexLock lock(&timeline_mu_);
+    c = std::move(timeline_command_);
+    timeline_command_.reset();
+    timeline_posted_.store(false, std::memory_order_release);
+  }
+  if (!c) return;
+  Status st;
+  if (!job_started_) st = Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet");
+  else st = c->start ? timeline_.Start(c->path, c->seconds, c->cycles) : timeline_.Stop();
+  MutexLock lock(&timeline_mu_);
+  timeline_answer_ = std::move(st);
+}
+
 std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) const {
   const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_relaxed) + 1;
   node_page_->Wake();
@@ -356,6 +442,7 @@ void Engine::PublishSnapshot() {
   s->job_id = job_id_;
   s->stragglers = stragglers_.Summary();
   s->job_nodes = JobNodes(now_ns, s->clients, s->stragglers);
+  s->timeline = timeline_.State();
   s->straggler_window = stragglers_.window();
   s->straggler_collectives = stragglers_.collectives();
   s->engine_busy_ns = busy_ns_;

@@ -19,6 +19,7 @@
 #include "daemon/base/config.h"
 #include "proto/mutex.h"
 #include "daemon/base/spsc_queue.h"
+#include "daemon/engine/job_timeline.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/status_snapshot.h"
@@ -132,6 +133,17 @@ class Engine {
   // engine); falls back to the latest one. Any thread but the engine's.
   std::shared_ptr<const StatusSnapshot> FreshSnapshot(int timeout_ms) const;
 
+  // The job's timeline (engine/job_timeline.h), from any thread but the engine's: start (`path`
+  // non-empty: node 0 writes it; `seconds`, `cycles`: limits, 0 none) or stop. Waits up to
+  // `timeout_ms` for the engine's answer. One command at a time.
+  struct TimelineCommand {
+    bool start = true;
+    std::string path;
+    double seconds = 0;
+    uint64_t cycles = 0;
+  };
+  Status CommandTimeline(const TimelineCommand& command, int timeout_ms);
+
  private:
   struct ClientState {
     std::unique_ptr<AttachedClient> info;
@@ -180,6 +192,8 @@ class Engine {
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
+  // A completed tensor into the timeline: each rank's submission and its life on this node.
+  void Trace(const std::vector<Request>& requests, const Status& status);
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
@@ -235,6 +249,7 @@ class Engine {
   CollectiveMetricsByKind metrics_;
   StragglerWindow stragglers_;
   JobHealth health_;
+  JobTimeline timeline_;
   std::string host_;  // this machine's name, for the health view
   std::vector<std::pair<uint32_t, uint64_t>> arrivals_;  // Count()'s scratch
   uint64_t stall_warnings_ = 0;
@@ -252,6 +267,12 @@ class Engine {
   mutable Mutex snapshot_mu_;
   std::shared_ptr<const StatusSnapshot> snapshot_ SYNCD_GUARDED_BY(snapshot_mu_);
   mutable std::atomic<uint64_t> snapshot_requested_{0};
+  // A timeline command from another thread, and the engine's answer.
+  Mutex timeline_mu_;
+  std::optional<TimelineCommand> timeline_command_ SYNCD_GUARDED_BY(timeline_mu_);
+  std::optional<Status> timeline_answer_ SYNCD_GUARDED_BY(timeline_mu_);
+  std::atomic<bool> timeline_posted_{false};
+  void RunTimelineCommand();
   std::atomic<uint64_t> snapshot_published_{0};
 
   std::map<uint32_t, ClientState> clients_;          // by client id

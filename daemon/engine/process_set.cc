@@ -28,7 +28,8 @@ namespace {
 
 constexpr uint64_t kPartialPollNs = 50'000;
 
-PartialPlace PartialPlaceOf(const ProcessSetPlace& place, std::function<void(int32_t, ControlMessage)> tell) {
+PartialPlace PartialPlaceOf(const ProcessSetPlace& place, std::function<void(int32_t, ControlMessage)> tell,
+                            Timeline* timeline) {
   PartialPlace p;
   p.set_size = uint32_t(place.ranks.size());
   p.offsets = place.offsets;
@@ -36,6 +37,8 @@ PartialPlace PartialPlaceOf(const ProcessSetPlace& place, std::function<void(int
   p.job = place.job;
   p.comm = place.comm;
   p.tell = std::move(tell);
+  p.timeline = timeline;
+  p.set = place.id;
   return p;
 }
 
@@ -50,7 +53,8 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_),
-      partial_(PartialPlaceOf(place_, [this](int32_t node, ControlMessage m) { negotiator_->Tell(node, std::move(m)); }),
+      partial_(PartialPlaceOf(place_, [this](int32_t node, ControlMessage m) { negotiator_->Tell(node, std::move(m)); },
+                              hooks_.timeline),
                [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); }) {
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
 }
@@ -98,7 +102,9 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   opts.while_blocked = hooks_.keep_blocking;
   opts.on_partial = [this](uint32_t from, const ControlMessage& m) { partial_.Receive(from, m); };
-  if (place_.id == 0) opts.on_health = hooks_.on_health;
+  if (place_.id == 0) opts.on_notice = hooks_.on_notice;
+  opts.timeline = hooks_.timeline;
+  opts.set = place_.id;
   opts.poll_while_blocked = [this] {
     bool did = false;
     PollPartial(&did);
@@ -111,9 +117,9 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
       [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
 }
 
-bool ProcessSet::TellNodes(ControlMessage m) {
+bool ProcessSet::TellNodes(ControlMessage m, int32_t node) {
   if (!negotiator_ || !negotiator_->joined() || negotiator_->broken()) return false;
-  negotiator_->Tell(-1, std::move(m));
+  negotiator_->Tell(node, std::move(m));
   return true;
 }
 
@@ -221,6 +227,14 @@ void ProcessSet::RegisterPlan(ReadyTensor& registration) {
 
 void ProcessSet::InstallPlan() {
   auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
+    if (hooks_.timeline->on()) {  // a marker: the plan's group issued (its execution follows as a group)
+      TraceEvent e;
+      e.kind = TraceKind::kPlanGroup;
+      e.t0 = e.t1 = abi::MonotonicNs();
+      e.set = place_.id;
+      e.group = topo_->next_group();
+      hooks_.timeline->Record(e);
+    }
     return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_, std::nullopt) : ExecuteLocal(group, tag);
   };
   topo_ = std::make_unique<TopoRunner>(plan_, execute, [this](const std::vector<Request>& rs, const Status& st) {

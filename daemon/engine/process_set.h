@@ -55,8 +55,10 @@ struct ProcessSetHooks {
   // An agreed process set change (kAddProcessSet, kRemoveProcessSet, global set only): the
   // engine applies it once the sets are polled, and completes its requests.
   std::function<void(ReadyTensor)> change_sets;
-  // Health reports from other nodes (global set only; NegotiatorOptions::on_health).
-  std::function<void(uint32_t from, const ControlMessage&)> on_health;
+  // The engine's notices from other nodes (global set only; NegotiatorOptions::on_notice).
+  std::function<void(uint32_t from, const ControlMessage&)> on_notice;
+  // The timeline recorder (never null; off unless a timeline runs).
+  Timeline* timeline = nullptr;
 };
 
 // Where a set runs and with what.
@@ -117,9 +119,9 @@ class ProcessSet {
   size_t End(const Status& why, Reach reach, const Status& peers_why = Status::Ok());
   // Leave: the daemon stops, or the job ends; the other nodes learn it without a lost node.
   void Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason);
-  // Sends `m` on the control channel to every other node of the set, once every node has started
-  // the job and while it runs; returns whether it did.
-  bool TellNodes(ControlMessage m);
+  // Sends `m` on the control channel to node `node` of the set, or to every other node with -1,
+  // once every node has started the job and while it runs; returns whether it did.
+  bool TellNodes(ControlMessage m, int32_t node = -1);
   // Tensors waiting here for some of this node's ranks.
   size_t pending_tensors() const { return table_.pending(); }
 
@@ -179,6 +181,11 @@ class ProcessSet {
   void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // The timeline: a group starts (its requests learn when and their group's number, returned);
+  // a group ran from `t0` to now (`what`: kGroup, or kGpu from enqueue to done).
+  uint32_t StartGroup(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  void RecordGroup(const std::vector<ReadyTensor>& ready, const FusionGroup& g, uint64_t t0, uint32_t id,
+                   TraceKind what = TraceKind::kGroup);
   // Before a group runs: a result block for each request whose kind places its result
   // (Collective::ResultPlace). A rank whose area is full gets none and fails in CompleteRan.
   void PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup& g);
@@ -198,7 +205,9 @@ class ProcessSet {
   struct GpuOp {
     uint64_t ticket;
     std::vector<std::vector<Request>> requests;  // by member tensor
+    TraceEvent trace;  // what the timeline records once it is done (kGpu)
   };
+  uint32_t group_seq_ = 0;  // the set's fusion groups, numbered for the timeline
   std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
   // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
   GpuOrder gpu_order_;

@@ -45,9 +45,12 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
       continue;
     }
     // A failure notice is never agreed (CheckAgreement) and never gets here.
+    const uint64_t t0 = abi::MonotonicNs();
+    const uint32_t id = StartGroup(ready, g);
     PlaceResults(ready, g);
     if (const Collective* kind = FindCollective(head.first().kind)) kind->RunLocal(Members(ready, g), host_);
     CountExecuted(ready, g);
+    RecordGroup(ready, g, t0, id);
     CompleteRan(ready, g);
   }
 }
@@ -61,11 +64,16 @@ CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
 CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, HostBuffer* buffer,
                                    std::optional<uint64_t> gpu_position) {
   std::vector<ReadyTensor>& ready = *agreed;
+  const uint64_t agreed_ns = abi::MonotonicNs();
+  for (ReadyTensor& t : ready)
+    for (Request& r : t.requests) r.agreed_ns = agreed_ns;
   const std::vector<FusionGroup> groups = Fuse(ready);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
     const Request& f = ready[g.front()].first();
     const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
+    const uint64_t t0 = abi::MonotonicNs();
+    const uint32_t id = StartGroup(ready, g);
     if (f.kind == abi::OpKind::kRegisterGraph) {
       RegisterPlan(ready[g.front()]);  // completes the registrations itself
     } else if (abi::IsSetChange(f.kind)) {
@@ -75,12 +83,15 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       CommTask run = RunAgreedOnGpu(&ready, g, gpu_position);
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
+      RecordGroup(ready, g, t0, id, TraceKind::kGpu);
     } else if (const Collective* kind = FindCollective(f.kind)) {
       PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), AcrossNodes{place_.comm, &host_, buffer, group_tag,
-                                                                    &place_.offsets, &place_.ranks, place_.node_rank});
+                                                                    &place_.offsets, &place_.ranks, place_.node_rank,
+                                                                    hooks_.timeline, place_.id});
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
+      RecordGroup(ready, g, t0, id);
     }
     CountExecuted(ready, g);
     CompleteRan(ready, g);
@@ -138,7 +149,16 @@ void ProcessSet::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& 
     return;
   }
   CountExecuted(ready, g);
-  GpuOp op{*ticket, {}};
+  GpuOp op{*ticket, {}, {}};
+  if (hooks_.timeline->on()) {
+    op.trace.kind = TraceKind::kGpu;
+    op.trace.t0 = abi::MonotonicNs();
+    op.trace.set = place_.id;
+    op.trace.count = uint32_t(g.size());
+    op.trace.op_kind = uint8_t(ready[g.front()].first().kind);
+    op.trace.group = StartGroup(ready, g);
+    for (size_t i : g) op.trace.bytes += ready[i].first().bytes;
+  }
   for (size_t i : g) op.requests.push_back(std::move(ready[i].requests));
   gpu_ops_.push_back(std::move(op));
 }
@@ -156,6 +176,10 @@ bool ProcessSet::PollGpu() {
       if (!rs.empty())
         CompleteAll(rs, state == CommState::kDone ? Status::Ok()
                                                 : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message()));
+    if (gpu_ops_[i].trace.t0 != 0) {
+      gpu_ops_[i].trace.t1 = abi::MonotonicNs();
+      hooks_.timeline->Record(gpu_ops_[i].trace);
+    }
     gpu_ops_.erase(gpu_ops_.begin() + i);
     did = true;
   }
@@ -175,6 +199,35 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
     counters_->fused_tensors += g.size();
     counters_->fusion_sizes.Observe(kFusionBounds, double(g.size()));
   }
+}
+
+uint32_t ProcessSet::StartGroup(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+  const uint32_t id = ++group_seq_;
+  if (!hooks_.timeline->on()) return id;
+  const uint64_t now = abi::MonotonicNs();
+  for (size_t i : g)
+    for (Request& r : ready[i].requests) {
+      r.exec_ns = now;
+      r.group = id;
+    }
+  return id;
+}
+
+void ProcessSet::RecordGroup(const std::vector<ReadyTensor>& ready, const FusionGroup& g, uint64_t t0, uint32_t id,
+                             TraceKind what) {
+  Timeline* tl = hooks_.timeline;
+  if (!tl->on() || ready[g.front()].requests.empty()) return;
+  TraceEvent e;
+  e.kind = what;
+  e.t0 = t0;
+  e.t1 = abi::MonotonicNs();
+  e.set = place_.id;
+  e.group = id;
+  e.count = uint32_t(g.size());
+  e.op_kind = uint8_t(ready[g.front()].first().kind);
+  e.name = tl->Name(ready[g.front()].first().name);
+  for (size_t i : g) e.bytes += ready[i].first().bytes;
+  tl->Record(e);
 }
 
 void ProcessSet::PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup& g) {

@@ -104,6 +104,14 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
   if (r.kind == abi::OpKind::kRegisterGraph) return ParseGraph(e, who, std::move(r), rank);
   if (abi::IsSetChange(r.kind)) return ParseSetChange(e, who, std::move(r), what);
   r.process_set = e.process_set;
+  if (r.kind == abi::OpKind::kTimeline) {
+    const char* text = e.bytes ? who.segment->ArenaRange(e.arena_offset, e.bytes) : "";
+    if (text == nullptr || e.bytes >= abi::kTimelinePathBytes)
+      return Malformed("timeline request from " + rank + ": its file name is outside the arena or over " +
+                       std::to_string(abi::kTimelinePathBytes - 1) + " bytes");
+    r.text.assign(text, strnlen(text, e.bytes));
+    return r;
+  }
   if (r.kind == abi::OpKind::kFail) {
     const char* text = who.segment->ArenaRange(e.arena_offset, e.bytes);
     if (text == nullptr || e.bytes == 0 || e.bytes >= abi::kFailMessageBytes)

@@ -16,6 +16,7 @@
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/metrics.h"
 #include "daemon/obs/stragglers.h"
+#include "daemon/obs/timeline_writer.h"
 
 namespace syncd {
 
@@ -94,6 +95,7 @@ struct StatusSnapshot {
   // Every daemon of the job and its ranks, node by node (this one's as of now, the others' as
   // their latest reports say): the job-wide health view.
   std::vector<NodeHealth> job_nodes;
+  TimelineState timeline;
 
   bool has_gpu = false;
   GpuStats gpu;

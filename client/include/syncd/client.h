@@ -230,6 +230,15 @@ SYNCD_API int syncd_barrier_async(syncd_client* c, syncd_handle* out);
  * has submitted the name; wait for it or poll it like any other. */
 SYNCD_API int syncd_fail_async(syncd_client* c, const char* name, const char* why, syncd_handle* out);
 
+/* The job's timeline (Horovod's hvd.start_timeline): node 0's daemon writes every node's events to
+ * `path` (a path on node 0's machine; make it absolute) in the Chrome trace event format (Perfetto,
+ * chrome://tracing), until syncd_stop_timeline or the job's end. Any rank may start or stop it;
+ * starting it again with the same path does nothing. Both block until this rank's daemon has
+ * carried the request out (at most 10 s). SYNCD_ERR_INVALID: no path, or another file is being
+ * written (stop it first). */
+SYNCD_API int syncd_start_timeline(syncd_client* c, const char* path);
+SYNCD_API int syncd_stop_timeline(syncd_client* c);
+
 /* ---- TOPO: register the training graph once; the daemons then run a precomputed order and
  * fusion plan with no per-step negotiation (when started with --coord topo).
  *

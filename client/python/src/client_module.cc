@@ -195,6 +195,24 @@ class PyClient {
     return h;
   }
 
+  // The job's timeline: blocks (GIL released) until this rank's daemon carried it out.
+  void StartTimeline(const std::string& path) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = syncd_start_timeline(get(), path.c_str());
+    }
+    Check(rc);
+  }
+  void StopTimeline() {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = syncd_stop_timeline(get());
+    }
+    Check(rc);
+  }
+
   uint64_t Fail(const std::string& name, const std::string& why, int process_set) {
     syncd_handle h = 0;
     Check(syncd_fail_set_async(get(), process_set, name.c_str(), why.c_str(), &h));
@@ -350,6 +368,8 @@ PYBIND11_MODULE(_client, m) {
       })
       .def("barrier_async", &PyClient::Barrier, py::arg("process_set") = 0)
       .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"), py::arg("process_set") = 0)
+      .def("start_timeline", &PyClient::StartTimeline, py::arg("path"))
+      .def("stop_timeline", &PyClient::StopTimeline)
       .def("poll", &PyClient::Poll, py::arg("handle"))
       .def("wait", &PyClient::Wait, py::arg("handle"), py::arg("timeout_ms") = -1)
       .def("register_graph", &PyClient::RegisterGraph, py::arg("ops"), py::arg("edges"), py::arg("fetches"),

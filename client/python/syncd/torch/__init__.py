@@ -12,7 +12,8 @@ from syncd.errors import SyncdError
 from syncd.torch.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built, coord_mode, cross_rank,
                                 cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
                                 is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                                mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+                                mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
+                                stop_timeline)
 from syncd.torch.compression import Compression
 from syncd.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                    broadcast_parameters)

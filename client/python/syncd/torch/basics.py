@@ -3,6 +3,7 @@
 One client per process, as in Horovod: init() attaches to the node's syncd (the environment set
 by syncrun, the Slurm prolog or srun says where), shutdown() detaches, and init() may follow again.
 """
+import os
 import weakref
 
 import torch
@@ -76,6 +77,20 @@ def shutdown():
         owner.release()
     c, _client_obj = _client_obj, None
     c.close()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's timeline: node 0's daemon writes every rank's and every daemon's events to
+    `file_path` (Chrome trace JSON; open it in Perfetto or chrome://tracing) until stop_timeline()
+    or the job's end. Any rank may call it; calling it again with the same file does nothing.
+    Coordination cycles that run tensors are always marked (`mark_cycles` is accepted for Horovod's
+    signature)."""
+    client().start_timeline(os.path.abspath(file_path))
+
+
+def stop_timeline():
+    """Stops the timeline; node 0's daemon finishes the file (every node's last events) within 2 s."""
+    client().stop_timeline()
 
 
 def is_initialized():
