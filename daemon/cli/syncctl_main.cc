@@ -117,7 +117,7 @@ void PrintJob(const syncd::control::StatusReply& s) {
   size_t ranks = 0;
   for (const auto& n : s.job()) ranks += n.ranks_size();
   printf("job        %d daemons, %zu ranks (each daemon's latest report, every 0.5 s); nodes latest first: WAIT is\n"
-         "           from a node's last submission to the collective's end, LATE how much later than the first node\n",
+         "           from a node's last submission to the collective's end (median), LATE how much later than the first node\n",
          s.job_size(), ranks);
   for (const auto& n : s.job())
     if (n.state() != "ok")
@@ -137,7 +137,7 @@ void PrintJob(const syncd::control::StatusReply& s) {
     if (n->late_ms() >= 0) snprintf(late, sizeof(late), "%.2f", n->late_ms());
     printf("  %4u %-16.16s %8d %-13s %7.1f s %8lu %7lu %12.2f %12s\n", n->node(), n->host().c_str(), n->daemon_pid(),
            n->state().c_str(), n->report_age_s(), (unsigned long)n->pending_tensors(), (unsigned long)n->collectives(),
-           n->wait_mean_ms(), late);
+           n->wait_p50_ms(), late);
   }
   std::vector<std::pair<const syncd::control::JobRank*, uint32_t>> rows;
   for (const auto& n : s.job())

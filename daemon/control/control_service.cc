@@ -178,7 +178,7 @@ void FillJob(const StatusSnapshot& s, control::StatusReply* r) {
     o->set_why(n.why);
     o->set_pending_tensors(n.pending);
     o->set_collectives(n.collectives);
-    o->set_wait_mean_ms(n.wait_mean_ms);
+    o->set_wait_p50_ms(n.wait_p50_ms);
     o->set_wait_p95_ms(n.wait_p95_ms);
     o->set_late_ms(n.late_ms);
     for (const RankHealth& k : n.ranks) {

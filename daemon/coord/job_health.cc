@@ -71,8 +71,8 @@ bool JobHealth::Due(uint64_t now_ns) {
 std::vector<ControlMessage> JobHealth::Encode(const NodeHealth& mine, uint64_t job) {
   char head[128];
   snprintf(head, sizeof(head), " %d %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", mine.daemon_pid,
-           mine.pending, mine.collectives, uint64_t(mine.wait_mean_ms * 1e3), uint64_t(mine.wait_p95_ms * 1e3),
-           uint64_t(mine.spread_mean_ms * 1e3));
+           mine.pending, mine.collectives, uint64_t(mine.wait_p50_ms * 1e3), uint64_t(mine.wait_p95_ms * 1e3),
+           uint64_t(mine.spread_p50_ms * 1e3));
   std::vector<std::string> chunks(1, Word(mine.host) + head);
   for (const RankHealth& r : mine.ranks) {
     char row[160];
@@ -106,11 +106,11 @@ Status JobHealth::Receive(uint32_t from, const ControlMessage& m, uint64_t now_n
   NodeHealth h;
   h.node = from;
   std::istringstream in(p.chunks[0]);
-  uint64_t wait_mean_us = 0, wait_p95_us = 0, spread_us = 0;
-  if (!(in >> h.host >> h.daemon_pid >> h.pending >> h.collectives >> wait_mean_us >> wait_p95_us >> spread_us)) return Malformed(from, "header '" + p.chunks[0].substr(0, 80) + "'");
-  h.wait_mean_ms = double(wait_mean_us) / 1e3;
+  uint64_t wait_p50_us = 0, wait_p95_us = 0, spread_us = 0;
+  if (!(in >> h.host >> h.daemon_pid >> h.pending >> h.collectives >> wait_p50_us >> wait_p95_us >> spread_us)) return Malformed(from, "header '" + p.chunks[0].substr(0, 80) + "'");
+  h.wait_p50_ms = double(wait_p50_us) / 1e3;
   h.wait_p95_ms = double(wait_p95_us) / 1e3;
-  h.spread_mean_ms = double(spread_us) / 1e3;
+  h.spread_p50_ms = double(spread_us) / 1e3;
   for (size_t c = 0; c < p.chunks.size(); ++c) {
     if (c > 0) in = std::istringstream(p.chunks[c]);
     RankHealth r;
@@ -173,11 +173,11 @@ std::vector<NodeHealth> JobHealth::Peers(uint64_t now_ns, const std::vector<bool
 void CompareNodeWaits(std::vector<NodeHealth>* nodes) {
   double longest = -1;
   for (const NodeHealth& n : *nodes)
-    if (n.collectives > 0) longest = std::max(longest, n.wait_mean_ms);
+    if (n.collectives > 0) longest = std::max(longest, n.wait_p50_ms);
   for (NodeHealth& n : *nodes) {
-    n.late_ms = n.collectives > 0 ? longest - n.wait_mean_ms : -1.0;
+    n.late_ms = n.collectives > 0 ? longest - n.wait_p50_ms : -1.0;
     for (RankHealth& r : n.ranks)
-      r.job_late_ms = n.late_ms >= 0 && r.collectives > 0 ? std::max(0.0, n.late_ms - n.spread_mean_ms + r.mean_late_ms) : -1.0;
+      r.job_late_ms = n.late_ms >= 0 && r.collectives > 0 ? std::max(0.0, n.late_ms - n.spread_p50_ms + r.mean_late_ms) : -1.0;
   }
 }
 

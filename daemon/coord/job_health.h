@@ -50,10 +50,10 @@ struct NodeHealth {
   int32_t daemon_pid = 0;
   uint64_t pending = 0;  // tensors waiting on this node for some of its ranks
   // Over its last collectives that span nodes (StragglerWindow::RecordNodeWait): how many, and its
-  // wait from its last rank's submission to their end, mean and 95th percentile.
+  // wait from its last rank's submission to their end, median and 95th percentile.
   uint64_t collectives = 0;
-  double wait_mean_ms = 0, wait_p95_ms = 0;
-  double spread_mean_ms = 0;  // from its first local rank's submission to its last's
+  double wait_p50_ms = 0, wait_p95_ms = 0;
+  double spread_p50_ms = 0;  // from its first local rank's submission to its last's
   std::vector<RankHealth> ranks;
   // As the viewer sees it (not sent): "ok", "unresponsive" (no report for kSilentNs), "lost" (the
   // transport lost it), "waiting" (no report yet); how old its latest report is; why, in words.
@@ -64,12 +64,13 @@ struct NodeHealth {
   double late_ms = -1;
 };
 
-// Sets each node's late_ms: the longest mean wait among the nodes minus its own. Every node ends a
-// collective at about the same time, so a node that comes `d` later than another waits `d` less:
-// no clocks are compared. (Means over each node's own window: exact when the same nodes are late
-// throughout the window, an estimate when the order changes.) And each rank's job_late_ms: its
-// node's lateness less the node's mean spread (the node was ready when its last rank came) plus
-// the rank's own lateness behind its node's first rank; all are means, so this is their mean too.
+// Sets each node's late_ms: the longest median wait among the nodes minus its own. Every node ends
+// a collective at about the same time, so a node that comes `d` later than another waits `d` less:
+// no clocks are compared. (Medians over each node's own window: a daemon that sees an end late,
+// descheduled on a loaded machine, moves its mean but not its median; exact when the same nodes
+// are late throughout the window, an estimate when the order changes.) And each rank's
+// job_late_ms: its node's lateness less the node's median spread (the node was ready when its last
+// rank came) plus the rank's own mean lateness behind its node's first rank.
 void CompareNodeWaits(std::vector<NodeHealth>* nodes);
 
 class JobHealth {

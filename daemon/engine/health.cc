@@ -99,9 +99,9 @@ NodeHealth Engine::LocalHealth(const std::vector<ClientSnapshot>& clients,
   for (const auto& [id, set] : sets_) h.pending += set->pending_tensors();
   const StragglerWindow::NodeWait wait = stragglers_.node_wait();
   h.collectives = wait.collectives;
-  h.wait_mean_ms = wait.mean_ms;
+  h.wait_p50_ms = wait.p50_ms;
   h.wait_p95_ms = wait.p95_ms;
-  h.spread_mean_ms = wait.spread_mean_ms;
+  h.spread_p50_ms = wait.spread_p50_ms;
   for (const ClientSnapshot& c : clients) {
     RankHealth r;
     r.rank = c.rank;

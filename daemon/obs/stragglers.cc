@@ -71,17 +71,19 @@ void StragglerWindow::RecordNodeWait(uint64_t wait_ns, uint64_t spread_ns) {
 StragglerWindow::NodeWait StragglerWindow::node_wait() const {
   NodeWait w;
   if (node_waits_.empty()) return w;
-  std::vector<uint64_t> v;
-  double sum = 0, spread = 0;
+  std::vector<uint64_t> v, spreads;
+  double sum = 0;
   for (const auto& [ns, spread_ns] : node_waits_) {
     v.push_back(ns);
+    spreads.push_back(spread_ns);
     sum += double(ns);
-    spread += double(spread_ns);
   }
   w.collectives = v.size();
   w.mean_ms = sum / double(v.size()) / 1e6;
-  w.spread_mean_ms = spread / double(v.size()) / 1e6;
+  std::sort(spreads.begin(), spreads.end());
+  w.spread_p50_ms = double(spreads[spreads.size() / 2]) / 1e6;
   std::sort(v.begin(), v.end());
+  w.p50_ms = double(v[v.size() / 2]) / 1e6;
   w.p95_ms = double(v[std::min(v.size() - 1, (v.size() * 95 + 99) / 100 - 1)]) / 1e6;
   return w;
 }

@@ -38,13 +38,13 @@ class StragglerWindow {
   // Between nodes, without comparing their clocks: for each collective that spans nodes, this
   // node's wait, from its last local rank's submission to the collective's end. A collective ends
   // at about the same time on every node, so the node that came last waited least; the job view
-  // compares the nodes' means (JobHealth). `spread_ns`: from its first local rank's submission to
+  // compares the nodes' medians (JobHealth: robust to a daemon seeing an end late, descheduled). `spread_ns`: from its first local rank's submission to
   // its last's.
   void RecordNodeWait(uint64_t wait_ns, uint64_t spread_ns);
   struct NodeWait {
     uint64_t collectives = 0;
-    double mean_ms = 0, p95_ms = 0;
-    double spread_mean_ms = 0;
+    double mean_ms = 0, p50_ms = 0, p95_ms = 0;
+    double spread_p50_ms = 0;  // median spread
   };
   NodeWait node_wait() const;
   size_t collectives() const { return count_; }

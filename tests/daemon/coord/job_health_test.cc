@@ -14,9 +14,9 @@ NodeHealth NodeWith(uint32_t node, uint32_t ranks) {
   h.daemon_pid = 4000 + int32_t(node);
   h.pending = 3;
   h.collectives = 7;
-  h.wait_mean_ms = 1.25;
+  h.wait_p50_ms = 1.25;
   h.wait_p95_ms = 2.5;
-  h.spread_mean_ms = 0.75;
+  h.spread_p50_ms = 0.75;
   for (uint32_t i = 0; i < ranks; ++i) {
     RankHealth r;
     r.rank = node * ranks + i;
@@ -59,9 +59,9 @@ TEST(JobHealthTest, ANodesReportReachesThePeerWithEveryRankEvenWhenItTakesManyCh
   EXPECT_EQ(got.daemon_pid, 4001);
   EXPECT_EQ(got.pending, 3u);
   EXPECT_EQ(got.collectives, 7u);
-  EXPECT_NEAR(got.wait_mean_ms, 1.25, 1e-9);
+  EXPECT_NEAR(got.wait_p50_ms, 1.25, 1e-9);
   EXPECT_NEAR(got.wait_p95_ms, 2.5, 1e-9);
-  EXPECT_NEAR(got.spread_mean_ms, 0.75, 1e-9);
+  EXPECT_NEAR(got.spread_p50_ms, 0.75, 1e-9);
   EXPECT_EQ(got.state, "ok");
   EXPECT_NEAR(got.report_age_s, 0.5, 1e-9);
   ASSERT_EQ(got.ranks.size(), 40u);
@@ -142,11 +142,11 @@ TEST(JobHealthTest, TheNodeThatWaitsLeastIsTheLateOneAndItsLateRankCarriesTheLat
     n.collectives = 10;
     for (RankHealth& r : n.ranks) r.mean_late_ms = 0;
   }
-  nodes[0].wait_mean_ms = 50.5;
-  nodes[1].wait_mean_ms = 0.5;
-  nodes[1].spread_mean_ms = 50;
+  nodes[0].wait_p50_ms = 50.5;
+  nodes[1].wait_p50_ms = 0.5;
+  nodes[1].spread_p50_ms = 50;
   nodes[1].ranks[1].mean_late_ms = 50;
-  nodes[2].wait_mean_ms = 50.5;
+  nodes[2].wait_p50_ms = 50.5;
   nodes[2].collectives = 0;  // nothing spanning nodes yet: not known
   CompareNodeWaits(&nodes);
   EXPECT_NEAR(nodes[0].late_ms, 0.0, 1e-9);

@@ -65,7 +65,8 @@ TEST(StragglerWindowTest, NodeWaitsKeepTheLastWindowWithMeanP95AndSpread) {
   EXPECT_EQ(n.collectives, 4u);
   EXPECT_NEAR(n.mean_ms, 25.0, 1e-9);
   EXPECT_NEAR(n.p95_ms, 40.0, 1e-9);
-  EXPECT_NEAR(n.spread_mean_ms, 2.0, 1e-9);
+  EXPECT_NEAR(n.p50_ms, 30.0, 1e-9) << "the upper median of 10, 20, 30, 40";
+  EXPECT_NEAR(n.spread_p50_ms, 2.0, 1e-9);
 }
 
 }  // namespace
