@@ -17,12 +17,10 @@ namespace {
 
 constexpr uint64_t kSleepSliceNs = 50'000'000;       // re-check the daemon at least this often
 constexpr uint64_t kHeartbeatStaleNs = 200'000'000;  // older than this: ask the socket
-constexpr uint64_t kPureSpinNs = 2'000;
 constexpr uint64_t kBarrierNames = 16;  // barriers one rank may have in flight at once
 
 thread_local std::string g_last_error;
 
-inline void CpuRelax() { __builtin_ia32_pause(); }
 
 void ReleaseGpuEvent(int slot) {
   std::string unused;
@@ -507,13 +505,12 @@ int Client::Wait(syncd_handle h, int64_t timeout_ms, std::string* reply) {
         return Fail(SYNCD_ERR_TIMEOUT, "tensor '" + s->name + "' not complete after " +
                                            std::to_string(timeout_ms) + " ms (still in flight)");
     }
-    // Spin briefly, then keep polling but hand the core to whoever else is runnable (ranks
-    // often share cores), then sleep on the doorbell.
+    // Poll, handing the core to whoever else is runnable between polls, then sleep on the
+    // doorbell. No pure spin first: ranks often share cores (4 ranks on one core here), and a
+    // rank spinning there only delays the ranks whose submissions its collective waits for (an
+    // 8-byte allreduce of 4 ranks on one core: 13 us with a 2 us spin, 4.6 us without). Where
+    // nothing else is runnable sched_yield returns at once.
     const uint64_t now = abi::MonotonicNs();
-    if (now - start < kPureSpinNs) {
-      for (int i = 0; i < 32; ++i) CpuRelax();
-      continue;
-    }
     if (now - start < spin_ns_) {
       sched_yield();
       continue;

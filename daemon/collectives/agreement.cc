@@ -1,5 +1,6 @@
 #include "daemon/collectives/agreement.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -33,21 +34,32 @@ std::string PlanText(const Request& r) {
 }  // namespace
 
 std::string SameShape(const std::vector<Request>& rs) {
-  return Disagreement(rs, "shape", [](const Request& r) { return ShapeText(r.shape); });
+  return DisagreementBy(
+      rs, "shape", [](const Request& r) -> const std::vector<int64_t>& { return r.shape; },
+      [](const Request& r) { return ShapeText(r.shape); });
 }
 
 std::string SameReduction(const std::vector<Request>& rs) {
   std::string msg = SameShape(rs);
   if (msg.empty())
-    msg = Disagreement(rs, "reduce op", [](const Request& r) { return std::string(abi::ReduceOpName(r.op)); });
+    msg = DisagreementBy(
+        rs, "reduce op", [](const Request& r) { return r.op; },
+        [](const Request& r) { return std::string(abi::ReduceOpName(r.op)); });
   if (msg.empty())
-    msg = Disagreement(rs, "scale factors", [](const Request& r) {
+    msg = DisagreementBy(rs, "scale factors", [](const Request& r) { return std::make_pair(r.prescale, r.postscale); },
+                         [](const Request& r) {
       return "prescale " + std::to_string(r.prescale) + " postscale " + std::to_string(r.postscale);
     });
   return msg;
 }
 
 std::string SameShapeAfterFirst(const std::vector<Request>& rs) {
+  if (rs.size() < 2 || std::all_of(rs.begin(), rs.end(), [&](const Request& r) {
+        return r.shape.size() == rs.front().shape.size() &&
+               std::equal(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end(),
+                          rs.front().shape.begin() + (rs.front().shape.empty() ? 0 : 1));
+      }))
+    return "";
   return Disagreement(rs, "shape after the first dimension", [](const Request& r) {
     std::string s = "[*";
     for (size_t i = 1; i < r.shape.size(); ++i) s += "," + std::to_string(r.shape[i]);
@@ -77,9 +89,17 @@ Status CheckAgreement(const std::vector<Request>& rs) {
       return Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': rank " + std::to_string(r.rank) +
                                             " could not take part: " +
                                             (r.failure.empty() ? "its own checks refused its tensor" : r.failure));
-  std::string msg = Disagreement(rs, "operation", [](const Request& r) { return std::string(OpKindName(r.kind)); });
-  if (msg.empty()) msg = Disagreement(rs, "memory", [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
-  if (msg.empty()) msg = Disagreement(rs, "dtype", [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
+  std::string msg = DisagreementBy(
+      rs, "operation", [](const Request& r) { return r.kind; },
+      [](const Request& r) { return std::string(OpKindName(r.kind)); });
+  if (msg.empty())
+    msg = DisagreementBy(
+        rs, "memory", [](const Request& r) { return r.gpu; },
+        [](const Request& r) { return std::string(r.gpu ? "GPU" : "host"); });
+  if (msg.empty())
+    msg = DisagreementBy(
+        rs, "dtype", [](const Request& r) { return r.dtype; },
+        [](const Request& r) { return std::string(abi::DtypeName(r.dtype)); });
   if (msg.empty() && rs.front().kind == abi::OpKind::kRegisterGraph) msg = Disagreement(rs, "TOPO plan", PlanText);
   if (msg.empty() && rs.front().kind == abi::OpKind::kAddProcessSet)
     msg = Disagreement(rs, "process set", [](const Request& r) {

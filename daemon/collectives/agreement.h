@@ -22,6 +22,17 @@ Status CheckAgreement(const std::vector<Request>& requests);
 std::string Disagreement(const std::vector<Request>& requests, const char* what,
                          const std::function<std::string(const Request&)>& describe);
 
+// As Disagreement, but `key` (cheap, comparable with ==; may return a reference) decides whether
+// the requests differ: `describe` builds its strings only then. Every collective passes these
+// checks, so the common case must not allocate.
+template <typename Key>
+std::string DisagreementBy(const std::vector<Request>& requests, const char* what, Key key,
+                           const std::function<std::string(const Request&)>& describe) {
+  for (const Request& r : requests)
+    if (!(key(r) == key(requests.front()))) return Disagreement(requests, what, describe);
+  return "";
+}
+
 // Every request has the same shape ("" or the message): what most kinds require.
 std::string SameShape(const std::vector<Request>& requests);
 // The same shape, reduce op and scale factors (allreduce, reducescatter).

@@ -24,7 +24,9 @@ class BroadcastCollective final : public Collective {
 
   std::string Disagreement(const std::vector<Request>& rs) const override {
     std::string msg = SameShape(rs);
-    if (msg.empty()) msg = syncd::Disagreement(rs, "root", [](const Request& r) { return "root " + std::to_string(r.root); });
+    if (msg.empty()) msg = DisagreementBy(
+          rs, "root", [](const Request& r) { return r.root; },
+          [](const Request& r) { return "root " + std::to_string(r.root); });
     return msg;
   }
 
