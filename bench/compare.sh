@@ -2,8 +2,12 @@
 # Runs syncd-bench and torch.distributed/gloo with the same ranks and sizes, back to back in one
 # go, and prints the ratio per size (p50 latency: gloo/syncd; busbw: syncd/gloo; > 1 means
 # syncd is better), one table per collective. For allreduce, OpenMPI's MPI_Allreduce runs too
-# (syncd-mpi-allreduce, timed as syncd-bench times syncd; its ranks unbound, on every core) with
-# its own ratios. The last line is one JSON object with every result.
+# (syncd-mpi-allreduce, timed as syncd-bench times syncd) on the cores syncrun gives syncd's
+# ranks, and once more on every core, with its own ratios; and the limit, measured in the same
+# run: the machine's memory-copy bandwidth (syncd-bench memcpy, a thread per core) for one node,
+# UCX's point-to-point tag bandwidth between two processes on this machine (ucx_perftest, the
+# transport the daemons use to each other) for several; syncd's busbw is reported as a share of
+# it. The last line is one JSON object with every result.
 #   bench/compare.sh [--nodes 1] [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
 #                    [--ops allreduce,allgather,alltoall,reducescatter] [--syncd-arg=--flag=value ...]
 # With --nodes N, syncrun starts N daemons (one per simulated node) and the ranks spread over
@@ -28,6 +32,32 @@ size_args=()
 [ -n "$sizes" ] && size_args=(--sizes "$sizes")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+all_sizes=${sizes:-8,16,32,64,128,256,512,1K,2K,4K,8K,16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M,32M,64M}
+
+# The cores syncrun runs syncd's ranks on (the daemons keep theirs): MPI's ranks get the same.
+rank_cores=$("$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- \
+  /bin/grep -h Cpus_allowed_list /proc/self/status 2>/dev/null | cut -f2 | tr ',' '\n' | sort -un | paste -sd,)
+
+# The limit, per size, in bytes per second: one node, memory copies; several, UCX point to point.
+limit() {
+  if [ "$nodes" -eq 1 ]; then
+    "$build/bin/syncd-bench" memcpy --json --seconds 0.3 --sizes "$all_sizes" >>"$out/limit.jsonl"
+  elif command -v ucx_perftest >/dev/null; then
+    local port=$((20000 + RANDOM % 20000)) size bytes
+    for size in ${all_sizes//,/ }; do
+      bytes=$(/usr/bin/python3 -c "import sys; s=sys.argv[1]; m={'K':1<<10,'M':1<<20,'G':1<<30}; print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$size")
+      ucx_perftest -p "$port" >/dev/null 2>&1 &
+      local server=$!
+      sleep 0.3
+      # Iterations for about 0.3 s at 5 GB/s; MB/s in UCX's output are 2^20 bytes per second.
+      local iters=$(( 1500000000 / bytes )); [ "$iters" -lt 20 ] && iters=20; [ "$iters" -gt 100000 ] && iters=100000
+      ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$bytes" -n "$iters" -w $((iters / 10 + 1)) -f 2>/dev/null |
+        awk -v b="$bytes" '/Final:/ {printf "{\"op\":\"ucx_tag_bw\",\"bytes\":%d,\"GBps\":%.4f}\n", b, $7 * 1048576 / 1e9}' >>"$out/limit.jsonl"
+      wait "$server" 2>/dev/null || true
+      port=$((port + 1))
+    done
+  fi
+}
 
 for op in ${ops//,/ }; do
   "$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- "$build/bin/syncd-bench" "$op" --json --seconds "$seconds" \
@@ -36,18 +66,26 @@ for op in ${ops//,/ }; do
   /usr/bin/python3 "$here/peers/torch_gloo.py" --op "$op" --ranks "$ranks" --json --seconds "$seconds" \
     "${size_args[@]}" >>"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
   if [ "$op" = allreduce ] && [ -x "$build/bin/syncd-mpi-allreduce" ] && command -v mpirun >/dev/null; then
-    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np "$ranks" \
-      "$build/bin/syncd-mpi-allreduce" --seconds "$seconds" ${sizes:+--sizes "$sizes"} >>"$out/mpi.jsonl" 2>"$out/mpi.log" ||
-      { cat "$out/mpi.log" >&2; exit 1; }
+    # On syncd's ranks' cores (as the issue compares), then on every core (as a user might run it).
+    for where in ranks every; do
+      pin=()
+      [ "$where" = ranks ] && [ -n "$rank_cores" ] && pin=(taskset -c "$rank_cores")
+      "${pin[@]}" mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np "$ranks" \
+        "$build/bin/syncd-mpi-allreduce" --seconds "$seconds" ${sizes:+--sizes "$sizes"} >>"$out/mpi_$where.jsonl" 2>"$out/mpi.log" ||
+        { cat "$out/mpi.log" >&2; exit 1; }
+    done
   fi
+  [ "$op" = allreduce ] && limit
 done
-touch "$out/mpi.jsonl"
+touch "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" "$out/limit.jsonl"
 
-/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" "$ops" "$out/mpi.jsonl" <<'PY'
+/usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" "$ops" "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" \
+  "$out/limit.jsonl" "$rank_cores" <<'PY'
 import json, sys
 rows = {name: [json.loads(l) for l in open(path) if l.startswith("{")] for name, path in
-        (("syncd", sys.argv[1]), ("gloo", sys.argv[2]), ("mpi", sys.argv[5]))}
-nodes, ops = int(sys.argv[3]), sys.argv[4].split(",")
+        (("syncd", sys.argv[1]), ("gloo", sys.argv[2]), ("mpi", sys.argv[5]), ("mpi_every", sys.argv[6]),
+         ("limit", sys.argv[7]))}
+nodes, ops, rank_cores = int(sys.argv[3]), sys.argv[4].split(","), sys.argv[8]
 submit = [r for r in rows["syncd"] if r.get("op") == "submit"]
 notes = {"allreduce": "busbw = algbw * 2(n-1)/n", "allgather": "size: the output; busbw = algbw * (n-1)/n",
          "alltoall": "size: each rank's buffer; busbw = algbw * (n-1)/n",
@@ -82,8 +120,27 @@ for op in ops:
     result["ops"][op] = {"ranks": ranks, "syncd": syncd, "gloo": gloo, "ratios": table(syncd, gloo, "gloo")}
     mpi = [r for r in rows["mpi"] if r.get("op") == op]
     if mpi:
-        print(f"# {op}: syncd vs OpenMPI MPI_Allreduce ({ranks} ranks, unbound), same run")
-        result["ops"][op].update({"mpi": mpi, "mpi_ratios": table(syncd, mpi, "MPI")})
+        every = {r["bytes"]: r for r in rows["mpi_every"] if r.get("op") == op}
+        print(f"# {op}: syncd vs OpenMPI MPI_Allreduce ({ranks} ranks on syncd's ranks' cores {rank_cores}), same run")
+        result["ops"][op].update({"mpi": mpi, "mpi_ratios": table(syncd, mpi, "MPI"),
+                                  "mpi_every_core": list(every.values()), "rank_cores": rank_cores})
+        if every:
+            print(f"# MPI_Allreduce on every core: p50 us " +
+                  ", ".join(f"{b}: {r['lat_p50_us']:.1f}" for b, r in sorted(every.items())))
+    limit = {r["bytes"]: r for r in rows["limit"]}
+    if op == "allreduce" and limit:
+        kind = "memory copy, a thread per core" if nodes == 1 else "UCX tag_bw point to point (ucx_perftest)"
+        print(f"# {op}: syncd's busbw as a share of the limit ({kind}), same run")
+        print(f"# {'bytes':>10} | {'syncd busbw':>11} {'limit GB/s':>10} {'share':>6}")
+        shares = []
+        for r in syncd:
+            lim = limit.get(r["bytes"])
+            if not lim or not lim["GBps"]:
+                continue
+            share = r["busbw_GBps"] / lim["GBps"]
+            shares.append({"bytes": r["bytes"], "limit_GBps": lim["GBps"], "share": round(share, 3)})
+            print(f"  {r['bytes']:>10} | {r['busbw_GBps']:>11.3f} {lim['GBps']:>10.3f} {100 * share:>5.0f}%")
+        result["ops"][op].update({"limit": kind, "limit_shares": shares})
 if submit:
     print(f"# client submit cost: {submit[0]['ns_per_request']:.0f} ns per request")
 result["submit"] = submit

@@ -6,6 +6,7 @@
 #include <syncd/client.h>
 
 #include "bench/bench_util.h"
+#include "bench/memcpy_bench.h"
 #include "bench/partial_bench.h"
 #include "bench/plan_bench.h"
 #include "bench/training_bench.h"
@@ -311,6 +312,8 @@ int main(int argc, char** argv) {
   rn->add_option("--warmup", rn_warmup, "Warm-up steps");
   rn->add_option("--label", label, "Free text carried into the output (e.g. the daemon settings)");
   rn->add_flag("--json", o.json, "One JSON object");
+  bool one_buffer = false;
+  rn->add_flag("--one-buffer", one_buffer, "All the gradient bytes as one tensor per step (the limit for fusion)");
   CLI::App* pl = app.add_subcommand("plan", "Time TOPO's plan for a synthetic layered graph (no daemon needed)");
   syncd::bench::PlanBenchOptions po;
   uint32_t plan_nodes = 0, plan_edges = 0;
@@ -339,9 +342,22 @@ int main(int argc, char** argv) {
   pa->add_option("--size", pa_size, "Bytes per allreduce (float32)");
   pa->add_option("--modes", pbo.modes, "full, solo, majority")->delimiter(',');
   pa->add_flag("--json", pbo.json, "One JSON object");
+  CLI::App* mc = app.add_subcommand("memcpy", "The machine's memory-copy bandwidth per size (no daemon needed)");
+  syncd::bench::MemcpyBenchOptions mo;
+  mc->add_option("--sizes", o.sizes, "Bytes each thread copies per call (8,1K,64M)")->delimiter(',');
+  mc->add_option("--threads", mo.threads, "Copying threads (default: one per core this process may use)");
+  mc->add_option("--seconds", mo.seconds_per_size, "Time per size");
+  mc->add_flag("--json", mo.json, "One JSON object per size");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   pbo.bytes = ParseSize(pa_size);
+  if (mc->parsed()) {
+    for (const auto& sz : o.sizes) mo.sizes.push_back(ParseSize(sz));
+    if (mo.sizes.empty())
+      for (uint64_t b = 8; b <= (64ull << 20); b *= 2) mo.sizes.push_back(b);
+    syncd::bench::RunMemcpyBench(mo);
+    return 0;
+  }
   if (pl->parsed()) {
     if (plan_nodes > 0) po.graphs = {{plan_nodes, plan_edges ? plan_edges : plan_nodes * 3 / 2}};
     return syncd::bench::RunPlanBench(po);
@@ -359,7 +375,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (rn->parsed()) {
-    syncd::bench::RunResNet(c, depth, steps, rn_warmup, o.json, label);
+    syncd::bench::RunResNet(c, depth, steps, rn_warmup, o.json, label, one_buffer);
     syncd_shutdown(c);
     return 0;
   }

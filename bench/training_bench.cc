@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -127,8 +128,10 @@ void ReportImbalance(syncd_client* c, const ImbalanceOptions& o, size_t n, std::
 
 // One data-parallel step's gradient synchronisation: every parameter's gradient submitted in
 // backward order (last layer first), then all waited for.
-void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, const std::string& label) {
-  const std::vector<int64_t> sizes = ResNetParameterSizes(depth);
+void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, const std::string& label, bool one_buffer) {
+  std::vector<int64_t> sizes = ResNetParameterSizes(depth);
+  // The limit for fusion: the same bytes as one allreduce per step.
+  if (one_buffer) sizes = {std::accumulate(sizes.begin(), sizes.end(), int64_t{0})};
   const size_t n = sizes.size();
   std::vector<float*> grads(n);
   std::vector<std::string> names(n);
@@ -137,7 +140,7 @@ void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, con
     grads[i] = static_cast<float*>(syncd_alloc(c, size_t(sizes[i]) * 4));
     if (grads[i] == nullptr) Die("allocating gradients (raise --arena-size)");
     std::fill(grads[i], grads[i] + sizes[i], 1.0f);
-    names[i] = "resnet" + std::to_string(depth) + ".param" + std::to_string(i) + ".grad";
+    names[i] = "resnet" + std::to_string(depth) + (one_buffer ? ".all" : ".param" + std::to_string(i)) + ".grad";
     bytes += uint64_t(sizes[i]) * 4;
   }
   std::vector<syncd_handle> hs(n);

@@ -22,7 +22,9 @@ struct ImbalanceOptions {
 };
 
 // One data-parallel step's gradient synchronisation of ResNet-`depth` (50, 101, 152), timed.
-void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, const std::string& label);
+// With one_buffer, all the gradient bytes as a single tensor instead (fusion's limit).
+void RunResNet(syncd_client* c, int depth, int steps, int warmup, bool json, const std::string& label,
+               bool one_buffer = false);
 // Training steps of the imbalance scenario, with node 0's engine time per step (from syncctl).
 void RunImbalance(syncd_client* c, const ImbalanceOptions& o, const char* argv0);
 

@@ -20,8 +20,9 @@ packages=(
   slurmd slurmctld slurm-client munge systemd
   # the quickstart's dataset (scikit-learn's bundled digits) and the torchvision benchmark models
   python3-sklearn python3-torchvision
-  # MPI_Allreduce: the partial-collective benchmark's peer (bench/partial.sh)
-  openmpi-bin libopenmpi-dev
+  # MPI_Allreduce: the peer of bench/partial.sh and bench/compare.sh; ucx_perftest: compare.sh's
+  # limit across nodes (UCX point-to-point bandwidth)
+  openmpi-bin libopenmpi-dev ucx-utils
   # a real Prometheus server (and promtool) that scrapes the metrics endpoint in the tests
   prometheus
   # syncctl report's plots, and the headless browser its test opens the page in

@@ -116,11 +116,14 @@ bool Negotiator::Poll(uint64_t now_ns) {
     last_cycle_start_ = now_ns;
     fresh_ = false;
     cycle_running_ = true;
+    cycle_idle_ = pending_.empty();
     cycle_ = Cycle();
-    did = true;
+    // An idle cycle is not work: the engine does not keep spinning for it afterwards.
+    did |= !cycle_idle_;
     if (options_.blocking) Block();
   }
   if (cycle_running_ && cycle_.Poll()) {
+    const bool idle = cycle_idle_ && cycle_agreed_ == 0;
     cycle_running_ = false;
     last_cycle_end_ = abi::MonotonicNs();
     ++stats_.cycles;
@@ -136,13 +139,14 @@ bool Negotiator::Poll(uint64_t now_ns) {
     }
     cycle_agreed_ = 0;
     stats_.cycle_ns_total += last_cycle_end_ - last_cycle_start_;
-    if (!cycle_.status().ok()) {
+    const bool failed = !cycle_.status().ok();
+    if (failed) {
       // A failure every node saw in the same cycle needs no abort messages (which would race
       // the other nodes' own reading of it).
       if (failed_everywhere_) Break(cycle_.status());
       else Abort(cycle_.status());
     }
-    did = true;
+    did |= !idle || failed;
   }
   return did;
 }
@@ -150,17 +154,20 @@ bool Negotiator::Poll(uint64_t now_ns) {
 void Negotiator::Block() {
   const uint64_t start = abi::MonotonicNs();
   uint64_t last_tick = start;
-  // Like a blocking MPI collective: spin on the network and nothing else. Abort messages still
-  // count, or a node that gave up on the job would leave this one spinning for ever. After
-  // kSpinBeforeYieldNs the spin yields the core between polls (as MPI does when oversubscribed):
-  // daemons that share a core would otherwise starve the one they wait for for a whole timeslice
-  // (3 daemons on 2 cores: 8 ms per 8-byte allreduce instead of 0.1 ms).
-  constexpr uint64_t kSpinBeforeYieldNs = 20'000;
+  // Like a blocking MPI collective: wait on the network and nothing else. Abort messages still
+  // count, or a node that gave up on the job would leave this one waiting for ever. Spin for
+  // kSpinBeforeSleepNs (most cycles end within it; an idle cycle not at all: nothing here
+  // waits for it), then sleep on the transport's event
+  // descriptor between polls: a spinning engine would take the core from the ranks and daemons
+  // that share it (3 daemons on 2 cores: 8 ms per 8-byte allreduce instead of 0.1 ms), and idle
+  // cycles of a quiet job would burn a core each (60 % per daemon at 2 nodes). Transports that
+  // cannot sleep yield the core between polls instead (as MPI does when oversubscribed).
+  constexpr uint64_t kSpinBeforeSleepNs = 20'000;
   while (cycle_running_ && !cycle_.Poll()) {
     CheckAbortMessages();
     if (options_.poll_while_blocked) options_.poll_while_blocked();
     const uint64_t now = abi::MonotonicNs();
-    if (now - start > kSpinBeforeYieldNs) sched_yield();
+    if ((cycle_idle_ || now - start > kSpinBeforeSleepNs) && !t_->WaitForEvent(1'000'000)) sched_yield();
     if (options_.while_blocked && now - last_tick > 1'000'000) {
       if (!options_.while_blocked(now - start)) break;
       last_tick = now;

@@ -108,6 +108,10 @@ class Negotiator {
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
     if (!joined_) return abi::MonotonicNs() + kJoinPollNs;  // other nodes may not have started the job yet
+    // A cycle that carries nothing of this node's waits for the other nodes' timers: look at it
+    // now and then instead of polling the network without pause (an idle job's cycles would
+    // keep the engine spinning). Local work that arrives meanwhile rings the doorbell.
+    if (IdleCycle()) return abi::MonotonicNs() + kIdleCyclePollNs;
     if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
     if (options_.on_demand)
       return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : (draining_ ? last_cycle_start_ : abi::MonotonicNs()) + options_.cycle_ns;
@@ -175,6 +179,9 @@ class Negotiator {
     uint64_t since_ns = 0;  // when it became ready here
   };
   static constexpr uint64_t kJoinPollNs = 1'000'000;
+  static constexpr uint64_t kIdleCyclePollNs = 1'000'000;
+  // A cycle runs that started with nothing pending here, and nothing has come since.
+  bool IdleCycle() const { return cycle_running_ && cycle_idle_ && pending_.empty(); }
   // Drives the job start handshake (job_join.h); once it is done, cycles may run.
   bool PollJoin();
   CommTask Cycle();
@@ -248,6 +255,7 @@ class Negotiator {
   CommTask cycle_;
   std::vector<ReadyTensor> executing_;  // the current cycle's agreed tensors (see Execute)
   bool cycle_running_ = false;
+  bool cycle_idle_ = false;  // the running cycle started with nothing pending here
   uint32_t cycle_agreed_ = 0;  // tensors the running cycle agreed on
   uint64_t cycle_seq_ = 0;
   uint64_t last_cycle_start_ = 0;

@@ -46,6 +46,13 @@ class Transport {
 
   // Makes progress on everything posted; returns whether anything happened.
   virtual bool Progress() = 0;
+  // Sleeps until the network may have something for Progress() or `timeout_ns` passed; returns
+  // whether it could wait at all (false at once: the caller polls instead). For a thread that
+  // has nothing but the network to wait for and shares its core (a blocking cycle).
+  virtual bool WaitForEvent(uint64_t timeout_ns) {
+    (void)timeout_ns;
+    return false;
+  }
 
   // kPending, or the final state (the handle is released then). On kFailed, *error says why.
   virtual CommState Test(CommHandle h, Status* error) = 0;

@@ -1,5 +1,6 @@
 #include "daemon/transport/ucx/ucx_transport.h"
 
+#include <poll.h>
 #include <ucs/config/global_opts.h>
 
 #include <algorithm>
@@ -58,7 +59,8 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint
   if (st != UCS_OK) return UcxError("ucp_config_read", st);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG;
+  // WAKEUP: a worker whose event descriptor a blocked engine sleeps on (WaitForEvent).
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   st = ucp_init(&params, config, &t->context_);
   ucp_config_release(config);
   if (st != UCS_OK) return UcxError("ucp_init", st);
@@ -72,6 +74,8 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint
   st = ucp_worker_get_address(t->worker_, &addr, &len);
   if (st != UCS_OK) return UcxError("ucp_worker_get_address", st);
   t->address_.assign(reinterpret_cast<const char*>(addr), len);
+  // Without an event descriptor (a transport that cannot signal) WaitForEvent polls instead.
+  if (ucp_worker_get_efd(t->worker_, &t->efd_) != UCS_OK) t->efd_ = -1;
   ucp_worker_release_address(t->worker_, addr);
   t->peer_lost_.assign(size, false);
   return t;
@@ -308,6 +312,22 @@ bool UcxTransport::Progress() {
     CheckWatchedPeers();
   }
   return did;
+}
+
+bool UcxTransport::WaitForEvent(uint64_t timeout_ns) {
+  if (efd_ < 0) return false;
+  // Arm only with nothing left to progress (UCX's rule); BUSY: events came in meanwhile.
+  while (ucp_worker_progress(worker_) > 0) {
+  }
+  const ucs_status_t st = ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return true;
+  if (st != UCS_OK) return false;
+  pollfd p{efd_, POLLIN, 0};
+  // Peers watched through pidfds are checked by Progress(): wake at least once a millisecond.
+  const uint64_t ns = std::min<uint64_t>(timeout_ns, 1'000'000);
+  const timespec ts{0, long(ns)};
+  (void)ppoll(&p, 1, &ts, nullptr);
+  return true;
 }
 
 CommState UcxTransport::Test(CommHandle h, Status* error) {

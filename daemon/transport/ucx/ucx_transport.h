@@ -51,6 +51,7 @@ class UcxTransport final : public Transport {
   CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) override;
   CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override;
   bool Progress() override;
+  bool WaitForEvent(uint64_t timeout_ns) override;
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
   void SetEpoch(uint32_t epoch) override;
@@ -102,6 +103,7 @@ class UcxTransport final : public Transport {
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;  // the worker's event descriptor (owned by UCX), -1 where it has none
   std::string address_;
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerContext>> peer_contexts_;
