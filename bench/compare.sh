@@ -50,9 +50,9 @@ limit() {
       local server=$!
       sleep 0.3
       # Iterations for about 0.3 s at 5 GB/s; MB/s in UCX's output are 2^20 bytes per second.
-      local iters=$(( 1500000000 / bytes )); [ "$iters" -lt 20 ] && iters=20; [ "$iters" -gt 100000 ] && iters=100000
+      local iters=$(( 1500000000 / bytes )); [ "$iters" -lt 20 ] && iters=20; [ "$iters" -gt 2000 ] && iters=2000
       ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$bytes" -n "$iters" -w $((iters / 10 + 1)) -f 2>/dev/null |
-        awk -v b="$bytes" '/Final:/ {printf "{\"op\":\"ucx_tag_bw\",\"bytes\":%d,\"GBps\":%.4f}\n", b, $7 * 1048576 / 1e9}' >>"$out/limit.jsonl"
+        awk -v b="$bytes" '$1 ~ /^[0-9]+$/ && NF >= 8 {bw = $6} END {if (bw != "") printf "{\"op\":\"ucx_tag_bw\",\"bytes\":%d,\"GBps\":%.4f}\n", b, bw * 1048576 / 1e9}' >>"$out/limit.jsonl"
       wait "$server" 2>/dev/null || true
       port=$((port + 1))
     done

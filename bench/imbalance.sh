@@ -46,13 +46,16 @@ ideal = next(r["step_ms"] for r in rows if r["mode"] == "ideal")
 base = next((r["step_ms"] for r in rows if r["mode"] == "negotiate-unpinned"), None)
 print(f"# imbalance: {rows[0]['ranks']} ranks on {rows[0]['nodes']} nodes, {rows[0]['tensors']} ResNet-50 gradients per step")
 print(f"# {'mode':<20} {'step ms':>8} {'overhead %':>10} {'vs unpinned':>11} | engine per step ms: "
-      f"{'sleep':>6} {'coord':>6} {'exec':>6} {'blocked':>7} {'cpu':>6} | coord msgs")
+      f"{'sleep':>6} {'coord':>6} {'exec':>6} {'blocked':>7} {'cpu':>6} | cpu us/collective | coord msgs")
 for r in rows:
     r["overhead_pct"] = round(100.0 * (r["step_ms"] - ideal) / ideal, 2)
+    # Node 0's engine CPU per gradient allreduce (the step's own barrier and statistic included).
+    r["engine_cpu_us_per_collective"] = round(1000.0 * r["engine_cpu_ms"] / r["tensors"], 1)
     speedup = base / r["step_ms"] if base else 0
     print(f"  {r['mode']:<20} {r['step_ms']:>8.1f} {r['overhead_pct']:>10.1f} {speedup:>10.2f}x | "
           f"{'':>19}{r['engine_sleep_ms']:>6.1f} {r['engine_coord_ms']:>6.1f} {r['engine_exec_ms']:>6.1f} "
-          f"{r['engine_blocked_ms']:>7.1f} {r['engine_cpu_ms']:>6.1f} | {r['coord_messages_per_step']:>10.1f}")
+          f"{r['engine_blocked_ms']:>7.1f} {r['engine_cpu_ms']:>6.1f} | {r['engine_cpu_us_per_collective']:>17.1f} | "
+          f"{r['coord_messages_per_step']:>10.1f}")
 by = {r["mode"]: r for r in rows}
 goals = {}
 if all(m in by for m in ("topo", "negotiate-unpinned", "negotiate")):

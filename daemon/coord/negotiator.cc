@@ -99,6 +99,7 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
   order_.push_back(name);
   pending_.emplace(name, Pending{std::move(t), std::move(local_error), abi::MonotonicNs()});
   fresh_ = true;
+  idle_since_ns_ = 0;
 }
 
 bool Negotiator::Poll(uint64_t now_ns) {
@@ -106,7 +107,7 @@ bool Negotiator::Poll(uint64_t now_ns) {
   if (broken_) return did;
   did |= PollJoin();
   if (!joined_ || broken_) return did;
-  const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
+  const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + Period(now_ns);
   const bool due = options_.on_demand
                        ? fresh_ || wanted_cycle_ > cycle_seq_ || (draining_ && now_ns >= last_cycle_start_ + options_.cycle_ns)
                        : now_ns >= timer || (options_.start_on_work && fresh_);
@@ -118,14 +119,17 @@ bool Negotiator::Poll(uint64_t now_ns) {
     cycle_running_ = true;
     cycle_idle_ = pending_.empty();
     cycle_ = Cycle();
-    // An idle cycle is not work: the engine does not keep spinning for it afterwards.
-    did |= !cycle_idle_;
+    // Starting a cycle is not work by itself (what it agrees is): the engine does not keep
+    // spinning for it afterwards (200 us per 1 ms cycle of a job waiting for a late node).
     if (options_.blocking) Block();
   }
   if (cycle_running_ && cycle_.Poll()) {
     const bool idle = cycle_idle_ && cycle_agreed_ == 0;
+    const uint32_t cycle_agreed_now = cycle_agreed_;
     cycle_running_ = false;
     last_cycle_end_ = abi::MonotonicNs();
+    if (!idle) idle_since_ns_ = 0;
+    else if (idle_since_ns_ == 0) idle_since_ns_ = last_cycle_end_;
     ++stats_.cycles;
     if (options_.timeline && options_.timeline->on() && cycle_agreed_ > 0) {  // idle cycles would flood it
       TraceEvent e;
@@ -146,7 +150,9 @@ bool Negotiator::Poll(uint64_t now_ns) {
       if (failed_everywhere_) Break(cycle_.status());
       else Abort(cycle_.status());
     }
-    did |= !idle || failed;
+    // A cycle that agreed nothing (idle, or waiting for other nodes' ranks) is not work: the
+    // engine does not keep spinning after it.
+    did |= cycle_agreed_now > 0 || failed;
   }
   return did;
 }
@@ -183,7 +189,9 @@ CommTask Negotiator::Cycle() {
   if (!st.ok() || options_.gs_period == 0) co_return st;
   // GS: the local sleep Horovod would take, then (every gs_period cycles) the job's minimum.
   const uint64_t elapsed = abi::MonotonicNs() - last_cycle_start_;
-  uint64_t sleep = elapsed < options_.cycle_ns ? options_.cycle_ns - elapsed : 0;
+  // (GS agrees the job's minimum: the slower idle timer holds only where every node is idle.)
+  const uint64_t period = Period(abi::MonotonicNs());
+  uint64_t sleep = elapsed < period ? period - elapsed : 0;
   if (cycle_seq_ % options_.gs_period == 0) {
     const auto shared = std::make_shared<uint64_t>(sleep);
     CommTask agree = RecursiveDoublingCombine(t_, (base + 4) << 8, shared.get(), shared, sizeof(sleep), MinCombine);
@@ -243,12 +251,17 @@ std::vector<std::string> Negotiator::ApplyAgreement(std::vector<uint64_t>& agree
   // node meant to send as a hit but whose entry was just evicted goes uncached next cycle.
   AgreementView a(agree);
   std::vector<std::string> run;
-  for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
-    const uint64_t mask = uint64_t{1} << (bit % 64);
-    if (a.invalid[bit / 64] & mask) {
-      cache_.Evict(int32_t(bit));
-    } else if (a.hits[bit / 64] & mask) {
-      run.push_back(cache_.name(int32_t(bit)));
+  // Word by word, set bits only: most cycles have few hits in a large cache (an idle cycle none).
+  const uint32_t capacity = uint32_t(cache_.capacity());
+  for (uint32_t w = 0; w * 64 < capacity && w < a.words; ++w) {
+    uint64_t any = a.invalid[w] | a.hits[w];
+    while (any != 0) {
+      const uint32_t bit = w * 64 + uint32_t(__builtin_ctzll(any));
+      const uint64_t mask = uint64_t{1} << (bit % 64);
+      any &= any - 1;
+      if (bit >= capacity) break;
+      if (a.invalid[w] & mask) cache_.Evict(int32_t(bit));
+      else run.push_back(cache_.name(int32_t(bit)));
     }
   }
   stats_.cache_hits += run.size();

@@ -113,9 +113,10 @@ class Negotiator {
     // keep the engine spinning). Local work that arrives meanwhile rings the doorbell.
     if (IdleCycle()) return abi::MonotonicNs() + kIdleCyclePollNs;
     if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
+    const uint64_t now = abi::MonotonicNs();
     if (options_.on_demand)
-      return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : (draining_ ? last_cycle_start_ : abi::MonotonicNs()) + options_.cycle_ns;
-    return options_.gs_period ? next_start_ : last_cycle_start_ + options_.cycle_ns;
+      return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : (draining_ ? last_cycle_start_ : now) + Period(now);
+    return options_.gs_period ? next_start_ : last_cycle_start_ + Period(now);
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
@@ -180,6 +181,21 @@ class Negotiator {
   };
   static constexpr uint64_t kJoinPollNs = 1'000'000;
   static constexpr uint64_t kIdleCyclePollNs = 1'000'000;
+  // After this long with nothing in this node's cycles, the cycle timer slows to
+  // kIdleCyclePeriodNs where cycles also start on work (or on demand): the first tensor after
+  // a quiet spell starts its node's cycle at once, so only a node whose ranks have nothing for
+  // it waits for the slower timer. An idle job's daemons then wake 100 times a second, not 1000.
+  static constexpr uint64_t kIdleBackoffAfterNs = 1'000'000'000;
+  static constexpr uint64_t kIdleCyclePeriodNs = 10'000'000;
+  uint64_t Period(uint64_t now_ns) const {
+    // On demand an idle job runs no cycles at all: quiet since the last one ended.
+    const uint64_t quiet_since =
+        idle_since_ns_ != 0 ? idle_since_ns_
+                            : (options_.on_demand && !cycle_running_ && !fresh_ && pending_.empty() ? last_cycle_end_ : 0);
+    const bool backoff = (options_.start_on_work || options_.on_demand) && quiet_since != 0 &&
+                         now_ns - quiet_since >= kIdleBackoffAfterNs;
+    return backoff ? std::max(options_.cycle_ns, kIdleCyclePeriodNs) : options_.cycle_ns;
+  }
   // A cycle runs that started with nothing pending here, and nothing has come since.
   bool IdleCycle() const { return cycle_running_ && cycle_idle_ && pending_.empty(); }
   // Drives the job start handshake (job_join.h); once it is done, cycles may run.
@@ -256,6 +272,7 @@ class Negotiator {
   std::vector<ReadyTensor> executing_;  // the current cycle's agreed tensors (see Execute)
   bool cycle_running_ = false;
   bool cycle_idle_ = false;  // the running cycle started with nothing pending here
+  uint64_t idle_since_ns_ = 0;  // end of the first of the idle cycles since the last work, or 0
   uint32_t cycle_agreed_ = 0;  // tensors the running cycle agreed on
   uint64_t cycle_seq_ = 0;
   uint64_t last_cycle_start_ = 0;

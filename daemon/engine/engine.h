@@ -34,6 +34,7 @@ struct AttachedClient {
   uint32_t rank = 0, local_rank = 0, local_size = 0;
   int32_t pid = 0;
   uint64_t job_id = 0;  // 0: unspecified
+  bool shares_engine_core = false;  // the rank may run on a core the engine may run on
   ClientSegment segment;
 };
 
@@ -145,6 +146,8 @@ class Engine {
   Status CommandTimeline(const TimelineCommand& command, int timeout_ms);
 
  private:
+  // Whether any attached rank may run where the engine runs (unpinned, or a shared core).
+  bool RanksShareEngineCore() const;
   struct ClientState {
     std::unique_ptr<AttachedClient> info;
     uint64_t ops = 0, bytes = 0, errors = 0;
