@@ -16,6 +16,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
+  # the torch.distributed backend (syncd._c10d): torch's C++ headers and libtorch_python
+  libtorch-dev
   # deployment tests: a real Slurm (two slurmd on this machine) and systemd-analyze for the unit
   slurmd slurmctld slurm-client munge systemd
   # the quickstart's dataset (scikit-learn's bundled digits) and the torchvision benchmark models

@@ -121,6 +121,7 @@ class Job {
   sigset_t blocked_{};
   std::vector<Daemon> daemons_;
   std::string rendezvous_, token_, job_id_;
+  int master_port_ = 0;  // MASTER_PORT for torch.distributed's store (rank 0 binds it)
   std::map<pid_t, int> workers_;  // pid -> rank
   int result_ = 0;
   bool failed_ = false;
@@ -229,6 +230,14 @@ void Job::StartWorkers() {
       setenv("SYNCD_CROSS_RANK", std::to_string(node).c_str(), 1);
       setenv("SYNCD_CROSS_SIZE", std::to_string(opts_.nodes).c_str(), 1);
       setenv("SYNCD_JOB_ID", job_id_.c_str(), 1);
+      // torch.distributed's env:// variables, set as torchrun sets them (over whatever the
+      // environment had, which may be an enclosing job's), for dist.init_process_group("syncd").
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(local).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(master_port_).c_str(), 1);
       if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
       const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
       if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
@@ -357,6 +366,7 @@ int Job::Run() {
   rendezvous_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   token_ = RandomToken();
   job_id_ = "0x" + token_.substr(0, 15);  // 60 random bits, never 0
+  master_port_ = FreeLoopbackPort();
   bool started = true;
   for (int node = 0; node < opts_.nodes && started; ++node) started = StartDaemon(node);
   if (started && WaitReady()) {

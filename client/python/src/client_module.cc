@@ -331,6 +331,8 @@ PYBIND11_MODULE(_client, m) {
       .def("close", &PyClient::Close)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("rank", [](const PyClient& c) { return syncd_rank(c.get()); })
+      // The syncd_client* for syncd._c10d (the torch.distributed backend shares this attachment).
+      .def_property_readonly("address", [](const PyClient& c) { return reinterpret_cast<uintptr_t>(c.get()); })
       .def_property_readonly("size", [](const PyClient& c) { return syncd_size(c.get()); })
       .def_property_readonly("local_rank", [](const PyClient& c) { return syncd_local_rank(c.get()); })
       .def_property_readonly("local_size", [](const PyClient& c) { return syncd_local_size(c.get()); })

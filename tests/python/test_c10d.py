@@ -1,0 +1,236 @@
+"""syncd as a torch.distributed backend (dist.init_process_group("syncd")), on every rank of a
+syncrun job (ctest runs it on 1 node x 4 ranks and 2 nodes x 2). Every collective is checked
+against gloo's result on the same inputs, in the same job (a gloo group over the same ranks), and
+DDP training against DDP over gloo. Collectives first, assertions after, so a failure on one rank
+never leaves the others waiting."""
+
+import copy
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+import syncd.torch.distributed  # noqa: F401,E402  registers the backend
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64, torch.bool]
+OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.ReduceOp.MIN,
+       "MAX": dist.ReduceOp.MAX}
+GLOO = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def job():
+    global GLOO
+    dist.init_process_group("syncd", timeout=datetime.timedelta(seconds=60))
+    GLOO = dist.new_group(backend="gloo")
+    yield
+    dist.destroy_process_group()
+
+
+def rank_input(r, dtype, n=7):
+    i = torch.arange(n, dtype=torch.int64)
+    if dtype == torch.bool:
+        return ((i + r) % 3 == 0)
+    # Small values: products of 4 ranks stay exact in every dtype (float16 included).
+    return ((i + 2 * r) % 3 + 1).to(dtype)
+
+
+def both(fn, *tensors):
+    """Runs fn(tensors, group) over syncd (default group) and over gloo on copies; returns both."""
+    mine = [t.clone() for t in tensors]
+    theirs = [t.clone() for t in tensors]
+    fn(mine, None)
+    fn(theirs, GLOO)
+    return mine, theirs
+
+
+def test_the_backend_is_syncd_and_ranks_come_from_the_environment():
+    assert dist.get_backend() == "syncd"
+    import syncd.torch as hvd
+    assert dist.get_rank() == hvd.rank() and dist.get_world_size() == hvd.size()
+
+
+# gloo (torch 1.13) reduces these; int16, bfloat16 and bool it refuses ("Invalid scalar type").
+GLOO_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64}
+
+
+def reference(op, dtype):
+    """What every rank must get: the reduction of every rank's input, computed here."""
+    xs = [rank_input(r, dtype) for r in range(dist.get_world_size())]
+    if dtype == torch.bool:  # logical, as torch.distributed: SUM/MAX any, MIN/PRODUCT all
+        stack = torch.stack(xs)
+        return stack.any(0) if op in ("SUM", "MAX") else stack.all(0)
+    out = xs[0].clone()
+    for x in xs[1:]:
+        out = {"SUM": torch.add, "PRODUCT": torch.mul, "MIN": torch.minimum, "MAX": torch.maximum}[op](out, x)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", list(OPS))
+def test_allreduce_every_dtype_and_op_matches_gloo(dtype, op):
+    x = rank_input(dist.get_rank(), dtype)
+    mine = x.clone()
+    dist.all_reduce(mine, op=OPS[op])
+    theirs = None
+    if dtype in GLOO_DTYPES:
+        theirs = x.clone()
+        dist.all_reduce(theirs, op=OPS[op], group=GLOO)
+    assert mine.dtype == dtype and torch.equal(mine, reference(op, dtype)), (mine, reference(op, dtype))
+    assert theirs is None or torch.equal(mine, theirs), (mine, theirs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32], ids=str)
+def test_allreduce_average_is_the_mean(dtype):
+    x = rank_input(dist.get_rank(), dtype)
+    mine = x.clone()
+    dist.all_reduce(mine, op=dist.ReduceOp.AVG)
+    total = sum(rank_input(r, torch.float64) for r in range(dist.get_world_size()))
+    want = (total / dist.get_world_size()).to(dtype) if dtype.is_floating_point else \
+        torch.div(total.to(torch.int64), dist.get_world_size(), rounding_mode="trunc").to(dtype)
+    assert torch.equal(mine, want), (mine, want)
+
+
+def test_allreduce_of_non_contiguous_and_scalar_tensors():
+    r = dist.get_rank()
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) + r
+    view = base.t()  # non-contiguous
+    scalar = torch.tensor(float(r))
+    dist.all_reduce(view)
+    dist.all_reduce(scalar)
+    n = dist.get_world_size()
+    want = (torch.arange(12, dtype=torch.float32).reshape(3, 4) * n + sum(range(n))).t()
+    assert torch.equal(view, want) and torch.equal(base, want.t())
+    assert scalar.item() == sum(range(n))
+
+
+def test_allreduce_coalesced_matches_gloo():
+    r = dist.get_rank()
+    ts = [rank_input(r, torch.float32, 5), rank_input(r, torch.float32, 300)]
+    mine, theirs = both(lambda xs, g: dist.all_reduce_coalesced(xs, group=g), *ts)
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.float16, torch.float32], ids=str)
+def test_broadcast_from_every_root_matches_gloo(dtype):
+    results = []
+    for root in range(dist.get_world_size()):
+        x = rank_input(dist.get_rank() * 5 + root, dtype, 9)
+        results.append(both(lambda ts, g: dist.broadcast(ts[0], src=root, group=g), x))
+    for root, (mine, theirs) in enumerate(results):
+        assert torch.equal(mine[0], theirs[0]), (root, mine[0], theirs[0])
+        assert torch.equal(mine[0], rank_input(root * 5 + root, dtype, 9))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.float16, torch.float64], ids=str)
+def test_allgather_and_allgather_base_match_gloo(dtype):
+    n, r = dist.get_world_size(), dist.get_rank()
+    x = rank_input(r, dtype, 6).reshape(2, 3)
+    mine = [torch.zeros_like(x) for _ in range(n)]
+    theirs = [torch.zeros_like(x) for _ in range(n)]
+    dist.all_gather(mine, x)
+    dist.all_gather(theirs, x, group=GLOO)
+    flat = torch.zeros(n * 2, 3, dtype=dtype)
+    dist._all_gather_base(flat, x)
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+    assert torch.equal(flat, torch.cat(theirs))
+
+
+def test_async_work_wait_is_completed_and_future():
+    n = dist.get_world_size()
+    a, b = torch.ones(4), torch.ones(4)
+    wa = dist.all_reduce(a, async_op=True)
+    wb = dist.all_reduce(b, async_op=True)
+    fut = wb.get_future()
+    wa.wait()
+    got = fut.wait()
+    assert wa.is_completed() and wb.is_completed()
+    assert torch.equal(a, torch.full((4,), float(n))) and torch.equal(got[0], torch.full((4,), float(n)))
+    # (Work.exception() has no Python binding in torch 1.13, for any backend: a failure shows as
+    # wait() raising, tested below.)
+
+
+def test_barrier_waits_for_every_rank():
+    import time
+    r = dist.get_rank()
+    time.sleep(0.2 * r)
+    t0 = time.monotonic()
+    dist.barrier()
+    waited = time.monotonic() - t0
+    # The last rank to arrive hardly waits; rank 0 waits for it.
+    if r == 0:
+        assert waited >= 0.2 * (dist.get_world_size() - 1) - 0.05, waited
+
+
+def test_unsupported_ops_raise_naming_the_op():
+    with pytest.raises(RuntimeError, match="BAND"):
+        dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="syncd.*does not support send|does not support send"):
+        dist.send(torch.ones(2), dst=(dist.get_rank() + 1) % dist.get_world_size())
+    # Complex sums work: torch.distributed hands them over as pairs of reals.
+    z = torch.full((2,), 1 + 2j, dtype=torch.complex64)
+    dist.all_reduce(z)
+    assert torch.equal(z, torch.full((2,), (1 + 2j) * dist.get_world_size(), dtype=torch.complex64))
+
+
+def test_a_mismatched_collective_raises_on_every_rank():
+    # Rank 0 allreduces 3 elements where the others allreduce 4: every rank's work fails,
+    # naming the mismatch, and the job goes on.
+    x = torch.ones(3 if dist.get_rank() == 0 else 4)
+    with pytest.raises(RuntimeError, match="mismatched shape"):
+        dist.all_reduce(x)
+    y = torch.ones(2)
+    dist.all_reduce(y)
+    assert torch.equal(y, torch.full((2,), float(dist.get_world_size())))
+
+
+def train(ddp, steps, seed, no_sync_every=0):
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(steps):
+        opt.zero_grad()
+        x = torch.randn(16, 10, generator=gen)
+        y = torch.randint(0, 3, (16,), generator=gen)
+        if no_sync_every and step % no_sync_every == 0:
+            # Gradient accumulation: one micro-batch without communication, one with.
+            with ddp.no_sync():
+                nn.functional.cross_entropy(ddp(x[:8]), y[:8]).backward()
+            nn.functional.cross_entropy(ddp(x[8:]), y[8:]).backward()
+        else:
+            nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+
+class WithUnused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.unused = nn.Linear(10, 20), nn.Linear(20, 3), nn.Linear(20, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("variant", ["plain", "find_unused_parameters", "no_sync", "fp16_compress_hook"])
+def test_ddp_trains_to_the_same_parameters_as_ddp_over_gloo(variant):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    torch.manual_seed(0)
+    model = WithUnused() if variant == "find_unused_parameters" else \
+        nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3))
+    twin = copy.deepcopy(model)
+    kw = {"find_unused_parameters": True} if variant == "find_unused_parameters" else {}
+    ddp = nn.parallel.DistributedDataParallel(model, **kw)
+    ref = nn.parallel.DistributedDataParallel(twin, process_group=GLOO, **kw)
+    if variant == "fp16_compress_hook":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        ref.register_comm_hook(GLOO, default_hooks.fp16_compress_hook)
+    seed = 100 + dist.get_rank()
+    train(ddp, 6, seed, no_sync_every=2 if variant == "no_sync" else 0)
+    train(ref, 6, seed, no_sync_every=2 if variant == "no_sync" else 0)
+    # fp16 gradients: the daemon and gloo add the halves in different orders (2e-5 apart here).
+    atol = 1e-4 if variant == "fp16_compress_hook" else 1e-6
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=atol, rtol=1e-5), (variant, name, (a - b).abs().max())
