@@ -234,3 +234,72 @@ def test_ddp_trains_to_the_same_parameters_as_ddp_over_gloo(variant):
     atol = 1e-4 if variant == "fp16_compress_hook" else 1e-6
     for (name, a), b in zip(model.named_parameters(), twin.parameters()):
         assert torch.allclose(a, b, atol=atol, rtol=1e-5), (variant, name, (a - b).abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32], ids=str)
+@pytest.mark.parametrize("op", ["SUM", "MAX"])
+def test_reduce_to_every_root_matches_gloo(dtype, op):
+    results = []
+    for root in range(dist.get_world_size()):
+        x = rank_input(dist.get_rank() + root, dtype, 5)
+        results.append(both(lambda ts, g: dist.reduce(ts[0], dst=root, op=OPS[op], group=g), x))
+    for root, (mine, theirs) in enumerate(results):
+        if dist.get_rank() == root:
+            assert torch.equal(mine[0], theirs[0]), (root, mine[0], theirs[0])
+
+
+def test_gather_and_scatter_to_and_from_every_root_match_gloo():
+    n, r = dist.get_world_size(), dist.get_rank()
+    for root in range(n):
+        x = rank_input(r * 3 + root, torch.float32, 4)
+        mine = [torch.zeros(4) for _ in range(n)] if r == root else None
+        theirs = [torch.zeros(4) for _ in range(n)] if r == root else None
+        dist.gather(x, mine, dst=root)
+        dist.gather(x, theirs, dst=root, group=GLOO)
+        pieces = [rank_input(root * 7 + i, torch.float32, 4) for i in range(n)] if r == root else None
+        out_mine, out_theirs = torch.zeros(4), torch.zeros(4)
+        dist.scatter(out_mine, pieces, src=root)
+        dist.scatter(out_theirs, [p.clone() for p in pieces] if pieces else None, src=root, group=GLOO)
+        if r == root:
+            assert all(torch.equal(a, b) for a, b in zip(mine, theirs)), (root, mine, theirs)
+        assert torch.equal(out_mine, out_theirs) and torch.equal(out_mine, rank_input(root * 7 + r, torch.float32, 4))
+
+
+@pytest.mark.parametrize("op", ["SUM", "AVG", "MIN", "MAX", "PRODUCT"])
+def test_reduce_scatter_and_its_base_form(op):
+    n, r = dist.get_world_size(), dist.get_rank()
+    ins = [rank_input(r + 2 * i, torch.float32, 6) for i in range(n)]
+    out = torch.zeros(6)
+    dist.reduce_scatter(out, [t.clone() for t in ins], op=getattr(dist.ReduceOp, op))
+    base = torch.zeros(6)
+    dist._reduce_scatter_base(base, torch.cat(ins), op=getattr(dist.ReduceOp, op))
+    # Rank r gets the reduction over every rank q of q's r-th input.
+    xs = [rank_input(q + 2 * r, torch.float32, 6) for q in range(n)]
+    want = xs[0].clone()
+    for x in xs[1:]:
+        want = {"SUM": torch.add, "AVG": torch.add, "MIN": torch.minimum, "MAX": torch.maximum,
+                "PRODUCT": torch.mul}[op](want, x)
+    if op == "AVG":
+        want = want / n
+    assert torch.allclose(out, want) and torch.allclose(base, want), (op, out, base, want)
+
+
+def test_alltoall_and_alltoall_base_match_gloo():
+    n, r = dist.get_world_size(), dist.get_rank()
+    # Uneven: rank r sends (d + r) % 3 + 1 rows of 2 to rank d.
+    send = [(d + r) % 3 + 1 for d in range(n)]
+    recv = [(r + s) % 3 + 1 for s in range(n)]
+    x = torch.arange(sum(send) * 2, dtype=torch.float32).reshape(-1, 2) + 100 * r
+    mine = torch.zeros(sum(recv), 2)
+    theirs = torch.zeros(sum(recv), 2)
+    dist.all_to_all_single(mine, x, output_split_sizes=recv, input_split_sizes=send)
+    dist.all_to_all_single(theirs, x, output_split_sizes=recv, input_split_sizes=send, group=GLOO)
+    even_in = torch.arange(n * 3, dtype=torch.int64) + 10 * r
+    even_out = torch.zeros(n * 3, dtype=torch.int64)
+    dist.all_to_all_single(even_out, even_in)
+    ins = [torch.full((send[d],), float(r * 10 + d)) for d in range(n)]
+    outs = [torch.zeros(recv[s]) for s in range(n)]
+    dist.all_to_all(outs, ins)
+    assert torch.equal(mine, theirs), (mine, theirs)
+    assert torch.equal(even_out, torch.cat([torch.arange(3) + 3 * r + 10 * s for s in range(n)]))
+    assert all(torch.equal(o, torch.full((recv[s],), float(s * 10 + r))) for s, o in enumerate(outs))

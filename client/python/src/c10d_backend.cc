@@ -260,6 +260,134 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     return Gather(input, outs, c10d::OpType::_ALLGATHER_BASE, "_allgather_base");
   }
 
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    TORCH_CHECK(tensors.size() == 1, "syncd backend: reduce takes one tensor per process, got ", tensors.size());
+    CheckRoot(opts.rootRank, "reduce");
+    const syncd_reduce_op op = ReduceOpOf(opts.reduceOp, "reduce");
+    // An allreduce whose result only the root keeps (the other ranks' tensors stay as they were).
+    const bool root = int(opts.rootRank) == getRank();
+    std::vector<at::Tensor> outs = root ? tensors : std::vector<at::Tensor>{};
+    return Flat(tensors[0].flatten(), outs, c10d::OpType::REDUCE, "reduce",
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
+                  return syncd_allreduce_async(client_, &t, op, 1.0, 1.0, h);
+                }, 0);
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    TORCH_CHECK(inputs.size() == 1, "syncd backend: gather takes one input tensor per process");
+    CheckRoot(opts.rootRank, "gather");
+    const bool root = int(opts.rootRank) == getRank();
+    std::vector<at::Tensor> outs;
+    if (root) {
+      TORCH_CHECK(outputs.size() == 1 && int(outputs[0].size()) == getSize(), "syncd backend: gather's root needs ",
+                  getSize(), " output tensors");
+      outs = outputs[0];
+    } else {
+      TORCH_CHECK(outputs.empty() || outputs[0].empty(), "syncd backend: gather's output list is for its root only");
+    }
+    return Gather(inputs[0], outs, c10d::OpType::GATHER, "gather");
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == 1, "syncd backend: scatter takes one output tensor per process");
+    CheckRoot(opts.rootRank, "scatter");
+    const int n = getSize(), r = getRank();
+    const bool root = int(opts.rootRank) == r;
+    at::Tensor out = outputs[0];
+    // A broadcast of the root's pieces end to end; each rank keeps its own.
+    at::Tensor all;
+    if (root) {
+      TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == n, "syncd backend: scatter's root needs ", n,
+                  " input tensors");
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : inputs[0]) {
+        TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
+                    "syncd backend: scatter's inputs must match the output's size and dtype");
+        flat.push_back(t.flatten());
+      }
+      all = at::cat(flat);
+    } else {
+      all = at::empty({out.numel() * n}, out.options());
+    }
+    std::vector<at::Tensor> outs = {out};
+    const int64_t piece = out.numel();
+    return Flat(all, outs, c10d::OpType::SCATTER, "scatter",
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
+                  return syncd_broadcast_async(client_, &t, int(opts.rootRank), h);
+                }, piece * r);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1 && int(inputs[0].size()) == getSize(),
+                "syncd backend: reduce_scatter takes one output and ", getSize(), " inputs per process");
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& t : inputs[0]) {
+      TORCH_CHECK(t.numel() == outputs[0].numel() && t.scalar_type() == outputs[0].scalar_type(),
+                  "syncd backend: reduce_scatter's inputs must match the output's size and dtype");
+      flat.push_back(t.flatten());
+    }
+    at::Tensor all = at::cat(flat);
+    return ReduceScatter(all, outputs[0], opts, c10d::OpType::REDUCE_SCATTER, "reduce_scatter");
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(input.numel() == output.numel() * getSize() && input.scalar_type() == output.scalar_type(),
+                "syncd backend: _reduce_scatter_base's input must hold size x the output (", output.numel() * getSize(),
+                " elements of ", output.scalar_type(), ")");
+    return ReduceScatter(input.flatten(), output, opts, c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base");
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits,
+                                               const c10d::AllToAllOptions&) override {
+    const int n = getSize();
+    TORCH_CHECK(input.dim() >= 1 && output.dim() >= 1, "syncd backend: alltoall_base needs tensors of 1 or more dimensions");
+    TORCH_CHECK(input.scalar_type() == output.scalar_type(), "syncd backend: alltoall_base's tensors differ in dtype");
+    TORCH_CHECK(in_splits.empty() || int(in_splits.size()) == n, "syncd backend: alltoall_base's input splits name ",
+                in_splits.size(), " ranks of ", n);
+    TORCH_CHECK(out_splits.empty() || int(out_splits.size()) == n, "syncd backend: alltoall_base's output splits name ",
+                out_splits.size(), " ranks of ", n);
+    const int64_t row = input.dim() > 1 ? input.numel() / std::max<int64_t>(input.size(0), 1) : 1;
+    std::vector<int64_t> splits = in_splits;
+    if (splits.empty()) {
+      TORCH_CHECK(input.size(0) % n == 0, "syncd backend: alltoall_base without splits needs a first dimension that ",
+                  n, " ranks divide, got ", input.size(0));
+      splits.assign(size_t(n), input.size(0) / n);
+    }
+    // Rows of `row` elements: syncd's alltoall sends whole rows.
+    std::vector<int64_t> elems;
+    for (int64_t s : splits) elems.push_back(s * row);
+    std::vector<at::Tensor> outs = {output};
+    return Flat(input.flatten(), outs, c10d::OpType::ALLTOALL_BASE, "alltoall_base",
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
+                  return syncd_alltoall_async(client_, &t, elems.data(), int(elems.size()), res, h);
+                }, -1);
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions&) override {
+    const int n = getSize();
+    TORCH_CHECK(int(inputs.size()) == n && int(outputs.size()) == n, "syncd backend: alltoall takes ", n,
+                " input and ", n, " output tensors");
+    std::vector<at::Tensor> flat;
+    std::vector<int64_t> elems;
+    for (const at::Tensor& t : inputs) {
+      TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(), "syncd backend: alltoall's inputs differ in dtype");
+      flat.push_back(t.flatten());
+      elems.push_back(t.numel());
+    }
+    std::vector<at::Tensor> outs = outputs;
+    return Flat(at::cat(flat), outs, c10d::OpType::ALLTOALL, "alltoall",
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
+                  return syncd_alltoall_async(client_, &t, elems.data(), int(elems.size()), res, h);
+                }, -1);
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), c10d::OpType::BARRIER, std::vector<at::Tensor>{},
                                                timeout_ms_);
@@ -347,6 +475,83 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     });
   }
 
+  void CheckRoot(int64_t root, const char* op) const {
+    TORCH_CHECK(root >= 0 && root < getSize(), "syncd backend: ", op, " root ", root, " out of range (size ", getSize(),
+                ")");
+  }
+
+  // One request on a 1-D staging copy of `flat`. On completion the elements from `offset` on
+  // (or, with offset -1, the request's result block) are copied into `outs` end to end.
+  template <typename Submit>
+  c10::intrusive_ptr<c10d::Work> Flat(const at::Tensor& flat, std::vector<at::Tensor>& outs, c10d::OpType type,
+                                      const char* op, Submit submit, int64_t offset) {
+    CheckCpu(flat, op);
+    for (const at::Tensor& o : outs) CheckCpu(o, op);
+    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, outs, timeout_ms_);
+    work->set_group(this);
+    void* buffer = StageIn(flat, work.get(), op);
+    if (buffer == nullptr) return work;
+    SyncdWork::Request& r = work->requests().emplace_back();
+    r.buffer = buffer;
+    const std::string name = NextName(op);
+    const int64_t count = flat.numel();
+    syncd_tensor st{name.c_str(), buffer, DtypeOf(flat, op), 1, &count, 0};
+    if (submit(st, &r.handle, &r.result) != SYNCD_OK) {
+      syncd_free(client_, buffer);
+      work->requests().pop_back();
+      work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
+      return work;
+    }
+    r.has_result = offset < 0;
+    const size_t esize = flat.element_size();
+    const std::string what = op;
+    work->set_unstage([outs, offset, esize, what](std::deque<SyncdWork::Request>& rs) mutable {
+      const char* data = offset < 0 ? static_cast<const char*>(rs[0].result.data)
+                                    : static_cast<const char*>(rs[0].buffer) + size_t(offset) * esize;
+      size_t total = 0;
+      for (const at::Tensor& o : outs) total += size_t(o.numel()) * o.element_size();
+      TORCH_CHECK(offset >= 0 || rs[0].result.bytes == total, "syncd backend: ", what, " received ",
+                  rs[0].result.bytes, " bytes where the outputs hold ", total);
+      size_t at = 0;
+      for (at::Tensor& o : outs) {
+        const size_t bytes = size_t(o.numel()) * o.element_size();
+        if (o.is_contiguous()) {
+          memcpy(o.data_ptr(), data + at, bytes);
+        } else {
+          at::Tensor staged = at::empty(o.sizes(), o.options());
+          memcpy(staged.data_ptr(), data + at, bytes);
+          o.copy_(staged);
+        }
+        at += bytes;
+      }
+    });
+    return work;
+  }
+
+  // `all` holds every rank's share end to end (size x the output); this rank keeps its reduction.
+  c10::intrusive_ptr<c10d::Work> ReduceScatter(const at::Tensor& all, at::Tensor& output,
+                                               const c10d::ReduceScatterOptions& opts, c10d::OpType type,
+                                               const char* op) {
+    const syncd_reduce_op rop = ReduceOpOf(opts.reduceOp, op);
+    const int64_t piece = output.numel();
+    std::vector<at::Tensor> outs = {output};
+    if (rop == SYNCD_SUM || rop == SYNCD_AVERAGE) {
+      // syncd's reducescatter over rows of `piece` elements, one per rank: this rank's row lands
+      // at the start of the staging buffer.
+      return Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
+        syncd_tensor rows = t;
+        const int64_t dims[2] = {getSize(), piece};
+        rows.ndim = 2;
+        rows.shape = dims;
+        return syncd_reducescatter_async(client_, &rows, rop, 1.0, 1.0, h);
+      }, 0);
+    }
+    // MIN, MAX, PRODUCT: the whole allreduce, then this rank's part.
+    return Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
+      return syncd_allreduce_async(client_, &t, rop, 1.0, 1.0, h);
+    }, piece * getRank());
+  }
+
   // Allgather of `input` into `outs`: one tensor of size x the input, or a tensor per rank.
   c10::intrusive_ptr<c10d::Work> Gather(const at::Tensor& input, std::vector<at::Tensor>& outs, c10d::OpType type,
                                         const char* op) {
@@ -370,6 +575,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     r.has_result = true;
     const size_t piece = size_t(input.numel()) * input.element_size();
     work->set_unstage([outs, piece](std::deque<SyncdWork::Request>& rs) mutable {
+      if (outs.empty()) return;  // gather on a rank that is not its root
       const char* data = static_cast<const char*>(rs[0].result.data);
       TORCH_CHECK(rs[0].result.bytes == piece * (outs.size() == 1 ? 1 : outs.size()) ||
                       (outs.size() == 1 && rs[0].result.bytes == size_t(outs[0].numel()) * outs[0].element_size()),
