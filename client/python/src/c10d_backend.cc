@@ -76,6 +76,23 @@ void CheckCpu(const at::Tensor& t, const char* op) {
 
 class ProcessGroupSyncd;
 
+// Copies `data` into `outs` end to end (each tensor's bytes in its own layout).
+void CopyOut(const char* data, std::vector<at::Tensor>& outs) {
+  size_t at = 0;
+  for (at::Tensor& o : outs) {
+    const size_t bytes = size_t(o.numel()) * o.element_size();
+    if (bytes == 0) continue;
+    if (o.is_contiguous()) {
+      memcpy(o.data_ptr(), data + at, bytes);
+    } else {
+      at::Tensor staged = at::empty(o.sizes(), o.options());
+      memcpy(staged.data_ptr(), data + at, bytes);
+      o.copy_(staged);
+    }
+    at += bytes;
+  }
+}
+
 // One collective: its requests to the daemon (each with its arena buffer) and what to do with
 // the results once every request completed.
 class SyncdWork : public c10d::Work {
@@ -453,16 +470,8 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     std::vector<at::Tensor> outs = tensors;
     work->set_unstage([outs](std::deque<SyncdWork::Request>& rs) mutable {
       for (size_t i = 0; i < outs.size(); ++i) {
-        at::Tensor& t = outs[i];
-        const size_t bytes = size_t(t.numel()) * t.element_size();
-        if (bytes == 0) continue;
-        if (t.is_contiguous()) {
-          memcpy(t.data_ptr(), rs[i].buffer, bytes);
-        } else {
-          at::Tensor staged = at::empty(t.sizes(), t.options());
-          memcpy(staged.data_ptr(), rs[i].buffer, bytes);
-          t.copy_(staged);
-        }
+        std::vector<at::Tensor> one = {outs[i]};
+        CopyOut(static_cast<const char*>(rs[i].buffer), one);
       }
     });
     return work;
@@ -510,20 +519,10 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
                                     : static_cast<const char*>(rs[0].buffer) + size_t(offset) * esize;
       size_t total = 0;
       for (const at::Tensor& o : outs) total += size_t(o.numel()) * o.element_size();
-      TORCH_CHECK(offset >= 0 || rs[0].result.bytes == total, "syncd backend: ", what, " received ",
+      // (No outputs: a gather's rank that is not its root.)
+      TORCH_CHECK(offset >= 0 || outs.empty() || rs[0].result.bytes == total, "syncd backend: ", what, " received ",
                   rs[0].result.bytes, " bytes where the outputs hold ", total);
-      size_t at = 0;
-      for (at::Tensor& o : outs) {
-        const size_t bytes = size_t(o.numel()) * o.element_size();
-        if (o.is_contiguous()) {
-          memcpy(o.data_ptr(), data + at, bytes);
-        } else {
-          at::Tensor staged = at::empty(o.sizes(), o.options());
-          memcpy(staged.data_ptr(), data + at, bytes);
-          o.copy_(staged);
-        }
-        at += bytes;
-      }
+      CopyOut(data, outs);
     });
     return work;
   }
@@ -555,45 +554,10 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
   // Allgather of `input` into `outs`: one tensor of size x the input, or a tensor per rank.
   c10::intrusive_ptr<c10d::Work> Gather(const at::Tensor& input, std::vector<at::Tensor>& outs, c10d::OpType type,
                                         const char* op) {
-    CheckCpu(input, op);
-    for (const at::Tensor& o : outs) CheckCpu(o, op);
-    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, outs, timeout_ms_);
-    work->set_group(this);
-    void* buffer = StageIn(input, work.get(), op);
-    if (buffer == nullptr) return work;
-    SyncdWork::Request& r = work->requests().emplace_back();  // the client fills r.result in place
-    r.buffer = buffer;
-    const std::string name = NextName(op);
-    const int64_t count = input.numel();
-    syncd_tensor st{name.c_str(), r.buffer, DtypeOf(input, op), 1, &count, 0};
-    if (syncd_allgather_async(client_, &st, &r.result, &r.handle) != SYNCD_OK) {
-      syncd_free(client_, buffer);
-      work->requests().pop_back();
-      work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
-      return work;
-    }
-    r.has_result = true;
-    const size_t piece = size_t(input.numel()) * input.element_size();
-    work->set_unstage([outs, piece](std::deque<SyncdWork::Request>& rs) mutable {
-      if (outs.empty()) return;  // gather on a rank that is not its root
-      const char* data = static_cast<const char*>(rs[0].result.data);
-      TORCH_CHECK(rs[0].result.bytes == piece * (outs.size() == 1 ? 1 : outs.size()) ||
-                      (outs.size() == 1 && rs[0].result.bytes == size_t(outs[0].numel()) * outs[0].element_size()),
-                  "syncd backend: allgather returned ", rs[0].result.bytes, " bytes");
-      size_t at = 0;
-      for (at::Tensor& o : outs) {
-        const size_t bytes = size_t(o.numel()) * o.element_size();
-        if (o.is_contiguous()) {
-          memcpy(o.data_ptr(), data + at, bytes);
-        } else {
-          at::Tensor staged = at::empty(o.sizes(), o.options());
-          memcpy(staged.data_ptr(), data + at, bytes);
-          o.copy_(staged);
-        }
-        at += bytes;
-      }
-    });
-    return work;
+    return Flat(input.flatten(), outs, type, op,
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
+                  return syncd_allgather_async(client_, &t, res, h);
+                }, -1);
   }
 
   void Progress() {
