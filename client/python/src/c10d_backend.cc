@@ -4,7 +4,8 @@
 //
 // Tensors are staged through the client's shared-memory arena: one copy in before the request,
 // one copy out when it completes. Requests are named after the process group and a per-group
-// sequence number: c10d requires every rank to call a group's collectives in the same order,
+// sequence number (torch's group name, the same on every member rank): c10d requires every rank
+// to call a group's collectives in the same order,
 // which makes the names agree across ranks without any negotiation of our own.
 //
 // Completion: Work::wait() and isCompleted() drive the requests themselves on the caller's
@@ -208,15 +209,25 @@ class SyncdWork : public c10d::Work {
 
 class ProcessGroupSyncd : public c10d::ProcessGroup {
  public:
+  // process_set 0: the whole job; else the syncd process set of `ranks` (new_group's, sorted),
+  // which every rank of the job added (syncd/torch/distributed.py).
   ProcessGroupSyncd(py::object store, int rank, int size, std::chrono::milliseconds timeout, uintptr_t client,
-                    py::object keep_alive)
+                    py::object keep_alive, int process_set, std::vector<int> ranks, std::string group)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), keep_alive_(std::move(keep_alive)),
         client_(reinterpret_cast<syncd_client*>(client)), timeout_ms_(int64_t(timeout.count())),
-        uid_(next_uid_++) {
+        group_(std::move(group)), process_set_(process_set), ranks_(std::move(ranks)) {
     TORCH_CHECK(client_ != nullptr, "syncd backend: no syncd client (is this rank attached to a daemon?)");
-    TORCH_CHECK(rank == syncd_rank(client_) && size == syncd_size(client_), "syncd backend: torch.distributed says rank ",
-                rank, " of ", size, " but the daemon serves this process as rank ", syncd_rank(client_), " of ",
-                syncd_size(client_), " (set RANK and WORLD_SIZE as syncrun does, or leave them unset)");
+    if (process_set_ == 0) {
+      TORCH_CHECK(rank == syncd_rank(client_) && size == syncd_size(client_), "syncd backend: torch.distributed says rank ",
+                  rank, " of ", size, " but the daemon serves this process as rank ", syncd_rank(client_), " of ",
+                  syncd_size(client_), " (set RANK and WORLD_SIZE as syncrun does, or leave them unset)");
+    } else {
+      TORCH_CHECK(int(ranks_.size()) == size && syncd_process_set_rank(client_, process_set_) == rank &&
+                      syncd_process_set_size(client_, process_set_) == size,
+                  "syncd backend: group rank ", rank, " of ", size, " does not match syncd process set ", process_set_,
+                  " (rank ", syncd_process_set_rank(client_, process_set_), " of ",
+                  syncd_process_set_size(client_, process_set_), ")");
+    }
   }
 
   ~ProcessGroupSyncd() override {
@@ -229,6 +240,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
   }
 
   const std::string getBackendName() const override { return "syncd"; }
+  int process_set() const { return process_set_; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
@@ -249,7 +261,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
                 " out of range (size ", getSize(), ")");
     auto work = Stage(tensors, c10d::OpType::BROADCAST, "broadcast",
                       [&](const syncd_tensor& t, syncd_handle* h) {
-                        return syncd_broadcast_async(client_, &t, int(opts.rootRank), h);
+                        return syncd_broadcast_async(client_, &t, GlobalRank(opts.rootRank), h);
                       });
     return work;
   }
@@ -332,7 +344,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     const int64_t piece = out.numel();
     return Flat(all, outs, c10d::OpType::SCATTER, "scatter",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
-                  return syncd_broadcast_async(client_, &t, int(opts.rootRank), h);
+                  return syncd_broadcast_async(client_, &t, GlobalRank(opts.rootRank), h);
                 }, piece * r);
   }
 
@@ -410,7 +422,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
                                                timeout_ms_);
     work->set_group(this);
     SyncdWork::Request r;
-    if (syncd_barrier_async(client_, &r.handle) != SYNCD_OK) {
+    if (syncd_barrier_set_async(client_, process_set_, &r.handle) != SYNCD_OK) {
       work->FailNow(std::string("syncd backend: barrier failed: ") + syncd_last_error());
       return work;
     }
@@ -428,7 +440,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
 
  private:
   std::string NextName(const char* op) {
-    return "c10d." + std::to_string(uid_) + "." + op + "." + std::to_string(seq_++);
+    return "c10d." + group_ + "." + op + "." + std::to_string(seq_++);
   }
 
   // Copies `t` into a fresh arena buffer; nullptr (and the work failed) when the arena is full.
@@ -459,7 +471,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
       if (r.buffer == nullptr) return work;
       const std::string name = base + "." + std::to_string(i);
       const int64_t count = t.numel();
-      syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, 0};
+      syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, process_set_};
       if (submit(st, &r.handle) != SYNCD_OK) {
         syncd_free(client_, r.buffer);
         work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
@@ -484,6 +496,9 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     });
   }
 
+  // A group rank as syncd names it: a global rank (roots of a process set are global ranks).
+  int GlobalRank(int64_t group_rank) const { return process_set_ == 0 ? int(group_rank) : ranks_[size_t(group_rank)]; }
+
   void CheckRoot(int64_t root, const char* op) const {
     TORCH_CHECK(root >= 0 && root < getSize(), "syncd backend: ", op, " root ", root, " out of range (size ", getSize(),
                 ")");
@@ -504,7 +519,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     r.buffer = buffer;
     const std::string name = NextName(op);
     const int64_t count = flat.numel();
-    syncd_tensor st{name.c_str(), buffer, DtypeOf(flat, op), 1, &count, 0};
+    syncd_tensor st{name.c_str(), buffer, DtypeOf(flat, op), 1, &count, process_set_};
     if (submit(st, &r.handle, &r.result) != SYNCD_OK) {
       syncd_free(client_, buffer);
       work->requests().pop_back();
@@ -576,12 +591,13 @@ class ProcessGroupSyncd : public c10d::ProcessGroup {
     }
   }
 
-  static inline std::atomic<int> next_uid_{0};
   py::object store_;       // kept alive as torch.distributed expects of a process group
   py::object keep_alive_;  // the Python client that owns syncd_client
   syncd_client* client_;
   int64_t timeout_ms_;
-  int uid_;
+  std::string group_;  // torch's group name: the same on every member rank
+  int process_set_;
+  std::vector<int> ranks_;
   uint64_t seq_ = 0;
   std::mutex progress_mu_;
   std::condition_variable progress_cv_;
@@ -604,10 +620,13 @@ PYBIND11_MODULE(_c10d, m) {
   py::module_::import("torch.distributed");  // registers c10d::ProcessGroup with pybind11 first
   py::class_<ProcessGroupSyncd, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSyncd>>(m, "ProcessGroupSyncd")
       .def(py::init([](py::object store, int rank, int size, std::chrono::milliseconds timeout, uintptr_t client,
-                       py::object keep_alive) {
+                       py::object keep_alive, int process_set, std::vector<int> ranks, std::string group) {
              return c10::make_intrusive<ProcessGroupSyncd>(std::move(store), rank, size, timeout, client,
-                                                           std::move(keep_alive));
+                                                           std::move(keep_alive), process_set, std::move(ranks),
+                                                           std::move(group));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("client"),
-           py::arg("keep_alive"));
+           py::arg("keep_alive"), py::arg("process_set") = 0, py::arg("ranks") = std::vector<int>{},
+           py::arg("group") = "default")
+      .def_property_readonly("process_set", &ProcessGroupSyncd::process_set);
 }

@@ -21,22 +21,50 @@ except ImportError as e:  # built only where libtorch-dev was found
     _import_error = e
 
 
-def _create(store, rank, world_size, timeout):
-    if _c10d is None:
-        raise RuntimeError(f"syncd backend: this build of syncd has no torch.distributed backend "
-                           f"(build it with Debian's libtorch-dev installed): {_import_error}")
+# new_group(ranks, backend="syncd"): every rank of the job calls new_group (torch requires it),
+# but torch builds the group only on its members. A syncd process set must be added by every rank,
+# so it is added where torch's helper runs on every rank, and the members' groups take it.
+_sets = {}  # sorted ranks -> process set ids added for groups not built yet, oldest first
+_original_helper = dist.distributed_c10d._new_process_group_helper
+
+
+def _attach(rank, world_size):
     if not basics.is_initialized():
         try:
             basics.init()
         except Exception as e:
             raise RuntimeError(f"syncd backend: rank {rank} of {world_size} could not attach to a syncd daemon "
                                f"(SYNCD_RUN_DIR={os.environ.get('SYNCD_RUN_DIR', 'unset')}): {e}") from e
-    client = basics._client_obj
-    if world_size != client.size:
-        raise RuntimeError(f"syncd backend: a process group of {world_size} ranks (torch.distributed.new_group) "
-                           f"is not supported yet; the job has {client.size}")
-    return _c10d.ProcessGroupSyncd(store, rank, world_size, timeout, client.address, client)
+    return basics._client_obj
+
+
+def _helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs):
+    if global_ranks_in_group and str(backend).lower() == "syncd":
+        ranks = tuple(sorted(int(r) for r in global_ranks_in_group))
+        client = _attach(dist.get_rank(), dist.get_world_size())
+        _sets.setdefault(ranks, []).append(client.add_process_set(list(ranks)))
+    return _original_helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs)
+
+
+dist.distributed_c10d._new_process_group_helper = _helper
+
+
+def _create(opts, pg_options=None):
+    if _c10d is None:
+        raise RuntimeError(f"syncd backend: this build of syncd has no torch.distributed backend "
+                           f"(build it with Debian's libtorch-dev installed): {_import_error}")
+    client = _attach(opts.group_rank, opts.group_size)
+    ranks = [int(r) for r in opts.global_ranks_in_group]
+    process_set = 0
+    if ranks and len(ranks) != client.size:
+        pending = _sets.get(tuple(sorted(ranks)))
+        if not pending:
+            raise RuntimeError(f"syncd backend: no syncd process set for group {sorted(ranks)} "
+                               "(create groups with torch.distributed.new_group on every rank)")
+        process_set = pending.pop(0)
+    return _c10d.ProcessGroupSyncd(opts.store, opts.group_rank, opts.group_size, opts.timeout, client.address, client,
+                                   process_set, sorted(ranks) if process_set else [], str(opts.group_id))
 
 
 if "SYNCD" not in dist.Backend._plugins:
-    dist.Backend.register_backend("syncd", _create)
+    dist.Backend.register_backend("syncd", _create, extended_api=True)
