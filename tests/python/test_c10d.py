@@ -335,3 +335,44 @@ def test_new_group_is_a_syncd_process_set():
     if r in tail:
         assert torch.equal(got["tail"], torch.ones(2))
     assert z.item() == n
+
+
+def test_zero_redundancy_optimizer_matches_plain_sgd_over_gloo():
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3))
+    twin = copy.deepcopy(model)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ref = nn.parallel.DistributedDataParallel(twin, process_group=GLOO)
+    zero = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.SGD, lr=0.1, momentum=0.9)
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(200 + dist.get_rank())
+    for _ in range(5):
+        x, y = torch.randn(16, 10, generator=gen), torch.randint(0, 3, (16,), generator=gen)
+        for d, o in ((ddp, zero), (ref, sgd)):
+            o.zero_grad()
+            nn.functional.cross_entropy(d(x), y).backward()
+            o.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), (a - b).abs().max()
+
+
+def test_join_with_uneven_inputs_ends_on_every_rank():
+    from torch.distributed.algorithms.join import Join
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = 3 + 2 * dist.get_rank()  # uneven: rank r has 3 + 2r batches
+    seen = 0
+    with Join([model]):
+        for _ in range(batches):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            seen += 1
+    assert seen == batches
+    # Every rank's parameters agree after the join (the joined ranks shadowed the others' allreduces).
+    p = torch.cat([q.detach().flatten() for q in model.parameters()])
+    ps = [torch.zeros_like(p) for _ in range(dist.get_world_size())]
+    dist.all_gather(ps, p)
+    assert all(torch.allclose(ps[0], q) for q in ps), ps
