@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""Synthetic data-parallel training: syncd.torch against DistributedDataParallel with gloo.
+"""Synthetic data-parallel training: syncd.torch and DDP over syncd against DDP over gloo.
 
 torchvision models with random weights train on random batches (CPU, one thread per rank), as
-Horovod's pytorch_synthetic_benchmark does. The same number of ranks runs each model twice in
-this one invocation: through syncd (syncrun, DistributedOptimizer) and through
-torch.nn.parallel.DistributedDataParallel over gloo. Throughput is images/s over all ranks,
-from the slowest rank's time for the timed steps; ratio = syncd / DDP (> 1: syncd is faster).
+Horovod's pytorch_synthetic_benchmark does. The same number of ranks runs each model three times
+in this one invocation: through syncd.torch (syncrun, DistributedOptimizer), through
+torch.nn.parallel.DistributedDataParallel over the syncd backend (syncrun,
+dist.init_process_group("syncd")), and through DDP over gloo. Throughput is images/s over all
+ranks, from the slowest rank's time for the timed steps; ratios > 1 mean the first is faster.
 
     /usr/bin/python3 bench/torch_synthetic.py [--models resnet18,resnet50] [--ranks 4] [--json]
         [--batch-size 8] [--image-size 112] [--steps 6] [--warmup 2] [--nodes 1]
@@ -65,6 +66,24 @@ def syncd_worker(args):
     hvd.shutdown()
 
 
+def ddp_syncd_worker(args):
+    import torch
+    import torch.distributed as dist
+    import torchvision
+    import syncd.torch.distributed  # noqa: F401  registers the backend
+    torch.set_num_threads(1)
+    dist.init_process_group("syncd")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, args.model)())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elapsed = timed(args, make_step(args, model), optimizer, dist.barrier)
+    t = torch.tensor([elapsed], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps({"seconds": t.item(), "ranks": dist.get_world_size()}), flush=True)
+    dist.destroy_process_group()
+
+
 def ddp_worker(rank, args, port, out):
     import torch
     import torch.distributed as dist
@@ -89,11 +108,11 @@ def worker_args(args, model):
             "--steps", str(args.steps), "--warmup", str(args.warmup)]
 
 
-def run_syncd(args, model):
+def run_syncd(args, model, worker="syncd"):
     build = args.build
     cmd = [os.path.join(build, "bin", "syncrun"), "-N", str(args.nodes), "-n", str(args.ranks),
            "--syncd-arg=--log-level=warn"] + ["--syncd-arg=" + a for a in args.syncd_arg]
-    cmd += ["--", sys.executable, os.path.abspath(__file__), "--worker", "syncd"] + worker_args(args, model)
+    cmd += ["--", sys.executable, os.path.abspath(__file__), "--worker", worker] + worker_args(args, model)
     env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
@@ -128,11 +147,13 @@ def main():
     p.add_argument("--syncd-arg", action="append", default=[], help="extra syncd flag, e.g. --coord=topo")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--json", action="store_true")
-    p.add_argument("--worker", choices=["syncd"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["syncd", "ddp_syncd"], help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker == "syncd":
         return syncd_worker(args)
+    if args.worker == "ddp_syncd":
+        return ddp_syncd_worker(args)
     # Static core partitioning gives the daemon a core of its own: on a node with dozens of cores
     # that costs a few percent of compute, on a small machine it halves what the ranks get. There
     # the daemon shares the cores (as DDP's gloo threads do) unless told otherwise.
@@ -144,18 +165,25 @@ def main():
           "steps after %d warm-up; syncd on %d daemon(s)%s" %
           (args.ranks, args.batch_size, args.image_size, args.image_size, args.steps, args.warmup, args.nodes,
            (" with " + " ".join(args.syncd_arg)) if args.syncd_arg else ""), flush=True)
-    print("# %-10s %14s %14s %8s" % ("model", "syncd img/s", "ddp img/s", "ratio"), flush=True)
+    print("# %-10s %14s %16s %14s | %10s %16s %18s" % ("model", "syncd.torch", "DDP over syncd", "DDP over gloo",
+                                                      "syncd/gloo", "DDP syncd/gloo", "DDP syncd/syncd.torch"),
+          flush=True)
+    print("# %-10s %14s %16s %14s |" % ("", "img/s", "img/s", "img/s"), flush=True)
     results = []
     for model in args.models.split(","):
         syncd_s = run_syncd(args, model)
+        ddp_syncd_s = run_syncd(args, model, "ddp_syncd")
         ddp_s = run_ddp(args, model)
         row = {"bench": "torch_synthetic", "model": model, "ranks": args.ranks, "nodes": args.nodes,
                "batch_size": args.batch_size, "image_size": args.image_size, "steps": args.steps,
-               "syncd_img_s": round(images / syncd_s, 2), "ddp_gloo_img_s": round(images / ddp_s, 2),
-               "ratio": round(ddp_s / syncd_s, 3), "syncd_args": args.syncd_arg}
+               "syncd_img_s": round(images / syncd_s, 2), "ddp_syncd_img_s": round(images / ddp_syncd_s, 2),
+               "ddp_gloo_img_s": round(images / ddp_s, 2), "ratio": round(ddp_s / syncd_s, 3),
+               "ddp_syncd_vs_gloo": round(ddp_s / ddp_syncd_s, 3),
+               "ddp_syncd_vs_syncd_torch": round(syncd_s / ddp_syncd_s, 3), "syncd_args": args.syncd_arg}
         results.append(row)
-        print("  %-10s %14.2f %14.2f %7.3fx" % (model, row["syncd_img_s"], row["ddp_gloo_img_s"], row["ratio"]),
-              flush=True)
+        print("  %-10s %14.2f %16.2f %14.2f | %9.3fx %15.3fx %17.3fx" %
+              (model, row["syncd_img_s"], row["ddp_syncd_img_s"], row["ddp_gloo_img_s"], row["ratio"],
+               row["ddp_syncd_vs_gloo"], row["ddp_syncd_vs_syncd_torch"]), flush=True)
     if args.json:
         for row in results:
             print(json.dumps(row))
