@@ -66,41 +66,36 @@ def syncd_worker(args):
     hvd.shutdown()
 
 
-def ddp_syncd_worker(args):
+def ddp_train(args, backend, **init):
+    """DDP training over `backend`; returns the slowest rank's seconds for the timed steps."""
     import torch
     import torch.distributed as dist
     import torchvision
-    import syncd.torch.distributed  # noqa: F401  registers the backend
     torch.set_num_threads(1)
-    dist.init_process_group("syncd")
+    dist.init_process_group(backend, **init)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, args.model)())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elapsed = timed(args, make_step(args, model), optimizer, dist.barrier)
     t = torch.tensor([elapsed], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    if dist.get_rank() == 0:
-        print("RESULT " + json.dumps({"seconds": t.item(), "ranks": dist.get_world_size()}), flush=True)
     dist.destroy_process_group()
+    return t.item()
+
+
+def ddp_syncd_worker(args):
+    import syncd.torch.distributed  # noqa: F401  registers the backend
+    seconds = ddp_train(args, "syncd")
+    if int(os.environ["RANK"]) == 0:
+        print("RESULT " + json.dumps({"seconds": seconds, "ranks": int(os.environ["WORLD_SIZE"])}), flush=True)
 
 
 def ddp_worker(rank, args, port, out):
-    import torch
-    import torch.distributed as dist
-    import torchvision
-    torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, args.model)())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    elapsed = timed(args, make_step(args, model), optimizer, dist.barrier)
-    t = torch.tensor([elapsed], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    seconds = ddp_train(args, "gloo", rank=rank, world_size=args.ranks)
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"seconds": t.item(), "ranks": args.ranks}, f)
-    dist.destroy_process_group()
+            json.dump({"seconds": seconds, "ranks": args.ranks}, f)
 
 
 def worker_args(args, model):
