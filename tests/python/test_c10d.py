@@ -166,6 +166,15 @@ def test_barrier_waits_for_every_rank():
         assert waited >= 0.2 * (dist.get_world_size() - 1) - 0.05, waited
 
 
+def test_hvd_shutdown_refuses_while_a_syncd_group_is_alive():
+    import syncd.torch as hvd
+    with pytest.raises(RuntimeError, match="destroy_process_group"):
+        hvd.shutdown()
+    x = torch.ones(2)
+    dist.all_reduce(x)  # still attached
+    assert x[0].item() == dist.get_world_size()
+
+
 def test_unsupported_ops_raise_naming_the_op():
     with pytest.raises(RuntimeError, match="BAND"):
         dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)

@@ -66,5 +66,18 @@ def _create(opts, pg_options=None):
                                    process_set, sorted(ranks) if process_set else [], str(opts.group_id))
 
 
+def _refuse_shutdown_under_live_groups():
+    # A syncd process group uses this process's attachment: detaching under it would leave the
+    # group with a freed client.
+    if _c10d is None:
+        return
+    live = [pg for pg in list(dist.distributed_c10d._pg_map) if isinstance(pg, _c10d.ProcessGroupSyncd)]
+    if live:
+        raise RuntimeError("syncd.torch.shutdown(): %d torch.distributed process group(s) over syncd are still "
+                           "alive; call torch.distributed.destroy_process_group() first" % len(live))
+
+
+basics._shutdown_hooks.insert(0, _refuse_shutdown_under_live_groups)
+
 if "SYNCD" not in dist.Backend._plugins:
     dist.Backend.register_backend("syncd", _create, extended_api=True)
