@@ -102,6 +102,24 @@ def test_a_lost_rank_raises_on_every_survivor():
     assert all("orphaned" in r for r in results), results
 
 
+def test_torch_distributed_over_syncd_raises_on_every_survivor_of_a_lost_rank():
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(2, 4, "c10d_lost_peer.py", timeout=120)
+    assert len(results) == 3, p.stdout + p.stderr
+    assert all(r.startswith("raised after") for r in results), results
+    assert all("rank 3" in r for r in results), results
+
+
+def test_torch_distributed_over_syncd_honours_the_init_timeout():
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(1, 3, "c10d_timeout.py", timeout=120)
+    raised = [r for r in results if r.startswith("raised")]
+    assert len(raised) == 2, results
+    for r in raised:
+        seconds = float(r.split()[2])
+        assert 2.5 <= seconds <= 6.0 and "3000 ms" in r, r
+
+
 def test_slurm_environment_is_enough_to_attach():
     prefix = ["sh", "-c", 'exec env -u SYNCD_RANK -u SYNCD_SIZE -u SYNCD_LOCAL_RANK -u SYNCD_LOCAL_SIZE '
               'SLURM_PROCID=$SYNCD_RANK SLURM_NTASKS=$SYNCD_SIZE SLURM_LOCALID=$SYNCD_LOCAL_RANK '
