@@ -128,3 +128,15 @@ def test_slurm_environment_is_enough_to_attach():
     assert p.returncode == 0, p.stdout + p.stderr
     got = sorted(results)
     assert got == ["%d 3 %d 3 [6.0, 6.0]" % (r, r) for r in range(3)], got
+
+
+def test_slurm_environment_is_enough_for_torch_distributed():
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    prefix = ["sh", "-c", 'exec env -u SYNCD_RANK -u SYNCD_SIZE -u SYNCD_LOCAL_RANK -u SYNCD_LOCAL_SIZE '
+              '-u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT '
+              'SLURM_PROCID=$SYNCD_RANK SLURM_NTASKS=$SYNCD_SIZE SLURM_LOCALID=$SYNCD_LOCAL_RANK '
+              'SLURM_NODEID=0 SLURM_TASKS_PER_NODE="3" SLURM_JOB_NODELIST=localhost '
+              'SLURM_JOB_ID=$(( $SYNCD_JOB_ID % 10000 + 3000 )) "$@"', "sh"]
+    p, results = syncrun(1, 3, "c10d_slurm_env.py", shell_prefix=prefix, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(results) == ["%d 3 localhost 6.0" % r for r in range(3)], results

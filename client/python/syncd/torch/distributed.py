@@ -5,10 +5,13 @@
     dist.init_process_group("syncd")
 
 Run under `syncrun` (it sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as torchrun does), or
-under Slurm with syncd's prolog. The process group shares this process's attachment to its node's
+under srun with syncd's Slurm prolog: where those are unset they are taken from Slurm's variables
+(MASTER_ADDR: the job's first node; MASTER_PORT: 20000 + the job id modulo 20000). The process
+group shares this process's attachment to its node's
 daemon with `syncd.torch` (hvd.init), so both APIs can be used in one job.
 """
 import os
+import subprocess
 
 import torch.distributed as dist
 
@@ -20,6 +23,29 @@ except ImportError as e:  # built only where libtorch-dev was found
     _c10d = None
     _import_error = e
 
+
+def _env_from_slurm(env=os.environ):
+    """torch's env:// variables from Slurm's, where nothing (syncrun, torchrun) set them."""
+    if "SLURM_PROCID" not in env:
+        return
+    env.setdefault("RANK", env["SLURM_PROCID"])
+    env.setdefault("WORLD_SIZE", env.get("SLURM_NTASKS", "1"))
+    env.setdefault("LOCAL_RANK", env.get("SLURM_LOCALID", "0"))
+    if "MASTER_ADDR" not in env:
+        nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
+        first = nodes.split(",")[0]
+        if "[" in nodes:  # a compressed list: let Slurm expand it
+            try:
+                first = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                                       check=True).stdout.split()[0]
+            except (OSError, subprocess.CalledProcessError, IndexError) as e:
+                raise RuntimeError(f"syncd backend: cannot find the first node of {nodes!r} for MASTER_ADDR "
+                                   f"(set MASTER_ADDR yourself): {e}") from e
+        env["MASTER_ADDR"] = first
+    env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+
+
+_env_from_slurm()
 
 # new_group(ranks, backend="syncd"): every rank of the job calls new_group (torch requires it),
 # but torch builds the group only on its members. A syncd process set must be added by every rank,
