@@ -118,6 +118,45 @@ bool Engine::HasWork() {
   return false;
 }
 
+// Nothing was done this turn: sleep on the doorbell until the next timer, nap on the network,
+// yield or pause, depending on what waits and for how long (`since_work`) nothing was done.
+void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
+  uint64_t sleep_ns = kIdleSleepNs;
+  bool data_waits = false;  // a TOPO group, GPU work or partial round waits (not only a cycle)
+  for (const auto& [id, set] : sets_) {
+    const uint64_t next = set->NextPollNs(now);
+    if (next != UINT64_MAX) sleep_ns = next > now ? std::min(sleep_ns, next - now) : 0;
+    if (next <= now && !set->WaitsOnlyOnCycle()) data_waits = true;
+  }
+  if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
+  if (since_work > spin_ns && sleep_ns > 0) {
+    if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
+          return HasWork() || stop_.load(std::memory_order_relaxed) || timeline_posted_.load(std::memory_order_relaxed) ||
+                 snapshot_requested_.load(std::memory_order_relaxed) !=
+                     snapshot_published_.load(std::memory_order_relaxed);
+        }))
+      ++wakeups_;
+    node_page_->Heartbeat();
+    // No spin after a wake-up by itself: one that brings work counts as work in Run, a timer's
+    // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle
+    // timer followed by 200 us of spinning was 20 % of a core).
+  } else if (sleep_ns == 0) {
+    // Something waits on the network. A non-blocking cycle (nbcs) that has waited a while
+    // waits for other nodes' timers or late ranks: where ranks share the engine's core, nap on
+    // UCX's event descriptor (50 us at a time; a submission meanwhile waits that long, and
+    // would join a later cycle anyway) rather than take a share of their core (100 % of one
+    // here while a node was 3 s late). Data on the move (TOPO groups, GPU work, partial
+    // rounds) keeps polling and yielding: napping there measured worse (topo: 143.8 against
+    // 137.5 ms per step and 9.4 against 6.8 ms of engine CPU on the scaled imbalance bench).
+    const bool nap = !data_waits && since_work > kCycleSpinNs && transport_ &&
+                     !(gpu_ && gpu_->in_flight() > 0) && RanksShareEngineCore() &&
+                     transport_->WaitForEvent(kCycleNapNs);
+    if (!nap) sched_yield();
+  } else {
+    __builtin_ia32_pause();
+  }
+}
+
 void Engine::Run() {
   node_page_->SetState(abi::DaemonState::kRunning);
   const uint64_t spin_ns = uint64_t(config_.spin_us) * 1000;
@@ -146,40 +185,7 @@ void Engine::Run() {
       PublishSnapshot();
       last_snapshot = t1;
     }
-    uint64_t sleep_ns = kIdleSleepNs;
-    bool data_waits = false;  // a TOPO group, GPU work or partial round waits (not only a cycle)
-    for (const auto& [id, set] : sets_) {
-      const uint64_t next = set->NextPollNs(t1);
-      if (next != UINT64_MAX) sleep_ns = next > t1 ? std::min(sleep_ns, next - t1) : 0;
-      if (next <= t1 && !set->WaitsOnlyOnCycle()) data_waits = true;
-    }
-    if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
-    if (!did && t1 - last_work > spin_ns && sleep_ns > 0) {
-      if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
-            return HasWork() || stop_.load(std::memory_order_relaxed) || timeline_posted_.load(std::memory_order_relaxed) ||
-                   snapshot_requested_.load(std::memory_order_relaxed) !=
-                       snapshot_published_.load(std::memory_order_relaxed);
-          }))
-        ++wakeups_;
-      node_page_->Heartbeat();
-      // No spin after a wake-up by itself: one that brings work counts as work above, a timer's
-      // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle
-      // timer followed by 200 us of spinning was 20 % of a core).
-    } else if (!did && sleep_ns == 0) {
-      // Something waits on the network. A non-blocking cycle (nbcs) that has waited a while
-      // waits for other nodes' timers or late ranks: where ranks share the engine's core, nap on
-      // UCX's event descriptor (50 us at a time; a submission meanwhile waits that long, and
-      // would join a later cycle anyway) rather than take a share of their core (100 % of one
-      // here while a node was 3 s late). Data on the move (TOPO groups, GPU work, partial
-      // rounds) keeps polling and yielding: napping there measured worse (topo: 143.8 against
-      // 137.5 ms per step and 9.4 against 6.8 ms of engine CPU on the scaled imbalance bench).
-      const bool nap = !data_waits && t1 - last_work > kCycleSpinNs && transport_ &&
-                       !(gpu_ && gpu_->in_flight() > 0) && RanksShareEngineCore() &&
-                       transport_->WaitForEvent(kCycleNapNs);
-      if (!nap) sched_yield();
-    } else if (!did) {
-      __builtin_ia32_pause();
-    }
+    if (!did) Idle(t1, t1 - last_work, spin_ns);
     if (const uint64_t deadline = drain_deadline_ns_.load(std::memory_order_acquire); deadline != 0) {
       if (Drained()) break;
       if (abi::MonotonicNs() >= deadline) {

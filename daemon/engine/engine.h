@@ -148,6 +148,8 @@ class Engine {
  private:
   // Whether any attached rank may run where the engine runs (unpinned, or a shared core).
   bool RanksShareEngineCore() const;
+  // Run's turn that did nothing: sleep, nap on the network, yield or pause.
+  void Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns);
   struct ClientState {
     std::unique_ptr<AttachedClient> info;
     uint64_t ops = 0, bytes = 0, errors = 0;
