@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 10;
+inline constexpr uint32_t kVersion = 11;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -51,8 +51,15 @@ enum class OpKind : uint32_t {
   kJoin = 11,
   kPartialAllreduce = 12,
   kTimeline = 13,
+  kSend = 14,
+  kRecv = 15,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kTimeline);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kRecv);
+// kSend, kRecv (syncd_send_async, syncd_recv_async): a tensor from one rank to another of the same
+// process set, through their daemons and never coordinated (daemon/engine/point_to_point.h).
+// `root`: the peer's global rank (kRecv: -1, any rank of the set); `tag`: the user's tag (>= 0).
+// A receive completes with "source <global rank>".
+inline constexpr bool IsPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
 // kTimeline (syncd_start_timeline, syncd_stop_timeline): not a collective; the rank's daemon starts
 // (the arena holds the file's path) or stops (no bytes) the job's timeline and completes it at once.
 inline constexpr char kTimelineName[] = "syncd.timeline";
@@ -124,9 +131,10 @@ struct SubmitEntry {
   uint64_t aux_bytes;
   int32_t process_set;  // 0: the global set
   uint32_t partial_mode;  // kPartialAllreduce: syncd_partial_mode
+  int64_t tag;            // kSend, kRecv: the user's tag
   char name[kNameBytes];
 };
-static_assert(sizeof(SubmitEntry) == 344);
+static_assert(sizeof(SubmitEntry) == 352);
 
 // SubmitEntry::flags.
 inline constexpr uint32_t kSubmitGpu = 1;  // the tensor is in GPU memory, described by a GpuDescriptor

@@ -77,6 +77,19 @@ int syncd_reducescatter_async(syncd_client* c, const syncd_tensor* t, syncd_redu
                               double postscale, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kReducescatter, t, op, 0, prescale, postscale, out);
 }
+int syncd_send_async(syncd_client* c, const syncd_tensor* t, int peer, int tag, syncd_handle* out) {
+  syncd::client::SubmitExtra extra;
+  extra.tag = tag;
+  return Unwrap(c)->Submit(abi::OpKind::kSend, t, SYNCD_SUM, peer, 1.0, 1.0, out, false, nullptr, extra);
+}
+int syncd_recv_async(syncd_client* c, const syncd_tensor* t, int peer, int tag, syncd_handle* out) {
+  syncd::client::SubmitExtra extra;
+  extra.tag = tag;
+  return Unwrap(c)->Submit(abi::OpKind::kRecv, t, SYNCD_SUM, peer, 1.0, 1.0, out, false, nullptr, extra);
+}
+int syncd_recv_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms, int* source) {
+  return Unwrap(c)->WaitRecv(h, timeout_ms, source);
+}
 int64_t syncd_reducescatter_rows(int64_t first_dim, int size, int rank) {
   if (first_dim < 0 || size <= 0 || rank < 0 || rank >= size) return 0;
   return first_dim / size + (rank < first_dim % size ? 1 : 0);

@@ -125,6 +125,15 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
       !std::binary_search(set.ranks->begin(), set.ranks->end(), root))
     return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank of process set " +
                                        std::to_string(set.id));
+  if (abi::IsPointToPoint(kind)) {
+    const char* op = kind == abi::OpKind::kSend ? "send" : "recv";
+    const bool member = set.ranks == nullptr ? root >= 0 && root < id_.size
+                                             : std::binary_search(set.ranks->begin(), set.ranks->end(), root);
+    if (!(kind == abi::OpKind::kRecv && root == SYNCD_ANY_SOURCE) && !member)
+      return Fail(SYNCD_ERR_INVALID, what + ": " + op + " peer " + std::to_string(root) + " is not a rank of process set " +
+                                         std::to_string(set.id));
+    if (root == id_.rank) return Fail(SYNCD_ERR_INVALID, what + ": a rank cannot " + op + " to itself (rank " + std::to_string(root) + ")");
+  }
   entry->dtype = t->dtype;
   return SYNCD_OK;
 }
@@ -225,6 +234,9 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   entry.prescale = prescale;
   entry.postscale = postscale;
   entry.bytes = bytes;
+  entry.tag = extra.tag;
+  if (abi::IsPointToPoint(kind) && extra.tag < 0)
+    return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': tag " + std::to_string(extra.tag) + " is negative");
   if (kind != abi::OpKind::kBarrier && kind != abi::OpKind::kJoin)
     if (int rc = CheckKind(kind, t, op, extra, set, name, &entry); rc != SYNCD_OK) return rc;
   void* data = bytes > 0 ? t->data : nullptr;
@@ -237,6 +249,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   Slot* s = Lookup(*out);  // the completion cannot be drained before mu_ is released
   if (entry.aux_bytes > 0) s->aux_offset = int64_t(entry.aux_offset);
   s->result = extra.result;
+  if (kind == abi::OpKind::kSend) s->user_data = nullptr;  // a staged send has nothing to copy back
   if (kind == abi::OpKind::kReducescatter) {
     // In place: only this rank's share comes back.
     const int64_t rows = syncd_reducescatter_rows(t->shape[0], set.size, set.rank);

@@ -34,6 +34,7 @@ struct SubmitExtra {
   syncd_result* result = nullptr;
   int process_set = 0;  // a barrier's (a tensor names its own)
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode (the quorum travels as the root)
+  int tag = 0;                // kSend, kRecv (the peer travels as the root)
 };
 
 // A process set as one rank sees it: its global ranks (ascending), this rank's place among them.
@@ -74,6 +75,8 @@ class Client {
   int Wait(syncd_handle h, int64_t timeout_ms, std::string* reply = nullptr);
   // Wait for a partial allreduce, with the round its completion describes.
   int WaitPartial(syncd_handle h, int64_t timeout_ms, syncd_partial_info* info);
+  // Wait for a receive, with the rank that sent it.
+  int WaitRecv(syncd_handle h, int64_t timeout_ms, int* source);
   int RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* plan_hash);
   // syncd_fail_async: a kFail entry for `name` whose arena copy of `why` is freed at completion.
   int SubmitFailure(const char* name, const char* why, syncd_handle* out, int process_set = 0);

@@ -146,6 +146,16 @@ int Client::WaitPartial(syncd_handle h, int64_t timeout_ms, syncd_partial_info* 
   return SYNCD_OK;
 }
 
+int Client::WaitRecv(syncd_handle h, int64_t timeout_ms, int* source) {
+  std::string reply;
+  if (int rc = Wait(h, timeout_ms, &reply); rc != SYNCD_OK) return rc;
+  int from = -1;
+  if (sscanf(reply.c_str(), "source %d", &from) != 1 || from < 0 || from >= id_.size)
+    return Fail(SYNCD_ERR_PROTOCOL, "receive completed but the daemon's reply names no source: '" + reply + "'");
+  if (source != nullptr) *source = from;
+  return SYNCD_OK;
+}
+
 int Client::AddProcessSet(const int* ranks, int n, int64_t timeout_ms, int* id) {
   if (id == nullptr || (ranks == nullptr && n > 0)) return Fail(SYNCD_ERR_INVALID, "add_process_set: NULL argument");
   if (n <= 0 || n > id_.size)

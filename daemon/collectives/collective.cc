@@ -110,6 +110,8 @@ const char* OpKindName(abi::OpKind kind) {
     case abi::OpKind::kRegisterGraph: return "graph registration";
     case abi::OpKind::kFail: return "failure notice";
     case abi::OpKind::kTimeline: return "timeline";
+    case abi::OpKind::kSend: return "send";
+    case abi::OpKind::kRecv: return "recv";
     default: return "unknown";
   }
 }

@@ -34,7 +34,10 @@ struct Request {
   abi::OpKind kind = abi::OpKind::kAllreduce;
   syncd_dtype dtype = SYNCD_FLOAT32;
   syncd_reduce_op op = SYNCD_SUM;
-  int32_t root = 0;         // kBroadcast: the root; kPartialAllreduce: the quorum (0: the mode's)
+  // kBroadcast: the root; kPartialAllreduce: the quorum (0: the mode's); kSend, kRecv: the peer's
+  // global rank (kRecv: -1, any).
+  int32_t root = 0;
+  int64_t tag = 0;          // kSend, kRecv
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode
   double prescale = 1.0;
   double postscale = 1.0;

@@ -77,6 +77,19 @@ void Engine::BeginJob(uint64_t job) {
     return it != sets_.end() && it->second->TellNodes(std::move(m), node);
   };
   timeline_.BeginJob(std::move(links));
+  PointToPoint::Links p2p;
+  p2p.transport = transport_.get();
+  p2p.job = job;
+  p2p.node_rank = config_.node_rank;
+  p2p.local_size = local_size_;
+  p2p.complete = [this](const Request& r, const Status& st) {
+    if (!st.ok()) {
+      ++error_ops_;
+      spdlog::warn("{}", st.message());
+    }
+    Complete(r, st);
+  };
+  p2p_.BeginJob(std::move(p2p));
   ProcessSetPlace global =
       ProcessSetPlace::Global(job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get());
   set_info_[0] = SetInfo{global.ranks, 0, nullptr};

@@ -70,7 +70,7 @@ void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
 size_t Engine::InFlight() const {
   size_t n = 0;
   for (const auto& [id, set] : sets_) n += set->InFlight();
-  return n;
+  return n + p2p_.InFlight();
 }
 
 bool Engine::Drained() {
@@ -87,12 +87,15 @@ size_t Engine::End(const EndScope& scope, const Status& why) {
       Complete(*scope.request, why);
       return 0;
     case EndScope::Kind::kClient:
+      p2p_.EndRank(scope.local_rank, config_.node_rank * local_size_ + scope.local_rank, why);
       for (auto& [id, set] : sets_) waiting += set->End(why, ProcessSet::Reach::kRank, scope.peers_why);
       break;
     case EndScope::Kind::kProcessSet:
+      p2p_.EndAll(why, scope.set);
       if (auto it = sets_.find(scope.set); it != sets_.end()) waiting = it->second->End(why, scope.reach, scope.peers_why);
       break;
     case EndScope::Kind::kJob:
+      p2p_.EndAll(why);
       for (auto& [id, set] : sets_) waiting += set->End(why, scope.reach, scope.peers_why);
       break;
   }
@@ -129,6 +132,7 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
     if (next <= now && !set->WaitsOnlyOnCycle()) data_waits = true;
   }
   if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
+  if (p2p_.WaitsOnNetwork()) sleep_ns = 0;          // and so does a transfer from another node
   if (since_work > spin_ns && sleep_ns > 0) {
     if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
           return HasWork() || stop_.load(std::memory_order_relaxed) || timeline_posted_.load(std::memory_order_relaxed) ||
@@ -221,6 +225,12 @@ bool Engine::Poll() {
   }
   const uint64_t now = abi::MonotonicNs();
   for (auto& [id, set] : sets_) did |= set->Poll(now);
+  if (p2p_.InFlight() > 0) {
+    did |= p2p_.Poll();
+    // The job failed (a lost rank or node, a stall): no transfer of it can complete.
+    if (auto it = sets_.find(0); it != sets_.end())
+      if (Status why = it->second->Refusal(); !why.ok()) p2p_.EndAll(why);
+  }
   if (!set_changes_.empty()) {
     ApplySetChanges();
     did = true;
@@ -264,6 +274,10 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
         End(EndScope::OneRequest(*r), Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + losses));
         continue;
       }
+    }
+    if (abi::IsPointToPoint(r->kind)) {
+      p2p_.Add(std::move(*r));
+      continue;
     }
     Request copy_for_error = *r;
     Status st = set->Add(std::move(*r));

@@ -20,6 +20,7 @@
 #include "proto/mutex.h"
 #include "daemon/base/spsc_queue.h"
 #include "daemon/engine/job_timeline.h"
+#include "daemon/engine/point_to_point.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/status_snapshot.h"
@@ -250,6 +251,7 @@ class Engine {
   // job on. Declared after set_info_: a set goes before the transport view it runs on.
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
+  PointToPoint p2p_;  // send and recv: outside the sets' coordination
   ExecutionCounters counters_;
   CollectiveMetricsByKind metrics_;
   StragglerWindow stragglers_;

@@ -81,6 +81,36 @@ Status ParseSplits(const abi::SubmitEntry& e, const Submitter& who, const std::s
   return Status::Ok();
 }
 
+// A host tensor's data: a range of the client's arena.
+Status ParseHostData(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
+  if (r->bytes == 0) return Status::Ok();
+  r->memory = who.segment->memory();
+  r->data = who.segment->ArenaRange(e.arena_offset, e.bytes);
+  if (r->data == nullptr)
+    return InvalidArgument(what + ": data range [" + std::to_string(e.arena_offset) + ", +" + std::to_string(e.bytes) +
+                           ") is outside the client's arena of " + std::to_string(who.segment->arena_bytes()) + " bytes");
+  return Status::Ok();
+}
+
+// A send or receive: its peer (a global rank of the set, not the submitter; a receive may name
+// any rank, -1) and its tag.
+StatusOr<Request> ParsePointToPoint(const abi::SubmitEntry& e, const Submitter& who, Request r, const std::string& what) {
+  const char* op = r.kind == abi::OpKind::kSend ? "send" : "recv";
+  SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
+  if (e.flags & abi::kSubmitGpu) return InvalidArgument(std::string(op) + " of " + what + ": GPU tensors are not supported by send and recv");
+  const SetRanks set = who.set_ranks ? SetRanks(uint32_t(who.set_ranks->size()), who.set_ranks) : SetRanks(who.world_size);
+  const bool any = r.kind == abi::OpKind::kRecv && e.root == -1;
+  if (!any && !set.Has(e.root))
+    return InvalidArgument(std::string(op) + " of " + what + ": peer " + std::to_string(e.root) + " is not a rank of process set " +
+                           std::to_string(e.process_set));
+  if (!any && uint32_t(e.root) == who.rank) return InvalidArgument(std::string(op) + " of " + what + ": a rank cannot " + op + " to itself");
+  if (e.tag < 0) return InvalidArgument(std::string(op) + " of " + what + ": tag " + std::to_string(e.tag) + " is negative");
+  r.root = e.root;
+  r.tag = e.tag;
+  SYNCD_RETURN_IF_ERROR(ParseHostData(e, who, what, &r));
+  return r;
+}
+
 }  // namespace
 
 StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
@@ -120,6 +150,7 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     r.failure.assign(text, strnlen(text, e.bytes));  // copied: the client could change it meanwhile
     return r;
   }
+  if (abi::IsPointToPoint(r.kind)) return ParsePointToPoint(e, who, std::move(r), what);
   const Collective* kind = FindCollective(r.kind);
   if (kind == nullptr) return Malformed(what + " has unknown operation " + std::to_string(e.kind));
   if (!kind->has_tensor()) {
@@ -138,13 +169,8 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     abi::GpuDescriptor desc;
     memcpy(&desc, at, sizeof(desc));  // copied out first: the client could change it meanwhile
     *gpu = desc;
-  } else if (r.bytes > 0) {
-    r.memory = who.segment->memory();
-    r.data = who.segment->ArenaRange(e.arena_offset, e.bytes);
-    if (r.data == nullptr)
-      return InvalidArgument(what + ": data range [" + std::to_string(e.arena_offset) + ", +" + std::to_string(e.bytes) +
-                             ") is outside the client's arena of " + std::to_string(who.segment->arena_bytes()) +
-                             " bytes");
+  } else {
+    SYNCD_RETURN_IF_ERROR(ParseHostData(e, who, what, &r));
   }
   return r;
 }

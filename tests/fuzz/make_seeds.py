@@ -31,7 +31,7 @@ def attach_request(rank, size, local_rank, local_size, job=0):
     return struct.pack("<IIiiiiiIQ", MAGIC, VERSION, rank, size, local_rank, local_size, 4321, 0, job)
 
 
-def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=0, handle=1):
+def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=0, handle=1, tag=0):
     sizes = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
     count = 1
     for d in shape:
@@ -40,8 +40,9 @@ def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=
     dims = list(shape) + [0] * (8 - len(shape))
     entry = struct.pack("<QIIIiddQQII", handle, kind, dtype, op, root, 1.0, 1.0, offset, nbytes, len(shape), flags)
     entry += struct.pack("<8q", *dims)
-    entry += name.encode().ljust(320 - len(entry), b"\0")
-    assert len(entry) == 320
+    entry += struct.pack("<QQiIq", 0, 0, 0, 0, tag)  # aux range, process set, partial mode, tag
+    entry += name.encode().ljust(352 - len(entry), b"\0")  # abi::SubmitEntry
+    assert len(entry) == 352
     return entry
 
 
@@ -112,6 +113,8 @@ def main():
     fail = submit_entry(5, "refused", shape=())
     fail = fail[:40] + struct.pack("<QQ", 0, len(why)) + fail[56:]
     write("submission", "fail-notice", fail + why)
+    write("submission", "send", submit_entry(14, "c10d.0.p2p.0", dtype=6, root=1, shape=(4,), tag=3) + b"\0" * 16)
+    write("submission", "recv-any-source", submit_entry(15, "c10d.0.p2p.1", dtype=6, root=-1, shape=(4,), tag=3) + b"\0" * 16)
     write("submission", "gpu-descriptor", submit_entry(1, "gpu.grad", flags=1, shape=(8,)) + b"\1" * 128)
     # graph: the wire format alone.
     write("graph", "five-ops", g)

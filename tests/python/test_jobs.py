@@ -110,6 +110,16 @@ def test_torch_distributed_over_syncd_raises_on_every_survivor_of_a_lost_rank():
     assert all("rank 3" in r for r in results), results
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_torch_distributed_recv_from_a_lost_rank_raises_naming_it(nodes):
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(nodes, 4, "c10d_p2p_lost_peer.py", timeout=120)
+    assert len(results) == 3, p.stdout + p.stderr
+    assert all(r.startswith("raised after") for r in results), results
+    assert all("rank 3" in r for r in results), results
+    assert all(float(r.split()[2]) < 20 for r in results), results  # the daemons, not the 60 s timeout
+
+
 def test_torch_distributed_over_syncd_honours_the_init_timeout():
     pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
     p, results = syncrun(1, 3, "c10d_timeout.py", timeout=120)

@@ -186,6 +186,24 @@ SYNCD_API int syncd_barrier_set_async(syncd_client* c, int process_set, syncd_ha
 SYNCD_API int syncd_fail_set_async(syncd_client* c, int process_set, const char* name, const char* why,
                                    syncd_handle* out);
 
+/* ---- Point to point (torch.distributed's send and recv): a tensor from one rank to another of
+ * t->process_set, through their daemons, not coordinated with the other ranks.
+ *
+ * syncd_send_async sends t to `peer` (a global rank of the set, not this one). syncd_recv_async
+ * fills t with what `peer` (SYNCD_ANY_SOURCE: any rank of the set) sent with the same `tag` (>= 0)
+ * in the same set; messages from one rank with one tag arrive in the order they were sent. A
+ * receive whose dtype or size differ from the send it takes fails with SYNCD_ERR_MISMATCH naming
+ * both ranks (the send completes). A send completes once the data left (small tensors) or the
+ * receiver took it (large ones; a send to a rank on this node: once it is received), so a rank
+ * that sends before it receives from a rank doing the same can wait forever with large
+ * tensors: post the receive first, or use the async calls. syncd_recv_wait waits for a receive
+ * and says which rank sent (source may be NULL; timeout 0 only looks: SYNCD_ERR_TIMEOUT until it
+ * completed). Host tensors only. */
+#define SYNCD_ANY_SOURCE (-1)
+SYNCD_API int syncd_send_async(syncd_client* c, const syncd_tensor* t, int peer, int tag, syncd_handle* out);
+SYNCD_API int syncd_recv_async(syncd_client* c, const syncd_tensor* t, int peer, int tag, syncd_handle* out);
+SYNCD_API int syncd_recv_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms, int* source);
+
 /* Join (Horovod's hvd.join): this rank has no more data. Blocks until every rank of the job has
  * joined; meanwhile this rank takes part in the others' collectives with nothing of its own
  * (zeros to reduce, no rows to gather or send; a broadcast from it fails), so ranks with uneven

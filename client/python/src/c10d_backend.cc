@@ -23,12 +23,14 @@
 
 #include "client/python/src/c10d_work.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -74,6 +76,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
 
   const std::string getBackendName() const override { return "syncd"; }
   int process_set() const { return process_set_; }
+  const StagingStats& staging() const { return *stats_; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
@@ -263,6 +266,25 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     return work;
   }
 
+  // Point to point: not collective, so named apart from the group's collectives (whose names
+  // every rank numbers alike).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "syncd backend: send takes one tensor, got ", tensors.size());
+    CheckRoot(dst, "send");
+    return PointToPoint(tensors, c10d::OpType::SEND, "send", GlobalRank(dst), tag);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "syncd backend: recv takes one tensor, got ", tensors.size());
+    CheckRoot(src, "recv");
+    return PointToPoint(tensors, c10d::OpType::RECV, "recv", GlobalRank(src), tag);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "syncd backend: recv takes one tensor, got ", tensors.size());
+    return PointToPoint(tensors, c10d::OpType::RECVANYSOURCE, "recv", SYNCD_ANY_SOURCE, tag);
+  }
+
   // Completion thread (for futures): started on the first getFuture().
   void Track(c10::intrusive_ptr<SyncdWork> work) override {
     std::lock_guard<std::mutex> lock(progress_mu_);
@@ -276,8 +298,25 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     return "c10d." + group_ + "." + op + "." + std::to_string(seq_++);
   }
 
+  // Where request `r` of `t` runs: with `in_place` (the op's result is the tensor itself, or it
+  // only reads it) and `t` already in the arena, on the tensor's own memory; otherwise a fresh
+  // arena buffer (`copy`: holding `t`'s data). Sets r->buffer and r->owned; false (and the work
+  // failed) when the arena is full.
+  bool StageIn(const at::Tensor& t, SyncdWork* work, const char* op, SyncdWork::Request* r, bool in_place,
+               bool copy = true) {
+    const size_t bytes = size_t(t.numel()) * t.element_size();
+    if (in_place && bytes > 0 && t.is_contiguous() && syncd_in_arena(client_, t.data_ptr(), bytes)) {
+      r->buffer = t.data_ptr();
+      r->owned = false;
+      ++stats_->zero_copy;
+      return true;
+    }
+    r->buffer = StageIn(t, work, op, copy);
+    return r->buffer != nullptr;
+  }
+
   // Copies `t` into a fresh arena buffer; nullptr (and the work failed) when the arena is full.
-  void* StageIn(const at::Tensor& t, SyncdWork* work, const char* op) {
+  void* StageIn(const at::Tensor& t, SyncdWork* work, const char* op, bool copy = true) {
     const size_t bytes = size_t(t.numel()) * t.element_size();
     void* buf = syncd_alloc(client_, bytes == 0 ? 1 : bytes);
     if (buf == nullptr) {
@@ -285,8 +324,12 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                     std::to_string(bytes) + " bytes (raise syncd --arena-size)");
       return nullptr;
     }
+    if (!copy || bytes == 0) return buf;
+    const uint64_t t0 = NowNs();
     const at::Tensor c = t.contiguous();
-    if (bytes > 0) memcpy(buf, c.data_ptr(), bytes);
+    memcpy(buf, c.data_ptr(), bytes);
+    stats_->bytes_in += bytes;
+    stats_->ns_in += NowNs() - t0;
     return buf;
   }
 
@@ -300,25 +343,64 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const at::Tensor& t = tensors[i];
       SyncdWork::Request r;
-      r.buffer = StageIn(t, work.get(), op);
-      if (r.buffer == nullptr) return work;
+      if (!StageIn(t, work.get(), op, &r, /*in_place=*/true)) return work;
       const std::string name = base + "." + std::to_string(i);
       const int64_t count = t.numel();
       syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, process_set_};
       if (submit(st, &r.handle) != SYNCD_OK) {
-        syncd_free(client_, r.buffer);
+        if (r.owned) syncd_free(client_, r.buffer);
         work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
         return work;
       }
       work->requests().push_back(r);
     }
     std::vector<at::Tensor> outs = tensors;
-    work->set_unstage([outs](std::deque<SyncdWork::Request>& rs) mutable {
+    work->set_unstage([outs, stats = stats_](std::deque<SyncdWork::Request>& rs) mutable {
       for (size_t i = 0; i < outs.size(); ++i) {
         std::vector<at::Tensor> one = {outs[i]};
-        CopyOut(static_cast<const char*>(rs[i].buffer), one);
+        CopyOut(static_cast<const char*>(rs[i].buffer), one, stats.get());
       }
     });
+    return work;
+  }
+
+  // A send or receive of one tensor with a global rank (SYNCD_ANY_SOURCE: any).
+  c10::intrusive_ptr<c10d::Work> PointToPoint(std::vector<at::Tensor>& tensors, c10d::OpType type, const char* op,
+                                              int peer, int tag) {
+    CheckCpu(tensors[0], op);
+    TORCH_CHECK(tag >= 0, "syncd backend: ", op, " with tag ", tag, ": tags are 0 or more");
+    const bool recv = type != c10d::OpType::SEND;
+    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, tensors, timeout_ms_);
+    work->set_group(this);
+    if (process_set_ != 0) {
+      work->set_source_map([ranks = ranks_](int global) {
+        return int(std::lower_bound(ranks.begin(), ranks.end(), global) - ranks.begin());
+      });
+    }
+    const at::Tensor& t = tensors[0];
+    SyncdWork::Request& r = work->requests().emplace_back();
+    r.recv = recv;
+    if (!StageIn(t, work.get(), op, &r, /*in_place=*/true, /*copy=*/!recv)) {
+      work->requests().pop_back();
+      return work;
+    }
+    const std::string name = "c10d." + group_ + ".p2p." + std::to_string(p2p_seq_++);
+    const int64_t count = t.numel();
+    syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, process_set_};
+    const int rc = recv ? syncd_recv_async(client_, &st, peer, tag, &r.handle)
+                        : syncd_send_async(client_, &st, peer, tag, &r.handle);
+    if (rc != SYNCD_OK) {
+      if (r.owned) syncd_free(client_, r.buffer);
+      work->requests().pop_back();
+      work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
+      return work;
+    }
+    if (recv) {
+      std::vector<at::Tensor> outs = tensors;
+      work->set_unstage([outs, stats = stats_](std::deque<SyncdWork::Request>& rs) mutable {
+        CopyOut(static_cast<const char*>(rs[0].buffer), outs, stats.get());
+      });
+    }
     return work;
   }
 
@@ -362,7 +444,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     r.has_result = offset < 0;
     const size_t esize = flat.element_size();
     const std::string what = op;
-    work->set_unstage([outs, offset, esize, what](std::deque<SyncdWork::Request>& rs) mutable {
+    work->set_unstage([outs, offset, esize, what, stats = stats_](std::deque<SyncdWork::Request>& rs) mutable {
       const char* data = offset < 0 ? static_cast<const char*>(rs[0].result.data)
                                     : static_cast<const char*>(rs[0].buffer) + size_t(offset) * esize;
       size_t total = 0;
@@ -370,7 +452,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       // (No outputs: a gather's rank that is not its root.)
       TORCH_CHECK(offset >= 0 || outs.empty() || rs[0].result.bytes == total, "syncd backend: ", what, " received ",
                   rs[0].result.bytes, " bytes where the outputs hold ", total);
-      CopyOut(data, outs);
+      CopyOut(data, outs, stats.get());
     });
     return work;
   }
@@ -432,6 +514,8 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   int process_set_;
   std::vector<int> ranks_;
   uint64_t seq_ = 0;
+  uint64_t p2p_seq_ = 0;
+  std::shared_ptr<StagingStats> stats_ = std::make_shared<StagingStats>();
   std::mutex progress_mu_;
   std::condition_variable progress_cv_;
   std::deque<c10::intrusive_ptr<SyncdWork>> tracked_;
@@ -456,5 +540,16 @@ PYBIND11_MODULE(_c10d, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("client"),
            py::arg("keep_alive"), py::arg("process_set") = 0, py::arg("ranks") = std::vector<int>{},
            py::arg("group") = "default")
-      .def_property_readonly("process_set", &ProcessGroupSyncd::process_set);
+      .def_property_readonly("process_set", &ProcessGroupSyncd::process_set)
+      // What staging through the arena cost this group so far (bench/torch_synthetic.py).
+      .def("staging_stats", [](const ProcessGroupSyncd& pg) {
+        const auto& s = pg.staging();
+        py::dict d;
+        d["bytes_in"] = s.bytes_in.load();
+        d["bytes_out"] = s.bytes_out.load();
+        d["seconds_in"] = double(s.ns_in.load()) / 1e9;
+        d["seconds_out"] = double(s.ns_out.load()) / 1e9;
+        d["zero_copy"] = s.zero_copy.load();
+        return d;
+      });
 }

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -68,12 +69,32 @@ inline void CheckCpu(const at::Tensor& t, const char* op) {
 }
 
 
-// Copies `data` into `outs` end to end (each tensor's bytes in its own layout).
-inline void CopyOut(const char* data, std::vector<at::Tensor>& outs) {
+// What staging costs a process group (ProcessGroupSyncd.staging_stats()): bytes copied into the
+// arena before requests and out of it after, the time those copies took, and the tensors that
+// needed no copy (already in the arena).
+struct StagingStats {
+  std::atomic<uint64_t> bytes_in{0}, bytes_out{0}, ns_in{0}, ns_out{0}, zero_copy{0};
+};
+
+inline uint64_t NowNs() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Copies `data` into `outs` end to end (each tensor's bytes in its own layout); a tensor the
+// result already lies in (a request on the tensor's own arena memory) is left alone.
+inline void CopyOut(const char* data, std::vector<at::Tensor>& outs, StagingStats* stats = nullptr) {
   size_t at = 0;
+  const uint64_t t0 = stats ? NowNs() : 0;
+  size_t copied = 0;
   for (at::Tensor& o : outs) {
     const size_t bytes = size_t(o.numel()) * o.element_size();
     if (bytes == 0) continue;
+    if (o.is_contiguous() && o.data_ptr() == data + at) {
+      at += bytes;
+      continue;
+    }
+    copied += bytes;
     if (o.is_contiguous()) {
       memcpy(o.data_ptr(), data + at, bytes);
     } else {
@@ -82,6 +103,10 @@ inline void CopyOut(const char* data, std::vector<at::Tensor>& outs) {
       o.copy_(staged);
     }
     at += bytes;
+  }
+  if (stats != nullptr && copied > 0) {
+    stats->bytes_out += copied;
+    stats->ns_out += NowNs() - t0;
   }
 }
 
@@ -92,9 +117,11 @@ class SyncdWork : public c10d::Work {
   struct Request {
     syncd_handle handle = 0;
     void* buffer = nullptr;  // arena staging buffer, freed at the end
+    bool owned = true;       // false: the tensor's own arena memory (nothing to free)
     bool done = false;
     syncd_result result{};  // allgather's
     bool has_result = false;
+    bool recv = false;  // a receive: its completion names the sender
   };
 
   SyncdWork(syncd_client* c, int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int64_t timeout_ms)
@@ -106,7 +133,7 @@ class SyncdWork : public c10d::Work {
     // completed ones were released in Finish().
     std::lock_guard<std::mutex> lock(drive_mu_);
     for (Request& r : requests_)
-      if (r.done && r.buffer != nullptr) syncd_free(client_, r.buffer);
+      if (r.done && r.buffer != nullptr && r.owned) syncd_free(client_, r.buffer);
   }
 
   // A deque: the client writes an allgather's result into the request in place.
@@ -126,7 +153,11 @@ class SyncdWork : public c10d::Work {
     if (finished_) return true;
     for (Request& r : requests_) {
       if (r.done) continue;
-      const int rc = timeout_ms == 0 ? syncd_poll(client_, r.handle) : syncd_wait(client_, r.handle, timeout_ms);
+      int source = -1;
+      const int rc = r.recv                ? syncd_recv_wait(client_, r.handle, timeout_ms, &source)
+                     : timeout_ms == 0 ? syncd_poll(client_, r.handle)
+                                       : syncd_wait(client_, r.handle, timeout_ms);
+      if (rc == SYNCD_OK && r.recv) source_ = source;
       if (rc == SYNCD_IN_PROGRESS || rc == SYNCD_ERR_TIMEOUT) return false;
       r.done = true;
       if (rc != SYNCD_OK) {
@@ -167,6 +198,13 @@ class SyncdWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
+  // A receive's sender, as a rank of the group (`to_group` maps the global rank syncd names).
+  int sourceRank() const override {
+    TORCH_CHECK(source_ >= 0, "syncd backend: sourceRank() of a work that is not a completed receive");
+    return to_group_ ? to_group_(source_) : source_;
+  }
+  void set_source_map(std::function<int(int)> to_group) { to_group_ = std::move(to_group); }
+
   void set_group(FutureTracker* pg) { pg_ = pg; }
 
  private:
@@ -177,7 +215,7 @@ class SyncdWork : public c10d::Work {
       if (r.has_result) syncd_release_result(client_, &r.result);
       r.has_result = false;
       if (r.done && r.buffer != nullptr) {
-        syncd_free(client_, r.buffer);
+        if (r.owned) syncd_free(client_, r.buffer);
         r.buffer = nullptr;
       }
     }
@@ -196,6 +234,8 @@ class SyncdWork : public c10d::Work {
   bool finished_ = false;
   std::string error_;
   FutureTracker* pg_ = nullptr;
+  int source_ = -1;
+  std::function<int(int)> to_group_;
 };
 
 inline c10::intrusive_ptr<c10::ivalue::Future> SyncdWork::getFuture() {
