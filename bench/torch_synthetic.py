@@ -38,10 +38,12 @@ def make_step(args, model):
     return step
 
 
-def timed(args, step, optimizer, barrier):
+def timed(args, step, optimizer, barrier, mark=None):
     for _ in range(args.warmup):
         step(optimizer)
     barrier()
+    if mark:
+        mark()
     start = time.perf_counter()
     for _ in range(args.steps):
         step(optimizer)
@@ -66,8 +68,10 @@ def syncd_worker(args):
     hvd.shutdown()
 
 
-def ddp_train(args, backend, **init):
-    """DDP training over `backend`; returns the slowest rank's seconds for the timed steps."""
+def ddp_train(args, backend, staging=None, **init):
+    """DDP training over `backend`; returns the slowest rank's seconds for the timed steps.
+    `staging` (syncd): filled with what copying DDP's buckets through the arena cost this rank
+    over the timed steps (ProcessGroupSyncd.staging_stats())."""
     import torch
     import torch.distributed as dist
     import torchvision
@@ -76,7 +80,14 @@ def ddp_train(args, backend, **init):
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, args.model)())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    elapsed = timed(args, make_step(args, model), optimizer, dist.barrier)
+    pg = dist.distributed_c10d._get_default_group()
+    before = {}
+    mark = (lambda: before.update(pg.staging_stats())) if staging is not None else None
+    elapsed = timed(args, make_step(args, model), optimizer, dist.barrier, mark)
+    if staging is not None:
+        after = pg.staging_stats()
+        staging.update({k: after[k] - before[k] for k in after})
+        staging["step_seconds"] = elapsed / args.steps
     t = torch.tensor([elapsed], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     dist.destroy_process_group()
@@ -85,9 +96,11 @@ def ddp_train(args, backend, **init):
 
 def ddp_syncd_worker(args):
     import syncd.torch.distributed  # noqa: F401  registers the backend
-    seconds = ddp_train(args, "syncd")
+    staging = {}
+    seconds = ddp_train(args, "syncd", staging)
     if int(os.environ["RANK"]) == 0:
-        print("RESULT " + json.dumps({"seconds": seconds, "ranks": int(os.environ["WORLD_SIZE"])}), flush=True)
+        print("RESULT " + json.dumps({"seconds": seconds, "ranks": int(os.environ["WORLD_SIZE"]), "staging": staging}),
+              flush=True)
 
 
 def ddp_worker(rank, args, port, out):
@@ -113,7 +126,7 @@ def run_syncd(args, model, worker="syncd"):
     lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
         sys.exit("syncd run of %s failed:\n%s%s" % (model, p.stdout, p.stderr))
-    return json.loads(lines[0][len("RESULT "):])["seconds"]
+    return json.loads(lines[0][len("RESULT "):])
 
 
 def run_ddp(args, model):
@@ -166,19 +179,31 @@ def main():
     print("# %-10s %14s %16s %14s |" % ("", "img/s", "img/s", "img/s"), flush=True)
     results = []
     for model in args.models.split(","):
-        syncd_s = run_syncd(args, model)
-        ddp_syncd_s = run_syncd(args, model, "ddp_syncd")
+        syncd_s = run_syncd(args, model)["seconds"]
+        ddp_syncd = run_syncd(args, model, "ddp_syncd")
+        ddp_syncd_s, staging = ddp_syncd["seconds"], ddp_syncd["staging"]
         ddp_s = run_ddp(args, model)
         row = {"bench": "torch_synthetic", "model": model, "ranks": args.ranks, "nodes": args.nodes,
                "batch_size": args.batch_size, "image_size": args.image_size, "steps": args.steps,
                "syncd_img_s": round(images / syncd_s, 2), "ddp_syncd_img_s": round(images / ddp_syncd_s, 2),
                "ddp_gloo_img_s": round(images / ddp_s, 2), "ratio": round(ddp_s / syncd_s, 3),
                "ddp_syncd_vs_gloo": round(ddp_s / ddp_syncd_s, 3),
-               "ddp_syncd_vs_syncd_torch": round(syncd_s / ddp_syncd_s, 3), "syncd_args": args.syncd_arg}
+               "ddp_syncd_vs_syncd_torch": round(syncd_s / ddp_syncd_s, 3), "syncd_args": args.syncd_arg,
+               # Rank 0's copies of DDP's buckets into the arena and back, per timed step.
+               "ddp_staging_mb_in": round(staging["bytes_in"] / args.steps / 1e6, 2),
+               "ddp_staging_mb_out": round(staging["bytes_out"] / args.steps / 1e6, 2),
+               "ddp_staging_ms": round((staging["seconds_in"] + staging["seconds_out"]) / args.steps * 1e3, 2),
+               "ddp_staging_share": round((staging["seconds_in"] + staging["seconds_out"]) / args.steps /
+                                          staging["step_seconds"], 4)}
         results.append(row)
         print("  %-10s %14.2f %16.2f %14.2f | %9.3fx %15.3fx %17.3fx" %
               (model, row["syncd_img_s"], row["ddp_syncd_img_s"], row["ddp_gloo_img_s"], row["ratio"],
                row["ddp_syncd_vs_gloo"], row["ddp_syncd_vs_syncd_torch"]), flush=True)
+    print("# DDP over syncd, rank 0's copies of its buckets through the arena per step (staging_stats()):")
+    for row in results:
+        print("  %-10s %7.2f MB in %7.2f MB out %8.2f ms = %5.2f %% of the step" %
+              (row["model"], row["ddp_staging_mb_in"], row["ddp_staging_mb_out"], row["ddp_staging_ms"],
+               100 * row["ddp_staging_share"]), flush=True)
     if args.json:
         for row in results:
             print(json.dumps(row))

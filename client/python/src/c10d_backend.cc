@@ -3,7 +3,10 @@
 // extension syncd._c10d; syncd/torch/distributed.py registers it as the backend "syncd".
 //
 // Tensors are staged through the client's shared-memory arena: one copy in before the request,
-// one copy out when it completes. Requests are named after the process group and a per-group
+// one copy out when it completes; none for a contiguous tensor that already lies in the arena
+// where the op's result is the tensor itself or the op only reads it (allreduce, broadcast, send,
+// recv). staging_stats() counts the copies. send and recv go to the daemons' point-to-point path
+// (daemon/engine/point_to_point.h), named apart from the collectives. Requests are named after the process group and a per-group
 // sequence number (torch's group name, the same on every member rank): c10d requires every rank
 // to call a group's collectives in the same order, which makes the names agree across ranks
 // without any negotiation of our own. The Work objects are in c10d_work.h.
