@@ -68,7 +68,15 @@ def syncd_worker(args):
     hvd.shutdown()
 
 
-def ddp_train(args, backend, staging=None, **init):
+def no_comm_hook(state, bucket):
+    """A DDP communication hook that communicates nothing: the bucket comes back as it is."""
+    import torch
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def ddp_train(args, backend, staging=None, no_comm=False, **init):
     """DDP training over `backend`; returns the slowest rank's seconds for the timed steps.
     `staging` (syncd): filled with what copying DDP's buckets through the arena cost this rank
     over the timed steps (ProcessGroupSyncd.staging_stats())."""
@@ -79,6 +87,8 @@ def ddp_train(args, backend, staging=None, **init):
     dist.init_process_group(backend, **init)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, args.model)())
+    if no_comm:
+        model.register_comm_hook(None, no_comm_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     pg = dist.distributed_c10d._get_default_group()
     before = {}
@@ -97,7 +107,7 @@ def ddp_train(args, backend, staging=None, **init):
 def ddp_syncd_worker(args):
     import syncd.torch.distributed  # noqa: F401  registers the backend
     staging = {}
-    seconds = ddp_train(args, "syncd", staging)
+    seconds = ddp_train(args, "syncd", staging, no_comm=args.worker == "ddp_no_comm")
     if int(os.environ["RANK"]) == 0:
         print("RESULT " + json.dumps({"seconds": seconds, "ranks": int(os.environ["WORLD_SIZE"]), "staging": staging}),
               flush=True)
@@ -155,12 +165,14 @@ def main():
     p.add_argument("--syncd-arg", action="append", default=[], help="extra syncd flag, e.g. --coord=topo")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--json", action="store_true")
-    p.add_argument("--worker", choices=["syncd", "ddp_syncd"], help=argparse.SUPPRESS)
+    p.add_argument("--no-comm", action="store_true",
+                   help="also run DDP with a hook that communicates nothing (what DDP itself costs here)")
+    p.add_argument("--worker", choices=["syncd", "ddp_syncd", "ddp_no_comm"], help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker == "syncd":
         return syncd_worker(args)
-    if args.worker == "ddp_syncd":
+    if args.worker in ("ddp_syncd", "ddp_no_comm"):
         return ddp_syncd_worker(args)
     # Static core partitioning gives the daemon a core of its own: on a node with dozens of cores
     # that costs a few percent of compute, on a small machine it halves what the ranks get. There
@@ -195,6 +207,9 @@ def main():
                "ddp_staging_ms": round((staging["seconds_in"] + staging["seconds_out"]) / args.steps * 1e3, 2),
                "ddp_staging_share": round((staging["seconds_in"] + staging["seconds_out"]) / args.steps /
                                           staging["step_seconds"], 4)}
+        if args.no_comm:
+            # The same DDP job with no communication at all: the most any backend can give DDP here.
+            row["ddp_no_comm_img_s"] = round(images / run_syncd(args, model, "ddp_no_comm")["seconds"], 2)
         results.append(row)
         print("  %-10s %14.2f %16.2f %14.2f | %9.3fx %15.3fx %17.3fx" %
               (model, row["syncd_img_s"], row["ddp_syncd_img_s"], row["ddp_gloo_img_s"], row["ratio"],
@@ -204,6 +219,12 @@ def main():
         print("  %-10s %7.2f MB in %7.2f MB out %8.2f ms = %5.2f %% of the step" %
               (row["model"], row["ddp_staging_mb_in"], row["ddp_staging_mb_out"], row["ddp_staging_ms"],
                100 * row["ddp_staging_share"]), flush=True)
+    if args.no_comm:
+        print("# DDP with a communication hook that communicates nothing (same job, same cores):")
+        for row in results:
+            print("  %-10s %7.2f img/s; DDP over syncd reaches %.3f of it, syncd.torch %.3f" %
+                  (row["model"], row["ddp_no_comm_img_s"], row["ddp_syncd_img_s"] / row["ddp_no_comm_img_s"],
+                   row["syncd_img_s"] / row["ddp_no_comm_img_s"]), flush=True)
     if args.json:
         for row in results:
             print(json.dumps(row))

@@ -115,6 +115,14 @@ out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
   "$src/deploy/slurm/syncd-task $SYNCD_PY $src/tests/deploy/slurm_check.py" 2>&1) || fail "srun check: $out"
 [ "$(grep -c ': exact$' <<< "$out")" -eq 4 ] || fail "not every rank was exact: $out"
 echo "$out"
+# The same through torch.distributed (where syncd was built with libtorch-dev): Slurm's variables
+# alone make dist.init_process_group("syncd") work.
+if [ -e "$build"/python/syncd/_c10d*.so ]; then
+  out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
+    "$src/deploy/slurm/syncd-task $SYNCD_PY $src/tests/deploy/slurm_c10d_check.py" 2>&1) || fail "srun c10d check: $out"
+  [ "$(grep -c ': c10d exact$' <<< "$out")" -eq 4 ] || fail "not every rank was exact through torch.distributed: $out"
+  echo "$out"
+fi
 status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$build"'"/bin/syncctl status' 2>&1) || fail "syncctl in a job: $status"
 grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fail "syncctl status in the job: $status"
 # Both daemons run on the dedicated core syncd.conf names.

@@ -140,6 +140,22 @@ def test_allgather_and_allgather_base_match_gloo(dtype):
     assert torch.equal(flat, torch.cat(theirs))
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed.all_gather_coalesced will be deprecated")
+def test_allgather_coalesced_matches_gloo():
+    n, r = dist.get_world_size(), dist.get_rank()
+    inputs = [torch.full((2, 3), float(r)), torch.arange(5, dtype=torch.float32) * (r + 1), torch.tensor([float(-r)])]
+    def outs():
+        return [[torch.zeros_like(t) for t in inputs] for _ in range(n)]
+    mine, theirs = outs(), outs()
+    dist.all_gather_coalesced(mine, inputs)
+    dist.all_gather_coalesced(theirs, inputs, group=GLOO)
+    for q in range(n):
+        assert torch.equal(mine[q][0], torch.full((2, 3), float(q)))
+        assert torch.equal(mine[q][1], torch.arange(5, dtype=torch.float32) * (q + 1))
+        for a, b in zip(mine[q], theirs[q]):
+            assert torch.equal(a, b)
+
+
 def test_async_work_wait_is_completed_and_future():
     n = dist.get_world_size()
     a, b = torch.ones(4), torch.ones(4)

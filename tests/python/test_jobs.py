@@ -120,6 +120,31 @@ def test_torch_distributed_recv_from_a_lost_rank_raises_naming_it(nodes):
     assert all(float(r.split()[2]) < 20 for r in results), results  # the daemons, not the 60 s timeout
 
 
+def test_torch_distributed_survivors_of_a_killed_daemon_raise_naming_it():
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(2, 4, "c10d_daemon_lost.py", timeout=120)
+    assert len(results) == 4, p.stdout + p.stderr
+    assert all(r.startswith("raised after") for r in results), results
+    assert all(float(r.split()[2]) < 20 for r in results), results  # the daemons, not the 60 s timeout
+    # Ranks 2 and 3 lost their own daemon; ranks 0 (in a recv) and 1 hear that node 1 is gone.
+    assert sum("syncd daemon at" in r and "is gone" in r for r in results) == 2, results
+    assert sum("lost node 1" in r for r in results) == 2, results
+    assert any("RECV failed: recv of tensor" in r and "lost node 1" in r for r in results), results
+
+
+def test_torch_distributed_without_a_daemon_raises_naming_the_run_directory(tmp_path):
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    script = ("import torch.distributed as dist, syncd.torch.distributed\n"
+              "dist.init_process_group('syncd')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
+    env.update(PYTHONPATH=os.path.join(BUILD, "python"), SYNCD_RUN_DIR=str(tmp_path), RANK="0", WORLD_SIZE="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(20000 + os.getpid() % 20000))
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0
+    assert "could not attach to a syncd daemon (SYNCD_RUN_DIR=%s)" % tmp_path in p.stderr, p.stderr
+    assert "is the daemon running?" in p.stderr, p.stderr
+
+
 def test_torch_distributed_over_syncd_honours_the_init_timeout():
     pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
     p, results = syncrun(1, 3, "c10d_timeout.py", timeout=120)

@@ -128,6 +128,32 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     return Gather(input, outs, c10d::OpType::_ALLGATHER_BASE, "_allgather_base");
   }
 
+  // Every rank's list of tensors: one allgather of each rank's tensors end to end, so rank q's
+  // i-th tensor lands in outputs[q][i] (torch 1.13 deprecates it, gloo and MPI still have it).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(!inputs.empty(), "syncd backend: allgather_coalesced needs at least one input tensor");
+    TORCH_CHECK(int(outputs.size()) == getSize(), "syncd backend: allgather_coalesced has ", outputs.size(),
+                " output lists for ", getSize(), " ranks");
+    std::vector<at::Tensor> flat, outs;
+    for (const at::Tensor& t : inputs) {
+      TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(), "syncd backend: allgather_coalesced's inputs differ in dtype");
+      flat.push_back(t.flatten());
+    }
+    for (size_t q = 0; q < outputs.size(); ++q) {
+      TORCH_CHECK(outputs[q].size() == inputs.size(), "syncd backend: allgather_coalesced's output list ", q, " has ",
+                  outputs[q].size(), " tensors for ", inputs.size(), " inputs");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        TORCH_CHECK(outputs[q][i].numel() == inputs[i].numel() && outputs[q][i].scalar_type() == inputs[i].scalar_type(),
+                    "syncd backend: allgather_coalesced's output ", q, ",", i, " must match input ", i,
+                    "'s size and dtype");
+        outs.push_back(outputs[q][i]);
+      }
+    }
+    return Gather(at::cat(flat), outs, c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced");
+  }
+
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: reduce takes one tensor per process, got ", tensors.size());
     CheckRoot(opts.rootRank, "reduce");

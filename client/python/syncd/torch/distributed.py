@@ -11,6 +11,7 @@ group shares this process's attachment to its node's
 daemon with `syncd.torch` (hvd.init), so both APIs can be used in one job.
 """
 import os
+import socket
 import subprocess
 
 import torch.distributed as dist
@@ -22,6 +23,26 @@ try:
 except ImportError as e:  # built only where libtorch-dev was found
     _c10d = None
     _import_error = e
+
+
+def _node_address(node):
+    """Where torch's store reaches Slurm node `node`: its name where that resolves, else the
+    NodeAddr Slurm has for it (node names need not be host names)."""
+    try:
+        socket.getaddrinfo(node, None)
+        return node
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RuntimeError(f"syncd backend: Slurm node {node!r} is not a host name and scontrol cannot say its "
+                           f"address (set MASTER_ADDR yourself): {e}") from e
+    for field in out.split():
+        if field.startswith("NodeAddr="):
+            return field[len("NodeAddr="):]
+    raise RuntimeError(f"syncd backend: scontrol shows no NodeAddr for Slurm node {node!r} (set MASTER_ADDR yourself)")
 
 
 def _env_from_slurm(env=os.environ):
@@ -41,7 +62,7 @@ def _env_from_slurm(env=os.environ):
             except (OSError, subprocess.CalledProcessError, IndexError) as e:
                 raise RuntimeError(f"syncd backend: cannot find the first node of {nodes!r} for MASTER_ADDR "
                                    f"(set MASTER_ADDR yourself): {e}") from e
-        env["MASTER_ADDR"] = first
+        env["MASTER_ADDR"] = _node_address(first)
     env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
 
 
