@@ -149,6 +149,7 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   // Requests of this rank still in flight were abandoned: what needs them cannot complete.
   bool abandoned = false;
   for (const auto& [id, set] : sets_) abandoned = abandoned || set->Abandons(local_rank);
+  abandoned = abandoned || p2p_.Holds(info.rank);
   lost_ranks_[local_rank] = LostRank{info.pid, who + " " + reason, true, ++loss_seq_};
   client_by_local_rank_.erase(local_rank);
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point

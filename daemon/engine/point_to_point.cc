@@ -226,6 +226,14 @@ bool PointToPoint::Poll() {
   return did;
 }
 
+bool PointToPoint::Holds(uint32_t rank) const {
+  for (const Request& r : recvs_)
+    if (r.rank == rank) return true;
+  for (const Offer& o : offers_)
+    if (o.local && o.local->rank == rank) return true;
+  return false;
+}
+
 void PointToPoint::EndRank(uint32_t local_rank, uint32_t rank, const Status& why) {
   (void)local_rank;
   for (auto r = recvs_.begin(); r != recvs_.end();) {

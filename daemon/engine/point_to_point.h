@@ -77,6 +77,9 @@ class PointToPoint {
   // Whether the engine must keep polling: something is on the network, or a receive waits for one.
   bool WaitsOnNetwork() const;
 
+  // Whether global rank `rank` of this node has a send or receive waiting here (one that detaches
+  // then abandons it, as it would a collective).
+  bool Holds(uint32_t rank) const;
   // Local rank `local_rank` (global `rank`) is gone: its transfers end, and receives that wait
   // for it (from it, or from any rank) fail with `why`.
   void EndRank(uint32_t local_rank, uint32_t rank, const Status& why);

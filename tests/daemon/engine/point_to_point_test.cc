@@ -164,7 +164,11 @@ TEST_F(PointToPointTest, ALostRankFailsReceivesFromItOrFromAnyoneAndItsOwnSends)
   node0_.Add(Make(abi::OpKind::kRecv, 0, 1, 0, &x, 2));       // tag 0: does not take it
   node0_.Add(Make(abi::OpKind::kRecv, 0, -1, 9, &y, 3));
   node0_.Add(Make(abi::OpKind::kRecv, 0, 2, 0, &z, 4));       // from node 1: not about rank 1
+  EXPECT_TRUE(node0_.Holds(1));  // a rank leaving now abandons its send
+  EXPECT_TRUE(node0_.Holds(0));
+  EXPECT_FALSE(node0_.Holds(2));
   node0_.EndRank(1, 1, Status(SYNCD_ERR_RANK_LOST, "rank 1 exited"));
+  EXPECT_FALSE(node0_.Holds(1));
   ASSERT_NE(Find(done0_, 1), nullptr);
   ASSERT_NE(Find(done0_, 2), nullptr);
   ASSERT_NE(Find(done0_, 3), nullptr);
