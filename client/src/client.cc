@@ -118,18 +118,20 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
   if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && op == SYNCD_AVERAGE)
     return Fail(SYNCD_ERR_INVALID, what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min "
                                           "(logical and)");
-  if (kind == abi::OpKind::kBroadcast && set.ranks == nullptr && (root < 0 || root >= id_.size))
+  // Only broadcast and point to point name another rank (no search on the allreduce path).
+  auto root_in_set = [&] {
+    return set.ranks == nullptr ? root >= 0 && root < id_.size
+                                : std::binary_search(set.ranks->begin(), set.ranks->end(), root);
+  };
+  if (kind == abi::OpKind::kBroadcast && set.ranks == nullptr && !root_in_set())
     return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank (size " +
                                        std::to_string(id_.size) + ")");
-  if (kind == abi::OpKind::kBroadcast && set.ranks != nullptr &&
-      !std::binary_search(set.ranks->begin(), set.ranks->end(), root))
+  if (kind == abi::OpKind::kBroadcast && !root_in_set())
     return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank of process set " +
                                        std::to_string(set.id));
   if (abi::IsPointToPoint(kind)) {
     const char* op = kind == abi::OpKind::kSend ? "send" : "recv";
-    const bool member = set.ranks == nullptr ? root >= 0 && root < id_.size
-                                             : std::binary_search(set.ranks->begin(), set.ranks->end(), root);
-    if (!(kind == abi::OpKind::kRecv && root == SYNCD_ANY_SOURCE) && !member)
+    if (!(kind == abi::OpKind::kRecv && root == SYNCD_ANY_SOURCE) && !root_in_set())
       return Fail(SYNCD_ERR_INVALID, what + ": " + op + " peer " + std::to_string(root) + " is not a rank of process set " +
                                          std::to_string(set.id));
     if (root == id_.rank) return Fail(SYNCD_ERR_INVALID, what + ": a rank cannot " + op + " to itself (rank " + std::to_string(root) + ")");

@@ -236,6 +236,69 @@ int Report(const std::string& in, const std::string& out) {
   return 1;
 }
 
+using ControlStub = syncd::control::Control::Stub;
+
+int NoDaemon(const std::string& run_dir, const grpc::Status& st) {
+  fprintf(stderr, "syncctl: no syncd answers at %s/control.sock: %s\n", run_dir.c_str(), st.error_message().c_str());
+  return 1;
+}
+
+// syncctl drain.
+int DrainDaemon(ControlStub& stub, const std::string& run_dir, double timeout_s) {
+  grpc::ClientContext ctx;
+  syncd::control::DrainRequest req;
+  req.set_timeout_s(timeout_s);
+  syncd::control::DrainReply reply;
+  grpc::Status st = stub.Drain(&ctx, req, &reply);
+  if (!st.ok()) return NoDaemon(run_dir, st);
+  printf("drained syncd at %s in %.2f s: %lu requests finished, %lu failed%s\n", run_dir.c_str(), reply.seconds(),
+         (unsigned long)reply.completed(), (unsigned long)reply.failed(),
+         reply.deadline_passed() ? " (the timeout passed)" : "");
+  return 0;
+}
+
+// syncctl timeline start|stop.
+int CommandTimeline(ControlStub& stub, const std::string& run_dir, const syncd::control::TimelineRequest& req) {
+  grpc::ClientContext ctx;
+  syncd::control::TimelineReply reply;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status st = stub.Timeline(&ctx, req, &reply);
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().find("timeline") == std::string::npos)
+    return NoDaemon(run_dir, st);
+  if (!st.ok()) {
+    fprintf(stderr, "syncctl: %s\n", st.error_message().c_str());
+    return 1;
+  }
+  if (!req.stop()) printf("timeline: node 0 writes %s\n", req.file().c_str());
+  else printf("timeline: stopped; node 0 finishes the file\n");
+  return 0;
+}
+
+// syncctl status (once) and watch (every `interval_s`, `count` times; 0: until stopped).
+int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool watch, double interval_s, uint64_t count) {
+  for (uint64_t n = 1;; ++n) {
+    grpc::ClientContext status_ctx;
+    status_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    syncd::control::StatusReply reply;
+    grpc::Status st = stub.Status(&status_ctx, syncd::control::StatusRequest(), &reply);
+    if (!st.ok()) return NoDaemon(run_dir, st);
+    if (json) {
+      std::string out;
+      google::protobuf::util::JsonPrintOptions opts;
+      opts.always_print_primitive_fields = true;
+      opts.preserve_proto_field_names = true;
+      (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
+      printf("%s\n", out.c_str());
+    } else {
+      if (watch) printf("\033[H\033[2J");  // home, clear: redraw in place
+      PrintTable(reply);
+    }
+    fflush(stdout);
+    if (!watch || (count != 0 && n >= count)) return 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,22 +345,7 @@ int main(int argc, char** argv) {
 
   auto channel = grpc::CreateChannel("unix:" + run_dir + "/control.sock", grpc::InsecureChannelCredentials());
   auto stub = syncd::control::Control::NewStub(channel);
-  grpc::ClientContext ctx;
-  auto no_daemon = [&](const grpc::Status& st) {
-    fprintf(stderr, "syncctl: no syncd answers at %s/control.sock: %s\n", run_dir.c_str(), st.error_message().c_str());
-    return 1;
-  };
-  if (drain->parsed()) {
-    syncd::control::DrainRequest req;
-    req.set_timeout_s(drain_timeout);
-    syncd::control::DrainReply reply;
-    grpc::Status st = stub->Drain(&ctx, req, &reply);
-    if (!st.ok()) return no_daemon(st);
-    printf("drained syncd at %s in %.2f s: %lu requests finished, %lu failed%s\n", run_dir.c_str(), reply.seconds(),
-           (unsigned long)reply.completed(), (unsigned long)reply.failed(),
-           reply.deadline_passed() ? " (the timeout passed)" : "");
-    return 0;
-  }
+  if (drain->parsed()) return DrainDaemon(*stub, run_dir, drain_timeout);
   if (timeline->parsed()) {
     syncd::control::TimelineRequest req;
     req.set_stop(timeline_stop->parsed());
@@ -308,38 +356,7 @@ int main(int argc, char** argv) {
       req.set_seconds(timeline_seconds);
       req.set_cycles(timeline_cycles);
     }
-    syncd::control::TimelineReply reply;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::Status st = stub->Timeline(&ctx, req, &reply);
-    if (st.error_code() == grpc::StatusCode::UNAVAILABLE && st.error_message().find("timeline") == std::string::npos)
-      return no_daemon(st);
-    if (!st.ok()) {
-      fprintf(stderr, "syncctl: %s\n", st.error_message().c_str());
-      return 1;
-    }
-    if (timeline_start->parsed()) printf("timeline: node 0 writes %s\n", req.file().c_str());
-    else printf("timeline: stopped; node 0 finishes the file\n");
-    return 0;
+    return CommandTimeline(*stub, run_dir, req);
   }
-  for (uint64_t n = 1;; ++n) {
-    grpc::ClientContext status_ctx;
-    status_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    syncd::control::StatusReply reply;
-    grpc::Status st = stub->Status(&status_ctx, syncd::control::StatusRequest(), &reply);
-    if (!st.ok()) return no_daemon(st);
-    if (json) {
-      std::string out;
-      google::protobuf::util::JsonPrintOptions opts;
-      opts.always_print_primitive_fields = true;
-      opts.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
-      printf("%s\n", out.c_str());
-    } else {
-      if (watch->parsed()) printf("\033[H\033[2J");  // home, clear: redraw in place
-      PrintTable(reply);
-    }
-    fflush(stdout);
-    if (!watch->parsed() || (count != 0 && n >= count)) return 0;
-    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
-  }
+  return ShowStatus(*stub, run_dir, json, watch->parsed(), interval_s, count);
 }

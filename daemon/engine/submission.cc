@@ -81,6 +81,11 @@ Status ParseSplits(const abi::SubmitEntry& e, const Submitter& who, const std::s
   return Status::Ok();
 }
 
+// The ranks of the set the submitter's entry names.
+SetRanks RanksOf(const Submitter& who) {
+  return who.set_ranks ? SetRanks(uint32_t(who.set_ranks->size()), who.set_ranks) : SetRanks(who.world_size);
+}
+
 // A host tensor's data: a range of the client's arena.
 Status ParseHostData(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
   if (r->bytes == 0) return Status::Ok();
@@ -98,7 +103,7 @@ StatusOr<Request> ParsePointToPoint(const abi::SubmitEntry& e, const Submitter& 
   const char* op = r.kind == abi::OpKind::kSend ? "send" : "recv";
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
   if (e.flags & abi::kSubmitGpu) return InvalidArgument(std::string(op) + " of " + what + ": GPU tensors are not supported by send and recv");
-  const SetRanks set = who.set_ranks ? SetRanks(uint32_t(who.set_ranks->size()), who.set_ranks) : SetRanks(who.world_size);
+  const SetRanks set = RanksOf(who);
   const bool any = r.kind == abi::OpKind::kRecv && e.root == -1;
   if (!any && !set.Has(e.root))
     return InvalidArgument(std::string(op) + " of " + what + ": peer " + std::to_string(e.root) + " is not a rank of process set " +
@@ -159,7 +164,7 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
   }
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
   SYNCD_RETURN_IF_ERROR(ParseSplits(e, who, what, &r));
-  const SetRanks set = who.set_ranks ? SetRanks(uint32_t(who.set_ranks->size()), who.set_ranks) : SetRanks(who.world_size);
+  const SetRanks set = RanksOf(who);
   SYNCD_RETURN_IF_ERROR(kind->Parse(e, set, what, &r));
   if (kind->shapes_vary()) r.results = who.segment->results();
   if (e.flags & abi::kSubmitGpu) {

@@ -235,6 +235,51 @@ void TimelineWriter::Write(const TraceChunk& chunk) {
   }
 }
 
+void TimelineWriter::SubmitEvent(uint32_t node, const TraceEvent& e, const Name& name) {
+  Thread(node, uint32_t(e.rank), "rank " + std::to_string(e.rank));
+  Line l;
+  l.Raw("{\"name\":\"submit ").Raw(name.json.empty() ? "" : name.json.c_str() + 1)  // "submit <name>"
+      .Raw(name.json.empty() ? "\"" : "").Raw(",\"ph\":\"i\",\"s\":\"t\",\"ts\":").Micros(Ns(node, e.t0))
+      .Raw(",\"pid\":").Int(node).Raw(",\"tid\":").Int(e.rank).Raw(",\"args\":{\"kind\":\"").Raw(Kind(e.op_kind))
+      .Raw("\",\"bytes\":").Int(int64_t(e.bytes)).Raw("}}");
+  Emit(l.data(), l.size());
+}
+
+void TimelineWriter::TensorEvent(uint32_t node, const TraceEvent& e, const Name& name) {
+  const uint64_t id = next_id_++;
+  Line l;
+  auto head = [&](const char* phase_json, const char* ph, uint64_t t) {
+    l.Raw("{\"name\":").Raw(phase_json).Raw(",\"ph\":\"").Raw(ph).Raw("\",\"ts\":").Micros(Ns(node, t))
+        .Raw(",\"cat\":\"tensor\",\"id\":").Int(int64_t(id)).Raw(",\"pid\":").Int(node).Raw(",\"tid\":0");
+  };
+  auto emit = [&] {
+    Emit(l.data(), l.size());
+    l = Line();
+  };
+  const char* tensor = name.json.empty() ? "\"?\"" : name.json.c_str();
+  head(tensor, "b", e.t0);
+  l.Raw(",\"args\":{\"kind\":\"").Raw(Kind(e.op_kind)).Raw("\",\"process_set\":").Int(e.set).Raw(",\"bytes\":")
+      .Int(int64_t(e.bytes)).Raw(",\"dtype\":\"").Raw(abi::DtypeName(e.dtype)).Raw("\",\"fusion_group\":")
+      .Int(e.group).Raw(",\"ranks_here\":").Int(e.count).Raw(",\"status\":\"").Raw(e.failed ? "failed" : "ok")
+      .Raw("\"}}");
+  emit();
+  // The phases that apply (a name run on one node is never negotiated: no agreement time).
+  const uint64_t marks[] = {e.t0, e.t2, e.t3 ? e.t3 : e.t2, e.t4 ? e.t4 : (e.t3 ? e.t3 : e.t2), e.t1};
+  static const char* const kPhases[] = {"\"WAIT_FOR_RANKS\"", "\"NEGOTIATE\"", "\"QUEUE\"", "\"EXECUTE\""};
+  for (int i = 0; i < 4; ++i) {
+    if (marks[i] == 0 || marks[i + 1] <= marks[i] || marks[i + 1] > e.t1) continue;
+    head(kPhases[i], "b", marks[i]);
+    l.Raw("}");
+    emit();
+    head(kPhases[i], "e", marks[i + 1]);
+    l.Raw("}");
+    emit();
+  }
+  head(tensor, "e", e.t1);
+  l.Raw("}");
+  emit();
+}
+
 void TimelineWriter::Event(uint32_t node, const TraceEvent& e, const Name& name) {
   events_.fetch_add(1, std::memory_order_relaxed);
   const std::string set = std::to_string(e.set);
@@ -251,43 +296,11 @@ void TimelineWriter::Event(uint32_t node, const TraceEvent& e, const Name& name)
   };
   switch (e.kind) {
     case TraceKind::kSubmit:
-      Thread(node, uint32_t(e.rank), "rank " + std::to_string(e.rank));
-      l.Raw("{\"name\":\"submit ").Raw(name.json.empty() ? "" : name.json.c_str() + 1)  // "submit <name>"
-          .Raw(name.json.empty() ? "\"" : "").Raw(",\"ph\":\"i\",\"s\":\"t\",\"ts\":").Micros(Ns(node, e.t0))
-          .Raw(",\"pid\":").Int(node).Raw(",\"tid\":").Int(e.rank).Raw(",\"args\":{\"kind\":\"").Raw(Kind(e.op_kind))
-          .Raw("\",\"bytes\":").Int(int64_t(e.bytes)).Raw("}}");
-      emit();
+      SubmitEvent(node, e, name);
       break;
-    case TraceKind::kTensor: {
-      const uint64_t id = next_id_++;
-      auto head = [&](const char* phase_json, const char* ph, uint64_t t) {
-        l.Raw("{\"name\":").Raw(phase_json).Raw(",\"ph\":\"").Raw(ph).Raw("\",\"ts\":").Micros(Ns(node, t))
-            .Raw(",\"cat\":\"tensor\",\"id\":").Int(int64_t(id)).Raw(",\"pid\":").Int(node).Raw(",\"tid\":0");
-      };
-      const char* tensor = name.json.empty() ? "\"?\"" : name.json.c_str();
-      head(tensor, "b", e.t0);
-      l.Raw(",\"args\":{\"kind\":\"").Raw(Kind(e.op_kind)).Raw("\",\"process_set\":").Int(e.set).Raw(",\"bytes\":")
-          .Int(int64_t(e.bytes)).Raw(",\"dtype\":\"").Raw(abi::DtypeName(e.dtype)).Raw("\",\"fusion_group\":")
-          .Int(e.group).Raw(",\"ranks_here\":").Int(e.count).Raw(",\"status\":\"").Raw(e.failed ? "failed" : "ok")
-          .Raw("\"}}");
-      emit();
-      // The phases that apply (a name run on one node is never negotiated: no agreement time).
-      const uint64_t marks[] = {e.t0, e.t2, e.t3 ? e.t3 : e.t2, e.t4 ? e.t4 : (e.t3 ? e.t3 : e.t2), e.t1};
-      static const char* const kPhases[] = {"\"WAIT_FOR_RANKS\"", "\"NEGOTIATE\"", "\"QUEUE\"", "\"EXECUTE\""};
-      for (int i = 0; i < 4; ++i) {
-        if (marks[i] == 0 || marks[i + 1] <= marks[i] || marks[i + 1] > e.t1) continue;
-        head(kPhases[i], "b", marks[i]);
-        l.Raw("}");
-        emit();
-        head(kPhases[i], "e", marks[i + 1]);
-        l.Raw("}");
-        emit();
-      }
-      head(tensor, "e", e.t1);
-      l.Raw("}");
-      emit();
+    case TraceKind::kTensor:
+      TensorEvent(node, e, name);
       break;
-    }
     case TraceKind::kCycle:
       Thread(node, kCoordTid + uint32_t(e.set), "coordination (set " + set + ")");
       l.Raw("{\"name\":\"cycle ").Int(e.group).Raw("\"");

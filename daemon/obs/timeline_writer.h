@@ -91,6 +91,10 @@ class TimelineWriter {
   class Line;
   void Write(const TraceChunk& chunk);
   void Event(uint32_t node, const TraceEvent& e, const Name& name);
+  // A tensor's life on a node: an async span with its phases nested (WAIT_FOR_RANKS, NEGOTIATE,
+  // QUEUE, EXECUTE), and a rank's submission (an instant on the rank's thread).
+  void TensorEvent(uint32_t node, const TraceEvent& e, const Name& name);
+  void SubmitEvent(uint32_t node, const TraceEvent& e, const Name& name);
   void Emit(const std::string& line);  // one event, within the cap
   void Emit(const char* line, size_t n);
   void Thread(uint32_t node, uint32_t tid, const std::string& name);
