@@ -58,7 +58,10 @@ int Client::RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* pl
                                          std::to_string(SYNCD_MAX_NAME) + " bytes");
     if (op.tensor != nullptr && (abi::DtypeSize(op.dtype) == 0 || op.op < 0 || op.op >= SYNCD_REDUCE_OP_COUNT))
       return Fail(SYNCD_ERR_INVALID, "graph: tensor '" + tensor + "': unknown dtype or reduce op");
-    w.Op(op.tensor != nullptr, op.dtype, op.op, op.count, name, tensor);
+    if (op.tensor != nullptr && op.memory != SYNCD_MEMORY_HOST && op.memory != SYNCD_MEMORY_GPU)
+      return Fail(SYNCD_ERR_INVALID, "graph: tensor '" + tensor + "': unknown memory kind " + std::to_string(int(op.memory)) +
+                                         " (SYNCD_MEMORY_HOST or SYNCD_MEMORY_GPU)");
+    w.Op(op.tensor != nullptr, op.dtype, op.op, op.count, name, tensor, op.tensor != nullptr ? uint32_t(op.memory) : 0);
   }
   for (size_t i = 0; i < g->num_edges; ++i) w.Edge(g->edges[2 * i], g->edges[2 * i + 1]);
   for (size_t i = 0; i < g->num_fetches; ++i) w.Fetch(g->fetches[i]);

@@ -51,8 +51,10 @@ void PrintStall(const syncd::control::Stall& st) {
 }
 
 void PrintTopo(const syncd::control::Topo& t) {
-  printf("  topo     plan %s: %lu tensors in %lu groups%s\n", t.plan_hash().c_str(), (unsigned long)t.plan_tensors(),
-         (unsigned long)t.plan_groups(), t.in_use() ? "" : "   (registered, not used: --coord is not topo)");
+  const std::string gpu =
+      t.plan_gpu_tensors() ? " (" + std::to_string(t.plan_gpu_tensors()) + " in GPU memory)" : std::string();
+  printf("  topo     plan %s: %lu tensors%s in %lu groups%s\n", t.plan_hash().c_str(), (unsigned long)t.plan_tensors(),
+         gpu.c_str(), (unsigned long)t.plan_groups(), t.in_use() ? "" : "   (registered, not used: --coord is not topo)");
   if (t.in_use())
     printf("           %lu steps   %lu groups run   %lu tensors   waiting for group %u   negotiated outside the plan %lu\n",
            (unsigned long)t.steps(), (unsigned long)t.groups_executed(), (unsigned long)t.tensors_executed(),

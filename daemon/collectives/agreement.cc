@@ -1,10 +1,10 @@
 #include "daemon/collectives/agreement.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 
 #include "daemon/collectives/collective.h"
+#include "daemon/plan/topo.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -22,14 +22,8 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
   return s;
 }
 
-std::string PlanText(const Request& r) {
-  char hex[32];
-  // The hash travels in the shape; the plan itself only within the node that computed it.
-  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)(r.shape.empty() ? 0 : r.shape[0]));
-  std::string d = std::string("plan ") + hex;
-  if (r.plan) d += " (" + std::to_string(r.plan->tensors.size()) + " tensors, " + std::to_string(r.plan->groups()) + " groups)";
-  return d;
-}
+// The plan's description travels in the shape; the plan itself only within the node that computed it.
+std::string PlanText(const Request& r) { return DescribePlan(r.shape); }
 
 }  // namespace
 

@@ -67,6 +67,7 @@ void FillTopo(const ProcessSetSnapshot& s, control::Topo* t) {
   t->set_plan_hash(hex);
   t->set_plan_tensors(s.plan_tensors);
   t->set_plan_groups(s.plan_groups);
+  t->set_plan_gpu_tensors(s.plan_gpu_tensors);
   t->set_in_use(s.plan_in_use);
   t->set_steps(s.topo.steps);
   t->set_groups_executed(s.topo.groups_executed);

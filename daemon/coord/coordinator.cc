@@ -2,11 +2,11 @@
 // complete name out (Respond), after the same agreement checks as within a node over every rank's
 // request, joined nodes' ranks standing in (RankRequests, StandIn).
 #include <algorithm>
-#include <cstdio>
 
 #include "daemon/collectives/agreement.h"
 #include "daemon/collectives/collective.h"
 #include "daemon/coord/negotiator.h"
+#include "daemon/plan/topo.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
@@ -89,13 +89,12 @@ std::string Negotiator::PlanMismatch(const Announcement& a) const {
   std::vector<int64_t> hashes;
   std::vector<std::string> groups;
   for (uint32_t node = 0; node < a.metas.size(); ++node) {
-    const int64_t h = a.metas[node].shape.empty() ? 0 : a.metas[node].shape[0];
+    const std::vector<int64_t>& plan = a.metas[node].shape;
+    const int64_t h = plan.empty() ? 0 : plan[0];
     size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
     if (i == hashes.size()) {
       hashes.push_back(h);
-      char hex[32];
-      snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
-      groups.push_back(std::string("plan ") + hex + " on node");
+      groups.push_back(DescribePlan(plan) + " on node");
     }
     groups[i] += " " + std::to_string(node);
   }

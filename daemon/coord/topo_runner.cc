@@ -37,6 +37,8 @@ Status TopoRunner::Add(ReadyTensor* t) {
     why = std::to_string(count) + " elements, the plan says " + std::to_string(p.count);
   else if (r.op != p.op)
     why = std::string("reduce op ") + abi::ReduceOpName(r.op) + ", the plan says " + abi::ReduceOpName(p.op);
+  else if (r.gpu != p.gpu)
+    why = std::string(r.gpu ? "GPU" : "host") + " memory, the plan says " + (p.gpu ? "GPU" : "host") + " memory";
   else if (held_[i])
     why = "it was submitted again before its group ran";
   if (!why.empty())

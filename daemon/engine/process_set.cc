@@ -423,6 +423,7 @@ ProcessSetSnapshot ProcessSet::Snapshot(uint64_t now_ns) const {
     s.plan_hash = plan_->hash;
     s.plan_tensors = plan_->tensors.size();
     s.plan_groups = plan_->groups();
+    s.plan_gpu_tensors = uint64_t(PlanShape(*plan_)[3]);
     s.plan_in_use = topo_ != nullptr;
     if (topo_) {
       s.topo = topo_->stats();

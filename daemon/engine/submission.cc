@@ -20,7 +20,7 @@ StatusOr<Request> ParseGraph(const abi::SubmitEntry& e, const Submitter& who, Re
   StatusOr<TopoPlan> plan = PlanTopo(*graph, who.fusion_threshold);
   if (!plan.ok()) return Status(plan.status().code(), "graph from " + rank + ": " + plan.status().message());
   r.plan = std::make_shared<const TopoPlan>(std::move(plan.value()));
-  r.shape = {int64_t(r.plan->hash)};  // what ranks and nodes compare
+  r.shape = PlanShape(*r.plan);  // what ranks and nodes compare
   return r;
 }
 

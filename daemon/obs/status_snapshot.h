@@ -50,7 +50,7 @@ struct ProcessSetSnapshot {
   std::vector<PartialOpSnapshot> partial_ops;
   // TOPO, once a graph is registered.
   bool has_plan = false;
-  uint64_t plan_hash = 0, plan_tensors = 0, plan_groups = 0;
+  uint64_t plan_hash = 0, plan_tensors = 0, plan_groups = 0, plan_gpu_tensors = 0;
   bool plan_in_use = false;
   TopoStats topo;
   uint64_t fallback_tensors = 0;

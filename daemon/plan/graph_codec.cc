@@ -54,9 +54,9 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
   g.ops.resize(ops);
   for (uint32_t i = 0; i < ops; ++i) {
     GraphOp& op = g.ops[i];
-    uint8_t collective = 0, dtype = 0, reduce = 0, pad = 0;
+    uint8_t collective = 0, dtype = 0, reduce = 0, memory = 0;
     uint16_t name_len = 0, tensor_len = 0;
-    if (!rd.Get(&collective) || !rd.Get(&dtype) || !rd.Get(&reduce) || !rd.Get(&pad) || !rd.Get(&op.count) ||
+    if (!rd.Get(&collective) || !rd.Get(&dtype) || !rd.Get(&reduce) || !rd.Get(&memory) || !rd.Get(&op.count) ||
         !rd.Get(&name_len) || !rd.Get(&tensor_len) || !rd.Text(name_len, &op.name) || !rd.Text(tensor_len, &op.tensor))
       return Bad("truncated at operation " + std::to_string(i));
     const std::string what = "operation " + std::to_string(i) + (op.name.empty() ? "" : " ('" + op.name + "')");
@@ -64,8 +64,11 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
     op.collective = collective == 1;
     if (!op.collective) {
       if (!op.tensor.empty()) return Bad(what + " names tensor '" + op.tensor + "' but is not a collective");
+      if (memory != 0) return Bad(what + " names a memory kind but is not a collective");
       continue;
     }
+    if (memory > 1) return Bad(what + ": unknown memory kind " + std::to_string(memory) + " (0 host, 1 GPU)");
+    op.gpu = memory == 1;
     if (dtype >= SYNCD_DTYPE_COUNT) return Bad(what + ": unknown dtype " + std::to_string(dtype));
     if (reduce >= SYNCD_REDUCE_OP_COUNT) return Bad(what + ": unknown reduce op " + std::to_string(reduce));
     if (op.tensor.empty() || op.tensor.size() > SYNCD_MAX_NAME || op.tensor.find('\0') != std::string::npos)

@@ -10,7 +10,8 @@
 namespace syncd {
 
 // Fails with SYNCD_ERR_INVALID naming what is wrong (truncation, bad magic or version, unknown
-// dtype or op, a tensor name that is empty or too long) and, for an operation, its index and name.
+// dtype, op or memory kind, a tensor name that is empty or too long) and, for an operation, its
+// index and name.
 StatusOr<Graph> DecodeGraph(const char* data, size_t bytes);
 
 }  // namespace syncd

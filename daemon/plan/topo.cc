@@ -1,6 +1,7 @@
 #include "daemon/plan/topo.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <unordered_map>
 
 #include "proto/status_names.h"
@@ -141,7 +142,7 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
     bool joins = false;
     if (i > 0) {
       const GraphOp& head = graph.ops[collectives[plan.group_begin.back()]];
-      joins = op.dtype == head.dtype && op.op == head.op && group_bytes + bytes <= fusion_threshold;
+      joins = op.dtype == head.dtype && op.op == head.op && op.gpu == head.gpu && group_bytes + bytes <= fusion_threshold;
       if (joins) {
         const size_t until = size_t(order.id[v]);
         for (; scan < until; ++scan) {
@@ -160,7 +161,7 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
     }
     reached[v] = group;
     group_bytes += bytes;
-    plan.tensors.push_back(PlannedTensor{op.tensor, op.dtype, op.count, op.op});
+    plan.tensors.push_back(PlannedTensor{op.tensor, op.dtype, op.count, op.op, op.gpu});
   }
   plan.hash = PlanHash(plan);
   return plan;
@@ -174,9 +175,27 @@ uint64_t PlanHash(const TopoPlan& plan) {
     Mix(&h, &dtype, sizeof(dtype));
     Mix(&h, &t.count, sizeof(t.count));
     Mix(&h, &op, sizeof(op));
+    const uint8_t gpu = t.gpu;
+    Mix(&h, &gpu, sizeof(gpu));
   }
   for (uint32_t b : plan.group_begin) Mix(&h, &b, sizeof(b));
   return h;
+}
+
+std::vector<int64_t> PlanShape(const TopoPlan& plan) {
+  const int64_t gpu = std::count_if(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) { return t.gpu; });
+  return {int64_t(plan.hash), int64_t(plan.tensors.size()), int64_t(plan.groups()), gpu};
+}
+
+std::string DescribePlan(const std::vector<int64_t>& plan_shape) {
+  char hex[32];
+  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)(plan_shape.empty() ? 0 : plan_shape[0]));
+  std::string d = std::string("plan ") + hex;
+  if (plan_shape.size() < 4) return d;
+  auto counted = [](int64_t n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+  d += " (" + counted(plan_shape[1], "tensor") + ", " + counted(plan_shape[2], "group");
+  if (plan_shape[3] > 0) d += ", " + std::to_string(plan_shape[3]) + " in GPU memory";
+  return d + ")";
 }
 
 }  // namespace syncd

@@ -11,8 +11,8 @@
 //    siblings follow insertion order, and parallel operations that are not siblings follow
 //    depth: a gradient computed earlier in the backward pass comes first.
 // 2. Fusion plan (PlanTopo): the collectives in id order, cut into groups of consecutive ones
-//    that share dtype and op, stay within the fusion threshold and are logically concurrent:
-//    no member depends on another, however indirectly.
+//    that share dtype, op and memory (host or GPU), stay within the fusion threshold and are
+//    logically concurrent: no member depends on another, however indirectly.
 //
 // Every daemon computes the plan from the same registered graph and compares PlanHash values.
 #ifndef SYNCD_DAEMON_PLAN_TOPO_H_
@@ -35,6 +35,7 @@ struct GraphOp {
   syncd_dtype dtype = SYNCD_FLOAT32;
   uint64_t count = 0;  // elements
   syncd_reduce_op op = SYNCD_SUM;
+  bool gpu = false;  // the tensor is in GPU memory
 };
 
 struct Graph {
@@ -54,6 +55,7 @@ struct PlannedTensor {
   syncd_dtype dtype;
   uint64_t count;
   syncd_reduce_op op;
+  bool gpu;
 };
 
 struct TopoPlan {
@@ -71,8 +73,15 @@ StatusOr<LogicalOrder> ComputeLogicalOrder(const Graph& graph);
 // without a name or elements. `fusion_threshold` 0: every tensor alone.
 StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold);
 
-// FNV-1a over the tensors (name, dtype, count, op) and the group boundaries.
+// FNV-1a over the tensors (name, dtype, count, op, memory) and the group boundaries.
 uint64_t PlanHash(const TopoPlan& plan);
+
+// What ranks and nodes compare and show of a plan, carried as a registration request's shape:
+// the hash, then the numbers of tensors, groups and tensors in GPU memory.
+std::vector<int64_t> PlanShape(const TopoPlan& plan);
+// "plan 0123456789abcdef (5 tensors, 3 groups, 1 in GPU memory)"; the counts are left out of a
+// shape that lacks them.
+std::string DescribePlan(const std::vector<int64_t>& plan_shape);
 
 }  // namespace syncd
 

@@ -263,9 +263,9 @@ TEST_P(GatherScatter, AFullResultAreaFailsThatRankOnlyAndReleasedBlocksAreReused
 TEST(GatherScatterTopo, NewKindsOutsideARegisteredPlanAreNegotiatedOnDemand) {
   Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--coord", "topo"});
   auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
-    syncd_graph_op ops[3] = {{"fwd", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM},
-                             {"ar", "plan.grad", SYNCD_FLOAT32, 4, SYNCD_SUM},
-                             {"update", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM}};
+    syncd_graph_op ops[3] = {{"fwd", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST},
+                             {"ar", "plan.grad", SYNCD_FLOAT32, 4, SYNCD_SUM, SYNCD_MEMORY_HOST},
+                             {"update", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST}};
     const uint32_t edges[4] = {0, 1, 1, 2};
     const uint32_t fetch = 2;
     syncd_graph g{ops, 3, edges, 2, &fetch, 1};

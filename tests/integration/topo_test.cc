@@ -26,7 +26,8 @@ struct ModelGraph {
   std::vector<uint32_t> edges, fetches;
   syncd_graph graph{};
 
-  explicit ModelGraph(const std::vector<int64_t>& counts, syncd_dtype dtype = SYNCD_INT32) {
+  // gpu_tensor >= 0: that gradient is declared in GPU memory.
+  explicit ModelGraph(const std::vector<int64_t>& counts, syncd_dtype dtype = SYNCD_INT32, int gpu_tensor = -1) {
     const uint32_t L = uint32_t(counts.size());
     // op indices: f_i = i, loss = L, b_i = L + 1 + i, ar_i = 2L + 1 + i, apply_i = 3L + 1 + i.
     for (uint32_t i = 0; i < L; ++i) names.push_back("forward" + std::to_string(i));
@@ -36,10 +37,11 @@ struct ModelGraph {
     for (uint32_t i = 0; i < L; ++i) names.push_back("apply" + std::to_string(i));
     for (uint32_t i = 0; i < L; ++i) tensors.push_back("grad." + std::to_string(i));
     for (uint32_t v = 0; v < names.size(); ++v) {
-      syncd_graph_op op{names[v].c_str(), nullptr, dtype, 0, SYNCD_SUM};
+      syncd_graph_op op{names[v].c_str(), nullptr, dtype, 0, SYNCD_SUM, SYNCD_MEMORY_HOST};
       if (v >= 2 * L + 1 && v < 3 * L + 1) {
         op.tensor = tensors[v - 2 * L - 1].c_str();
         op.count = uint64_t(counts[v - 2 * L - 1]);
+        if (int(v - 2 * L - 1) == gpu_tensor) op.memory = SYNCD_MEMORY_GPU;
       }
       ops.push_back(op);
     }
@@ -208,8 +210,8 @@ TEST(Topo, OneNodeRunsThePlanToo) {
 // Registers the model with `counts`; the registration must fail with a mismatch whose message
 // holds every one of `needles`.
 int RegisterExpectingMismatch(syncd_client* c, int rank, const std::vector<int64_t>& counts,
-                              std::initializer_list<const char*> needles) {
-  ModelGraph model(counts);
+                              std::initializer_list<const char*> needles, int gpu_tensor = -1) {
+  ModelGraph model(counts, SYNCD_INT32, gpu_tensor);
   const int rc = syncd_register_graph(c, &model.graph, 30'000, nullptr);
   const std::string msg = syncd_last_error();
   CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "rank %d: %s: %s", rank, syncd_status_name(rc), msg.c_str());
@@ -220,7 +222,8 @@ int RegisterExpectingMismatch(syncd_client* c, int rank, const std::vector<int64
 TEST(TopoErrors, AGraphThePlannerRefusesFailsWithTheOperationNamed) {
   Daemon d(1, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
   auto st = RunRanks(d.run_dir(), 1, [](syncd_client* c, int, int) {
-    syncd_graph_op ops[2] = {{"matmul", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM}, {"relu", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM}};
+    syncd_graph_op ops[2] = {{"matmul", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST},
+                             {"relu", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST}};
     const uint32_t edges[4] = {0, 1, 1, 0};
     const uint32_t fetch = 1;
     syncd_graph g{ops, 2, edges, 2, &fetch, 1};
@@ -264,6 +267,61 @@ TEST(TopoErrors, PlansThatDifferBetweenRanksOfANodeAreNamedOnEveryRank) {
     std::vector<int64_t> counts = kCounts;
     if (rank == 3) counts.pop_back();
     return RegisterExpectingMismatch(c, rank, counts, {"mismatched TOPO plan", "on rank 2", "on rank 3"});
+  });
+  ExpectAllSucceeded(st);
+}
+
+// A model whose gradient is on the GPU on one node and in host memory on the others: without the
+// memory in the plan, the nodes would agree on the plan and then wait for each other forever.
+TEST(TopoErrors, ATensorOnTheGpuOnOneNodeAndInHostMemoryOnAnotherIsRefusedAtRegistration) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
+    return RegisterExpectingMismatch(
+        c, rank, kCounts, {"TOPO plans differ across nodes", "1 in GPU memory) on node 1", "(8 tensors, 1 group) on node 0"},
+        rank == 1 ? 2 : -1);
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST(TopoErrors, ATensorOnTheGpuOnOneRankOfANodeIsNamedOnEveryRank) {
+  Cluster cluster(1, 2, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
+    return RegisterExpectingMismatch(c, rank, kCounts, {"mismatched TOPO plan", "1 in GPU memory) on rank 1"},
+                                     rank == 1 ? 0 : -1);
+  });
+  ExpectAllSucceeded(st);
+}
+
+// Every rank says grad.0 is on the GPU, and rank 1 submits it from host memory: the job fails
+// naming the tensor and both memories instead of running a host tensor in a GPU group.
+TEST(TopoErrors, ATensorSubmittedFromTheOtherMemoryFailsEveryRank) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
+    ModelGraph model(kCounts, SYNCD_INT32, /*gpu_tensor=*/0);
+    int rc = syncd_register_graph(c, &model.graph, 30'000, nullptr);
+    if (rc == SYNCD_OK && rank == 1) {
+      std::vector<int32_t> buf(64);
+      const int64_t count = kCounts[0];
+      syncd_tensor t{"grad.0", buf.data(), SYNCD_INT32, 1, &count, 0};
+      syncd_handle h;
+      rc = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h);
+      if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
+      CHILD_CHECK(rc != SYNCD_OK, "a host tensor ran in the GPU tensor's place");
+      CHILD_CHECK(Contains(syncd_last_error(), "'grad.0'") &&
+                      Contains(syncd_last_error(), "host memory, the plan says GPU memory"),
+                  "%s", syncd_last_error());
+      return 0;
+    }
+    if (rc == SYNCD_OK) {  // rank 0: the job ends; anything it submits fails, naming rank 1's tensor
+      int32_t v = 1;
+      int64_t one = 1;
+      syncd_tensor t{"after", &v, SYNCD_INT32, 1, &one, 0};
+      syncd_handle h;
+      rc = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h);
+      if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
+    }
+    CHILD_CHECK(rc != SYNCD_OK && Contains(syncd_last_error(), "grad.0"), "rank %d: %s", rank, syncd_last_error());
+    return 0;
   });
   ExpectAllSucceeded(st);
 }

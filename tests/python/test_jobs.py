@@ -65,6 +65,7 @@ def test_topo_plan_is_registered_from_autograd_and_runs_every_later_step(trained
         topo = status["topo"]
         assert topo["in_use"] is True
         assert int(topo["plan_tensors"]) == 6  # 3 layers with weights and biases
+        assert int(topo["plan_gpu_tensors"]) == 0  # recorded from the gradients: host memory
         assert int(topo["steps"]) >= 24  # every step after the recorded first one
         assert int(topo["fallback_tensors"]) == 0
     negotiate = [i for i in trained["negotiate"][1] if "status" in i]
@@ -90,6 +91,7 @@ def test_topo_on_the_gpu_with_a_metric_outside_the_plan_is_bit_identical_to_nego
             assert torch.equal(a[k], b[k]), "rank %d, %s differs between negotiate and topo" % (r, k)
     (status,) = [i["status"] for i in runs["topo"][1] if "status" in i]
     assert status["topo"]["in_use"] is True
+    assert int(status["topo"]["plan_gpu_tensors"]) == 6  # the recorder saw every gradient on the GPU
     assert int(status["topo"]["steps"]) >= 14
     assert int(status["topo"]["fallback_tensors"]) >= 14  # the metric, every step after registration
     assert int(status["gpu"]["allreduces"]) >= 14 * 2

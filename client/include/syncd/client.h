@@ -272,13 +272,21 @@ SYNCD_API int syncd_stop_timeline(syncd_client* c);
  * the registered dtype, count and op. Other names are negotiated as before. Call it when none of
  * the graph's tensors is in flight on this rank. Under other --coord modes the plan is checked
  * and agreed the same way but not used. One plan per job: registering the same graph again
- * succeeds, a different one fails. */
+ * succeeds, a different one fails.
+ *
+ * Each collective also names its tensor's memory: host (syncd_allreduce_async) or GPU
+ * (syncd_allreduce_gpu_async). It is part of the plan: a tensor in GPU memory on one rank and in
+ * host memory on another makes the plans differ (refused at registration), a submission in the
+ * other memory fails the job naming the tensor, and a fusion group holds one kind only. */
+typedef enum syncd_memory { SYNCD_MEMORY_HOST = 0, SYNCD_MEMORY_GPU = 1 } syncd_memory;
+
 typedef struct syncd_graph_op {
   const char* name;   /* the operation, for error messages; may be NULL */
   const char* tensor; /* NULL: not a collective; else the name of the tensor it allreduces */
   syncd_dtype dtype;
   uint64_t count; /* elements */
   syncd_reduce_op op;
+  syncd_memory memory; /* a collective's tensor; 0 (zero-initialised): host */
 } syncd_graph_op;
 
 typedef struct syncd_graph {

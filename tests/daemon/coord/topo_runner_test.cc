@@ -12,7 +12,7 @@ namespace {
 // A plan of 4 int32 tensors in groups {a, b}, {c}, {d}.
 std::shared_ptr<const TopoPlan> Plan() {
   auto p = std::make_shared<TopoPlan>();
-  for (const char* n : {"a", "b", "c", "d"}) p->tensors.push_back({n, SYNCD_INT32, 4, SYNCD_SUM});
+  for (const char* n : {"a", "b", "c", "d"}) p->tensors.push_back({n, SYNCD_INT32, 4, SYNCD_SUM, false});
   p->group_begin = {0, 2, 3};
   return p;
 }
@@ -89,6 +89,10 @@ TEST(TopoRunner, TensorsThatDifferFromThePlanAreRefusedByName) {
   ReadyTensor wrong_dtype = Tensor("c", 4, SYNCD_FLOAT32);
   EXPECT_EQ(f.runner.Add(&wrong_dtype).message(),
             "tensor 'c' does not match the registered TOPO plan (rank 0): dtype float32, the plan says int32");
+  ReadyTensor on_gpu = Tensor("a");
+  for (Request& r : on_gpu.requests) r.gpu = true;
+  EXPECT_EQ(f.runner.Add(&on_gpu).message(),
+            "tensor 'a' does not match the registered TOPO plan (rank 0): GPU memory, the plan says host memory");
   f.Add(Tensor("d"));
   ReadyTensor again = Tensor("d");
   EXPECT_NE(f.runner.Add(&again).message().find("submitted again before its group ran"), std::string::npos);

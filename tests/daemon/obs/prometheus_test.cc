@@ -37,7 +37,8 @@ StatusSnapshot Snapshot() {
   s.node_rank = 1;
   s.node_count = 2;
   s.local_size = 2;
-  s.clients = {{2, 0, 100, "attached", 7, 700, 1, 0, 0}, {3, 1, 101, "lost", 0, 0, 0, 0, 0}};
+  s.clients = {{2, 0, 100, "attached", 7, 700, 1, 0, 0, -1, "", "", '-'},
+               {3, 1, 101, "lost", 0, 0, 0, 0, 0, -1, "", "", '-'}};
   CollectiveMetrics& m = s.collectives[{0, "allreduce"}];
   m.ops = 3;
   m.bytes = 4096;
@@ -65,8 +66,10 @@ TEST(PrometheusTest, CountersCarryKindSetAndTheNodeLevelLabels) {
   EXPECT_EQ(ValueOf(text, "syncd_rank_wait_caused_ratio{" + node + ",rank=\"2\"}"), "0.75");
   // A lost rank has no per-rank series; every sample has the node-level labels.
   EXPECT_EQ(text.find("rank=\"3\""), std::string::npos);
-  for (const std::string& l : Lines(text))
-    if (l[0] != '#') EXPECT_NE(l.find("{" + node), std::string::npos) << l;
+  for (const std::string& l : Lines(text)) {
+    if (l[0] == '#') continue;
+    EXPECT_NE(l.find("{" + node), std::string::npos) << l;
+  }
 }
 
 TEST(PrometheusTest, HistogramBucketsAreCumulativeAndEndAtCount) {

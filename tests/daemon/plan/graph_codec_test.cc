@@ -7,10 +7,10 @@
 namespace syncd {
 namespace {
 
-std::string SmallGraph() {
+std::string SmallGraph(uint32_t memory = 0) {
   abi::GraphWriter w(3, 2, 1);
   w.Op(false, 0, 0, 0, "backward", "");
-  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w");
+  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w", memory);
   w.Op(false, 0, 0, 0, "apply", "");
   w.Edge(0, 1);
   w.Edge(1, 2);
@@ -30,8 +30,30 @@ TEST(GraphCodec, DecodesWhatTheClientEncodes) {
   EXPECT_EQ(g->ops[1].dtype, SYNCD_FLOAT32);
   EXPECT_EQ(g->ops[1].op, SYNCD_AVERAGE);
   EXPECT_EQ(g->ops[1].count, 1000u);
+  EXPECT_FALSE(g->ops[1].gpu);
   EXPECT_EQ(g->edges, (std::vector<std::pair<uint32_t, uint32_t>>{{0, 1}, {1, 2}}));
   EXPECT_EQ(g->fetches, std::vector<uint32_t>{2});
+}
+
+TEST(GraphCodec, ACollectiveNamesItsTensorsMemory) {
+  const std::string bytes = SmallGraph(1);
+  StatusOr<Graph> g = DecodeGraph(bytes.data(), bytes.size());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_TRUE(g->ops[1].gpu);
+  EXPECT_FALSE(g->ops[0].gpu);
+
+  const std::string unknown = SmallGraph(2);
+  EXPECT_EQ(DecodeGraph(unknown.data(), unknown.size()).status().message(),
+            "graph: operation 1 ('allreduce_w'): unknown memory kind 2 (0 host, 1 GPU)");
+  abi::GraphWriter w(1, 0, 1);
+  w.Op(false, 0, 0, 0, "relu", "", 1);
+  w.Fetch(0);
+  EXPECT_EQ(DecodeGraph(w.bytes().data(), w.bytes().size()).status().message(),
+            "graph: operation 0 ('relu') names a memory kind but is not a collective");
+  // Version 1 had no memory byte: a client that old is refused, not read as host memory.
+  std::string v1 = SmallGraph();
+  v1[4] = 1;
+  EXPECT_EQ(DecodeGraph(v1.data(), v1.size()).status().message(), "graph: encoding version 1, this daemon reads 2");
 }
 
 TEST(GraphCodec, EveryTruncationFailsCleanly) {

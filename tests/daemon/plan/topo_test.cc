@@ -21,8 +21,8 @@ uint32_t AddOp(Graph& g, const std::string& name) {
 }
 
 uint32_t AddCollective(Graph& g, const std::string& tensor, uint64_t count = 100,
-                       syncd_dtype dtype = SYNCD_FLOAT32) {
-  g.ops.push_back(GraphOp{"allreduce." + tensor, true, tensor, dtype, count, SYNCD_SUM});
+                       syncd_dtype dtype = SYNCD_FLOAT32, bool gpu = false) {
+  g.ops.push_back(GraphOp{"allreduce." + tensor, true, tensor, dtype, count, SYNCD_SUM, gpu});
   return uint32_t(g.ops.size() - 1);
 }
 
@@ -78,10 +78,10 @@ TEST(PlanTopo, GradientsComeInBackwardOrderAndConcurrentOnesFuse) {
 }
 
 // a, b, d float32 of 40 B; d needs b's reduced value (through another op) unless `independent`.
-Graph ThreeTensors(bool independent, syncd_dtype b_dtype = SYNCD_FLOAT32) {
+Graph ThreeTensors(bool independent, syncd_dtype b_dtype = SYNCD_FLOAT32, bool b_gpu = false) {
   Graph g;
   const uint32_t a = AddCollective(g, "a", 10);
-  const uint32_t b = AddCollective(g, "b", 10, b_dtype);
+  const uint32_t b = AddCollective(g, "b", 10, b_dtype, b_gpu);
   const uint32_t mid = AddOp(g, "uses_b");
   const uint32_t d = AddCollective(g, "d", 10);
   g.edges = {{mid, d}};
@@ -109,6 +109,31 @@ TEST(PlanTopo, ThresholdAndDtypeCutGroups) {
   auto mixed = PlanTopo(ThreeTensors(true, SYNCD_FLOAT64), 1000);
   ASSERT_TRUE(mixed.ok());
   EXPECT_EQ(mixed->group_begin, (std::vector<uint32_t>{0, 1, 2})) << "b is float64: alone, and d follows it";
+}
+
+// A tensor's memory is part of the plan: a GPU tensor never fuses with host tensors, and a plan
+// whose tensor is in GPU memory differs (hash and description) from the one with it in host memory.
+TEST(PlanTopo, MemoryCutsGroupsAndIsInTheHashAndTheDescription) {
+  auto host = PlanTopo(ThreeTensors(true), 1000);
+  auto gpu = PlanTopo(ThreeTensors(true, SYNCD_FLOAT32, /*b_gpu=*/true), 1000);
+  ASSERT_TRUE(host.ok() && gpu.ok());
+  EXPECT_EQ(host->group_begin, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(gpu->group_begin, (std::vector<uint32_t>{0, 1, 2})) << "b is on the GPU: alone, and d follows it";
+  EXPECT_TRUE(gpu->tensors[1].gpu);
+  EXPECT_FALSE(gpu->tensors[0].gpu || gpu->tensors[2].gpu);
+  EXPECT_NE(host->hash, gpu->hash);
+  // Only the memory differs: the same groups, another hash.
+  auto gpu_alone = PlanTopo(ThreeTensors(true, SYNCD_FLOAT32, true), 0);
+  auto host_alone = PlanTopo(ThreeTensors(true), 0);
+  ASSERT_EQ(gpu_alone->group_begin, host_alone->group_begin);
+  EXPECT_NE(gpu_alone->hash, host_alone->hash);
+
+  EXPECT_EQ(PlanShape(*gpu), (std::vector<int64_t>{int64_t(gpu->hash), 3, 3, 1}));
+  char hex[32];
+  snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)gpu->hash);
+  EXPECT_EQ(DescribePlan(PlanShape(*gpu)), std::string("plan ") + hex + " (3 tensors, 3 groups, 1 in GPU memory)");
+  EXPECT_EQ(DescribePlan(PlanShape(*host)).find("GPU"), std::string::npos) << DescribePlan(PlanShape(*host));
+  EXPECT_EQ(DescribePlan({int64_t(gpu->hash)}), std::string("plan ") + hex);
 }
 
 TEST(PlanTopo, OpsNoFetchNeedsAreLeftOut) {
@@ -173,7 +198,8 @@ Graph RandomDag(size_t n, size_t edges, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) {
     if (rng() % 3 == 0) {
       g.ops.push_back(GraphOp{"op" + std::to_string(i), true, "t" + std::to_string(i),
-                              rng() % 4 == 0 ? SYNCD_FLOAT64 : SYNCD_FLOAT32, 1 + rng() % 5000, SYNCD_SUM});
+                              rng() % 4 == 0 ? SYNCD_FLOAT64 : SYNCD_FLOAT32, 1 + rng() % 5000, SYNCD_SUM,
+                              rng() % 8 == 0});
     } else {
       GraphOp op;
       op.name = "op" + std::to_string(i);
@@ -229,7 +255,7 @@ void CheckProperties(const Graph& g, uint64_t threshold) {
   for (size_t i = 1; i < plan->tensors.size(); ++i)
     ASSERT_LT(order->id[op_of[plan->tensors[i - 1].name]], order->id[op_of[plan->tensors[i].name]]);
 
-  // Groups: same dtype and op, within the threshold unless alone, and no member reachable from
+  // Groups: same dtype, op and memory, within the threshold unless alone, and no member reachable from
   // another (a forward search from all members, bounded by the last member's id).
   std::vector<uint32_t> mark(n, UINT32_MAX);
   for (size_t gi = 0; gi < plan->groups(); ++gi) {
@@ -239,6 +265,7 @@ void CheckProperties(const Graph& g, uint64_t threshold) {
     for (size_t i = b; i < e; ++i) {
       ASSERT_EQ(plan->tensors[i].dtype, plan->tensors[b].dtype);
       ASSERT_EQ(plan->tensors[i].op, plan->tensors[b].op);
+      ASSERT_EQ(plan->tensors[i].gpu, plan->tensors[b].gpu);
       bytes += plan->tensors[i].count * abi::DtypeSize(plan->tensors[i].dtype);
     }
     if (e - b > 1) {

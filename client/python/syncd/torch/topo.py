@@ -3,8 +3,8 @@
 Under `syncd --coord topo`, DistributedOptimizer records its first step:
 - the graph autograd will run, taken from the loss handed to the first backward() (walking
   grad_fn.next_functions; each AccumulateGrad node is mapped to its parameter), and
-- each gradient's allreduce as it was submitted (name, dtype after compression, elements, op),
-  in the order gradients became ready.
+- each gradient's allreduce as it was submitted (name, dtype after compression, elements, op,
+  host or GPU memory), in the order gradients became ready.
 At the end of that step it registers the graph with the daemon (syncd_register_graph). Every
 rank records the same model, so every daemon computes the same plan; from the second step on the
 daemons issue the planned fusion groups in plan order with no negotiation.
@@ -36,7 +36,7 @@ class GraphRecorder:
         self._nodes = []  # autograd nodes, kept alive so their identity holds
         self._index = {}
         self._edges = []
-        self._submissions = {}  # param -> (tensor name, dtype code, count, op)
+        self._submissions = {}  # param -> (tensor name, dtype code, count, op, on the GPU)
         self._ready = []  # params in the order their gradients were submitted
         self.plan_hash = None
         self.registered = False
@@ -78,7 +78,8 @@ class GraphRecorder:
     def submitted(self, p, name, tensor):
         if self.registered or p in self._submissions:
             return
-        self._submissions[p] = (name, basics._DTYPES[tensor.dtype], tensor.numel(), self._optimizer.op)
+        self._submissions[p] = (name, basics._DTYPES[tensor.dtype], tensor.numel(), self._optimizer.op,
+                                tensor.is_cuda)
         self._ready.append(p)
 
     def step_done(self):
@@ -102,19 +103,17 @@ class GraphRecorder:
         for node in self._nodes:
             p = param_of.get(node)
             if p is None:
-                ops.append((node.name(), None, 0, 0, 0))
+                ops.append((node.name(), None, 0, 0, 0, False))
             else:
-                name, dtype, count, op = self._submissions[p]
-                ops.append((node.name(), name, dtype, count, op))
+                ops.append((node.name(),) + self._submissions[p])
         edges = list(self._edges)
         produced = [self._index[n] for n in param_of]
         reached = set(param_of.values())
         for p in self._ready:  # in readiness order, so the plan keeps it among equals
             if p in reached:
                 continue
-            name, dtype, count, op = self._submissions[p]
             i = len(ops)
-            ops.append(("unused:" + name, name, dtype, count, op))
+            ops.append(("unused:" + self._submissions[p][0],) + self._submissions[p])
             edges.extend((j, i) for j in produced)
         has_child = {a for a, _ in edges}
         fetches = [i for i in range(len(ops)) if i not in has_child]
