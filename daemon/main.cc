@@ -136,7 +136,8 @@ Status ConnectGpus(const Config& config, JobLinks* job) {
       job->gpu.reset();
       return Status::Ok();
     }
-  if (Status st = job->gpu->Connect(job->nccl_id, job->gpus_per_node, config.node_rank); !st.ok()) {
+  if (Status st = job->gpu->Connect(job->nccl_id, job->gpus_per_node, config.node_rank, config.join_timeout_s);
+      !st.ok()) {
     if (config.nodes > 1) return st;
     spdlog::error("no GPU collectives: {}", st.message());
     job->no_gpu = st.message();

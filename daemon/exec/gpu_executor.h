@@ -65,8 +65,11 @@ class GpuExecutor {
   // A fresh NCCL unique id (node 0 makes it; the rendezvous hands it to every daemon).
   virtual StatusOr<std::string> MakeNcclId() = 0;
   // Creates this daemon's NCCL ranks: `gpus_per_node[n]` GPUs on node n, ranks numbered node by
-  // node. Blocks until every daemon of the job has called it (NCCL's own rendezvous).
-  virtual Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank) = 0;
+  // node. Blocks until every daemon of the job has called it (NCCL's own rendezvous), at most
+  // `timeout_s`: then SYNCD_ERR_TIMEOUT naming this daemon's ranks. The same bound applies to a
+  // group of collectives that NCCL is still connecting when it returns.
+  virtual Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank,
+                         uint32_t timeout_s) = 0;
   virtual bool connected() const = 0;
 
   // `bytes` at the descriptor's offset. Errors name the problem, not the tensor (the caller does).

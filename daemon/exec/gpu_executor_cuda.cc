@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <deque>
@@ -23,6 +24,28 @@ Status CudaError(const std::string& what, cudaError_t e) {
 }
 Status NcclError(const std::string& what, ncclResult_t r) {
   return Status(SYNCD_ERR_SYSTEM, what + " failed (NCCL: " + ncclGetErrorString(r) + ")");
+}
+
+// A CUDA runtime call's result: Ok, or its error (cleared, so that the next call does not report
+// it again: a sticky error stays in the context and fails the next call too, as it should).
+Status Cuda(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status::Ok();
+  cudaGetLastError();
+  return CudaError(what, e);
+}
+
+// Teardown: nothing can be done about a failure but say so.
+void CudaWarn(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  spdlog::warn("{} failed ({})", what, CudaText(e));
+}
+
+// What NCCL is still doing on a communicator: ncclInProgress while a nonblocking call runs.
+ncclResult_t NcclState(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
+  return state;
 }
 
 ncclDataType_t NcclType(syncd_dtype d) {
@@ -84,9 +107,9 @@ class CudaGpuExecutor final : public GpuExecutor {
         return CudaError("cudaGetDeviceProperties", e);
       memcpy(d.uuid, prop.uuid.bytes, 16);
       d.name = std::to_string(i) + ": " + prop.name + " (" + UuidText(d.uuid) + ")";
-      if (cudaError_t e = cudaSetDevice(i); e != cudaSuccess) return CudaError("cudaSetDevice", e);
+      SYNCD_RETURN_IF_ERROR(Cuda(cudaSetDevice(i), "cudaSetDevice(" + d.name + ")"));
       int lo = 0, hi = 0;
-      cudaDeviceGetStreamPriorityRange(&lo, &hi);
+      SYNCD_RETURN_IF_ERROR(Cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange"));
       // The daemon's copies and reductions go ahead of the framework's compute kernels.
       if (cudaError_t e = cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, hi); e != cudaSuccess)
         return CudaError("cudaStreamCreateWithPriority", e);
@@ -99,16 +122,16 @@ class CudaGpuExecutor final : public GpuExecutor {
 
   ~CudaGpuExecutor() override {
     for (Device& d : devices_) {
-      cudaSetDevice(d.ordinal);
-      if (d.stream) cudaStreamSynchronize(d.stream);
+      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+      if (d.stream) CudaWarn(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
     }
     ipc_.reset();  // the streams are idle: every mapping may close
+    DestroyComms();
     for (Device& d : devices_) {
-      cudaSetDevice(d.ordinal);
-      if (d.comm) ncclCommDestroy(d.comm);
-      if (d.fusion) cudaFree(d.fusion);
-      for (cudaEvent_t e : d.spare_events) cudaEventDestroy(e);
-      if (d.stream) cudaStreamDestroy(d.stream);
+      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+      if (d.fusion) CudaWarn(cudaFree(d.fusion), "cudaFree");
+      for (cudaEvent_t e : d.spare_events) CudaWarn(cudaEventDestroy(e), "cudaEventDestroy");
+      if (d.stream) CudaWarn(cudaStreamDestroy(d.stream), "cudaStreamDestroy");
     }
   }
 
@@ -126,7 +149,8 @@ class CudaGpuExecutor final : public GpuExecutor {
     return std::string(id.internal, sizeof(id.internal));
   }
 
-  Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank) override {
+  Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank,
+                 uint32_t timeout_s) override {
     ncclUniqueId id;
     if (nccl_id.size() != sizeof(id.internal))
       return Status(SYNCD_ERR_PROTOCOL, "NCCL unique id of " + std::to_string(nccl_id.size()) + " bytes");
@@ -140,15 +164,41 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (node_rank >= gpus_per_node.size() || gpus_per_node[node_rank] != devices_.size())
       return Status(SYNCD_ERR_INTERNAL, "GPU count of this node disagrees with the rendezvous");
     const uint32_t first = node_first_rank_[node_rank];
+    const std::string ranks = "NCCL ranks " + std::to_string(first) + ".." +
+                              std::to_string(first + devices_.size() - 1) + " of " + std::to_string(total);
+    // Nonblocking communicators: creation can be given up (NCCL's own rendezvous waits forever for
+    // a rank that never comes), and every later call is settled the same way (Settle).
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    settle_timeout_ns_ = uint64_t(timeout_s) * 1'000'000'000ull;
     if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return NcclError("ncclGroupStart", r);
     ncclResult_t init = ncclSuccess;
-    for (size_t i = 0; i < devices_.size() && init == ncclSuccess; ++i) {
-      cudaSetDevice(devices_[i].ordinal);
-      init = ncclCommInitRank(&devices_[i].comm, int(total), id, int(first + i));
+    Status device;
+    for (size_t i = 0; i < devices_.size() && init == ncclSuccess && device.ok(); ++i) {
+      device = Cuda(cudaSetDevice(devices_[i].ordinal), "cudaSetDevice(" + devices_[i].name + ")");
+      if (!device.ok()) break;
+      init = ncclCommInitRankConfig(&devices_[i].comm, int(total), id, int(first + i), &config);
+      if (init == ncclInProgress) init = ncclSuccess;
     }
-    const ncclResult_t end = ncclGroupEnd();
-    if (init != ncclSuccess) return NcclError("ncclCommInitRank", init);
-    if (end != ncclSuccess) return NcclError("ncclCommInitRank (group)", end);
+    ncclResult_t end = ncclGroupEnd();
+    if (end == ncclInProgress) end = ncclSuccess;
+    Status st = !device.ok()              ? device
+                : init != ncclSuccess     ? NcclError("ncclCommInitRankConfig (" + ranks + ")", init)
+                : end != ncclSuccess      ? NcclError("ncclCommInitRankConfig (" + ranks + ", group)", end)
+                                          : Settle("creating the NCCL communicator (" + ranks + ")");
+    if (!st.ok()) {
+      for (Device& d : devices_)
+        if (d.comm) {
+          CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+          ncclCommAbort(d.comm);
+          d.comm = nullptr;
+        }
+      if (st.code() == SYNCD_ERR_TIMEOUT)
+        st = Status(SYNCD_ERR_TIMEOUT, st.message() + ": every daemon of the job creates its ranks at once; one that "
+                                                      "never does is down or cannot reach this one over NCCL's "
+                                                      "network (NCCL_SOCKET_IFNAME; NCCL_DEBUG=INFO says more)");
+      return st;
+    }
     nranks_ = total;
     first_rank_ = first;
     spdlog::info("NCCL: {} ranks in the job, this daemon holds ranks {}..{} (NCCL {})", total, first,
@@ -209,9 +259,9 @@ class CudaGpuExecutor final : public GpuExecutor {
     // 1. Every GPU: wait for its ranks' events, reduce their tensors into its fusion buffer.
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
-      cudaSetDevice(d.ordinal);
+      if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) return AbortWith(st);
       if (Status st = EnsureFusion(d, total); !st.ok()) return st;
-      WaitForClients(group, int(di), d.stream);
+      if (Status st = WaitForClients(group, int(di), d.stream); !st.ok()) return AbortWith(st);
       uint64_t at = 0;
       for (const ReadyTensor* t : group) {
         const uint64_t count = t->first().bytes / esize;
@@ -225,7 +275,7 @@ class CudaGpuExecutor final : public GpuExecutor {
         for (const Request& r : t->requests) {
           if (!r.gpu || r.gpu_device != int(di)) continue;
           if (l.n == gpu::kMaxReduceInputs) {  // fold what we have, keep reducing into the output
-            if (int e = gpu::LaunchReduce(l, d.stream); e != 0) return CudaError("reduce kernel", cudaError_t(e));
+            if (int e = gpu::LaunchReduce(l, d.stream); e != 0) return AbortWith(Cuda(cudaError_t(e), "reduce kernel"));
             l.n = 1;
             l.inputs[0] = out;
             l.prescale = 1.0;
@@ -233,7 +283,7 @@ class CudaGpuExecutor final : public GpuExecutor {
           l.inputs[l.n++] = r.data;
         }
         int e = l.n > 0 ? gpu::LaunchReduce(l, d.stream) : gpu::LaunchFillIdentity(out, count, dtype, op, d.stream);
-        if (e != 0) return CudaError("reduce kernel", cudaError_t(e));
+        if (e != 0) return AbortWith(Cuda(cudaError_t(e), "reduce kernel"));
         at += t->first().bytes;
       }
     }
@@ -247,9 +297,9 @@ class CudaGpuExecutor final : public GpuExecutor {
     const uint64_t divisor = head.op == SYNCD_AVERAGE ? world_size : 1;
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
-      cudaSetDevice(d.ordinal);
+      if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) return AbortWith(st);
       if (int e = gpu::LaunchFinish(d.fusion, total / esize, dtype, head.postscale, divisor, d.stream); e != 0)
-        return CudaError("finish kernel", cudaError_t(e));
+        return AbortWith(Cuda(cudaError_t(e), "finish kernel"));
       uint64_t at = 0;
       for (const ReadyTensor* t : group) {
         const uint64_t bytes = t->first().bytes;
@@ -257,7 +307,7 @@ class CudaGpuExecutor final : public GpuExecutor {
           if (r.gpu && r.gpu_device == int(di) && bytes > 0)
             if (cudaError_t e = cudaMemcpyAsync(r.data, static_cast<char*>(d.fusion) + at, bytes, cudaMemcpyDeviceToDevice, d.stream);
                 e != cudaSuccess)
-              return CudaError("cudaMemcpyAsync (result to rank " + std::to_string(r.rank) + ")", e);
+              return AbortWith(Cuda(e, "cudaMemcpyAsync (result to rank " + std::to_string(r.rank) + ")"));
         at += bytes;
       }
     }
@@ -279,22 +329,28 @@ class CudaGpuExecutor final : public GpuExecutor {
     for (const Request& r : t.requests)
       if (int32_t(r.rank) == r.root) root = &r;
     for (Device& d : devices_) {
-      cudaSetDevice(d.ordinal);
+      if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) return AbortWith(st);
       if (Status st = EnsureFusion(d, bytes); !st.ok()) return st;
     }
     if (root != nullptr) {
       Device& d0 = devices_[0];
-      cudaSetDevice(d0.ordinal);
-      if (root->gpu_event) cudaStreamWaitEvent(d0.stream, static_cast<cudaEvent_t>(root->gpu_event), 0);
+      if (Status st = Cuda(cudaSetDevice(d0.ordinal), "cudaSetDevice(" + d0.name + ")"); !st.ok()) return AbortWith(st);
+      if (root->gpu_event)
+        if (Status st = Cuda(cudaStreamWaitEvent(d0.stream, static_cast<cudaEvent_t>(root->gpu_event), 0),
+                             "cudaStreamWaitEvent (root rank " + std::to_string(root->rank) + "'s stream)");
+            !st.ok())
+          return AbortWith(st);
       cudaError_t e = root->gpu_device == 0
                           ? cudaMemcpyAsync(d0.fusion, root->data, bytes, cudaMemcpyDeviceToDevice, d0.stream)
                           : cudaMemcpyPeerAsync(d0.fusion, d0.ordinal, root->data, devices_[root->gpu_device].ordinal,
                                                 bytes, d0.stream);
-      if (e != cudaSuccess) return CudaError("cudaMemcpyAsync (root's tensor)", e);
+      if (e != cudaSuccess) return AbortWith(Cuda(e, "cudaMemcpyAsync (root's tensor)"));
     }
     for (size_t di = 0; di < devices_.size(); ++di) {
-      cudaSetDevice(devices_[di].ordinal);
-      WaitForClients({&t}, int(di), devices_[di].stream);  // ranks' tensors are overwritten after their work
+      if (Status st = Cuda(cudaSetDevice(devices_[di].ordinal), "cudaSetDevice(" + devices_[di].name + ")"); !st.ok())
+        return AbortWith(st);
+      // Ranks' tensors are overwritten after their work.
+      if (Status st = WaitForClients({&t}, int(di), devices_[di].stream); !st.ok()) return AbortWith(st);
     }
     const int nccl_root = int(node_first_rank_.at(root_node));
     if (Status st = NcclAll([&](Device& d) {
@@ -304,11 +360,11 @@ class CudaGpuExecutor final : public GpuExecutor {
       return st;
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
-      cudaSetDevice(d.ordinal);
+      if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) return AbortWith(st);
       for (const Request& r : t.requests)
         if (r.gpu && r.gpu_device == int(di) && &r != root)
           if (cudaError_t e = cudaMemcpyAsync(r.data, d.fusion, bytes, cudaMemcpyDeviceToDevice, d.stream); e != cudaSuccess)
-            return CudaError("cudaMemcpyAsync (broadcast to rank " + std::to_string(r.rank) + ")", e);
+            return AbortWith(Cuda(e, "cudaMemcpyAsync (broadcast to rank " + std::to_string(r.rank) + ")"));
     }
     ++stats_.broadcasts;
     stats_.bytes += bytes;
@@ -326,7 +382,12 @@ class CudaGpuExecutor final : public GpuExecutor {
     }
     for (size_t di = 0; di < t.done.size(); ++di) {
       if (t.done[di] == nullptr) continue;
-      cudaSetDevice(devices_[di].ordinal);
+      if (Status st = Cuda(cudaSetDevice(devices_[di].ordinal), "cudaSetDevice(" + devices_[di].name + ")"); !st.ok()) {
+        Abort(st);
+        *error = failure_;
+        Drop(it);
+        return CommState::kFailed;
+      }
       const cudaError_t e = cudaEventQuery(t.done[di]);
       if (e == cudaErrorNotReady) {
         if (Status st = AsyncErrors(); !st.ok()) {
@@ -338,7 +399,7 @@ class CudaGpuExecutor final : public GpuExecutor {
         return CommState::kPending;
       }
       if (e != cudaSuccess) {
-        Abort(CudaError("GPU work of a collective", e));
+        Abort(Cuda(e, "GPU work of a collective"));
         *error = failure_;
         Drop(it);
         return CommState::kFailed;
@@ -361,8 +422,9 @@ class CudaGpuExecutor final : public GpuExecutor {
     spdlog::error("{}", failure_.message());
     for (Device& d : devices_)
       if (d.comm) {
-        cudaSetDevice(d.ordinal);
-        ncclCommAbort(d.comm);
+        CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+        if (ncclResult_t r = ncclCommAbort(d.comm); r != ncclSuccess)
+          spdlog::warn("ncclCommAbort on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
         d.comm = nullptr;
       }
   }
@@ -389,8 +451,9 @@ class CudaGpuExecutor final : public GpuExecutor {
   Status EnsureFusion(Device& d, uint64_t bytes) {
     if (d.fusion_bytes >= bytes) return Status::Ok();
     if (d.fusion) {
-      cudaStreamSynchronize(d.stream);  // queued work may still use the old buffer
-      cudaFree(d.fusion);
+      // Queued work may still use the old buffer.
+      SYNCD_RETURN_IF_ERROR(AbortWith(Cuda(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize (" + d.name + ")")));
+      CudaWarn(cudaFree(d.fusion), "cudaFree");
       d.fusion = nullptr;
       d.fusion_bytes = 0;
     }
@@ -404,27 +467,84 @@ class CudaGpuExecutor final : public GpuExecutor {
     return Status::Ok();
   }
 
-  void WaitForClients(const std::vector<const ReadyTensor*>& group, int device, cudaStream_t stream) {
+  // The daemon's stream waits for the work each rank queued before submitting.
+  Status WaitForClients(const std::vector<const ReadyTensor*>& group, int device, cudaStream_t stream) {
     for (const ReadyTensor* t : group)
       for (const Request& r : t->requests)
         if (r.gpu && r.gpu_device == device && r.gpu_event)
-          cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(r.gpu_event), 0);
+          SYNCD_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(r.gpu_event), 0),
+                                     "cudaStreamWaitEvent (rank " + std::to_string(r.rank) + "'s stream, tensor '" +
+                                         r.name + "')"));
+    return Status::Ok();
+  }
+
+  // A failure after this node has agreed to run the collective: the other nodes' daemons are in
+  // NCCL already, so the GPU path of the job ends here (Abort) rather than leaving them waiting.
+  Status AbortWith(const Status& st) {
+    if (st.ok()) return st;
+    Abort(st);
+    return failure_;
+  }
+
+  // Waits until no communicator has a nonblocking NCCL call in progress (creation, or a group of
+  // collectives connecting lazily), at most settle_timeout_ns_. Spins first: most settle at once.
+  Status Settle(const std::string& what) {
+    const uint64_t start = abi::MonotonicNs();
+    for (uint32_t spin = 0;; ++spin) {
+      bool busy = false;
+      for (Device& d : devices_) {
+        if (!d.comm) continue;
+        const ncclResult_t state = NcclState(d.comm);
+        if (state == ncclInProgress) busy = true;
+        else if (state != ncclSuccess) return NcclError(what + " on " + d.name, state);
+      }
+      if (!busy) return Status::Ok();
+      const uint64_t waited = abi::MonotonicNs() - start;
+      if (waited > settle_timeout_ns_)
+        return Status(SYNCD_ERR_TIMEOUT, what + " did not finish within " +
+                                             std::to_string(settle_timeout_ns_ / 1'000'000'000ull) + " s");
+      if (spin > 1000) usleep(waited < 10'000'000 ? 50 : 1000);
+    }
+  }
+
+  // Finalizes (nonblocking: settled) and destroys the communicators; aborts one that cannot be.
+  void DestroyComms() {
+    for (Device& d : devices_) {
+      if (!d.comm) continue;
+      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+      if (ncclResult_t r = ncclCommFinalize(d.comm); r != ncclSuccess && r != ncclInProgress)
+        spdlog::warn("ncclCommFinalize on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
+    }
+    const uint64_t saved = settle_timeout_ns_;
+    settle_timeout_ns_ = 10'000'000'000ull;
+    const Status settled = Settle("finalizing the NCCL communicator");
+    settle_timeout_ns_ = saved;
+    if (!settled.ok()) spdlog::warn("{}: aborting it", settled.message());
+    for (Device& d : devices_) {
+      if (!d.comm) continue;
+      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+      const ncclResult_t r = settled.ok() ? ncclCommDestroy(d.comm) : ncclCommAbort(d.comm);
+      if (r != ncclSuccess) spdlog::warn("destroying the NCCL communicator on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
+      d.comm = nullptr;
+    }
   }
 
   template <typename F>
   Status NcclAll(F call, const char* what) {
-    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return NcclError("ncclGroupStart", r);
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return AbortWith(NcclError("ncclGroupStart", r));
     ncclResult_t first = ncclSuccess;
+    Status device;
     for (Device& d : devices_) {
-      cudaSetDevice(d.ordinal);
-      if (ncclResult_t r = call(d); r != ncclSuccess && first == ncclSuccess) first = r;
+      device = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")");
+      if (!device.ok()) break;
+      if (ncclResult_t r = call(d); r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
     }
     const ncclResult_t end = ncclGroupEnd();
-    if (first != ncclSuccess || end != ncclSuccess) {
-      Status st = NcclError(what, first != ncclSuccess ? first : end);
-      Abort(st);
-      return failure_;
-    }
+    if (!device.ok()) return AbortWith(device);
+    if (first != ncclSuccess || (end != ncclSuccess && end != ncclInProgress))
+      return AbortWith(NcclError(what, first != ncclSuccess ? first : end));
+    // Nonblocking communicators: the group may still be enqueueing (connecting on first use).
+    if (end == ncclInProgress) return AbortWith(Settle(what));
     return Status::Ok();
   }
 
@@ -444,17 +564,23 @@ class CudaGpuExecutor final : public GpuExecutor {
     t.done.resize(devices_.size(), nullptr);
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
-      cudaSetDevice(d.ordinal);
+      if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) {
+        ReleaseDone(&t);
+        return AbortWith(st);
+      }
       cudaEvent_t e = nullptr;
       if (!d.spare_events.empty()) {
         e = d.spare_events.back();
         d.spare_events.pop_back();
       } else if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
-        Abort(CudaError("cudaEventCreate", err));
-        return failure_;
+        ReleaseDone(&t);
+        return AbortWith(Cuda(err, "cudaEventCreate"));
       }
-      cudaEventRecord(e, d.stream);
       t.done[di] = e;
+      if (Status st = Cuda(cudaEventRecord(e, d.stream), "cudaEventRecord (" + d.name + ")"); !st.ok()) {
+        ReleaseDone(&t);
+        return AbortWith(st);
+      }
     }
     const uint64_t id = t.id;
     t.issued_ns = abi::MonotonicNs();
@@ -464,9 +590,15 @@ class CudaGpuExecutor final : public GpuExecutor {
   }
 
   void Drop(std::map<uint64_t, Ticket>::iterator it) {
-    for (size_t di = 0; di < it->second.done.size(); ++di)
-      if (it->second.done[di]) devices_[di].spare_events.push_back(it->second.done[di]);
+    ReleaseDone(&it->second);
     tickets_.erase(it);
+  }
+
+  // A ticket's events go back to their devices' spares.
+  void ReleaseDone(Ticket* t) {
+    for (size_t di = 0; di < t->done.size(); ++di)
+      if (t->done[di]) devices_[di].spare_events.push_back(t->done[di]);
+    t->done.clear();
   }
 
   // Closes the IPC mappings and events nobody will use again, once no queued work can still
@@ -475,8 +607,8 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (!tickets_.empty() && failure_.ok()) return;
     if (!tickets_.empty())  // aborted: let the streams drain before unmapping
       for (Device& d : devices_) {
-        cudaSetDevice(d.ordinal);
-        cudaStreamSynchronize(d.stream);
+        CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+        CudaWarn(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
       }
     ipc_->CloseRetired();
   }
@@ -485,6 +617,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   std::vector<Device> devices_;
   std::vector<uint32_t> node_first_rank_;
   uint32_t nranks_ = 0, first_rank_ = 0;
+  uint64_t settle_timeout_ns_ = 60'000'000'000ull;  // Connect's timeout
   std::unique_ptr<GpuIpcCache> ipc_;  // clients' allocations and events (Init)
   std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 0;

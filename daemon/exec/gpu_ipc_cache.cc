@@ -1,5 +1,7 @@
 #include "daemon/exec/gpu_ipc_cache.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
 
 namespace syncd {
@@ -10,13 +12,20 @@ Status CudaFailure(const std::string& what, cudaError_t e) {
   return Status(SYNCD_ERR_SYSTEM, what + " failed (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")");
 }
 
+// Closing a mapping or an event: nothing can be done about a failure but say so.
+void Warn(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  spdlog::warn("{} failed ({}: {})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 }  // namespace
 
 GpuIpcCache::~GpuIpcCache() {
   for (auto& [client, allocs] : mappings_)
     for (auto& [base, m] : allocs) Close(m);
   for (auto& [client, events] : events_)
-    for (auto& [key, ev] : events) cudaEventDestroy(ev);
+    for (auto& [key, ev] : events) Warn(cudaEventDestroy(ev), "cudaEventDestroy");
   CloseRetired();
 }
 
@@ -81,7 +90,7 @@ void GpuIpcCache::ForgetClient(uint32_t client_id) {
 void GpuIpcCache::CloseRetired() {
   for (const Mapping& m : retired_) Close(m);
   retired_.clear();
-  for (cudaEvent_t e : retired_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : retired_events_) Warn(cudaEventDestroy(e), "cudaEventDestroy");
   retired_events_.clear();
 }
 
@@ -92,8 +101,8 @@ uint64_t GpuIpcCache::open_allocations() const {
 }
 
 void GpuIpcCache::Close(const Mapping& m) {
-  cudaSetDevice(ordinals_[m.device]);
-  cudaIpcCloseMemHandle(m.ptr);
+  Warn(cudaSetDevice(ordinals_[m.device]), "cudaSetDevice");
+  Warn(cudaIpcCloseMemHandle(m.ptr), "cudaIpcCloseMemHandle");
   ++counters_.closes;
 }
 

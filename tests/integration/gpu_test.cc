@@ -15,6 +15,8 @@
 
 #ifdef SYNCD_TEST_CUDA
 #include <cuda_runtime.h>
+
+#include "daemon/exec/gpu_executor.h"
 #endif
 
 namespace syncd::testing {
@@ -424,6 +426,32 @@ TEST(Gpu, DaemonsThatShareAGpuRefuseGpuTensorsClearlyAndServeHostTensors) {
     return 0;
   });
   ExpectAllSucceeded(st);
+}
+
+// NCCL's own rendezvous waits forever for a rank that never comes: the daemon's executor gives up
+// after its timeout (syncd takes --join-timeout), naming its ranks, and is left unconnected.
+TEST(Gpu, NcclCommunicatorCreationGivesUpNamingItsRanksWhenANodeNeverComes) {
+  SKIP_WITHOUT_GPU();
+  const pid_t pid = Spawn([] {  // CUDA in a child: the test process forks ranks in other tests
+    std::string why;
+    std::unique_ptr<GpuExecutor> gpu = GpuExecutor::Probe(true, &why);
+    CHILD_CHECK(gpu != nullptr, "%s", why.c_str());
+    StatusOr<std::string> id = gpu->MakeNcclId();
+    CHILD_CHECK(id.ok(), "%s", id.status().message().c_str());
+    const uint32_t mine = gpu->devices();
+    const uint64_t t0 = abi::MonotonicNs();
+    const Status st = gpu->Connect(*id, {mine, 1}, 0, 2);  // node 1 never creates its rank
+    const double took_s = double(abi::MonotonicNs() - t0) / 1e9;
+    const std::string& msg = st.message();
+    CHILD_CHECK(st.code() == SYNCD_ERR_TIMEOUT, "%s: %s", syncd_status_name(st.code()), msg.c_str());
+    const std::string ranks = "NCCL ranks 0.." + std::to_string(mine - 1) + " of " + std::to_string(mine + 1);
+    CHILD_CHECK(Contains(msg, ranks) && Contains(msg, "did not finish within 2 s") && Contains(msg, "NCCL_SOCKET_IFNAME"),
+                "%s", msg.c_str());
+    CHILD_CHECK(took_s >= 1.9 && took_s < 10, "gave up after %.1f s", took_s);
+    CHILD_CHECK(!gpu->connected(), "connected after a failed creation");
+    return 0;
+  });
+  EXPECT_EQ(WaitChild(pid, 60'000), 0);
 }
 
 #else
