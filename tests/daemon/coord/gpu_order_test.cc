@@ -67,10 +67,10 @@ ReadyTensor GpuTensor(const std::string& name) {
   return ReadyTensor{{r}};
 }
 
-// The plan: groups {g0}, {g1}, {g2}.
+// The plan: groups {g0}, {g1}, {g2}, GPU tensors.
 std::shared_ptr<const TopoPlan> Plan() {
   auto p = std::make_shared<TopoPlan>();
-  for (const char* n : {"g0", "g1", "g2"}) p->tensors.push_back({n, SYNCD_FLOAT32, 16, SYNCD_SUM, false});
+  for (const char* n : {"g0", "g1", "g2"}) p->tensors.push_back({n, SYNCD_FLOAT32, 16, SYNCD_SUM, true});
   p->group_begin = {0, 1, 2};
   return p;
 }
