@@ -160,6 +160,10 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   const bool job_over = clients_.empty() && lost_ranks_.size() == local_size_;
   if (job_over)
     for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
+  // Every rank of this node has left (the job is over here): other nodes' receives from them
+  // would wait forever.
+  if (job_over && clean)
+    for (auto& [lr, lost] : lost_ranks_) p2p_.Departed(config_.node_rank * local_size_ + lr, "left with every rank of its node");
   // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
   // events), so it is complete once the job is.
   if (job_over && config_.node_rank == 0) (void)timeline_.Stop();
@@ -181,14 +185,16 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
 
 void Engine::ExpireDepartures(uint64_t now_ns) {
   std::string expired;
-  uint32_t first_expired = 0;
+  std::vector<uint32_t> expired_ranks;  // local
   for (auto& [lr, lost] : lost_ranks_) {
     if (lost.rejoin_deadline_ns == 0 || now_ns < lost.rejoin_deadline_ns) continue;
-    if (expired.empty()) first_expired = lr;
+    expired_ranks.push_back(lr);
     lost.rejoin_deadline_ns = 0;
     lost.blocking = true;
     lost.reason += " and did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s";
     expired += (expired.empty() ? "" : "; ") + lost.reason;
+    p2p_.Departed(config_.node_rank * local_size_ + lr,
+                  "did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s");
   }
   if (expired.empty() || clients_.empty()) return;
   // They will not come: what waits for them fails, and when anything did, the job ends on every
@@ -196,7 +202,10 @@ void Engine::ExpireDepartures(uint64_t now_ns) {
   const Status why(SYNCD_ERR_RANK_LOST, expired);
   bool waiting = false;
   for (const auto& [id, set] : sets_) waiting = waiting || set->InFlight() > 0;
-  End(EndScope::Client(first_expired, waiting ? why : Status::Ok()), why);
+  // Receives here from each of them fail (End does the first's, with every set's requests).
+  for (size_t i = 1; i < expired_ranks.size(); ++i)
+    p2p_.EndRank(expired_ranks[i], config_.node_rank * local_size_ + expired_ranks[i], why);
+  End(EndScope::Client(expired_ranks.front(), waiting ? why : Status::Ok()), why);
 }
 
 std::string Engine::BlockingLosses() const {

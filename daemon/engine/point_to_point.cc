@@ -32,6 +32,46 @@ void PointToPoint::BeginJob(Links links) {
   const uint32_t nodes = links_.transport ? links_.transport->size() : 1;
   headers_.assign(nodes, HeaderSlot{});
   next_seq_.assign(nodes, 0);
+  departed_.assign(size_t(nodes) * links_.local_size, false);
+  notices_.clear();
+}
+
+Status PointToPoint::GoneError(const Request& r) const {
+  return Status(SYNCD_ERR_RANK_LOST, Describe(r) + ": rank " + std::to_string(r.root) +
+                                         " has left the job without sending it (it detached cleanly and did not "
+                                         "attach again, or every rank of its node has detached)");
+}
+
+void PointToPoint::TakeDeparture(uint32_t node, const P2pHeader& h) {
+  if (h.job != links_.job || h.src < 0 || size_t(h.src) >= departed_.size() || NodeOf(uint32_t(h.src)) != node) {
+    spdlog::debug("node {}: a departure notice of another job or rank ({:#x}, rank {}) ignored", node, h.job, h.src);
+    return;
+  }
+  departed_[size_t(h.src)] = true;
+  for (auto r = recvs_.begin(); r != recvs_.end();) {
+    if (r->root != h.src) {
+      ++r;
+      continue;
+    }
+    Complete(*r, GoneError(*r));
+    r = recvs_.erase(r);
+  }
+}
+
+void PointToPoint::Departed(uint32_t rank, const std::string& why) {
+  Transport* net = links_.transport;
+  if (net == nullptr) return;
+  spdlog::info("rank {} {}: telling the other nodes, whose receives from it would wait forever", rank, why);
+  for (uint32_t node = 0; node < net->size(); ++node) {
+    if (node == links_.node_rank || net->PeerLost(node)) continue;
+    auto h = std::make_shared<P2pHeader>();
+    h->magic = kP2pGoneMagic;
+    h->src = int32_t(rank);
+    h->dst = -1;
+    h->job = links_.job;
+    // After every header of its sends to that node: UCX keeps one endpoint's tagged messages in order.
+    notices_.emplace_back(net->Send(node, kP2pHeaderTag, h.get(), sizeof(*h), h), h);
+  }
 }
 
 bool PointToPoint::FromAfar(const Request& r) const {
@@ -40,7 +80,7 @@ bool PointToPoint::FromAfar(const Request& r) const {
 }
 
 bool PointToPoint::WaitsOnNetwork() const {
-  if (!incoming_.empty() || !outgoing_.empty()) return true;
+  if (!incoming_.empty() || !outgoing_.empty() || !notices_.empty()) return true;
   for (const Request& r : recvs_)
     if (FromAfar(r)) return true;
   return false;
@@ -48,6 +88,8 @@ bool PointToPoint::WaitsOnNetwork() const {
 
 void PointToPoint::Add(Request r) {
   if (r.kind == abi::OpKind::kRecv) {
+    if (r.root >= 0 && size_t(r.root) < departed_.size() && departed_[size_t(r.root)])
+      return Complete(r, GoneError(r));
     recvs_.push_back(std::move(r));
     Match();
     return;
@@ -162,8 +204,10 @@ bool PointToPoint::PollHeaders() {
         continue;
       }
       const P2pHeader& h = *slot.bytes;
-      if (h.magic != kP2pMagic || h.job != links_.job || h.dst < 0 || NodeOf(uint32_t(h.dst)) != links_.node_rank ||
-          NodeOf(uint32_t(h.src)) != node) {
+      if (h.magic == kP2pGoneMagic) {
+        TakeDeparture(node, h);
+      } else if (h.magic != kP2pMagic || h.job != links_.job || h.dst < 0 || NodeOf(uint32_t(h.dst)) != links_.node_rank ||
+                 NodeOf(uint32_t(h.src)) != node) {
         spdlog::error("node {} sent a point-to-point header this node cannot take (magic {:#x}, job {:#x}, rank {} to {})",
                       node, h.magic, h.job, h.src, h.dst);
       } else {
@@ -215,8 +259,18 @@ bool PointToPoint::PollTransfers(std::vector<Transfer>* transfers) {
 }
 
 bool PointToPoint::Poll() {
-  if (links_.transport == nullptr || (recvs_.empty() && incoming_.empty() && outgoing_.empty())) return false;
+  if (links_.transport == nullptr || (recvs_.empty() && incoming_.empty() && outgoing_.empty() && notices_.empty()))
+    return false;
   bool did = links_.transport->Progress();
+  for (auto n = notices_.begin(); n != notices_.end();) {
+    Status err;
+    if (links_.transport->Test(n->first, &err) == CommState::kPending) {
+      ++n;
+      continue;
+    }
+    n = notices_.erase(n);  // sent, or its node is lost (which tells it more)
+    did = true;
+  }
   did |= PollTransfers(&outgoing_);
   did |= PollTransfers(&incoming_);
   if (PollHeaders()) {
@@ -300,6 +354,8 @@ void PointToPoint::EndAll(const Status& why, int32_t set) {
       links_.transport->Cancel(slot.handle);
       slot.handle = 0;
     }
+  for (auto& [handle, bytes] : notices_) links_.transport->Cancel(handle);
+  notices_.clear();
 }
 
 }  // namespace syncd

@@ -15,6 +15,9 @@
 //   its data (UCX: small sends at once, large ones once the receiver took them).
 // A receive whose dtype or size differ from the send it takes fails, naming both ranks and both
 // sizes; the send completes. The job failing (a lost rank or node, a stall) fails every transfer.
+// A rank that leaves the job cleanly for good (it detached and did not attach again, or every rank
+// of its node left) is announced to the other nodes on the header tag, after its last send: their
+// receives from it fail instead of waiting for their callers' timeouts.
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_POINT_TO_POINT_H_
@@ -54,7 +57,8 @@ struct P2pHeader {
   uint64_t reserved2 = 0;
 };
 static_assert(sizeof(P2pHeader) == 64);
-inline constexpr uint32_t kP2pMagic = 0x50325031;  // "P2P1"
+inline constexpr uint32_t kP2pMagic = 0x50325031;      // "P2P1": a send
+inline constexpr uint32_t kP2pGoneMagic = 0x50325044;  // "P2PD": rank `src` has left the job
 
 class PointToPoint {
  public:
@@ -86,6 +90,9 @@ class PointToPoint {
   // Everything of process set `set` (-1: every set) fails with `why`; posted network operations
   // are withdrawn.
   void EndAll(const Status& why, int32_t set = -1);
+  // Global rank `rank` of this node left the job for good, `why` in words ("did not attach again
+  // within 2 s"): the other nodes hear of it (receives here were ended by EndRank).
+  void Departed(uint32_t rank, const std::string& why);
 
  private:
   // A send the receiver's daemon knows of: from one of its ranks (`local`), or announced by
@@ -114,6 +121,10 @@ class PointToPoint {
   bool PollHeaders();
   bool PollTransfers(std::vector<Transfer>* transfers);
   void Complete(const Request& r, const Status& st) { links_.complete(r, st); }
+  // Why receive `r` from a departed rank fails.
+  Status GoneError(const Request& r) const;
+  // A departure notice from `node`: receives from that rank fail, now and later in the job.
+  void TakeDeparture(uint32_t node, const P2pHeader& h);
 
   Links links_;
   std::deque<Offer> offers_;
@@ -126,6 +137,10 @@ class PointToPoint {
   };
   std::vector<HeaderSlot> headers_;  // by node
   std::vector<uint64_t> next_seq_;   // by destination node
+  // Ranks of other nodes announced gone (kP2pGoneMagic): a receive from one fails at once.
+  std::vector<bool> departed_;  // by global rank
+  // Departure notices on the network, kept until sent.
+  std::vector<std::pair<CommHandle, std::shared_ptr<P2pHeader>>> notices_;
 };
 
 }  // namespace syncd

@@ -122,6 +122,16 @@ def test_torch_distributed_recv_from_a_lost_rank_raises_naming_it(nodes):
     assert all(float(r.split()[2]) < 20 for r in results), results  # the daemons, not the 60 s timeout
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_torch_distributed_recv_from_a_rank_that_left_cleanly_raises_naming_it(nodes):
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(nodes, 4, "c10d_p2p_departed_peer.py", timeout=120)
+    assert len(results) == 3, p.stdout + p.stderr
+    assert all(r.startswith("raised after") for r in results), results
+    assert all("rank 3 has left the job" in r or "rank 3 (pid" in r and "did not attach again" in r for r in results), results
+    assert all(float(r.split()[2]) < 20 for r in results), results  # the daemons, not the 60 s timeout
+
+
 def test_torch_distributed_survivors_of_a_killed_daemon_raise_naming_it():
     pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
     p, results = syncrun(2, 4, "c10d_daemon_lost.py", timeout=120)
