@@ -22,6 +22,9 @@ constexpr int kMaxRounds = 512;
 // Shared by the forked ranks (an anonymous shared mapping made before they fork).
 struct Board {
   std::atomic<int> seen[kMaxRounds];       // 1 once some rank got the round's result
+  // The round's initiator (+1) and NAP as the first rank to see it read them, in one word: every
+  // later completion compares both at once (two words would race with the first one's stores).
+  std::atomic<int64_t> identity[kMaxRounds];
   std::atomic<int> initiator[kMaxRounds];  // as the first rank to see the round read it (+1)
   std::atomic<int> nap[kMaxRounds];
   std::atomic<int> initiator_fresh[kMaxRounds];  // the initiator itself got the round fresh
@@ -47,10 +50,12 @@ int Call(syncd_client* c, int rank, int slot, int mode, int set, Board* b, syncd
   if (rc != SYNCD_OK) return rc;
   const uint64_t r = info->round;
   if (r >= kMaxRounds) return -1;
-  int expected = 0;
-  if (!b->initiator[r].compare_exchange_strong(expected, info->initiator + 1)) {
-    if (expected != info->initiator + 1 || b->nap[r] != info->nap) ++b->disagreements;
+  const int64_t identity = (int64_t(info->nap) << 32) | uint32_t(info->initiator + 1);
+  int64_t expected = 0;
+  if (!b->identity[r].compare_exchange_strong(expected, identity)) {
+    if (expected != identity) ++b->disagreements;
   } else {
+    b->initiator[r] = info->initiator + 1;
     b->nap[r] = info->nap;
   }
   if (info->fresh && info->initiator == rank) b->initiator_fresh[r] = 1;
