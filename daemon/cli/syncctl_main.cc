@@ -46,6 +46,12 @@ void PrintStall(const syncd::control::Stall& st) {
   std::string missing, submitted;
   for (uint32_t m : st.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(m);
   for (uint32_t m : st.submitted_ranks()) submitted += (submitted.empty() ? "" : ",") + std::to_string(m);
+  if (!st.transfer().empty()) {  // a send or receive: one rank waits for one (or, receiving, any)
+    printf("  WAITING  %s of tensor '%s' (tag %lld) by rank %s waiting %.0f s for %s\n", st.transfer().c_str(),
+           st.name().c_str(), (long long)st.tag(), submitted.c_str(), st.waiting_s(),
+           missing.empty() ? "a send from any rank" : ("rank " + missing).c_str());
+    return;
+  }
   printf("  STALLED  tensor '%s' waiting %.0f s for ranks %s%s\n", st.name().c_str(), st.waiting_s(), missing.c_str(),
          submitted.empty() ? "" : (" (submitted by ranks " + submitted + ")").c_str());
 }

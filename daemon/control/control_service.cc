@@ -17,6 +17,8 @@ void FillStall(const StallSnapshot& st, control::Stall* out) {
   out->set_waiting_s(st.waiting_s);
   for (uint32_t m : st.missing_ranks) out->add_missing_ranks(m);
   for (uint32_t m : st.submitted_ranks) out->add_submitted_ranks(m);
+  out->set_transfer(st.transfer);
+  out->set_tag(st.tag);
 }
 
 void FillClients(const StatusSnapshot& s, control::StatusReply* r) {

@@ -82,13 +82,7 @@ void Engine::BeginJob(uint64_t job) {
   p2p.job = job;
   p2p.node_rank = config_.node_rank;
   p2p.local_size = local_size_;
-  p2p.complete = [this](const Request& r, const Status& st) {
-    if (!st.ok()) {
-      ++error_ops_;
-      spdlog::warn("{}", st.message());
-    }
-    Complete(r, st);
-  };
+  p2p.complete = [this](const Request& r, const Status& st) { CompleteAll({r}, st); };  // counted per kind
   p2p_.BeginJob(std::move(p2p));
   ProcessSetPlace global =
       ProcessSetPlace::Global(job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get());

@@ -321,7 +321,8 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
     ++error_ops_;
     spdlog::warn("{}", status.message());
   }
-  if (!requests.empty() && FindCollective(requests.front().kind) != nullptr) Count(requests, status);
+  if (!requests.empty() && (FindCollective(requests.front().kind) != nullptr || abi::IsPointToPoint(requests.front().kind)))
+    Count(requests, status);
   for (const Request& r : requests) Complete(r, status);
 }
 
@@ -375,8 +376,9 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   }
   ++m.ops;
   if (first_ns != UINT64_MAX) m.latency.Observe(kLatencyBounds, double(abi::MonotonicNs() - first_ns) / 1e9);
-  // Stragglers: a partial round completes whoever came; the others are the point of it.
-  if (f.kind == abi::OpKind::kPartialAllreduce) return;
+  // Stragglers: a partial round completes whoever came; the others are the point of it. A send
+  // or receive is one rank's.
+  if (f.kind == abi::OpKind::kPartialAllreduce || abi::IsPointToPoint(f.kind)) return;
   arrivals_.clear();
   uint64_t ready_ns = 0, first_ns_here = UINT64_MAX;
   for (const Request& r : requests)
@@ -500,7 +502,10 @@ void Engine::PublishSnapshot() {
   const uint64_t now = now_ns;
   for (const auto& [id, set] : sets_) {
     s->process_sets.push_back(set->Snapshot(now));
-    for (const StallSnapshot& st : s->process_sets.back().stalls) s->stalls.push_back(st);
+    ProcessSetSnapshot& snap = s->process_sets.back();
+    for (StallSnapshot& st : p2p_.Waits(now, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, id))
+      snap.stalls.push_back(std::move(st));
+    for (const StallSnapshot& st : snap.stalls) s->stalls.push_back(st);
   }
   std::stable_sort(s->stalls.begin(), s->stalls.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
   if (s->stalls.size() > 32) s->stalls.resize(32);

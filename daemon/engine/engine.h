@@ -215,8 +215,9 @@ class Engine {
   void SendHealth(uint64_t now_ns);
   std::vector<NodeHealth> JobNodes(uint64_t now_ns, const std::vector<ClientSnapshot>& clients,
                                    const std::vector<StragglerRank>& stragglers) const;
-  // Every set's stalls (ProcessSet::Stalls), oldest first.
-  std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns) const;
+  // Every set's stalls (ProcessSet::Stalls) and, with `transfers`, sends and receives waiting as
+  // long (PointToPoint::Waits), oldest first.
+  std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers = true) const;
   // Once a second: logs stalls past --stall-warning-s (once per period, as Horovod's stall
   // inspector does) and shuts the job down when one passes --stall-shutdown-s.
   void CheckStalls(uint64_t now_ns);

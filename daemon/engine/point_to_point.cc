@@ -280,6 +280,25 @@ bool PointToPoint::Poll() {
   return did;
 }
 
+std::vector<StallSnapshot> PointToPoint::Waits(uint64_t now_ns, uint64_t min_age_ns, int32_t set) const {
+  std::vector<StallSnapshot> out;
+  auto add = [&](const Request& r, int32_t peer) {
+    if ((set >= 0 && r.process_set != set) || r.received_ns == 0 || now_ns < r.received_ns + min_age_ns) return;
+    StallSnapshot s;
+    s.name = r.name;
+    s.transfer = r.kind == abi::OpKind::kSend ? "send" : "recv";
+    s.tag = r.tag;
+    s.waiting_s = double(now_ns - r.received_ns) / 1e9;
+    if (peer >= 0) s.missing_ranks.push_back(uint32_t(peer));  // a receive from any rank waits for none in particular
+    s.submitted_ranks.push_back(r.rank);
+    out.push_back(std::move(s));
+  };
+  for (const Request& r : recvs_) add(r, r.root);
+  for (const Offer& o : offers_)
+    if (o.local) add(*o.local, o.header.dst);
+  return out;
+}
+
 bool PointToPoint::Holds(uint32_t rank) const {
   for (const Request& r : recvs_)
     if (r.rank == rank) return true;

@@ -33,6 +33,7 @@
 
 #include "daemon/base/status.h"
 #include "daemon/core/request.h"
+#include "daemon/obs/status_snapshot.h"
 #include "daemon/transport/set_transport.h"
 #include "daemon/transport/transport.h"
 
@@ -90,6 +91,9 @@ class PointToPoint {
   // Everything of process set `set` (-1: every set) fails with `why`; posted network operations
   // are withdrawn.
   void EndAll(const Status& why, int32_t set = -1);
+  // Receives, and sends to a rank of this node, that have waited at least `min_age_ns` for their
+  // peer: as stalls (the tensor named with its direction and tag), process set `set` (-1: all).
+  std::vector<StallSnapshot> Waits(uint64_t now_ns, uint64_t min_age_ns, int32_t set = -1) const;
   // Global rank `rank` of this node left the job for good, `why` in words ("did not attach again
   // within 2 s"): the other nodes hear of it (receives here were ended by EndRank).
   void Departed(uint32_t rank, const std::string& why);

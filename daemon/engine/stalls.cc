@@ -32,18 +32,22 @@ std::string FormatRanks(std::vector<uint32_t> ranks) {
 }
 
 std::string Describe(const StallSnapshot& s) {
-  std::string text = "tensor '" + s.name + "' has waited " + std::to_string(int64_t(s.waiting_s)) + " s for " +
-                     FormatRanks(s.missing_ranks);
+  std::string text = s.transfer.empty() ? "tensor '" + s.name + "'"
+                                        : s.transfer + " of tensor '" + s.name + "' (tag " + std::to_string(s.tag) + ")";
+  text += " has waited " + std::to_string(int64_t(s.waiting_s)) + " s for " +
+          (s.missing_ranks.empty() ? std::string("a send from any rank") : FormatRanks(s.missing_ranks));
   if (!s.submitted_ranks.empty()) text += " (submitted by " + FormatRanks(s.submitted_ranks) + ")";
   return text;
 }
 
 }  // namespace
 
-std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns, uint64_t min_age_ns) const {
+std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers) const {
   std::vector<StallSnapshot> out;
   for (const auto& [id, set] : sets_)
     for (StallSnapshot& s : set->Stalls(now_ns, min_age_ns)) out.push_back(std::move(s));
+  if (transfers)
+    for (StallSnapshot& s : p2p_.Waits(now_ns, min_age_ns)) out.push_back(std::move(s));
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
   return out;
 }
@@ -61,7 +65,9 @@ void Engine::CheckStalls(uint64_t now_ns) {
   // by then (past the warning time), oldest first: ranks that submit different names wait for
   // each other, and the names one of them waits on may be a moment younger.
   const uint32_t named_s = std::min(config_.stall_warning_s, config_.stall_shutdown_s);
-  const std::vector<StallSnapshot> stalled = Stalls(now_ns, uint64_t(named_s) * kNsPerS);
+  // Sends and receives are the program's own pattern (a receive may wait for long on purpose):
+  // they are warned about, and bounded by the caller's timeout, not by this.
+  const std::vector<StallSnapshot> stalled = Stalls(now_ns, uint64_t(named_s) * kNsPerS, /*transfers=*/false);
   if (!stalled.empty() && stalled.front().waiting_s >= double(config_.stall_shutdown_s)) ShutDownStalledJob(stalled);
 }
 

@@ -38,6 +38,9 @@ struct StallSnapshot {
   double waiting_s = 0;
   std::vector<uint32_t> missing_ranks;    // global ranks that have not submitted it
   std::vector<uint32_t> submitted_ranks;  // global ranks known to have submitted it
+  // A send or receive waiting for its peer: "send" or "recv" and its tag; "" for a collective.
+  std::string transfer;
+  int64_t tag = 0;
 };
 
 // One process set: its coordination, plan and stalls.

@@ -291,5 +291,93 @@ TEST(Collectives, MetricsEndpointCountsWhileScrapedConcurrently) {
   EXPECT_EQ(next.find("job_id=\"" + std::to_string(CurrentJobId() - 1) + "\""), std::string::npos);
 }
 
+// Sends and receives through the C API on one node: rank 0 sends 10 tensors to rank 1 on one tag,
+// in order; a receive of the wrong size fails naming both sizes. The daemon's metrics count them
+// per kind, as they count collectives.
+TEST(Collectives, SendsAndReceivesArriveInOrderAndAreCountedPerKind) {
+  Daemon d(2, {"--metrics-port", "0"});
+  std::string url;
+  std::ifstream(d.run_dir() + "/metrics.url") >> url;
+  const int port = std::stoi(url.substr(strlen("http://127.0.0.1:")));
+  constexpr int kMessages = 10;
+  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {
+    int64_t shape[1] = {64};
+    std::vector<std::vector<float>> bufs(kMessages, std::vector<float>(64));
+    std::vector<syncd_handle> handles(kMessages);
+    for (int i = 0; i < kMessages; ++i) {
+      if (rank == 0) std::fill(bufs[i].begin(), bufs[i].end(), float(i));
+      const std::string name = "p2p." + std::to_string(i);  // names in flight on a rank differ
+      syncd_tensor t{name.c_str(), bufs[i].data(), SYNCD_FLOAT32, 1, shape, 0};
+      const int rc = rank == 0 ? syncd_send_async(c, &t, 1, 7, &handles[i]) : syncd_recv_async(c, &t, 0, 7, &handles[i]);
+      CHILD_CHECK(rc == SYNCD_OK, "message %d: %s", i, syncd_last_error());
+    }
+    for (int i = 0; i < kMessages; ++i) {
+      int source = -1;
+      const int rc = rank == 0 ? syncd_wait(c, handles[i], 20'000) : syncd_recv_wait(c, handles[i], 20'000, &source);
+      CHILD_CHECK(rc == SYNCD_OK, "message %d: %s", i, syncd_last_error());
+      if (rank == 1) {
+        CHILD_CHECK(source == 0, "message %d from rank %d", i, source);
+        CHILD_CHECK(bufs[i] == std::vector<float>(64, float(i)), "message %d out of order: %g", i, bufs[i][0]);
+      }
+    }
+    // The wrong size: the receive fails naming both; the send completes.
+    std::vector<float> x(rank == 0 ? 8 : 4);
+    int64_t n[1] = {int64_t(x.size())};
+    syncd_tensor t{"p2p.size", x.data(), SYNCD_FLOAT32, 1, n, 0};
+    syncd_handle h;
+    if (rank == 0) {
+      CHILD_CHECK(syncd_send_async(c, &t, 1, 0, &h) == SYNCD_OK && syncd_wait(c, h, 20'000) == SYNCD_OK, "%s",
+                  syncd_last_error());
+    } else {
+      CHILD_CHECK(syncd_recv_async(c, &t, 0, 0, &h) == SYNCD_OK, "%s", syncd_last_error());
+      const int rc = syncd_recv_wait(c, h, 20'000, nullptr);
+      CHILD_CHECK(rc == SYNCD_ERR_MISMATCH && Contains(syncd_last_error(), "rank 0 sent 32 bytes of float32") &&
+                      Contains(syncd_last_error(), "the receive holds 16 bytes"),
+                  "%s: %s", syncd_status_name(rc), syncd_last_error());
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  const std::string page = HttpGet(port, "/metrics").second;
+  EXPECT_EQ(Sample(page, "syncd_collectives_total{", "process_set=\"0\",kind=\"send\""), kMessages + 1) << page;
+  EXPECT_EQ(Sample(page, "syncd_collectives_total{", "process_set=\"0\",kind=\"recv\""), kMessages) << page;
+  EXPECT_EQ(Sample(page, "syncd_collective_bytes_total{", "process_set=\"0\",kind=\"recv\""), kMessages * 64 * 4);
+  EXPECT_EQ(Sample(page, "syncd_collective_latency_seconds_count{", "process_set=\"0\",kind=\"send\""),
+            kMessages + 1);
+  EXPECT_EQ(Sample(page, "syncd_collective_errors_total{", "kind=\"recv\",code=\"MISMATCH\""), 1) << page;
+}
+
+// A receive whose send does not come: `syncctl status` shows it waiting, naming both ranks, and the
+// daemon warns after --stall-warning-s; --stall-shutdown-s does not end the job over it (a receive
+// may wait long on purpose: the caller's timeout bounds it). The late send then completes it.
+TEST(Collectives, AReceiveWaitingForItsSendIsShownAndWarnedAboutButNotShutDown) {
+  Daemon d(2, {"--stall-warning-s", "1", "--stall-shutdown-s", "2"});
+  const std::string run_dir = d.run_dir();
+  auto st = RunRanks(run_dir, 2, [&run_dir](syncd_client* c, int rank, int) {
+    std::vector<float> v(4, rank == 0 ? 5.0f : 0.0f);
+    int64_t shape[1] = {4};
+    syncd_tensor t{"late", v.data(), SYNCD_FLOAT32, 1, shape, 0};
+    syncd_handle h;
+    if (rank == 1) {
+      CHILD_CHECK(syncd_recv_async(c, &t, 0, 3, &h) == SYNCD_OK, "%s", syncd_last_error());
+      int source = -1;
+      CHILD_CHECK(syncd_recv_wait(c, h, 20'000, &source) == SYNCD_OK && source == 0, "%s", syncd_last_error());
+      CHILD_CHECK(v == std::vector<float>(4, 5.0f), "got %g", v[0]);
+      return 0;
+    }
+    usleep(3'000'000);  // past both thresholds
+    const std::string text = SyncctlStatus(run_dir, "");
+    CHILD_CHECK(Contains(text, "WAITING  recv of tensor 'late' (tag 3) by rank 1 waiting") && Contains(text, "for rank 0"),
+                "%s", text.c_str());
+    CHILD_CHECK(Contains(SyncctlStatusJson(run_dir), "\"transfer\":\"recv\""), "no transfer in the JSON status");
+    CHILD_CHECK(syncd_send_async(c, &t, 1, 3, &h) == SYNCD_OK && syncd_wait(c, h, 20'000) == SYNCD_OK, "%s",
+                syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  EXPECT_TRUE(Contains(d.Log(), "stall: recv of tensor 'late' (tag 3) has waited ")) << d.Log();
+  EXPECT_FALSE(Contains(d.Log(), "shut down")) << d.Log();
+}
+
 }  // namespace
 }  // namespace syncd::testing
