@@ -147,7 +147,9 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
   e->Family("syncd_fusion_group_tensors", "histogram", "Tensors per executed group of a kind that fuses.");
   e->Histogram("syncd_fusion_group_tensors", {}, kFusionBounds, s.fusion_sizes);
   e->Metric("syncd_stalled_tensors", "gauge",
-            "Tensors some ranks submitted and others not, for longer than --stall-warning-s.", uint64_t(s.stalls.size()));
+            "Tensors some ranks submitted and others not, and sends and receives waiting for their peer, for longer "
+            "than --stall-warning-s.",
+            uint64_t(s.stalls.size()));
   e->Metric("syncd_stall_warnings_total", "counter", "Stall warnings logged.", s.stall_warnings);
 }
 
