@@ -61,7 +61,7 @@ void PointToPoint::TakeDeparture(uint32_t node, const P2pHeader& h) {
 void PointToPoint::Departed(uint32_t rank, const std::string& why) {
   Transport* net = links_.transport;
   if (net == nullptr) return;
-  spdlog::info("rank {} {}: telling the other nodes, whose receives from it would wait forever", rank, why);
+  spdlog::debug("rank {} {}: telling the other nodes, whose receives from it would wait forever", rank, why);
   for (uint32_t node = 0; node < net->size(); ++node) {
     if (node == links_.node_rank || net->PeerLost(node)) continue;
     auto h = std::make_shared<P2pHeader>();
