@@ -83,6 +83,10 @@ void Engine::BeginJob(uint64_t job) {
   p2p.node_rank = config_.node_rank;
   p2p.local_size = local_size_;
   p2p.complete = [this](const Request& r, const Status& st) { CompleteAll({r}, st); };  // counted per kind
+  p2p.started = [this] {
+    const auto it = sets_.find(0);
+    return it != sets_.end() && it->second->Started();
+  };
   p2p_.BeginJob(std::move(p2p));
   ProcessSetPlace global =
       ProcessSetPlace::Global(job, local_size_, config_.nodes, config_.node_rank, transport_.get(), gpu_.get());
@@ -154,10 +158,6 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   const bool job_over = clients_.empty() && lost_ranks_.size() == local_size_;
   if (job_over)
     for (auto& [lr, lost] : lost_ranks_) lost.blocking = false;
-  // Every rank of this node has left (the job is over here): other nodes' receives from them
-  // would wait forever.
-  if (job_over && clean)
-    for (auto& [lr, lost] : lost_ranks_) p2p_.Departed(config_.node_rank * local_size_ + lr, "left with every rank of its node");
   // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
   // events), so it is complete once the job is.
   if (job_over && config_.node_rank == 0) (void)timeline_.Stop();
@@ -187,8 +187,6 @@ void Engine::ExpireDepartures(uint64_t now_ns) {
     lost.blocking = true;
     lost.reason += " and did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s";
     expired += (expired.empty() ? "" : "; ") + lost.reason;
-    p2p_.Departed(config_.node_rank * local_size_ + lr,
-                  "did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s");
   }
   if (expired.empty() || clients_.empty()) return;
   // They will not come: what waits for them fails, and when anything did, the job ends on every

@@ -32,46 +32,6 @@ void PointToPoint::BeginJob(Links links) {
   const uint32_t nodes = links_.transport ? links_.transport->size() : 1;
   headers_.assign(nodes, HeaderSlot{});
   next_seq_.assign(nodes, 0);
-  departed_.assign(size_t(nodes) * links_.local_size, false);
-  notices_.clear();
-}
-
-Status PointToPoint::GoneError(const Request& r) const {
-  return Status(SYNCD_ERR_RANK_LOST, Describe(r) + ": rank " + std::to_string(r.root) +
-                                         " has left the job without sending it (it detached cleanly and did not "
-                                         "attach again, or every rank of its node has detached)");
-}
-
-void PointToPoint::TakeDeparture(uint32_t node, const P2pHeader& h) {
-  if (h.job != links_.job || h.src < 0 || size_t(h.src) >= departed_.size() || NodeOf(uint32_t(h.src)) != node) {
-    spdlog::debug("node {}: a departure notice of another job or rank ({:#x}, rank {}) ignored", node, h.job, h.src);
-    return;
-  }
-  departed_[size_t(h.src)] = true;
-  for (auto r = recvs_.begin(); r != recvs_.end();) {
-    if (r->root != h.src) {
-      ++r;
-      continue;
-    }
-    Complete(*r, GoneError(*r));
-    r = recvs_.erase(r);
-  }
-}
-
-void PointToPoint::Departed(uint32_t rank, const std::string& why) {
-  Transport* net = links_.transport;
-  if (net == nullptr) return;
-  spdlog::debug("rank {} {}: telling the other nodes, whose receives from it would wait forever", rank, why);
-  for (uint32_t node = 0; node < net->size(); ++node) {
-    if (node == links_.node_rank || net->PeerLost(node)) continue;
-    auto h = std::make_shared<P2pHeader>();
-    h->magic = kP2pGoneMagic;
-    h->src = int32_t(rank);
-    h->dst = -1;
-    h->job = links_.job;
-    // After every header of its sends to that node: UCX keeps one endpoint's tagged messages in order.
-    notices_.emplace_back(net->Send(node, kP2pHeaderTag, h.get(), sizeof(*h), h), h);
-  }
 }
 
 bool PointToPoint::FromAfar(const Request& r) const {
@@ -80,7 +40,7 @@ bool PointToPoint::FromAfar(const Request& r) const {
 }
 
 bool PointToPoint::WaitsOnNetwork() const {
-  if (!incoming_.empty() || !outgoing_.empty() || !notices_.empty()) return true;
+  if (!incoming_.empty() || !outgoing_.empty() || !early_sends_.empty()) return true;
   for (const Request& r : recvs_)
     if (FromAfar(r)) return true;
   return false;
@@ -88,13 +48,17 @@ bool PointToPoint::WaitsOnNetwork() const {
 
 void PointToPoint::Add(Request r) {
   if (r.kind == abi::OpKind::kRecv) {
-    if (r.root >= 0 && size_t(r.root) < departed_.size() && departed_[size_t(r.root)])
-      return Complete(r, GoneError(r));
     recvs_.push_back(std::move(r));
     Match();
     return;
   }
-  if (NodeOf(uint32_t(r.root)) != links_.node_rank) return Send(std::move(r));
+  if (NodeOf(uint32_t(r.root)) != links_.node_rank) {
+    if (!early_sends_.empty() || !Started()) {  // in order, after the ones already waiting
+      early_sends_.push_back(std::move(r));
+      return;
+    }
+    return Send(std::move(r));
+  }
   Offer o;
   o.header.src = int32_t(r.rank);
   o.header.dst = r.root;
@@ -204,10 +168,8 @@ bool PointToPoint::PollHeaders() {
         continue;
       }
       const P2pHeader& h = *slot.bytes;
-      if (h.magic == kP2pGoneMagic) {
-        TakeDeparture(node, h);
-      } else if (h.magic != kP2pMagic || h.job != links_.job || h.dst < 0 || NodeOf(uint32_t(h.dst)) != links_.node_rank ||
-                 NodeOf(uint32_t(h.src)) != node) {
+      if (h.magic != kP2pMagic || h.job != links_.job || h.dst < 0 || NodeOf(uint32_t(h.dst)) != links_.node_rank ||
+          NodeOf(uint32_t(h.src)) != node) {
         spdlog::error("node {} sent a point-to-point header this node cannot take (magic {:#x}, job {:#x}, rank {} to {})",
                       node, h.magic, h.job, h.src, h.dst);
       } else {
@@ -258,18 +220,17 @@ bool PointToPoint::PollTransfers(std::vector<Transfer>* transfers) {
   return did;
 }
 
+bool PointToPoint::Started() const { return !links_.started || links_.started(); }
+
 bool PointToPoint::Poll() {
-  if (links_.transport == nullptr || (recvs_.empty() && incoming_.empty() && outgoing_.empty() && notices_.empty()))
+  if (links_.transport == nullptr ||
+      (recvs_.empty() && incoming_.empty() && outgoing_.empty() && early_sends_.empty()))
     return false;
+  if (!Started()) return false;
   bool did = links_.transport->Progress();
-  for (auto n = notices_.begin(); n != notices_.end();) {
-    Status err;
-    if (links_.transport->Test(n->first, &err) == CommState::kPending) {
-      ++n;
-      continue;
-    }
-    n = notices_.erase(n);  // sent, or its node is lost (which tells it more)
-    did = true;
+  for (; !early_sends_.empty(); did = true) {
+    Send(std::move(early_sends_.front()));
+    early_sends_.pop_front();
   }
   did |= PollTransfers(&outgoing_);
   did |= PollTransfers(&incoming_);
@@ -304,7 +265,20 @@ bool PointToPoint::Holds(uint32_t rank) const {
     if (r.rank == rank) return true;
   for (const Offer& o : offers_)
     if (o.local && o.local->rank == rank) return true;
+  for (const Request& r : early_sends_)
+    if (r.rank == rank) return true;
   return false;
+}
+
+void PointToPoint::FailEarlySends(const std::function<bool(const Request&)>& which, const Status& why) {
+  for (auto r = early_sends_.begin(); r != early_sends_.end();) {
+    if (!which(*r)) {
+      ++r;
+      continue;
+    }
+    Complete(*r, Status(why.code(), Describe(*r) + ": " + why.message()));
+    r = early_sends_.erase(r);
+  }
 }
 
 void PointToPoint::EndRank(uint32_t local_rank, uint32_t rank, const Status& why) {
@@ -330,11 +304,13 @@ void PointToPoint::EndRank(uint32_t local_rank, uint32_t rank, const Status& why
     }
     o = offers_.erase(o);
   }
+  FailEarlySends([rank](const Request& r) { return r.rank == rank; }, why);
 }
 
 void PointToPoint::EndAll(const Status& why, int32_t set) {
   auto in = [set](int32_t s) { return set < 0 || s == set; };
   auto fail = [&](const Request& r) { Complete(r, Status(why.code(), Describe(r) + ": " + why.message())); };
+  FailEarlySends([&in](const Request& r) { return in(r.process_set); }, why);
   for (auto r = recvs_.begin(); r != recvs_.end();) {
     if (!in(r->process_set)) {
       ++r;
@@ -373,8 +349,6 @@ void PointToPoint::EndAll(const Status& why, int32_t set) {
       links_.transport->Cancel(slot.handle);
       slot.handle = 0;
     }
-  for (auto& [handle, bytes] : notices_) links_.transport->Cancel(handle);
-  notices_.clear();
 }
 
 }  // namespace syncd

@@ -13,11 +13,15 @@
 //   arrives meanwhile waits in the transport), and once a receive takes a header it receives
 //   the data straight into the receiver's arena. A send completes once the network is done with
 //   its data (UCX: small sends at once, large ones once the receiver took them).
+// Nothing goes on the network before every node has started the job (Links::started): sends to
+// other nodes wait here, and headers are not read.
 // A receive whose dtype or size differ from the send it takes fails, naming both ranks and both
 // sizes; the send completes. The job failing (a lost rank or node, a stall) fails every transfer.
-// A rank that leaves the job cleanly for good (it detached and did not attach again, or every rank
-// of its node left) is announced to the other nodes on the header tag, after its last send: their
-// receives from it fail instead of waiting for their callers' timeouts.
+// A rank that detaches cleanly ends the receives that wait for it on its own node once it has not
+// attached again within the grace period; other nodes are not told. A notice would be read late
+// (headers are read only while a receive waits) and could fail a receive meant for the rank's
+// next attach (every rank may detach and attach again, as Horovod's shutdown() then init()): it
+// would need the rank's attach count in every header, which is not there.
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_POINT_TO_POINT_H_
@@ -58,8 +62,7 @@ struct P2pHeader {
   uint64_t reserved2 = 0;
 };
 static_assert(sizeof(P2pHeader) == 64);
-inline constexpr uint32_t kP2pMagic = 0x50325031;      // "P2P1": a send
-inline constexpr uint32_t kP2pGoneMagic = 0x50325044;  // "P2PD": rank `src` has left the job
+inline constexpr uint32_t kP2pMagic = 0x50325031;  // "P2P1"
 
 class PointToPoint {
  public:
@@ -69,6 +72,9 @@ class PointToPoint {
     uint32_t node_rank = 0;
     uint32_t local_size = 1;
     std::function<void(const Request&, const Status&)> complete;
+    // Whether every node has started the job: until then nothing goes on the network (a peer
+    // still in the start handshake drops what arrives, coord/job_join.h).
+    std::function<bool()> started;
   };
 
   // A new job: nothing of the previous one may be left (EndAll first).
@@ -78,7 +84,9 @@ class PointToPoint {
   // Moves transfers on; returns whether anything happened.
   bool Poll();
   // Transfers this daemon holds (sends not yet taken or on the network, receives waiting).
-  size_t InFlight() const { return offers_local_ + recvs_.size() + incoming_.size() + outgoing_.size(); }
+  size_t InFlight() const {
+    return offers_local_ + recvs_.size() + incoming_.size() + outgoing_.size() + early_sends_.size();
+  }
   // Whether the engine must keep polling: something is on the network, or a receive waits for one.
   bool WaitsOnNetwork() const;
 
@@ -94,9 +102,6 @@ class PointToPoint {
   // Receives, and sends to a rank of this node, that have waited at least `min_age_ns` for their
   // peer: as stalls (the tensor named with its direction and tag), process set `set` (-1: all).
   std::vector<StallSnapshot> Waits(uint64_t now_ns, uint64_t min_age_ns, int32_t set = -1) const;
-  // Global rank `rank` of this node left the job for good, `why` in words ("did not attach again
-  // within 2 s"): the other nodes hear of it (receives here were ended by EndRank).
-  void Departed(uint32_t rank, const std::string& why);
 
  private:
   // A send the receiver's daemon knows of: from one of its ranks (`local`), or announced by
@@ -125,10 +130,9 @@ class PointToPoint {
   bool PollHeaders();
   bool PollTransfers(std::vector<Transfer>* transfers);
   void Complete(const Request& r, const Status& st) { links_.complete(r, st); }
-  // Why receive `r` from a departed rank fails.
-  Status GoneError(const Request& r) const;
-  // A departure notice from `node`: receives from that rank fail, now and later in the job.
-  void TakeDeparture(uint32_t node, const P2pHeader& h);
+  bool Started() const;
+  // Fails the sends waiting for the job to start that `which` selects.
+  void FailEarlySends(const std::function<bool(const Request&)>& which, const Status& why);
 
   Links links_;
   std::deque<Offer> offers_;
@@ -141,10 +145,7 @@ class PointToPoint {
   };
   std::vector<HeaderSlot> headers_;  // by node
   std::vector<uint64_t> next_seq_;   // by destination node
-  // Ranks of other nodes announced gone (kP2pGoneMagic): a receive from one fails at once.
-  std::vector<bool> departed_;  // by global rank
-  // Departure notices on the network, kept until sent.
-  std::vector<std::pair<CommHandle, std::shared_ptr<P2pHeader>>> notices_;
+  std::deque<Request> early_sends_;  // to other nodes, before the job started on every node
 };
 
 }  // namespace syncd

@@ -117,6 +117,8 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
       [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
 }
 
+bool ProcessSet::Started() const { return !negotiator_ || negotiator_->joined(); }
+
 bool ProcessSet::TellNodes(ControlMessage m, int32_t node) {
   if (!negotiator_ || !negotiator_->joined() || negotiator_->broken()) return false;
   negotiator_->Tell(node, std::move(m));

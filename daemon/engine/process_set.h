@@ -125,6 +125,9 @@ class ProcessSet {
   // Sends `m` on the control channel to node `node` of the set, or to every other node with -1,
   // once every node has started the job and while it runs; returns whether it did.
   bool TellNodes(ControlMessage m, int32_t node = -1);
+  // Whether every node has started the job (the start handshake, coord/job_join.h, is done): what
+  // a node sends before may be dropped by a peer still in it. One node: always.
+  bool Started() const;
   // Tensors waiting here for some of this node's ranks.
   size_t pending_tensors() const { return table_.pending(); }
 

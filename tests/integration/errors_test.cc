@@ -165,6 +165,45 @@ TEST(Errors, RanksThatDetachAndAttachAgainAtOnceAreNeverTakenForCrashed) {
   for (int n = 0; n < 2; ++n) EXPECT_FALSE(Contains(cluster.node(n).Log(), "exited without detaching")) << cluster.node(n).Log();
 }
 
+// Every rank detaches and attaches again (torch's destroy_process_group() then
+// init_process_group()) between send/recv rounds across nodes: each node's daemon announces its
+// departed ranks to the other, and that must not fail the next round's receives from them.
+TEST(Errors, SendsAndReceivesAcrossNodesWorkAfterEveryRankDetachedAndAttachedAgain) {
+  Cluster cluster(2, 2, {"--log-level", "warn"});
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(Spawn([&, r] {
+      const int peer = (r + 2) % 4;  // on the other node
+      for (int i = 0; i < 5; ++i) {
+        syncd_client* c = AttachAs(cluster.node(r / 2).run_dir(), r, 4, r % 2, 2);
+        CHILD_CHECK(c != nullptr, "rank %d, round %d: attach: %s", r, i, syncd_last_error());
+        int32_t out = 100 * r + i, in = -1;
+        int64_t shape = 1;
+        syncd_tensor send{"ring.out", &out, SYNCD_INT32, 1, &shape, 0};
+        syncd_tensor recv{"ring.in", &in, SYNCD_INT32, 1, &shape, 0};
+        syncd_handle hs, hr;
+        CHILD_CHECK(syncd_recv_async(c, &recv, peer, 0, &hr) == SYNCD_OK, "%s", syncd_last_error());
+        CHILD_CHECK(syncd_send_async(c, &send, peer, 0, &hs) == SYNCD_OK, "%s", syncd_last_error());
+        CHILD_CHECK(syncd_recv_wait(c, hr, 20'000, nullptr) == SYNCD_OK && in == 100 * peer + i,
+                    "rank %d, round %d: %s (got %d)", r, i, syncd_last_error(), in);
+        CHILD_CHECK(syncd_wait(c, hs, 20'000) == SYNCD_OK, "rank %d, round %d: %s", r, i, syncd_last_error());
+        // Nobody leaves while a peer may still wait for its send.
+        int32_t v = 1;
+        syncd_tensor t{"round.done", &v, SYNCD_INT32, 1, &shape, 0};
+        syncd_handle h;
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK && syncd_wait(c, h, 20'000) == SYNCD_OK,
+                    "%s", syncd_last_error());
+        syncd_shutdown(c);
+        usleep(20'000 * r);  // ranks come back at different times
+      }
+      return 0;
+    }));
+  for (pid_t p : ranks) {
+    const int s = WaitChild(p, 100'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+  }
+}
+
 TEST(Errors, RankThatDetachesEarlyFailsPeersThatStillNeedIt) {
   Daemon d(2);
   auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int) {

@@ -180,33 +180,5 @@ TEST_F(PointToPointTest, ALostRankFailsReceivesFromItOrFromAnyoneAndItsOwnSends)
   EXPECT_EQ(node0_.InFlight(), 0u);
 }
 
-// Rank 2 (node 1) sends once, then leaves for good: node 0's receive of that send completes, the
-// next receive from it fails naming it, and so does one posted later; receives from others wait.
-TEST_F(PointToPointTest, ARankThatLeftForGoodFailsReceivesFromItOnOtherNodesAfterItsLastSend) {
-  std::vector<float> sent = {7}, first(1), never(1), later(1), other(1);
-  node1_.Add(Make(abi::OpKind::kSend, 2, 0, 0, &sent, 1));
-  node1_.Departed(2, "did not attach again within 2 s");
-  node0_.Add(Make(abi::OpKind::kRecv, 0, 2, 0, &first, 11));
-  node0_.Add(Make(abi::OpKind::kRecv, 0, 2, 0, &never, 12));
-  node0_.Add(Make(abi::OpKind::kRecv, 1, 3, 0, &other, 13));  // rank 3 is still there
-  PollBoth();
-  ASSERT_NE(Find(done0_, 11), nullptr);
-  EXPECT_TRUE(Find(done0_, 11)->status.ok()) << Find(done0_, 11)->status.message();
-  EXPECT_EQ(first, sent);
-  ASSERT_NE(Find(done0_, 12), nullptr);
-  EXPECT_EQ(Find(done0_, 12)->status.code(), SYNCD_ERR_RANK_LOST);
-  EXPECT_EQ(Find(done0_, 12)->status.message(),
-            "recv of tensor 't12' (rank 2 to rank 0, tag 0): rank 2 has left the job without sending it (it detached "
-            "cleanly and did not attach again, or every rank of its node has detached)");
-  EXPECT_EQ(Find(done0_, 13), nullptr);
-  node0_.Add(Make(abi::OpKind::kRecv, 1, 2, 5, &later, 14));
-  ASSERT_NE(Find(done0_, 14), nullptr);
-  EXPECT_EQ(Find(done0_, 14)->status.code(), SYNCD_ERR_RANK_LOST);
-  // A new job forgets it.
-  Begin(&node0_, &net0_, 0, &done0_);
-  node0_.Add(Make(abi::OpKind::kRecv, 0, 2, 0, &later, 15));
-  EXPECT_EQ(Find(done0_, 15), nullptr);
-}
-
 }  // namespace
 }  // namespace syncd

@@ -1,8 +1,7 @@
-"""torch.distributed over syncd: rank 3 leaves the job cleanly (destroy_process_group, then exits
-normally) while the others wait in a recv from it. The init timeout is long (60 s): each survivor
-must get a RuntimeError naming rank 3 from the daemons once rank 3 has not attached again within
-the daemons' grace period, not hang until the timeout. On 2 nodes, rank 0 waits on the other node
-from rank 3's: its daemon hears of the departure from rank 3's."""
+"""torch.distributed over syncd, one node: rank 3 leaves the job cleanly (destroy_process_group,
+then exits normally) while the others wait in a recv from it. The init timeout is long (60 s):
+each survivor must get a RuntimeError naming rank 3 from the daemon once rank 3 has not attached
+again within the daemon's grace period (2 s), not hang until the timeout."""
 import datetime
 import time
 
