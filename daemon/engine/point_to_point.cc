@@ -32,6 +32,7 @@ void PointToPoint::BeginJob(Links links) {
   const uint32_t nodes = links_.transport ? links_.transport->size() : 1;
   headers_.assign(nodes, HeaderSlot{});
   next_seq_.assign(nodes, 0);
+  started_ = false;
 }
 
 bool PointToPoint::FromAfar(const Request& r) const {
@@ -220,7 +221,10 @@ bool PointToPoint::PollTransfers(std::vector<Transfer>* transfers) {
   return did;
 }
 
-bool PointToPoint::Started() const { return !links_.started || links_.started(); }
+bool PointToPoint::Started() {
+  started_ = started_ || !links_.started || links_.started();  // once started, the job stays so
+  return started_;
+}
 
 bool PointToPoint::Poll() {
   if (links_.transport == nullptr ||

@@ -130,7 +130,7 @@ class PointToPoint {
   bool PollHeaders();
   bool PollTransfers(std::vector<Transfer>* transfers);
   void Complete(const Request& r, const Status& st) { links_.complete(r, st); }
-  bool Started() const;
+  bool Started();
   // Fails the sends waiting for the job to start that `which` selects.
   void FailEarlySends(const std::function<bool(const Request&)>& which, const Status& why);
 
@@ -146,6 +146,7 @@ class PointToPoint {
   std::vector<HeaderSlot> headers_;  // by node
   std::vector<uint64_t> next_seq_;   // by destination node
   std::deque<Request> early_sends_;  // to other nodes, before the job started on every node
+  bool started_ = false;             // Links::started said so once this job
 };
 
 }  // namespace syncd

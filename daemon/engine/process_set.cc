@@ -375,7 +375,7 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
   std::vector<StallSnapshot> out;
   const uint32_t first = place_.offsets[place_.node_rank], local = place_.local_size();
   for (const TensorTable::Stall& st : table_.Stalled(now_ns, min_age_ns)) {
-    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
+    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}, "", 0};
     for (uint32_t lr = 0; lr < local; ++lr) {
       const bool missing = std::count(st.missing_local_ranks.begin(), st.missing_local_ranks.end(), lr) > 0;
       (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[first + lr]);
@@ -386,13 +386,14 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
     if (std::optional<TopoRunner::Wait> w = topo_->Waiting(now_ns, min_age_ns))
       // The plan's group waits for tensors no local rank has submitted (all ranks must).
       for (const std::string& name : w->missing) {
-        StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}, {}};
+        StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}, {},
+                         "", 0};
         for (uint32_t lr = 0; lr < local; ++lr) ss.missing_ranks.push_back(place_.ranks[first + lr]);
         out.push_back(std::move(ss));
       }
   if (negotiator_)
     for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, min_age_ns)) {
-      StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
+      StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}, "", 0};
       for (uint32_t node = 0; node < place_.nodes(); ++node) {
         const bool missing = std::count(st.missing_nodes.begin(), st.missing_nodes.end(), node) > 0;
         for (uint32_t r = place_.offsets[node]; r < place_.offsets[node + 1]; ++r)
@@ -401,7 +402,7 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
       out.push_back(std::move(ss));
     }
   for (const PartialRunner::Stall& st : partial_.Stalled(now_ns, min_age_ns)) {
-    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}};
+    StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}, "", 0};
     for (uint32_t r : st.awaited) ss.missing_ranks.push_back(place_.ranks[r]);
     for (uint32_t r : st.waiting) ss.submitted_ranks.push_back(place_.ranks[r]);
     out.push_back(std::move(ss));
@@ -425,7 +426,7 @@ ProcessSetSnapshot ProcessSet::Snapshot(uint64_t now_ns) const {
     s.plan_hash = plan_->hash;
     s.plan_tensors = plan_->tensors.size();
     s.plan_groups = plan_->groups();
-    s.plan_gpu_tensors = uint64_t(PlanShape(*plan_)[3]);
+    s.plan_gpu_tensors = GpuTensors(*plan_);
     s.plan_in_use = topo_ != nullptr;
     if (topo_) {
       s.topo = topo_->stats();

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "daemon/core/reduce_kernels.h"
+#include "daemon/exec/cuda_status.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/gpu_ipc_cache.h"
 #include "daemon/exec/gpu_kernels.h"
@@ -16,68 +17,6 @@
 
 namespace syncd {
 namespace {
-
-std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
-
-Status CudaError(const std::string& what, cudaError_t e) {
-  return Status(SYNCD_ERR_SYSTEM, what + " failed (" + CudaText(e) + ")");
-}
-Status NcclError(const std::string& what, ncclResult_t r) {
-  return Status(SYNCD_ERR_SYSTEM, what + " failed (NCCL: " + ncclGetErrorString(r) + ")");
-}
-
-// A CUDA runtime call's result: Ok, or its error (cleared, so that the next call does not report
-// it again: a sticky error stays in the context and fails the next call too, as it should).
-Status Cuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  cudaGetLastError();
-  return CudaError(what, e);
-}
-
-// Teardown: nothing can be done about a failure but say so.
-void CudaWarn(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  spdlog::warn("{} failed ({})", what, CudaText(e));
-}
-
-// What NCCL is still doing on a communicator: ncclInProgress while a nonblocking call runs.
-ncclResult_t NcclState(ncclComm_t comm) {
-  ncclResult_t state = ncclSuccess;
-  if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return r;
-  return state;
-}
-
-ncclDataType_t NcclType(syncd_dtype d) {
-  switch (d) {
-    case SYNCD_INT8: return ncclInt8;
-    case SYNCD_UINT8: return ncclUint8;
-    case SYNCD_INT32: return ncclInt32;
-    case SYNCD_INT64: return ncclInt64;
-    case SYNCD_FLOAT16: return ncclFloat16;
-    case SYNCD_BFLOAT16: return ncclBfloat16;
-    case SYNCD_FLOAT32: return ncclFloat32;
-    case SYNCD_FLOAT64: return ncclFloat64;
-    case SYNCD_BOOL: return ncclUint8;  // reduced with LogicalOp
-    default: return ncclFloat32;  // SYNCD_INT16 has no NCCL type: Allreduce refuses it
-  }
-}
-
-ncclRedOp_t NcclOp(syncd_reduce_op op) {
-  switch (op) {
-    case SYNCD_MIN: return ncclMin;
-    case SYNCD_MAX: return ncclMax;
-    case SYNCD_PRODUCT: return ncclProd;
-    default: return ncclSum;  // SUM, and AVERAGE (divided afterwards)
-  }
-}
-
-std::string UuidText(const uint8_t* u) {
-  char s[48];
-  snprintf(s, sizeof(s), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-           u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-  return s;
-}
 
 class CudaGpuExecutor final : public GpuExecutor {
  public:
@@ -96,7 +35,7 @@ class CudaGpuExecutor final : public GpuExecutor {
 
   Status Init() {
     int n = 0;
-    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return CudaError("cudaGetDeviceCount", e);
+    if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return Cuda(e, "cudaGetDeviceCount");
     if (n == 0) return Status(SYNCD_ERR_INVALID, "no CUDA device is visible");
     devices_.resize(n);
     for (int i = 0; i < n; ++i) {
@@ -104,7 +43,7 @@ class CudaGpuExecutor final : public GpuExecutor {
       d.ordinal = i;
       cudaDeviceProp prop{};
       if (cudaError_t e = cudaGetDeviceProperties(&prop, i); e != cudaSuccess)
-        return CudaError("cudaGetDeviceProperties", e);
+        return Cuda(e, "cudaGetDeviceProperties");
       memcpy(d.uuid, prop.uuid.bytes, 16);
       d.name = std::to_string(i) + ": " + prop.name + " (" + UuidText(d.uuid) + ")";
       SYNCD_RETURN_IF_ERROR(Cuda(cudaSetDevice(i), "cudaSetDevice(" + d.name + ")"));
@@ -112,7 +51,7 @@ class CudaGpuExecutor final : public GpuExecutor {
       SYNCD_RETURN_IF_ERROR(Cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange"));
       // The daemon's copies and reductions go ahead of the framework's compute kernels.
       if (cudaError_t e = cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, hi); e != cudaSuccess)
-        return CudaError("cudaStreamCreateWithPriority", e);
+        return Cuda(e, "cudaStreamCreateWithPriority");
     }
     std::vector<int> ordinals;
     for (const Device& d : devices_) ordinals.push_back(d.ordinal);
@@ -225,7 +164,7 @@ class CudaGpuExecutor final : public GpuExecutor {
                                            ") lies outside its allocation of " + std::to_string(desc.alloc_bytes) + " bytes");
     GpuMapping m;
     m.device = dev;
-    if (cudaError_t e = cudaSetDevice(devices_[dev].ordinal); e != cudaSuccess) return CudaError("cudaSetDevice", e);
+    if (cudaError_t e = cudaSetDevice(devices_[dev].ordinal); e != cudaSuccess) return Cuda(e, "cudaSetDevice");
     SYNCD_ASSIGN_OR_RETURN(char* base, ipc_->OpenAllocation(client_id, dev, desc));
     m.data = base + desc.offset;
     if (desc.has_event) {
@@ -487,8 +426,10 @@ class CudaGpuExecutor final : public GpuExecutor {
   }
 
   // Waits until no communicator has a nonblocking NCCL call in progress (creation, or a group of
-  // collectives connecting lazily), at most settle_timeout_ns_. Spins first: most settle at once.
-  Status Settle(const std::string& what) {
+  // collectives connecting lazily), at most `timeout_ns` (default: Connect's). Spins first: most
+  // settle at once.
+  Status Settle(const std::string& what, uint64_t timeout_ns = 0) {
+    if (timeout_ns == 0) timeout_ns = settle_timeout_ns_;
     const uint64_t start = abi::MonotonicNs();
     for (uint32_t spin = 0;; ++spin) {
       bool busy = false;
@@ -500,9 +441,9 @@ class CudaGpuExecutor final : public GpuExecutor {
       }
       if (!busy) return Status::Ok();
       const uint64_t waited = abi::MonotonicNs() - start;
-      if (waited > settle_timeout_ns_)
+      if (waited > timeout_ns)
         return Status(SYNCD_ERR_TIMEOUT, what + " did not finish within " +
-                                             std::to_string(settle_timeout_ns_ / 1'000'000'000ull) + " s");
+                                             std::to_string(timeout_ns / 1'000'000'000ull) + " s");
       if (spin > 1000) usleep(waited < 10'000'000 ? 50 : 1000);
     }
   }
@@ -515,10 +456,7 @@ class CudaGpuExecutor final : public GpuExecutor {
       if (ncclResult_t r = ncclCommFinalize(d.comm); r != ncclSuccess && r != ncclInProgress)
         spdlog::warn("ncclCommFinalize on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
     }
-    const uint64_t saved = settle_timeout_ns_;
-    settle_timeout_ns_ = 10'000'000'000ull;
-    const Status settled = Settle("finalizing the NCCL communicator");
-    settle_timeout_ns_ = saved;
+    const Status settled = Settle("finalizing the NCCL communicator", 10'000'000'000ull);
     if (!settled.ok()) spdlog::warn("{}: aborting it", settled.message());
     for (Device& d : devices_) {
       if (!d.comm) continue;

@@ -1,31 +1,16 @@
 #include "daemon/exec/gpu_ipc_cache.h"
 
-#include <spdlog/spdlog.h>
-
 #include <cstring>
 
+#include "daemon/exec/cuda_status.h"
+
 namespace syncd {
-namespace {
-
-Status CudaFailure(const std::string& what, cudaError_t e) {
-  cudaGetLastError();  // clear it: the next call must not see it
-  return Status(SYNCD_ERR_SYSTEM, what + " failed (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")");
-}
-
-// Closing a mapping or an event: nothing can be done about a failure but say so.
-void Warn(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  spdlog::warn("{} failed ({}: {})", what, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-}  // namespace
 
 GpuIpcCache::~GpuIpcCache() {
   for (auto& [client, allocs] : mappings_)
     for (auto& [base, m] : allocs) Close(m);
   for (auto& [client, events] : events_)
-    for (auto& [key, ev] : events) Warn(cudaEventDestroy(ev), "cudaEventDestroy");
+    for (auto& [key, ev] : events) CudaWarn(cudaEventDestroy(ev), "cudaEventDestroy");
   CloseRetired();
 }
 
@@ -47,7 +32,7 @@ StatusOr<char*> GpuIpcCache::OpenAllocation(uint32_t client_id, int device, cons
     cudaIpcMemHandle_t mh;
     memcpy(mh.reserved, desc.mem_handle, sizeof(mh.reserved));
     if (cudaError_t e = cudaIpcOpenMemHandle(&m.ptr, mh, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess)
-      return CudaFailure("cudaIpcOpenMemHandle of its allocation", e);
+      return Cuda(e, "cudaIpcOpenMemHandle of its allocation");
     ++counters_.opens;
     it = allocs.emplace(desc.alloc_base, m).first;
   } else {
@@ -70,7 +55,7 @@ StatusOr<cudaEvent_t> GpuIpcCache::OpenEvent(uint32_t client_id, const abi::GpuD
     memcpy(eh.reserved, desc.event_handle, sizeof(eh.reserved));
     cudaEvent_t opened = nullptr;
     if (cudaError_t e = cudaIpcOpenEventHandle(&opened, eh); e != cudaSuccess)
-      return CudaFailure("cudaIpcOpenEventHandle of its stream's event", e);
+      return Cuda(e, "cudaIpcOpenEventHandle of its stream's event");
     ev = evs.emplace(key, opened).first;
   }
   return ev->second;
@@ -90,7 +75,7 @@ void GpuIpcCache::ForgetClient(uint32_t client_id) {
 void GpuIpcCache::CloseRetired() {
   for (const Mapping& m : retired_) Close(m);
   retired_.clear();
-  for (cudaEvent_t e : retired_events_) Warn(cudaEventDestroy(e), "cudaEventDestroy");
+  for (cudaEvent_t e : retired_events_) CudaWarn(cudaEventDestroy(e), "cudaEventDestroy");
   retired_events_.clear();
 }
 
@@ -101,8 +86,8 @@ uint64_t GpuIpcCache::open_allocations() const {
 }
 
 void GpuIpcCache::Close(const Mapping& m) {
-  Warn(cudaSetDevice(ordinals_[m.device]), "cudaSetDevice");
-  Warn(cudaIpcCloseMemHandle(m.ptr), "cudaIpcCloseMemHandle");
+  CudaWarn(cudaSetDevice(ordinals_[m.device]), "cudaSetDevice");
+  CudaWarn(cudaIpcCloseMemHandle(m.ptr), "cudaIpcCloseMemHandle");
   ++counters_.closes;
 }
 

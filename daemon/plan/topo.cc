@@ -182,9 +182,12 @@ uint64_t PlanHash(const TopoPlan& plan) {
   return h;
 }
 
+uint64_t GpuTensors(const TopoPlan& plan) {
+  return uint64_t(std::count_if(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) { return t.gpu; }));
+}
+
 std::vector<int64_t> PlanShape(const TopoPlan& plan) {
-  const int64_t gpu = std::count_if(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) { return t.gpu; });
-  return {int64_t(plan.hash), int64_t(plan.tensors.size()), int64_t(plan.groups()), gpu};
+  return {int64_t(plan.hash), int64_t(plan.tensors.size()), int64_t(plan.groups()), int64_t(GpuTensors(plan))};
 }
 
 std::string DescribePlan(const std::vector<int64_t>& plan_shape) {

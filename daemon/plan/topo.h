@@ -79,6 +79,8 @@ uint64_t PlanHash(const TopoPlan& plan);
 // What ranks and nodes compare and show of a plan, carried as a registration request's shape:
 // the hash, then the numbers of tensors, groups and tensors in GPU memory.
 std::vector<int64_t> PlanShape(const TopoPlan& plan);
+// How many of the plan's tensors are in GPU memory.
+uint64_t GpuTensors(const TopoPlan& plan);
 // "plan 0123456789abcdef (5 tensors, 3 groups, 1 in GPU memory)"; the counts are left out of a
 // shape that lacks them.
 std::string DescribePlan(const std::vector<int64_t>& plan_shape);
