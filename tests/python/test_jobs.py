@@ -184,3 +184,22 @@ def test_slurm_environment_is_enough_for_torch_distributed():
     p, results = syncrun(1, 3, "c10d_slurm_env.py", shell_prefix=prefix, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(results) == ["%d 3 localhost 6.0" % r for r in range(3)], results
+
+
+# Horovod's even/odd process-set pattern (every rank's DistributedOptimizer restricted to the
+# even set): the odd ranks' step() used to raise in backward, and under --coord topo the even
+# ranks waited for a TOPO plan the odd ranks never registered. The script stops itself after 60 s.
+@pytest.mark.parametrize("nodes", [1, 2], ids=["1x4", "2x2"])
+@pytest.mark.parametrize("mode", ["negotiate", "topo"])
+def test_an_optimizer_restricted_to_a_process_set_lets_the_other_ranks_train_alone(mode, nodes):
+    p, results = syncrun(nodes, 4, "set_optimizer.py", syncd_args=["--coord=%s" % mode], timeout=120)
+    assert p.returncode == 0 and len(results) == 4, p.stdout + p.stderr
+    for info in map(json.loads, results):
+        assert info["in_even"] == (info["rank"] % 2 == 0)
+        # Even ranks: SGD on the set's averaged gradients; odd ranks: on their own.
+        assert info["error"] < 1e-5, info
+        for what, got in info["refused"].items():
+            assert isinstance(got, dict), (info["rank"], what, got)
+            assert got["seconds"] < 1.0, (info["rank"], what, got)
+            assert "rank %d is not in" % info["rank"] in got["message"], got
+            assert "ranks=%s" % info["outside"] in got["message"], got

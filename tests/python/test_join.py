@@ -74,3 +74,24 @@ def test_joined_ranks_add_nothing_and_join_returns_the_last_rank():
         active = [r for r in range(n) if r + 1 > k]
         assert s.tolist() == [float(len(active))] * 2
         assert g.tolist() == active
+
+
+# Where syncd does more than Horovod (the README's join row): Horovod raises on the ranks that have
+# not joined when an allgather or alltoall meets a joined rank; syncd's go on without the joined
+# ranks' rows. A broadcast whose root joined fails on every rank that has not joined, naming it.
+def test_joined_ranks_send_no_rows_and_a_joined_root_fails_the_broadcast_on_every_rank():
+    n, me = hvd.size(), hvd.rank()
+    gathered = a2a = error = None
+    if me != 0:
+        gathered = hvd.allgather(torch.tensor([me, me]), name="join.superset.gather")
+        a2a, received = hvd.alltoall(torch.arange(n) + 10 * me, splits=[1] * n, name="join.superset.a2a")
+        try:
+            hvd.broadcast(torch.ones(2), root_rank=0, name="join.superset.bcast")
+        except hvd.HorovodInternalError as e:
+            error = str(e)
+    last = hvd.join()
+    assert last != 0
+    if me != 0:
+        assert gathered.tolist() == [r for r in range(1, n) for _ in range(2)]
+        assert a2a.tolist() == [10 * s + me for s in range(1, n)] and received.tolist() == [0] + [1] * (n - 1)
+        assert error is not None and "root, rank 0, has joined" in error, error

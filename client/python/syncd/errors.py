@@ -8,3 +8,10 @@ class SyncdError(RuntimeError):
     def __init__(self, message, status=None):
         super().__init__(message)
         self.status = status
+
+
+class NotSupportedError(ValueError, NotImplementedError):
+    """A reduction or argument syncd does not take, refused at the call (reducescatter with
+    Adasum or Max, Adasum anywhere). Horovod raises errors that `except RuntimeError` catches for
+    these; syncd raised ValueError before. This class is both, so handlers written for either
+    keep working (NotImplementedError is a RuntimeError)."""

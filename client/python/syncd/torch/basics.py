@@ -16,7 +16,7 @@ Average = _client.AVERAGE
 Min = _client.MIN
 Max = _client.MAX
 Product = _client.PRODUCT
-Adasum = -1  # accepted by name so Horovod code imports; using it raises ValueError
+Adasum = -1  # accepted by name so Horovod code imports; using it raises NotSupportedError
 
 _DTYPES = {
     torch.uint8: _client.UINT8,

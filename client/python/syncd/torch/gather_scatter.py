@@ -8,6 +8,7 @@ the first rows of the staged input.
 """
 import torch
 
+from syncd.errors import NotSupportedError
 from syncd.torch import basics
 from syncd.torch.basics import Adasum, Average, Sum, client, dtype_code
 from syncd.torch.compression import Compression
@@ -193,9 +194,9 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def _reducescatter_op(op):
     op = Average if op is None else op
     if op == Adasum:
-        raise ValueError("Adasum is not supported by syncd; use Average or Sum")
+        raise NotSupportedError("reducescatter: Adasum is not supported by syncd; use Average or Sum")
     if op not in (Sum, Average):
-        raise ValueError("reducescatter supports the ops Sum and Average, not %r" % (op,))
+        raise NotSupportedError("reducescatter supports the ops Sum and Average, not %r" % (op,))
     return op
 
 
@@ -211,6 +212,12 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _register(req)
 
 
+def _horovod_grad_scale(ctx):
+    """What horovod.torch multiplies a reducescatter's gathered gradient by: the scale factors,
+    and the set's size for Sum."""
+    return ctx.scale * (set_size(ctx.ps) if ctx.op == Sum else 1)
+
+
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
@@ -219,11 +226,11 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # Each rank's rows of the result depend on every rank's same rows: gather the gradients.
-        grad = allgather(grad_output.contiguous(), process_set=ctx.ps) * ctx.scale
-        if ctx.op == Average:
-            grad = grad / set_size(ctx.ps)
-        return grad, None, None, None, None, None
+        # Horovod's gradient: the allgather of every rank's output gradient, scaled by
+        # _horovod_grad_scale (Horovod's, not the single-process derivative: Sum's is `size`
+        # times it, Average's not divided by `size`; models tuned under Horovod rely on it).
+        grad = allgather(grad_output.contiguous(), process_set=ctx.ps)
+        return grad * _horovod_grad_scale(ctx), None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
@@ -253,8 +260,7 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         grads = grouped_allgather([g.contiguous() for g in grad_outputs], process_set=ctx.ps)
-        div = set_size(ctx.ps) if ctx.op == Average else 1
-        return (None, None, None, None, None) + tuple(g * ctx.scale / div for g in grads)
+        return (None, None, None, None, None) + tuple(g * _horovod_grad_scale(ctx) for g in grads)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,

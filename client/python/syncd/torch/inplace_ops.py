@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from syncd.errors import SyncdError
+from syncd.errors import NotSupportedError, SyncdError
 from syncd.torch import basics
 from syncd.torch.basics import Adasum, Average, Sum, client, dtype_code
 from syncd.torch.compression import Compression
@@ -64,7 +64,7 @@ def _resolve_op(op, average):
         return Average if average else Sum
     op = Average if op is None else op
     if op == Adasum:
-        raise ValueError("Adasum is not supported by syncd; use Average or Sum")
+        raise NotSupportedError("allreduce: Adasum is not supported by syncd; use Average or Sum")
     if op not in (Sum, Average, basics.Min, basics.Max, basics.Product):
         raise ValueError("unknown reduction op %r" % (op,))
     return op

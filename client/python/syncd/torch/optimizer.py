@@ -20,13 +20,14 @@ from contextlib import contextmanager
 
 import torch
 
+from syncd.errors import NotSupportedError
 from syncd.torch import basics
 from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
 from syncd.torch.gather_scatter import sparse_allreduce_async
 from syncd.torch.inplace_ops import _resolve_op, allreduce_async_
 from syncd.torch.partial import _MODES, partial_allreduce_async_
-from syncd.torch.process_sets import global_process_set
+from syncd.torch.process_sets import global_process_set, is_member
 from syncd.torch.requests import synchronize
 from syncd.torch.topo import GraphRecorder
 
@@ -134,7 +135,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("named_parameters was specified, but one or more model parameters were not "
                              "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
         if op == basics.Adasum:
-            raise ValueError("Adasum is not supported by syncd; use op=Average or op=Sum")
+            raise NotSupportedError("DistributedOptimizer: Adasum is not supported by syncd; use op=Average or op=Sum")
         self.op = _resolve_op(op, None)
         self.gradient_predivide_factor = gradient_predivide_factor
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
@@ -146,9 +147,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
 
-        ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        # As horovod.torch: on a rank outside process_set the optimizer registers no hooks and
+        # synchronize() returns at once, so the rank trains alone on its own gradients.
+        self._member = is_member(process_set, "DistributedOptimizer")
+        ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad and self._member]
         self._grads = _GradientArena(ordered)
-        self._recorder = GraphRecorder(self) if basics.coord_mode() == "topo" and partial is None else None
+        # A TOPO plan is the whole job's: only an optimizer over every rank records one (a set's
+        # names are negotiated on demand within the set).
+        whole_job = process_set is None or process_set is global_process_set
+        self._recorder = (GraphRecorder(self) if basics.coord_mode() == "topo" and partial is None and whole_job
+                          and self._member else None)
         for p in ordered:
             self._requires_update.add(p)
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -189,13 +197,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
             self._grads.adopt(p)
         name = self._parameter_names.get(p)
-        if p.grad.is_sparse:
+        grad = p.grad
+        if grad.is_sparse:
             if self.sparse_as_dense:
-                p.grad = p.grad.to_dense()
+                # Reduced densely; synchronize() makes the result sparse again (as horovod.torch),
+                # so sparse optimizers (SparseAdam) still get a sparse gradient.
+                grad = grad.to_dense()
             else:
                 # As horovod.torch: the indices and values of every rank, gathered.
-                return sparse_allreduce_async(p.grad, name, self.op, process_set=self.process_set), None
-        compressed, ctx = self._compression.compress(p.grad)
+                return sparse_allreduce_async(grad, name, self.op, process_set=self.process_set), None
+        compressed, ctx = self._compression.compress(grad)
         if self.op == Average:
             prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
@@ -225,6 +236,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits for every gradient's allreduce (submitting those backward did not produce)."""
+        if not self._member:
+            self._synchronized = True
+            return
         if self._partial is not None:
             return self._partial_synchronize()
         for p in self._requires_update - set(self._handles):
@@ -240,7 +254,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     continue
                 output = synchronize(handle)
                 result = self._compression.decompress(output, ctx)
-                if result.data_ptr() != p.grad.data_ptr():
+                if p.grad.is_sparse:  # sparse_as_dense: back to the gradient's own sparse layout
+                    p.grad = result.to_sparse(p.grad.sparse_dim())
+                elif result.data_ptr() != p.grad.data_ptr():
                     with torch.no_grad():
                         p.grad.copy_(result)
         finally:
@@ -349,7 +365,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Wraps a torch.optim optimizer so that step() applies gradients averaged (op) over all ranks.
 
     Same arguments and behaviour as horovod.torch.DistributedOptimizer. num_groups/groups are
-    accepted and ignored: the daemon fuses tensors itself (and by plan under --coord topo).
+    accepted and ignored: the daemon fuses tensors itself (and by plan under --coord topo). With
+    `process_set`, gradients are averaged over the set's ranks; on a rank outside it step() is the
+    wrapped optimizer's alone (no communication), as in Horovod. sparse_as_dense=True reduces
+    sparse gradients densely and hands the optimizer a sparse gradient again (SparseAdam works).
 
     syncd's own: partial='solo' or 'majority' (with quorum k) trains with eager-SGD's partial
     allreduce instead (see the module's doc); full_sync_every=N averages the parameters over every

@@ -101,18 +101,23 @@ def remove_process_set(process_set):
     return True
 
 
-def set_id(process_set, what="collective"):
-    """The daemon's id of `process_set` (None: the global set); this rank must be in it."""
+def is_member(process_set, what="collective"):
+    """Whether this rank is in `process_set` (None: the global set), which must have been added."""
     if process_set is None or process_set is global_process_set:
-        return 0
+        return True
     if not isinstance(process_set, ProcessSet):
         raise ValueError("%s: process_set must be a ProcessSet, not %r" % (what, process_set))
     if process_set.process_set_id is None:
         raise ValueError("%s: %s has not been added (hvd.init(process_sets=...) or hvd.add_process_set)" %
                          (what, process_set))
-    if basics.rank() not in process_set.ranks:
+    return basics.rank() in process_set.ranks
+
+
+def set_id(process_set, what="collective"):
+    """The daemon's id of `process_set` (None: the global set); this rank must be in it."""
+    if not is_member(process_set, what):
         raise ValueError("%s: rank %d is not in %s" % (what, basics.rank(), process_set))
-    return process_set.process_set_id
+    return 0 if process_set is None else process_set.process_set_id
 
 
 def set_size(process_set):
