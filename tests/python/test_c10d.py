@@ -6,6 +6,8 @@ never leaves the others waiting."""
 
 import copy
 import datetime
+import re
+import time
 
 import pytest
 import torch
@@ -171,7 +173,6 @@ def test_async_work_wait_is_completed_and_future():
 
 
 def test_barrier_waits_for_every_rank():
-    import time
     r = dist.get_rank()
     time.sleep(0.2 * r)
     t0 = time.monotonic()
@@ -180,6 +181,75 @@ def test_barrier_waits_for_every_rank():
     # The last rank to arrive hardly waits; rank 0 waits for it.
     if r == 0:
         assert waited >= 0.2 * (dist.get_world_size() - 1) - 0.05, waited
+
+
+def test_a_collective_that_times_out_says_timed_out_and_the_group_goes_on():
+    # torch's tests and users' retry code match "Timed out|closed|timeout" in the message.
+    r = dist.get_rank()
+    group = dist.new_group(backend="syncd", timeout=datetime.timedelta(seconds=1))
+    t0 = time.monotonic()
+    if r != 0:
+        with pytest.raises(RuntimeError) as caught:
+            dist.barrier(group=group)  # rank 0 is not there yet
+        waited = time.monotonic() - t0
+    dist.barrier(group=GLOO)  # rank 0 waits for the others' timeouts ...
+    if r == 0:
+        dist.barrier(group=group)  # ... then completes their barrier in the daemons
+    dist.barrier(group=GLOO)
+    x = torch.ones(2)
+    dist.all_reduce(x, group=group)  # the group goes on: names still agree
+    dist.destroy_process_group(group)
+    assert torch.equal(x, torch.full((2,), float(dist.get_world_size())))
+    if r != 0:
+        assert re.search("Timed out|closed|timeout", str(caught.value)), caught.value
+        assert "Timed out after 1000 ms waiting for BARRIER" in str(caught.value), caught.value
+        assert 0.9 <= waited < 5.0, waited
+
+
+# A sparse all_reduce, as gloo's: every rank's entries summed, the input becomes the coalesced sum.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64], ids=str)
+@pytest.mark.parametrize("sparse_dims", [1, 2], ids=["rows", "elements"])
+def test_sparse_all_reduce_matches_gloo(dtype, sparse_dims):
+    n, r = dist.get_world_size(), dist.get_rank()
+
+    def rank_tensor(q):
+        # Rows q, q + 1 and 9 of a 10 x 3 tensor (rank 0's twice: uncoalesced), rank 1's empty.
+        rows = [] if q == 1 else [q, q + 1, 9] + ([q] if q == 0 else [])
+        values = torch.arange(len(rows) * 3).reshape(-1, 3).to(dtype) + q
+        if sparse_dims == 1:
+            return torch.sparse_coo_tensor(torch.tensor([rows], dtype=torch.int64), values, (10, 3))
+        idx = torch.tensor([[i for i in rows for _ in range(3)], [c for _ in rows for c in range(3)]],
+                           dtype=torch.int64).reshape(2, -1)
+        return torch.sparse_coo_tensor(idx, values.reshape(-1), (10, 3))
+
+    mine, theirs = rank_tensor(r), rank_tensor(r)
+    dist.all_reduce(mine)
+    dist.all_reduce(theirs, group=GLOO)
+    work = dist.all_reduce(async_in := rank_tensor(r), async_op=True)
+    work.wait()
+    want = sum(rank_tensor(q).to_dense() for q in range(n))
+    assert mine.is_sparse and mine.is_coalesced() and mine.sparse_dim() == sparse_dims
+    assert torch.equal(mine.to_dense(), theirs.to_dense()) and torch.equal(mine.to_dense(), want)
+    assert torch.equal(async_in.to_dense(), want)
+
+
+def test_sparse_all_reduce_errors_raise_on_every_rank_and_never_wait():
+    n, r = dist.get_world_size(), dist.get_rank()
+    x = torch.ones(4, 2).to_sparse(1)
+    with pytest.raises(RuntimeError, match="SUM only"):
+        dist.all_reduce(x.clone(), op=dist.ReduceOp.MAX)
+    # The last rank's tensor is larger: every rank fails naming a rank whose tensor differs.
+    bad = torch.ones(5 if r == n - 1 else 4, 2).to_sparse(1)
+    with pytest.raises(RuntimeError, match=r"allreduce of a sparse tensor: rank \d's tensor differs"):
+        dist.all_reduce(bad)
+    # Rank 0 passes a dense tensor where the others pass sparse ones: all fail, none waits.
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="mismatched"):
+        dist.all_reduce(torch.ones(4, 2) if r == 0 else x.clone())
+    assert time.monotonic() - t0 < 10
+    y = torch.ones(3)
+    dist.all_reduce(y)
+    assert torch.equal(y, torch.full((3,), float(n)))
 
 
 def test_hvd_shutdown_refuses_while_a_syncd_group_is_alive():

@@ -185,8 +185,10 @@ class SyncdWork : public c10d::Work {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms < 0 ? 0 : ms);
     while (!Drive(ms < 0 ? -1 : 50)) {
       if (ms >= 0 && std::chrono::steady_clock::now() >= deadline) {
-        TORCH_CHECK(false, "syncd backend: ", c10d::opTypeToString(opType_), " not complete after ", ms,
-                    " ms (still in flight)");
+        // "Timed out": the words torch's own tests and users' retry code match (gloo: "Timed out
+        // waiting 1000ms for ...", NCCL's watchdog: "... before timing out").
+        TORCH_CHECK(false, "syncd backend: Timed out after ", ms, " ms waiting for ", c10d::opTypeToString(opType_),
+                    " (still in flight)");
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
