@@ -12,6 +12,8 @@ packages=(
   libucx-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
   # the metrics endpoint's HTTP server
   libcivetweb-dev
+  # plan hashes and partial round initiators
+  libxxhash-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)

@@ -5,6 +5,7 @@
 #include <deque>
 #include <optional>
 
+#include "daemon/base/hash.h"
 #include "daemon/core/reduce_kernels.h"
 #include "daemon/transport/comm_task.h"
 #include "daemon/transport/host_collectives.h"
@@ -26,18 +27,6 @@ constexpr size_t kPartialHistory = 64;
 
 uint64_t RoundTag(uint64_t seq, uint64_t part) {
   return (kPartialCycle << 24) | ((seq & ((uint64_t{1} << kSeqBits) - 1)) << 2) | part;
-}
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t Fnv(const void* bytes, size_t n, uint64_t h = 1469598103934665603ull) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(bytes)[i]) * 1099511628211ull;
-  return h;
 }
 
 // out = sum of `inputs` (element-wise, `dtype`), divided by `divisor`; chunk by chunk.
@@ -81,7 +70,8 @@ std::string Bitmap(const int64_t* flags, uint32_t n) {
 }  // namespace
 
 uint32_t PartialInitiator(const std::string& name, uint64_t round, uint32_t set_size) {
-  return uint32_t(Mix(Fnv(name.data(), name.size()) ^ Mix(round)) % std::max<uint32_t>(set_size, 1));
+  // The name's hash seeded with the round: uniform over rounds, the same on every daemon.
+  return uint32_t(Hash64(name, round) % std::max<uint32_t>(set_size, 1));
 }
 
 // What every rank's requests of a name, on every node, must agree on.
@@ -91,7 +81,7 @@ struct PartialRunner::Meta {
   static Meta Of(const Request& r) {
     Meta m{uint64_t(r.dtype), uint64_t(r.op), uint64_t(r.partial_mode), uint64_t(std::max(r.root, 0)), 1, 0};
     for (int64_t d : r.shape) m.elements *= uint64_t(d);
-    m.shape_hash = Fnv(r.shape.data(), r.shape.size() * sizeof(int64_t));
+    m.shape_hash = Hash64(r.shape.data(), r.shape.size() * sizeof(int64_t));
     return m;
   }
   bool operator==(const Meta&) const = default;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "daemon/base/hash.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -30,14 +31,6 @@ Csr BuildCsr(size_t n, const std::vector<std::pair<uint32_t, uint32_t>>& edges, 
 
 std::string OpName(const Graph& g, uint32_t v) {
   return "operation " + std::to_string(v) + (g.ops[v].name.empty() ? "" : " ('" + g.ops[v].name + "')");
-}
-
-void Mix(uint64_t* h, const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    *h ^= p[i];
-    *h *= 1099511628211ull;
-  }
 }
 
 }  // namespace
@@ -168,18 +161,13 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
 }
 
 uint64_t PlanHash(const TopoPlan& plan) {
-  uint64_t h = 1469598103934665603ull;
+  Hasher h;
   for (const PlannedTensor& t : plan.tensors) {
-    Mix(&h, t.name.data(), t.name.size() + 1);  // with the terminator: "ab","c" != "a","bc"
-    const uint32_t dtype = t.dtype, op = t.op;
-    Mix(&h, &dtype, sizeof(dtype));
-    Mix(&h, &t.count, sizeof(t.count));
-    Mix(&h, &op, sizeof(op));
-    const uint8_t gpu = t.gpu;
-    Mix(&h, &gpu, sizeof(gpu));
+    h.Add(t.name.data(), t.name.size() + 1);  // with the terminator: "ab","c" != "a","bc"
+    h.Add(uint32_t(t.dtype)).Add(t.count).Add(uint32_t(t.op)).Add(uint8_t(t.gpu));
   }
-  for (uint32_t b : plan.group_begin) Mix(&h, &b, sizeof(b));
-  return h;
+  for (uint32_t b : plan.group_begin) h.Add(b);
+  return h.Digest();
 }
 
 uint64_t GpuTensors(const TopoPlan& plan) {
