@@ -91,6 +91,8 @@ control::JoinRequest JoinRequestOf(const Config& config, const JobLinks& job, co
   if (job.gpu)
     for (const std::string& u : job.gpu->uuids()) join.add_gpu_uuids(u);
   join.set_nccl_id(job.nccl_id);
+  join.set_wire_version(kWireVersion);
+  join.set_daemon_version(kVersionString);
   return join;
 }
 

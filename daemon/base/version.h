@@ -1,8 +1,17 @@
 #ifndef SYNCD_DAEMON_BASE_VERSION_H_
 #define SYNCD_DAEMON_BASE_VERSION_H_
 
+#include <cstdint>
+
 namespace syncd {
 inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake from project()
+
+// The daemon-to-daemon protocol: the bytes and tags of everything one daemon sends another
+// (control messages, negotiation lists, point-to-point headers, the collectives' layouts). Raise
+// it with any change to them. The rendezvous refuses a daemon of another version, naming both;
+// every structured message also carries it, so a message of another version is refused by name.
+// 1 was the versionless protocol before it was counted.
+inline constexpr uint32_t kWireVersion = 2;
 }
 
 #endif  // SYNCD_DAEMON_BASE_VERSION_H_

@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "daemon/base/version.h"
+
 namespace syncd {
 namespace {
 
@@ -74,6 +76,14 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
 grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint32_t nodes,
                               uint32_t local_size, const std::string& who) {
   if (req.job_token() != token) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, who + ": wrong job token");
+  if (req.wire_version() != kWireVersion) {
+    const std::string theirs = req.wire_version() == 0 ? "1 or older" : std::to_string(req.wire_version());
+    const std::string version = req.daemon_version().empty() ? "an older syncd" : "syncd " + req.daemon_version();
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        who + " runs " + version + " (daemon protocol " + theirs + "); node 0 runs syncd " +
+                            kVersionString + " (daemon protocol " + std::to_string(kWireVersion) +
+                            "): every daemon of a job must speak the same protocol (upgrade them together)");
+  }
   if (req.nodes() != nodes || req.node_rank() >= nodes)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, who + " says the job has " + std::to_string(req.nodes()) +
                                                                 " nodes; node 0 says " + std::to_string(nodes));

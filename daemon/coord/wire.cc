@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "daemon/base/version.h"
 #include "daemon/collectives/collective.h"
 
 namespace syncd {
@@ -91,6 +92,11 @@ class Reader {
   size_t pos_ = 0;
 };
 
+std::string WrongVersion(const char* what, uint32_t version) {
+  return std::string(what) + " of daemon protocol " + std::to_string(version) + "; this daemon speaks " +
+         std::to_string(kWireVersion) + " (every daemon of a job must run the same syncd)";
+}
+
 }  // namespace
 
 TensorMeta TensorMeta::Of(const ReadyTensor& t) {
@@ -119,7 +125,8 @@ void EncodeControl(const ControlMessage& m, char* out) {
   memcpy(out + 1, &m.job, 8);
   memcpy(out + 9, &m.cycle, 8);
   memcpy(out + 17, &m.code, 4);
-  memcpy(out + 21, m.text.data(), std::min(m.text.size(), kControlTextBytes));
+  out[21] = char(kWireVersion);
+  memcpy(out + 22, m.text.data(), std::min(m.text.size(), kControlTextBytes));
 }
 
 StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
@@ -130,10 +137,12 @@ StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
   m.kind = ControlMessage::Kind(bytes[0]);
   if (std::string_view("ALCHRPQNXYTU").find(bytes[0]) == std::string_view::npos)
     return ProtocolError("control message of unknown kind " + std::to_string(int(uint8_t(bytes[0]))));
+  if (uint8_t(bytes[21]) != kWireVersion)
+    return ProtocolError(WrongVersion("control message", uint8_t(bytes[21])));
   memcpy(&m.job, bytes + 1, 8);
   memcpy(&m.cycle, bytes + 9, 8);
   memcpy(&m.code, bytes + 17, 4);
-  m.text.assign(bytes + 21, strnlen(bytes + 21, kControlTextBytes));
+  m.text.assign(bytes + 22, strnlen(bytes + 22, kControlTextBytes));
   return m;
 }
 
@@ -161,6 +170,7 @@ Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank
 
 std::string EncodeRequests(const std::vector<NameRequest>& v) {
   Writer w;
+  w.Put<uint32_t>(kWireVersion);
   w.Put<uint32_t>(uint32_t(v.size()));
   for (const auto& r : v) {
     w.Str(r.name);
@@ -173,8 +183,10 @@ std::string EncodeRequests(const std::vector<NameRequest>& v) {
 
 StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes) {
   Reader rd(bytes);
-  uint32_t n;
+  uint32_t version, n;
   std::vector<NameRequest> v;
+  if (!rd.Get(&version)) return ProtocolError("negotiation: truncated request list");
+  if (version != kWireVersion) return ProtocolError(WrongVersion("negotiation request list", version));
   if (!rd.Get(&n)) return ProtocolError("negotiation: truncated request list");
   for (uint32_t i = 0; i < n; ++i) {
     NameRequest r;
@@ -188,6 +200,7 @@ StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes) {
 
 std::string EncodeResponses(const std::vector<NameResponse>& v) {
   Writer w;
+  w.Put<uint32_t>(kWireVersion);
   w.Put<uint32_t>(uint32_t(v.size()));
   for (const auto& r : v) {
     w.Str(r.name);
@@ -201,8 +214,10 @@ std::string EncodeResponses(const std::vector<NameResponse>& v) {
 
 StatusOr<std::vector<NameResponse>> DecodeResponses(const std::string& bytes) {
   Reader rd(bytes);
-  uint32_t n;
+  uint32_t version, n;
   std::vector<NameResponse> v;
+  if (!rd.Get(&version)) return ProtocolError("negotiation: truncated response list");
+  if (version != kWireVersion) return ProtocolError(WrongVersion("negotiation response list", version));
   if (!rd.Get(&n)) return ProtocolError("negotiation: truncated response list");
   for (uint32_t i = 0; i < n; ++i) {
     NameResponse r;

@@ -1,6 +1,8 @@
 // What daemons tell each other about a tensor during negotiation, and its byte encoding.
-// Only the engine thread uses it; the encoding is little-endian, length-prefixed, versionless
-// (every daemon of a job runs the same build: the rendezvous checks the protocol).
+// Only the engine thread uses it; the encoding is little-endian and length-prefixed. Every
+// message carries the daemon protocol's version (kWireVersion, base/version.h): the rendezvous
+// refuses a daemon of another version, and a message of another version fails to decode, naming
+// both versions.
 #ifndef SYNCD_DAEMON_COORD_WIRE_H_
 #define SYNCD_DAEMON_COORD_WIRE_H_
 
@@ -78,7 +80,8 @@ struct ControlMessage {
   int32_t code = 0;  // kAbort: the syncd_status every pending request fails with
 };
 inline constexpr size_t kControlMessageBytes = 384;
-inline constexpr size_t kControlTextBytes = kControlMessageBytes - 1 - 8 - 8 - 4 - 1;
+// kind, job, cycle, code, protocol version, text, its terminator.
+inline constexpr size_t kControlTextBytes = kControlMessageBytes - 1 - 8 - 8 - 4 - 1 - 1;
 // `out` holds kControlMessageBytes.
 void EncodeControl(const ControlMessage& m, char* out);
 StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n);

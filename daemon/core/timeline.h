@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/base/version.h"
+
 namespace syncd {
 
 enum class TraceKind : uint8_t {
@@ -62,6 +64,8 @@ struct TraceChunk {
     uint32_t last = 0;            // 1: the node's last chunk of this timeline
     uint64_t seq = 0;             // per node, from 0
     uint64_t dropped = 0;         // events this node dropped so far
+    uint32_t version = kWireVersion;  // the daemon protocol (base/version.h)
+    uint32_t reserved = 0;
   };
   alignas(8) char bytes[kBytes];
   Header& header() { return *reinterpret_cast<Header*>(bytes); }

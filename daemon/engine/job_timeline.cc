@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "daemon/base/version.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
@@ -179,7 +180,8 @@ bool JobTimeline::PollTransfers() {
     did = true;
     if (s == CommState::kFailed) continue;  // the node is lost: the job ends, its events with it
     std::shared_ptr<TraceChunk> c = std::move(in_[p]);
-    if (c->header().node == p && c->header().magic == TraceChunk::Header{}.magic) {
+    if (c->header().node == p && c->header().magic == TraceChunk::Header{}.magic &&
+        c->header().version == kWireVersion) {
       if (c->header().last) last_in_[p] = true;
       held_[p].push_back(std::move(c));
     }

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "daemon/base/version.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -79,6 +80,7 @@ void PointToPoint::Send(Request r) {
   t.header_bytes = std::make_shared<P2pHeader>();
   P2pHeader& h = *t.header_bytes;
   h.magic = kP2pMagic;
+  h.version = kWireVersion;
   h.src = int32_t(r.rank);
   h.dst = r.root;
   h.set = r.process_set;
@@ -169,10 +171,11 @@ bool PointToPoint::PollHeaders() {
         continue;
       }
       const P2pHeader& h = *slot.bytes;
-      if (h.magic != kP2pMagic || h.job != links_.job || h.dst < 0 || NodeOf(uint32_t(h.dst)) != links_.node_rank ||
-          NodeOf(uint32_t(h.src)) != node) {
-        spdlog::error("node {} sent a point-to-point header this node cannot take (magic {:#x}, job {:#x}, rank {} to {})",
-                      node, h.magic, h.job, h.src, h.dst);
+      if (h.magic != kP2pMagic || h.version != kWireVersion || h.job != links_.job || h.dst < 0 ||
+          NodeOf(uint32_t(h.dst)) != links_.node_rank || NodeOf(uint32_t(h.src)) != node) {
+        spdlog::error("node {} sent a point-to-point header this node cannot take (magic {:#x}, daemon protocol {} "
+                      "where this daemon speaks {}, job {:#x}, rank {} to {})",
+                      node, h.magic, h.version, kWireVersion, h.job, h.src, h.dst);
       } else {
         Offer o;
         o.header = h;

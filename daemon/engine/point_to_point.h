@@ -58,8 +58,8 @@ struct P2pHeader {
   uint64_t seq = 0;  // the data's tag: kP2pDataTagBase | (seq & kP2pDataSeqMask)
   uint64_t job = 0;
   uint32_t dtype = 0;
-  uint32_t reserved = 0;
-  uint64_t reserved2 = 0;
+  uint32_t version = 0;  // kWireVersion
+  uint64_t reserved = 0;
 };
 static_assert(sizeof(P2pHeader) == 64);
 inline constexpr uint32_t kP2pMagic = 0x50325031;  // "P2P1"

@@ -8,6 +8,7 @@ import struct
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 MAGIC, VERSION = 0x53594e43, None  # version read from the ABI header below
+WIRE = None  # the daemon protocol (daemon/base/version.h's kWireVersion), read in main()
 
 
 def abi_version():
@@ -18,6 +19,14 @@ def abi_version():
         if "kVersion" in line and "=" in line and "uint32_t" in line:
             version = int(line.split("=")[1].split(";")[0].strip(), 0)
     return magic, version
+
+
+def wire_version():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for line in open(os.path.join(here, "..", "..", "daemon", "base", "version.h")):
+        if "kWireVersion" in line and "=" in line:
+            return int(line.split("=")[1].split(";")[0].strip(), 0)
+    raise SystemExit("kWireVersion not found in daemon/base/version.h")
 
 
 def write(harness, name, data):
@@ -60,8 +69,9 @@ def graph():
 
 
 def meta(kind=1, dtype=6, op=1, gpu=0, root=0, shape=(4, 4)):
+    # ... then each rank's rows and splits (none: this kind's shapes agree).
     return struct.pack("<IIIIidd", kind, dtype, op, gpu, root, 1.0, 1.0) + struct.pack("<I", len(shape)) + \
-        b"".join(struct.pack("<q", d) for d in shape)
+        b"".join(struct.pack("<q", d) for d in shape) + struct.pack("<II", 0, 0)
 
 
 def string(s):
@@ -70,7 +80,7 @@ def string(s):
 
 
 def control(kind, job, cycle=0, code=0, text=""):
-    out = kind.encode() + struct.pack("<QQi", job, cycle, code) + text.encode()
+    out = kind.encode() + struct.pack("<QQiB", job, cycle, code, WIRE) + text.encode()
     return out.ljust(384, b"\0")
 
 
@@ -94,8 +104,9 @@ def pb_field(num, value):
 
 
 def main():
-    global MAGIC, VERSION
+    global MAGIC, VERSION, WIRE
     MAGIC, VERSION = abi_version()
+    WIRE = wire_version()
     # attach_handshake: 3 bytes choose the node (nodes, node rank, local size), then the request.
     write("attach_handshake", "one-node", bytes([0, 0, 2]) + attach_request(1, 2, 1, 2))
     write("attach_handshake", "node1-of-2", bytes([1, 1, 2]) + attach_request(3, 4, 1, 2, job=77))
@@ -120,10 +131,10 @@ def main():
     # graph: the wire format alone.
     write("graph", "five-ops", g)
     # coord_wire: first byte 0 requests, 1 responses, 2 control.
-    req = struct.pack("<I", 2) + string("grad.w") + meta() + string("") + struct.pack("<Q", 0) + string("grad.b") + \
+    req = struct.pack("<II", WIRE, 2) + string("grad.w") + meta() + string("") + struct.pack("<Q", 0) + string("grad.b") + \
         meta(shape=(4,)) + string("rank 1 disagreed") + struct.pack("<Q", 5 * 10**9)
     write("coord_wire", "requests", b"\0" + req)
-    resp = struct.pack("<I", 2) + string("grad.w") + struct.pack("<i", 0) + string("") + struct.pack("<i", 3) + meta() + \
+    resp = struct.pack("<II", WIRE, 2) + string("grad.w") + struct.pack("<i", 0) + string("") + struct.pack("<i", 3) + meta() + \
         string("grad.b") + struct.pack("<i", 3) + string("mismatched shape") + struct.pack("<i", -1) + meta(shape=(4,))
     write("coord_wire", "responses", b"\1" + resp)
     write("coord_wire", "abort", b"\2" + control("A", 0x1234, code=13, text="the job was shut down after a stall"))
@@ -134,8 +145,10 @@ def main():
                                                   "2 5002 1 120 S - 10 0 0 0 0\n3 5003 1 2500 T S 10 10 50000 51000 1000000\n"))
     # rendezvous_join: a JoinRequest (token "fuzz-token", 4 nodes of 2 ranks).
     join = pb_field(1, "fuzz-token") + pb_field(2, 1) + pb_field(3, 4) + pb_field(4, 2) + pb_field(5, b"\x01" * 40) + \
-        pb_field(6, "node-a") + pb_field(7, 999) + pb_field(8, 1) + pb_field(10, "GPU-0000")
+        pb_field(6, "node-a") + pb_field(7, 999) + pb_field(8, 1) + pb_field(10, "GPU-0000") + pb_field(11, WIRE) + \
+        pb_field(12, "0.1.0")
     write("rendezvous_join", "node1", join)
+    write("rendezvous_join", "older-protocol", join[:-len(pb_field(11, WIRE) + pb_field(12, "0.1.0"))])
     write("rendezvous_join", "wrong-token", pb_field(1, "nope") + pb_field(3, 4))
     # control_request: a DrainRequest's timeout.
     write("control_request", "drain-30s", pb_field(1, 30.0))

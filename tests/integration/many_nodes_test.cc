@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/base/version.h"
+#include "daemon/control/rendezvous.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/values.h"
 
@@ -418,6 +420,37 @@ TEST(ManyNodesRendezvous, WrongTokenDuplicateRankAndMissingNodesAreNamed) {
     const int s = d->Wait(15'000);
     EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) != 0) << "daemon " << d->run_dir() << " status " << s;
   }
+}
+
+// A daemon of another syncd (another daemon protocol) is refused at the rendezvous with both
+// versions named, to it and in node 0's log; node 0 then gives up on the node that never joined.
+TEST(ManyNodesRendezvous, ADaemonOfAnotherProtocolIsRefusedNamingBothVersions) {
+  const std::string rv = "127.0.0.1:" + std::to_string(FreePort());
+  Daemon node0(1, {"--nodes", "2", "--node-rank", "0", "--rendezvous", rv, "--join-timeout", "3", "--cores", "none",
+                   "--log-level", "info"},
+               false);
+  control::JoinRequest old;
+  old.set_job_token("syncd");
+  old.set_node_rank(1);
+  old.set_nodes(2);
+  old.set_local_size(1);
+  old.set_ucx_address("not used");
+  old.set_hostname("old-host");
+  old.set_pid(4242);
+  old.set_wire_version(kWireVersion - 1);
+  old.set_daemon_version("0.0.9");
+  StatusOr<JobTable> joined = JoinJob(rv, old, std::chrono::milliseconds(3000));
+  ASSERT_FALSE(joined.ok());
+  const std::string want = "node 1 (old-host, pid 4242, from ";
+  const std::string versions = "runs syncd 0.0.9 (daemon protocol " + std::to_string(kWireVersion - 1) +
+                               "); node 0 runs syncd " + kVersionString + " (daemon protocol " +
+                               std::to_string(kWireVersion) + "): every daemon of a job must speak the same protocol";
+  EXPECT_TRUE(Contains(joined.status().message(), want)) << joined.status().ToString();
+  EXPECT_TRUE(Contains(joined.status().message(), versions)) << joined.status().ToString();
+  const int s = node0.Wait(15'000);
+  EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) != 0) << "status " << s;
+  EXPECT_TRUE(Contains(node0.Log(), versions)) << node0.Log();
+  EXPECT_TRUE(Contains(node0.Log(), "nodes 1 of 2 did not join in time")) << node0.Log();
 }
 
 }  // namespace
