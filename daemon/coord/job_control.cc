@@ -12,7 +12,6 @@
 namespace syncd {
 namespace {
 
-constexpr uint64_t kControlTag = kTagMask;  // ControlMessage (see wire.h)
 
 // The status an abort from another node carries: its own when it is one (a stall says STALLED
 // everywhere), else RANK_LOST.

@@ -19,9 +19,7 @@
 
 namespace syncd {
 
-// Tags of the two rounds: above every cycle's (see negotiator.cc), below the control channel's.
-inline constexpr uint64_t kJoinHelloTag = kTagMask - 1;
-inline constexpr uint64_t kJoinReadyTag = kTagMask - 2;
+// The two rounds' tags: kJoinHelloTag, kJoinReadyTag (transport/tag_space.h).
 
 // Runs the handshake for `job`. `joined[p]` becomes true once node p's HELLO is in (for stall
 // reports: the nodes whose ranks have not started the job yet); it must outlive the task.

@@ -16,13 +16,8 @@
 namespace syncd {
 namespace {
 
-// Tags. A collective's tag is cycle (10 bits) | slot (12) | segment (12); collectives shift it left
-// by 8 for their slices, leaving the transport's top 6 bits for the process set's slot
-// (set_transport.h). Slot 0 is the negotiation itself
-// (segments 1..4), slots 1..4095 the execution groups (see Engine::ExecuteAgreed). Only adjacent
-// cycles can overlap, so cycle numbers wrap safely. Control messages use the one tag above them all
-// (kControlTag, job_control.cc), the job start handshake the two below it (job_join.h).
-constexpr uint64_t kCycleShift = 24;
+// Tags (transport/tag_space.h): a cycle's base, its agreement in segments 1..4 of group 0, the
+// groups it runs in groups 1..4095.
 
 // Layout of the agreement vector:
 //   [W][hits: W words, AND][invalid: W words, OR][flags, OR][GPU position, MAX].
@@ -183,7 +178,7 @@ void Negotiator::Block() {
 }
 
 CommTask Negotiator::Cycle() {
-  const uint64_t base = ((++cycle_seq_) % kTopoTagCycleBit) << kCycleShift;  // TOPO groups use the rest
+  const uint64_t base = NegotiationCycleTag(++cycle_seq_);
   CommTask body = Negotiate(base);
   Status st = co_await Await(&body);
   if (!st.ok() || options_.gs_period == 0) co_return st;
@@ -194,7 +189,7 @@ CommTask Negotiator::Cycle() {
   uint64_t sleep = elapsed < period ? period - elapsed : 0;
   if (cycle_seq_ % options_.gs_period == 0) {
     const auto shared = std::make_shared<uint64_t>(sleep);
-    CommTask agree = RecursiveDoublingCombine(t_, (base + 4) << 8, shared.get(), shared, sizeof(sleep), MinCombine);
+    CommTask agree = RecursiveDoublingCombine(t_, SliceTag(base + 4), shared.get(), shared, sizeof(sleep), MinCombine);
     st = co_await Await(&agree);
     if (!st.ok()) co_return st;
     sleep = *shared;
@@ -274,7 +269,7 @@ CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> un
   for (const NameRequest& r : uncached) announced_.insert(r.name);
   const std::string mine = EncodeRequests(uncached);
   std::vector<std::string> all;
-  CommTask gather = GatherBytes(t_, (base + 2) << 8, 0, &mine, &all);
+  CommTask gather = GatherBytes(t_, SliceTag(base + 2), 0, &mine, &all);
   Status st = co_await Await(&gather);
   if (!st.ok()) co_return st;
   std::string out;
@@ -346,7 +341,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     AgreementView(agree).gpu_position = gpu_pending ? order->Hold() : order->count();
   }
 
-  CommTask agreement = RecursiveDoublingCombine(t_, (base + 1) << 8, agree.data(), agree_buffer, agree.size() * 8,
+  CommTask agreement = RecursiveDoublingCombine(t_, SliceTag(base + 1), agree.data(), agree_buffer, agree.size() * 8,
                                                     CombineAgreement);
   Status st = co_await Await(&agreement);
   if (!st.ok()) co_return st;

@@ -15,19 +15,11 @@
 namespace syncd {
 namespace {
 
-// Tags: the cycle field's last value (negotiation and TOPO cycles use the others, see
-// topo_runner.h), then the round's sequence number and the part (header 0, data 1). Allreduce
-// shifts the tag by 8 for its slices: 34 bits in all, below the process set's slot.
-constexpr uint64_t kPartialCycle = 1023;
-constexpr uint64_t kSeqBits = 22;
+// Tags: PartialRoundTag (transport/tag_space.h), the cycle field's last value.
 // Results kept for late ranks: a rank behind by up to this many rounds still gets its own
 // round's result (so its model stays the others'); one further behind gets the latest. Only rounds
 // some local rank has yet to call for are kept.
 constexpr size_t kPartialHistory = 64;
-
-uint64_t RoundTag(uint64_t seq, uint64_t part) {
-  return (kPartialCycle << 24) | ((seq & ((uint64_t{1} << kSeqBits) - 1)) << 2) | part;
-}
 
 // out = sum of `inputs` (element-wise, `dtype`), divided by `divisor`; chunk by chunk.
 void Sum(syncd_dtype dtype, const std::vector<const char*>& inputs, char* out, uint64_t bytes, uint64_t divisor) {
@@ -341,9 +333,9 @@ void PartialRunner::Start(const std::string& name, Op& op) {
   op.fresh = 0;
   op.started = q.round;
   if (place_.comm != nullptr) {
-    f->header_task = Allreduce(place_.comm, RoundTag(q.seq, 0), h.data(), f->header, h.size(), SYNCD_INT64, SYNCD_SUM);
+    f->header_task = Allreduce(place_.comm, PartialRoundTag(q.seq, 0), h.data(), f->header, h.size(), SYNCD_INT64, SYNCD_SUM);
     if (q.meta.elements > 0)
-      f->data_task = Allreduce(place_.comm, RoundTag(q.seq, 1), f->data->data(), f->data, q.meta.elements,
+      f->data_task = Allreduce(place_.comm, PartialRoundTag(q.seq, 1), f->data->data(), f->data, q.meta.elements,
                                syncd_dtype(q.meta.dtype), SYNCD_SUM);
   }
   op.flight = std::move(f);

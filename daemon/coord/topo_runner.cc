@@ -6,7 +6,6 @@
 namespace syncd {
 namespace {
 
-constexpr uint64_t kCycleShift = 24;  // as in the negotiator: cycle field, then slot and segment
 
 }  // namespace
 
@@ -59,10 +58,9 @@ void TopoRunner::Issue() {
   }
   ready_in_group_[g] = 0;
   // Groups run one at a time, so consecutive numbers never overlap; below the all-ones tag.
-  const uint64_t cycle = kTopoTagCycleBit | (seq_++ % (kTopoTagCycleBit - 1));
   running_ = true;
   issued_ns_ = abi::MonotonicNs();
-  task_ = execute_(&executing_, cycle << kCycleShift);
+  task_ = execute_(&executing_, TopoCycleTag(seq_++));
 }
 
 bool TopoRunner::Poll(Status* error) {

@@ -82,11 +82,6 @@ class TopoRunner {
   TopoStats stats_;
 };
 
-// Tag bases: negotiation cycles use cycle numbers below kTopoTagCycleBit, TOPO groups above.
-// Cycle numbers wrap (only neighbouring ones can overlap) below 1 << 10, which keeps the top six
-// tag bits free for the process set's slot (transport/set_transport.h).
-inline constexpr uint64_t kTopoTagCycleBit = uint64_t{1} << 9;
-
 }  // namespace syncd
 
 #endif  // SYNCD_DAEMON_COORD_TOPO_RUNNER_H_

@@ -35,8 +35,6 @@
 
 namespace syncd {
 
-inline constexpr uint64_t kTimelineTag = kTagMask - 3;  // below the job start handshake's (job_join.h)
-
 class JobTimeline {
  public:
   static constexpr uint64_t kFlushPeriodNs = 100'000'000;

@@ -19,7 +19,6 @@ std::string Describe(const Request& r) {
          ", tag " + std::to_string(r.tag) + ")";
 }
 
-uint64_t DataTag(uint64_t seq) { return kP2pDataTagBase | (seq & kP2pDataSeqMask); }
 
 bool Takes(const Request& recv, const P2pHeader& h) {
   return h.dst == int32_t(recv.rank) && h.set == recv.process_set && h.tag == recv.tag &&
@@ -91,7 +90,7 @@ void PointToPoint::Send(Request r) {
   h.dtype = uint32_t(r.dtype);
   Transport* net = links_.transport;
   t.header = net->Send(node, kP2pHeaderTag, &h, sizeof(h), t.header_bytes);
-  if (r.bytes > 0) t.data = net->Send(node, DataTag(h.seq), r.data, r.bytes, r.memory);
+  if (r.bytes > 0) t.data = net->Send(node, P2pDataTag(h.seq), r.data, r.bytes, r.memory);
   t.request = std::move(r);
   outgoing_.push_back(std::move(t));
 }
@@ -140,7 +139,7 @@ void PointToPoint::Deliver(Request recv, Offer offer) {
       into = t.scratch->data();
       owner = t.scratch;
     }
-    t.data = links_.transport->Recv(offer.node, DataTag(h.seq), into, h.bytes, owner);
+    t.data = links_.transport->Recv(offer.node, P2pDataTag(h.seq), into, h.bytes, owner);
   }
   t.request = std::move(recv);
   incoming_.push_back(std::move(t));

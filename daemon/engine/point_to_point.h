@@ -43,11 +43,8 @@
 
 namespace syncd {
 
-// Tags on the job's transport: headers on one (below the job start handshake's and the
-// timeline's, see job_join.h and job_timeline.h), data in slot 63's range below its control tags.
-inline constexpr uint64_t kP2pHeaderTag = kTagMask - 4;
-inline constexpr uint64_t kP2pDataTagBase = uint64_t{63} << kSetSlotShift;
-inline constexpr uint64_t kP2pDataSeqMask = (uint64_t{1} << 40) - 1;
+// Tags on the job's transport (transport/tag_space.h): headers on kP2pHeaderTag, data on
+// P2pDataTag(seq) below the job's control tags.
 
 // What the sender's daemon tells the receiver's about one send.
 struct P2pHeader {

@@ -71,7 +71,7 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
     const Request& f = ready[g.front()].first();
-    const uint64_t group_tag = tag | (uint64_t(gi % 4095 + 1) << 12);  // groups run one at a time
+    const uint64_t group_tag = GroupTag(tag, gi);  // groups run one at a time
     const uint64_t t0 = abi::MonotonicNs();
     const uint32_t id = StartGroup(ready, g);
     if (f.kind == abi::OpKind::kRegisterGraph) {

@@ -184,7 +184,7 @@ CommTask Allreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
   const size_t esize = abi::DtypeSize(dtype);
   if (t->size() == 1 || count == 0) co_return Status::Ok();
   if (count * esize < options.ring_threshold || count < size_t(t->size()) * options.slices) {
-    CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, data, std::move(owner), count, dtype, op);
+    CommTask rd = RecursiveDoublingAllreduce(t, SliceTag(tag), data, std::move(owner), count, dtype, op);
     co_return co_await Await(&rd);
   }
   // Independent rings over slices of the buffer run concurrently: while one slice's data is on
@@ -196,7 +196,7 @@ CommTask Allreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
   for (size_t i = 0; i < slices; ++i) {
     const size_t b = i * (count / slices) + std::min(i, count % slices);
     const size_t e = (i + 1) * (count / slices) + std::min(i + 1, count % slices);
-    rings.push_back(RingAllreduce(t, (tag << 8) | i, buf + b * esize, owner, e - b, dtype, op));
+    rings.push_back(RingAllreduce(t, SliceTag(tag, i), buf + b * esize, owner, e - b, dtype, op));
   }
   std::vector<CommTask*> refs;
   for (auto& ring : rings) refs.push_back(&ring);
@@ -210,7 +210,7 @@ CommTask Broadcast(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
   uint32_t mask = 1;
   while (mask < n) {
     if (vrank & mask) {
-      Status st = co_await Wait(t, t->Recv((vrank - mask + root) % n, tag << 8, data, bytes, owner));
+      Status st = co_await Wait(t, t->Recv((vrank - mask + root) % n, SliceTag(tag), data, bytes, owner));
       if (!st.ok()) co_return st;
       break;
     }
@@ -218,13 +218,13 @@ CommTask Broadcast(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
   }
   std::vector<CommHandle> sends;
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (vrank + mask < n) sends.push_back(t->Send((vrank + mask + root) % n, tag << 8, data, bytes, owner));
+    if (vrank + mask < n) sends.push_back(t->Send((vrank + mask + root) % n, SliceTag(tag), data, bytes, owner));
   co_return co_await Wait(t, std::move(sends));
 }
 
 CommTask Barrier(Transport* t, uint64_t tag) {
   const auto token = std::make_shared<uint8_t>(1);
-  CommTask rd = RecursiveDoublingAllreduce(t, tag << 8, token.get(), token, 1, SYNCD_UINT8, SYNCD_MAX);
+  CommTask rd = RecursiveDoublingAllreduce(t, SliceTag(tag), token.get(), token, 1, SYNCD_UINT8, SYNCD_MAX);
   co_return co_await Await(&rd);
 }
 
@@ -238,8 +238,8 @@ CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner own
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_block = (r + n - s) % n, recv_block = (r + 2 * n - s - 1) % n;
     std::vector<CommHandle> hs;
-    if (len(send_block) > 0) hs.push_back(t->Send(right, tag << 8, buf + bounds[send_block], len(send_block), owner));
-    if (len(recv_block) > 0) hs.push_back(t->Recv(left, tag << 8, buf + bounds[recv_block], len(recv_block), owner));
+    if (len(send_block) > 0) hs.push_back(t->Send(right, SliceTag(tag), buf + bounds[send_block], len(send_block), owner));
+    if (len(recv_block) > 0) hs.push_back(t->Recv(left, SliceTag(tag), buf + bounds[recv_block], len(recv_block), owner));
     Status st = co_await Wait(t, std::move(hs));
     if (!st.ok()) co_return st;
   }
@@ -263,8 +263,8 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
     const uint32_t send_block = (r + 2 * n - s - 1) % n, recv_block = (r + 2 * n - s - 2) % n;
     std::vector<CommHandle> hs;
     if (len(send_block) > 0)
-      hs.push_back(t->Send(right, tag << 8, buf + bounds[send_block] * esize, len(send_block) * esize, owner));
-    if (len(recv_block) > 0) hs.push_back(t->Recv(left, tag << 8, tmp.get(), len(recv_block) * esize, tmp));
+      hs.push_back(t->Send(right, SliceTag(tag), buf + bounds[send_block] * esize, len(send_block) * esize, owner));
+    if (len(recv_block) > 0) hs.push_back(t->Recv(left, SliceTag(tag), tmp.get(), len(recv_block) * esize, tmp));
     Status st = co_await Wait(t, std::move(hs));
     if (!st.ok()) co_return st;
     ReduceInto(dtype, op, buf + bounds[recv_block] * esize, tmp.get(), len(recv_block));
@@ -275,9 +275,9 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
 CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs) {
   std::vector<CommHandle> hs;
   for (Transfer& x : recvs)
-    if (x.bytes > 0) hs.push_back(t->Recv(x.peer, tag << 8, x.data, x.bytes, std::move(x.owner)));
+    if (x.bytes > 0) hs.push_back(t->Recv(x.peer, SliceTag(tag), x.data, x.bytes, std::move(x.owner)));
   for (Transfer& x : sends)
-    if (x.bytes > 0) hs.push_back(t->Send(x.peer, tag << 8, x.data, x.bytes, std::move(x.owner)));
+    if (x.bytes > 0) hs.push_back(t->Send(x.peer, SliceTag(tag), x.data, x.bytes, std::move(x.owner)));
   co_return co_await Wait(t, std::move(hs));
 }
 

@@ -3,9 +3,7 @@
 // that the set's collectives and coordination never match another set's. Everything else
 // (progress, completion, peer failures, epochs) is the parent's: one network, one engine thread.
 //
-// Tag layout (48 bits): slot (6) | the rest. Slot 0 is the global set's data (which uses the low
-// 42 bits only); its control tags are all ones (slot 63); a set's control tags are its slot
-// followed by ones. Slots 1..62 are the sets'.
+// Slots 1..62 are the sets' (the tag layout: tag_space.h).
 #ifndef SYNCD_DAEMON_TRANSPORT_SET_TRANSPORT_H_
 #define SYNCD_DAEMON_TRANSPORT_SET_TRANSPORT_H_
 
@@ -14,9 +12,6 @@
 #include "daemon/transport/transport.h"
 
 namespace syncd {
-
-inline constexpr uint32_t kSetSlotShift = 42;
-inline constexpr uint64_t kSetSlotMask = uint64_t{63} << kSetSlotShift;
 
 class SetTransport final : public Transport {
  public:

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "daemon/base/status.h"
+#include "daemon/transport/tag_space.h"
 
 namespace syncd {
 
@@ -78,8 +79,7 @@ class Transport {
   virtual bool PeerLost(uint32_t peer) const = 0;
 };
 
-inline constexpr uint64_t kTagMask = (uint64_t{1} << 48) - 1;
-// Bits of the epoch on the wire (above the 48 tag bits), and the largest job the source rank's
+// Bits of the epoch on the wire (above the 48 tag bits, tag_space.h), and the largest job the source rank's
 // remaining bits can name.
 inline constexpr uint32_t kEpochBits = 4;
 inline constexpr uint32_t kEpochMask = (1u << kEpochBits) - 1;
