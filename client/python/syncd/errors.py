@@ -10,6 +10,13 @@ class SyncdError(RuntimeError):
         self.status = status
 
 
+class HorovodInternalError(SyncdError):
+    """A collective failed (syncd.torch's synchronize and blocking calls raise it, as Horovod's)."""
+
+    def __init__(self, error):
+        super().__init__(str(error), getattr(error, "status", None))
+
+
 class NotSupportedError(ValueError, NotImplementedError):
     """A reduction or argument syncd does not take, refused at the call (reducescatter with
     Adasum or Max, Adasum anywhere). Horovod raises errors that `except RuntimeError` catches for

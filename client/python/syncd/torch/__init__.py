@@ -10,7 +10,7 @@ Run under `syncrun -N <nodes> -n <ranks>`, or `srun` with syncd's Slurm prolog.
 """
 from syncd.errors import SyncdError
 from syncd.torch.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built, coord_mode, cross_rank,
-                                cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
+                                cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous,
                                 is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                                 mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size, start_timeline,
                                 stop_timeline)
@@ -27,5 +27,5 @@ from syncd.torch.mpi_ops import (HorovodInternalError, allgather, allgather_asyn
 from syncd.torch.optimizer import DistributedOptimizer
 from syncd.torch.partial import (PartialInfo, partial_allreduce, partial_allreduce_async,
                                  partial_allreduce_async_)
-from syncd.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from syncd.torch.process_sets import ProcessSet, add_process_set, global_process_set, init, remove_process_set
 from syncd.torch.sync_batch_norm import SyncBatchNorm

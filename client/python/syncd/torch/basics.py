@@ -49,9 +49,9 @@ def client():
     return _client_obj
 
 
-def init(comm=None, process_sets=None):
-    """Attaches this process to its node's syncd (calling it again while attached does nothing),
-    then adds `process_sets` (ProcessSet objects or lists of ranks), as every rank must."""
+def init(comm=None):
+    """Attaches this process to its node's syncd (calling it again while attached does nothing).
+    hvd.init (syncd.torch.process_sets.init) then adds the process sets it is given."""
     global _client_obj
     if comm is not None:
         raise ValueError("syncd.torch.init: MPI communicators are not supported; ranks come from syncrun/srun")
@@ -59,10 +59,6 @@ def init(comm=None, process_sets=None):
         _client_obj = _client.Client()
         for hook in list(_init_hooks):
             hook()
-    if process_sets:
-        from syncd.torch.process_sets import add_process_set
-        for ps in process_sets:
-            add_process_set(ps)
 
 
 def shutdown():

@@ -10,7 +10,7 @@ Horovod's HOROVOD_DYNAMIC_PROCESS_SETS (always on here). The daemons agree on ea
 set whose ranks are all on one node never leaves that node's daemon, and disjoint sets run
 concurrently.
 """
-from syncd.errors import SyncdError
+from syncd.errors import HorovodInternalError, SyncdError
 from syncd.torch import basics
 
 
@@ -71,6 +71,14 @@ basics._init_hooks.append(_on_init)
 basics._shutdown_hooks.append(_on_shutdown)
 
 
+def init(comm=None, process_sets=None):
+    """hvd.init: attaches this process to its node's syncd (calling it again while attached does
+    nothing), then adds `process_sets` (ProcessSet objects or lists of ranks), as every rank must."""
+    basics.init(comm)
+    for ps in process_sets or ():
+        add_process_set(ps)
+
+
 def add_process_set(process_set):
     """Adds a process set (a ProcessSet or a list of ranks) on every rank; returns the ProcessSet
     with its id. Every rank must call it, with the same ranks, in the same order."""
@@ -80,7 +88,6 @@ def add_process_set(process_set):
     try:
         ps.process_set_id = basics.client().add_process_set(ps.ranks)
     except SyncdError as e:
-        from syncd.torch.requests import HorovodInternalError
         raise HorovodInternalError(e) from e
     _sets[ps.process_set_id] = ps
     return ps
@@ -94,7 +101,6 @@ def remove_process_set(process_set):
     try:
         basics.client().remove_process_set(process_set.process_set_id)
     except SyncdError as e:
-        from syncd.torch.requests import HorovodInternalError
         raise HorovodInternalError(e) from e
     del _sets[process_set.process_set_id]
     process_set._invalidate()

@@ -10,17 +10,10 @@ import itertools
 
 import torch
 
-from syncd.errors import SyncdError
+from syncd.errors import HorovodInternalError, SyncdError
 from syncd.torch import basics
 from syncd.torch.basics import client
 from syncd.torch.process_sets import global_process_set, set_id
-
-
-class HorovodInternalError(SyncdError):
-    """A collective failed (raised by synchronize and the blocking calls)."""
-
-    def __init__(self, error):
-        super().__init__(str(error), getattr(error, "status", None))
 
 
 _handles = {}  # handle -> _Request, until synchronize()
