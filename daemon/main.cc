@@ -261,7 +261,7 @@ int Serve(const Config& config) {
   std::unique_ptr<MetricsServer> metrics;  // stops (below) before the engine goes
   if (config.metrics_port >= 0) {
     auto m = MetricsServer::Start(config.metrics_address, uint16_t(config.metrics_port),
-                                  [&engine] { return RenderPrometheus(*engine.FreshSnapshot(100)); });
+                                  [&engine] { return MetricFamilies(*engine.FreshSnapshot(100)); });
     if (!m.ok()) return Fail(m.status());
     metrics = std::move(*m);
     control.set_metrics_url(metrics->url());

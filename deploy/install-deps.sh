@@ -10,8 +10,8 @@ packages=(
   # daemon dependencies
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
-  # the metrics endpoint's HTTP server
-  libcivetweb-dev
+  # the metrics endpoint: prometheus-cpp's registry model and its pull server, which runs on civetweb
+  libcivetweb-dev prometheus-cpp-dev
   # plan hashes and partial round initiators
   libxxhash-dev
   # tests and benchmarks

@@ -1,9 +1,9 @@
 #include "daemon/obs/prometheus.h"
 
-#include <charconv>
-#include <cstdio>
+#include <prometheus/text_serializer.h>
+
+#include <limits>
 #include <utility>
-#include <vector>
 
 #include "daemon/base/version.h"
 
@@ -11,37 +11,33 @@ namespace syncd {
 namespace {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
 
-std::string Number(double v) {  // the shortest text that reads back as v
-  char buf[40];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  return ec == std::errc() ? std::string(buf, end) : "NaN";
-}
-
-std::string Number(uint64_t v) { return std::to_string(v); }
-
-// Appends families and samples; every sample gets the node-level labels first.
+// Builds the families in prometheus-cpp's data model; every sample gets the node-level labels
+// first. A family's samples follow its declaration (Family), whose type they take.
 class Exposition {
  public:
   explicit Exposition(Labels base) : base_(std::move(base)) {}
 
   void Family(const std::string& name, const char* type, const char* help) {
-    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    const std::string t = type;
+    families_.push_back(MetricFamily{name, help,
+                                     t == "counter" ? MetricType::Counter
+                                     : t == "histogram" ? MetricType::Histogram
+                                                        : MetricType::Gauge,
+                                     {}});
   }
 
   template <typename T>
   void Sample(const std::string& name, const Labels& labels, T value) {
-    out_ += name;
-    out_ += '{';
-    bool first = true;
-    for (const Labels* ls : {static_cast<const Labels*>(&base_), &labels}) {
-      for (const auto& [k, v] : *ls) {
-        if (!first) out_ += ',';
-        first = false;
-        out_ += k + "=\"" + EscapeLabelValue(v) + "\"";
-      }
+    ClientMetric& m = Add(labels);
+    if (families_.back().type == MetricType::Counter) {
+      m.counter.value = double(value);
+    } else {
+      m.gauge.value = double(value);
     }
-    out_ += "} " + Number(value) + "\n";
   }
 
   // One family's single sample.
@@ -54,28 +50,28 @@ class Exposition {
   template <size_t N>
   void Histogram(const std::string& name, const Labels& labels, const std::array<double, N>& bounds,
                  const syncd::Histogram<N>& h) {
+    ClientMetric& m = Add(labels);
     uint64_t cumulative = 0;
     for (size_t i = 0; i <= N; ++i) {
       cumulative += h.counts[i];
-      Labels with = labels;
-      char le[32];
-      if (i < N) {
-        snprintf(le, sizeof(le), "%g", bounds[i]);
-      } else {
-        snprintf(le, sizeof(le), "+Inf");
-      }
-      with.emplace_back("le", le);
-      Sample(name + "_bucket", with, cumulative);
+      m.histogram.bucket.push_back({cumulative, i < N ? bounds[i] : std::numeric_limits<double>::infinity()});
     }
-    Sample(name + "_sum", labels, h.sum);
-    Sample(name + "_count", labels, h.count);
+    m.histogram.sample_sum = h.sum;
+    m.histogram.sample_count = h.count;
   }
 
-  std::string Take() { return std::move(out_); }
+  std::vector<MetricFamily> Take() { return std::move(families_); }
 
  private:
+  ClientMetric& Add(const Labels& labels) {
+    ClientMetric& m = families_.back().metric.emplace_back();
+    for (const Labels* ls : {static_cast<const Labels*>(&base_), &labels})
+      for (const auto& [k, v] : *ls) m.label.push_back(ClientMetric::Label{k, v});
+    return m;
+  }
+
   Labels base_;
-  std::string out_;
+  std::vector<MetricFamily> families_;
 };
 
 double Seconds(uint64_t ns) { return double(ns) / 1e9; }
@@ -237,24 +233,7 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
 
 }  // namespace
 
-std::string EscapeLabelValue(const std::string& v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string RenderPrometheus(const StatusSnapshot& s) {
+std::vector<MetricFamily> MetricFamilies(const StatusSnapshot& s) {
   Exposition e({{"job_id", std::to_string(s.job_id)}, {"node", std::to_string(s.node_rank)}});
   e.Family("syncd_info", "gauge", "Always 1: the daemon's version and coordination mode.");
   e.Sample("syncd_info", {{"version", kVersionString}, {"coord", s.coordinated ? s.coord_mode : "local"}}, uint64_t(1));
@@ -267,5 +246,7 @@ std::string RenderPrometheus(const StatusSnapshot& s) {
   EngineMetrics(s, &e);
   return e.Take();
 }
+
+std::string RenderPrometheus(const StatusSnapshot& s) { return prometheus::TextSerializer().Serialize(MetricFamilies(s)); }
 
 }  // namespace syncd

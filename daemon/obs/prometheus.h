@@ -1,20 +1,23 @@
-// A status snapshot in Prometheus' text exposition format (version 0.0.4): what `--metrics-port`
-// serves at /metrics. Every series carries the node-level labels `job_id` and `node`; per-rank
-// series add `rank`. (`job` itself is left to the scraper: Prometheus sets it from its scrape
-// configuration and would rename ours to `exported_job`.)
+// A status snapshot as Prometheus metrics: what `--metrics-port` serves at /metrics. The families
+// are prometheus-cpp's data model (its TextSerializer writes the text exposition, its Exposer
+// serves them: control/metrics_server.h). Every series carries the node-level labels `job_id`
+// and `node`; per-rank series add `rank`. (`job` itself is left to the scraper: Prometheus sets
+// it from its scrape configuration and would rename ours to `exported_job`.)
 #ifndef SYNCD_DAEMON_OBS_PROMETHEUS_H_
 #define SYNCD_DAEMON_OBS_PROMETHEUS_H_
 
+#include <prometheus/metric_family.h>
+
 #include <string>
+#include <vector>
 
 #include "daemon/obs/status_snapshot.h"
 
 namespace syncd {
 
+std::vector<prometheus::MetricFamily> MetricFamilies(const StatusSnapshot& s);
+// The text exposition (format 0.0.4) of MetricFamilies(s).
 std::string RenderPrometheus(const StatusSnapshot& s);
-
-// A label value with backslash, double quote and newline escaped, as the format requires.
-std::string EscapeLabelValue(const std::string& v);
 
 }  // namespace syncd
 

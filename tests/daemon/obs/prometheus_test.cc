@@ -109,10 +109,12 @@ TEST(PrometheusTest, EveryFamilyIsDeclaredOnceBeforeItsSamples) {
 }
 
 TEST(PrometheusTest, LabelValuesAreEscaped) {
-  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
   StatusSnapshot s;
   s.collectives[{0, "all\"reduce"}].ops = 1;
-  EXPECT_NE(RenderPrometheus(s).find("kind=\"all\\\"reduce\"} 1"), std::string::npos);
+  s.collectives[{0, "a\\b\nc"}].ops = 2;
+  const std::string text = RenderPrometheus(s);
+  EXPECT_NE(text.find("kind=\"all\\\"reduce\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("kind=\"a\\\\b\\nc\"} 2"), std::string::npos) << text;
 }
 
 }  // namespace
