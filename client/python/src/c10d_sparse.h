@@ -76,8 +76,10 @@ inline at::Tensor SumSparseBlobs(const at::Tensor& mine, const char* data, const
     std::vector<int64_t> vshape = {nnz};
     vshape.insert(vshape.end(), dense.begin(), dense.end());
     at::Tensor val = at::empty(vshape, mine.options().layout(at::kStrided));
-    memcpy(idx.data_ptr(), at + hbytes, size_t(idx.numel()) * 8);
-    memcpy(val.data_ptr(), at + hbytes + idx.numel() * 8, size_t(val.numel()) * val.element_size());
+    // (An empty tensor's data pointer may be null: memcpy must not see it.)
+    if (idx.numel() > 0) memcpy(idx.data_ptr(), at + hbytes, size_t(idx.numel()) * 8);
+    if (val.numel() > 0)
+      memcpy(val.data_ptr(), at + hbytes + idx.numel() * 8, size_t(val.numel()) * val.element_size());
     indices.push_back(idx);
     values.push_back(val);
   }
