@@ -13,7 +13,7 @@ partial rounds with their NAP on both nodes, node 1's
 clock offset with its error bound, and the two nodes' events on one time line: a step's allreduce
 ends on both nodes within 8 ms plus the clock's error bound (median over the steps; 0.01 ms on an
 idle machine), never before the job's last submission of it, and the sleeping rank submits 20 ms after rank 0
-(median; at least 18, at most 30 on a loaded machine).
+(median; at least 10, at most 30 on a loaded machine).
 Part 2, syncctl on node 1: `syncctl timeline start DIR/ctl.json --cycles 5` (node 0 writes it):
 the file stops by itself after 5 cycles that ran tensors though the ranks go on.
 Every rank exits with rank 0's verdict.
@@ -101,9 +101,10 @@ def check_hvd_file(events, size, mode):
     first = sorted(e["ts"] for e in submits[(0, "submit allreduce.timeline.grad0")])
     last = sorted(e["ts"] for e in submits[(size - 1, "submit allreduce.timeline.grad0")])
     late = sorted((b - a) / 1e3 for a, b in zip(first, last))[STEPS // 2]
-    # At least the sleep (less the clock's bound); a loaded machine wakes the sleeper late (25 ms
-    # with two CPU hogs on the two cores).
-    assert SLEEP_MS - 2 - bound_ms < late < SLEEP_MS + 10, "rank %d submits %.1f ms after rank 0 (median), expected %.0f" % (
+    # About the sleep: a loaded machine wakes the sleeper late (25 ms with two CPU hogs on the two
+    # cores), and schedules rank 0 late too, which shortens the gap (16.9 ms seen in CI with a
+    # build beside it). A clock correction gone wrong is off by far more than either.
+    assert SLEEP_MS / 2 - bound_ms < late < SLEEP_MS + 10, "rank %d submits %.1f ms after rank 0 (median), expected %.0f" % (
         size - 1, late, SLEEP_MS)
     print("timeline: %d events, nodes' end skew %.2f ms (median), rank %d late %.1f ms, clock %+.1f us +- %.1f us" % (
         len(events), skew, size - 1, late, clock[-1]["args"]["offset_us"], clock[-1]["args"]["error_bound_us"]),
