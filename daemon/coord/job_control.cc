@@ -80,10 +80,12 @@ void Negotiator::PeerLeft(uint32_t node, const std::string& reason) {
 bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {
   if (!broken_) {
     broken_ = true;
-    failure_ = Status(SYNCD_ERR_RANK_LOST, why);
+    // This daemon leaves: what it still holds fails as its clients' other requests do when their
+    // daemon stops (DAEMON_LOST), not as a lost rank's.
+    failure_ = Status(SYNCD_ERR_DAEMON_LOST, why);
     CancelCycle(failure_);
     std::vector<std::string> names = order_;
-    for (const std::string& name : names) TakeAndFail(name, Status(SYNCD_ERR_RANK_LOST, "tensor '" + name + "': " + why));
+    for (const std::string& name : names) TakeAndFail(name, Status(SYNCD_ERR_DAEMON_LOST, "tensor '" + name + "': " + why));
     SendControl(ControlMessage{ControlMessage::Kind::kLeave, options_.job, 0, peer_reason});
   }
   while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
