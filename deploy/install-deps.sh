@@ -12,8 +12,8 @@ packages=(
   libucx-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
   # the metrics endpoint: prometheus-cpp's registry model and its pull server, which runs on civetweb
   libcivetweb-dev prometheus-cpp-dev
-  # plan hashes and partial round initiators
-  libxxhash-dev
+  # plan hashes and partial round initiators; flat hash tables (the request ledger)
+  libxxhash-dev libabsl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)

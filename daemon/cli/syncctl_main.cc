@@ -197,6 +197,10 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
+  printf("requests   %lu in flight", (unsigned long)s.open_requests());
+  if (s.requests_finished_twice() > 0)
+    printf("   %lu SECOND COMPLETIONS REFUSED (a bug: see the log)", (unsigned long)s.requests_finished_twice());
+  printf("\n");
   if (!s.metrics_url().empty()) printf("metrics    %s\n", s.metrics_url().c_str());
   if (s.timeline().on() || s.timeline().events() > 0) {
     const auto& t = s.timeline();

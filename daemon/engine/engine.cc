@@ -219,7 +219,8 @@ bool Engine::Poll() {
   for (auto& [id, c] : clients_)
     if (!DrainSubmissions(c, &did)) broken.push_back(id);
   for (uint32_t id : broken) {
-    Disconnect(id, "broke the shared-memory protocol (corrupt ring indices)");
+    const std::string why = clients_.at(id).broke;
+    Disconnect(id, "broke the shared-memory protocol (" + (why.empty() ? "corrupt ring indices" : why) + ")");
     kick_client_(id);
     did = true;
   }
@@ -253,6 +254,10 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     if (!e) return true;
     *did = true;
     c.last_submit_ns = abi::MonotonicNs();
+    if (!ledger_.Open(c.info->client_id, e->handle)) {
+      c.broke = "submitted handle " + std::to_string(e->handle) + " while it was still in flight";
+      return false;
+    }
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // already completed with an error
     if (r->kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
@@ -317,6 +322,15 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
+  // A tensor completed a second time (none of its requests in flight) is not counted again; each
+  // request's second completion is refused in Complete.
+  const bool again = std::none_of(requests.begin(), requests.end(), [&](const Request& r) {
+    return r.client_id == kNoClient || ledger_.IsOpen(r.client_id, r.handle);
+  });
+  if (again && !requests.empty()) {
+    for (const Request& r : requests) Complete(r, status);
+    return;
+  }
   if (!status.ok()) {
     ++error_ops_;
     spdlog::warn("{}", status.message());
@@ -393,6 +407,11 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
 }
 
 void Engine::Complete(const Request& r, const Status& status) {
+  if (r.client_id != kNoClient && !ledger_.Finish(r.client_id, r.handle)) {
+    spdlog::error("tensor '{}' (handle {}) of rank {} completed a second time ({}): refused, its client got the first",
+                  r.name, r.handle, r.rank, status.ok() ? "OK" : status.message());
+    return;
+  }
   if (drain_deadline_ns_.load(std::memory_order_relaxed) != 0) ++(status.ok() ? drain_result_.completed : drain_result_.failed);
   // A result block only reaches the client with a successful completion; otherwise it is free.
   const bool has_result = r.result_offset != abi::kNoResult;
@@ -484,6 +503,8 @@ void Engine::PublishSnapshot() {
   s->fusion_sizes = counters_.fusion_sizes;
   for (const auto& [key, m] : metrics_) s->collectives[{key.first, OpKindName(abi::OpKind(key.second))}] = m;
   s->stall_warnings = stall_warnings_;
+  s->open_requests = ledger_.open();
+  s->requests_finished_twice = ledger_.refused();
   s->job_id = job_id_;
   s->stragglers = stragglers_.Summary();
   s->job_nodes = JobNodes(now_ns, s->clients, s->stragglers);

@@ -21,6 +21,7 @@
 #include "daemon/base/spsc_queue.h"
 #include "daemon/engine/job_timeline.h"
 #include "daemon/engine/point_to_point.h"
+#include "daemon/core/request_ledger.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/status_snapshot.h"
@@ -155,6 +156,7 @@ class Engine {
     std::unique_ptr<AttachedClient> info;
     uint64_t ops = 0, bytes = 0, errors = 0;
     uint64_t last_submit_ns = 0;  // when the engine last took an entry off its ring
+    std::string broke;  // how it broke the ring protocol (DrainSubmissions returned false)
   };
   struct LostRank {
     int32_t pid;
@@ -253,6 +255,7 @@ class Engine {
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   PointToPoint p2p_;  // send and recv: outside the sets' coordination
+  RequestLedger ledger_;  // every request read off a ring until its one completion
   ExecutionCounters counters_;
   CollectiveMetricsByKind metrics_;
   StragglerWindow stragglers_;

@@ -147,6 +147,11 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
             "than --stall-warning-s.",
             uint64_t(s.stalls.size()));
   e->Metric("syncd_stall_warnings_total", "counter", "Stall warnings logged.", s.stall_warnings);
+  e->Metric("syncd_open_requests", "gauge", "Requests read off the ranks' rings and not yet completed.",
+            s.open_requests);
+  e->Metric("syncd_requests_finished_twice_total", "counter",
+            "Second completions of one request, refused (each request completes exactly once: 0 unless a bug).",
+            s.requests_finished_twice);
 }
 
 void Coordination(const StatusSnapshot& s, Exposition* e) {

@@ -164,7 +164,12 @@ Daemon::~Daemon() {
       waitpid(pid_, nullptr, 0);
     }
   }
-  if (::testing::Test::HasFailure()) fprintf(stderr, "---- syncd log (%s) ----\n%s", run_dir_.c_str(), Log().c_str());
+  // Every request completes exactly once (daemon/core/request_ledger.h), whatever the test checks:
+  // a second completion, refused and logged, fails it.
+  const std::string log = Log();
+  if (log.find("completed a second time") != std::string::npos)
+    ADD_FAILURE() << "syncd (" << run_dir_ << ") refused a second completion of a request";
+  if (::testing::Test::HasFailure()) fprintf(stderr, "---- syncd log (%s) ----\n%s", run_dir_.c_str(), log.c_str());
   std::error_code ec;
   std::filesystem::remove_all(run_dir_, ec);
   std::filesystem::remove(log_path_, ec);
