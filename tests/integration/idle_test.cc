@@ -39,6 +39,13 @@ double CpuPercent(pid_t pid, double seconds) {
   return 100.0 * double(t1 - t0) / double(sysconf(_SC_CLK_TCK)) / seconds;
 }
 
+// Sanitizer builds (deploy/sanitize.sh) run the engine's code several times slower.
+#ifdef SYNCD_TEST_SANITIZED
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 class IdleEngine : public ::testing::TestWithParam<const char*> {};
 
 // A two-node job whose ranks sleep after one allreduce: its daemons keep their cycles going
@@ -79,6 +86,8 @@ class WaitingEngine : public ::testing::TestWithParam<const char*> {};
 // the network in every cycle meanwhile. Sharing its core with the ranks it sleeps on UCX's event
 // descriptor instead of spinning sched_yield (which took whatever the ranks left: 100 % of a
 // core in negotiate mode). In nbcs and topo the wait falls mostly between cycles, asleep.
+// Measured here in a release build: negotiate 3 %, gs 5 %, nbcs 16-19 %, topo 3 %; a sanitizer
+// build runs the same cycles slower (nbcs 21-22 % under ASan), hence its margin.
 TEST_P(WaitingEngine, AnEngineWaitingForALateNodeLeavesItsRanksTheirCore) {
   Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", GetParam()});
   const pid_t node0 = cluster.node(0).pid();
@@ -94,7 +103,8 @@ TEST_P(WaitingEngine, AnEngineWaitingForALateNodeLeavesItsRanksTheirCore) {
       const pid_t watcher = Spawn([&] {
         usleep(500'000);
         const double pct = CpuPercent(node0, 2.5);
-        CHILD_CHECK(pct >= 0 && pct < 20.0, "node 0's daemon used %.2f %% of a core waiting for node 1", pct);
+        const double bound = kSanitized ? 30.0 : 20.0;
+        CHILD_CHECK(pct >= 0 && pct < bound, "node 0's daemon used %.2f %% of a core waiting for node 1", pct);
         return 0;
       });
       CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK, "submit: %s", syncd_last_error());
