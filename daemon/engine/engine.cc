@@ -322,12 +322,10 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
-  // A tensor completed a second time (none of its requests in flight) is not counted again; each
-  // request's second completion is refused in Complete.
-  const bool again = std::none_of(requests.begin(), requests.end(), [&](const Request& r) {
-    return r.client_id == kNoClient || ledger_.IsOpen(r.client_id, r.handle);
-  });
-  if (again && !requests.empty()) {
+  // A tensor completed a second time is not counted again (each request's second completion is
+  // refused in Complete); its first request with a client says which (one lookup per tensor).
+  const auto first = std::find_if(requests.begin(), requests.end(), [](const Request& r) { return r.client_id != kNoClient; });
+  if (first != requests.end() && !ledger_.IsOpen(first->client_id, first->handle)) {
     for (const Request& r : requests) Complete(r, status);
     return;
   }
