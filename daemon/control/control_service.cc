@@ -249,7 +249,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
 
 grpc::Status ControlService::Timeline(grpc::ServerContext*, const control::TimelineRequest* request,
                                       control::TimelineReply*) {
-  Engine::TimelineCommand c;
+  TimelineCommand c;
   c.start = !request->stop();
   c.path = request->file();
   c.seconds = request->seconds();

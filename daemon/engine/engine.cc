@@ -135,9 +135,7 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
   if (p2p_.WaitsOnNetwork()) sleep_ns = 0;          // and so does a transfer from another node
   if (since_work > spin_ns && sleep_ns > 0) {
     if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
-          return HasWork() || stop_.load(std::memory_order_relaxed) || timeline_posted_.load(std::memory_order_relaxed) ||
-                 snapshot_requested_.load(std::memory_order_relaxed) !=
-                     snapshot_published_.load(std::memory_order_relaxed);
+          return HasWork() || stop_.load(std::memory_order_relaxed) || commands_.pending();
         }))
       ++wakeups_;
     node_page_->Heartbeat();
@@ -178,14 +176,13 @@ void Engine::Run() {
       last_beat = t1;
     }
     SendHealth(t1);
-    if (timeline_posted_.load(std::memory_order_acquire)) RunTimelineCommand();
+    if (commands_.pending()) RunCommands();
     timeline_.Poll(t1);
     if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) {
       CheckStalls(t1);
       ExpireDepartures(t1);
     }
-    if (t1 - last_snapshot > kSnapshotPeriodNs ||
-        snapshot_requested_.load(std::memory_order_relaxed) != snapshot_published_.load(std::memory_order_relaxed)) {
+    if (t1 - last_snapshot > kSnapshotPeriodNs) {
       PublishSnapshot();
       last_snapshot = t1;
     }
@@ -431,60 +428,40 @@ void Engine::FlushClients() {
   for (auto& [id, c] : clients_) c.info->segment.Flush();
 }
 
-Status Engine::CommandTimeline(const TimelineCommand& command, int timeout_ms) {
-  {
-    MutexLock lock(&timeline_mu_);
-    if (timeline_command_) return Status(SYNCD_ERR_DUPLICATE, "timeline: another command is being carried out");
-    timeline_command_ = command;
-    timeline_answer_.reset();
-  }
-  timeline_posted_.store(true, std::memory_order_release);
+StatusOr<EngineReply> Engine::Ask(EngineCommand command, int timeout_ms) const {
+  std::future<EngineReply> reply = commands_.Post(std::move(command));
   node_page_->Wake();
-  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
-  for (;;) {
-    {
-      MutexLock lock(&timeline_mu_);
-      if (timeline_answer_) {
-        Status answer = std::move(*timeline_answer_);
-        timeline_answer_.reset();
-        return answer;
-      }
-      if (abi::MonotonicNs() >= deadline) {
-        // The engine may still carry it out; its answer is dropped then.
-        return Status(SYNCD_ERR_TIMEOUT, "timeline: the engine did not answer in time");
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  if (reply.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready)
+    return Status(SYNCD_ERR_TIMEOUT, "the engine did not answer within " + std::to_string(timeout_ms) + " ms");
+  return reply.get();
 }
 
-void Engine::RunTimelineCommand() {
-  std::optional<TimelineCommand> c;
-  {
-    MutexLock lock(&timeline_mu_);
-    c = std::move(timeline_command_);
-    timeline_command_.reset();
-    timeline_posted_.store(false, std::memory_order_release);
-  }
-  if (!c) return;
-  Status st;
-  if (!job_started_) st = Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet");
-  else st = c->start ? timeline_.Start(c->path, c->seconds, c->cycles) : timeline_.Stop();
-  MutexLock lock(&timeline_mu_);
-  timeline_answer_ = std::move(st);
+Status Engine::CommandTimeline(const TimelineCommand& command, int timeout_ms) {
+  StatusOr<EngineReply> reply = Ask(command, timeout_ms);
+  if (!reply.ok()) return Status(reply.status().code(), "timeline: " + reply.status().message());
+  return std::get<Status>(*reply);
 }
 
 std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) const {
-  const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_relaxed) + 1;
-  node_page_->Wake();
-  const uint64_t deadline = abi::MonotonicNs() + uint64_t(timeout_ms) * 1'000'000ull;
-  while (snapshot_published_.load(std::memory_order_acquire) < want && abi::MonotonicNs() < deadline)
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  return Snapshot();
+  StatusOr<EngineReply> reply = Ask(SnapshotCommand{}, timeout_ms);
+  if (reply.ok()) return std::get<std::shared_ptr<const StatusSnapshot>>(*reply);
+  return Snapshot();  // the latest one (the engine is busy or not running)
+}
+
+void Engine::RunCommands() {
+  for (CommandQueue::Entry& e : commands_.TakeAll()) {
+    if (std::holds_alternative<SnapshotCommand>(e.command)) {
+      PublishSnapshot();
+      e.reply.set_value(Snapshot());
+    } else {
+      const TimelineCommand& c = std::get<TimelineCommand>(e.command);
+      if (!job_started_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
+      else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
+    }
+  }
 }
 
 void Engine::PublishSnapshot() {
-  const uint64_t requested = snapshot_requested_.load(std::memory_order_relaxed);
   auto s = std::make_shared<StatusSnapshot>();
   s->uptime_s = double(abi::MonotonicNs() - start_ns_) / 1e9;
   s->node_rank = config_.node_rank;
@@ -542,7 +519,6 @@ void Engine::PublishSnapshot() {
     MutexLock lock(&snapshot_mu_);
     snapshot_ = std::move(s);
   }
-  snapshot_published_.store(requested, std::memory_order_release);
 }
 
 }  // namespace syncd

@@ -22,6 +22,7 @@
 #include "daemon/engine/job_timeline.h"
 #include "daemon/engine/point_to_point.h"
 #include "daemon/core/request_ledger.h"
+#include "daemon/engine/commands.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/status_snapshot.h"
@@ -136,15 +137,11 @@ class Engine {
   // engine); falls back to the latest one. Any thread but the engine's.
   std::shared_ptr<const StatusSnapshot> FreshSnapshot(int timeout_ms) const;
 
-  // The job's timeline (engine/job_timeline.h), from any thread but the engine's: start (`path`
-  // non-empty: node 0 writes it; `seconds`, `cycles`: limits, 0 none) or stop. Waits up to
-  // `timeout_ms` for the engine's answer. One command at a time.
-  struct TimelineCommand {
-    bool start = true;
-    std::string path;
-    double seconds = 0;
-    uint64_t cycles = 0;
-  };
+  // A command (engine/commands.h) from any thread but the engine's: the engine carries it out
+  // between two polls; waits up to `timeout_ms` for its reply (TIMEOUT: none came in time; the
+  // engine may still carry it out, and its reply is dropped then).
+  StatusOr<EngineReply> Ask(EngineCommand command, int timeout_ms) const;
+  // The job's timeline (engine/job_timeline.h): Ask with a TimelineCommand.
   Status CommandTimeline(const TimelineCommand& command, int timeout_ms);
 
  private:
@@ -277,14 +274,8 @@ class Engine {
   // lock bit ThreadSanitizer cannot see under clang.
   mutable Mutex snapshot_mu_;
   std::shared_ptr<const StatusSnapshot> snapshot_ SYNCD_GUARDED_BY(snapshot_mu_);
-  mutable std::atomic<uint64_t> snapshot_requested_{0};
-  // A timeline command from another thread, and the engine's answer.
-  Mutex timeline_mu_;
-  std::optional<TimelineCommand> timeline_command_ SYNCD_GUARDED_BY(timeline_mu_);
-  std::optional<Status> timeline_answer_ SYNCD_GUARDED_BY(timeline_mu_);
-  std::atomic<bool> timeline_posted_{false};
-  void RunTimelineCommand();
-  std::atomic<uint64_t> snapshot_published_{0};
+  mutable CommandQueue commands_;  // the control plane's commands (Ask)
+  void RunCommands();
 
   std::map<uint32_t, ClientState> clients_;          // by client id
   std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id

@@ -1,0 +1,70 @@
+// The control plane's commands to the engine: typed, from any thread, each with its reply,
+// carried out on the engine thread between two polls (Engine::Ask). One queue replaces what each
+// command used to have of its own (the timeline's mutex and sleep-poll for its answer, the
+// snapshot's request counter). Clients attaching and leaving keep the attach server's bounded
+// SPSC inbox (Engine::Post): its back-pressure is what paces a storm of connections.
+//
+// Threads: Post from any thread; pending and TakeAll from the engine thread.
+#ifndef SYNCD_DAEMON_ENGINE_COMMANDS_H_
+#define SYNCD_DAEMON_ENGINE_COMMANDS_H_
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "daemon/base/status.h"
+#include "daemon/obs/status_snapshot.h"
+#include "proto/mutex.h"
+
+namespace syncd {
+
+// Publish a status snapshot now; the reply is that snapshot.
+struct SnapshotCommand {};
+// Start (`path` non-empty: node 0 writes it; `seconds`, `cycles`: limits, 0 none) or stop the
+// job's timeline (engine/job_timeline.h); the reply is a Status.
+struct TimelineCommand {
+  bool start = true;
+  std::string path;
+  double seconds = 0;
+  uint64_t cycles = 0;
+};
+using EngineCommand = std::variant<SnapshotCommand, TimelineCommand>;
+using EngineReply = std::variant<Status, std::shared_ptr<const StatusSnapshot>>;
+
+class CommandQueue {
+ public:
+  struct Entry {
+    EngineCommand command;
+    std::promise<EngineReply> reply;
+  };
+
+  // Queues `command`; its reply arrives through the future once the engine carried it out.
+  std::future<EngineReply> Post(EngineCommand command) {
+    Entry e{std::move(command), {}};
+    std::future<EngineReply> reply = e.reply.get_future();
+    MutexLock lock(&mu_);
+    entries_.push_back(std::move(e));
+    pending_.store(true, std::memory_order_release);
+    return reply;
+  }
+  // Whether anything waits (one atomic load: the engine checks it every turn).
+  bool pending() const { return pending_.load(std::memory_order_acquire); }
+  std::vector<Entry> TakeAll() {
+    MutexLock lock(&mu_);
+    pending_.store(false, std::memory_order_release);
+    return std::exchange(entries_, {});
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<Entry> entries_ SYNCD_GUARDED_BY(mu_);
+  std::atomic<bool> pending_{false};
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_COMMANDS_H_
