@@ -51,8 +51,9 @@ class IdleEngine : public ::testing::TestWithParam<const char*> {};
 // A two-node job whose ranks sleep after one allreduce: its daemons keep their cycles going
 // (Horovod's timer) but sleep between them. Before the engine slept in blocked and idle cycles
 // each daemon used 60 % of a core in negotiate mode and 16 % in topo; bench/idle_cpu.sh measures
-// under 1 % now. The bound here leaves room for a sanitizer build (2 % measured under ASan) and
-// /proc's 10 ms ticks over 3 s.
+// under 1 % now. The bound leaves room for /proc's 10 ms ticks over 3 s; a sanitizer build runs
+// each timer cycle slower (2 % measured under ASan here, 5.7 % once in CI's ASan suite with nbcs),
+// hence its margin. A daemon that spins while idle uses 60 % or more and fails either bound.
 TEST_P(IdleEngine, DaemonsOfAQuietTwoNodeJobUseAlmostNoCpu) {
   Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", GetParam()});
   const pid_t daemons[2] = {cluster.node(0).pid(), cluster.node(1).pid()};
@@ -67,7 +68,8 @@ TEST_P(IdleEngine, DaemonsOfAQuietTwoNodeJobUseAlmostNoCpu) {
       sleep(2);  // past the last work's spin and into the slower idle timer
       for (pid_t d : daemons) {
         const double pct = CpuPercent(d, 3.0);
-        CHILD_CHECK(pct >= 0 && pct < 5.0, "daemon %d used %.2f %% of a core while the job was idle", int(d), pct);
+        const double bound = kSanitized ? 10.0 : 5.0;
+        CHILD_CHECK(pct >= 0 && pct < bound, "daemon %d used %.2f %% of a core while the job was idle", int(d), pct);
       }
     } else {
       sleep(8);
