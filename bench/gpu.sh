@@ -28,7 +28,10 @@ run() {  # run NAME syncd-args... -- bench-args...
 run fused -- allreduce
 run cached --syncd-arg=--gpu-ipc-cache=on -- latency
 run uncached --syncd-arg=--gpu-ipc-cache=off -- latency
-run queued -- latency --queued  # the daemon's stream waits on each client's interprocess event
+run queued -- latency --queued  # the daemon's stream waits for each client's stream through its flag
+export SYNCD_GPU_WAIT=event  # ... through an interprocess event
+run queued_event -- latency --queued
+unset SYNCD_GPU_WAIT
 echo "== fused allreduce: syncd vs the same device work done directly ($ranks ranks, one daemon)"
 grep -v '^{' "$out/fused.txt"
 /usr/bin/env python3 - "$out" <<'PY'
@@ -36,20 +39,24 @@ import json, sys, os
 d = sys.argv[1]
 def rows(name):
     return [json.loads(l) for l in open(os.path.join(d, name + ".txt")) if l.startswith("{")]
-fused, on, off, queued = rows("fused"), rows("cached"), rows("uncached"), rows("queued")
-print("== CUDA IPC pointer cache: serial allreduce latency, cache on vs off")
-print("%10s %14s %14s %8s %16s" % ("bytes", "cache_on_us", "cache_off_us", "speedup", "with_event_us"))
+fused, on, off = rows("fused"), rows("cached"), rows("uncached")
+queued, queued_event = rows("queued"), rows("queued_event")
+print("== CUDA IPC pointer cache: serial allreduce latency, cache on vs off; queued work on the caller's stream")
+print("%10s %12s %13s %8s %13s %14s %10s" % ("bytes", "cache_on_us", "cache_off_us", "speedup", "with_flag_us",
+                                             "with_event_us", "flag/idle"))
 cache = []
-for a, b, q in zip(on, off, queued):
+for a, b, q, e in zip(on, off, queued, queued_event):
     cache.append({"bytes": a["bytes"], "cache_on_us": a["serial_us"], "cache_off_us": b["serial_us"],
-                  "speedup": b["serial_us"] / a["serial_us"], "with_ipc_event_us": q["serial_us"]})
-    print("%10d %14.2f %14.2f %8.2f %16.2f" % (a["bytes"], a["serial_us"], b["serial_us"], cache[-1]["speedup"],
-                                            q["serial_us"]))
-print("# with_event_us: cache on, work still queued on the client's stream at each submission, so the")
-print("# daemon's stream waits on the client's interprocess event")
+                  "speedup": b["serial_us"] / a["serial_us"], "with_flag_us": q["serial_us"],
+                  "with_ipc_event_us": e["serial_us"], "flag_over_idle": q["serial_us"] / a["serial_us"]})
+    print("%10d %12.2f %13.2f %8.2f %13.2f %14.2f %10.2f" % (a["bytes"], a["serial_us"], b["serial_us"],
+          cache[-1]["speedup"], q["serial_us"], e["serial_us"], cache[-1]["flag_over_idle"]))
+print("# with_flag_us / with_event_us: cache on, work still queued on the client's stream at each submission;")
+print("# the daemon's stream waits for it through a flag the stream writes (cuStreamWriteValue64 /")
+print("# cuStreamWaitValue64) or through an interprocess event (SYNCD_GPU_WAIT=event)")
 print(json.dumps({"bench": "gpu", "fused": fused, "ipc_cache": cache}))
 PY
-for run in fused cached uncached queued; do
+for run in fused cached uncached queued queued_event; do
   echo "== daemon status after the $run run"
   grep '^#' "$out/$run.log" || true
 done

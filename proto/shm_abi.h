@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 11;
+inline constexpr uint32_t kVersion = 12;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -142,20 +142,33 @@ inline constexpr uint32_t kSubmitGpu = 1;  // the tensor is in GPU memory, descr
 // A GPU tensor, as the client describes it (in its arena, at SubmitEntry::arena_offset, until the
 // request completes). The daemon opens the allocation's IPC handle (cached by client and
 // `alloc_base`; a different handle at the same base means the allocation was freed and replaced),
-// waits on the IPC event (recorded on the caller's stream after the work producing the tensor),
-// and reads and writes [offset, offset + SubmitEntry::bytes) of the allocation.
+// makes its stream wait for the work the caller queued before submitting (`ready`), and reads and
+// writes [offset, offset + SubmitEntry::bytes) of the allocation.
 inline constexpr size_t kIpcHandleBytes = 64;
+// GpuDescriptor::ready: how the daemon's stream waits for the caller's stream.
+inline constexpr uint32_t kReadyNow = 0;    // nothing was queued: the tensor is ready
+inline constexpr uint32_t kReadyEvent = 1;  // an interprocess event recorded on the caller's stream
+// A 64-bit flag in a small device allocation of the client's: the caller's stream writes
+// `flag_value` there after the tensor's producers (cuStreamWriteValue64, with its memory fence);
+// the daemon's stream waits for a value at least as large (cuStreamWaitValue64). A flag slot
+// serves one request in flight at a time and its values only grow.
+inline constexpr uint32_t kReadyFlag = 2;
 struct GpuDescriptor {
   uint8_t mem_handle[kIpcHandleBytes];    // cuIpcGetMemHandle of the allocation
-  uint8_t event_handle[kIpcHandleBytes];  // cuIpcGetEventHandle; valid when has_event
+  uint8_t event_handle[kIpcHandleBytes];  // cuIpcGetEventHandle; kReadyEvent
+  uint8_t flag_handle[kIpcHandleBytes];   // cuIpcGetMemHandle of the flag's allocation; kReadyFlag
   uint8_t device_uuid[16];                // the GPU (ordinals differ between processes)
   uint64_t alloc_base;                    // the allocation's address in the client
   uint64_t alloc_bytes;
   uint64_t offset;                        // of the tensor inside the allocation
-  uint32_t has_event;
+  uint64_t flag_base;                     // kReadyFlag: the flag allocation's address in the client
+  uint64_t flag_bytes;
+  uint64_t flag_offset;                   // of the 8-byte flag inside it
+  uint64_t flag_value;
+  uint32_t ready;                         // kReady*
   uint32_t reserved;
 };
-static_assert(sizeof(GpuDescriptor) == 176);
+static_assert(sizeof(GpuDescriptor) == 272);
 
 inline constexpr uint64_t kNoResult = ~uint64_t{0};
 struct CompletionEntry {

@@ -22,7 +22,7 @@ constexpr uint64_t kBarrierNames = 16;  // barriers one rank may have in flight 
 thread_local std::string g_last_error;
 
 
-void ReleaseGpuEvent(int slot) {
+void ReleaseGpuSlot(int slot) {
   std::string unused;
   if (CudaDriver* cuda = CudaDriver::Get(&unused)) cuda->Release(slot);
 }
@@ -267,15 +267,15 @@ int Client::SubmitGpu(abi::SubmitEntry* entry, const std::string& name, void* da
   if (cuda == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "' is a GPU tensor, but " + why);
   auto off = arena_alloc_->Allocate(sizeof(abi::GpuDescriptor));
   if (!off) return Fail(SYNCD_ERR_NO_MEMORY, "tensor '" + name + "': arena has no room for a GPU descriptor");
-  int event = -1;
+  int slot = -1;
   auto* desc = reinterpret_cast<abi::GpuDescriptor*>(arena_ + *off);
-  if (int rc = cuda->Export(data, entry->bytes, stream, desc, &event, &why); rc != SYNCD_OK) {
+  if (int rc = cuda->Export(data, entry->bytes, stream, desc, &slot, &why); rc != SYNCD_OK) {
     arena_alloc_->Free(*off);
     return Fail(rc, "tensor '" + name + "' (GPU pointer " + std::to_string(uintptr_t(data)) + "): " + why);
   }
   entry->arena_offset = *off;
   entry->flags = abi::kSubmitGpu;
-  return Enqueue(entry, name, nullptr, *off, true, out, event);
+  return Enqueue(entry, name, nullptr, *off, true, out, slot);
 }
 
 int Client::SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* data, syncd_handle* out) {
@@ -302,11 +302,11 @@ int Client::SubmitHost(abi::SubmitEntry* entry, const std::string& name, void* d
 }
 
 int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
-                    syncd_handle* out, int gpu_event) {
+                    syncd_handle* out, int gpu_slot) {
   abi::SubmitEntry* e = submit_.Reserve();
   if (e == nullptr) {  // cannot happen while slots <= ring entries; keep the invariant checked
     if (staged) arena_alloc_->Free(staging);
-    if (gpu_event >= 0) ReleaseGpuEvent(gpu_event);
+    if (gpu_slot >= 0) ReleaseGpuSlot(gpu_slot);
     return Fail(SYNCD_ERR_INTERNAL, "submission ring full");
   }
   const uint32_t idx = free_slots_.back();
@@ -322,7 +322,7 @@ int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user
   s.staged = staged;
   s.staging_offset = staging;
   s.bytes = entry->bytes;
-  s.gpu_event = gpu_event;
+  s.gpu_slot = gpu_slot;
   s.aux_offset = -1;
   s.result = nullptr;
   s.result_offset = abi::kNoResult;
@@ -423,9 +423,9 @@ int Client::Finish(Slot* s, std::string* reply) {
     if (s->status == SYNCD_OK && s->user_data != nullptr) memcpy(s->user_data, arena_ + s->staging_offset, s->bytes);
     arena_alloc_->Free(s->staging_offset);
   }
-  if (s->gpu_event >= 0) {
-    ReleaseGpuEvent(s->gpu_event);
-    s->gpu_event = -1;
+  if (s->gpu_slot >= 0) {
+    ReleaseGpuSlot(s->gpu_slot);
+    s->gpu_slot = -1;
   }
   if (s->aux_offset >= 0) arena_alloc_->Free(uint64_t(s->aux_offset));
   s->aux_offset = -1;

@@ -96,7 +96,7 @@ class Client {
     void* user_data = nullptr;  // where to copy a staged result back; null: only free the copy
     uint64_t staging_offset = 0;
     uint64_t bytes = 0;           // copied back to user_data (reducescatter: this rank's share only)
-    int gpu_event = -1;  // the CUDA driver's event slot this request recorded, released at completion
+    int gpu_slot = -1;  // the CUDA driver's ready slot (flag or event) this request used, released at completion
     int64_t aux_offset = -1;      // the arena copy of alltoall's splits, freed at completion
     syncd_result* result = nullptr;  // filled at completion (allgather, alltoall)
     uint64_t result_offset = abi::kNoResult;
@@ -128,7 +128,7 @@ class Client {
   // Fills the entry's handle and name and publishes it. `staged`: [staging, +bytes) of the arena
   // is this request's copy, freed at completion (after copying it back to `user`, if given).
   int Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user, uint64_t staging, bool staged,
-              syncd_handle* out, int gpu_event = -1) SYNCD_REQUIRES(mu_);
+              syncd_handle* out, int gpu_slot = -1) SYNCD_REQUIRES(mu_);
   int Finish(Slot* slot, std::string* reply = nullptr) SYNCD_REQUIRES(mu_);  // *reply: the completion's text
   bool DaemonAlive() SYNCD_REQUIRES(mu_);  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;

@@ -6,7 +6,9 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "proto/mutex.h"
@@ -40,7 +42,19 @@ struct Api {
   decltype(&::cuDeviceGetUuid) DeviceGetUuid = nullptr;
   decltype(&::cuGetErrorString) GetErrorString = nullptr;
   decltype(&::cuStreamQuery) StreamQuery = nullptr;
+  decltype(&::cuDeviceGet) DeviceGet = nullptr;
+  decltype(&::cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
+  decltype(&::cuMemAlloc) MemAlloc = nullptr;
+  decltype(&::cuMemsetD8) MemsetD8 = nullptr;
+  // Optional: drivers without it signal with events.
+  decltype(&::cuStreamWriteValue64) StreamWriteValue64 = nullptr;
 };
+
+// Flags live in device allocations of the caller's context, kFlagSlabBytes each: 2 MiB, the
+// driver's allocation granule, so that no other allocation shares its IPC mapping (the driver packs
+// small allocations together, and the daemon could not open a tensor's handle next to a flag's:
+// cudaErrorAlreadyMapped, seen on an H200 with 4 KiB slabs).
+constexpr uint64_t kFlagSlabBytes = 2 << 20;
 
 class DlCudaDriver final : public CudaDriver {
  public:
@@ -57,10 +71,11 @@ class DlCudaDriver final : public CudaDriver {
       return false;
     }
     bool ok = true;
-    auto resolve = [&](const char* name, auto* fn) {
+    auto resolve = [&](const char* name, auto* fn, bool required = true) {
       void* p = nullptr;
       CUdriverProcAddressQueryResult found{};
-      if (get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || p == nullptr) {
+      if ((get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || p == nullptr) &&
+          required) {
         if (ok) *error = std::string("the CUDA driver lacks ") + name;
         ok = false;
       }
@@ -78,7 +93,14 @@ class DlCudaDriver final : public CudaDriver {
     resolve("cuDeviceGetUuid", &api_.DeviceGetUuid);
     resolve("cuGetErrorString", &api_.GetErrorString);
     resolve("cuStreamQuery", &api_.StreamQuery);
+    resolve("cuDeviceGet", &api_.DeviceGet);
+    resolve("cuDeviceGetAttribute", &api_.DeviceGetAttribute);
+    resolve("cuMemAlloc", &api_.MemAlloc);
+    resolve("cuMemsetD8", &api_.MemsetD8);
+    resolve("cuStreamWriteValue64", &api_.StreamWriteValue64, false);
     if (!ok) return false;
+    const char* wait = getenv("SYNCD_GPU_WAIT");  // "event": interprocess events even where flags work
+    flags_allowed_ = api_.StreamWriteValue64 != nullptr && !(wait != nullptr && strcmp(wait, "event") == 0);
     if (CUresult r = api_.Init(0); r != CUDA_SUCCESS) {
       *error = "cuInit failed: " + Text(r);
       return false;
@@ -86,7 +108,7 @@ class DlCudaDriver final : public CudaDriver {
     return true;
   }
 
-  int Export(const void* ptr, uint64_t bytes, void* stream, abi::GpuDescriptor* out, int* event_slot,
+  int Export(const void* ptr, uint64_t bytes, void* stream, abi::GpuDescriptor* out, int* slot,
              std::string* error) override {
     const CUdeviceptr p = reinterpret_cast<CUdeviceptr>(ptr);
     unsigned int memory_type = 0;
@@ -105,7 +127,7 @@ class DlCudaDriver final : public CudaDriver {
       *error = "cannot make the tensor's CUDA context current";
       return SYNCD_ERR_SYSTEM;
     }
-    const int rc = ExportInContext(p, bytes, ordinal, ctx, static_cast<CUstream>(stream), out, event_slot, error);
+    const int rc = ExportInContext(p, bytes, ordinal, ctx, static_cast<CUstream>(stream), out, slot, error);
     CUcontext popped = nullptr;
     api_.CtxPopCurrent(&popped);
     return rc;
@@ -113,19 +135,30 @@ class DlCudaDriver final : public CudaDriver {
 
   void Release(int slot) override {
     MutexLock lock(&mu_);
-    if (slot >= 0 && size_t(slot) < events_.size()) events_[slot].busy = false;
+    if (slot >= 0 && size_t(slot) < slots_.size()) slots_[slot].busy = false;
   }
 
  private:
-  struct Event {
+  // What one request in flight signals the daemon with: a flag (its values only grow) or an event.
+  struct Slot {
+    CUcontext ctx = nullptr;
+    bool busy = false;
+    bool flag = false;
+    size_t slab = 0;  // flag: in slabs_[slab], at `offset`, last written `value`
+    uint64_t offset = 0;
+    uint64_t value = 0;
+    CUevent event = nullptr;  // event
+    CUipcEventHandle handle{};
+  };
+  struct Slab {
     CUcontext ctx;
-    CUevent event;
-    CUipcEventHandle handle;
-    bool busy;
+    CUdeviceptr base;
+    CUipcMemHandle handle;
+    uint64_t used;  // bytes handed to slots
   };
 
   int ExportInContext(CUdeviceptr p, uint64_t bytes, int ordinal, CUcontext ctx, CUstream stream,
-                      abi::GpuDescriptor* out, int* event_slot, std::string* error) {
+                      abi::GpuDescriptor* out, int* slot_out, std::string* error) {
     CUdeviceptr base = 0;
     size_t size = 0;
     if (CUresult r = api_.MemGetAddressRange(&base, &size, p); r != CUDA_SUCCESS)
@@ -144,38 +177,100 @@ class DlCudaDriver final : public CudaDriver {
     out->alloc_base = base;
     out->alloc_bytes = size;
     out->offset = p - base;
-    *event_slot = -1;
-    // Nothing queued on the stream any more: the tensor is ready, and the daemon need not wait
-    // on an interprocess event (which costs it more than this query costs here).
+    out->ready = abi::kReadyNow;
+    *slot_out = -1;
+    // Nothing queued on the stream any more: the tensor is ready, and the daemon need not wait.
     if (api_.StreamQuery(stream) == CUDA_SUCCESS) return SYNCD_OK;
+    bool flag = false;
+    if (int rc = UsesFlags(ordinal, &flag, error); rc != SYNCD_OK) return rc;
     int slot = -1;
-    Event chosen{};  // copied out under the lock: another thread may grow events_ meanwhile
+    Slot chosen;  // copied out under the lock: another thread may grow slots_ meanwhile
+    CUdeviceptr at = 0;
     {
       MutexLock lock(&mu_);
-      for (size_t i = 0; i < events_.size(); ++i)
-        if (!events_[i].busy && events_[i].ctx == ctx) {
-          slot = int(i);
-          break;
-        }
-      if (slot < 0) {
-        Event e{ctx, nullptr, {}, false};
-        if (CUresult r = api_.EventCreate(&e.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS); r != CUDA_SUCCESS)
-          return Failed("cuEventCreate(INTERPROCESS)", r, error);
-        if (CUresult r = api_.IpcGetEventHandle(&e.handle, e.event); r != CUDA_SUCCESS)
-          return Failed("cuIpcGetEventHandle", r, error);
-        events_.push_back(e);
-        slot = int(events_.size() - 1);
+      if (int rc = TakeSlot(ctx, flag, &slot, error); rc != SYNCD_OK) return rc;
+      Slot& s = slots_[slot];
+      if (flag) {
+        ++s.value;
+        at = slabs_[s.slab].base + s.offset;
+        out->ready = abi::kReadyFlag;
+        memcpy(out->flag_handle, slabs_[s.slab].handle.reserved, sizeof(out->flag_handle));
+        out->flag_base = slabs_[s.slab].base;
+        out->flag_bytes = kFlagSlabBytes;
+        out->flag_offset = s.offset;
+        out->flag_value = s.value;
       }
-      events_[slot].busy = true;
-      chosen = events_[slot];
+      chosen = s;
     }
-    if (CUresult r = api_.EventRecord(chosen.event, stream); r != CUDA_SUCCESS) {
+    const CUresult r = flag ? api_.StreamWriteValue64(stream, at, chosen.value, CU_STREAM_WRITE_VALUE_DEFAULT)
+                            : api_.EventRecord(chosen.event, stream);
+    if (r != CUDA_SUCCESS) {
       Release(slot);
-      return Failed("cuEventRecord on the caller's stream", r, error);
+      return Failed(flag ? "cuStreamWriteValue64 on the caller's stream" : "cuEventRecord on the caller's stream", r,
+                    error);
     }
-    memcpy(out->event_handle, chosen.handle.reserved, sizeof(out->event_handle));
-    out->has_event = 1;
-    *event_slot = slot;
+    if (!flag) {
+      memcpy(out->event_handle, chosen.handle.reserved, sizeof(out->event_handle));
+      out->ready = abi::kReadyEvent;
+    }
+    *slot_out = slot;
+    return SYNCD_OK;
+  }
+
+  // Whether the device `ordinal` takes 64-bit stream memory operations (asked once per device).
+  int UsesFlags(int ordinal, bool* flag, std::string* error) {
+    *flag = false;
+    if (!flags_allowed_) return SYNCD_OK;
+    MutexLock lock(&mu_);
+    auto it = flag_devices_.find(ordinal);
+    if (it == flag_devices_.end()) {
+      CUdevice dev = 0;
+      int v = 0;
+      if (CUresult r = api_.DeviceGet(&dev, ordinal); r != CUDA_SUCCESS) return Failed("cuDeviceGet", r, error);
+      if (api_.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) != CUDA_SUCCESS) v = 0;
+      it = flag_devices_.emplace(ordinal, v != 0).first;
+    }
+    *flag = it->second;
+    return SYNCD_OK;
+  }
+
+  // A free slot of context `ctx` and kind `flag`, made if there is none; marked busy.
+  int TakeSlot(CUcontext ctx, bool flag, int* slot, std::string* error) SYNCD_REQUIRES(mu_) {
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (!slots_[i].busy && slots_[i].ctx == ctx && slots_[i].flag == flag) {
+        slots_[i].busy = true;
+        *slot = int(i);
+        return SYNCD_OK;
+      }
+    Slot s;
+    s.ctx = ctx;
+    s.flag = flag;
+    if (flag) {
+      size_t slab = slabs_.size();
+      for (size_t i = 0; i < slabs_.size(); ++i)
+        if (slabs_[i].ctx == ctx && slabs_[i].used + 8 <= kFlagSlabBytes) slab = i;
+      if (slab == slabs_.size()) {
+        Slab fresh{ctx, 0, {}, 0};
+        if (CUresult r = api_.MemAlloc(&fresh.base, kFlagSlabBytes); r != CUDA_SUCCESS)
+          return Failed("cuMemAlloc (ready flags)", r, error);
+        if (CUresult r = api_.MemsetD8(fresh.base, 0, kFlagSlabBytes); r != CUDA_SUCCESS)
+          return Failed("cuMemsetD8 (ready flags)", r, error);
+        if (CUresult r = api_.IpcGetMemHandle(&fresh.handle, fresh.base); r != CUDA_SUCCESS)
+          return Failed("cuIpcGetMemHandle (ready flags)", r, error);
+        slabs_.push_back(fresh);
+      }
+      s.slab = slab;
+      s.offset = slabs_[slab].used;
+      slabs_[slab].used += 8;
+    } else {
+      if (CUresult r = api_.EventCreate(&s.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS); r != CUDA_SUCCESS)
+        return Failed("cuEventCreate(INTERPROCESS)", r, error);
+      if (CUresult r = api_.IpcGetEventHandle(&s.handle, s.event); r != CUDA_SUCCESS)
+        return Failed("cuIpcGetEventHandle", r, error);
+    }
+    s.busy = true;
+    slots_.push_back(s);
+    *slot = int(slots_.size() - 1);
     return SYNCD_OK;
   }
 
@@ -191,8 +286,12 @@ class DlCudaDriver final : public CudaDriver {
 
   void* lib_ = nullptr;
   Api api_;
+  bool flags_allowed_ = false;  // the driver writes stream values and SYNCD_GPU_WAIT does not ask for events
   Mutex mu_;
-  std::vector<Event> events_ SYNCD_GUARDED_BY(mu_);  // never destroyed: the daemon may hold them open
+  // Never freed: the daemon may hold them open.
+  std::vector<Slot> slots_ SYNCD_GUARDED_BY(mu_);
+  std::vector<Slab> slabs_ SYNCD_GUARDED_BY(mu_);
+  std::map<int, bool> flag_devices_ SYNCD_GUARDED_BY(mu_);  // ordinal -> 64-bit stream memory operations
 };
 
 static_assert(sizeof(CUipcMemHandle) == abi::kIpcHandleBytes && sizeof(CUipcEventHandle) == abi::kIpcHandleBytes);

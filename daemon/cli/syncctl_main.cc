@@ -115,6 +115,8 @@ void PrintGpu(const syncd::control::Gpu& g) {
   printf("ipc        %s   handles open %lu   opened %lu   cache hits %lu   closed %lu\n",
          g.ipc_cache() ? "cache on" : "cache OFF", (unsigned long)g.ipc_handles_open(),
          (unsigned long)g.ipc_handle_opens(), (unsigned long)g.ipc_handle_hits(), (unsigned long)g.ipc_handle_closes());
+  printf("gpu waits  %lu on clients' stream flags, %lu on their events\n", (unsigned long)g.flag_waits(),
+         (unsigned long)g.event_waits());
   printf("gpu time   map %.1f us/request   issue %.1f us/collective   device %.1f us/collective\n", g.map_us_mean(),
          g.issue_us_mean(), g.device_us_mean());
 }

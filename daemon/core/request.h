@@ -17,6 +17,16 @@ namespace syncd {
 // The client of a joined rank's stand-in request (see abi::OpKind::kJoin): nobody to complete.
 inline constexpr uint32_t kNoClient = UINT32_MAX;
 
+// What the daemon's GPU stream waits for before it touches a client's GPU tensor (the work the
+// caller queued before submitting; proto/shm_abi.h's GpuDescriptor::ready): nothing, the client's
+// interprocess event (a cudaEvent_t opened in the daemon), or an 8-byte flag in the client's device
+// memory, mapped in the daemon, reaching `value`.
+struct GpuReady {
+  void* event = nullptr;
+  const uint64_t* flag = nullptr;
+  uint64_t value = 0;
+};
+
 struct Request {
   uint32_t client_id = 0;
   uint32_t rank = 0;        // global rank of the submitter
@@ -49,10 +59,10 @@ struct Request {
   // readable even after the client died (its work then fails, but never reads unmapped memory).
   std::shared_ptr<const void> memory;
   // A GPU tensor: `data` is the daemon's mapping of the client's allocation on `gpu_device` (the
-  // GPU executor's index), `gpu_event` the client's IPC event to wait on (a cudaEvent_t, or null).
+  // GPU executor's index), `gpu_ready` what the daemon's stream waits for before touching it.
   bool gpu = false;
   int gpu_device = -1;
-  void* gpu_event = nullptr;
+  GpuReady gpu_ready;
   // Results the daemon places (allgather, alltoall; Collective::Result): the client's result area,
   // and once a block is allocated for it (just before execution) the block's data and offset,
   // which the completion carries. A failed request's block is freed at completion.

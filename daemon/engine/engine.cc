@@ -303,7 +303,7 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
     } else {
       r->data = r->bytes > 0 ? m->data : nullptr;
       r->gpu_device = m->device;
-      r->gpu_event = m->event;
+      r->gpu_ready = m->ready;
     }
   }
   if (error.ok()) {

@@ -7,7 +7,7 @@
 //   uses them, and ForgetClient() retires a client's.
 // - One NCCL rank per local GPU, created in one group call, spanning every GPU of every daemon
 //   of the job (Connect()).
-// - Allreduce(): per GPU, waits on the clients' events, reduces the local ranks' tensors into a
+// - Allreduce(): per GPU, waits for the clients' streams (their flags or events), reduces the local ranks' tensors into a
 //   fusion buffer (a kernel), runs ncclAllReduce across all GPUs of the job inside one NCCL
 //   group, finishes (AVERAGE, postscale) and copies the result back into every rank's tensor. All
 //   enqueued on the daemon's streams; Test() says when it is done. Nothing blocks the engine.
@@ -31,7 +31,7 @@ namespace syncd {
 struct GpuMapping {
   char* data = nullptr;    // the tensor in the daemon's address space
   int device = -1;         // index into the executor's devices
-  void* event = nullptr;   // the client's event (cudaEvent_t), opened in the daemon
+  GpuReady ready;          // what the daemon's stream waits for first
 };
 
 struct GpuStats {
@@ -48,6 +48,8 @@ struct GpuStats {
   uint64_t issue_ns = 0;         // engine time issuing collectives (kernel, NCCL and copy launches)
   uint64_t device_ns = 0;        // from the end of issuing to the engine seeing the GPU work done
   uint64_t completed = 0;        // collectives whose GPU work completed
+  uint64_t flag_waits = 0;       // the daemon's stream waited for a client's flag
+  uint64_t event_waits = 0;      // ... for a client's interprocess event
   std::vector<std::string> names;  // "0: NVIDIA H100 80GB HBM3 (GPU-…)"
 };
 

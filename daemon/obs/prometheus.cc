@@ -234,6 +234,10 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
             s.gpu.handle_hits);
   e->Metric("syncd_gpu_ipc_handle_opens_total", "counter", "CUDA IPC handles opened.", s.gpu.handle_opens);
   e->Metric("syncd_gpu_ipc_open_handles", "gauge", "CUDA IPC handles cached now.", s.gpu.open_handles);
+  e->Metric("syncd_gpu_flag_waits_total", "counter", "Waits for a client's stream through its flag.",
+            s.gpu.flag_waits);
+  e->Metric("syncd_gpu_event_waits_total", "counter", "Waits for a client's stream through its event.",
+            s.gpu.event_waits);
 }
 
 }  // namespace

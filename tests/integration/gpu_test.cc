@@ -210,10 +210,17 @@ TEST(Gpu, ManySmallTensorsFuseIntoFewAllreducesAndStayExact) {
   EXPECT_EQ(JsonNumber(json, "ipc_handle_opens"), uint64_t(2)) << "one allocation per rank: " << json;
 }
 
-TEST(Gpu, TheDaemonWaitsForWorkQueuedOnTheCallersStream) {
+// The caller's stream signals the daemon's through a flag it writes (stream memory operations),
+// or, with SYNCD_GPU_WAIT=event (and on drivers without 64-bit stream memory operations), through
+// an interprocess event. Either way the daemon reads the tensor only after the caller's work.
+class GpuWait : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuWait, TheDaemonWaitsForWorkQueuedOnTheCallersStream) {
   SKIP_WITHOUT_GPU();
   Daemon d(2);
-  auto st = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+  const std::string mode = GetParam();
+  auto st = RunRanks(d.run_dir(), 2, [&](syncd_client* c, int rank, int n) {
+    setenv("SYNCD_GPU_WAIT", mode.c_str(), 1);  // read when the client first loads the CUDA driver
     const size_t count = size_t(64) << 20;  // int32: 256 MiB, long enough to race with
     std::vector<int32_t> host(count);
     for (size_t i = 0; i < count; ++i) host[i] = int32_t(i % 1000) + rank;
@@ -242,7 +249,19 @@ TEST(Gpu, TheDaemonWaitsForWorkQueuedOnTheCallersStream) {
     return 0;
   });
   ExpectAllSucceeded(st);
+  const std::string json = d.StatusJson();
+  const uint64_t flags = JsonNumber(json, "flag_waits"), events = JsonNumber(json, "event_waits");
+  if (mode == "flag") {
+    EXPECT_TRUE(flags >= 1 && flags != UINT64_MAX && events == 0) << "flag waits " << flags << ", event waits "
+                                                                   << events << ": " << json;
+  } else {
+    EXPECT_TRUE(events >= 1 && events != UINT64_MAX && flags == 0) << "flag waits " << flags << ", event waits "
+                                                                    << events << ": " << json;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Gpu, GpuWait, ::testing::Values("flag", "event"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST(Gpu, IpcHandlesAreCachedUntilTheAllocationIsFreed) {
   SKIP_WITHOUT_GPU();
@@ -372,6 +391,14 @@ TEST(Gpu, ForgedGpuDescriptorsFailTheirTensorAndTheDaemonServesOn) {
         {"beyond its allocation", [](auto& g) { g.offset = g.alloc_bytes - 8; }, "lies outside its allocation"},
         {"a garbage IPC handle", [](auto& g) { memset(g.mem_handle, 0x5a, sizeof(g.mem_handle)); },
          "cudaIpcOpenMemHandle of its allocation failed"},
+        {"an unknown ready kind", [](auto& g) { g.ready = 7; }, "ready kind 7 is unknown"},
+        {"a flag beyond its allocation",
+         [](auto& g) {
+           g.ready = abi::kReadyFlag;
+           g.flag_bytes = 4096;
+           g.flag_offset = 4092;
+         },
+         "is not an aligned 8 bytes inside its allocation"},
     };
     uint64_t handle = 1;
     for (const Case& c : cases) {
@@ -408,7 +435,10 @@ TEST(Gpu, DaemonsThatShareAGpuRefuseGpuTensorsClearlyAndServeHostTensors) {
     int64_t shape[1] = {16};
     syncd_tensor t{"on.a.shared.gpu", dev, SYNCD_FLOAT32, 1, shape, 0};
     syncd_handle h;
-    const int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
+    // The client cannot know the daemon's GPUs: the daemon refuses the request, and the refusal
+    // arrives as its completion (as every asynchronous error does).
+    int rc = syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, nullptr, &h);
+    if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
     CHILD_CHECK(rc == SYNCD_ERR_INVALID, "got %s: %s", syncd_status_name(rc), syncd_last_error());
     const std::string why = syncd_last_error();
     CHILD_CHECK(Contains(why, "tensor 'on.a.shared.gpu'") && Contains(why, "is driven by the daemons of node 0") &&
