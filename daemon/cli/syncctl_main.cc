@@ -190,11 +190,9 @@ void PrintTable(const syncd::control::StatusReply& s) {
     for (const auto& c : s.clients())
       if (!c.unresponsive().empty()) printf("  UNRESPONSIVE rank %u (pid %d): %s\n", c.rank(), c.pid(), c.unresponsive().c_str());
   }
-  printf("ops        allreduce %lu   broadcast %lu   barrier %lu   allgather %lu   alltoall %lu   reducescatter %lu   "
-         "errors %lu\n",
-         (unsigned long)s.ops().allreduce(), (unsigned long)s.ops().broadcast(), (unsigned long)s.ops().barrier(),
-         (unsigned long)s.ops().allgather(), (unsigned long)s.ops().alltoall(), (unsigned long)s.ops().reducescatter(),
-         (unsigned long)s.ops().errors());
+  printf("ops       ");
+  for (const auto& k : s.ops().kinds()) printf(" %s %lu  ", k.kind().c_str(), (unsigned long)k.ops());
+  printf(" errors %lu\n", (unsigned long)s.ops().errors());
   printf("fusion     %lu fused ops, %.2f tensors each, threshold %s   reduced %s\n", (unsigned long)s.fused_ops(),
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),

@@ -41,18 +41,14 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
 
 void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control::StatusReply* r) {
   control::OpCounters* ops = r->mutable_ops();
-  auto count = [&s](const char* kind) {
-    auto it = s.by_kind.find(kind);
-    return it == s.by_kind.end() ? StatusSnapshot::KindCount{} : it->second;
-  };
-  ops->set_allreduce(count("allreduce").ops);
-  ops->set_broadcast(count("broadcast").ops);
-  ops->set_barrier(count("barrier").ops);
-  ops->set_allgather(count("allgather").ops);
-  ops->set_alltoall(count("alltoall").ops);
-  ops->set_reducescatter(count("reducescatter").ops);
+  for (const auto& [name, count] : s.by_kind) {
+    control::KindCount* k = ops->add_kinds();
+    k->set_kind(name);
+    k->set_ops(count.ops);
+    k->set_bytes(count.bytes);
+    if (name == "allreduce") r->set_bytes_reduced(count.bytes);
+  }
   ops->set_errors(s.error_ops);
-  r->set_bytes_reduced(count("allreduce").bytes);
   r->set_fused_ops(s.fused_ops);
   r->set_mean_tensors_per_fusion(s.fused_ops ? double(s.fused_tensors) / double(s.fused_ops) : 0.0);
   r->set_fusion_threshold_bytes(fusion_threshold);

@@ -470,8 +470,8 @@ void Engine::PublishSnapshot() {
   const uint64_t now_ns = abi::MonotonicNs();
   s->clients = SnapshotClients(now_ns);
   for (uint32_t k = 0; k < counters_.by_kind.size(); ++k)
-    if (const Collective* kind = FindCollective(abi::OpKind(k)); kind != nullptr && counters_.by_kind[k].ops > 0)
-      s->by_kind[kind->name()] = counters_.by_kind[k];
+    if (const Collective* kind = FindCollective(abi::OpKind(k)); kind != nullptr)
+      s->by_kind.emplace_back(kind->name(), counters_.by_kind[k]);
   s->error_ops = error_ops_;
   s->fused_ops = counters_.fused_ops;
   s->fused_tensors = counters_.fused_tensors;

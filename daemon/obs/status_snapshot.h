@@ -70,11 +70,12 @@ struct StatusSnapshot {
   double uptime_s = 0;
   uint32_t node_rank = 0, node_count = 1, local_size = 0;
   std::vector<ClientSnapshot> clients;
-  // By collective kind ("allreduce", ...): tensors executed and the bytes they moved.
+  // By collective kind ("allreduce", ...), every kind of the registry in its order: tensors
+  // executed and the bytes they moved.
   struct KindCount {
     uint64_t ops = 0, bytes = 0;
   };
-  std::map<std::string, KindCount> by_kind;
+  std::vector<std::pair<std::string, KindCount>> by_kind;
   uint64_t error_ops = 0;
   uint64_t fused_ops = 0, fused_tensors = 0;  // groups of kinds that fuse, and their members
   FusionHistogram fusion_sizes;               // tensors per such group

@@ -172,9 +172,14 @@ TEST(Collectives, ReadyTensorsAreFusedAndStatusShowsIt) {
   ExpectAllSucceeded(st);
   const std::string json = d.StatusJson();
   ASSERT_FALSE(json.empty());
-  const uint64_t allreduce = JsonNumber(json, "allreduce"), fused = JsonNumber(json, "fused_ops");
+  const uint64_t allreduce = KindOps(json, "allreduce"), fused = JsonNumber(json, "fused_ops");
   EXPECT_EQ(allreduce, 300u) << json;
   EXPECT_LT(fused, 30u) << "300 small ready tensors should fuse into a few operations: " << json;
+  // The table a user reads lists every kind of the registry by name, those not run too.
+  const std::string text = SyncctlStatus(d.run_dir());
+  for (const char* kind : {"allreduce 300", "broadcast 0", "barrier 0", "allgather 0", "alltoall 0", "reducescatter 0",
+                           "join 0", "partial allreduce 0", "errors 0"})
+    EXPECT_TRUE(Contains(text, kind)) << kind << " missing from:\n" << text;
 }
 
 TEST(Collectives, FusionThresholdZeroRunsEveryTensorAlone) {

@@ -77,6 +77,13 @@ uint64_t JsonNumber(const std::string& json, const std::string& key) {
   return std::stoull(json.substr(p));
 }
 
+uint64_t KindOps(const std::string& json, const std::string& kind) {
+  const size_t at = json.find("\"kind\":\"" + kind + "\"");
+  if (at == std::string::npos) return UINT64_MAX;
+  const size_t end = json.find('}', at);
+  return JsonNumber(json.substr(at, end == std::string::npos ? std::string::npos : end - at), "ops");
+}
+
 double JsonDouble(const std::string& json, const std::string& key) {
   const size_t at = json.find("\"" + key + "\":");
   if (at == std::string::npos) return std::nan("");

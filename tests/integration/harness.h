@@ -116,6 +116,9 @@ std::string SyncctlStatus(const std::string& run_dir, const std::string& flags =
 uint64_t JsonNumber(const std::string& json, const std::string& key);
 // The same for a floating-point field (NaN when absent).
 double JsonDouble(const std::string& json, const std::string& key);
+// Tensors of collective kind `kind` ("allreduce") completed, from a status reply's ops.kinds;
+// UINT64_MAX when the reply does not list the kind.
+uint64_t KindOps(const std::string& json, const std::string& kind);
 
 }  // namespace syncd::testing
 
