@@ -7,12 +7,12 @@
 //   serial:    submit, wait, repeat (what a framework does for one tensor);
 //   pipelined: `--depth` allreduces in flight (different names), as gradients of several layers.
 //   direct:    rank 0 alone, afterwards, in its own process: the same device work the daemon
-//              does for these ranks (reduce kernel of the ranks' buffers into a fusion buffer,
-//              ncclAllReduce over this node's GPUs, copy back to every buffer), timed the same way
-//              (serial: the host waits for each; pipelined: only at the end).
+//              does for one tensor of these ranks (reduce kernel of the ranks' buffers in place
+//              into the first, ncclAllReduce over this node's GPUs, copy into the others), timed
+//              the same way (serial: the host waits for each; pipelined: only at the end).
 //   Bandwidth as nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n over the n ranks.
 // latency: serial float32 SUM of small sizes (--queued: work still queued on the stream, so the
-//   daemon waits on the client's interprocess event); bench/gpu.sh runs it with the daemon's IPC
+//   daemon's stream waits for the client's: its flag, or its event); bench/gpu.sh runs it with the daemon's IPC
 //   pointer cache on and off and reports the ratio.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -113,8 +113,6 @@ double Direct(uint64_t count, int ranks, int iters, bool serial) {
   const uint64_t bytes = count * sizeof(float);
   std::vector<float*> bufs(static_cast<size_t>(ranks));
   for (float*& b : bufs) CheckCuda(cudaMalloc(&b, bytes), "cudaMalloc");
-  float* fusion = nullptr;
-  CheckCuda(cudaMalloc(&fusion, bytes), "cudaMalloc");
   cudaStream_t s;
   CheckCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   int dev = 0;
@@ -124,13 +122,14 @@ double Direct(uint64_t count, int ranks, int iters, bool serial) {
   auto once = [&] {
     syncd::gpu::ReduceLaunch l;
     for (int r = 0; r < ranks && r < syncd::gpu::kMaxReduceInputs; ++r) l.inputs[l.n++] = bufs[size_t(r)];
-    l.output = fusion;
+    l.output = bufs[0];  // in place, as the daemon does for a group of one tensor
     l.count = count;
     l.dtype = SYNCD_FLOAT32;
     l.op = SYNCD_SUM;
     if (syncd::gpu::LaunchReduce(l, s) != 0) Die("reduce kernel", "launch failed");
-    CheckNccl(ncclAllReduce(fusion, fusion, count, ncclFloat32, ncclSum, comm, s), "ncclAllReduce");
-    for (float* b : bufs) CheckCuda(cudaMemcpyAsync(b, fusion, bytes, cudaMemcpyDeviceToDevice, s), "copy");
+    CheckNccl(ncclAllReduce(bufs[0], bufs[0], count, ncclFloat32, ncclSum, comm, s), "ncclAllReduce");
+    for (size_t r = 1; r < bufs.size(); ++r)
+      CheckCuda(cudaMemcpyAsync(bufs[r], bufs[0], bytes, cudaMemcpyDeviceToDevice, s), "copy");
     if (serial) CheckCuda(cudaStreamSynchronize(s), "sync");
   };
   for (int i = 0; i < 5; ++i) once();
@@ -141,7 +140,6 @@ double Direct(uint64_t count, int ranks, int iters, bool serial) {
   const double t = (Now() - t0) / iters;
   ncclCommDestroy(comm);
   cudaStreamDestroy(s);
-  cudaFree(fusion);
   for (float* b : bufs) cudaFree(b);
   return t;
 }

@@ -225,16 +225,28 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (total == 0) return Finished();
     Ticket ticket;
     ticket.id = ++next_ticket_;
-    // 1. Every GPU: wait for its ranks' events, reduce their tensors into its fusion buffer.
+    // 1. Every GPU: wait for its ranks' streams, reduce their tensors into its buffer: for a group
+    // of one tensor, in place into the tensor of the GPU's first rank (no fusion buffer, one
+    // copy fewer), else into the GPU's fusion buffer.
+    std::vector<const Request*> home(devices_.size(), nullptr);  // the GPU's in-place tensor
+    std::vector<char*> reduced(devices_.size(), nullptr);        // where the GPU's sum builds
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
       if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) return AbortWith(st);
-      if (Status st = EnsureFusion(d, total); !st.ok()) return st;
+      if (group.size() == 1)
+        for (const Request& r : group.front()->requests)
+          if (r.gpu && r.gpu_device == int(di) && home[di] == nullptr) home[di] = &r;
+      if (home[di] == nullptr) {
+        if (Status st = EnsureFusion(d, total); !st.ok()) return st;
+        reduced[di] = static_cast<char*>(d.fusion);
+      } else {
+        reduced[di] = home[di]->data;
+      }
       if (Status st = WaitForClients(group, int(di), d.stream); !st.ok()) return AbortWith(st);
       uint64_t at = 0;
       for (const ReadyTensor* t : group) {
         const uint64_t count = t->first().bytes / esize;
-        char* out = static_cast<char*>(d.fusion) + at;
+        char* out = reduced[di] + at;  // reading every input at an index before writing it there
         gpu::ReduceLaunch l;
         l.output = out;
         l.count = count;
@@ -258,7 +270,8 @@ class CudaGpuExecutor final : public GpuExecutor {
     }
     // 2. One allreduce over every GPU of the job.
     if (Status st = NcclAll([&](Device& d) {
-          return ncclAllReduce(d.fusion, d.fusion, total / esize, NcclType(dtype), NcclOp(op), d.comm, d.stream);
+          char* buf = reduced[size_t(&d - devices_.data())];
+          return ncclAllReduce(buf, buf, total / esize, NcclType(dtype), NcclOp(op), d.comm, d.stream);
         }, "ncclAllReduce");
         !st.ok())
       return st;
@@ -267,14 +280,14 @@ class CudaGpuExecutor final : public GpuExecutor {
     for (size_t di = 0; di < devices_.size(); ++di) {
       Device& d = devices_[di];
       if (Status st = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")"); !st.ok()) return AbortWith(st);
-      if (int e = gpu::LaunchFinish(d.fusion, total / esize, dtype, head.postscale, divisor, d.stream); e != 0)
+      if (int e = gpu::LaunchFinish(reduced[di], total / esize, dtype, head.postscale, divisor, d.stream); e != 0)
         return AbortWith(Cuda(cudaError_t(e), "finish kernel"));
       uint64_t at = 0;
       for (const ReadyTensor* t : group) {
         const uint64_t bytes = t->first().bytes;
         for (const Request& r : t->requests)
-          if (r.gpu && r.gpu_device == int(di) && bytes > 0)
-            if (cudaError_t e = cudaMemcpyAsync(r.data, static_cast<char*>(d.fusion) + at, bytes, cudaMemcpyDeviceToDevice, d.stream);
+          if (r.gpu && r.gpu_device == int(di) && bytes > 0 && &r != home[di])
+            if (cudaError_t e = cudaMemcpyAsync(r.data, reduced[di] + at, bytes, cudaMemcpyDeviceToDevice, d.stream);
                 e != cudaSuccess)
               return AbortWith(Cuda(e, "cudaMemcpyAsync (result to rank " + std::to_string(r.rank) + ")"));
         at += bytes;
