@@ -52,7 +52,7 @@ step() {  # step NAME COMMAND...: runs it, logs to $logs/NAME.log, prints the ta
   fi
   tail -n 25 "$logs/$name.log"
 }
-SYNCD_GPU_STEP_TIMEOUT=200 step gtest_gpu "$bundle/bin/syncd_integration_tests" --gtest_filter='Gpu.*'
+SYNCD_GPU_STEP_TIMEOUT=200 step gtest_gpu "$bundle/bin/syncd_integration_tests" --gtest_filter='Gpu*'
 SYNCD_GPU_STEP_TIMEOUT=150 step bench_gpu bench/gpu.sh --ranks 2
 SYNCD_GPU_STEP_TIMEOUT=90 step pytest_gpu env PYTHONPATH="$py" "$bundle/bin/syncrun" -n 2 -- python3 -m pytest -q tests/python/test_torch_gpu.py
 SYNCD_GPU_STEP_TIMEOUT=90 step pytest_jobs_gpu env SYNCD_BUILD_DIR="$fake_build" python3 -m pytest -q -k gpu tests/python/test_jobs.py
