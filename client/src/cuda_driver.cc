@@ -182,12 +182,12 @@ class DlCudaDriver final : public CudaDriver {
     // Nothing queued on the stream any more: the tensor is ready, and the daemon need not wait.
     if (api_.StreamQuery(stream) == CUDA_SUCCESS) return SYNCD_OK;
     bool flag = false;
-    if (int rc = UsesFlags(ordinal, &flag, error); rc != SYNCD_OK) return rc;
     int slot = -1;
     Slot chosen;  // copied out under the lock: another thread may grow slots_ meanwhile
     CUdeviceptr at = 0;
     {
       MutexLock lock(&mu_);
+      if (int rc = UsesFlags(ordinal, &flag, error); rc != SYNCD_OK) return rc;
       if (int rc = TakeSlot(ctx, flag, &slot, error); rc != SYNCD_OK) return rc;
       Slot& s = slots_[slot];
       if (flag) {
@@ -218,10 +218,9 @@ class DlCudaDriver final : public CudaDriver {
   }
 
   // Whether the device `ordinal` takes 64-bit stream memory operations (asked once per device).
-  int UsesFlags(int ordinal, bool* flag, std::string* error) {
+  int UsesFlags(int ordinal, bool* flag, std::string* error) SYNCD_REQUIRES(mu_) {
     *flag = false;
     if (!flags_allowed_) return SYNCD_OK;
-    MutexLock lock(&mu_);
     auto it = flag_devices_.find(ordinal);
     if (it == flag_devices_.end()) {
       CUdevice dev = 0;

@@ -1,4 +1,3 @@
-#include <cuda.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <spdlog/spdlog.h>
@@ -13,6 +12,7 @@
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/gpu_ipc_cache.h"
 #include "daemon/exec/gpu_kernels.h"
+#include "daemon/exec/gpu_stream_wait.h"
 #include "proto/doorbell.h"
 #include "proto/status_names.h"
 
@@ -54,15 +54,6 @@ class CudaGpuExecutor final : public GpuExecutor {
       if (cudaError_t e = cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, hi); e != cudaSuccess)
         return Cuda(e, "cudaStreamCreateWithPriority");
     }
-    // Clients' ready flags are waited on with the driver's stream memory operations (the runtime
-    // has none); without them only clients' events (and idle streams) can be waited on.
-    cudaDriverEntryPointQueryResult found{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      wait_value64_ = reinterpret_cast<decltype(wait_value64_)>(fn);
-    else
-      cudaGetLastError();
     std::vector<int> ordinals;
     for (const Device& d : devices_) ordinals.push_back(d.ordinal);
     ipc_ = std::make_unique<GpuIpcCache>(std::move(ordinals), ipc_cache_);
@@ -172,7 +163,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (desc.offset > desc.alloc_bytes || bytes > desc.alloc_bytes - desc.offset)
       return Status(SYNCD_ERR_INVALID, "[" + std::to_string(desc.offset) + ", +" + std::to_string(bytes) +
                                            ") lies outside its allocation of " + std::to_string(desc.alloc_bytes) + " bytes");
-    SYNCD_RETURN_IF_ERROR(CheckReady(desc));
+    SYNCD_RETURN_IF_ERROR(waiter_.Check(desc));
     GpuMapping m;
     m.device = dev;
     if (cudaError_t e = cudaSetDevice(devices_[dev].ordinal); e != cudaSuccess) return Cuda(e, "cudaSetDevice");
@@ -185,22 +176,6 @@ class CudaGpuExecutor final : public GpuExecutor {
       m.ready.value = desc.flag_value;
     }
     return m;
-  }
-
-  // The descriptor's ready signal is one this daemon can wait for, and its flag lies inside its
-  // allocation.
-  Status CheckReady(const abi::GpuDescriptor& desc) const {
-    if (desc.ready != abi::kReadyNow && desc.ready != abi::kReadyEvent && desc.ready != abi::kReadyFlag)
-      return Status(SYNCD_ERR_INVALID, "its descriptor's ready kind " + std::to_string(desc.ready) + " is unknown");
-    if (desc.ready != abi::kReadyFlag) return Status::Ok();
-    if (wait_value64_ == nullptr)
-      return Status(SYNCD_ERR_INVALID, "its stream is to be waited on through a flag, but this daemon's CUDA driver has "
-                                       "no cuStreamWaitValue64 (the client's SYNCD_GPU_WAIT=event uses events)");
-    if (desc.flag_offset % 8 != 0 || desc.flag_offset > desc.flag_bytes || desc.flag_bytes - desc.flag_offset < 8)
-      return Status(SYNCD_ERR_INVALID, "its ready flag at offset " + std::to_string(desc.flag_offset) +
-                                           " is not an aligned 8 bytes inside its allocation of " +
-                                           std::to_string(desc.flag_bytes) + " bytes");
-    return Status::Ok();
   }
 
   void ForgetClient(uint32_t client_id) override {
@@ -317,7 +292,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (root != nullptr) {
       Device& d0 = devices_[0];
       if (Status st = Cuda(cudaSetDevice(d0.ordinal), "cudaSetDevice(" + d0.name + ")"); !st.ok()) return AbortWith(st);
-      if (Status st = WaitReady(d0.stream, *root); !st.ok()) return AbortWith(st);
+      if (Status st = waiter_.Wait(d0.stream, *root); !st.ok()) return AbortWith(st);
       cudaError_t e = root->gpu_device == 0
                           ? cudaMemcpyAsync(d0.fusion, root->data, bytes, cudaMemcpyDeviceToDevice, d0.stream)
                           : cudaMemcpyPeerAsync(d0.fusion, d0.ordinal, root->data, devices_[root->gpu_device].ordinal,
@@ -411,6 +386,8 @@ class CudaGpuExecutor final : public GpuExecutor {
     GpuStats s = stats_;
     s.devices = uint32_t(devices_.size());
     s.nccl_ranks = nranks_;
+    s.flag_waits = waiter_.flag_waits();
+    s.event_waits = waiter_.event_waits();
     s.handle_hits = ipc_->counters().hits;
     s.handle_opens = ipc_->counters().opens;
     s.handle_closes = ipc_->counters().closes;
@@ -449,26 +426,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   Status WaitForClients(const std::vector<const ReadyTensor*>& group, int device, cudaStream_t stream) {
     for (const ReadyTensor* t : group)
       for (const Request& r : t->requests)
-        if (r.gpu && r.gpu_device == device) SYNCD_RETURN_IF_ERROR(WaitReady(stream, r));
-    return Status::Ok();
-  }
-
-  // `stream` waits for the work rank r queued before submitting: its event, or its flag.
-  Status WaitReady(cudaStream_t stream, const Request& r) {
-    const GpuReady& ready = r.gpu_ready;
-    if (ready.event != nullptr) {
-      ++stats_.event_waits;
-      return Cuda(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(ready.event), 0),
-                  "cudaStreamWaitEvent (rank " + std::to_string(r.rank) + "'s stream, tensor '" + r.name + "')");
-    }
-    if (ready.flag != nullptr) {
-      ++stats_.flag_waits;
-      const CUresult res = wait_value64_(stream, reinterpret_cast<CUdeviceptr>(ready.flag), ready.value,
-                                         CU_STREAM_WAIT_VALUE_GEQ);
-      if (res != CUDA_SUCCESS)
-        return Status(SYNCD_ERR_SYSTEM, "cuStreamWaitValue64 (rank " + std::to_string(r.rank) + "'s stream, tensor '" +
-                                            r.name + "') failed: CUDA driver error " + std::to_string(int(res)));
-    }
+        if (r.gpu && r.gpu_device == device) SYNCD_RETURN_IF_ERROR(waiter_.Wait(stream, r));
     return Status::Ok();
   }
 
@@ -612,8 +570,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   uint32_t nranks_ = 0, first_rank_ = 0;
   uint64_t settle_timeout_ns_ = 60'000'000'000ull;  // Connect's timeout
   std::unique_ptr<GpuIpcCache> ipc_;  // clients' allocations and events (Init)
-  // cuStreamWaitValue64, from the driver (Init); null: the driver has no stream memory operations.
-  CUresult (*wait_value64_)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
+  StreamWaiter waiter_;  // waits for clients' streams
   std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 0;
   uint64_t issue_start_ns_ = 0;
