@@ -13,6 +13,13 @@ namespace abi = syncd::abi;
 namespace {
 Client* Unwrap(syncd_client* c) { return reinterpret_cast<Client*>(c); }
 const Client* Unwrap(const syncd_client* c) { return reinterpret_cast<const Client*>(c); }
+// A kind that names a root rank (checked to be one of the set's), and where its result goes.
+syncd::client::SubmitExtra Rooted(const char* kind, syncd_result* result = nullptr) {
+  syncd::client::SubmitExtra extra;
+  extra.root_kind = kind;
+  extra.result = result;
+  return extra;
+}
 }  // namespace
 
 extern "C" {
@@ -55,14 +62,16 @@ int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_o
   return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out);
 }
 int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, syncd_handle* out) {
-  return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out);
+  return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, false, nullptr,
+                           Rooted("broadcast"));
 }
 int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, double prescale,
                               double postscale, void* stream, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, true, stream);
 }
 int syncd_broadcast_gpu_async(syncd_client* c, const syncd_tensor* t, int root, void* stream, syncd_handle* out) {
-  return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, true, stream);
+  return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, true, stream,
+                           Rooted("broadcast"));
 }
 int syncd_allgather_async(syncd_client* c, const syncd_tensor* t, syncd_result* result, syncd_handle* out) {
   if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "allgather: result is NULL");

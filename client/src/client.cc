@@ -91,8 +91,8 @@ std::string NameKey(const std::string& name, int process_set) {
 }
 }  // namespace
 
-int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, const SetView& set,
-                        abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) {
+int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, const char* root_kind,
+                        const SetView& set, abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) {
   if (t == nullptr || t->name == nullptr) return Fail(SYNCD_ERR_INVALID, "tensor or tensor name is NULL");
   *name = t->name;
   const std::string what = "tensor '" + *name + "'";
@@ -118,17 +118,17 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
   if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && op == SYNCD_AVERAGE)
     return Fail(SYNCD_ERR_INVALID, what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min "
                                           "(logical and)");
-  // Only broadcast and point to point name another rank (no search on the allreduce path).
+  // Only rooted kinds and point to point name another rank (no search on the allreduce path).
   auto root_in_set = [&] {
     return set.ranks == nullptr ? root >= 0 && root < id_.size
                                 : std::binary_search(set.ranks->begin(), set.ranks->end(), root);
   };
-  if (kind == abi::OpKind::kBroadcast && set.ranks == nullptr && !root_in_set())
-    return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank (size " +
+  if (root_kind != nullptr && set.ranks == nullptr && !root_in_set())
+    return Fail(SYNCD_ERR_INVALID, what + ": " + root_kind + " root " + std::to_string(root) + " is not a rank (size " +
                                        std::to_string(id_.size) + ")");
-  if (kind == abi::OpKind::kBroadcast && !root_in_set())
-    return Fail(SYNCD_ERR_INVALID, what + ": broadcast root " + std::to_string(root) + " is not a rank of process set " +
-                                       std::to_string(set.id));
+  if (root_kind != nullptr && !root_in_set())
+    return Fail(SYNCD_ERR_INVALID, what + ": " + root_kind + " root " + std::to_string(root) +
+                                       " is not a rank of process set " + std::to_string(set.id));
   if (abi::IsPointToPoint(kind)) {
     const char* op = kind == abi::OpKind::kSend ? "send" : "recv";
     if (!(kind == abi::OpKind::kRecv && root == SYNCD_ANY_SOURCE) && !root_in_set())
@@ -220,7 +220,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
     name = "syncd.barrier." + std::to_string(barrier_seqs_[set_id]++ % kBarrierNames);
   } else if (kind == abi::OpKind::kJoin) {
     name = abi::kJoinName;
-  } else if (int rc = CheckTensor(kind, t, op, root, set, &entry, &name, &bytes); rc != SYNCD_OK) {
+  } else if (int rc = CheckTensor(kind, t, op, root, extra.root_kind, set, &entry, &name, &bytes); rc != SYNCD_OK) {
     return rc;
   } else if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && (prescale != 1.0 || postscale != 1.0)) {
     return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': allreduce of bool tensors takes no prescale or postscale factor");
@@ -251,7 +251,10 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   Slot* s = Lookup(*out);  // the completion cannot be drained before mu_ is released
   if (entry.aux_bytes > 0) s->aux_offset = int64_t(entry.aux_offset);
   s->result = extra.result;
-  if (kind == abi::OpKind::kSend) s->user_data = nullptr;  // a staged send has nothing to copy back
+  if (s->result != nullptr) *s->result = syncd_result{};  // a rank that gets no result sees an empty one
+  // A staged send, or a kind whose result goes to the result area, leaves the tensor as it was:
+  // nothing to copy back.
+  if (kind == abi::OpKind::kSend || s->result != nullptr) s->user_data = nullptr;
   if (kind == abi::OpKind::kReducescatter) {
     // In place: only this rank's share comes back.
     const int64_t rows = syncd_reducescatter_rows(t->shape[0], set.size, set.rank);

@@ -35,6 +35,8 @@ struct SubmitExtra {
   int process_set = 0;  // a barrier's (a tensor names its own)
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode (the quorum travels as the root)
   int tag = 0;                // kSend, kRecv (the peer travels as the root)
+  // The kind's name when the call names a root rank (checked to be a rank of the set here).
+  const char* root_kind = nullptr;
 };
 
 // A process set as one rank sees it: its global ranks (ascending), this rank's place among them.
@@ -108,8 +110,8 @@ class Client {
   void DrainCompletions() SYNCD_REQUIRES(mu_);
   // Submit's parts: the tensor's checks, filling `entry`'s dtype and shape; the arena side of a
   // GPU tensor (its descriptor) and of a host tensor (in place or staged).
-  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, const SetView& set,
-                  abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) SYNCD_REQUIRES(mu_);
+  int CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, int root, const char* root_kind,
+                  const SetView& set, abi::SubmitEntry* entry, std::string* name, uint64_t* bytes) SYNCD_REQUIRES(mu_);
   // Alltoall's splits (into the arena, at entry->aux_offset) and reducescatter's share.
   int CheckKind(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, const Extra& extra, const SetView& set,
                 const std::string& name, abi::SubmitEntry* entry) SYNCD_REQUIRES(mu_);

@@ -84,21 +84,17 @@ uint64_t RowBytes(const Request& r) {
   return bytes;
 }
 
-// The registry: each kind's file defines its function; one line here declares it, one lists it.
-const Collective& AllreduceKind();
-const Collective& BroadcastKind();
-const Collective& BarrierKind();
-const Collective& AllgatherKind();
-const Collective& AlltoallKind();
-const Collective& ReducescatterKind();
-const Collective& JoinKind();
-const Collective& PartialAllreduceKind();
+// The registry: each kind's folder defines its function; kinds.def lists each once.
+#define SYNCD_KIND(fn) const Collective& fn();
+#include "daemon/collectives/kinds.def"
+#undef SYNCD_KIND
 
 const Collective* FindCollective(abi::OpKind kind) {
+#define SYNCD_KIND(fn) &fn(),
   static const Collective* const kKinds[] = {
-      &AllreduceKind(), &BroadcastKind(), &BarrierKind(), &AllgatherKind(), &AlltoallKind(), &ReducescatterKind(),
-      &JoinKind(),      &PartialAllreduceKind(),
+#include "daemon/collectives/kinds.def"
   };
+#undef SYNCD_KIND
   for (const Collective* c : kKinds)
     if (c->kind() == kind) return c;
   return nullptr;

@@ -24,6 +24,7 @@ struct FusionKey {
   double prescale = 1.0;
   double postscale = 1.0;
   bool gpu = false;  // GPU tensors fuse only with GPU tensors, host with host
+  int32_t root = 0;  // kinds with a root rank fuse only with requests of the same root
   bool operator==(const FusionKey&) const = default;
 };
 
