@@ -209,6 +209,17 @@ void Dispatch(const ReduceSpec& spec, const void* const* inputs, size_t n, void*
 
 }  // namespace
 
+void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* other, size_t count) {
+  const ReduceSpec spec{dtype, op == SYNCD_AVERAGE ? SYNCD_SUM : op};
+  const size_t esize = abi::DtypeSize(dtype);
+  for (size_t off = 0; off < count; off += kReduceChunkElements) {
+    const size_t n = std::min(kReduceChunkElements, count - off);
+    const void* in[2] = {acc + off * esize, other + off * esize};
+    void* out[1] = {acc + off * esize};
+    ReduceChunk(spec, in, 2, out, 1, n);
+  }
+}
+
 void CopyStreaming(void* dst, const void* src, size_t bytes) {
 #if defined(__x86_64__)
   if (bytes < kStreamingCopyMinBytes) {

@@ -35,6 +35,9 @@ inline constexpr size_t kReduceChunkElements = 4096;
 // Reduces `count` (<= kReduceChunkElements) elements of each of `n` inputs into every output.
 void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, void* const* outputs,
                  size_t n_outputs, size_t count);
+// acc = op(acc, other), element-wise over any number of elements (AVERAGE adds: whoever finishes
+// the reduction divides once).
+void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* other, size_t count);
 
 // memcpy for data nobody reads soon (results scattered into large rank tensors): non-temporal
 // stores skip the read-for-ownership of every destination line and leave the caches alone, which

@@ -9,21 +9,6 @@
 #include "proto/status_names.h"
 
 namespace syncd {
-namespace {
-
-// acc = op(acc, other), element-wise over `count` elements.
-void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* other, size_t count) {
-  const ReduceSpec spec{dtype, op == SYNCD_AVERAGE ? SYNCD_SUM : op};
-  const size_t esize = abi::DtypeSize(dtype);
-  for (size_t off = 0; off < count; off += kReduceChunkElements) {
-    const size_t n = std::min(kReduceChunkElements, count - off);
-    const void* in[2] = {acc + off * esize, other + off * esize};
-    void* out[1] = {acc + off * esize};
-    ReduceChunk(spec, in, 2, out, 1, n);
-  }
-}
-
-}  // namespace
 
 CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes,
                                   Combiner combine) {
