@@ -37,6 +37,7 @@ inline constexpr size_t kArenaAlignment = 64;
 // kAllgather and kAlltoall: the result's size is known only once every rank has submitted, so
 // the daemon writes it into a block of the client's result area (ResultHeader) and the completion
 // says where. kReducescatter: in place, this rank's rows at the start of its tensor.
+// kReduce: `root` (a global rank of the set) gets the reduction in place; the others' tensors stay.
 enum class OpKind : uint32_t {
   kAllreduce = 1,
   kBroadcast = 2,
@@ -53,8 +54,9 @@ enum class OpKind : uint32_t {
   kTimeline = 13,
   kSend = 14,
   kRecv = 15,
+  kReduce = 16,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kRecv);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kReduce);
 // kSend, kRecv (syncd_send_async, syncd_recv_async): a tensor from one rank to another of the same
 // process set, through their daemons and never coordinated (daemon/engine/point_to_point.h).
 // `root`: the peer's global rank (kRecv: -1, any rank of the set); `tag`: the user's tag (>= 0).

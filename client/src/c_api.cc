@@ -65,6 +65,11 @@ int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, sync
   return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, false, nullptr,
                            Rooted("broadcast"));
 }
+int syncd_reduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, int root, double prescale,
+                       double postscale, syncd_handle* out) {
+  if (op < 0 || op >= SYNCD_REDUCE_OP_COUNT) return Fail(SYNCD_ERR_INVALID, "reduce: unknown reduce op " + std::to_string(op));
+  return Unwrap(c)->Submit(abi::OpKind::kReduce, t, op, root, prescale, postscale, out, false, nullptr, Rooted("reduce"));
+}
 int syncd_allreduce_gpu_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, double prescale,
                               double postscale, void* stream, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, true, stream);

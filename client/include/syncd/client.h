@@ -121,6 +121,11 @@ SYNCD_API int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, sync
                                     double prescale, double postscale, syncd_handle* out);
 SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root,
                                     syncd_handle* out);
+/* Reduces every rank's tensor as syncd_allreduce_async does (op, scale factors, AVERAGE dividing by
+ * the set's size) into the tensor of `root` (a global rank of t->process_set), in place; the
+ * other ranks' tensors are left as they were. Host tensors. */
+SYNCD_API int syncd_reduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, int root,
+                                 double prescale, double postscale, syncd_handle* out);
 /* GPU tensors: `t->data` is CUDA device memory (any allocation of this process: cudaMalloc, a
  * framework's caching allocator). The daemon reads and writes it in place through a CUDA IPC handle
  * of its allocation, after the work already queued on `stream` (a cudaStream_t; NULL: the legacy

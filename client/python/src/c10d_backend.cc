@@ -160,12 +160,12 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: reduce takes one tensor per process, got ", tensors.size());
     CheckRoot(opts.rootRank, "reduce");
     const syncd_reduce_op op = ReduceOpOf(opts.reduceOp, "reduce");
-    // An allreduce whose result only the root keeps (the other ranks' tensors stay as they were).
+    // syncd's reduce: only the root's tensor changes.
     const bool root = int(opts.rootRank) == getRank();
     std::vector<at::Tensor> outs = root ? tensors : std::vector<at::Tensor>{};
     return Flat(tensors[0].flatten(), outs, c10d::OpType::REDUCE, "reduce",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
-                  return syncd_allreduce_async(client_, &t, op, 1.0, 1.0, h);
+                  return syncd_reduce_async(client_, &t, op, GlobalRank(opts.rootRank), 1.0, 1.0, h);
                 }, 0);
   }
 
