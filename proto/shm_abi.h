@@ -38,6 +38,7 @@ inline constexpr size_t kArenaAlignment = 64;
 // the daemon writes it into a block of the client's result area (ResultHeader) and the completion
 // says where. kReducescatter: in place, this rank's rows at the start of its tensor.
 // kReduce: `root` (a global rank of the set) gets the reduction in place; the others' tensors stay.
+// kGather: `root` gets every rank's tensor in a block of its result area; the others get none.
 enum class OpKind : uint32_t {
   kAllreduce = 1,
   kBroadcast = 2,
@@ -55,8 +56,9 @@ enum class OpKind : uint32_t {
   kSend = 14,
   kRecv = 15,
   kReduce = 16,
+  kGather = 17,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kReduce);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kGather);
 // kSend, kRecv (syncd_send_async, syncd_recv_async): a tensor from one rank to another of the same
 // process set, through their daemons and never coordinated (daemon/engine/point_to_point.h).
 // `root`: the peer's global rank (kRecv: -1, any rank of the set); `tag`: the user's tag (>= 0).

@@ -82,6 +82,11 @@ int syncd_allgather_async(syncd_client* c, const syncd_tensor* t, syncd_result* 
   if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "allgather: result is NULL");
   return Unwrap(c)->Submit(abi::OpKind::kAllgather, t, SYNCD_SUM, 0, 1.0, 1.0, out, false, nullptr, {nullptr, 0, result});
 }
+int syncd_gather_async(syncd_client* c, const syncd_tensor* t, int root, syncd_result* result, syncd_handle* out) {
+  if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "gather: result is NULL");
+  return Unwrap(c)->Submit(abi::OpKind::kGather, t, SYNCD_SUM, root, 1.0, 1.0, out, false, nullptr,
+                           Rooted("gather", result));
+}
 int syncd_alltoall_async(syncd_client* c, const syncd_tensor* t, const int64_t* splits, int nsplits,
                          syncd_result* result, syncd_handle* out) {
   if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "alltoall: result is NULL");

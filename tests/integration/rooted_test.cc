@@ -139,6 +139,92 @@ TEST_P(Rooted, ReduceErrorsNameTheTensorAndTheJobGoesOn) {
   ExpectAllSucceeded(st);
 }
 
+// ---- gather ----
+
+// The value rank r puts at row i, column j (distinct per rank and row; bool gets 0/1).
+double Cell(syncd_dtype dt, int r, int64_t i, int64_t j) {
+  return dt == SYNCD_BOOL ? double((r + i + j) % 2) : double((r * 7 + i * 3 + j) % 61);
+}
+
+// Rank r contributes (r % 3) rows of `cols` columns (uneven, some ranks none); only `root` gets
+// them all, in rank order.
+int CheckedGather(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, int root, const std::string& name,
+                  int64_t scale = 1) {
+  auto rows_of = [scale](int r) { return int64_t(r % 3) * scale; };
+  const size_t esize = syncd_dtype_size(dt);
+  std::vector<char> in(size_t(rows_of(rank) * cols) * esize + 1);
+  for (int64_t i = 0; i < rows_of(rank); ++i)
+    for (int64_t j = 0; j < cols; ++j) SetValue(in.data(), dt, size_t(i * cols + j), Cell(dt, rank, i, j));
+  int64_t shape[2] = {rows_of(rank), cols};
+  syncd_tensor t{name.c_str(), in.data(), dt, 2, shape, 0};
+  syncd_result res{};
+  syncd_handle h;
+  CHILD_CHECK(syncd_gather_async(c, &t, root, &res, &h) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  if (rank != root) {
+    CHILD_CHECK(res.data == nullptr && res.bytes == 0 && res.nranks == 0, "%s: rank %d (not the root) got %lu bytes",
+                name.c_str(), rank, (unsigned long)res.bytes);
+    return 0;
+  }
+  CHILD_CHECK(res.nranks == n, "%s: %d row counts for %d ranks", name.c_str(), res.nranks, n);
+  int64_t at = 0;
+  for (int r = 0; r < n; ++r) {
+    CHILD_CHECK(res.rows[r] == rows_of(r), "%s: rank %d sent %ld rows, result says %ld", name.c_str(), r,
+                (long)rows_of(r), (long)res.rows[r]);
+    for (int64_t i = 0; i < rows_of(r); ++i, ++at)
+      for (int64_t j = 0; j < cols; ++j) {
+        const double got = GetValue(res.data, dt, size_t(at * cols + j)), want = Cell(dt, r, i, j);
+        CHILD_CHECK(got == want, "%s: row %ld (rank %d's row %ld) col %ld: got %g want %g", name.c_str(), (long)at, r,
+                    (long)i, (long)j, got, want);
+      }
+  }
+  CHILD_CHECK(res.bytes == uint64_t(at * cols) * esize, "%s: %lu result bytes for %ld rows", name.c_str(),
+              (unsigned long)res.bytes, (long)at);
+  syncd_release_result(c, &res);
+  return 0;
+}
+
+TEST_P(Rooted, GatherEveryDtypeAndRootWithUnevenFirstDimensions) {
+  Cluster cluster = MakeCluster();
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
+      if (CheckedGather(c, rank, n, syncd_dtype(dt), 5, dt % n, "gather." + std::to_string(dt))) return 1;
+    for (int root = 0; root < n; ++root)  // megabytes from each node
+      if (CheckedGather(c, rank, n, SYNCD_FLOAT32, 1000, root, "gather.large." + std::to_string(root), 100)) return 1;
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST_P(Rooted, GatherErrorsNameTheTensorAndTheJobGoesOn) {
+  Cluster cluster = MakeCluster();
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    float x[8] = {};
+    int64_t shape[2] = {2, 4};
+    syncd_result res{};
+    syncd_handle h;
+    syncd_tensor t{"bad.root", x, SYNCD_FLOAT32, 2, shape, 0};
+    CHILD_CHECK(syncd_gather_async(c, &t, -1, &res, &h) == SYNCD_ERR_INVALID, "root -1 accepted");
+    CHILD_CHECK(strstr(syncd_last_error(), "gather root") != nullptr, "message: %s", syncd_last_error());
+    CHILD_CHECK(syncd_gather_async(c, &t, 0, nullptr, &h) == SYNCD_ERR_INVALID, "a NULL result accepted");
+    // Different trailing dimensions, then different roots: MISMATCH on every rank.
+    int64_t cols[2] = {2, rank == n - 1 ? 3 : 4};
+    syncd_tensor m{"bad.cols", x, SYNCD_FLOAT32, 2, cols, 0};
+    CHILD_CHECK(syncd_gather_async(c, &m, 0, &res, &h) == SYNCD_OK, "%s", syncd_last_error());
+    int rc = syncd_wait(c, h, 60'000);
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH && strstr(syncd_last_error(), "bad.cols") != nullptr, "bad.cols: %s (%s)",
+                syncd_status_name(rc), syncd_last_error());
+    syncd_tensor r{"bad.roots", x, SYNCD_FLOAT32, 2, shape, 0};
+    CHILD_CHECK(syncd_gather_async(c, &r, rank == 0 ? n - 1 : 0, &res, &h) == SYNCD_OK, "%s", syncd_last_error());
+    rc = syncd_wait(c, h, 60'000);
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH && strstr(syncd_last_error(), "root") != nullptr, "bad.roots: %s (%s)",
+                syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(res.data == nullptr, "a failed gather has no result");
+    return CheckedGather(c, rank, n, SYNCD_INT64, 2, n - 1, "gather.after");
+  });
+  ExpectAllSucceeded(st);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, Rooted, ::testing::Values(Shape{1, 4}, Shape{2, 2}, Shape{3, 1}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local);

@@ -157,6 +157,10 @@ typedef struct syncd_result {
 /* Concatenation of every rank's tensor along the first dimension, in rank order. First
  * dimensions may differ; the tensor needs at least one dimension and the others must agree. */
 SYNCD_API int syncd_allgather_async(syncd_client* c, const syncd_tensor* t, syncd_result* result, syncd_handle* out);
+/* The allgather's concatenation, for `root` only (a global rank of t->process_set): the root's
+ * *result holds every rank's rows in rank order; the other ranks' *result stays empty (bytes 0). */
+SYNCD_API int syncd_gather_async(syncd_client* c, const syncd_tensor* t, int root, syncd_result* result,
+                                 syncd_handle* out);
 /* Rank s sends splits[d] rows (from its first row on, in rank order) to each rank d and gets what
  * every rank sent it, in rank order; result->rows are the received splits. `splits` NULL: equal
  * parts (the first dimension must divide by the number of ranks); else `nsplits` is the size. */

@@ -182,7 +182,11 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     } else {
       TORCH_CHECK(outputs.empty() || outputs[0].empty(), "syncd backend: gather's output list is for its root only");
     }
-    return Gather(inputs[0], outs, c10d::OpType::GATHER, "gather");
+    // syncd's gather: only the root receives.
+    return Flat(inputs[0].flatten(), outs, c10d::OpType::GATHER, "gather",
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
+                  return syncd_gather_async(client_, &t, GlobalRank(opts.rootRank), res, h);
+                }, -1);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,

@@ -24,7 +24,8 @@ Request Tensor(abi::OpKind kind, uint32_t rank, std::vector<float>* data) {
 TEST(Collectives, EveryKindIsRegisteredOnceUnderItsOwnName) {
   std::set<std::string> names;
   for (abi::OpKind k : {abi::OpKind::kAllreduce, abi::OpKind::kBroadcast, abi::OpKind::kBarrier, abi::OpKind::kAllgather,
-                        abi::OpKind::kAlltoall, abi::OpKind::kReducescatter, abi::OpKind::kReduce}) {
+                        abi::OpKind::kAlltoall, abi::OpKind::kReducescatter, abi::OpKind::kReduce,
+                        abi::OpKind::kGather}) {
     const Collective* c = FindCollective(k);
     ASSERT_NE(c, nullptr) << int(k);
     EXPECT_EQ(c->kind(), k);
