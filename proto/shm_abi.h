@@ -39,6 +39,8 @@ inline constexpr size_t kArenaAlignment = 64;
 // says where. kReducescatter: in place, this rank's rows at the start of its tensor.
 // kReduce: `root` (a global rank of the set) gets the reduction in place; the others' tensors stay.
 // kGather: `root` gets every rank's tensor in a block of its result area; the others get none.
+// kScatter: every rank gets its share of `root`'s rows in a block of its result area; the other
+// ranks submit 0 rows.
 enum class OpKind : uint32_t {
   kAllreduce = 1,
   kBroadcast = 2,
@@ -57,8 +59,9 @@ enum class OpKind : uint32_t {
   kRecv = 15,
   kReduce = 16,
   kGather = 17,
+  kScatter = 18,
 };
-inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kGather);
+inline constexpr uint32_t kOpKindLast = uint32_t(OpKind::kScatter);
 // kSend, kRecv (syncd_send_async, syncd_recv_async): a tensor from one rank to another of the same
 // process set, through their daemons and never coordinated (daemon/engine/point_to_point.h).
 // `root`: the peer's global rank (kRecv: -1, any rank of the set); `tag`: the user's tag (>= 0).

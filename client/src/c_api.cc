@@ -87,6 +87,11 @@ int syncd_gather_async(syncd_client* c, const syncd_tensor* t, int root, syncd_r
   return Unwrap(c)->Submit(abi::OpKind::kGather, t, SYNCD_SUM, root, 1.0, 1.0, out, false, nullptr,
                            Rooted("gather", result));
 }
+int syncd_scatter_async(syncd_client* c, const syncd_tensor* t, int root, syncd_result* result, syncd_handle* out) {
+  if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "scatter: result is NULL");
+  return Unwrap(c)->Submit(abi::OpKind::kScatter, t, SYNCD_SUM, root, 1.0, 1.0, out, false, nullptr,
+                           Rooted("scatter", result));
+}
 int syncd_alltoall_async(syncd_client* c, const syncd_tensor* t, const int64_t* splits, int nsplits,
                          syncd_result* result, syncd_handle* out) {
   if (result == nullptr) return Fail(SYNCD_ERR_INVALID, "alltoall: result is NULL");

@@ -178,7 +178,7 @@ TEST(Collectives, ReadyTensorsAreFusedAndStatusShowsIt) {
   // The table a user reads lists every kind of the registry by name, those not run too.
   const std::string text = SyncctlStatus(d.run_dir());
   for (const char* kind : {"allreduce 300", "broadcast 0", "barrier 0", "allgather 0", "alltoall 0", "reducescatter 0",
-                           "join 0", "partial allreduce 0", "reduce 0", "gather 0", "errors 0"})
+                           "join 0", "partial allreduce 0", "reduce 0", "gather 0", "scatter 0", "errors 0"})
     EXPECT_TRUE(Contains(text, kind)) << kind << " missing from:\n" << text;
 }
 

@@ -225,6 +225,82 @@ TEST_P(Rooted, GatherErrorsNameTheTensorAndTheJobGoesOn) {
   ExpectAllSucceeded(st);
 }
 
+// ---- scatter ----
+
+// The root sends R rows of `cols` columns (row i holds Cell(dt, root, i, j)); rank k gets its share.
+int CheckedScatter(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t rows, int64_t cols, int root,
+                   const std::string& name) {
+  const size_t esize = syncd_dtype_size(dt);
+  const int64_t mine_rows = rank == root ? rows : 0;
+  std::vector<char> in(size_t(mine_rows * cols) * esize + 1);
+  for (int64_t i = 0; i < mine_rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) SetValue(in.data(), dt, size_t(i * cols + j), Cell(dt, root, i, j));
+  int64_t shape[2] = {mine_rows, cols};
+  syncd_tensor t{name.c_str(), in.data(), dt, 2, shape, 0};
+  syncd_result res{};
+  syncd_handle h;
+  CHILD_CHECK(syncd_scatter_async(c, &t, root, &res, &h) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", name.c_str(), syncd_last_error());
+  int64_t first = 0;
+  for (int k = 0; k < rank; ++k) first += syncd_reducescatter_rows(rows, n, k);
+  const int64_t share = syncd_reducescatter_rows(rows, n, rank);
+  CHILD_CHECK(res.nranks == n, "%s: %d row counts for %d ranks", name.c_str(), res.nranks, n);
+  for (int k = 0; k < n; ++k)
+    CHILD_CHECK(res.rows[k] == syncd_reducescatter_rows(rows, n, k), "%s: rank %d's share says %ld rows",
+                name.c_str(), k, (long)res.rows[k]);
+  CHILD_CHECK(res.bytes == uint64_t(share * cols) * esize, "%s: rank %d got %lu bytes for %ld rows", name.c_str(),
+              rank, (unsigned long)res.bytes, (long)share);
+  for (int64_t i = 0; i < share; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const double got = GetValue(res.data, dt, size_t(i * cols + j)), want = Cell(dt, root, first + i, j);
+      CHILD_CHECK(got == want, "%s: rank %d row %ld col %ld: got %g want %g", name.c_str(), rank, (long)i, (long)j, got,
+                  want);
+    }
+  syncd_release_result(c, &res);
+  return 0;
+}
+
+TEST_P(Rooted, ScatterEveryDtypeAndRootWithUnevenShares) {
+  Cluster cluster = MakeCluster();
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)  // 2n + 1 rows: the first ranks get one more
+      if (CheckedScatter(c, rank, n, syncd_dtype(dt), 2 * n + 1, 3, dt % n, "scatter." + std::to_string(dt))) return 1;
+    if (CheckedScatter(c, rank, n, SYNCD_INT32, n - 1, 2, 0, "scatter.fewer")) return 1;  // the last rank gets none
+    for (int root = 0; root < n; ++root)  // megabytes to each node
+      if (CheckedScatter(c, rank, n, SYNCD_FLOAT64, 100 * n, 1000, root, "scatter.large." + std::to_string(root)))
+        return 1;
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+TEST_P(Rooted, ScatterErrorsFailEveryRankAndTheJobGoesOn) {
+  Cluster cluster = MakeCluster();
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    float x[8] = {};
+    syncd_result res{};
+    syncd_handle h;
+    // A rank other than the root that passes rows: every rank fails, naming it.
+    int64_t shape[2] = {rank == 0 || rank == n - 1 ? 2 : 0, 4};
+    syncd_tensor t{"bad.rows", x, SYNCD_FLOAT32, 2, shape, 0};
+    CHILD_CHECK(syncd_scatter_async(c, &t, 0, &res, &h) == SYNCD_OK, "%s", syncd_last_error());
+    int rc = syncd_wait(c, h, 60'000);
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "bad.rows: %s (%s)", syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(strstr(syncd_last_error(), "must pass 0") != nullptr && strstr(syncd_last_error(), "bad.rows") != nullptr,
+                "message: %s", syncd_last_error());
+    CHILD_CHECK(res.data == nullptr, "a failed scatter has no result");
+    int64_t scalar_rows = 0;
+    syncd_tensor s{"bad.scalar", x, SYNCD_FLOAT32, 0, &scalar_rows, 0};
+    CHILD_CHECK(syncd_scatter_async(c, &s, 0, &res, &h) == SYNCD_OK, "%s", syncd_last_error());
+    rc = syncd_wait(c, h, 60'000);
+    CHILD_CHECK(rc == SYNCD_ERR_INVALID && strstr(syncd_last_error(), "at least one dimension") != nullptr,
+                "bad.scalar: %s (%s)", syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(syncd_scatter_async(c, &t, n + 3, &res, &h) == SYNCD_ERR_INVALID, "root n+3 accepted");
+    return CheckedScatter(c, rank, n, SYNCD_UINT8, 3 * n, 2, n - 1, "scatter.after");
+  });
+  ExpectAllSucceeded(st);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, Rooted, ::testing::Values(Shape{1, 4}, Shape{2, 2}, Shape{3, 1}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local);

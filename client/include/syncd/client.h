@@ -161,6 +161,12 @@ SYNCD_API int syncd_allgather_async(syncd_client* c, const syncd_tensor* t, sync
  * *result holds every rank's rows in rank order; the other ranks' *result stays empty (bytes 0). */
 SYNCD_API int syncd_gather_async(syncd_client* c, const syncd_tensor* t, int root, syncd_result* result,
                                  syncd_handle* out);
+/* The root's t holds R rows; rank k of the set gets its share of them, in rank order, in *result:
+ * syncd_reducescatter_rows(R, size, k) rows (the root's own share too). Every other rank passes a
+ * tensor of 0 rows with the dtype and other dimensions of the root's (a rank that passes rows fails
+ * the scatter on every rank). */
+SYNCD_API int syncd_scatter_async(syncd_client* c, const syncd_tensor* t, int root, syncd_result* result,
+                                  syncd_handle* out);
 /* Rank s sends splits[d] rows (from its first row on, in rank order) to each rank d and gets what
  * every rank sent it, in rank order; result->rows are the received splits. `splits` NULL: equal
  * parts (the first dimension must divide by the number of ranks); else `nsplits` is the size. */

@@ -196,8 +196,8 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     const int n = getSize(), r = getRank();
     const bool root = int(opts.rootRank) == r;
     at::Tensor out = outputs[0];
-    // A broadcast of the root's pieces end to end; each rank keeps its own.
-    at::Tensor all;
+    // syncd's scatter: the root's pieces end to end, one share per rank; the others pass none.
+    at::Tensor all = at::empty({0}, out.options());
     if (root) {
       TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == n, "syncd backend: scatter's root needs ", n,
                   " input tensors");
@@ -209,14 +209,13 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       }
       all = at::cat(flat);
     } else {
-      all = at::empty({out.numel() * n}, out.options());
+      TORCH_CHECK(inputs.empty() || inputs[0].empty(), "syncd backend: scatter's input list is for its root only");
     }
     std::vector<at::Tensor> outs = {out};
-    const int64_t piece = out.numel();
     return Flat(all, outs, c10d::OpType::SCATTER, "scatter",
-                [&](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
-                  return syncd_broadcast_async(client_, &t, GlobalRank(opts.rootRank), h);
-                }, piece * r);
+                [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
+                  return syncd_scatter_async(client_, &t, GlobalRank(opts.rootRank), res, h);
+                }, -1);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,

@@ -25,7 +25,7 @@ TEST(Collectives, EveryKindIsRegisteredOnceUnderItsOwnName) {
   std::set<std::string> names;
   for (abi::OpKind k : {abi::OpKind::kAllreduce, abi::OpKind::kBroadcast, abi::OpKind::kBarrier, abi::OpKind::kAllgather,
                         abi::OpKind::kAlltoall, abi::OpKind::kReducescatter, abi::OpKind::kReduce,
-                        abi::OpKind::kGather}) {
+                        abi::OpKind::kGather, abi::OpKind::kScatter}) {
     const Collective* c = FindCollective(k);
     ASSERT_NE(c, nullptr) << int(k);
     EXPECT_EQ(c->kind(), k);
