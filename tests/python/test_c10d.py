@@ -343,6 +343,8 @@ def test_reduce_to_every_root_matches_gloo(dtype, op):
     for root, (mine, theirs) in enumerate(results):
         if dist.get_rank() == root:
             assert torch.equal(mine[0], theirs[0]), (root, mine[0], theirs[0])
+        else:  # syncd's reduce leaves the other ranks' tensors as they were
+            assert torch.equal(mine[0], rank_input(dist.get_rank() + root, dtype, 5)), (root, mine[0])
 
 
 def test_gather_and_scatter_to_and_from_every_root_match_gloo():
