@@ -11,23 +11,26 @@ CommTask::~CommTask() {
 }
 
 bool CommTask::Poll() {
-  if (done()) return true;
+  while (!done() && Step()) {
+  }
+  return done();
+}
+
+bool CommTask::Step() {
   auto& p = h_.promise();
   if (p.until) {
-    if (p.until()) {
-      p.until = nullptr;
-      h_.resume();
-    }
-    return done();
+    if (!p.until()) return false;
+    p.until = nullptr;
+    h_.resume();
+    return true;
   }
   if (!p.children.empty()) {
     bool all = true;
     for (CommTask* c : p.children) all &= c->Poll();
-    if (all || (p.first_only && p.children.front()->done())) {
-      p.children.clear();
-      h_.resume();
-    }
-    return done();
+    if (!all && !(p.first_only && p.children.front()->done())) return false;
+    p.children.clear();
+    h_.resume();
+    return true;
   }
   Transport* t = p.transport;
   t->Progress();
@@ -52,8 +55,9 @@ bool CommTask::Poll() {
     p.wait_status = std::move(failure);
   }
   p.waiting = std::move(still);
-  if (p.waiting.empty()) h_.resume();
-  return done();
+  if (!p.waiting.empty()) return false;
+  h_.resume();
+  return true;
 }
 
 }  // namespace syncd

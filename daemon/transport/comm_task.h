@@ -54,10 +54,14 @@ class CommTask {
   bool done() const { return !h_ || h_.done(); }
   // The result once done().
   const Status& status() const { return h_.promise().result; }
-  // Drives the task; returns done().
+  // Drives the task; returns done(). Whenever a step resumes the coroutine, the next wait it
+  // suspends on is looked at at once: it may be satisfied already (a send that completed inside
+  // the call that posted it), and no event will come for it.
   bool Poll();
 
  private:
+  // One step: whether it resumed the coroutine.
+  bool Step();
   explicit CommTask(std::coroutine_handle<promise_type> h) : h_(h) {}
   std::coroutine_handle<promise_type> h_;
 };
