@@ -9,7 +9,8 @@
 # transport the daemons use to each other) for several; syncd's busbw is reported as a share of
 # it. The last line is one JSON object with every result.
 #   bench/compare.sh [--nodes 1] [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
-#                    [--ops allreduce,allgather,alltoall,reducescatter] [--syncd-arg=--flag=value ...]
+#                    [--ops allreduce,allgather,alltoall,reducescatter,broadcast,reduce,gather,scatter]
+#                    [--syncd-arg=--flag=value ...]
 # With --nodes N, syncrun starts N daemons (one per simulated node) and the ranks spread over
 # them; gloo runs the same number of ranks.
 set -euo pipefail
@@ -89,7 +90,11 @@ nodes, ops, rank_cores = int(sys.argv[3]), sys.argv[4].split(","), sys.argv[8]
 submit = [r for r in rows["syncd"] if r.get("op") == "submit"]
 notes = {"allreduce": "busbw = algbw * 2(n-1)/n", "allgather": "size: the output; busbw = algbw * (n-1)/n",
          "alltoall": "size: each rank's buffer; busbw = algbw * (n-1)/n",
-         "reducescatter": "size: the input; busbw = algbw * (n-1)/n; gloo has none: all_reduce + copy"}
+         "reducescatter": "size: the input; busbw = algbw * (n-1)/n; gloo has none: all_reduce + copy",
+         "broadcast": "from rank 0; size: the buffer; busbw = algbw",
+         "reduce": "to rank 0; size: the buffer; busbw = algbw",
+         "gather": "at rank 0; size: the output; busbw = algbw * (n-1)/n",
+         "scatter": "from rank 0; size: the root's input; busbw = algbw * (n-1)/n"}
 result = {"bench": "compare", "nodes": nodes, "ops": {}}
 
 

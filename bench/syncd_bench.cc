@@ -67,19 +67,25 @@ class Bench {
     Check(syncd_wait(c_, h, -1), "barrier");
   }
 
-  // One collective of `op_` (allreduce, allgather, alltoall, reducescatter) on `count` elements
-  // of this rank's buffer; a result the daemon placed is given back at once.
+  // One collective of `op_` (allreduce, allgather, alltoall, reducescatter, broadcast, reduce,
+  // gather, scatter; the rooted ones to or from rank 0) on `count` elements of this rank's buffer; a result the
+  // daemon placed is given back at once.
   void Collective(const char* name, void* data, int64_t count) {
     if (op_ == "allreduce") return Allreduce(name, data, count, dtype_, SYNCD_SUM);
-    syncd_tensor t{name, data, dtype_, 1, &count, 0};
+    const int64_t rows = op_ == "scatter" && syncd_rank(c_) != 0 ? 0 : count;  // only the root sends
+    syncd_tensor t{name, data, dtype_, 1, &rows, 0};
     syncd_handle h;
     syncd_result res{};
     if (op_ == "allgather") Check(syncd_allgather_async(c_, &t, &res, &h), "allgather");
     else if (op_ == "alltoall") Check(syncd_alltoall_async(c_, &t, nullptr, 0, &res, &h), "alltoall");
+    else if (op_ == "reduce") Check(syncd_reduce_async(c_, &t, SYNCD_SUM, 0, 1.0, 1.0, &h), "reduce");
+    else if (op_ == "broadcast") Check(syncd_broadcast_async(c_, &t, 0, &h), "broadcast");
+    else if (op_ == "gather") Check(syncd_gather_async(c_, &t, 0, &res, &h), "gather");
+    else if (op_ == "scatter") Check(syncd_scatter_async(c_, &t, 0, &res, &h), "scatter");
     else Check(syncd_reducescatter_async(c_, &t, SYNCD_SUM, 1.0, 1.0, &h), "reducescatter");
     Check(syncd_wait(c_, h, -1), op_ + " " + name);
     // The result is read where it lies (as a C user can); only validation keeps a copy.
-    if (keep_result_) last_result_.assign(static_cast<const char*>(res.data), res.bytes);
+    if (keep_result_ && res.bytes > 0) last_result_.assign(static_cast<const char*>(res.data), res.bytes);
     syncd_release_result(c_, &res);
   }
 
@@ -96,9 +102,10 @@ class Bench {
     return v;
   }
 
-  // nccl-tests' conventions: `size` is the allreduce's buffer, the allgather's output (each rank
-  // sends size/n), the alltoall's buffer per rank, the reducescatter's input; busbw is
-  // algbw * 2(n-1)/n for allreduce, algbw * (n-1)/n for the others.
+  // nccl-tests' conventions: `size` is the allreduce's, the broadcast's and the reduce's buffer, the allgather's and
+  // the gather's output (each rank sends size/n), the alltoall's buffer per rank, the
+  // reducescatter's input, the scatter's input at the root; busbw is algbw * 2(n-1)/n for
+  // allreduce, algbw for broadcast and reduce, algbw * (n-1)/n for the others.
   void Run(const std::string& op) {
     op_ = op;
     const int n = syncd_size(c_), rank = syncd_rank(c_);
@@ -124,11 +131,12 @@ class Bench {
     for (uint64_t bytes : sizes) {
       // Elements in this rank's buffer: allgather sends size/n, alltoall and reducescatter need a
       // multiple of n.
-      const int64_t unit = op_ == "allreduce" ? 1 : n;
+      const bool gathers = op_ == "allgather" || op_ == "gather";
+      const int64_t unit = op_ == "allreduce" || op_ == "reduce" || op_ == "broadcast" ? 1 : n;
       int64_t count = int64_t(std::max<uint64_t>(1, bytes / esize));
       count = std::max<int64_t>(unit, count / unit * unit);
-      if (op_ == "allgather") count /= n;
-      bytes = uint64_t(op_ == "allgather" ? count * n : count) * esize;
+      if (gathers) count /= n;
+      bytes = uint64_t(gathers ? count * n : count) * esize;
       const uint64_t buf_bytes = uint64_t(count) * esize;
       void* buf = o_.staged ? malloc(buf_bytes) : syncd_alloc(c_, buf_bytes);
       if (buf == nullptr) Die("allocating " + std::to_string(buf_bytes) + " bytes");
@@ -160,7 +168,7 @@ class Bench {
       const double time_us = MeanAcrossRanks(mean_s) * 1e6;
       const double p50_us = MeanAcrossRanks(lat[lat.size() / 2]) * 1e6;
       const double algbw = double(bytes) / (time_us * 1e-6) / 1e9;
-      const double busbw = algbw * (op_ == "allreduce" ? 2.0 : 1.0) * (n - 1) / n;
+      const double busbw = op_ == "reduce" || op_ == "broadcast" ? algbw : algbw * (op_ == "allreduce" ? 2.0 : 1.0) * (n - 1) / n;
       if (rank == 0) {
         if (o_.json)
           printf("{\"op\":\"%s\",\"bytes\":%lu,\"ranks\":%d,\"dtype\":\"%s\",\"time_us\":%.3f,\"lat_p50_us\":%.3f,"
@@ -181,13 +189,26 @@ class Bench {
  private:
   long Validate(void* buf, int64_t count, const std::string& name, int n, int rank) {
     Fill(buf, count, rank + 1);
+    if (op_ == "scatter")  // the root's share for rank k holds k + 1
+      for (int64_t i = 0; i < count; ++i) Set(buf, i, double(i / (count / n) + 1));
+    last_result_.clear();
     keep_result_ = true;
     Collective(name.c_str(), buf, count);
     keep_result_ = false;
     long wrong = 0;
-    if (op_ == "allreduce" || op_ == "reducescatter") {
-      const int64_t mine = op_ == "allreduce" ? count : count / n;
-      for (int64_t i = 0; i < mine; ++i) wrong += Get(buf, i) != n * (n + 1) / 2.0;
+    if (op_ == "broadcast") {
+      for (int64_t i = 0; i < count; ++i) wrong += Get(buf, i) != 1;  // rank 0's
+    } else if (op_ == "allreduce" || op_ == "reducescatter" || op_ == "reduce") {
+      const int64_t mine = op_ == "reducescatter" ? count / n : count;
+      // A reduce leaves every rank but the root as it was.
+      const double want = op_ == "reduce" && rank != 0 ? rank + 1 : n * (n + 1) / 2.0;
+      for (int64_t i = 0; i < mine; ++i) wrong += Get(buf, i) != want;
+    } else if (op_ == "scatter") {
+      const int64_t share = int64_t(last_result_.size() / syncd_dtype_size(dtype_));
+      wrong += share != count / n;
+      for (int64_t i = 0; i < share; ++i) wrong += Get(last_result_.data(), i) != rank + 1;
+    } else if (op_ == "gather" && rank != 0) {
+      wrong += !last_result_.empty();
     } else {
       // Rank s's part of the result holds s + 1.
       const int64_t part = int64_t(last_result_.size() / syncd_dtype_size(dtype_)) / n;
@@ -295,7 +316,11 @@ int main(int argc, char** argv) {
   CLI::App* ag = app.add_subcommand("allgather", "Allgather time and bandwidth per size (size: the output)");
   CLI::App* a2a = app.add_subcommand("alltoall", "Alltoall time and bandwidth per size (size: each rank's buffer)");
   CLI::App* rs = app.add_subcommand("reducescatter", "Reducescatter time and bandwidth per size (size: the input)");
-  for (CLI::App* sub : {ag, a2a, rs}) {
+  CLI::App* bc = app.add_subcommand("broadcast", "Broadcast from rank 0: time and bandwidth per size (size: the buffer)");
+  CLI::App* rd = app.add_subcommand("reduce", "Reduce to rank 0: time and bandwidth per size (size: the buffer)");
+  CLI::App* ga = app.add_subcommand("gather", "Gather at rank 0: time and bandwidth per size (size: the output)");
+  CLI::App* sc = app.add_subcommand("scatter", "Scatter from rank 0: time and bandwidth per size (size: the input)");
+  for (CLI::App* sub : {ag, a2a, rs, bc, rd, ga, sc}) {
     sub->add_option("--sizes", o.sizes, "Sizes in bytes (8,1K,64M); default 8 B .. 64 MiB doubling")->delimiter(',');
     sub->add_option("--iters", o.iters, "Maximum timed iterations per size");
     sub->add_option("--warmup", o.warmup, "Warm-up iterations per size");
@@ -380,7 +405,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   Bench b(c, o);
-  for (const auto* sub : {ar, ag, a2a, rs})
+  for (const auto* sub : {ar, ag, a2a, rs, bc, rd, ga, sc})
     if (sub->parsed()) b.Run(sub->get_name());
   syncd_shutdown(c);
   return 0;

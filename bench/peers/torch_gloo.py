@@ -5,7 +5,8 @@ Runs the same measurement as `syncd-bench <op>` (nccl-tests' time_us, sizes and 
 with a barrier outside the timed region) and prints the same JSON keys, one object per size.
 allgather is dist.all_gather into a list, alltoall dist.all_to_all_single; gloo has no
 reduce_scatter (torch 1.13), so a gloo user's reducescatter is an all_reduce and a copy of the
-rank's part, which is what is timed.
+rank's part, which is what is timed. broadcast, reduce, gather and scatter are dist.broadcast,
+dist.reduce, dist.gather and dist.scatter, to and from rank 0.
 
     /usr/bin/python3 bench/peers/torch_gloo.py --ranks 4 --sizes 8,1K,64M [--op allgather] [--json]
 """
@@ -46,8 +47,19 @@ def make_collective(op, buf, n):
     if op == "alltoall":
         out = torch.empty_like(buf)
         return lambda: dist.all_to_all_single(out, buf)
-    part = torch.empty(buf.numel() // n, dtype=buf.dtype)
     rank = dist.get_rank()
+    if op == "reduce":
+        return lambda: dist.reduce(buf, dst=0)
+    if op == "broadcast":
+        return lambda: dist.broadcast(buf, src=0)
+    if op == "gather":
+        outs = [torch.empty_like(buf) for _ in range(n)] if rank == 0 else None
+        return lambda: dist.gather(buf, outs, dst=0)
+    if op == "scatter":
+        out = torch.empty(buf.numel() // n, dtype=buf.dtype)
+        pieces = list(buf.chunk(n)) if rank == 0 else None
+        return lambda: dist.scatter(out, pieces, src=0)
+    part = torch.empty(buf.numel() // n, dtype=buf.dtype)
 
     def reducescatter():
         reduced = buf.clone()
@@ -68,11 +80,12 @@ def worker(rank, args, port):
         [8 << i for i in range(24)]
     for nbytes in sizes:
         # Elements in this rank's buffer, as syncd-bench counts them.
-        unit = 1 if args.op == "allreduce" else n
+        unit = 1 if args.op in ("allreduce", "reduce", "broadcast") else n
         count = max(unit, max(1, nbytes // esize) // unit * unit)
-        if args.op == "allgather":
+        gathers = args.op in ("allgather", "gather")
+        if gathers:
             count //= n
-        nbytes = (count * n if args.op == "allgather" else count) * esize
+        nbytes = (count * n if gathers else count) * esize
         buf = torch.zeros(count, dtype=dtype)
         collective = make_collective(args.op, buf, n)
         t0 = time.perf_counter()
@@ -95,7 +108,7 @@ def worker(rank, args, port):
         time_us = mean_across_ranks(mean_s) * 1e6
         p50_us = mean_across_ranks(statistics.median(lat)) * 1e6
         algbw = nbytes / (time_us * 1e-6) / 1e9
-        busbw = algbw * (2 if args.op == "allreduce" else 1) * (n - 1) / n
+        busbw = algbw if args.op in ("reduce", "broadcast") else algbw * (2 if args.op == "allreduce" else 1) * (n - 1) / n
         if rank == 0:
             if args.json:
                 print(json.dumps({"op": args.op, "peer": "torch_gloo", "bytes": nbytes, "ranks": n,
@@ -116,7 +129,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seconds", type=float, default=1.0, help="time budget per size")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    p.add_argument("--op", default="allreduce", choices=["allreduce", "allgather", "alltoall", "reducescatter"])
+    p.add_argument("--op", default="allreduce", choices=["allreduce", "allgather", "alltoall", "reducescatter", "broadcast", "reduce", "gather", "scatter"])
     p.add_argument("--json", action="store_true")
     p.add_argument("--port", type=int, default=0, help="rendezvous port on 127.0.0.1 (default: a free one)")
     args = p.parse_args()
