@@ -8,7 +8,7 @@
 
 namespace syncd {
 
-Status Collective::Parse(const abi::SubmitEntry&, const SetRanks&, const std::string&, Request*) const {
+Status Collective::Parse(const abi::SubmitEntry&, const SetRanks&, const TensorWhat&, Request*) const {
   return Status::Ok();
 }
 

@@ -86,7 +86,7 @@ class Collective {
 
   // Checks and copies this kind's own fields of `e` into `r` (after the common ones). `what`
   // names the tensor and the rank for errors.
-  virtual Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const;
+  virtual Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const;
   // What else the ranks' requests must agree on: "" or the message (see Disagreement()).
   virtual std::string Disagreement(const std::vector<Request>& requests) const;
   // Requests with equal keys may run as one fused group; nullopt: each request runs alone.

@@ -27,6 +27,26 @@ struct GpuReady {
   uint64_t value = 0;
 };
 
+// How errors name a submitted tensor: "tensor 'w' from rank 3". Every submission is checked and
+// few fail, so the text is built only when a message needs it (it was two or three heap
+// allocations per request). Used as a string: `what + ": ..."`.
+class TensorWhat {
+ public:
+  TensorWhat(const std::string& name, uint32_t rank) : name_(&name), rank_(rank) {}
+  TensorWhat(const char* text) : text_(text) {}  // NOLINT: implicit, a description given whole
+  std::string str() const { return text_ != nullptr ? text_ : "tensor '" + *name_ + "' from rank " + std::to_string(rank_); }
+  operator std::string() const { return str(); }  // NOLINT: implicit, for messages
+  friend std::string operator+(const TensorWhat& w, const char* s) { return w.str() + s; }
+  friend std::string operator+(const TensorWhat& w, const std::string& s) { return w.str() + s; }
+  friend std::string operator+(const char* s, const TensorWhat& w) { return s + w.str(); }
+  friend std::string operator+(const std::string& s, const TensorWhat& w) { return s + w.str(); }
+
+ private:
+  const std::string* name_ = nullptr;
+  uint32_t rank_ = 0;
+  const char* text_ = nullptr;
+};
+
 struct Request {
   uint32_t client_id = 0;
   uint32_t rank = 0;        // global rank of the submitter

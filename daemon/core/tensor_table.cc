@@ -11,7 +11,18 @@ Status TensorTable::Add(Request r) {
   if (r.local_rank >= local_size_)
     return InvalidArgument("tensor '" + r.name + "': local rank " + std::to_string(r.local_rank) +
                            " out of range (local size " + std::to_string(local_size_) + ")");
-  auto [it, inserted] = pending_.try_emplace(r.name);
+  auto it = pending_.find(r.name);
+  const bool inserted = it == pending_.end();
+  if (inserted && !spare_.empty()) {
+    auto node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = r.name;  // into the room the last name left
+    node.mapped().count = 0;
+    node.mapped().queued = false;
+    it = pending_.insert(std::move(node)).position;
+  } else if (inserted) {
+    it = pending_.try_emplace(r.name).first;
+  }
   Entry& e = it->second;
   if (inserted) {
     e.requests.resize(local_size_);
@@ -43,12 +54,12 @@ void TensorTable::QueueIfReady(const std::string& name, Entry& e) {
   for (uint32_t l = 0; l < local_size_; ++l)
     if (!e.present[l] && (join || !joined_[l].joined)) return;
   e.queued = true;
-  completed_.push_back(name);
+  completed_.push_back(&name);
 }
 
 void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<FailedTensor>* failed) {
   while (!completed_.empty()) {
-    auto it = pending_.find(completed_.front());
+    auto it = pending_.find(*completed_.front());
     completed_.pop_front();
     Entry& e = it->second;
     std::vector<Request> requests = std::move(e.requests);
@@ -74,7 +85,8 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
       for (Request& r : requests) r.root = int32_t(last_joined_);
       joined_.assign(local_size_, Joined{});
     }
-    pending_.erase(it);
+    auto node = pending_.extract(it);
+    if (spare_.size() < kSpareEntries) spare_.push_back(std::move(node));
     if (agreement.ok()) agreement = check_(requests);
     if (agreement.ok()) {
       ready->push_back(ReadyTensor{std::move(requests)});

@@ -96,7 +96,14 @@ class TensorTable {
   std::vector<Joined> joined_;  // by local rank
   uint32_t last_joined_ = 0;    // global rank
   std::unordered_map<std::string, Entry> pending_;
-  std::deque<std::string> completed_;  // names in the order their last rank arrived
+  // Names in the order their last rank arrived: the keys of pending_'s entries (a node's key
+  // stays where it is until the node leaves the map).
+  std::deque<const std::string*> completed_;
+  // Entries that left pending_, kept (up to kSpareEntries) with their name's and flags' room
+  // for the next names: a name submitted every step then costs no hash-node, key or flag
+  // allocation (issue 35: a hot path without allocation).
+  static constexpr size_t kSpareEntries = 64;
+  std::vector<std::unordered_map<std::string, Entry>::node_type> spare_;
 };
 
 }  // namespace syncd

@@ -28,7 +28,7 @@ Status Malformed(const std::string& why) { return ProtocolError("malformed ring 
 
 // A process set change: a collective of the global set; adding one names its ranks (ascending,
 // in the arena), removing one its id.
-StatusOr<Request> ParseSetChange(const abi::SubmitEntry& e, const Submitter& who, Request r, const std::string& what) {
+StatusOr<Request> ParseSetChange(const abi::SubmitEntry& e, const Submitter& who, Request r, const TensorWhat& what) {
   if (e.process_set != 0)
     return InvalidArgument(what + ": process sets are added and removed by every rank of the job (the global set)");
   if (r.kind == abi::OpKind::kRemoveProcessSet) {
@@ -48,7 +48,7 @@ StatusOr<Request> ParseSetChange(const abi::SubmitEntry& e, const Submitter& who
 }
 
 // dtype, shape and size of a tensor entry.
-Status ParseTensor(const abi::SubmitEntry& e, const std::string& what, Request* r) {
+Status ParseTensor(const abi::SubmitEntry& e, const TensorWhat& what, Request* r) {
   if ((e.flags & ~abi::kSubmitGpu) != 0) return Malformed(what + " has unknown flags " + std::to_string(e.flags));
   if (e.dtype >= SYNCD_DTYPE_COUNT) return Malformed(what + " has unknown dtype " + std::to_string(e.dtype));
   r->dtype = syncd_dtype(e.dtype);
@@ -69,7 +69,7 @@ Status ParseTensor(const abi::SubmitEntry& e, const std::string& what, Request* 
 }
 
 // The splits of an alltoall (at most one per rank), copied out of the arena.
-Status ParseSplits(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
+Status ParseSplits(const abi::SubmitEntry& e, const Submitter& who, const TensorWhat& what, Request* r) {
   if (e.aux_bytes == 0) return Status::Ok();
   if (e.aux_bytes % sizeof(int64_t) != 0 || e.aux_bytes > uint64_t(who.world_size) * sizeof(int64_t))
     return Malformed(what + " has " + std::to_string(e.aux_bytes) + " bytes of splits for " +
@@ -87,7 +87,7 @@ SetRanks RanksOf(const Submitter& who) {
 }
 
 // A host tensor's data: a range of the client's arena.
-Status ParseHostData(const abi::SubmitEntry& e, const Submitter& who, const std::string& what, Request* r) {
+Status ParseHostData(const abi::SubmitEntry& e, const Submitter& who, const TensorWhat& what, Request* r) {
   if (r->bytes == 0) return Status::Ok();
   r->memory = who.segment->memory();
   r->data = who.segment->ArenaRange(e.arena_offset, e.bytes);
@@ -99,7 +99,7 @@ Status ParseHostData(const abi::SubmitEntry& e, const Submitter& who, const std:
 
 // A send or receive: its peer (a global rank of the set, not the submitter; a receive may name
 // any rank, -1) and its tag.
-StatusOr<Request> ParsePointToPoint(const abi::SubmitEntry& e, const Submitter& who, Request r, const std::string& what) {
+StatusOr<Request> ParsePointToPoint(const abi::SubmitEntry& e, const Submitter& who, Request r, const TensorWhat& what) {
   const char* op = r.kind == abi::OpKind::kSend ? "send" : "recv";
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
   if (e.flags & abi::kSubmitGpu) return InvalidArgument(std::string(op) + " of " + what + ": GPU tensors are not supported by send and recv");
@@ -125,24 +125,24 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
   r.rank = who.rank;
   r.local_rank = who.local_rank;
   r.handle = e.handle;
-  const std::string rank = "rank " + std::to_string(r.rank);
+  auto rank = [&r] { return "rank " + std::to_string(r.rank); };  // for messages only
   const size_t name_len = strnlen(e.name, abi::kNameBytes);
   if (name_len == 0 || name_len == abi::kNameBytes)
-    return ProtocolError("malformed ring entry from " + rank + ": tensor name is empty or not terminated");
+    return ProtocolError("malformed ring entry from " + rank() + ": tensor name is empty or not terminated");
   r.name.assign(e.name, name_len);
-  const std::string what = "tensor '" + r.name + "' from " + rank;
+  const TensorWhat what(r.name, r.rank);
   if (e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > abi::kOpKindLast)
     return Malformed(what + " has unknown operation " + std::to_string(e.kind));
   r.kind = abi::OpKind(e.kind);
   if ((r.kind == abi::OpKind::kRegisterGraph) != (r.name == abi::kTopoPlanName))
     return InvalidArgument(what + ": the name '" + abi::kTopoPlanName + "' is reserved for graph registration");
-  if (r.kind == abi::OpKind::kRegisterGraph) return ParseGraph(e, who, std::move(r), rank);
+  if (r.kind == abi::OpKind::kRegisterGraph) return ParseGraph(e, who, std::move(r), rank());
   if (abi::IsSetChange(r.kind)) return ParseSetChange(e, who, std::move(r), what);
   r.process_set = e.process_set;
   if (r.kind == abi::OpKind::kTimeline) {
     const char* text = e.bytes ? who.segment->ArenaRange(e.arena_offset, e.bytes) : "";
     if (text == nullptr || e.bytes >= abi::kTimelinePathBytes)
-      return Malformed("timeline request from " + rank + ": its file name is outside the arena or over " +
+      return Malformed("timeline request from " + rank() + ": its file name is outside the arena or over " +
                        std::to_string(abi::kTimelinePathBytes - 1) + " bytes");
     r.text.assign(text, strnlen(text, e.bytes));
     return r;

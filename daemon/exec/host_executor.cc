@@ -14,8 +14,10 @@ void HostExecutor::Allreduce(const std::vector<const ReadyTensor*>& group) {
                   head.op == SYNCD_AVERAGE ? world_size_ : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = group.front()->requests.size();
-  std::vector<const void*> in(n);
-  std::vector<void*> out(n);
+  std::vector<const void*>& in = inputs_;
+  std::vector<void*>& out = outputs_;
+  in.resize(n);
+  out.resize(n);
   for (const ReadyTensor* t : group) {
     const size_t count = t->first().bytes / esize;
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
@@ -61,7 +63,8 @@ void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, siz
   const ReduceSpec spec{head.dtype, head.op == SYNCD_AVERAGE ? SYNCD_SUM : head.op, head.prescale, 1.0, 1};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = group.front()->requests.size();
-  std::vector<const void*> in(n);
+  std::vector<const void*>& in = inputs_;
+  in.resize(n);
   ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);

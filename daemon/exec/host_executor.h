@@ -49,6 +49,9 @@ class HostExecutor {
   static void ForEachPiece(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, F fn);
 
   uint32_t world_size_;
+  // The ranks' pointers of one chunk: kept between calls (no allocation per collective).
+  std::vector<const void*> inputs_;
+  std::vector<void*> outputs_;
 };
 
 }  // namespace syncd

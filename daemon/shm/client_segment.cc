@@ -54,27 +54,35 @@ char* ClientSegment::ArenaRange(uint64_t offset, uint64_t bytes) const {
 }
 
 void ClientSegment::Complete(uint64_t handle, int status, const std::string& message, uint64_t result_offset) {
+  // Straight into the ring when nothing waits before it (no queueing, no allocation).
+  if (overflow_.empty())
+    if (abi::CompletionEntry* slot = completion_.Reserve()) return Publish(slot, handle, status, message, result_offset);
   overflow_.push_back(Pending{handle, status, message, result_offset});
 }
 
+void ClientSegment::Publish(abi::CompletionEntry* slot, uint64_t handle, int status, const std::string& message,
+                            uint64_t result_offset) {
+  const uint32_t index = completion_.ReservedIndex() & (completion_.capacity() - 1);
+  const size_t n = std::min(message.size(), abi::kMessageBytes);
+  memcpy(messages_ + size_t(index) * abi::kMessageBytes, message.data(), n);
+  slot->handle = handle;
+  slot->status = status;
+  slot->message_bytes = uint32_t(n);
+  slot->result_offset = result_offset;
+  completion_.Publish();
+  unrung_ = true;
+}
+
 void ClientSegment::Flush() {
-  bool published = false;
   while (!overflow_.empty()) {
     abi::CompletionEntry* slot = completion_.Reserve();
     if (slot == nullptr) break;
     const Pending& p = overflow_.front();
-    const uint32_t index = completion_.ReservedIndex() & (completion_.capacity() - 1);
-    const size_t n = std::min(p.message.size(), abi::kMessageBytes);
-    memcpy(messages_ + size_t(index) * abi::kMessageBytes, p.message.data(), n);
-    slot->handle = p.handle;
-    slot->status = p.status;
-    slot->message_bytes = uint32_t(n);
-    slot->result_offset = p.result_offset;
-    completion_.Publish();
+    Publish(slot, p.handle, p.status, p.message, p.result_offset);
     overflow_.pop_front();
-    published = true;
   }
-  if (published) abi::Ring(&header()->client_doorbell);
+  if (unrung_) abi::Ring(&header()->client_doorbell);
+  unrung_ = false;
 }
 
 }  // namespace syncd

@@ -44,9 +44,10 @@ class ClientSegment {
   // The daemon's allocator of the client's result area (shared with the requests that fill it).
   const std::shared_ptr<ResultArea>& results() const { return results_; }
 
-  // Queues one completion (`result_offset`: the result block it points to, see ResultArea). If the
-  // client is not draining its ring, completions wait in the daemon (never dropped) and go out on
-  // a later Flush().
+  // Publishes one completion (`result_offset`: the result block it points to, see ResultArea) in
+  // the ring when it has room and none waits before it; the doorbell rings at the next Flush(). If
+  // the client is not draining its ring, completions wait in the daemon (never dropped) and go
+  // out on a later Flush().
   void Complete(uint64_t handle, int status, const std::string& message, uint64_t result_offset = abi::kNoResult);
   // Publishes what fits and rings the client's doorbell if anything was published.
   void Flush();
@@ -70,7 +71,12 @@ class ClientSegment {
   char* arena_ = nullptr;
   uint64_t arena_bytes_ = 0;
   std::shared_ptr<ResultArea> results_;
+  // Writes one completion into a reserved ring slot and publishes it.
+  void Publish(abi::CompletionEntry* slot, uint64_t handle, int status, const std::string& message,
+               uint64_t result_offset);
+
   std::deque<Pending> overflow_;
+  bool unrung_ = false;  // completions published since the doorbell last rang
 };
 
 }  // namespace syncd

@@ -18,7 +18,7 @@ class AllgatherCollective final : public Collective {
   const char* name() const override { return "allgather"; }
   bool shapes_vary() const override { return true; }
 
-  Status Parse(const abi::SubmitEntry&, const SetRanks&, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry&, const SetRanks&, const TensorWhat& what, Request* r) const override {
     if (r->shape.empty()) return InvalidArgument(what + ": allgather needs a tensor of at least one dimension");
     return Status::Ok();
   }

@@ -20,7 +20,7 @@ constexpr size_t kPipelineDepth = 4;
 
 // bool: logical or (SUM, MAX) and and (MIN, PRODUCT); an average or a scale factor means nothing.
 Status CheckDtypeAndOp(syncd_dtype dtype, syncd_reduce_op op, double prescale, double postscale,
-                       const std::string& what) {
+                       const TensorWhat& what) {
   if (dtype != SYNCD_BOOL) return Status::Ok();
   if (op == SYNCD_AVERAGE)
     return InvalidArgument(what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min (logical and)");
@@ -34,7 +34,7 @@ class AllreduceCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kAllreduce; }
   const char* name() const override { return "allreduce"; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)
       return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
     r->op = syncd_reduce_op(e.op);

@@ -35,7 +35,7 @@ class AlltoallCollective final : public Collective {
   const char* name() const override { return "alltoall"; }
   bool shapes_vary() const override { return true; }
 
-  Status Parse(const abi::SubmitEntry&, const SetRanks& set, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry&, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     const uint32_t world_size = set.size;
     if (r->shape.empty()) return InvalidArgument(what + ": alltoall needs a tensor of at least one dimension");
     const int64_t dim0 = r->shape[0];

@@ -14,7 +14,7 @@ class BroadcastCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kBroadcast; }
   const char* name() const override { return "broadcast"; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (!set.Has(e.root))
       return InvalidArgument(what + ": broadcast root " + std::to_string(e.root) + " is not a rank " +
                              (set.ranks ? "of process set " + std::to_string(r->process_set) : "(size " + std::to_string(set.size) + ")"));

@@ -15,7 +15,7 @@ class PartialAllreduceCollective final : public Collective {
   const char* name() const override { return "partial allreduce"; }
   bool partial() const override { return true; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op != SYNCD_SUM && e.op != SYNCD_AVERAGE)
       return InvalidArgument(what + ": partial allreduce supports the ops Sum and Average");
     if (r->dtype == SYNCD_BOOL) return InvalidArgument(what + ": partial allreduce of bool tensors is not supported");

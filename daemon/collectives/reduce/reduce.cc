@@ -79,7 +79,7 @@ const Request* RootOf(const ReadyTensor& t) {
   return nullptr;
 }
 
-Status CheckDtypeAndOp(const Request& r, const std::string& what) {
+Status CheckDtypeAndOp(const Request& r, const TensorWhat& what) {
   if (r.dtype != SYNCD_BOOL) return Status::Ok();
   if (r.op == SYNCD_AVERAGE)
     return InvalidArgument(what + ": reduce of bool tensors cannot average; use Sum (logical or) or Min (logical and)");
@@ -93,7 +93,7 @@ class ReduceCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kReduce; }
   const char* name() const override { return "reduce"; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)
       return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
     if (!set.Has(e.root))

@@ -28,7 +28,7 @@ class ReducescatterCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kReducescatter; }
   const char* name() const override { return "reducescatter"; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const TensorWhat& what, Request* r) const override {
     if (e.op != SYNCD_SUM && e.op != SYNCD_AVERAGE)
       return InvalidArgument(what + ": reducescatter supports the ops Sum and Average, not " +
                              (e.op < SYNCD_REDUCE_OP_COUNT ? abi::ReduceOpName(syncd_reduce_op(e.op)) : std::to_string(e.op)));

@@ -48,7 +48,7 @@ class ScatterCollective final : public Collective {
   const char* name() const override { return "scatter"; }
   bool shapes_vary() const override { return true; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const std::string& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (r->shape.empty()) return InvalidArgument(what + ": scatter needs a tensor of at least one dimension");
     if (!set.Has(e.root))
       return InvalidArgument(what + ": scatter root " + std::to_string(e.root) + " is not a rank " +
