@@ -256,7 +256,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
       return false;
     }
     std::optional<Request> r = Validate(c, *e);
-    if (!r) continue;  // already completed with an error
+    if (!r) continue;  // refused, completed with its error, and nothing for the other ranks
     if (r->kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
       Complete(*r, r->text.empty() ? timeline_.Stop() : timeline_.Start(r->text, 0, 0));
       continue;
@@ -321,7 +321,28 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
   failed.client_id = c.info->client_id;
   failed.handle = e.handle;
   End(EndScope::OneRequest(failed), error);
-  return std::nullopt;
+  return RefusalNotice(c, e, error);
+}
+
+std::optional<Request> Engine::RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why) {
+  // The other ranks of a collective this rank's request was refused from would wait for it until
+  // the stall shutdown: tell them, as syncd_fail_async does (a malformed entry is the client's
+  // bug; the name may not even be readable).
+  if (why.code() == SYNCD_ERR_PROTOCOL || e.kind < uint32_t(abi::OpKind::kAllreduce) || e.kind > abi::kOpKindLast)
+    return std::nullopt;
+  const Collective* kind = FindCollective(abi::OpKind(e.kind));
+  const size_t name_len = strnlen(e.name, abi::kNameBytes);
+  if (kind == nullptr || kind->partial() || name_len == 0 || name_len == abi::kNameBytes) return std::nullopt;
+  Request notice;
+  notice.client_id = kNoClient;  // its rank got the refusal itself
+  notice.rank = c.info->rank;
+  notice.local_rank = c.info->local_rank;
+  notice.kind = abi::OpKind::kFail;
+  notice.process_set = e.process_set;
+  notice.name.assign(e.name, name_len);
+  notice.failure = why.message();
+  notice.received_ns = abi::MonotonicNs();
+  return notice;
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {

@@ -194,7 +194,10 @@ class Engine {
   bool DrainEvents();
   // False when the client broke the ring protocol; sets *did when it consumed anything.
   bool DrainSubmissions(ClientState& c, bool* did);
+  // A checked request, or nullopt once a refused one is completed with its error; for a refused
+  // collective, the failure notice (abi::OpKind::kFail) that fails its name on the other ranks.
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
+  std::optional<Request> RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
   // A completed tensor into the timeline: each rank's submission and its life on this node.

@@ -225,6 +225,32 @@ TEST_P(Rooted, GatherErrorsNameTheTensorAndTheJobGoesOn) {
   ExpectAllSucceeded(st);
 }
 
+// A request the daemon refuses (here a scalar gather, which the client does not check) fails its
+// rank at once; the other ranks of the name fail too, naming that rank, instead of waiting for it.
+TEST_P(Rooted, ADaemonsRefusalOfOneRanksRequestFailsTheNameOnEveryRank) {
+  Cluster cluster = MakeCluster();
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    float x[4] = {1, 2, 3, 4};
+    int64_t four = 4;
+    syncd_tensor t{"refused", x, SYNCD_FLOAT32, rank == n - 1 ? 0 : 1, &four, 0};
+    syncd_result res{};
+    syncd_handle h;
+    CHILD_CHECK(syncd_gather_async(c, &t, 0, &res, &h) == SYNCD_OK, "%s", syncd_last_error());
+    const int rc = syncd_wait(c, h, 30'000);
+    if (rank == n - 1) {
+      CHILD_CHECK(rc == SYNCD_ERR_INVALID && strstr(syncd_last_error(), "at least one dimension") != nullptr,
+                  "the refused rank: %s (%s)", syncd_status_name(rc), syncd_last_error());
+    } else {
+      CHILD_CHECK(rc == SYNCD_ERR_MISMATCH, "rank %d: %s (%s)", rank, syncd_status_name(rc), syncd_last_error());
+      const std::string want = "rank " + std::to_string(n - 1) + " could not take part";
+      CHILD_CHECK(strstr(syncd_last_error(), want.c_str()) != nullptr && strstr(syncd_last_error(), "refused") != nullptr,
+                  "message: %s", syncd_last_error());
+    }
+    return CheckedGather(c, rank, n, SYNCD_INT32, 2, 0, "after.refusal");
+  });
+  ExpectAllSucceeded(st);
+}
+
 // ---- scatter ----
 
 // The root sends R rows of `cols` columns (row i holds Cell(dt, root, i, j)); rank k gets its share.
