@@ -65,7 +65,7 @@ void Negotiator::Tell(int32_t node, ControlMessage m) {
 
 void Negotiator::PeerLeft(uint32_t node, const std::string& reason) {
   const std::string who = "node " + std::to_string(node) + " left the job (" + reason + ")";
-  if (pending_.empty() && executing_.empty()) {
+  if (pending_.empty() && !agreed_ && !awaiting_execution_) {
     // The normal end of a job: every daemon is being stopped, or has moved on to the next job.
     // Nothing is lost, so nothing is reported as an error, but this job cannot go on.
     spdlog::info("{}", who);
@@ -123,13 +123,8 @@ bool Negotiator::CheckAbortMessages() {
       break;
     }
     const bool partial = m->kind == ControlMessage::Kind::kPartialReport || m->kind == ControlMessage::Kind::kPartialRun;
-    if (m->job == options_.job && partial && options_.on_partial) {
-      options_.on_partial(p, *m);
-      PostControlReceive(p);
-      continue;
-    }
-    if (IsNotice(m->kind)) {
-      if (m->job == options_.job && options_.on_notice) options_.on_notice(p, *m);
+    if (partial || IsNotice(m->kind)) {  // the process set's and the engine's
+      if (m->job == options_.job) notices_.push_back(ControlNotice{p, std::move(*m)});
       PostControlReceive(p);
       continue;
     }

@@ -54,9 +54,8 @@ void MinCombine(char* acc, const char* other, size_t bytes) {
 
 }  // namespace
 
-Negotiator::Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail)
-    : counting_(transport), t_(&counting_), raw_(transport), options_(options), execute_(std::move(execute)), fail_(std::move(fail)),
-      cache_(options.cache_capacity) {
+Negotiator::Negotiator(Transport* transport, NegotiatorOptions options)
+    : counting_(transport), t_(&counting_), raw_(transport), options_(std::move(options)), cache_(options_.cache_capacity) {
   const uint32_t n = t_->size();
   for (uint32_t p = 0; p < n; ++p) control_in_.push_back(std::make_shared<ControlBytes>());
   control_recvs_.assign(n, 0);
@@ -88,7 +87,7 @@ Negotiator::~Negotiator() {
 void Negotiator::Add(ReadyTensor t, Status local_error) {
   const std::string name = t.first().name;
   if (broken_) {
-    fail_(t.requests, Status(failure_.code(), "tensor '" + name + "': cannot run, " + failure_.message()));
+    Fail(std::move(t.requests), Status(failure_.code(), "tensor '" + name + "': cannot run, " + failure_.message()));
     return;
   }
   order_.push_back(name);
@@ -97,7 +96,7 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
   idle_since_ns_ = 0;
 }
 
-bool Negotiator::Poll(uint64_t now_ns) {
+bool Negotiator::Poll(uint64_t now_ns, bool may_start) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
   did |= PollJoin();
@@ -106,7 +105,7 @@ bool Negotiator::Poll(uint64_t now_ns) {
   const bool due = options_.on_demand
                        ? fresh_ || wanted_cycle_ > cycle_seq_ || (draining_ && now_ns >= last_cycle_start_ + options_.cycle_ns)
                        : now_ns >= timer || (options_.start_on_work && fresh_);
-  if (!cycle_running_ && due) {
+  if (may_start && !cycle_running_ && due) {
     if (options_.on_demand && wanted_cycle_ <= cycle_seq_) RequestCycle(cycle_seq_ + 1);
     if (last_cycle_end_ != 0) stats_.idle_ns_total += now_ns - last_cycle_end_;
     last_cycle_start_ = now_ns;
@@ -116,7 +115,6 @@ bool Negotiator::Poll(uint64_t now_ns) {
     cycle_ = Cycle();
     // Starting a cycle is not work by itself (what it agrees is): the engine does not keep
     // spinning for it afterwards (200 us per 1 ms cycle of a job waiting for a late node).
-    if (options_.blocking) Block();
   }
   if (cycle_running_ && cycle_.Poll()) {
     const bool idle = cycle_idle_ && cycle_agreed_ == 0;
@@ -150,31 +148,6 @@ bool Negotiator::Poll(uint64_t now_ns) {
     did |= cycle_agreed_now > 0 || failed;
   }
   return did;
-}
-
-void Negotiator::Block() {
-  const uint64_t start = abi::MonotonicNs();
-  uint64_t last_tick = start;
-  // Like a blocking MPI collective: wait on the network and nothing else. Abort messages still
-  // count, or a node that gave up on the job would leave this one waiting for ever. Spin for
-  // kSpinBeforeSleepNs (most cycles end within it; an idle cycle not at all: nothing here
-  // waits for it), then sleep on the transport's event
-  // descriptor between polls: a spinning engine would take the core from the ranks and daemons
-  // that share it (3 daemons on 2 cores: 8 ms per 8-byte allreduce instead of 0.1 ms), and idle
-  // cycles of a quiet job would burn a core each (60 % per daemon at 2 nodes). Transports that
-  // cannot sleep yield the core between polls instead (as MPI does when oversubscribed).
-  constexpr uint64_t kSpinBeforeSleepNs = 20'000;
-  while (cycle_running_ && !cycle_.Poll()) {
-    CheckAbortMessages();
-    if (options_.poll_while_blocked) options_.poll_while_blocked();
-    const uint64_t now = abi::MonotonicNs();
-    if ((cycle_idle_ || now - start > kSpinBeforeSleepNs) && !t_->WaitForEvent(1'000'000)) sched_yield();
-    if (options_.while_blocked && now - last_tick > 1'000'000) {
-      if (!options_.while_blocked(now - start)) break;
-      last_tick = now;
-    }
-  }
-  stats_.blocked_ns_total += abi::MonotonicNs() - start;
 }
 
 CommTask Negotiator::Cycle() {
@@ -293,7 +266,7 @@ CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> un
   co_return Status::Ok();
 }
 
-Status Negotiator::TakeAgreed(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
+Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
                               std::vector<ReadyTensor>* ready) {
   auto take = [&](const std::string& name) {
     auto it = pending_.find(name);
@@ -348,7 +321,6 @@ CommTask Negotiator::Negotiate(uint64_t base) {
 
   const AgreementView agreed(agree);
   if (!(agreed.flags & 2)) quiet_cycle_ = seq;
-  agreed_gpu_position_ = agreed.gpu_position;
   if (hold.order) hold.order->Agreed(agreed.gpu_position);
   const std::vector<std::string> run = ApplyAgreement(agree);
   std::vector<NameResponse> responses;
@@ -360,30 +332,36 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   stats_.coordination_ns_total += abi::MonotonicNs() - start;
 
   std::vector<ReadyTensor> ready;
-  if (Status plan_mismatch = TakeAgreed(run, responses, &ready); !plan_mismatch.ok()) {
+  if (Status plan_mismatch = TakeAgreedNames(run, responses, &ready); !plan_mismatch.ok()) {
     failed_everywhere_ = true;
     co_return plan_mismatch;
   }
   if (ready.empty()) co_return Status::Ok();
   if (std::none_of(ready.begin(), ready.end(), [](const ReadyTensor& t) { return t.first().gpu; })) hold.Release();
-  executing_ = std::move(ready);
   const uint64_t exec_start = abi::MonotonicNs();
-  cycle_agreed_ = uint32_t(executing_.size());
-  CommTask exec = execute_(&executing_, base);
-  st = co_await Await(&exec);
+  cycle_agreed_ = uint32_t(ready.size());
+  // The process set runs the agreement; the cycle (and a GPU hold with it) lasts until it is done.
+  executed_.reset();
+  agreed_ = AgreedWork{std::move(ready), base, agreed.gpu_position};
+  WaitUntil done;
+  done.ready = [this] { return executed_.has_value(); };
+  co_await done;
+  awaiting_execution_ = false;
   stats_.execution_ns_total += abi::MonotonicNs() - exec_start;
-  if (st.ok()) executing_.clear();
-  co_return st;
+  co_return *std::exchange(executed_, std::nullopt);
 }
 
 void Negotiator::CancelCycle(const Status& why) {
   cycle_ = CommTask();  // cancels whatever the cycle awaited
   cycle_running_ = false;
-  std::vector<ReadyTensor> executing = std::move(executing_);
-  executing_.clear();
-  for (ReadyTensor& t : executing)
-    if (!t.requests.empty())
-      fail_(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
+  awaiting_execution_ = false;
+  executed_.reset();
+  if (std::optional<AgreedWork> agreed = std::exchange(agreed_, std::nullopt))
+    for (ReadyTensor& t : agreed->tensors)
+      if (!t.requests.empty()) {
+        const std::string what = "tensor '" + t.first().name + "': " + why.message();
+        Fail(std::move(t.requests), Status(why.code(), what));
+      }
 }
 
 std::vector<Negotiator::NodeStall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
@@ -416,7 +394,7 @@ void Negotiator::TakeAndFail(const std::string& name, const Status& st) {
   pending_.erase(it);
   order_.erase(std::find(order_.begin(), order_.end(), name));
   announced_.erase(name);
-  fail_(requests, st);
+  Fail(std::move(requests), st);
 }
 std::vector<std::pair<ReadyTensor, Status>> Negotiator::Withdraw(const std::function<bool(const std::string&)>& pred) {
   std::vector<std::pair<ReadyTensor, Status>> out;

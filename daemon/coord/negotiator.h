@@ -7,10 +7,11 @@
 //  2. Only if that flag is set: the uncached names go to the coordinator (node 0), which matches
 //     them across nodes, checks that every node agrees on dtype/shape/op/root, assigns cache bits,
 //     and broadcasts the responses.
-//  3. Every node then executes the same list in the same order: cache hits in bit order, then the
-//     coordinator's responses.
+//  3. Every node then hands the same list, in the same order, to its process set to run (cache
+//     hits in bit order, then the coordinator's responses): TakeAgreed, and Executed when done.
+//     Coordination only agrees; it never runs a collective or completes a request.
 // A failure anywhere (lost peer, dead local rank) aborts the job on every node: the node that
-// sees it sends the reason to all others, and everything pending fails with it.
+// sees it sends the reason to all others, and everything pending fails with it (TakeEnded).
 //
 // Threads: engine thread only. The cycle is a CommTask: nothing here blocks.
 #ifndef SYNCD_DAEMON_COORD_NEGOTIATOR_H_
@@ -20,11 +21,13 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "daemon/coord/agreed_work.h"
 #include "daemon/coord/gpu_order.h"
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/response_cache.h"
@@ -39,17 +42,9 @@ namespace syncd {
 
 struct NegotiatorOptions {
   uint64_t cycle_ns = 1'000'000;
-  // negotiate and gs (Horovod): the engine blocks in each cycle's collectives, agreement and
-  // execution, serving nothing else until they finish. nbcs: they are issued and then tested
-  // from the engine loop, which keeps serving the local rings meanwhile.
-  bool blocking = true;
   // gs: every gs_period cycles the daemons agree on the minimum of their local sleeps
   // (cycle_ns - T_previous) and all sleep that. 0: no global sleep.
   uint32_t gs_period = 0;
-  // Called now and then while the engine is blocked, with how long it has been (it keeps the
-  // daemon's heartbeat fresh); returning false stops blocking, leaving the cycle running (the
-  // engine polls it from its loop): the daemon is shutting down, or something else needs it.
-  std::function<bool(uint64_t blocked_ns)> while_blocked;
   // false (Horovod): a cycle starts cycle_ns after the previous one started. true: also as soon as
   // a tensor became ready here since the last cycle started (each name gets one early try; a
   // name still waiting on other nodes waits for the timer).
@@ -71,40 +66,53 @@ struct NegotiatorOptions {
   // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
   // plan's (see gpu_order.h). nullptr: no plan GPU groups to order against.
   GpuOrder* gpu_order = nullptr;
-  // Partial allreduce messages of this job from node `from` (kPartialReport, kPartialRun): the
-  // control channel carries them for the set's PartialRunner. Unset: they break the protocol.
-  std::function<void(uint32_t from, const ControlMessage&)> on_partial;
-  // Notices of this job from node `from` that are the engine's, not coordination: health reports
-  // (kHealth, job_health.h), the timeline's (kTimeline*, kClock*; engine/job_timeline.h). The
-  // global set's channel carries them. Unset: they are ignored.
-  std::function<void(uint32_t from, const ControlMessage&)> on_notice;
   // Cycles that agreed on tensors are recorded here as set `set`'s (nullptr: none).
   Timeline* timeline = nullptr;
   int32_t set = 0;
-  // Called at every turn of a blocking cycle's spin: work that must not wait for the cycle (the
-  // set's partial rounds, which run outside cycles). It must not end the job itself.
-  std::function<void()> poll_while_blocked;
 };
 
 
+// A message of the job's control channel that is not coordination's: a partial round's
+// (kPartialReport, kPartialRun) or the engine's (kHealth, kTimeline*, kClock*).
+struct ControlNotice {
+  uint32_t from = 0;
+  ControlMessage message;
+};
+
 class Negotiator {
  public:
-  // Runs the agreed tensors (all nodes call it with the same list, in the same order). `tag` is
-  // the cycle's base: the executor uses slots 1..4095 of it (tag | slot << 12 | segment). The
-  // list stays the negotiator's: the executor completes each tensor's requests and clears them;
-  // whatever it has not cleared when the job fails is failed by the negotiator.
-  using Execute = std::function<CommTask(std::vector<ReadyTensor>* ready, uint64_t tag)>;
-  // Fails these requests with `status` (completions to local clients).
-  using Fail = std::function<void(const std::vector<Request>&, const Status&)>;
-
-  Negotiator(Transport* transport, NegotiatorOptions options, Execute execute, Fail fail);
+  Negotiator(Transport* transport, NegotiatorOptions options);
   ~Negotiator();
 
   // A tensor every local rank submitted. `local_error` set: the local ranks disagreed; the error
   // reaches every rank of the job once all nodes have the name.
   void Add(ReadyTensor t, Status local_error = Status::Ok());
-  // Starts a cycle when one is due and drives the current one. Returns whether it did work.
-  bool Poll(uint64_t now_ns);
+  // Starts a cycle when one is due and drives the current one. Returns whether it did work. It
+  // never waits: blocking (negotiate, gs) is the caller's rule (ProcessSet::Block).
+  // `may_start` false: only drives the running cycle (a caller blocking in it).
+  bool Poll(uint64_t now_ns, bool may_start = true);
+  // The running cycle started with nothing pending here (nothing of this node's waits for it).
+  bool cycle_started_idle() const { return cycle_idle_; }
+  // The running cycle's agreement (agreed_work.h), once it is reached, for the caller to run;
+  // then the cycle waits for Executed. Taken once: nullopt otherwise.
+  std::optional<AgreedWork> TakeAgreed() {
+    if (agreed_) awaiting_execution_ = true;
+    return std::exchange(agreed_, std::nullopt);
+  }
+  // The outcome of the agreed cycle taken last: the cycle ends with it (an error aborts the job:
+  // every node is told). Tensors whose requests the caller did not complete are the caller's to
+  // fail.
+  void Executed(Status status) { executed_ = std::move(status); }
+  // Whether an agreed cycle was taken and its outcome is not reported yet.
+  bool executing() const { return awaiting_execution_; }
+  // Requests the negotiator gave up (the job failed or a name was refused), each with its error:
+  // the caller completes them. The negotiator completes nothing itself.
+  std::vector<FailedTensor> TakeEnded() { return std::exchange(ended_, {}); }
+  // Control messages for others (see ControlNotice), in arrival order.
+  std::vector<ControlNotice> TakeNotices() { return std::exchange(notices_, {}); }
+  bool has_output() const { return agreed_.has_value() || !ended_.empty() || !notices_.empty(); }
+  // Waits up to `timeout_ns` for network events of the job's transport; false if it cannot.
+  bool WaitForEvent(uint64_t timeout_ns) { return raw_->WaitForEvent(timeout_ns); }
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
     if (!joined_) return abi::MonotonicNs() + kJoinPollNs;  // other nodes may not have started the job yet
@@ -143,9 +151,6 @@ class Negotiator {
     local_busy_ = local_busy;
   }
   uint64_t cycle_seq() const { return cycle_seq_; }
-  // The current cycle's agreed GPU position (see GpuOrder): its GPU collectives go after this many
-  // plan GPU groups. Read it from the Execute callback.
-  uint64_t agreed_gpu_position() const { return agreed_gpu_position_; }
   // The last cycle whose agreement found no node holding work (0: none yet).
   uint64_t quiet_cycle() const { return quiet_cycle_; }
   NegotiationStats stats() const {
@@ -159,7 +164,7 @@ class Negotiator {
   void Tell(int32_t node, ControlMessage m);
 
   // Takes the pending names `pred` selects out of negotiation, on every node at the same point
-  // of the cycle sequence (call it from the Execute callback): the coordinator forgets what was
+  // of the cycle sequence (call it while running an agreed cycle): the coordinator forgets what was
   // announced of them. Each comes with the local ranks' disagreement, if any.
   std::vector<std::pair<ReadyTensor, Status>> Withdraw(const std::function<bool(const std::string&)>& pred);
 
@@ -205,16 +210,14 @@ class Negotiator {
   // The cycle's steps. FillAgreement: this node's part of the agreement vector (cache hits,
   // invalidations, flags) and the names it announces to the coordinator; whether a GPU name is
   // pending. ApplyAgreement: the agreed vector's evictions and the cached names to run, in bit
-  // order (the same on every node). ExchangeUncached: the coordinator round. TakeAgreed: moves
+  // order (the same on every node). ExchangeUncached: the coordinator round. TakeAgreedNames: moves
   // the agreed names out of pending (failing those the coordinator refused); an error when the
   // nodes' TOPO plans differ.
   bool FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, std::vector<NameRequest>* uncached);
   std::vector<std::string> ApplyAgreement(std::vector<uint64_t>& agree);
   CommTask ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached, std::vector<NameResponse>* responses);
-  Status TakeAgreed(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
+  Status TakeAgreedNames(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
                     std::vector<ReadyTensor>* ready);
-  // Drives the running cycle to its end without returning (blocking modes).
-  void Block();
   // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
   StatusOr<std::vector<NameResponse>> Coordinate(const std::vector<std::string>& all_requests);
   // Node 0: the global ranks on `node`, the set rank of its first, whether all of them joined.
@@ -234,15 +237,15 @@ class Negotiator {
   void SendControl(ControlMessage m) { Tell(-1, std::move(m)); }
   // on_demand: asks every other node to run cycle number `cycle`.
   void RequestCycle(uint64_t cycle);
-  // Stops the current cycle; fails its tensors that have not completed with `why`.
+  // Stops the current cycle; an agreement not taken yet fails with `why` (one taken is the
+  // caller's to fail: it sees broken()).
   void CancelCycle(const Status& why);
+  void Fail(std::vector<Request> requests, Status why) { ended_.push_back(FailedTensor{std::move(requests), std::move(why)}); }
 
   CountingTransport counting_;  // every coordination message the negotiator sends goes through it
   Transport* t_;
   Transport* raw_;  // the same, uncounted: the engine's notices (Tell)
   const NegotiatorOptions options_;
-  Execute execute_;
-  Fail fail_;
   ResponseCache cache_;
   std::unordered_map<std::string, Pending> pending_;
   std::vector<std::string> order_;  // pending names in the order they became ready here
@@ -269,7 +272,11 @@ class Negotiator {
   bool joined_ = false;
   std::vector<bool> joined_nodes_;  // whose HELLO is in (job_join.h)
   CommTask cycle_;
-  std::vector<ReadyTensor> executing_;  // the current cycle's agreed tensors (see Execute)
+  std::optional<AgreedWork> agreed_;    // reached, not taken yet
+  bool awaiting_execution_ = false;      // taken; the cycle waits for executed_
+  std::optional<Status> executed_;       // reported by Executed
+  std::vector<FailedTensor> ended_;      // see TakeEnded
+  std::vector<ControlNotice> notices_;   // see TakeNotices
   bool cycle_running_ = false;
   bool cycle_idle_ = false;  // the running cycle started with nothing pending here
   uint64_t idle_since_ns_ = 0;  // end of the first of the idle cycles since the last work, or 0
@@ -289,7 +296,6 @@ class Negotiator {
   std::list<Outgoing> control_out_;  // control messages being sent
   NegotiationStats stats_;
 
-  uint64_t agreed_gpu_position_ = 0;
   bool draining_ = false, local_busy_ = false;
   uint64_t quiet_cycle_ = 0;
 

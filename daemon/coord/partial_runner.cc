@@ -160,8 +160,7 @@ struct PartialRunner::Order {
   bool initiator_fresh = false;  // majority: the round's initiator is fresh
 };
 
-PartialRunner::PartialRunner(PartialPlace place, Complete complete)
-    : place_(std::move(place)), complete_(std::move(complete)) {}
+PartialRunner::PartialRunner(PartialPlace place) : place_(std::move(place)) {}
 
 PartialRunner::~PartialRunner() = default;
 
@@ -216,12 +215,12 @@ Status PartialRunner::Add(Request r) {
     }
     const Op::Result* res = op.ResultFor(call);
     if (res == nullptr) {
-      complete_({r}, Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': no round of this partial allreduce has "
+      Complete({r}, Status(SYNCD_ERR_MISMATCH, "tensor '" + r.name + "': no round of this partial allreduce has "
                                                 "completed (they failed: the nodes disagree on it)"));
       return Status::Ok();
     }
     if (r.bytes > 0) memcpy(r.data, res->data.data(), r.bytes);
-    complete_({r}, Status(SYNCD_OK, "round " + std::to_string(res->round) + " " + res->text + " fresh 0"));
+    Complete({r}, Status(SYNCD_OK, "round " + std::to_string(res->round) + " " + res->text + " fresh 0"));
     return Status::Ok();
   }
   ++fresh_total_;
@@ -252,7 +251,7 @@ void PartialRunner::Report(const std::string& name, Op& op) {
   op.reported_round = round;
   op.reported_fresh = op.fresh;
   op.reported_initiator = initiator_fresh;
-  place_.tell(0, ControlMessage{ControlMessage::Kind::kPartialReport, place_.job, round,
+  Tell(0, ControlMessage{ControlMessage::Kind::kPartialReport, place_.job, round,
                                 std::to_string(op.fresh) + " " + std::to_string(op.first_fresh) + " " +
                                     std::to_string(int(initiator_fresh)) + " " + op.meta.Encode() + name});
 }
@@ -281,7 +280,7 @@ void PartialRunner::Count(const std::string& name, const Meta& meta, uint32_t no
   o.initiator_fresh = false;
   const uint64_t seq = next_seq_++;
   if (place_.nodes() > 1)
-    place_.tell(-1, ControlMessage{ControlMessage::Kind::kPartialRun, place_.job, round,
+    Tell(-1, ControlMessage{ControlMessage::Kind::kPartialRun, place_.job, round,
                                    std::to_string(seq) + " " + std::to_string(initiator) + " " + o.meta.Encode() + name});
   Run(name, o.meta, round, seq, initiator);
 }
@@ -359,8 +358,8 @@ void PartialRunner::Finish(const std::string& name, Op& op) {
     const Status st(SYNCD_ERR_MISMATCH, "tensor '" + name + "': partial allreduce round " + std::to_string(f->round) +
                                             " ran as " + f->meta.Describe({}) + ", but the ranks on node(s) " + differing +
                                             " submitted something else" + mine);
-    complete_(f->fresh, st);
-    complete_(late, st);
+    Complete(f->fresh, st);
+    Complete(late, st);
   } else {
     uint32_t nap = 0;
     for (uint32_t s = 0; s < n; ++s) nap += h[1 + s] != 0 ? 1 : 0;
@@ -392,11 +391,11 @@ void PartialRunner::Finish(const std::string& name, Op& op) {
     if (text.size() + 7 + bits.size() < abi::kMessageBytes) text += " ranks " + bits;
     for (Request& r : f->fresh) {
       if (r.bytes > 0) memcpy(r.data, res.data.data(), r.bytes);
-      complete_({r}, Status(SYNCD_OK, text));
+      Complete({r}, Status(SYNCD_OK, text));
     }
     for (Request& r : late) {
       if (r.bytes > 0) memcpy(r.data, res.data.data(), r.bytes);
-      complete_({r}, Status(SYNCD_OK, "round " + std::to_string(f->round) + " " + res.text + " fresh 0"));
+      Complete({r}, Status(SYNCD_OK, "round " + std::to_string(f->round) + " " + res.text + " fresh 0"));
     }
   }
   if (!op.queued.empty()) Start(name, op);
@@ -467,7 +466,7 @@ void PartialRunner::FailAll(const Status& why) {
       if (w) all.push_back(std::move(*w));
     if (op.flight)
       for (Request& r : op.flight->fresh) all.push_back(std::move(r));
-    for (const Request& r : all) complete_({r}, st);
+    for (const Request& r : all) Complete({r}, st);
   }
 }
 

@@ -38,10 +38,10 @@
 #define SYNCD_DAEMON_COORD_PARTIAL_RUNNER_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/base/status.h"
@@ -64,8 +64,6 @@ struct PartialPlace {
   uint32_t node = 0;
   uint64_t job = 0;
   Transport* comm = nullptr;  // one participant per node of the set; nullptr: one node
-  // Sends a control message to a node of the set (-1: every other node).
-  std::function<void(int32_t node, ControlMessage m)> tell;
   // Rounds are recorded here, as set `set`'s (nullptr: nowhere).
   Timeline* timeline = nullptr;
   int32_t set = 0;
@@ -75,11 +73,21 @@ struct PartialPlace {
   uint32_t local_size() const { return offsets[node + 1] - offsets[node]; }
 };
 
+// What the runner hands its process set: requests to complete, and control messages to send to a
+// node of the set (-1: every other node) on the set's control channel. It completes nothing and
+// sends no control message itself.
+struct PartialCompletion {
+  std::vector<Request> requests;
+  Status status;
+};
+struct PartialMessage {
+  int32_t node = -1;
+  ControlMessage message;
+};
+
 class PartialRunner {
  public:
-  using Complete = std::function<void(const std::vector<Request>&, const Status&)>;
-
-  PartialRunner(PartialPlace place, Complete complete);
+  explicit PartialRunner(PartialPlace place);
   ~PartialRunner();
   PartialRunner(const PartialRunner&) = delete;
   PartialRunner& operator=(const PartialRunner&) = delete;
@@ -88,6 +96,10 @@ class PartialRunner {
   // ranks of the set). An error (it differs from the name's earlier requests, or the rank has one
   // in flight already) leaves the request to the caller.
   Status Add(Request r);
+  // Requests finished since the last call (by Add, Poll or FailAll), for the caller to complete;
+  // control messages for the caller to send.
+  std::vector<PartialCompletion> TakeCompleted() { return std::exchange(completed_, {}); }
+  std::vector<PartialMessage> TakeMessages() { return std::exchange(messages_, {}); }
   // A kPartialReport or kPartialRun from node `from`; taken in at the next Poll.
   void Receive(uint32_t from, const ControlMessage& m);
   // Takes in messages and drives the rounds on the network; `*did` says whether anything moved.
@@ -131,8 +143,14 @@ class PartialRunner {
   void Finish(const std::string& name, Op& op);
   Status Take(uint32_t from, const ControlMessage& m);
 
+  void Complete(std::vector<Request> requests, Status status) {
+    completed_.push_back(PartialCompletion{std::move(requests), std::move(status)});
+  }
+  void Tell(int32_t node, ControlMessage m) { messages_.push_back(PartialMessage{node, std::move(m)}); }
+
   const PartialPlace place_;
-  Complete complete_;
+  std::vector<PartialCompletion> completed_;
+  std::vector<PartialMessage> messages_;
   std::map<std::string, Op> ops_;
   std::map<std::string, Order> orders_;  // node 0
   uint64_t next_seq_ = 0;                // node 0

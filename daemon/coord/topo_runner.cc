@@ -9,8 +9,7 @@ namespace {
 
 }  // namespace
 
-TopoRunner::TopoRunner(std::shared_ptr<const TopoPlan> plan, Execute execute, Fail fail)
-    : plan_(std::move(plan)), execute_(std::move(execute)), fail_(std::move(fail)) {
+TopoRunner::TopoRunner(std::shared_ptr<const TopoPlan> plan) : plan_(std::move(plan)) {
   for (uint32_t i = 0; i < plan_->tensors.size(); ++i) index_.emplace(plan_->tensors[i].name, i);
   held_.resize(plan_->tensors.size());
   group_of_.resize(plan_->tensors.size());
@@ -19,8 +18,6 @@ TopoRunner::TopoRunner(std::shared_ptr<const TopoPlan> plan, Execute execute, Fa
   ready_in_group_.assign(plan_->groups(), 0);
   first_ready_ns_.assign(plan_->groups(), 0);
 }
-
-TopoRunner::~TopoRunner() { task_ = CommTask(); }
 
 Status TopoRunner::Add(ReadyTensor* t) {
   const Request& r = t->first();
@@ -49,68 +46,50 @@ Status TopoRunner::Add(ReadyTensor* t) {
   return Status::Ok();
 }
 
-void TopoRunner::Issue() {
+std::optional<AgreedWork> TopoRunner::Next() {
   const uint32_t g = next_group_;
-  executing_.clear();
+  if (running_ || ready_in_group_[g] != plan_->group_end(g) - plan_->group_begin[g]) return std::nullopt;
+  AgreedWork work;
   for (size_t i = plan_->group_begin[g]; i < plan_->group_end(g); ++i) {
-    executing_.push_back(std::move(*held_[i]));
+    work.tensors.push_back(std::move(*held_[i]));
     held_[i].reset();
   }
   ready_in_group_[g] = 0;
   // Groups run one at a time, so consecutive numbers never overlap; below the all-ones tag.
+  work.tag = TopoCycleTag(seq_++);
   running_ = true;
+  running_tensors_ = work.tensors.size();
   issued_ns_ = abi::MonotonicNs();
-  task_ = execute_(&executing_, TopoCycleTag(seq_++));
+  return work;
 }
 
-bool TopoRunner::Poll(Status* error) {
-  bool did = false;
-  for (;;) {
-    if (!running_) {
-      const uint32_t g = next_group_;
-      if (ready_in_group_[g] != plan_->group_end(g) - plan_->group_begin[g]) return did;
-      Issue();
-      did = true;
-    }
-    if (!task_.Poll()) return did;
-    running_ = false;
-    did = true;
-    if (!task_.status().ok()) {
-      *error = task_.status();
-      FailAll(*error);
-      return did;
-    }
-    ++stats_.groups_executed;
-    stats_.execution_ns_total += abi::MonotonicNs() - issued_ns_;
-    stats_.tensors_executed += executing_.size();
-    executing_.clear();
-    if (++next_group_ == plan_->groups()) {
-      next_group_ = 0;
-      ++stats_.steps;
-    }
+void TopoRunner::Done(bool ok) {
+  running_ = false;
+  if (!ok) return;
+  ++stats_.groups_executed;
+  stats_.execution_ns_total += abi::MonotonicNs() - issued_ns_;
+  stats_.tensors_executed += running_tensors_;
+  if (++next_group_ == plan_->groups()) {
+    next_group_ = 0;
+    ++stats_.steps;
   }
 }
 
-void TopoRunner::FailAll(const Status& why) {
-  task_ = CommTask();
+void TopoRunner::FailAll(const Status& why, std::vector<FailedTensor>* ended) {
   running_ = false;
-  auto fail = [&](ReadyTensor& t) {
-    if (t.requests.empty()) return;
-    fail_(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
-    t.requests.clear();
-  };
-  for (ReadyTensor& t : executing_) fail(t);
-  executing_.clear();
   for (auto& h : held_)
     if (h) {
-      fail(*h);
+      if (!h->requests.empty()) {
+        const std::string what = "tensor '" + h->first().name + "': " + why.message();
+        ended->push_back(FailedTensor{std::move(h->requests), Status(why.code(), what)});
+      }
       h.reset();
     }
   ready_in_group_.assign(plan_->groups(), 0);
 }
 
 size_t TopoRunner::in_flight() const {
-  size_t n = executing_.size();
+  size_t n = 0;
   for (uint32_t c : ready_in_group_) n += c;
   return n;
 }

@@ -1,9 +1,10 @@
-// TOPO execution (`--coord topo`): runs the tensors of a registered plan (daemon/plan/topo.h) in
-// the plan's order and fusion groups, with no negotiation. Every daemon of the job holds the same
-// plan (their hashes were compared at registration), so each can decide alone: group g is issued
-// once groups before it were issued and every local rank submitted all of g's tensors. The
-// group's collective itself is what waits for the other nodes. After the last group a step ends
-// and the next one starts again at group 0.
+// TOPO coordination (`--coord topo`): releases the tensors of a registered plan
+// (daemon/plan/topo.h) in the plan's order and fusion groups, with no negotiation. Every daemon
+// of the job holds the same plan (their hashes were compared at registration), so each can decide
+// alone: group g is released once the groups before it ran and every local rank submitted all of
+// g's tensors. The process set runs it (Next, then Done); the group's collective itself is what
+// waits for the other nodes. After the last group a step ends and the next one starts again at
+// group 0. The runner never runs a collective or completes a request.
 //
 // Tensors are checked against the plan (operation, dtype, element count, reduce op) as they
 // arrive: the plan is the agreement, so a deviation can only fail the whole job.
@@ -12,29 +13,23 @@
 #ifndef SYNCD_DAEMON_COORD_TOPO_RUNNER_H_
 #define SYNCD_DAEMON_COORD_TOPO_RUNNER_H_
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/coord/agreed_work.h"
 #include "daemon/coord/topo_stats.h"
 #include "daemon/core/tensor_table.h"
 #include "daemon/plan/topo.h"
-#include "daemon/transport/comm_task.h"
+#include "daemon/transport/tag_space.h"
 
 namespace syncd {
 
 class TopoRunner {
  public:
-  // Runs one group (see Negotiator::Execute: the executor completes and clears each tensor's
-  // requests). `tag` has its low 24 bits free.
-  using Execute = std::function<CommTask(std::vector<ReadyTensor>* group, uint64_t tag)>;
-  using Fail = std::function<void(const std::vector<Request>&, const Status&)>;
-
-  TopoRunner(std::shared_ptr<const TopoPlan> plan, Execute execute, Fail fail);
-  ~TopoRunner();
+  explicit TopoRunner(std::shared_ptr<const TopoPlan> plan);
 
   const TopoPlan& plan() const { return *plan_; }
   bool Has(const std::string& name) const { return index_.count(name) > 0; }
@@ -42,16 +37,19 @@ class TopoRunner {
   // A plan tensor that every local rank submitted. An error (it differs from the plan) means the
   // job cannot go on: the caller aborts it; the tensor's requests are left to the caller.
   Status Add(ReadyTensor* t);
-  // Issues the next group when it is complete and drives the running one. Returns whether it did
-  // work; an error when the running group failed (its requests are failed with it).
-  bool Poll(Status* error);
-  // The job failed: fails every held or running tensor with `why`.
-  void FailAll(const Status& why);
+  // The next group, when every local rank submitted all of it and no group runs: the caller runs
+  // it (its tag has the low 24 bits free) and reports Done. nullopt otherwise.
+  std::optional<AgreedWork> Next();
+  // The group taken last ran (`ok`), or failed: the job is over (the caller fails what is left).
+  void Done(bool ok);
+  // The job failed: every held tensor's requests, each with its error ("tensor 'x': <why>"), for
+  // the caller to complete.
+  void FailAll(const Status& why, std::vector<FailedTensor>* ended);
 
   const TopoStats& stats() const { return stats_; }
   uint32_t next_group() const { return next_group_; }
   bool running() const { return running_; }
-  // Tensors held for their group or running now.
+  // Tensors held for their group (not the running group's: those are the caller's).
   size_t in_flight() const;
   // Tensors of the group the runner waits for that no local rank completed yet, with how long
   // the group has been waiting (since its first tensor arrived), once that is `min_age_ns`.
@@ -63,11 +61,7 @@ class TopoRunner {
   std::optional<Wait> Waiting(uint64_t now_ns, uint64_t min_age_ns) const;
 
  private:
-  void Issue();
-
   std::shared_ptr<const TopoPlan> plan_;
-  Execute execute_;
-  Fail fail_;
   std::unordered_map<std::string, uint32_t> index_;  // tensor name -> position in plan_->tensors
   std::vector<std::optional<ReadyTensor>> held_;     // by position: submitted, not yet issued
   std::vector<uint32_t> group_of_;                    // by position
@@ -77,8 +71,7 @@ class TopoRunner {
   uint64_t seq_ = 0;
   uint64_t issued_ns_ = 0;
   bool running_ = false;
-  CommTask task_;
-  std::vector<ReadyTensor> executing_;
+  size_t running_tensors_ = 0;
   TopoStats stats_;
 };
 

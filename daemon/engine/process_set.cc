@@ -2,6 +2,7 @@
 // agreed tensors run is in process_set_execution.cc.
 #include "daemon/engine/process_set.h"
 
+#include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -28,15 +29,13 @@ namespace {
 
 constexpr uint64_t kPartialPollNs = 50'000;
 
-PartialPlace PartialPlaceOf(const ProcessSetPlace& place, std::function<void(int32_t, ControlMessage)> tell,
-                            Timeline* timeline) {
+PartialPlace PartialPlaceOf(const ProcessSetPlace& place, Timeline* timeline) {
   PartialPlace p;
   p.set_size = uint32_t(place.ranks.size());
   p.offsets = place.offsets;
   p.node = place.node_rank;
   p.job = place.job;
   p.comm = place.comm;
-  p.tell = std::move(tell);
   p.timeline = timeline;
   p.set = place.id;
   return p;
@@ -53,10 +52,13 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_),
-      partial_(PartialPlaceOf(place_, [this](int32_t node, ControlMessage m) { negotiator_->Tell(node, std::move(m)); },
-                              hooks_.timeline),
-               [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); }) {
+      partial_(PartialPlaceOf(place_, hooks_.timeline)) {
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
+  // Only the global set blocks the engine in its cycles (as Horovod's). Two blocking sets spanning
+  // the same nodes would each wait in its own cycle for a node that waits in the other's; the
+  // other sets' cycles are tested from the engine loop instead (as under nbcs).
+  blocking_ = negotiator_ && place_.id == 0 &&
+              (config_.coord == abi::CoordMode::kNegotiate || config_.coord == abi::CoordMode::kGs);
 }
 
 Status ProcessSet::Add(Request r) {
@@ -73,13 +75,18 @@ Status ProcessSet::Add(Request r) {
       partial_early_.push_back(std::move(r));
       return Status::Ok();
     }
-    return partial_.Add(std::move(r));
+    Status st = partial_.Add(std::move(r));
+    CollectPartial();  // one node: the round may have run at once
+    return st;
   }
   return table_.Add(std::move(r));
 }
 
 ProcessSet::~ProcessSet() {
-  negotiator_.reset();  // its cycle may run executions of this set: before anything they use
+  // Executions first: they use the set's buffers and the negotiator's transport.
+  cycle_run_.task = CommTask();
+  topo_run_.task = CommTask();
+  negotiator_.reset();
   topo_.reset();
 }
 
@@ -93,28 +100,12 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
                                                     : config_.stall_warning_s) * 1'000'000'000ull;
   for (uint32_t n = 0; n < place_.nodes(); ++n)
     opts.node_ranks.emplace_back(place_.ranks.begin() + place_.offsets[n], place_.ranks.begin() + place_.offsets[n + 1]);
-  // Only the global set blocks the engine in its cycles (as Horovod's). Two blocking sets spanning
-  // the same nodes would each wait in its own cycle for a node that waits in the other's; the
-  // other sets' cycles are tested from the engine loop instead (as under nbcs).
-  opts.blocking = place_.id == 0 && (config_.coord == abi::CoordMode::kNegotiate || config_.coord == abi::CoordMode::kGs);
   opts.on_demand = config_.coord == abi::CoordMode::kTopo;
   opts.gs_period = config_.coord == abi::CoordMode::kGs ? config_.gs_period : 0;
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
-  opts.while_blocked = hooks_.keep_blocking;
-  opts.on_partial = [this](uint32_t from, const ControlMessage& m) { partial_.Receive(from, m); };
-  if (place_.id == 0) opts.on_notice = hooks_.on_notice;
   opts.timeline = hooks_.timeline;
   opts.set = place_.id;
-  opts.poll_while_blocked = [this] {
-    bool did = false;
-    PollPartial(&did);
-  };
-  return std::make_unique<Negotiator>(
-      place_.comm, opts,
-      [this](std::vector<ReadyTensor>* ready, uint64_t tag) {
-        return ExecuteAgreed(ready, tag, &fusion_buffer_, negotiator_->agreed_gpu_position());
-      },
-      [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); });
+  return std::make_unique<Negotiator>(place_.comm, std::move(opts));
 }
 
 bool ProcessSet::Started() const { return !negotiator_ || negotiator_->joined(); }
@@ -151,12 +142,18 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   }
   for (ReadyTensor& t : ready)
     if (Status st = Route(std::move(t), &local_ready); !st.ok()) FailJob(st);
-  if (negotiator_) did |= negotiator_->Poll(now_ns);
+  if (negotiator_) {
+    did |= negotiator_->Poll(now_ns);
+    did |= RunAgreed();
+    // Blocking modes: the engine takes nothing new while the global set's cycle is open.
+    if (blocking_ && negotiator_->cycle_running()) did |= Block();
+    Collect();
+  }
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (negotiator_ && negotiator_->broken()) {
     const Status& why = negotiator_->failure();
     // However the job broke (here or on another node), tensors waiting for their group fail too,
-    if (topo_ && topo_->in_flight() > 0) topo_->FailAll(why);
+    if (topo_ && (topo_->in_flight() > 0 || topo_run_.active)) FailTopo(why);
     // and so do tensors still waiting here for some local ranks: those ranks will be told too,
     if (table_.pending() > 0 || PartialInFlight() > 0) FailWaiting(Status(why.code(), "cannot run, " + why.message()));
     // and NCCL calls that wait for other nodes.
@@ -166,11 +163,131 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   PollPartial(&did);
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
-  if (topo_) {
-    Status error;
-    did |= topo_->Poll(&error);
-    if (!error.ok()) FailJob(error);
+  if (topo_) did |= RunTopo();
+  return did;
+}
+
+bool ProcessSet::RunAgreed() {
+  bool did = false;
+  if (!cycle_run_.active) {
+    std::optional<AgreedWork> work = negotiator_->TakeAgreed();
+    if (!work) return false;
+    cycle_run_.work = std::move(*work);
+    cycle_run_.active = true;
+    cycle_run_.task = ExecuteAgreed(&cycle_run_.work.tensors, cycle_run_.work.tag, &fusion_buffer_,
+                                    cycle_run_.work.gpu_position);
+    did = true;
   }
+  if (!cycle_run_.task.Poll()) return did;
+  const Status st = cycle_run_.task.status();
+  if (!st.ok()) FailRun(cycle_run_, st);  // the negotiator aborts the job with it
+  cycle_run_.active = false;
+  cycle_run_.task = CommTask();
+  cycle_run_.work.tensors.clear();
+  negotiator_->Executed(st);
+  // The cycle ends now, not at the next poll.
+  negotiator_->Poll(abi::MonotonicNs(), /*may_start=*/false);
+  return true;
+}
+
+bool ProcessSet::RunTopo() {
+  bool did = false;
+  for (;;) {
+    if (!topo_run_.active) {
+      std::optional<AgreedWork> group = topo_->Next();
+      if (!group) return did;
+      if (hooks_.timeline->on()) {  // a marker: the plan's group issued (its execution follows as a group)
+        TraceEvent e;
+        e.kind = TraceKind::kPlanGroup;
+        e.t0 = e.t1 = abi::MonotonicNs();
+        e.set = place_.id;
+        e.group = topo_->next_group();
+        hooks_.timeline->Record(e);
+      }
+      topo_run_.work = std::move(*group);
+      topo_run_.active = true;
+      topo_run_.task = negotiator_ ? ExecuteAgreed(&topo_run_.work.tensors, topo_run_.work.tag, &topo_fusion_buffer_,
+                                                   std::nullopt)
+                                   : ExecuteLocal(&topo_run_.work.tensors, topo_run_.work.tag);
+      did = true;
+    }
+    if (!topo_run_.task.Poll()) return did;
+    did = true;
+    const Status st = topo_run_.task.status();
+    topo_->Done(st.ok());
+    if (!st.ok()) {
+      FailTopo(st);
+      FailJob(st);
+      return did;
+    }
+    topo_run_.active = false;
+    topo_run_.task = CommTask();
+    topo_run_.work.tensors.clear();
+  }
+}
+
+void ProcessSet::FailRun(AgreedRun& run, const Status& why) {
+  run.task = CommTask();  // cancels its network and GPU waits
+  run.active = false;
+  for (ReadyTensor& t : run.work.tensors)
+    if (!t.requests.empty()) {
+      CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
+      t.requests.clear();
+    }
+  run.work.tensors.clear();
+}
+
+void ProcessSet::FailTopo(const Status& why) {
+  if (topo_run_.active) {
+    topo_->Done(false);
+    FailRun(topo_run_, why);
+  }
+  std::vector<FailedTensor> ended;
+  topo_->FailAll(why, &ended);
+  for (const FailedTensor& f : ended) CompleteAll(f.requests, f.error);
+}
+
+void ProcessSet::Collect() {
+  for (const FailedTensor& f : negotiator_->TakeEnded()) CompleteAll(f.requests, f.error);
+  for (const ControlNotice& n : negotiator_->TakeNotices()) {
+    const auto k = n.message.kind;
+    if (k == ControlMessage::Kind::kPartialReport || k == ControlMessage::Kind::kPartialRun) partial_.Receive(n.from, n.message);
+    else if (place_.id == 0 && hooks_.on_notice) hooks_.on_notice(n.from, n.message);
+  }
+  // An agreement this node was running when the job broke: its tensors fail as the job's.
+  if (negotiator_->broken() && cycle_run_.active) FailRun(cycle_run_, negotiator_->failure());
+}
+
+bool ProcessSet::Block() {
+  // Like a blocking MPI collective: wait on the network and nothing else until the cycle (its
+  // agreement and the execution of what it agreed) is over. Abort messages still count, or a
+  // node that gave up on the job would leave this one waiting for ever, and so do partial rounds
+  // (they run outside cycles). Spin for kSpinBeforeSleepNs (most cycles end within it; an idle
+  // cycle not at all: nothing here waits for it), then sleep on the transport's event descriptor
+  // between polls: a spinning engine would take the core from the ranks and daemons that share it
+  // (3 daemons on 2 cores: 8 ms per 8-byte allreduce instead of 0.1 ms), and idle cycles of a
+  // quiet job would burn a core each (60 % per daemon at 2 nodes). Transports that cannot sleep
+  // yield the core between polls instead (as MPI does when oversubscribed).
+  constexpr uint64_t kSpinBeforeSleepNs = 20'000;
+  const uint64_t start = abi::MonotonicNs();
+  uint64_t last_tick = start;
+  bool did = false;
+  while (negotiator_->cycle_running() && !negotiator_->broken()) {
+    did |= negotiator_->Poll(abi::MonotonicNs(), /*may_start=*/false);
+    did |= RunAgreed();
+    Collect();
+    PollPartial(&did);
+    if (!negotiator_->cycle_running()) break;
+    const uint64_t now = abi::MonotonicNs();
+    if ((negotiator_->cycle_started_idle() || now - start > kSpinBeforeSleepNs) && !negotiator_->WaitForEvent(1'000'000))
+      sched_yield();
+    // The engine's heartbeat stays fresh; false: stop blocking (the cycle goes on from the loop).
+    if (hooks_.keep_blocking && now - last_tick > 1'000'000) {
+      if (!hooks_.keep_blocking(now - start)) break;
+      last_tick = now;
+    }
+  }
+  blocked_ns_ += abi::MonotonicNs() - start;
   return did;
 }
 
@@ -180,7 +297,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
     const uint64_t cycle = negotiator_->next_cycle_ns();  // 0: a cycle is in flight, keep polling
     next = cycle > now_ns ? cycle : 0;
   }
-  if (topo_ && topo_->running()) next = 0;  // a TOPO group waits on the network: keep polling it
+  if (topo_run_.active) next = 0;  // a TOPO group waits on the network: keep polling it
   if (!gpu_ops_.empty()) next = 0;          // GPU work completes without ringing the doorbell
   if (partial_.busy()) next = 0;            // partial rounds and their activation on the network
   // A round another node starts needs this node's accumulators at once (no rank here runs any
@@ -190,7 +307,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
 }
 
 bool ProcessSet::WaitsOnlyOnCycle() const {
-  if ((topo_ && topo_->running()) || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
+  if (topo_run_.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
   return negotiator_ && !negotiator_->broken() && negotiator_->next_cycle_ns() == 0;
 }
 
@@ -233,25 +350,12 @@ void ProcessSet::RegisterPlan(ReadyTensor& registration) {
 }
 
 void ProcessSet::InstallPlan() {
-  auto execute = [this](std::vector<ReadyTensor>* group, uint64_t tag) {
-    if (hooks_.timeline->on()) {  // a marker: the plan's group issued (its execution follows as a group)
-      TraceEvent e;
-      e.kind = TraceKind::kPlanGroup;
-      e.t0 = e.t1 = abi::MonotonicNs();
-      e.set = place_.id;
-      e.group = topo_->next_group();
-      hooks_.timeline->Record(e);
-    }
-    return negotiator_ ? ExecuteAgreed(group, tag, &topo_fusion_buffer_, std::nullopt) : ExecuteLocal(group, tag);
-  };
-  topo_ = std::make_unique<TopoRunner>(plan_, execute, [this](const std::vector<Request>& rs, const Status& st) {
-    CompleteAll(rs, st);
-  });
+  topo_ = std::make_unique<TopoRunner>(plan_);
   if (!negotiator_) return;
   // Plan tensors already waiting for negotiation now wait for their group instead. Every node
   // does this at the same point of the cycle sequence, so none negotiates them further.
   for (auto& [t, local_error] : negotiator_->Withdraw([this](const std::string& n) { return topo_->Has(n); })) {
-    // Runs inside a negotiation cycle: the job fails once the cycle has returned.
+    // Runs inside an agreed cycle's execution: the job fails once that has returned.
     Status st = local_error;
     if (!st.ok()) CompleteAll(t.requests, st);
     else st = Route(std::move(t), nullptr);
@@ -275,27 +379,36 @@ void ProcessSet::PollPartial(bool* did) {
     Request copy = r;  // Add leaves a refused request to us
     if (Status st = partial_.Add(std::move(r)); !st.ok()) CompleteAll({copy}, st);
   }
-  // May run inside a blocking negotiation cycle: the job fails once the cycle has returned.
+  // May run while the engine blocks in a cycle: the job fails once it has returned.
   if (Status st = partial_.Poll(did); !st.ok() && deferred_failure_.ok()) deferred_failure_ = st;
+  CollectPartial();
+}
+
+void ProcessSet::CollectPartial() {
+  for (PartialMessage& m : partial_.TakeMessages())
+    if (negotiator_) negotiator_->Tell(m.node, std::move(m.message));
+  for (const PartialCompletion& c : partial_.TakeCompleted()) CompleteAll(c.requests, c.status);
 }
 
 void ProcessSet::FailPartial(const Status& why) {
   for (const Request& r : std::exchange(partial_early_, {}))
     CompleteAll({r}, Status(why.code(), "tensor '" + r.name + "': " + why.message()));
   partial_.FailAll(why);
+  CollectPartial();
 }
 
 void ProcessSet::FailJob(const Status& why) {
   if (negotiator_) {
-    negotiator_->Abort(why);  // tells the other nodes; fails everything it holds
-    if (topo_) topo_->FailAll(negotiator_->failure());
+    negotiator_->Abort(why);  // tells the other nodes; gives up everything it holds
+    Collect();
+    if (topo_) FailTopo(negotiator_->failure());
     return;
   }
   if (job_failure_.ok()) {
     job_failure_ = why;
     spdlog::error("job failed: {}", why.message());
   }
-  if (topo_) topo_->FailAll(why);
+  if (topo_) FailTopo(why);
 }
 
 size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) {
@@ -308,16 +421,22 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       return waiting;
     }
     case Reach::kRank: {
-      const bool topo_in_flight = topo_ && topo_->in_flight() > 0;
+      const bool topo_in_flight = topo_ && (topo_->in_flight() > 0 || topo_run_.active);
       const size_t waiting = FailWaiting(why);
-      if (topo_in_flight) topo_->FailAll(why);
-      if (negotiator_ && !peers_why.ok()) negotiator_->Abort(peers_why);
+      if (topo_in_flight) FailTopo(why);
+      if (negotiator_ && !peers_why.ok()) {
+        negotiator_->Abort(peers_why);
+        Collect();
+      }
       return waiting;
     }
     case Reach::kRemoved: {
       const size_t waiting = table_.pending() + PartialInFlight();
       FailHeld(why);
-      if (negotiator_ && negotiator_->pending() > 0) negotiator_->Break(why);  // else nothing to fail
+      if (negotiator_ && (negotiator_->pending() > 0 || cycle_run_.active)) {  // else nothing to fail
+        negotiator_->Break(why);
+        Collect();
+      }
       return waiting;
     }
     case Reach::kJob: {
@@ -334,7 +453,7 @@ void ProcessSet::FailHeld(const Status& why) {
   table_.FailAll(why, &failed);
   for (FailedTensor& f : failed)
     CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
-  if (topo_) topo_->FailAll(why);
+  if (topo_) FailTopo(why);
   FailPartial(why);
   if (place_.gpu && place_.gpu->in_flight() > 0) {
     place_.gpu->Abort(why);
@@ -344,18 +463,20 @@ void ProcessSet::FailHeld(const Status& why) {
 }
 
 void ProcessSet::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {
-  if (negotiator_) negotiator_->Leave(deadline_ns, why, peer_reason);
+  if (!negotiator_) return;
+  negotiator_->Leave(deadline_ns, why, peer_reason);
+  Collect();
 }
 
 bool ProcessSet::Abandons(uint32_t local_rank) const {
   const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
   if (at == place_.local_ranks.end()) return false;  // not one of the set's
   return table_.HasRequestsOf(uint32_t(at - place_.local_ranks.begin())) || (topo_ && topo_->in_flight() > 0) ||
-         (negotiator_ && negotiator_->pending() > 0) || PartialInFlight() > 0;
+         topo_run_.active || (negotiator_ && negotiator_->pending() > 0) || PartialInFlight() > 0;
 }
 
 size_t ProcessSet::InFlight() const {
-  size_t n = table_.pending() + gpu_ops_.size() + PartialInFlight();
+  size_t n = table_.pending() + gpu_ops_.size() + PartialInFlight() + topo_run_.work.tensors.size();
   if (topo_) n += topo_->in_flight();
   return n;
 }
@@ -437,6 +558,7 @@ ProcessSetSnapshot ProcessSet::Snapshot(uint64_t now_ns) const {
   if (negotiator_) {
     s.coordinated = true;
     s.negotiation = negotiator_->stats();
+    s.negotiation.blocked_ns_total = blocked_ns_;
     s.pending_names = negotiator_->pending();
     if (negotiator_->broken()) s.failure = negotiator_->failure().message();
   }

@@ -6,8 +6,12 @@
 // when a job starts.
 //
 // The pipeline, per Poll(): tensors every local rank submitted leave the table; they go to the
-// TOPO runner (a plan tensor), the negotiator (many nodes) or straight to execution (one node);
-// whatever is agreed runs, kind by kind (collectives/), and completes.
+// TOPO runner (a plan tensor), the negotiator (many nodes) or straight to execution (one node).
+// Coordination only agrees: the set takes what the negotiator and the TOPO runner agreed
+// (coord/agreed_work.h), runs it kind by kind (collectives/), completes its requests and reports
+// back; it also completes what coordination gave up (Negotiator::TakeEnded, TopoRunner::FailAll).
+// In the blocking modes (negotiate, gs) the global set blocks the engine while a cycle is open
+// (Block), as Horovod's background thread blocks in its collectives.
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
@@ -50,12 +54,14 @@ struct ProcessSetHooks {
   // Completes requests to their clients (every completion of the set goes through it).
   std::function<void(const std::vector<Request>&, const Status&)> complete;
   std::function<void()> flush;  // sends completions out now (between groups of a long execution)
-  // The negotiator's while_blocked (NegotiatorOptions).
+  // Called about every millisecond while the engine blocks in a cycle, with how long it has been
+  // (it keeps the daemon's heartbeat fresh); false stops blocking, leaving the cycle running (the
+  // engine polls it from its loop): the daemon is shutting down, or something else needs it.
   std::function<bool(uint64_t blocked_ns)> keep_blocking;
   // An agreed process set change (kAddProcessSet, kRemoveProcessSet, global set only): the
   // engine applies it once the sets are polled, and completes its requests.
   std::function<void(ReadyTensor)> change_sets;
-  // The engine's notices from other nodes (global set only; NegotiatorOptions::on_notice).
+  // The engine's notices from other nodes (global set only; coord/negotiator.h ControlNotice).
   std::function<void(uint32_t from, const ControlMessage&)> on_notice;
   // The timeline recorder (never null; off unless a timeline runs).
   Timeline* timeline = nullptr;
@@ -151,6 +157,25 @@ class ProcessSet {
 
  private:
   std::unique_ptr<Negotiator> MakeNegotiator();
+  // Agreed work being run: a negotiated cycle's, or a TOPO plan group.
+  struct AgreedRun {
+    AgreedWork work;
+    CommTask task;  // ExecuteAgreed (or ExecuteLocal) over work.tensors
+    bool active = false;
+  };
+  // Takes the negotiator's agreement, drives its execution, and reports the outcome back.
+  bool RunAgreed();
+  // Takes the TOPO runner's next groups and runs them, one at a time.
+  bool RunTopo();
+  // Stops `run` and fails each of its requests not completed yet with `why`, named per tensor.
+  void FailRun(AgreedRun& run, const Status& why);
+  // Fails the TOPO group running and every tensor held for a group.
+  void FailTopo(const Status& why);
+  // Completes what the negotiator gave up, routes its notices, and fails the agreement being run
+  // once the job broke.
+  void Collect();
+  // negotiate and gs, global set: drives the open cycle, and what it agreed, to the end.
+  bool Block();
   // Hands a tensor every local rank submitted to the TOPO runner, the negotiator or `local_ready`.
   // An error means the set must fail (the tensor's requests were failed already).
   Status Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready);
@@ -165,6 +190,8 @@ class ProcessSet {
   void FailPartial(const Status& why);
   // Many nodes: partial requests held until the job started everywhere, then the runner's rounds.
   void PollPartial(bool* did);
+  // Sends the partial runner's messages and completes what it finished.
+  void CollectPartial();
   size_t PartialInFlight() const { return partial_.in_flight() + partial_early_.size(); }
 
   // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.
@@ -175,10 +202,10 @@ class ProcessSet {
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
   // Many nodes: runs the tensors every node agreed on, group by group, in the same order
   // everywhere. `tag` is unique to this execution across the job. Completes each tensor's
-  // requests as its group finishes and clears them (see Negotiator::Execute). `buffer`: the
-  // fusion buffer of this kind of execution (negotiated and TOPO groups may be in flight at once).
-  // `gpu_position`: under --coord topo, where a negotiated cycle's GPU groups go among the plan's
-  // GPU groups (Negotiator::agreed_gpu_position); nullopt for a TOPO plan group.
+  // requests as its group finishes and clears them (what is left when it fails is failed by
+  // FailRun). `buffer`: the fusion buffer of this kind of execution (negotiated and TOPO groups
+  // may be in flight at once). `gpu_position`: under --coord topo, where a negotiated cycle's GPU
+  // groups go among the plan's GPU groups (AgreedWork); nullopt for a TOPO plan group.
   CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
                          std::optional<uint64_t> gpu_position);
   // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
@@ -221,7 +248,11 @@ class ProcessSet {
   std::unique_ptr<TopoRunner> topo_;         // --coord topo, once a plan is registered
   std::shared_ptr<const TopoPlan> plan_;     // the set's registered plan (any mode)
   Status job_failure_;                       // one node: why FailJob was called
-  Status deferred_failure_;                  // found inside a negotiation cycle
+  Status deferred_failure_;                  // found inside an execution, or while blocked
+  bool blocking_ = false;                    // negotiate and gs, global set: see Block
+  uint64_t blocked_ns_ = 0;                  // inside Block
+  AgreedRun cycle_run_;                      // a negotiated cycle's agreement being run
+  AgreedRun topo_run_;                       // a TOPO plan group being run
   uint64_t fallback_tensors_ = 0;            // names outside the plan while one was in use
   uint64_t drain_first_cycle_ = 0;           // the first negotiation cycle of a drain
   // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.

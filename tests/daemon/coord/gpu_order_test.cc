@@ -106,18 +106,10 @@ class Simulation {
       node.rank = n;
       node.transport = std::make_unique<LoopbackTransport>(&hub_, n);
       NegotiatorOptions opts;
-      opts.blocking = false;
       opts.on_demand = true;
       opts.gpu_order = ordered ? &node.order : nullptr;
-      node.negotiator = std::make_unique<Negotiator>(
-          node.transport.get(), opts,
-          [this, n](std::vector<ReadyTensor>* ready, uint64_t) {
-            return Run(n, ready, nodes_[n].negotiator->agreed_gpu_position());
-          },
-          [this](const std::vector<Request>& rs, const Status& st) { failures_.push_back(rs.front().name + ": " + st.message()); });
-      node.runner = std::make_unique<TopoRunner>(
-          Plan(), [this, n](std::vector<ReadyTensor>* group, uint64_t) { return Run(n, group, std::nullopt); },
-          [this](const std::vector<Request>& rs, const Status& st) { failures_.push_back(rs.front().name + ": " + st.message()); });
+      node.negotiator = std::make_unique<Negotiator>(node.transport.get(), opts);
+      node.runner = std::make_unique<TopoRunner>(Plan());
     }
   }
 
@@ -132,12 +124,34 @@ class Simulation {
       node.negotiator->Add(GpuTensor(item.name));
     }
   }
+  // What ProcessSet does: takes what the negotiator and the TOPO runner agree, runs it, reports.
   void Poll() {
-    for (Node& node : nodes_) {
+    for (uint32_t n = 0; n < kNodes; ++n) {
+      Node& node = nodes_[n];
       node.negotiator->Poll(abi::MonotonicNs());
-      Status error;
-      node.runner->Poll(&error);
-      EXPECT_TRUE(error.ok()) << error.message();
+      for (const FailedTensor& f : node.negotiator->TakeEnded())
+        failures_.push_back(f.requests.front().name + ": " + f.error.message());
+      if (!node.negotiated.active)
+        if (std::optional<AgreedWork> work = node.negotiator->TakeAgreed()) {
+          node.negotiated.work = std::move(*work);
+          node.negotiated.task = Run(n, &node.negotiated.work.tensors, node.negotiated.work.gpu_position);
+          node.negotiated.active = true;
+        }
+      if (node.negotiated.active && node.negotiated.task.Poll()) {
+        node.negotiated.active = false;
+        node.negotiator->Executed(node.negotiated.task.status());
+      }
+      if (!node.plan.active)
+        if (std::optional<AgreedWork> group = node.runner->Next()) {
+          node.plan.work = std::move(*group);
+          node.plan.task = Run(n, &node.plan.work.tensors, std::nullopt);
+          node.plan.active = true;
+        }
+      if (node.plan.active && node.plan.task.Poll()) {
+        node.plan.active = false;
+        EXPECT_TRUE(node.plan.task.status().ok()) << node.plan.task.status().message();
+        node.runner->Done(node.plan.task.status().ok());
+      }
     }
   }
   const std::vector<std::string>& issued(uint32_t n) const { return nodes_[n].issued; }
@@ -152,11 +166,17 @@ class Simulation {
     GpuOrder order;
     std::unique_ptr<Negotiator> negotiator;
     std::unique_ptr<TopoRunner> runner;
+    struct Running {
+      AgreedWork work;
+      CommTask task;
+      bool active = false;
+    };
+    Running negotiated, plan;
     std::vector<std::string> issued;
     std::multiset<std::string> done;
   };
 
-  // What Engine::ExecuteAgreed does with GPU groups: take the turn, issue, wait for completion.
+  // What ProcessSet::ExecuteAgreed does with GPU groups: take the turn, issue, wait for completion.
   CommTask Run(uint32_t n, std::vector<ReadyTensor>* group, std::optional<uint64_t> position) {
     Node& node = nodes_[n];
     for (ReadyTensor& t : *group) {

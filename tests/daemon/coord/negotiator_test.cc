@@ -5,6 +5,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,30 +22,33 @@ struct Job {
     for (uint32_t n = 0; n < nodes; ++n) {
       transports.push_back(std::make_unique<LoopbackTransport>(&hub, n));
       NegotiatorOptions opts;
-      opts.blocking = false;
       opts.cycle_ns = 100'000;
-      negotiators.push_back(std::make_unique<Negotiator>(
-          transports.back().get(), opts,
-          [this, n](std::vector<ReadyTensor>* ready, uint64_t) { return Record(n, ready); },
-          [this, n](const std::vector<Request>& rs, const Status& st) {
-            failed.push_back("node " + std::to_string(n) + ": " + st.message());
-          }));
+      negotiators.push_back(std::make_unique<Negotiator>(transports.back().get(), opts));
     }
   }
-  CommTask Record(uint32_t n, std::vector<ReadyTensor>* ready) {
-    for (ReadyTensor& t : *ready) {
-      executed.push_back("node " + std::to_string(n) + ": " + t.first().name);
-      rank_rows.push_back(t.rank_rows);
-      t.requests.clear();
+  // What a process set does with node n's negotiator: runs what it agreed (here: records it) and
+  // completes what it gave up (here: records the error).
+  void Serve(uint32_t n) {
+    Negotiator& neg = *negotiators[n];
+    if (std::optional<AgreedWork> work = neg.TakeAgreed()) {
+      EXPECT_TRUE(neg.executing());
+      for (ReadyTensor& t : work->tensors) {
+        executed.push_back("node " + std::to_string(n) + ": " + t.first().name);
+        rank_rows.push_back(t.rank_rows);
+      }
+      neg.Executed(Status::Ok());
     }
-    co_return Status::Ok();
+    for (const FailedTensor& f : neg.TakeEnded()) failed.push_back("node " + std::to_string(n) + ": " + f.error.message());
   }
   // Polls until `done` or 2 s.
   template <typename F>
   void PollUntil(F done) {
     const uint64_t end = abi::MonotonicNs() + 2'000'000'000ull;
     while (!done() && abi::MonotonicNs() < end)
-      for (auto& n : negotiators) n->Poll(abi::MonotonicNs());
+      for (uint32_t n = 0; n < negotiators.size(); ++n) {
+        negotiators[n]->Poll(abi::MonotonicNs());
+        Serve(n);
+      }
   }
 
   LoopbackHub hub;
@@ -111,6 +115,44 @@ TEST(Negotiator, ShapesThatVaryByRankReachEveryNodeAndAreNeverCached) {
   EXPECT_TRUE(job.failed.empty());
 }
 
+// Coordination only agrees: the agreed tensors wait for whoever runs them, the cycle stays open
+// (no other cycle starts) until the outcome is reported, and a failed execution ends the job on
+// every node, the other nodes' pending requests handed back with the error.
+TEST(Negotiator, ACycleWaitsForItsAgreementToRunAndAFailedRunEndsTheJobEverywhere) {
+  Job job(2);
+  for (uint32_t n = 0; n < 2; ++n) job.negotiators[n]->Add(Tensor("x", n, false));
+  std::vector<std::optional<AgreedWork>> agreed(2);
+  const uint64_t end = abi::MonotonicNs() + 2'000'000'000ull;
+  while ((!agreed[0] || !agreed[1]) && abi::MonotonicNs() < end)
+    for (uint32_t n = 0; n < 2; ++n) {
+      job.negotiators[n]->Poll(abi::MonotonicNs());
+      if (!agreed[n]) agreed[n] = job.negotiators[n]->TakeAgreed();
+    }
+  ASSERT_TRUE(agreed[0] && agreed[1]);
+  EXPECT_EQ(agreed[0]->tag, agreed[1]->tag) << "one tag for the same work on every node";
+  ASSERT_EQ(agreed[0]->tensors.size(), 1u);
+  EXPECT_EQ(agreed[0]->tensors[0].first().name, "x");
+  // Not reported: the cycle stays open however long it takes, and nothing more is agreed.
+  job.negotiators[1]->Add(Tensor("y", 1, false));
+  const uint64_t cycles = job.negotiators[0]->stats().cycles;
+  for (int i = 0; i < 2000; ++i)
+    for (uint32_t n = 0; n < 2; ++n) {
+      job.negotiators[n]->Poll(abi::MonotonicNs());
+      EXPECT_FALSE(job.negotiators[n]->TakeAgreed().has_value());
+    }
+  EXPECT_TRUE(job.negotiators[0]->cycle_running() && job.negotiators[0]->executing());
+  EXPECT_EQ(job.negotiators[0]->stats().cycles, cycles);
+  // Node 0's run fails (its requests are its own to fail); node 1 still holds "y".
+  job.negotiators[0]->Executed(Status(SYNCD_ERR_RANK_LOST, "the wire broke"));
+  job.negotiators[1]->Executed(Status::Ok());
+  job.PollUntil([&] { return job.negotiators[1]->broken(); });
+  EXPECT_TRUE(job.negotiators[0]->broken());
+  EXPECT_NE(job.negotiators[1]->failure().message().find("the wire broke"), std::string::npos)
+      << job.negotiators[1]->failure().message();
+  ASSERT_EQ(job.failed.size(), 1u);
+  EXPECT_EQ(job.failed[0].rfind("node 1: tensor 'y': ", 0), 0u) << job.failed[0];
+}
+
 // A hostile or broken peer: node 0 runs a real negotiator, node 1 is the test writing bytes by
 // hand. Whatever node 1 sends, node 0 fails its job with an error naming node 1 (its pending
 // requests get it) and never crashes or waits for ever.
@@ -118,12 +160,9 @@ class BrokenPeer : public ::testing::Test {
  protected:
   BrokenPeer() : hub_(2), node0_(&hub_, 0), node1_(&hub_, 1) {
     NegotiatorOptions opts;
-    opts.blocking = false;
     opts.cycle_ns = 100'000;
     opts.job = kJob;
-    negotiator_ = std::make_unique<Negotiator>(
-        &node0_, opts, [](std::vector<ReadyTensor>*, uint64_t) -> CommTask { co_return Status::Ok(); },
-        [this](const std::vector<Request>&, const Status& st) { failures_.push_back(st.message()); });
+    negotiator_ = std::make_unique<Negotiator>(&node0_, opts);
     negotiator_->Add(Tensor("pending", 0, false));
   }
   // Node 1 does its part of the job start correctly.
@@ -142,6 +181,8 @@ class BrokenPeer : public ::testing::Test {
     const uint64_t end = abi::MonotonicNs() + 2'000'000'000ull;
     while (!done() && abi::MonotonicNs() < end) {
       negotiator_->Poll(abi::MonotonicNs());
+      if (negotiator_->TakeAgreed()) negotiator_->Executed(Status::Ok());
+      for (const FailedTensor& f : negotiator_->TakeEnded()) failures_.push_back(f.error.message());
       node1_.Progress();
     }
   }

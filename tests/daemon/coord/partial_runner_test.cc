@@ -44,17 +44,23 @@ Request PartialRequest(std::vector<float>* data, const std::string& name, uint32
 class PartialRunnerTest : public ::testing::Test {
  protected:
   PartialRunnerTest()
-      : runner_(PartialPlace{4, {0, 4}, 0, 0, nullptr, nullptr}, [this](const std::vector<Request>& rs, const Status& st) {
-          for (const Request& r : rs) {
-            const float* f = reinterpret_cast<const float*>(r.data);
-            done_.push_back({r.name, r.rank, st, std::vector<float>(f, f + r.bytes / sizeof(float))});
-          }
-        }) {}
+      : runner_(PartialPlace{4, {0, 4}, 0, 0, nullptr, nullptr}) {}
 
+  // What the process set does after each call: completes what the runner finished.
+  void Collect() {
+    EXPECT_TRUE(runner_.TakeMessages().empty()) << "one node sends nothing";
+    for (const PartialCompletion& c : runner_.TakeCompleted())
+      for (const Request& r : c.requests) {
+        const float* f = reinterpret_cast<const float*>(r.data);
+        done_.push_back({r.name, r.rank, c.status, std::vector<float>(f, f + r.bytes / sizeof(float))});
+      }
+  }
   Status Submit(uint32_t rank, std::vector<float> v, syncd_partial_mode mode = SYNCD_PARTIAL_SOLO, int quorum = 0,
                 syncd_reduce_op op = SYNCD_SUM, const std::string& name = "g") {
     buffers_.push_back(std::make_unique<std::vector<float>>(std::move(v)));
-    return runner_.Add(PartialRequest(buffers_.back().get(), name, rank, rank, mode, quorum, op));
+    Status st = runner_.Add(PartialRequest(buffers_.back().get(), name, rank, rank, mode, quorum, op));
+    Collect();
+    return st;
   }
 
   // "round R nap N initiator I fresh F" of completion `i`.
@@ -197,6 +203,7 @@ TEST_F(PartialRunnerTest, AChangedShapeOrModeIsAMismatchAndFailAllFailsTheWaitin
   EXPECT_EQ(Submit(1, {1, 2}, SYNCD_PARTIAL_MAJORITY, 2).code(), SYNCD_ERR_MISMATCH);
   EXPECT_EQ(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).code(), SYNCD_ERR_INVALID);  // rank 0 already waits
   runner_.FailAll(Status(SYNCD_ERR_RANK_LOST, "rank 3 is gone"));
+  Collect();
   ASSERT_EQ(done_.size(), 1u);
   EXPECT_EQ(done_[0].status.code(), SYNCD_ERR_RANK_LOST);
   EXPECT_EQ(done_[0].status.message(), "tensor 'g': rank 3 is gone");
@@ -214,18 +221,23 @@ class PartialNodesTest : public ::testing::Test {
     for (uint32_t n = 0; n < kNodes; ++n) {
       transports_.push_back(std::make_unique<LoopbackTransport>(&hub_, n));
       PartialPlace place{kRanks, offsets_, n, 7, transports_.back().get(), nullptr};
-      place.tell = [this, n](int32_t to, ControlMessage m) {
-        ++messages_;
-        for (uint32_t d = 0; d < kNodes; ++d)
-          if (d != n && (to < 0 || uint32_t(to) == d)) runners_[d]->Receive(n, m);
-      };
-      runners_.push_back(std::make_unique<PartialRunner>(place, [this](const std::vector<Request>& rs, const Status& st) {
-        for (const Request& r : rs) {
-          const float* f = reinterpret_cast<const float*>(r.data);
-          done_.push_back({r.name, r.rank, st, std::vector<float>(f, f + r.bytes / sizeof(float))});
-        }
-      }));
+      runners_.push_back(std::make_unique<PartialRunner>(place));
     }
+  }
+
+  // What each node's process set does after each call: sends the runner's control messages
+  // (delivered in process here) and completes what it finished.
+  void Collect(uint32_t n) {
+    for (PartialMessage& m : runners_[n]->TakeMessages()) {
+      ++messages_;
+      for (uint32_t d = 0; d < kNodes; ++d)
+        if (d != n && (m.node < 0 || uint32_t(m.node) == d)) runners_[d]->Receive(n, m.message);
+    }
+    for (const PartialCompletion& c : runners_[n]->TakeCompleted())
+      for (const Request& r : c.requests) {
+        const float* f = reinterpret_cast<const float*>(r.data);
+        done_.push_back({r.name, r.rank, c.status, std::vector<float>(f, f + r.bytes / sizeof(float))});
+      }
   }
 
   uint32_t NodeOf(uint32_t rank) const {
@@ -237,17 +249,20 @@ class PartialNodesTest : public ::testing::Test {
   Status Submit(uint32_t rank, std::vector<float> v, syncd_partial_mode mode = SYNCD_PARTIAL_SOLO, int quorum = 0,
                 const std::string& name = "g") {
     buffers_.push_back(std::make_unique<std::vector<float>>(std::move(v)));
-    return runners_[NodeOf(rank)]->Add(
+    Status st = runners_[NodeOf(rank)]->Add(
         PartialRequest(buffers_.back().get(), name, rank, rank - offsets_[NodeOf(rank)], mode, quorum, SYNCD_SUM));
+    Collect(NodeOf(rank));
+    return st;
   }
 
   // Polls every node until nothing moves.
   void Pump() {
     for (int quiet = 0; quiet < 3;) {
       bool any = false;
-      for (auto& r : runners_) {
+      for (uint32_t n = 0; n < kNodes; ++n) {
         bool did = false;
-        ASSERT_TRUE(r->Poll(&did).ok());
+        ASSERT_TRUE(runners_[n]->Poll(&did).ok());
+        Collect(n);
         any |= did;
       }
       quiet = any ? 0 : quiet + 1;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 
 #include "proto/doorbell.h"
 
@@ -27,28 +28,21 @@ ReadyTensor Tensor(const std::string& name, uint64_t count = 4, syncd_dtype dtyp
   return ReadyTensor{{r, r}};
 }
 
-// Records each group it is given and finishes at once.
-CommTask Record(std::vector<ReadyTensor>* group, std::vector<std::string>* log) {
-  std::string names;
-  for (ReadyTensor& t : *group) {
-    names += t.first().name;
-    t.requests.clear();
-  }
-  log->push_back(names);
-  co_return Status::Ok();
-}
-
+// Runs each group the runner releases, as a process set does, recording its names.
 struct Fixture {
   std::vector<std::string> log;
   std::vector<std::string> failed;
-  TopoRunner runner{Plan(), [this](std::vector<ReadyTensor>* g, uint64_t) { return Record(g, &log); },
-                    [this](const std::vector<Request>& rs, const Status& st) {
-                      failed.push_back(rs.front().name + ": " + st.message());
-                    }};
+  TopoRunner runner{Plan()};
   bool Poll() {
-    Status error;
-    const bool did = runner.Poll(&error);
-    EXPECT_TRUE(error.ok()) << error.message();
+    bool did = false;
+    while (std::optional<AgreedWork> g = runner.Next()) {
+      EXPECT_FALSE(runner.Next().has_value()) << "one group at a time";
+      std::string names;
+      for (const ReadyTensor& t : g->tensors) names += t.first().name;
+      log.push_back(names);
+      runner.Done(true);
+      did = true;
+    }
     return did;
   }
   void Add(ReadyTensor t) {
@@ -102,8 +96,31 @@ TEST(TopoRunner, FailAllFailsWhatIsHeld) {
   Fixture f;
   f.Add(Tensor("c"));
   f.Add(Tensor("a"));
-  f.runner.FailAll(Status(SYNCD_ERR_RANK_LOST, "node 2 lost"));
+  std::vector<FailedTensor> ended;
+  f.runner.FailAll(Status(SYNCD_ERR_RANK_LOST, "node 2 lost"), &ended);
+  for (const FailedTensor& t : ended) f.failed.push_back(t.requests.front().name + ": " + t.error.message());
+  EXPECT_EQ(f.runner.in_flight(), 0u);
   EXPECT_EQ(f.failed, (std::vector<std::string>{"a: tensor 'a': node 2 lost", "c: tensor 'c': node 2 lost"}));
+}
+
+TEST(TopoRunner, AGroupThatFailedIsNotRunAgainAndTagsNeverRepeat) {
+  Fixture f;
+  f.Add(Tensor("a"));
+  f.Add(Tensor("b"));
+  std::optional<AgreedWork> first = f.runner.Next();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->tensors.size(), 2u);
+  EXPECT_FALSE(first->gpu_position.has_value()) << "a plan group, not a negotiated cycle";
+  EXPECT_TRUE(f.runner.running());
+  f.runner.Done(false);
+  EXPECT_FALSE(f.runner.running());
+  EXPECT_EQ(f.runner.next_group(), 0u) << "a failed group does not count as run";
+  EXPECT_EQ(f.runner.stats().groups_executed, 0u);
+  f.Add(Tensor("a"));
+  f.Add(Tensor("b"));
+  std::optional<AgreedWork> again = f.runner.Next();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->tag, first->tag);
 }
 
 TEST(TopoRunner, WaitingNamesTheMissingTensorsOfTheNextGroup) {
