@@ -65,11 +65,16 @@ class ScatterCollective final : public Collective {
           rs, "root", [](const Request& r) { return r.root; },
           [](const Request& r) { return "root " + std::to_string(r.root); });
     if (!msg.empty()) return msg;
-    for (const Request& r : rs)
+    for (const Request& r : rs) {
+      // A rank's request as another node announced it may have no dimension at all (Parse
+      // refuses that only for this node's ranks).
+      if (r.shape.empty())
+        return "tensor '" + r.name + "': rank " + std::to_string(r.rank) + " passed a scalar; scatter needs rows";
       if (!IsRoot(r) && r.shape[0] != 0)
         return "tensor '" + r.name + "': scatter sends the root's rows; rank " + std::to_string(r.rank) +
                " (not the root, rank " + std::to_string(r.root) + ") passed " + std::to_string(r.shape[0]) +
                " rows where it must pass 0";
+    }
     return "";
   }
 

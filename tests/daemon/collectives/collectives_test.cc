@@ -101,6 +101,26 @@ TEST(Collectives, AgreementAppliesTheKindsRules) {
   EXPECT_NE(CheckAgreement(rs).message().find("mismatched reduce op"), std::string::npos);
 }
 
+// A rank's request as another node announced it (the coordinator's input, off the wire) may
+// have no dimension: every rooted and row-splitting kind refuses it by name, without reading a
+// first dimension that is not there (found by fuzz_coord_wire).
+TEST(Collectives, AgreementRefusesScalarsFromTheWireWithoutReadingADimension) {
+  for (abi::OpKind kind : {abi::OpKind::kScatter, abi::OpKind::kGather, abi::OpKind::kAllgather,
+                           abi::OpKind::kReducescatter, abi::OpKind::kReduce, abi::OpKind::kBroadcast}) {
+    std::vector<float> d0(2), d1(2);
+    std::vector<Request> rs = {Tensor(kind, 0, &d0), Tensor(kind, 1, &d1)};
+    for (Request& r : rs) r.shape.clear();
+    (void)CheckAgreement(rs);  // ASan/UBSan: no read past an empty shape
+  }
+  std::vector<float> d0(2), d1(2);
+  std::vector<Request> rs = {Tensor(abi::OpKind::kScatter, 0, &d0), Tensor(abi::OpKind::kScatter, 1, &d1)};
+  rs[1].shape.clear();
+  rs[0].shape.clear();
+  const Status st = CheckAgreement(rs);
+  EXPECT_EQ(st.code(), SYNCD_ERR_MISMATCH);
+  EXPECT_NE(st.message().find("rank 0 passed a scalar"), std::string::npos) << st.message();
+}
+
 TEST(Collectives, RunLocalComputesTheResultInEveryRanksTensor) {
   HostExecutor host(2);
   std::vector<float> a = {1, 2}, b = {3, 4};
