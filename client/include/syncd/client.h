@@ -25,7 +25,16 @@ extern "C" {
 
 #define SYNCD_API __attribute__((visibility("default")))
 
-typedef enum syncd_status {
+/* C++ sees every enum below with `int` as its fixed underlying type, the type C gives it: a value
+   a C caller passes that is none of the enumerators (refused with SYNCD_ERR_INVALID) is then a
+   value C++ may hold too, not undefined behaviour inside the library. */
+#ifdef __cplusplus
+#define SYNCD_ENUM_INT : int
+#else
+#define SYNCD_ENUM_INT
+#endif
+
+typedef enum syncd_status SYNCD_ENUM_INT {
   SYNCD_OK = 0,
   SYNCD_IN_PROGRESS = 1,        /* syncd_poll: not complete yet (not an error) */
   SYNCD_ERR_INVALID = 2,        /* bad argument: name, dtype, shape, pointer, handle */
@@ -43,7 +52,7 @@ typedef enum syncd_status {
                                    (syncd --stall-shutdown-s); the message names it and them */
 } syncd_status;
 
-typedef enum syncd_dtype {
+typedef enum syncd_dtype SYNCD_ENUM_INT {
   SYNCD_INT8 = 0,
   SYNCD_UINT8 = 1,
   SYNCD_INT32 = 2,
@@ -58,7 +67,7 @@ typedef enum syncd_dtype {
   SYNCD_DTYPE_COUNT = 10
 } syncd_dtype;
 
-typedef enum syncd_reduce_op {
+typedef enum syncd_reduce_op SYNCD_ENUM_INT {
   SYNCD_SUM = 0,
   SYNCD_AVERAGE = 1, /* sum divided by the number of ranks; integers truncate toward zero */
   SYNCD_MIN = 2,
@@ -241,7 +250,7 @@ SYNCD_API int syncd_join(syncd_client* c, int64_t timeout_ms, int* last_rank);
  * rank with nothing to give does not shrink the result. Ops: SYNCD_SUM, SYNCD_AVERAGE; the dtype,
  * shape and op of a name never change. The result replaces t->data; syncd_partial_wait also says
  * which round it is and how many ranks were fresh in it (NAP). Host tensors, one node for now. */
-typedef enum syncd_partial_mode { SYNCD_PARTIAL_SOLO = 1, SYNCD_PARTIAL_MAJORITY = 2 } syncd_partial_mode;
+typedef enum syncd_partial_mode SYNCD_ENUM_INT { SYNCD_PARTIAL_SOLO = 1, SYNCD_PARTIAL_MAJORITY = 2 } syncd_partial_mode;
 typedef struct syncd_partial_info {
   uint64_t round;  /* the round whose result t->data holds (1, 2, ...) */
   int nap;         /* ranks whose contribution to that round was fresh */
@@ -293,7 +302,7 @@ SYNCD_API int syncd_stop_timeline(syncd_client* c);
  * (syncd_allreduce_gpu_async). It is part of the plan: a tensor in GPU memory on one rank and in
  * host memory on another makes the plans differ (refused at registration), a submission in the
  * other memory fails the job naming the tensor, and a fusion group holds one kind only. */
-typedef enum syncd_memory { SYNCD_MEMORY_HOST = 0, SYNCD_MEMORY_GPU = 1 } syncd_memory;
+typedef enum syncd_memory SYNCD_ENUM_INT { SYNCD_MEMORY_HOST = 0, SYNCD_MEMORY_GPU = 1 } syncd_memory;
 
 typedef struct syncd_graph_op {
   const char* name;   /* the operation, for error messages; may be NULL */
