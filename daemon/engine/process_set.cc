@@ -123,11 +123,13 @@ Status ProcessSet::Refusal() const {
 }
 
 bool ProcessSet::Poll(uint64_t now_ns) {
-  std::vector<ReadyTensor> ready;
-  std::vector<FailedTensor> failed;
+  // The set's scratch vectors, taken for this turn (a nested turn would find them empty) and
+  // given back, emptied, at its end: no heap allocation per collective for them.
+  std::vector<ReadyTensor> ready = std::move(ready_scratch_);
+  std::vector<FailedTensor> failed = std::move(failed_scratch_);
+  std::vector<ReadyTensor> local_ready = std::move(local_ready_scratch_);
   table_.TakeCompleted(&ready, &failed);
   bool did = !ready.empty() || !failed.empty();
-  std::vector<ReadyTensor> local_ready;
   for (FailedTensor& f : failed) {
     if (topo_ && topo_->Has(f.requests.front().name)) {
       // The plan is the job's agreement: ranks that break it stop the job on every node.
@@ -164,6 +166,12 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
   if (topo_) did |= RunTopo();
+  ready.clear();
+  failed.clear();
+  local_ready.clear();
+  ready_scratch_ = std::move(ready);
+  failed_scratch_ = std::move(failed);
+  local_ready_scratch_ = std::move(local_ready);
   return did;
 }
 

@@ -195,7 +195,7 @@ class ProcessSet {
   size_t PartialInFlight() const { return partial_.in_flight() + partial_early_.size(); }
 
   // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.
-  std::vector<FusionGroup> Fuse(const std::vector<ReadyTensor>& ready) const;
+  void Fuse(const std::vector<ReadyTensor>& ready, std::vector<FusionGroup>* groups);
   // One node: runs the ready tensors at once (GPU groups complete later, in PollGpu).
   void Execute(std::vector<ReadyTensor>& ready);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
@@ -253,6 +253,14 @@ class ProcessSet {
   uint64_t blocked_ns_ = 0;                  // inside Block
   AgreedRun cycle_run_;                      // a negotiated cycle's agreement being run
   AgreedRun topo_run_;                       // a TOPO plan group being run
+  // Storage reused turn after turn (no heap allocation per collective once sizes were seen):
+  // Poll's tensors, Fuse's candidates, the one-node path's groups and members.
+  std::vector<ReadyTensor> ready_scratch_, local_ready_scratch_;
+  std::vector<FailedTensor> failed_scratch_;
+  std::vector<FusionCandidate> candidates_;
+  std::vector<bool> fusion_taken_;
+  std::vector<FusionGroup> local_groups_;
+  CollectiveGroup members_;
   uint64_t fallback_tensors_ = 0;            // names outside the plan while one was in use
   uint64_t drain_first_cycle_ = 0;           // the first negotiation cycle of a drain
   // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.

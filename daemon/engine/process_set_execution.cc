@@ -17,19 +17,22 @@ CollectiveGroup Members(const std::vector<ReadyTensor>& ready, const FusionGroup
 
 }  // namespace
 
-std::vector<FusionGroup> ProcessSet::Fuse(const std::vector<ReadyTensor>& ready) const {
-  std::vector<FusionCandidate> candidates;
-  candidates.reserve(ready.size());
+void ProcessSet::Fuse(const std::vector<ReadyTensor>& ready, std::vector<FusionGroup>* groups) {
+  candidates_.clear();
   for (const ReadyTensor& t : ready) {
     const Request& f = t.first();
     const Collective* kind = FindCollective(f.kind);
-    candidates.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
+    candidates_.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
   }
-  return PlanFusion(candidates, config_.fusion_threshold);
+  PlanFusionInto(candidates_, config_.fusion_threshold, groups, &fusion_taken_);
 }
 
 void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
-  for (const FusionGroup& g : Fuse(ready)) {
+  // One node: nothing waits inside, so the groups' storage is the set's, reused turn after turn
+  // (taken, and given back at the end, in case a completion ever runs Execute again).
+  std::vector<FusionGroup> groups = std::move(local_groups_);
+  Fuse(ready, &groups);
+  for (const FusionGroup& g : groups) {
     ReadyTensor& head = ready[g.front()];
     if (head.first().kind == abi::OpKind::kRegisterGraph) {
       RegisterPlan(head);  // completes the registrations itself
@@ -48,11 +51,16 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
     const uint64_t t0 = abi::MonotonicNs();
     const uint32_t id = StartGroup(ready, g);
     PlaceResults(ready, g);
-    if (const Collective* kind = FindCollective(head.first().kind)) kind->RunLocal(Members(ready, g), host_);
+    if (const Collective* kind = FindCollective(head.first().kind)) {
+      members_.clear();
+      for (size_t i : g) members_.push_back(&ready[i]);
+      kind->RunLocal(members_, host_);
+    }
     CountExecuted(ready, g);
     RecordGroup(ready, g, t0, id);
     CompleteRan(ready, g);
   }
+  local_groups_ = std::move(groups);
 }
 
 CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
@@ -67,7 +75,8 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
   const uint64_t agreed_ns = abi::MonotonicNs();
   for (ReadyTensor& t : ready)
     for (Request& r : t.requests) r.agreed_ns = agreed_ns;
-  const std::vector<FusionGroup> groups = Fuse(ready);
+  std::vector<FusionGroup> groups;  // lives across the awaits below: its own
+  Fuse(ready, &groups);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
     const Request& f = ready[g.front()].first();

@@ -37,6 +37,11 @@ using FusionGroup = std::vector<size_t>;  // indices into the candidate list
 
 std::vector<FusionGroup> PlanFusion(const std::vector<FusionCandidate>& ready, uint64_t threshold);
 
+// PlanFusion into `*groups`, reusing its groups' storage and `*taken` (a caller that plans every
+// turn allocates nothing once the group count has been seen).
+void PlanFusionInto(const std::vector<FusionCandidate>& ready, uint64_t threshold, std::vector<FusionGroup>* groups,
+                    std::vector<bool>* taken);
+
 }  // namespace syncd
 
 #endif  // SYNCD_DAEMON_PLAN_FUSION_H_

@@ -18,6 +18,25 @@ TEST(PlanFusion, GroupsSameDtypeAndOpUpToThreshold) {
   EXPECT_EQ(g[2], (FusionGroup{3}));
 }
 
+// Planning into reused storage gives what a fresh plan gives, whatever the storage held before,
+// and allocates nothing once the group count has been seen.
+TEST(PlanFusion, IntoReusedStorageMatchesAFreshPlanAndKeepsItsStorage) {
+  std::vector<FusionGroup> groups;
+  std::vector<bool> taken;
+  const std::vector<FusionCandidate> many = {Ar(8), Ar(8, SYNCD_FLOAT64), Ar(8, SYNCD_INT32), Ar(8, SYNCD_INT64)};
+  PlanFusionInto(many, 100, &groups, &taken);
+  EXPECT_EQ(groups, PlanFusion(many, 100));
+  const std::vector<FusionCandidate> few = {Ar(40), Ar(40, SYNCD_FLOAT64), Ar(40), Ar(40), Ar(40, SYNCD_FLOAT64)};
+  PlanFusionInto(few, 100, &groups, &taken);
+  EXPECT_EQ(groups, PlanFusion(few, 100));
+  const FusionGroup* storage = groups.data();
+  const size_t* first = groups[0].data();
+  PlanFusionInto(few, 100, &groups, &taken);
+  EXPECT_EQ(groups, PlanFusion(few, 100));
+  EXPECT_EQ(groups.data(), storage);
+  EXPECT_EQ(groups[0].data(), first);
+}
+
 TEST(PlanFusion, ZeroThresholdDisablesFusion) {
   auto g = PlanFusion({Ar(8), Ar(8), Ar(8)}, 0);
   EXPECT_EQ(g.size(), 3u);
