@@ -10,7 +10,7 @@
 namespace syncd {
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
+std::string ShapeText(const Shape& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   return s + "]";
@@ -23,13 +23,13 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
 }
 
 // The plan's description travels in the shape; the plan itself only within the node that computed it.
-std::string PlanText(const Request& r) { return DescribePlan(r.shape); }
+std::string PlanText(const Request& r) { return DescribePlan(std::vector<int64_t>(r.shape.begin(), r.shape.end())); }
 
 }  // namespace
 
 std::string SameShape(const std::vector<Request>& rs) {
   return DisagreementBy(
-      rs, "shape", [](const Request& r) -> const std::vector<int64_t>& { return r.shape; },
+      rs, "shape", [](const Request& r) -> const Shape& { return r.shape; },
       [](const Request& r) { return ShapeText(r.shape); });
 }
 

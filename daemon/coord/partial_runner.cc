@@ -90,7 +90,7 @@ struct PartialRunner::Meta {
            m->quorum < (1u << 24) && m->elements < (uint64_t{1} << 48);
   }
   // `shape`: the ranks' shape when known here, else the element count.
-  std::string Describe(const std::vector<int64_t>& shape) const {
+  std::string Describe(const Shape& shape) const {
     std::string s = std::string(abi::DtypeName(syncd_dtype(dtype))) + " [";
     if (shape.empty()) s += std::to_string(elements) + " elements";
     for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
@@ -114,7 +114,7 @@ struct PartialRunner::Flight {
 
 struct PartialRunner::Op {
   Meta meta;
-  std::vector<int64_t> shape;            // empty while only a peer's run message named it
+  Shape shape;                           // empty while only a peer's run message named it
   std::vector<std::vector<char>> accum;  // by local rank: its tensors no round took yet
   std::vector<uint64_t> counts;          // how many they are
   std::vector<uint64_t> calls;           // by local rank: its requests so far (call i is for round i)

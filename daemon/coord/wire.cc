@@ -109,7 +109,7 @@ TensorMeta TensorMeta::Of(const ReadyTensor& t) {
   m.root = r.root;  // 0 for kinds without a root
   m.prescale = r.prescale;
   m.postscale = r.postscale;
-  m.shape = r.shape;
+  m.shape.assign(r.shape.begin(), r.shape.end());
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
     m.rows = RankRows(t);
     m.splits = RankSplits(t);
@@ -157,7 +157,7 @@ Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank
   r.root = meta.root;
   r.prescale = meta.prescale;
   r.postscale = meta.postscale;
-  r.shape = meta.shape;
+  r.shape.assign(meta.shape.begin(), meta.shape.end());
   if (index < meta.rows.size()) {
     if (!r.shape.empty()) r.shape[0] = meta.rows[index];
     const size_t per = meta.splits.size() / meta.rows.size();

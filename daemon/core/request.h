@@ -3,6 +3,8 @@
 #ifndef SYNCD_DAEMON_CORE_REQUEST_H_
 #define SYNCD_DAEMON_CORE_REQUEST_H_
 
+#include <absl/container/inlined_vector.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +49,9 @@ class TensorWhat {
   const char* text_ = nullptr;
 };
 
+// A tensor's dimensions: up to 4 held inline (no heap allocation per request for those).
+using Shape = absl::InlinedVector<int64_t, 4>;
+
 struct Request {
   uint32_t client_id = 0;
   uint32_t rank = 0;        // global rank of the submitter
@@ -71,7 +76,7 @@ struct Request {
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode
   double prescale = 1.0;
   double postscale = 1.0;
-  std::vector<int64_t> shape;
+  Shape shape;
   uint64_t bytes = 0;
   std::vector<int64_t> splits;  // kAlltoall: the rows this rank sends to each rank of the set
   char* data = nullptr;     // inside the client's arena (gpu: device memory)

@@ -68,6 +68,7 @@ void Engine::BeginJob(uint64_t job) {
     else timeline_.Receive(from, m);
   };
   hooks.timeline = timeline_.recorder();
+  hooks.pool = &request_pool_;
   set_hooks_ = hooks;
   JobTimeline::Links links;
   links.transport = transport_.get();

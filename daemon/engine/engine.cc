@@ -298,7 +298,7 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
                       &c.info->segment,  world_size_,            config_.fusion_threshold,
                       SetRanksOf(e.process_set)};
   std::optional<abi::GpuDescriptor> gpu;
-  StatusOr<Request> r = ParseSubmission(e, who, &gpu);
+  StatusOr<Request> r = ParseSubmission(e, who, &gpu, request_pool_.Take());
   Status error = r.status();
   if (r.ok() && gpu) {  // a GPU tensor: the executor opens the client's allocation
     const std::string what = "tensor '" + r->name + "' from rank " + std::to_string(r->rank);

@@ -22,6 +22,7 @@
 #include "daemon/engine/job_timeline.h"
 #include "daemon/engine/point_to_point.h"
 #include "daemon/core/request_ledger.h"
+#include "daemon/core/request_pool.h"
 #include "daemon/engine/commands.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
@@ -256,6 +257,7 @@ class Engine {
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   PointToPoint p2p_;  // send and recv: outside the sets' coordination
   RequestLedger ledger_;  // every request read off a ring until its one completion
+  RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
   ExecutionCounters counters_;
   CollectiveMetricsByKind metrics_;
   StragglerWindow stragglers_;

@@ -166,6 +166,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
   if (topo_) did |= RunTopo();
+  for (ReadyTensor& t : local_ready) Recycle(t.requests);  // run and completed (Execute)
   ready.clear();
   failed.clear();
   local_ready.clear();

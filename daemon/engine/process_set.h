@@ -31,6 +31,7 @@
 #include "daemon/coord/negotiator.h"
 #include "daemon/coord/partial_runner.h"
 #include "daemon/coord/topo_runner.h"
+#include "daemon/core/request_pool.h"
 #include "daemon/core/tensor_table.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/host_executor.h"
@@ -65,6 +66,8 @@ struct ProcessSetHooks {
   std::function<void(uint32_t from, const ControlMessage&)> on_notice;
   // The timeline recorder (never null; off unless a timeline runs).
   Timeline* timeline = nullptr;
+  // Where completed requests go for their storage (nullptr: nowhere).
+  RequestPool* pool = nullptr;
 };
 
 // Where a set runs and with what.
@@ -225,6 +228,12 @@ class ProcessSet {
   // After a group ran: completes each member's requests.
   void CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CompleteAll(const std::vector<Request>& requests, const Status& status) { hooks_.complete(requests, status); }
+  // Completed requests, done with: to the pool for their storage; `requests` ends empty.
+  void Recycle(std::vector<Request>& requests) {
+    if (hooks_.pool != nullptr)
+      for (Request& r : requests) hooks_.pool->Give(std::move(r));
+    requests.clear();
+  }
 
   const Config& config_;
   const ProcessSetPlace place_;

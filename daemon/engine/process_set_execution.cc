@@ -104,7 +104,7 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
     }
     CountExecuted(ready, g);
     CompleteRan(ready, g);
-    for (size_t i : g) ready[i].requests.clear();  // done: nothing left to fail should the job break later
+    for (size_t i : g) Recycle(ready[i].requests);  // done: nothing left to fail should the job break later
     hooks_.flush();
   }
   co_return Status::Ok();

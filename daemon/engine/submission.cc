@@ -20,7 +20,8 @@ StatusOr<Request> ParseGraph(const abi::SubmitEntry& e, const Submitter& who, Re
   StatusOr<TopoPlan> plan = PlanTopo(*graph, who.fusion_threshold);
   if (!plan.ok()) return Status(plan.status().code(), "graph from " + rank + ": " + plan.status().message());
   r.plan = std::make_shared<const TopoPlan>(std::move(plan.value()));
-  r.shape = PlanShape(*r.plan);  // what ranks and nodes compare
+  const std::vector<int64_t> plan_shape = PlanShape(*r.plan);  // what ranks and nodes compare
+  r.shape.assign(plan_shape.begin(), plan_shape.end());
   return r;
 }
 
@@ -119,8 +120,8 @@ StatusOr<Request> ParsePointToPoint(const abi::SubmitEntry& e, const Submitter& 
 }  // namespace
 
 StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
-                                  std::optional<abi::GpuDescriptor>* gpu) {
-  Request r;
+                                  std::optional<abi::GpuDescriptor>* gpu, Request blank) {
+  Request r = std::move(blank);
   r.client_id = who.client_id;
   r.rank = who.rank;
   r.local_rank = who.local_rank;

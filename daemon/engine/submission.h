@@ -29,9 +29,10 @@ struct Submitter {
 
 // A checked request, or the error (with its status code) the submitter's request fails with.
 // A GPU tensor comes back with the descriptor copied out of the arena in `*gpu`, for the engine's
-// GPU executor to map (its `data` is not set yet).
+// GPU executor to map (its `data` is not set yet). `blank`: a default request to build it in
+// (RequestPool::Take: with a spent request's storage).
 StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& who,
-                                  std::optional<abi::GpuDescriptor>* gpu);
+                                  std::optional<abi::GpuDescriptor>* gpu, Request blank = Request{});
 
 }  // namespace syncd
 

@@ -15,7 +15,7 @@ Request Req(uint32_t rank, const std::string& name, std::vector<int64_t> shape =
   r.client_id = rank + 1;
   r.handle = 100 + rank;
   r.name = name;
-  r.shape = std::move(shape);
+  r.shape.assign(shape.begin(), shape.end());
   r.bytes = 16;
   return r;
 }
