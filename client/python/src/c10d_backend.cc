@@ -2,20 +2,19 @@
 // collectives go through the thin client to the node's daemon, as syncd.torch's do. Built as the
 // extension syncd._c10d; syncd/torch/distributed.py registers it as the backend "syncd".
 //
-// Tensors are staged through the client's shared-memory arena: one copy in before the request,
-// one copy out when it completes; none for a contiguous tensor that already lies in the arena
-// where the op's result is the tensor itself or the op only reads it (allreduce, broadcast, send,
-// recv). staging_stats() counts the copies. send and recv go to the daemons' point-to-point path
-// (daemon/engine/point_to_point.h), named apart from the collectives. Requests are named after the process group and a per-group
-// sequence number (torch's group name, the same on every member rank): c10d requires every rank
-// to call a group's collectives in the same order, which makes the names agree across ranks
-// without any negotiation of our own. The Work objects are in c10d_work.h.
+// Tensors are staged through the client's shared-memory arena: a copy in before the request and
+// one out when it completes; none for a contiguous tensor already in the arena where the op's
+// result is the tensor itself or the op only reads it (allreduce, broadcast, send, recv);
+// staging_stats() counts the copies. send and recv use the daemons' point-to-point path
+// (daemon/engine/point_to_point.h). Collectives are named after the process group (torch's group
+// name, the same on every member rank) and a per-group sequence number: c10d has every rank call
+// a group's collectives in one order, so the names agree without a negotiation of our own. The
+// Work objects are in c10d_work.h.
 //
-// Completion: Work::wait() and isCompleted() drive the requests themselves on the caller's
-// thread. A Work's future (getFuture(), which DDP's reducer and communication hooks wait on) must
-// be completed by some thread, and c10::ivalue::Future cannot be subclassed, so the first
-// getFuture() starts one completion thread for the process group. It sleeps in syncd_wait (on
-// the client's doorbell, not spinning) on the oldest request in flight.
+// Completion: Work::wait() and isCompleted() drive the requests on the caller's thread. A Work's
+// future (getFuture(), which DDP's reducer and communication hooks wait on) needs a thread to
+// complete it (c10::ivalue::Future cannot be subclassed): the first getFuture() starts one per
+// process group, sleeping in syncd_wait (on the doorbell) on the oldest request in flight.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -300,8 +299,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     return work;
   }
 
-  // Point to point: not collective, so named apart from the group's collectives (whose names
-  // every rank numbers alike).
+  // Point to point: not collective, so named apart from the group's (numbered alike everywhere).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: send takes one tensor, got ", tensors.size());
     CheckRoot(dst, "send");
@@ -328,9 +326,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   }
 
  private:
-  std::string NextName(const char* op) {
-    return "c10d." + group_ + "." + op + "." + std::to_string(seq_++);
-  }
+  std::string NextName(const char* op) { return "c10d." + group_ + "." + op + "." + std::to_string(seq_++); }
 
   // Where request `r` of `t` runs: with `in_place` (the op's result is the tensor itself, or it
   // only reads it) and `t` already in the arena, on the tensor's own memory; otherwise a fresh
