@@ -225,18 +225,20 @@ TEST(Errors, RankThatDetachesEarlyFailsPeersThatStillNeedIt) {
 TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
   Daemon d(3, {"--stall-warning-s", "1"});
   const std::string dir = d.run_dir();
+  SharedFlag checked;  // rank 1 lags until rank 0 has read the status
   auto st = RunRanks(d.run_dir(), 3, [&](syncd_client* c, int rank, int) {
     int32_t v = 1;
     int64_t shape = 1;
     syncd_tensor t{"slow.grad", &v, SYNCD_INT32, 1, &shape, 0};
     syncd_handle h;
-    if (rank == 1) usleep(2'500'000);  // the straggler
+    if (rank == 1) checked.Wait(30'000);  // the straggler
     CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
     if (rank == 0) {
       usleep(1'600'000);
       const std::string json = SyncctlStatusJson(dir);
       CHILD_CHECK(Contains(json, "\"stalls\":[{\"name\":\"slow.grad\"") && Contains(json, "\"missing_ranks\":[1]"),
                   "status while rank 1 lags: %s", json.c_str());
+      checked.Set();
     }
     CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK && v == 3, "%s", syncd_last_error());
     return 0;

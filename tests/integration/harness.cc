@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -268,6 +270,22 @@ std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& 
 namespace syncd::testing {
 
 int FreePort() { return FreeLoopbackPort(); }
+
+SharedFlag::SharedFlag()
+    : page_(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) {
+  if (page_ == MAP_FAILED) abort();
+  new (page_) std::atomic<int>(0);
+}
+SharedFlag::~SharedFlag() { munmap(page_, 4096); }
+void SharedFlag::Set() { static_cast<std::atomic<int>*>(page_)->store(1); }
+bool SharedFlag::Wait(int timeout_ms) const {
+  const double give_up = NowS() + timeout_ms / 1000.0;
+  while (static_cast<std::atomic<int>*>(page_)->load() == 0) {
+    if (NowS() > give_up) return false;
+    usleep(5'000);
+  }
+  return true;
+}
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 

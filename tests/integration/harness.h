@@ -100,6 +100,23 @@ bool Contains(const std::string& haystack, const std::string& needle);
 // Seconds on the monotonic clock.
 double NowS();
 
+// A flag shared by the forked ranks (made before they fork): one rank sets it when it has checked
+// what it must while the others hold back, so a test does not race a fixed sleep against slow
+// (sanitized) runs.
+class SharedFlag {
+ public:
+  SharedFlag();
+  ~SharedFlag();
+  SharedFlag(const SharedFlag&) = delete;
+  SharedFlag& operator=(const SharedFlag&) = delete;
+  void Set();
+  // Waits until set or `timeout_ms` passed; returns whether it was set.
+  bool Wait(int timeout_ms) const;
+
+ private:
+  void* page_;
+};
+
 // Expects every status (as RunRanks returns them) to be a clean exit 0.
 void ExpectAllSucceeded(const std::vector<int>& statuses);
 

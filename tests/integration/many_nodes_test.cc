@@ -209,14 +209,9 @@ TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
   const std::string dir = cluster.node(0).run_dir();
   // Node 1 lags as a whole until rank 0 has read the status (a fixed lag raced slow syncctl runs
   // under TSan: node 1 had caught up before the second status was read).
-  auto* checked = static_cast<std::atomic<int>*>(
-      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  checked->store(0);
+  SharedFlag checked;
   auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
-    if (rank >= 2) {
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (checked->load() == 0 && std::chrono::steady_clock::now() < give_up) usleep(10'000);
-    }
+    if (rank >= 2) checked.Wait(30'000);
     int32_t v = 1;
     int64_t count = 1;
     syncd_tensor t{"late.grad", &v, SYNCD_INT32, 1, &count, 0};
@@ -236,12 +231,11 @@ TEST(ManyNodesErrors, TheCoordinatorReportsWhichRanksOfWhichNodesAreLate) {
                       Contains(body, " s for ranks 2,3 (submitted by ranks 0,1)\n") &&
                       Contains(body, "\n  coord    negotiate") && Contains(body, "\n  cache    hits"),
                   "the global set's section lacks its stall or coordination:\n%s", text.c_str());
-      checked->store(1);
+      checked.Set();
     }
     CHILD_CHECK(syncd_wait(c, h, 20'000) == SYNCD_OK && v == 4, "%s", syncd_last_error());
     return 0;
   });
-  munmap(checked, 4096);
   ExpectAllSucceeded(st);
 }
 
