@@ -102,6 +102,15 @@ void PrintProcessSet(const syncd::control::ProcessSetStatus& p) {
     for (int i = 0; i < p.ranks_size(); ++i) ranks += (i ? "," : " (") + std::to_string(p.ranks(i)) + (i + 1 == p.ranks_size() ? ")" : "");
   printf("process set %d%s   %u ranks%s on %u node%s   pending tensors %lu\n", p.id(), p.id() == 0 ? " (global)" : "",
          p.size(), ranks.c_str(), p.nodes(), p.nodes() == 1 ? "" : "s", (unsigned long)p.pending_tensors());
+  uint64_t in_flight = 0;
+  std::string states;
+  for (const auto& in : p.requests()) {
+    in_flight += in.count();
+    char one[96];
+    snprintf(one, sizeof(one), "   %s %lu (oldest %.1f s)", in.state().c_str(), (unsigned long)in.count(), in.oldest_s());
+    if (in.count() > 0) states += one;
+  }
+  printf("  requests %lu in flight%s\n", (unsigned long)in_flight, states.c_str());
   for (const auto& st : p.stalls()) PrintStall(st);
   for (const auto& op : p.partial_ops()) PrintPartial(op);
   if (p.has_topo()) PrintTopo(p.topo());

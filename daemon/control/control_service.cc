@@ -135,6 +135,12 @@ void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, contro
   for (uint32_t r : p.ranks) out->add_ranks(r);
   out->set_nodes(p.nodes);
   out->set_pending_tensors(p.pending_tensors);
+  for (const ProcessSetSnapshot::RequestsIn& in : p.requests) {
+    control::RequestsIn* r = out->add_requests();
+    r->set_state(in.state);
+    r->set_count(in.count);
+    r->set_oldest_s(in.oldest_s);
+  }
   if (p.coordinated) FillCoordination(p, mode, out->mutable_coordination());
   if (p.has_plan) FillTopo(p, out->mutable_topo());
   for (const StallSnapshot& st : p.stalls) FillStall(st, out->add_stalls());

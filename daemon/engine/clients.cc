@@ -69,6 +69,7 @@ void Engine::BeginJob(uint64_t job) {
   };
   hooks.timeline = timeline_.recorder();
   hooks.pool = &request_pool_;
+  hooks.ledger = &ledger_;
   set_hooks_ = hooks;
   JobTimeline::Links links;
   links.transport = transport_.get();
@@ -83,6 +84,7 @@ void Engine::BeginJob(uint64_t job) {
   p2p.job = job;
   p2p.node_rank = config_.node_rank;
   p2p.local_size = local_size_;
+  p2p.ledger = &ledger_;
   p2p.complete = [this](const Request& r, const Status& st) { CompleteAll({r}, st); };  // counted per kind
   p2p.started = [this] {
     const auto it = sets_.find(0);

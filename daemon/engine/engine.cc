@@ -251,7 +251,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     if (!e) return true;
     *did = true;
     c.last_submit_ns = abi::MonotonicNs();
-    if (!ledger_.Open(c.info->client_id, e->handle)) {
+    if (!ledger_.Open(c.info->client_id, e->handle, c.last_submit_ns)) {
       c.broke = "submitted handle " + std::to_string(e->handle) + " while it was still in flight";
       return false;
     }
@@ -277,6 +277,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
         continue;
       }
     }
+    ledger_.Enter(*r, RequestState::kWaiting, r->received_ns);  // in its set from now
     if (abi::IsPointToPoint(r->kind)) {
       p2p_.Add(std::move(*r));
       continue;
@@ -526,6 +527,10 @@ void Engine::PublishSnapshot() {
   for (const auto& [id, set] : sets_) {
     s->process_sets.push_back(set->Snapshot(now));
     ProcessSetSnapshot& snap = s->process_sets.back();
+    const RequestStates in = ledger_.InSet(id);
+    for (size_t i = 0; i < kRequestStates; ++i)
+      snap.requests.push_back({RequestStateName(RequestState(i)), in.count[i],
+                               in.count[i] == 0 ? 0.0 : double(now - std::min(now, in.oldest_since_ns[i])) / 1e9});
     for (StallSnapshot& st : p2p_.Waits(now, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, id))
       snap.stalls.push_back(std::move(st));
     for (const StallSnapshot& st : snap.stalls) s->stalls.push_back(st);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "daemon/base/version.h"
+#include "proto/doorbell.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -91,6 +92,7 @@ void PointToPoint::Send(Request r) {
   Transport* net = links_.transport;
   t.header = net->Send(node, kP2pHeaderTag, &h, sizeof(h), t.header_bytes);
   if (r.bytes > 0) t.data = net->Send(node, P2pDataTag(h.seq), r.data, r.bytes, r.memory);
+  if (links_.ledger != nullptr) links_.ledger->Enter(r, RequestState::kExecuting, abi::MonotonicNs());
   t.request = std::move(r);
   outgoing_.push_back(std::move(t));
 }
@@ -141,6 +143,7 @@ void PointToPoint::Deliver(Request recv, Offer offer) {
     }
     t.data = links_.transport->Recv(offer.node, P2pDataTag(h.seq), into, h.bytes, owner);
   }
+  if (links_.ledger != nullptr) links_.ledger->Enter(recv, RequestState::kExecuting, abi::MonotonicNs());
   t.request = std::move(recv);
   incoming_.push_back(std::move(t));
 }

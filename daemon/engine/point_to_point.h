@@ -37,6 +37,7 @@
 
 #include "daemon/base/status.h"
 #include "daemon/core/request.h"
+#include "daemon/core/request_ledger.h"
 #include "daemon/obs/status_snapshot.h"
 #include "daemon/transport/set_transport.h"
 #include "daemon/transport/transport.h"
@@ -72,6 +73,8 @@ class PointToPoint {
     // Whether every node has started the job: until then nothing goes on the network (a peer
     // still in the start handshake drops what arrives, coord/job_join.h).
     std::function<bool()> started;
+    // Where each request stands (nullptr: nowhere): a transfer on the wire is executing.
+    RequestLedger* ledger = nullptr;
   };
 
   // A new job: nothing of the previous one may be left (EndAll first).

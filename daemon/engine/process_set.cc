@@ -75,6 +75,7 @@ Status ProcessSet::Add(Request r) {
       partial_early_.push_back(std::move(r));
       return Status::Ok();
     }
+    if (hooks_.ledger != nullptr) hooks_.ledger->Enter(r, RequestState::kNegotiating, abi::MonotonicNs());
     Status st = partial_.Add(std::move(r));
     CollectPartial();  // one node: the round may have run at once
     return st;
@@ -137,6 +138,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
       FailJob(Status(f.error.code(), "the registered TOPO plan cannot run: " + f.error.message()));
     } else if (negotiator_) {
       // Other nodes must learn of a local disagreement too: it travels with the name.
+      Enter(f.requests, RequestState::kNegotiating, now_ns);
       negotiator_->Add(ReadyTensor{std::move(f.requests)}, f.error);
     } else {
       CompleteAll(f.requests, f.error);
@@ -183,6 +185,8 @@ bool ProcessSet::RunAgreed() {
     if (!work) return false;
     cycle_run_.work = std::move(*work);
     cycle_run_.active = true;
+    const uint64_t now = abi::MonotonicNs();
+    for (const ReadyTensor& t : cycle_run_.work.tensors) Enter(t.requests, RequestState::kAgreed, now);
     cycle_run_.task = ExecuteAgreed(&cycle_run_.work.tensors, cycle_run_.work.tag, &fusion_buffer_,
                                     cycle_run_.work.gpu_position);
     did = true;
@@ -327,14 +331,19 @@ Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
       CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': cannot run, " + why.message()));
       return Status::Ok();
     }
+    Enter(t.requests, RequestState::kAgreed, abi::MonotonicNs());  // the plan is the agreement
     Status st = topo_->Add(&t);
     if (st.ok()) return st;
     CompleteAll(t.requests, st);
     return Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
   }
   if (topo_) ++fallback_tensors_;
-  if (negotiator_) negotiator_->Add(std::move(t));
-  else local_ready->push_back(std::move(t));
+  if (negotiator_) {
+    Enter(t.requests, RequestState::kNegotiating, abi::MonotonicNs());
+    negotiator_->Add(std::move(t));
+  } else {
+    local_ready->push_back(std::move(t));
+  }
   return Status::Ok();
 }
 
@@ -386,6 +395,7 @@ void ProcessSet::PollPartial(bool* did) {
   if (!negotiator_ || negotiator_->broken() || !negotiator_->joined()) return;
   for (Request& r : std::exchange(partial_early_, {})) {
     Request copy = r;  // Add leaves a refused request to us
+    if (hooks_.ledger != nullptr) hooks_.ledger->Enter(r, RequestState::kNegotiating, abi::MonotonicNs());
     if (Status st = partial_.Add(std::move(r)); !st.ok()) CompleteAll({copy}, st);
   }
   // May run while the engine blocks in a cycle: the job fails once it has returned.

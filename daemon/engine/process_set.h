@@ -31,6 +31,7 @@
 #include "daemon/coord/negotiator.h"
 #include "daemon/coord/partial_runner.h"
 #include "daemon/coord/topo_runner.h"
+#include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"
 #include "daemon/core/tensor_table.h"
 #include "daemon/exec/gpu_executor.h"
@@ -68,6 +69,9 @@ struct ProcessSetHooks {
   Timeline* timeline = nullptr;
   // Where completed requests go for their storage (nullptr: nowhere).
   RequestPool* pool = nullptr;
+  // Where each request stands (core/request_ledger.h; nullptr: nowhere): the set says when its
+  // requests are handed to coordination, agreed and started.
+  RequestLedger* ledger = nullptr;
 };
 
 // Where a set runs and with what.
@@ -228,6 +232,9 @@ class ProcessSet {
   // After a group ran: completes each member's requests.
   void CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
   void CompleteAll(const std::vector<Request>& requests, const Status& status) { hooks_.complete(requests, status); }
+  void Enter(const std::vector<Request>& requests, RequestState state, uint64_t now_ns) {
+    if (hooks_.ledger != nullptr) hooks_.ledger->EnterAll(requests, state, now_ns);
+  }
   // Completed requests, done with: to the pool for their storage; `requests` ends empty.
   void Recycle(std::vector<Request>& requests) {
     if (hooks_.pool != nullptr)

@@ -212,8 +212,9 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
 
 uint32_t ProcessSet::StartGroup(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
   const uint32_t id = ++group_seq_;
-  if (!hooks_.timeline->on()) return id;
   const uint64_t now = abi::MonotonicNs();
+  for (size_t i : g) Enter(ready[i].requests, RequestState::kExecuting, now);
+  if (!hooks_.timeline->on()) return id;
   for (size_t i : g)
     for (Request& r : ready[i].requests) {
       r.exec_ns = now;

@@ -186,6 +186,16 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
   e->Family("syncd_pending_tensors", "gauge", "Tensors waiting in this daemon for some of its ranks.");
   for (const ProcessSetSnapshot& p : s.process_sets)
     e->Sample("syncd_pending_tensors", {{"process_set", std::to_string(p.id)}}, p.pending_tensors);
+  e->Family("syncd_requests", "gauge",
+            "Requests in flight here by state: waiting (for local ranks or a peer), negotiating (among the nodes), "
+            "agreed (their group not started), executing.");
+  for (const ProcessSetSnapshot& p : s.process_sets)
+    for (const ProcessSetSnapshot::RequestsIn& in : p.requests)
+      e->Sample("syncd_requests", {{"process_set", std::to_string(p.id)}, {"state", in.state}}, in.count);
+  e->Family("syncd_request_oldest_seconds", "gauge", "How long the oldest request in that state has been in it.");
+  for (const ProcessSetSnapshot& p : s.process_sets)
+    for (const ProcessSetSnapshot::RequestsIn& in : p.requests)
+      e->Sample("syncd_request_oldest_seconds", {{"process_set", std::to_string(p.id)}, {"state", in.state}}, in.oldest_s);
   e->Family("syncd_topo_plan_in_use", "gauge", "1 when the set runs a registered TOPO plan.");
   for (const ProcessSetSnapshot& p : s.process_sets)
     if (p.has_plan) e->Sample("syncd_topo_plan_in_use", {{"process_set", std::to_string(p.id)}}, uint64_t(p.plan_in_use));

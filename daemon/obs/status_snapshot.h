@@ -50,6 +50,14 @@ struct ProcessSetSnapshot {
   std::vector<uint32_t> ranks;    // global, ascending
   uint32_t nodes = 1;             // holding its ranks
   uint64_t pending_tensors = 0;   // waiting here for some local ranks
+  // This node's requests of the set in flight, by state (core/request_ledger.h), every state in
+  // its order: how many, and how long the oldest has been in that state.
+  struct RequestsIn {
+    const char* state = "";
+    uint64_t count = 0;
+    double oldest_s = 0;
+  };
+  std::vector<RequestsIn> requests;
   std::vector<PartialOpSnapshot> partial_ops;
   // TOPO, once a graph is registered.
   bool has_plan = false;

@@ -238,6 +238,10 @@ TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
       const std::string json = SyncctlStatusJson(dir);
       CHILD_CHECK(Contains(json, "\"stalls\":[{\"name\":\"slow.grad\"") && Contains(json, "\"missing_ranks\":[1]"),
                   "status while rank 1 lags: %s", json.c_str());
+      // Ranks 0 and 2's requests wait for rank 1's in the table.
+      CHILD_CHECK(Contains(json, "\"requests\":[{\"state\":\"waiting\",\"count\":\"2\",\"oldest_s\":") &&
+                      Contains(json, "{\"state\":\"negotiating\",\"count\":\"0\""),
+                  "%s", json.c_str());
       checked.Set();
     }
     CHILD_CHECK(syncd_wait(c, h, 10'000) == SYNCD_OK && v == 3, "%s", syncd_last_error());

@@ -72,6 +72,21 @@ TEST(PrometheusTest, CountersCarryKindSetAndTheNodeLevelLabels) {
   }
 }
 
+TEST(PrometheusTest, RequestsInFlightByStateCarryTheSetAndTheState) {
+  StatusSnapshot s = Snapshot();
+  ProcessSetSnapshot set;
+  set.id = 3;
+  set.requests = {{"waiting", 2, 1.5}, {"negotiating", 0, 0}, {"agreed", 0, 0}, {"executing", 1, 0.25}};
+  s.process_sets.push_back(set);
+  const std::string text = RenderPrometheus(s);
+  const std::string at = "{job_id=\"42\",node=\"1\",process_set=\"3\",state=";
+  EXPECT_EQ(ValueOf(text, "syncd_requests" + at + "\"waiting\"}"), "2");
+  EXPECT_EQ(ValueOf(text, "syncd_requests" + at + "\"negotiating\"}"), "0");
+  EXPECT_EQ(ValueOf(text, "syncd_requests" + at + "\"executing\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_request_oldest_seconds" + at + "\"waiting\"}"), "1.5");
+  EXPECT_EQ(ValueOf(text, "syncd_request_oldest_seconds" + at + "\"executing\"}"), "0.25");
+}
+
 TEST(PrometheusTest, HistogramBucketsAreCumulativeAndEndAtCount) {
   const std::string text = RenderPrometheus(Snapshot());
   const std::string series = "syncd_collective_latency_seconds_bucket{job_id=\"42\",node=\"1\",process_set=\"0\",kind=\"allreduce\",";
