@@ -85,7 +85,6 @@ void Engine::BeginJob(uint64_t job) {
   p2p.node_rank = config_.node_rank;
   p2p.local_size = local_size_;
   p2p.ledger = &ledger_;
-  p2p.complete = [this](const Request& r, const Status& st) { CompleteAll({r}, st); };  // counted per kind
   p2p.started = [this] {
     const auto it = sets_.find(0);
     return it != sets_.end() && it->second->Started();

@@ -99,6 +99,7 @@ size_t Engine::End(const EndScope& scope, const Status& why) {
       for (auto& [id, set] : sets_) waiting += set->End(why, scope.reach, scope.peers_why);
       break;
   }
+  CompleteTransfers();
   FlushClients();
   return waiting;
 }
@@ -228,6 +229,7 @@ bool Engine::Poll() {
     // The job failed (a lost rank or node, a stall): no transfer of it can complete.
     if (auto it = sets_.find(0); it != sets_.end())
       if (Status why = it->second->Refusal(); !why.ok()) p2p_.EndAll(why);
+    CompleteTransfers();
   }
   if (!set_changes_.empty()) {
     ApplySetChanges();
@@ -280,6 +282,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     ledger_.Enter(*r, RequestState::kWaiting, r->received_ns);  // in its set from now
     if (abi::IsPointToPoint(r->kind)) {
       p2p_.Add(std::move(*r));
+      CompleteTransfers();
       continue;
     }
     // What a refusal needs to complete the request (not its name, shape or memory: a full copy
@@ -344,6 +347,10 @@ std::optional<Request> Engine::RefusalNotice(const ClientState& c, const abi::Su
   notice.failure = why.message();
   notice.received_ns = abi::MonotonicNs();
   return notice;
+}
+
+void Engine::CompleteTransfers() {
+  for (PointToPoint::Ended& e : p2p_.TakeEnded()) CompleteAll({std::move(e.request)}, e.status);  // counted per kind
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {

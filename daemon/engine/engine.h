@@ -200,6 +200,8 @@ class Engine {
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   std::optional<Request> RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
+  // Completes what point-to-point ended (it completes nothing itself): after every call into it.
+  void CompleteTransfers();
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
   // A completed tensor into the timeline: each rank's submission and its life on this node.
   void Trace(const std::vector<Request>& requests, const Status& status);

@@ -127,8 +127,8 @@ void PointToPoint::Deliver(Request recv, Offer offer) {
                          std::to_string(recv.bytes) + " bytes of " + abi::DtypeName(recv.dtype));
   if (offer.local) {
     if (outcome.ok() && recv.bytes > 0) memcpy(recv.data, offer.local->data, recv.bytes);
-    Complete(*offer.local, Status::Ok());
-    Complete(recv, outcome);
+    Complete(std::move(*offer.local), Status::Ok());
+    Complete(std::move(recv), outcome);
     return;
   }
   Transfer t;
@@ -219,7 +219,7 @@ bool PointToPoint::PollTransfers(std::vector<Transfer>* transfers) {
       ++t;
       continue;
     }
-    Complete(t->request, t->outcome);
+    Complete(std::move(t->request), t->outcome);
     t = transfers->erase(t);
     did = true;
   }

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "daemon/base/status.h"
@@ -69,7 +70,6 @@ class PointToPoint {
     uint64_t job = 0;
     uint32_t node_rank = 0;
     uint32_t local_size = 1;
-    std::function<void(const Request&, const Status&)> complete;
     // Whether every node has started the job: until then nothing goes on the network (a peer
     // still in the start handshake drops what arrives, coord/job_join.h).
     std::function<bool()> started;
@@ -81,6 +81,14 @@ class PointToPoint {
   void BeginJob(Links links);
   // A checked kSend or kRecv of a rank of this node.
   void Add(Request r);
+  // What ended since the last call (transferred, refused or failed), each request with its
+  // outcome, for the engine to complete: point-to-point completes nothing itself. Every call
+  // below may end requests.
+  struct Ended {
+    Request request;
+    Status status;
+  };
+  std::vector<Ended> TakeEnded() { return std::exchange(ended_, {}); }
   // Moves transfers on; returns whether anything happened.
   bool Poll();
   // Transfers this daemon holds (sends not yet taken or on the network, receives waiting).
@@ -129,7 +137,7 @@ class PointToPoint {
   // Header receives: posted for every node a waiting receive may hear from; what arrived, taken.
   bool PollHeaders();
   bool PollTransfers(std::vector<Transfer>* transfers);
-  void Complete(const Request& r, const Status& st) { links_.complete(r, st); }
+  void Complete(Request r, const Status& st) { ended_.push_back({std::move(r), st}); }
   bool Started();
   // Fails the sends waiting for the job to start that `which` selects.
   void FailEarlySends(const std::function<bool(const Request&)>& which, const Status& why);
@@ -147,6 +155,7 @@ class PointToPoint {
   std::vector<uint64_t> next_seq_;   // by destination node
   std::deque<Request> early_sends_;  // to other nodes, before the job started on every node
   bool started_ = false;             // Links::started said so once this job
+  std::vector<Ended> ended_;         // for TakeEnded
 };
 
 }  // namespace syncd

@@ -21,17 +21,16 @@ struct Done {
 class PointToPointTest : public ::testing::Test {
  protected:
   PointToPointTest() : hub_(2), net0_(&hub_, 0), net1_(&hub_, 1) {
-    Begin(&node0_, &net0_, 0, &done0_);
-    Begin(&node1_, &net1_, 1, &done1_);
+    Begin(&node0_, &net0_, 0);
+    Begin(&node1_, &net1_, 1);
   }
 
-  static void Begin(PointToPoint* p, Transport* net, uint32_t node, std::vector<Done>* done) {
+  static void Begin(PointToPoint* p, Transport* net, uint32_t node) {
     PointToPoint::Links links;
     links.transport = net;
     links.job = 7;
     links.node_rank = node;
     links.local_size = 2;
-    links.complete = [done](const Request& r, const Status& st) { done->push_back({r.handle, st}); };
     p->BeginJob(std::move(links));
   }
 
@@ -66,6 +65,14 @@ class PointToPointTest : public ::testing::Test {
     return nullptr;
   }
 
+  // What each node ended so far (point-to-point hands its ends back: TakeEnded).
+  const std::vector<Done>& Done0() { return Collect(node0_, &done0_); }
+  const std::vector<Done>& Done1() { return Collect(node1_, &done1_); }
+  static const std::vector<Done>& Collect(PointToPoint& p, std::vector<Done>* done) {
+    for (PointToPoint::Ended& e : p.TakeEnded()) done->push_back({e.request.handle, e.status});
+    return *done;
+  }
+
   LoopbackHub hub_;
   LoopbackTransport net0_, net1_;
   PointToPoint node0_, node1_;
@@ -76,12 +83,12 @@ TEST_F(PointToPointTest, OnOneNodeASendWaitsForItsReceiveThenBothComplete) {
   std::vector<float> src = {1, 2, 3}, dst(3, 0);
   node0_.Add(Make(abi::OpKind::kSend, 0, 1, 5, &src, 1));
   PollBoth();
-  EXPECT_TRUE(done0_.empty());
+  EXPECT_TRUE(Done0().empty());
   EXPECT_EQ(node0_.InFlight(), 1u);
   node0_.Add(Make(abi::OpKind::kRecv, 1, 0, 5, &dst, 2));
-  ASSERT_EQ(done0_.size(), 2u);
-  EXPECT_TRUE(Find(done0_, 1)->status.ok());
-  EXPECT_EQ(Find(done0_, 2)->status.message(), "source 0");
+  ASSERT_EQ(Done0().size(), 2u);
+  EXPECT_TRUE(Find(Done0(), 1)->status.ok());
+  EXPECT_EQ(Find(Done0(), 2)->status.message(), "source 0");
   EXPECT_EQ(dst, src);
   EXPECT_EQ(node0_.InFlight(), 0u);
 }
@@ -97,12 +104,12 @@ TEST_F(PointToPointTest, AcrossNodesTagsSelectAndOneTagKeepsItsOrder) {
   node1_.Add(Make(abi::OpKind::kRecv, 2, 0, 1, &r2, 12));
   node1_.Add(Make(abi::OpKind::kRecv, 2, 0, 1, &r3, 13));
   PollBoth();
-  ASSERT_EQ(done1_.size(), 3u);
+  ASSERT_EQ(Done1().size(), 3u);
   EXPECT_EQ(r1[0], 2);
   EXPECT_EQ(r2[0], 1);
   EXPECT_EQ(r3[0], 3);
-  for (const Done& d : done1_) EXPECT_EQ(d.status.message(), "source 0");
-  EXPECT_EQ(done0_.size(), 3u);  // the loopback's sends complete at once
+  for (const Done& d : Done1()) EXPECT_EQ(d.status.message(), "source 0");
+  EXPECT_EQ(Done0().size(), 3u);  // the loopback's sends complete at once
   EXPECT_FALSE(node1_.WaitsOnNetwork());
 }
 
@@ -115,11 +122,11 @@ TEST_F(PointToPointTest, AReceiveFromAnyRankTakesLocalAndRemoteSendsAndNamesTheS
   node0_.Add(Make(abi::OpKind::kSend, 1, 0, 0, &from1, 3));
   node0_.Add(Make(abi::OpKind::kRecv, 0, -1, 0, &y, 4));
   PollBoth();
-  ASSERT_NE(Find(done0_, 1), nullptr);
-  ASSERT_NE(Find(done0_, 4), nullptr);
-  EXPECT_EQ(Find(done0_, 1)->status.message(), "source 3");
+  ASSERT_NE(Find(Done0(), 1), nullptr);
+  ASSERT_NE(Find(Done0(), 4), nullptr);
+  EXPECT_EQ(Find(Done0(), 1)->status.message(), "source 3");
   EXPECT_EQ(x[0], 30);
-  EXPECT_EQ(Find(done0_, 4)->status.message(), "source 1");
+  EXPECT_EQ(Find(Done0(), 4)->status.message(), "source 1");
   EXPECT_EQ(y[0], 10);
 }
 
@@ -128,17 +135,17 @@ TEST_F(PointToPointTest, AReceiveOfTheWrongSizeFailsNamingBothAndTheNextOneWorks
   node0_.Add(Make(abi::OpKind::kSend, 1, 3, 0, &four, 1));
   node1_.Add(Make(abi::OpKind::kRecv, 3, 1, 0, &three, 2));
   PollBoth();
-  ASSERT_EQ(done1_.size(), 1u);
-  EXPECT_EQ(done1_[0].status.code(), SYNCD_ERR_MISMATCH);
-  EXPECT_NE(done1_[0].status.message().find("rank 1 sent 16 bytes of float32 but the receive holds 12 bytes"),
+  ASSERT_EQ(Done1().size(), 1u);
+  EXPECT_EQ(Done1()[0].status.code(), SYNCD_ERR_MISMATCH);
+  EXPECT_NE(Done1()[0].status.message().find("rank 1 sent 16 bytes of float32 but the receive holds 12 bytes"),
             std::string::npos)
-      << done1_[0].status.message();
+      << Done1()[0].status.message();
   EXPECT_EQ(three, std::vector<float>(3, 0));  // nothing written
-  EXPECT_TRUE(Find(done0_, 1)->status.ok());
+  EXPECT_TRUE(Find(Done0(), 1)->status.ok());
   node0_.Add(Make(abi::OpKind::kSend, 1, 3, 0, &one, 3));
   node1_.Add(Make(abi::OpKind::kRecv, 3, 1, 0, &got, 4));
   PollBoth();
-  EXPECT_TRUE(Find(done1_, 4)->status.ok());
+  EXPECT_TRUE(Find(Done1(), 4)->status.ok());
   EXPECT_EQ(got[0], 9);
 }
 
@@ -149,11 +156,11 @@ TEST_F(PointToPointTest, ALostNodeFailsTheReceivesThatWaitForIt) {
   PollBoth();
   hub_.Kill(1);
   PollBoth();
-  ASSERT_NE(Find(done0_, 1), nullptr);
-  EXPECT_FALSE(Find(done0_, 1)->status.ok());
-  EXPECT_NE(Find(done0_, 1)->status.message().find("recv of tensor 't1' (rank 2 to rank 0, tag 0)"), std::string::npos)
-      << Find(done0_, 1)->status.message();
-  EXPECT_EQ(Find(done0_, 3), nullptr);
+  ASSERT_NE(Find(Done0(), 1), nullptr);
+  EXPECT_FALSE(Find(Done0(), 1)->status.ok());
+  EXPECT_NE(Find(Done0(), 1)->status.message().find("recv of tensor 't1' (rank 2 to rank 0, tag 0)"), std::string::npos)
+      << Find(Done0(), 1)->status.message();
+  EXPECT_EQ(Find(Done0(), 3), nullptr);
   node0_.Add(Make(abi::OpKind::kSend, 0, 1, 0, &z, 4));
   EXPECT_EQ(w, z);
 }
@@ -169,14 +176,14 @@ TEST_F(PointToPointTest, ALostRankFailsReceivesFromItOrFromAnyoneAndItsOwnSends)
   EXPECT_FALSE(node0_.Holds(2));
   node0_.EndRank(1, 1, Status(SYNCD_ERR_RANK_LOST, "rank 1 exited"));
   EXPECT_FALSE(node0_.Holds(1));
-  ASSERT_NE(Find(done0_, 1), nullptr);
-  ASSERT_NE(Find(done0_, 2), nullptr);
-  ASSERT_NE(Find(done0_, 3), nullptr);
-  EXPECT_EQ(Find(done0_, 2)->status.code(), SYNCD_ERR_RANK_LOST);
-  EXPECT_NE(Find(done0_, 3)->status.message().find("rank 1 exited"), std::string::npos);
-  EXPECT_EQ(Find(done0_, 4), nullptr);
+  ASSERT_NE(Find(Done0(), 1), nullptr);
+  ASSERT_NE(Find(Done0(), 2), nullptr);
+  ASSERT_NE(Find(Done0(), 3), nullptr);
+  EXPECT_EQ(Find(Done0(), 2)->status.code(), SYNCD_ERR_RANK_LOST);
+  EXPECT_NE(Find(Done0(), 3)->status.message().find("rank 1 exited"), std::string::npos);
+  EXPECT_EQ(Find(Done0(), 4), nullptr);
   node0_.EndAll(Status(SYNCD_ERR_RANK_LOST, "its job ended"));
-  ASSERT_NE(Find(done0_, 4), nullptr);
+  ASSERT_NE(Find(Done0(), 4), nullptr);
   EXPECT_EQ(node0_.InFlight(), 0u);
 }
 
