@@ -15,6 +15,8 @@
 #ifndef SYNCD_DAEMON_TRANSPORT_COMM_TASK_H_
 #define SYNCD_DAEMON_TRANSPORT_COMM_TASK_H_
 
+#include <absl/container/inlined_vector.h>
+
 #include <coroutine>
 #include <exception>
 #include <functional>
@@ -25,16 +27,36 @@
 
 namespace syncd {
 
+// Coroutine frames of finished tasks, kept per thread by size (rounded up to 64 bytes, up to
+// 4 KiB, a few dozen of each) and reused by the next task of that size: a many-node collective is
+// a handful of nested tasks, and without this each was a heap allocation. Frames freed on a
+// thread whose pool is gone, larger ones, and a full class go back to the heap. Under
+// AddressSanitizer frames come from the heap, so use-after-free of a frame is still caught.
+class FramePool {
+ public:
+  static void* Get(size_t bytes);
+  static void Put(void* frame, size_t bytes);
+};
+
+class CommTask;
+// What one co_await waits for: a few handles or child tasks, held inline (no heap allocation per
+// wait, which on the many-node path is several per collective).
+using CommHandles = absl::InlinedVector<CommHandle, 4>;
+using CommTasks = absl::InlinedVector<CommTask*, 4>;
+
 class CommTask {
  public:
   struct promise_type {
     Status result;
     Transport* transport = nullptr;
-    std::vector<CommHandle> waiting;
-    std::vector<class CommTask*> children;  // child tasks awaited with WaitTasks
+    CommHandles waiting;
+    CommTasks children;                     // child tasks awaited with WaitTasks
     bool first_only = false;                // resume when children[0] is done (all are driven)
     std::function<bool()> until;            // WaitUntil: resume once it returns true
     Status wait_status;
+
+    static void* operator new(size_t bytes) { return FramePool::Get(bytes); }
+    static void operator delete(void* frame, size_t bytes) { FramePool::Put(frame, bytes); }
 
     CommTask get_return_object() { return CommTask(std::coroutine_handle<promise_type>::from_promise(*this)); }
     std::suspend_never initial_suspend() noexcept { return {}; }
@@ -69,7 +91,7 @@ class CommTask {
 // co_await Wait(t, handles...): Status::Ok() when all finished, else the first failure.
 struct WaitAll {
   Transport* transport;
-  std::vector<CommHandle> handles;
+  CommHandles handles;
   std::coroutine_handle<CommTask::promise_type> h;
 
   bool await_ready() const noexcept { return handles.empty(); }
@@ -86,7 +108,7 @@ struct WaitAll {
 // co_await AwaitFirst(tasks): drives all of them but resumes once tasks[0] is done (a pipeline
 // waiting for its oldest stage while the younger ones keep moving); returns tasks[0]'s status.
 struct WaitTasks {
-  std::vector<CommTask*> tasks;
+  CommTasks tasks;
   bool first_only = false;
   std::coroutine_handle<CommTask::promise_type> h;
 
@@ -99,7 +121,7 @@ struct WaitTasks {
   }
   void await_suspend(std::coroutine_handle<CommTask::promise_type> handle) {
     h = handle;
-    h.promise().children = tasks;
+    h.promise().children = tasks;  // inline: a copy, no allocation
     h.promise().first_only = first_only;
   }
   Status await_resume() {
@@ -126,14 +148,20 @@ inline WaitTasks Await(CommTask* task) {
   w.tasks.push_back(task);
   return w;
 }
-inline WaitTasks Await(std::vector<CommTask*> tasks) {
+inline WaitTasks Await(const std::vector<CommTask*>& tasks) {
   WaitTasks w;
-  w.tasks = std::move(tasks);
+  w.tasks.assign(tasks.begin(), tasks.end());
   return w;
 }
-inline WaitTasks AwaitFirst(std::vector<CommTask*> tasks) {
+inline WaitTasks AwaitFirst(const CommTasks& tasks) {
   WaitTasks w;
-  w.tasks = std::move(tasks);
+  w.tasks = tasks;
+  w.first_only = true;
+  return w;
+}
+inline WaitTasks AwaitFirst(const std::vector<CommTask*>& tasks) {
+  WaitTasks w;
+  w.tasks.assign(tasks.begin(), tasks.end());
   w.first_only = true;
   return w;
 }
@@ -142,7 +170,9 @@ template <typename... H>
 WaitAll Wait(Transport* t, H... handles) {
   return WaitAll{t, {CommHandle(handles)...}, {}};
 }
-inline WaitAll Wait(Transport* t, std::vector<CommHandle> handles) { return WaitAll{t, std::move(handles), {}}; }
+inline WaitAll Wait(Transport* t, const std::vector<CommHandle>& handles) {
+  return WaitAll{t, CommHandles(handles.begin(), handles.end()), {}};
+}
 
 }  // namespace syncd
 

@@ -5,17 +5,29 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/base/sanitizers.h"
 #include "daemon/core/reduce_kernels.h"
 #include "proto/status_names.h"
 
 namespace syncd {
+
+std::shared_ptr<char[]> ScratchFor(size_t bytes) {
+  constexpr size_t kBlock = 4096, kBlocks = 16;
+  if (bytes > kBlock || kAddressSanitizer) return std::make_shared_for_overwrite<char[]>(bytes);
+  thread_local std::vector<std::shared_ptr<char[]>> blocks;
+  for (const std::shared_ptr<char[]>& b : blocks)
+    if (b.use_count() == 1) return b;  // nobody else holds it: free
+  std::shared_ptr<char[]> b = std::make_shared_for_overwrite<char[]>(kBlock);
+  if (blocks.size() < kBlocks) blocks.push_back(b);
+  return b;
+}
 
 CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes,
                                   Combiner combine) {
   const uint32_t n = t->size(), r = t->rank();
   if (n == 1 || bytes == 0) co_return Status::Ok();
   char* buf = static_cast<char*>(data);
-  const std::shared_ptr<char[]> tmp(new char[bytes]);  // scratch: no zero fill
+  const std::shared_ptr<char[]> tmp = ScratchFor(bytes);
   uint32_t pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const uint32_t extra = n - pow2;
@@ -144,7 +156,7 @@ CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner
   // Chunk i covers elements [begin(i), begin(i+1)); the first count % n chunks get one extra.
   auto begin = [&](uint32_t i) { return i * (count / n) + std::min<size_t>(i, count % n); };
   auto len = [&](uint32_t i) { return begin(i + 1) - begin(i); };
-  const std::shared_ptr<char[]> tmp(new char[(count / n + 1) * esize]);  // scratch: no zero fill
+  const std::shared_ptr<char[]> tmp = ScratchFor((count / n + 1) * esize);
   const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
   // Reduce-scatter: after n-1 steps node r holds the reduced chunk (r+1) % n.
   for (uint32_t s = 0; s + 1 < n; ++s) {
@@ -240,7 +252,7 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
   auto len = [&](uint32_t i) { return bounds[i + 1] - bounds[i]; };
   uint64_t largest = 0;
   for (uint32_t i = 0; i < n; ++i) largest = std::max(largest, len(i));
-  const std::shared_ptr<char[]> tmp(new char[std::max<uint64_t>(1, largest * esize)]);
+  const std::shared_ptr<char[]> tmp = ScratchFor(std::max<uint64_t>(1, largest * esize));
   const uint32_t right = (r + 1) % n, left = (r + n - 1) % n;
   // Step s sends the partial block (r - s - 1) and adds the left neighbour's partial block
   // (r - s - 2) into this node's: after n-1 steps block r holds every node's contribution.

@@ -54,6 +54,11 @@ struct Transfer {
 };
 CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs);
 
+// A receive buffer of at least `bytes` for a collective's step, shared with its transfers (the
+// transport may hold it past a cancelled task). Up to 4 KiB it comes from a few blocks kept per
+// thread and reused once nobody else holds them: no heap allocation per small collective.
+std::shared_ptr<char[]> ScratchFor(size_t bytes);
+
 // Element-wise combination of equally sized byte buffers: acc = f(acc, other). Must be
 // commutative and associative (bitwise AND/OR of flags, for example).
 using Combiner = void (*)(char* acc, const char* other, size_t bytes);

@@ -2,8 +2,9 @@
 // by the world size). Fuses with allreduces of the same dtype, op, scale factors and memory.
 // Across nodes on the host path: hierarchical and pipelined (local reduce, inter-node allreduce,
 // local scatter, one segment at a time).
+#include <absl/container/inlined_vector.h>
+
 #include <algorithm>
-#include <deque>
 
 #include "daemon/collectives/agreement.h"
 #include "daemon/collectives/collective.h"
@@ -87,7 +88,7 @@ class AllreduceCollective final : public Collective {
       e.op_kind = uint8_t(abi::OpKind::kAllreduce);
       tl->Record(e);
     };
-    std::deque<Stage> inflight;
+    absl::InlinedVector<Stage, kPipelineDepth> inflight;  // oldest first
     AllreduceOptions opts;
     opts.slices = 1;  // the segments already overlap
     size_t next = 0;
@@ -105,16 +106,16 @@ class AllreduceCollective final : public Collective {
         ++segment;
         next = end;
       }
-      std::vector<CommTask*> stages;
+      CommTasks stages;
       for (Stage& s : inflight) stages.push_back(&s.task);
-      Status st = co_await AwaitFirst(std::move(stages));
+      Status st = co_await AwaitFirst(stages);
       if (!st.ok()) co_return st;
       const Stage& done = inflight.front();
       if (tl) record(TraceKind::kNetwork, done.posted_ns, done.end - done.begin, done.slot_index);
       const uint64_t scatter_ns = tl ? abi::MonotonicNs() : 0;
       run.host->ScatterRange(group, done.begin, done.end, done.slot);
       if (tl) record(TraceKind::kScatter, scatter_ns, done.end - done.begin, 0);
-      inflight.pop_front();
+      inflight.erase(inflight.begin());
     }
     co_return Status::Ok();
   }

@@ -31,7 +31,7 @@ CommTask TreeReduce(Transport* t, uint64_t tag, char* data, BufferOwner owner, s
   const size_t bytes = count * abi::DtypeSize(dtype);
   if (n == 1 || bytes == 0) co_return Status::Ok();
   const uint32_t vrank = (t->rank() + n - root) % n;
-  const std::shared_ptr<char[]> incoming(new char[bytes]);  // scratch: no zero fill
+  const std::shared_ptr<char[]> incoming = ScratchFor(bytes);
   for (uint32_t mask = 1; mask < n; mask <<= 1) {
     if (vrank & mask) {  // send the partial result up and stop
       co_return co_await Wait(t, t->Send((vrank - mask + root) % n, SliceTag(tag), data, bytes, owner));
