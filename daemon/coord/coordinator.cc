@@ -89,12 +89,12 @@ std::string Negotiator::PlanMismatch(const Announcement& a) const {
   std::vector<int64_t> hashes;
   std::vector<std::string> groups;
   for (uint32_t node = 0; node < a.metas.size(); ++node) {
-    const std::vector<int64_t>& plan = a.metas[node].shape;
+    const Shape& plan = a.metas[node].shape;
     const int64_t h = plan.empty() ? 0 : plan[0];
     size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();
     if (i == hashes.size()) {
       hashes.push_back(h);
-      groups.push_back(DescribePlan(plan) + " on node");
+      groups.push_back(DescribePlan(std::vector<int64_t>(plan.begin(), plan.end())) + " on node");
     }
     groups[i] += " " + std::to_string(node);
   }

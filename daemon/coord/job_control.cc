@@ -37,8 +37,7 @@ void Negotiator::EndJob(Status why, bool tell_peers) {
   spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
   CancelCycle(why);
   if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message(), why.code()});
-  std::vector<std::string> names = order_;
-  for (const std::string& name : names)
+  for (const std::string& name : PendingNames())
     TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
 }
 
@@ -84,8 +83,7 @@ bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why, const std::
     // daemon stops (DAEMON_LOST), not as a lost rank's.
     failure_ = Status(SYNCD_ERR_DAEMON_LOST, why);
     CancelCycle(failure_);
-    std::vector<std::string> names = order_;
-    for (const std::string& name : names) TakeAndFail(name, Status(SYNCD_ERR_DAEMON_LOST, "tensor '" + name + "': " + why));
+    for (const std::string& name : PendingNames()) TakeAndFail(name, Status(SYNCD_ERR_DAEMON_LOST, "tensor '" + name + "': " + why));
     SendControl(ControlMessage{ControlMessage::Kind::kLeave, options_.job, 0, peer_reason});
   }
   while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {

@@ -90,8 +90,18 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
     Fail(std::move(t.requests), Status(failure_.code(), "tensor '" + name + "': cannot run, " + failure_.message()));
     return;
   }
-  order_.push_back(name);
-  pending_.emplace(name, Pending{std::move(t), std::move(local_error), abi::MonotonicNs()});
+  Pending p{std::move(t), std::move(local_error), abi::MonotonicNs()};
+  PendingMap::iterator it;
+  if (!spare_.empty()) {
+    PendingMap::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = name;
+    node.mapped() = std::move(p);
+    it = pending_.insert(std::move(node)).position;
+  } else {
+    it = pending_.emplace(name, std::move(p)).first;
+  }
+  order_.push_back(&it->first);
   fresh_ = true;
   idle_since_ns_ = 0;
 }
@@ -112,6 +122,7 @@ bool Negotiator::Poll(uint64_t now_ns, bool may_start) {
     fresh_ = false;
     cycle_running_ = true;
     cycle_idle_ = pending_.empty();
+    cycle_ = CommTask();  // the last cycle's frame goes first: its buffers are then free to reuse
     cycle_ = Cycle();
     // Starting a cycle is not work by itself (what it agrees is): the engine does not keep
     // spinning for it afterwards (200 us per 1 ms cycle of a job waiting for a late node).
@@ -190,7 +201,8 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
   (*agree)[0] = words;
   AgreementView a(*agree);
   bool gpu_pending = false;
-  for (const std::string& name : order_) {
+  for (const std::string* n : order_) {
+    const std::string& name = *n;
     const Pending& p = pending_.at(name);
     gpu_pending |= p.tensor.first().gpu;
     if (announced_.count(name)) continue;
@@ -214,11 +226,12 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
   return gpu_pending;
 }
 
-std::vector<std::string> Negotiator::ApplyAgreement(std::vector<uint64_t>& agree) {
+void Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* names) {
   // Identical on every node: evict invalidated entries, collect hits in bit order. A name this
   // node meant to send as a hit but whose entry was just evicted goes uncached next cycle.
   AgreementView a(agree);
-  std::vector<std::string> run;
+  std::vector<std::string>& run = *names;
+  size_t hits = 0;
   // Word by word, set bits only: most cycles have few hits in a large cache (an idle cycle none).
   const uint32_t capacity = uint32_t(cache_.capacity());
   for (uint32_t w = 0; w * 64 < capacity && w < a.words; ++w) {
@@ -228,12 +241,16 @@ std::vector<std::string> Negotiator::ApplyAgreement(std::vector<uint64_t>& agree
       const uint64_t mask = uint64_t{1} << (bit % 64);
       any &= any - 1;
       if (bit >= capacity) break;
-      if (a.invalid[w] & mask) cache_.Evict(int32_t(bit));
-      else run.push_back(cache_.name(int32_t(bit)));
+      if (a.invalid[w] & mask) {
+        cache_.Evict(int32_t(bit));
+        continue;
+      }
+      if (hits == run.size()) run.emplace_back();
+      run[hits++] = cache_.name(int32_t(bit));  // a string left from an earlier cycle keeps its room
     }
   }
-  stats_.cache_hits += run.size();
-  return run;
+  run.resize(hits);
+  stats_.cache_hits += hits;
 }
 
 CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached,
@@ -269,12 +286,7 @@ CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> un
 Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
                               std::vector<ReadyTensor>* ready) {
   auto take = [&](const std::string& name) {
-    auto it = pending_.find(name);
-    ReadyTensor t = std::move(it->second.tensor);
-    pending_.erase(it);
-    order_.erase(std::find(order_.begin(), order_.end(), name));
-    announced_.erase(name);
-    return t;
+    return std::move(Remove(pending_.find(name)).tensor);
   };
   const bool joined = JoinedHere();
   for (const std::string& name : run) {
@@ -303,7 +315,9 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
 
 CommTask Negotiator::Negotiate(uint64_t base) {
   const uint64_t start = abi::MonotonicNs();
-  const auto agree_buffer = std::make_shared<std::vector<uint64_t>>();  // owned with the transfers
+  // Owned with the transfers; the last cycle's is reused once the transport let it go.
+  if (!agree_buffer_ || agree_buffer_.use_count() > 1) agree_buffer_ = std::make_shared<std::vector<uint64_t>>();
+  const std::shared_ptr<std::vector<uint64_t>> agree_buffer = agree_buffer_;
   std::vector<uint64_t>& agree = *agree_buffer;
   std::vector<NameRequest> uncached;
   const bool gpu_pending = FillAgreement(start, &agree, &uncached);
@@ -322,7 +336,9 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   const AgreementView agreed(agree);
   if (!(agreed.flags & 2)) quiet_cycle_ = seq;
   if (hold.order) hold.order->Agreed(agreed.gpu_position);
-  const std::vector<std::string> run = ApplyAgreement(agree);
+  // One cycle at a time: the names' storage is the negotiator's, reused cycle after cycle.
+  std::vector<std::string>& run = run_names_;
+  ApplyAgreement(agree, &run);
   std::vector<NameResponse> responses;
   if (agreed.flags & 1) {
     CommTask exchange = ExchangeUncached(base, std::move(uncached), &responses);
@@ -331,7 +347,8 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   }
   stats_.coordination_ns_total += abi::MonotonicNs() - start;
 
-  std::vector<ReadyTensor> ready;
+  std::vector<ReadyTensor> ready = std::move(ready_spare_);  // empty, with room (Recycle)
+  ready.clear();
   if (Status plan_mismatch = TakeAgreedNames(run, responses, &ready); !plan_mismatch.ok()) {
     failed_everywhere_ = true;
     co_return plan_mismatch;
@@ -390,26 +407,31 @@ std::vector<Negotiator::NodeStall> Negotiator::Stalled(uint64_t now_ns, uint64_t
 void Negotiator::TakeAndFail(const std::string& name, const Status& st) {
   auto it = pending_.find(name);
   if (it == pending_.end()) return;
-  std::vector<Request> requests = std::move(it->second.tensor.requests);
-  pending_.erase(it);
-  order_.erase(std::find(order_.begin(), order_.end(), name));
-  announced_.erase(name);
-  Fail(std::move(requests), st);
+  Fail(std::move(Remove(it).tensor.requests), st);
+}
+
+Negotiator::Pending Negotiator::Remove(PendingMap::iterator it) {
+  order_.erase(std::find(order_.begin(), order_.end(), &it->first));
+  announced_.erase(it->first);
+  Pending p = std::move(it->second);
+  PendingMap::node_type node = pending_.extract(it);
+  if (spare_.size() < kSpareNodes) spare_.push_back(std::move(node));
+  return p;
+}
+
+std::vector<std::string> Negotiator::PendingNames() const {
+  std::vector<std::string> names;
+  names.reserve(order_.size());
+  for (const std::string* n : order_) names.push_back(*n);
+  return names;
 }
 std::vector<std::pair<ReadyTensor, Status>> Negotiator::Withdraw(const std::function<bool(const std::string&)>& pred) {
   std::vector<std::pair<ReadyTensor, Status>> out;
-  std::vector<std::string> keep;
-  for (const std::string& name : order_) {
-    if (!pred(name)) {
-      keep.push_back(name);
-      continue;
-    }
-    auto it = pending_.find(name);
-    out.emplace_back(std::move(it->second.tensor), std::move(it->second.local_error));
-    pending_.erase(it);
-    announced_.erase(name);
+  for (const std::string& name : PendingNames()) {
+    if (!pred(name)) continue;
+    Pending p = Remove(pending_.find(name));
+    out.emplace_back(std::move(p.tensor), std::move(p.local_error));
   }
-  order_ = std::move(keep);
   for (auto it = coord_.begin(); it != coord_.end();) {
     if (pred(it->first)) it = coord_.erase(it);
     else ++it;

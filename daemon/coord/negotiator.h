@@ -103,6 +103,11 @@ class Negotiator {
   // every node is told). Tensors whose requests the caller did not complete are the caller's to
   // fail.
   void Executed(Status status) { executed_ = std::move(status); }
+  // An agreement's tensor list, run and emptied: its room holds the next agreement's.
+  void Recycle(std::vector<ReadyTensor>&& spent) {
+    spent.clear();
+    ready_spare_ = std::move(spent);
+  }
   // Whether an agreed cycle was taken and its outcome is not reported yet.
   bool executing() const { return awaiting_execution_; }
   // Requests the negotiator gave up (the job failed or a name was refused), each with its error:
@@ -214,7 +219,7 @@ class Negotiator {
   // the agreed names out of pending (failing those the coordinator refused); an error when the
   // nodes' TOPO plans differ.
   bool FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, std::vector<NameRequest>* uncached);
-  std::vector<std::string> ApplyAgreement(std::vector<uint64_t>& agree);
+  void ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* run);
   CommTask ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached, std::vector<NameResponse>* responses);
   Status TakeAgreedNames(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
                     std::vector<ReadyTensor>* ready);
@@ -247,8 +252,19 @@ class Negotiator {
   Transport* raw_;  // the same, uncounted: the engine's notices (Tell)
   const NegotiatorOptions options_;
   ResponseCache cache_;
-  std::unordered_map<std::string, Pending> pending_;
-  std::vector<std::string> order_;  // pending names in the order they became ready here
+  using PendingMap = std::unordered_map<std::string, Pending>;
+  PendingMap pending_;
+  // Pending names in the order they became ready here: pending_'s keys (a node's key stays where
+  // it is until the node leaves the map).
+  std::vector<const std::string*> order_;
+  // Nodes of names that left pending_ (up to kSpareNodes), with their key's room, for the next
+  // names: a name agreed every step costs no hash-node or key allocation.
+  static constexpr size_t kSpareNodes = 64;
+  std::vector<PendingMap::node_type> spare_;
+  // Takes a name out of pending_ and order_ (and announced_); its node is kept in spare_.
+  Pending Remove(PendingMap::iterator it);
+  // Pending names, copied: for loops that remove them.
+  std::vector<std::string> PendingNames() const;
   std::unordered_set<std::string> announced_;
   // Coordinator (node 0) only: which nodes have announced a name, with what.
   struct Announcement {
@@ -272,6 +288,11 @@ class Negotiator {
   bool joined_ = false;
   std::vector<bool> joined_nodes_;  // whose HELLO is in (job_join.h)
   CommTask cycle_;
+  // The agreement vector (shared with its transfers) and the agreed cached names: one cycle at a
+  // time, so their storage is reused cycle after cycle.
+  std::shared_ptr<std::vector<uint64_t>> agree_buffer_;
+  std::vector<std::string> run_names_;
+  std::vector<ReadyTensor> ready_spare_;  // Recycle's: the next agreement's list
   std::optional<AgreedWork> agreed_;    // reached, not taken yet
   bool awaiting_execution_ = false;      // taken; the cycle waits for executed_
   std::optional<Status> executed_;       // reported by Executed

@@ -22,7 +22,7 @@ struct TensorMeta {
   uint32_t gpu = 0;  // memory: 1 GPU, 0 host (a name's collective runs on NCCL or on the host path)
   int32_t root = 0;
   double prescale = 1, postscale = 1;
-  std::vector<int64_t> shape;
+  Shape shape;  // up to 4 dimensions inline
   // Kinds whose ranks' shapes differ (Collective::shapes_vary): each rank's first dimension and
   // (alltoall) splits, concatenated. A node announces its own ranks'; the coordinator answers
   // with every rank's of the job.

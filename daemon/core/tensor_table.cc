@@ -25,6 +25,10 @@ Status TensorTable::Add(Request r) {
   }
   Entry& e = it->second;
   if (inserted) {
+    if (e.requests.capacity() < local_size_ && !spare_lists_.empty()) {
+      e.requests = std::move(spare_lists_.back());
+      spare_lists_.pop_back();
+    }
     e.requests.resize(local_size_);
     e.present.assign(local_size_, false);
     e.first_seen_ns = abi::MonotonicNs();

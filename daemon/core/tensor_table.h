@@ -63,6 +63,15 @@ class TensorTable {
   // Fails every pending tensor (a rank is gone): each is returned with `error`.
   void FailAll(const Status& error, std::vector<FailedTensor>* failed);
 
+  // A request list done with (its requests recycled or moved out): its room holds a later name's
+  // requests (no heap allocation per name once lists were made).
+  void GiveBack(std::vector<Request>&& spent) {
+    if (spent.capacity() >= local_size_ && spare_lists_.size() < kSpareEntries) {
+      spent.clear();
+      spare_lists_.push_back(std::move(spent));
+    }
+  }
+
   size_t pending() const { return pending_.size(); }
   // Whether `local_rank` has a request waiting here (for ranks that have not all submitted yet).
   bool HasRequestsOf(uint32_t local_rank) const;
@@ -104,6 +113,7 @@ class TensorTable {
   // allocation (issue 35: a hot path without allocation).
   static constexpr size_t kSpareEntries = 64;
   std::vector<std::unordered_map<std::string, Entry>::node_type> spare_;
+  std::vector<std::vector<Request>> spare_lists_;  // GiveBack's
 };
 
 }  // namespace syncd

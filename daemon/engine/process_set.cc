@@ -188,7 +188,7 @@ bool ProcessSet::RunAgreed() {
     const uint64_t now = abi::MonotonicNs();
     for (const ReadyTensor& t : cycle_run_.work.tensors) Enter(t.requests, RequestState::kAgreed, now);
     cycle_run_.task = ExecuteAgreed(&cycle_run_.work.tensors, cycle_run_.work.tag, &fusion_buffer_,
-                                    cycle_run_.work.gpu_position);
+                                    cycle_run_.work.gpu_position, &cycle_run_.groups);
     did = true;
   }
   if (!cycle_run_.task.Poll()) return did;
@@ -196,7 +196,8 @@ bool ProcessSet::RunAgreed() {
   if (!st.ok()) FailRun(cycle_run_, st);  // the negotiator aborts the job with it
   cycle_run_.active = false;
   cycle_run_.task = CommTask();
-  cycle_run_.work.tensors.clear();
+  negotiator_->Recycle(std::move(cycle_run_.work.tensors));
+  cycle_run_.work.tensors.clear();  // (moved from: empty already)
   negotiator_->Executed(st);
   // The cycle ends now, not at the next poll.
   negotiator_->Poll(abi::MonotonicNs(), /*may_start=*/false);
@@ -220,7 +221,7 @@ bool ProcessSet::RunTopo() {
       topo_run_.work = std::move(*group);
       topo_run_.active = true;
       topo_run_.task = negotiator_ ? ExecuteAgreed(&topo_run_.work.tensors, topo_run_.work.tag, &topo_fusion_buffer_,
-                                                   std::nullopt)
+                                                   std::nullopt, &topo_run_.groups)
                                    : ExecuteLocal(&topo_run_.work.tensors, topo_run_.work.tag);
       did = true;
     }

@@ -169,6 +169,7 @@ class ProcessSet {
     AgreedWork work;
     CommTask task;  // ExecuteAgreed (or ExecuteLocal) over work.tensors
     bool active = false;
+    std::vector<FusionGroup> groups;  // ExecuteAgreed's, kept from run to run for their storage
   };
   // Takes the negotiator's agreement, drives its execution, and reports the outcome back.
   bool RunAgreed();
@@ -214,7 +215,7 @@ class ProcessSet {
   // may be in flight at once). `gpu_position`: under --coord topo, where a negotiated cycle's GPU
   // groups go among the plan's GPU groups (AgreedWork); nullopt for a TOPO plan group.
   CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
-                         std::optional<uint64_t> gpu_position);
+                         std::optional<uint64_t> gpu_position, std::vector<FusionGroup>* groups);
   // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
   CommTask RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g, std::optional<uint64_t> gpu_position);
   // One node: enqueues GPU group `g`; its requests complete when the GPUs are done (PollGpu).
@@ -236,10 +237,13 @@ class ProcessSet {
     if (hooks_.ledger != nullptr) hooks_.ledger->EnterAll(requests, state, now_ns);
   }
   // Completed requests, done with: to the pool for their storage; `requests` ends empty.
+  // The emptied list goes back to the table for the next name's requests.
   void Recycle(std::vector<Request>& requests) {
     if (hooks_.pool != nullptr)
       for (Request& r : requests) hooks_.pool->Give(std::move(r));
     requests.clear();
+    table_.GiveBack(std::move(requests));
+    requests.clear();  // (moved from: empty already)
   }
 
   const Config& config_;

@@ -70,12 +70,12 @@ CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
 }
 
 CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, HostBuffer* buffer,
-                                   std::optional<uint64_t> gpu_position) {
+                                   std::optional<uint64_t> gpu_position, std::vector<FusionGroup>* fused) {
   std::vector<ReadyTensor>& ready = *agreed;
   const uint64_t agreed_ns = abi::MonotonicNs();
   for (ReadyTensor& t : ready)
     for (Request& r : t.requests) r.agreed_ns = agreed_ns;
-  std::vector<FusionGroup> groups;  // lives across the awaits below: its own
+  std::vector<FusionGroup>& groups = *fused;  // the run's: lives across the awaits below
   Fuse(ready, &groups);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const FusionGroup& g = groups[gi];
