@@ -37,7 +37,7 @@
 namespace syncd {
 
 // One fused group: its members share the kind's fusion key (a kind that never fuses: one member).
-using CollectiveGroup = std::vector<const ReadyTensor*>;
+using CollectiveGroup = TensorGroup;
 
 // What a many-node host execution runs with.
 struct AcrossNodes {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "daemon/collectives/agreement.h"
 #include "daemon/collectives/collective.h"
@@ -85,21 +86,39 @@ Negotiator::~Negotiator() {
 }
 
 void Negotiator::Add(ReadyTensor t, Status local_error) {
-  const std::string name = t.first().name;
   if (broken_) {
-    Fail(std::move(t.requests), Status(failure_.code(), "tensor '" + name + "': cannot run, " + failure_.message()));
+    Status why(failure_.code(), "tensor '" + t.first().name + "': cannot run, " + failure_.message());
+    Fail(std::move(t.requests), why);
     return;
   }
-  Pending p{std::move(t), std::move(local_error), abi::MonotonicNs()};
+  // The name is read from the tensor, in place, before the tensor moves (no copy of it). A name
+  // already pending here (never expected: the table hands a name out once until it completes)
+  // fails rather than replacing or dropping either.
+  auto duplicate = [](const std::string& name) {
+    return Status(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already being negotiated on this node");
+  };
   PendingMap::iterator it;
   if (!spare_.empty()) {
     PendingMap::node_type node = std::move(spare_.back());
     spare_.pop_back();
-    node.key() = name;
-    node.mapped() = std::move(p);
-    it = pending_.insert(std::move(node)).position;
+    node.key() = t.first().name;
+    node.mapped() = Pending{std::move(t), std::move(local_error), abi::MonotonicNs()};
+    auto placed = pending_.insert(std::move(node));
+    if (!placed.inserted) {
+      Pending& p = placed.node.mapped();
+      Fail(std::move(p.tensor.requests), duplicate(placed.node.key()));
+      spare_.push_back(std::move(placed.node));
+      return;
+    }
+    it = placed.position;
   } else {
-    it = pending_.emplace(name, std::move(p)).first;
+    bool inserted = false;
+    std::tie(it, inserted) = pending_.try_emplace(t.first().name);
+    if (!inserted) {
+      Fail(std::move(t.requests), duplicate(it->first));
+      return;
+    }
+    it->second = Pending{std::move(t), std::move(local_error), abi::MonotonicNs()};
   }
   order_.push_back(&it->first);
   fresh_ = true;

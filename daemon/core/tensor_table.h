@@ -7,6 +7,8 @@
 #ifndef SYNCD_DAEMON_CORE_TENSOR_TABLE_H_
 #define SYNCD_DAEMON_CORE_TENSOR_TABLE_H_
 
+#include <absl/container/inlined_vector.h>
+
 #include <deque>
 #include <string>
 #include <unordered_map>
@@ -29,6 +31,10 @@ struct ReadyTensor {
   std::vector<int64_t> rank_rows;
   std::vector<int64_t> rank_splits;
 };
+
+// Tensors run together (a fused group), a few held inline: no heap allocation per group for
+// the groups most steps have.
+using TensorGroup = absl::InlinedVector<const ReadyTensor*, 4>;
 
 // Requests that cannot proceed, with the error each of them gets.
 struct FailedTensor {

@@ -80,7 +80,7 @@ class GpuExecutor {
 
   // Enqueues one fused allreduce (members share dtype, op and scale factors; every request is a
   // GPU request). `world_size` divides AVERAGE. Returns a ticket for Test().
-  virtual StatusOr<uint64_t> Allreduce(const std::vector<const ReadyTensor*>& group, uint32_t world_size) = 0;
+  virtual StatusOr<uint64_t> Allreduce(const TensorGroup& group, uint32_t world_size) = 0;
   // Enqueues a broadcast from global rank `root`, which lives on node `root_node`.
   virtual StatusOr<uint64_t> Broadcast(const ReadyTensor& t, uint32_t root_node) = 0;
   // kPending, kDone, or kFailed with *error. A finished ticket is forgotten.

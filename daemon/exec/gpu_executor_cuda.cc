@@ -183,7 +183,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     CloseRetired();
   }
 
-  StatusOr<uint64_t> Allreduce(const std::vector<const ReadyTensor*>& group, uint32_t world_size) override {
+  StatusOr<uint64_t> Allreduce(const TensorGroup& group, uint32_t world_size) override {
     issue_start_ns_ = abi::MonotonicNs();
     if (!failure_.ok()) return failure_;
     if (nranks_ == 0) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
@@ -423,7 +423,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   }
 
   // The daemon's stream waits for the work each rank queued before submitting.
-  Status WaitForClients(const std::vector<const ReadyTensor*>& group, int device, cudaStream_t stream) {
+  Status WaitForClients(const TensorGroup& group, int device, cudaStream_t stream) {
     for (const ReadyTensor* t : group)
       for (const Request& r : t->requests)
         if (r.gpu && r.gpu_device == device) SYNCD_RETURN_IF_ERROR(waiter_.Wait(stream, r));

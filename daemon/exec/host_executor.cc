@@ -7,7 +7,7 @@
 
 namespace syncd {
 
-void HostExecutor::Allreduce(const std::vector<const ReadyTensor*>& group) {
+void HostExecutor::Allreduce(const TensorGroup& group) {
   if (group.empty()) return;
   const Request& head = group.front()->first();
   ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale,
@@ -46,7 +46,7 @@ void HostExecutor::Broadcast(const ReadyTensor& t) {
 namespace syncd {
 
 template <typename F>
-void HostExecutor::ForEachPiece(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, F fn) {
+void HostExecutor::ForEachPiece(const TensorGroup& group, size_t begin, size_t end, F fn) {
   const size_t esize = abi::DtypeSize(group.front()->first().dtype);
   size_t at = 0;
   for (const ReadyTensor* t : group) {
@@ -58,7 +58,7 @@ void HostExecutor::ForEachPiece(const std::vector<const ReadyTensor*>& group, si
   }
 }
 
-void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment) {
+void HostExecutor::ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, head.op == SYNCD_AVERAGE ? SYNCD_SUM : head.op, head.prescale, 1.0, 1};
   const size_t esize = abi::DtypeSize(head.dtype);
@@ -75,7 +75,7 @@ void HostExecutor::ReduceRange(const std::vector<const ReadyTensor*>& group, siz
   });
 }
 
-void HostExecutor::ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end,
+void HostExecutor::ScatterRange(const TensorGroup& group, size_t begin, size_t end,
                                 char* segment) {
   const Request& head = group.front()->first();
   const size_t esize = abi::DtypeSize(head.dtype);

@@ -16,7 +16,7 @@ class HostExecutor {
   explicit HostExecutor(uint32_t world_size) : world_size_(world_size) {}
 
   // One fused allreduce over the member tensors (all share dtype, op and scale factors).
-  void Allreduce(const std::vector<const ReadyTensor*>& group);
+  void Allreduce(const TensorGroup& group);
   // Copies the root's tensor into every other rank's. The root is a global rank on this node.
   void Broadcast(const ReadyTensor& t);
 
@@ -24,8 +24,8 @@ class HostExecutor {
   // [begin, end) of the group's concatenation, held in `segment` (element `begin` at segment[0]).
   // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM); ScatterRange scales
   // the segment in place by postscale / divisor and copies it into every local rank's tensor.
-  void ReduceRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment);
-  void ScatterRange(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, char* segment);
+  void ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment);
+  void ScatterRange(const TensorGroup& group, size_t begin, size_t end, char* segment);
   // Copies `buffer` into every local rank's tensor except the root's.
   void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
 
@@ -46,7 +46,7 @@ class HostExecutor {
   // Calls fn(tensor, first element in it, element count, position in the concatenation) for each
   // piece of [begin, end).
   template <typename F>
-  static void ForEachPiece(const std::vector<const ReadyTensor*>& group, size_t begin, size_t end, F fn);
+  static void ForEachPiece(const TensorGroup& group, size_t begin, size_t end, F fn);
 
   uint32_t world_size_;
   // The ranks' pointers of one chunk: kept between calls (no allocation per collective).

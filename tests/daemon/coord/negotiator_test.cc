@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +96,40 @@ TEST(Negotiator, ACachedNameThatMovesToTheGpuIsNegotiatedAgain) {
   EXPECT_EQ(job.executed.size(), 6u);
   EXPECT_EQ(job.negotiators[0]->stats().cache_hits, 1u) << "the cached entry (host) must not match a GPU tensor";
   EXPECT_TRUE(job.failed.empty());
+}
+
+// Pending names' map nodes and the agreement's storage are reused from cycle to cycle: names of
+// every length, round after round, each run once per round on every node.
+TEST(Negotiator, NamesAgreedRoundAfterRoundEachRunOncePerRound) {
+  Job job(2);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 100; ++i)
+      for (uint32_t n = 0; n < 2; ++n)
+        job.negotiators[n]->Add(Tensor("layer." + std::string(size_t(i % 40), 'x') + std::to_string(i), n, false));
+    const size_t want = size_t(200 * (round + 1));
+    job.PollUntil([&] { return job.executed.size() == want; });
+    ASSERT_EQ(job.executed.size(), want);
+  }
+  std::map<std::string, int> runs;
+  for (const std::string& e : job.executed) ++runs[e];
+  EXPECT_EQ(runs.size(), 200u);
+  for (const auto& [e, k] : runs) EXPECT_EQ(k, 3) << e;
+  EXPECT_TRUE(job.failed.empty());
+}
+
+// A name handed to the negotiator while it is still pending there fails (neither is dropped).
+TEST(Negotiator, ANameAlreadyPendingFailsAsADuplicateAndTheFirstStillRuns) {
+  Job job(2);
+  for (uint32_t round = 0; round < 2; ++round) {  // the second time the map node is a spare one
+    job.negotiators[0]->Add(Tensor("dup" + std::to_string(round), 0, false));
+    job.negotiators[0]->Add(Tensor("dup" + std::to_string(round), 0, false));
+    job.Serve(0);
+    ASSERT_EQ(job.failed.size(), round + 1);
+    EXPECT_EQ(job.failed.back(), "node 0: tensor 'dup" + std::to_string(round) + "' is already being negotiated on this node");
+    job.negotiators[1]->Add(Tensor("dup" + std::to_string(round), 1, false));
+    job.PollUntil([&] { return job.executed.size() == 2 * (round + 1); });
+    EXPECT_EQ(job.executed.size(), 2 * (round + 1));
+  }
 }
 
 TEST(Negotiator, ShapesThatVaryByRankReachEveryNodeAndAreNeverCached) {
