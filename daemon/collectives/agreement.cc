@@ -111,4 +111,10 @@ Status CheckAgreement(const std::vector<Request>& rs) {
   return Status(SYNCD_ERR_MISMATCH, msg);
 }
 
+std::string SameRoot(const std::vector<Request>& requests) {
+  return DisagreementBy(
+      requests, "root", [](const Request& r) { return r.root; },
+      [](const Request& r) { return "root " + std::to_string(r.root); });
+}
+
 }  // namespace syncd

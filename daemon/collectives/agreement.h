@@ -39,6 +39,8 @@ std::string SameShape(const std::vector<Request>& requests);
 std::string SameReduction(const std::vector<Request>& requests);
 // The same number of dimensions and the same extents after the first (allgather, alltoall).
 std::string SameShapeAfterFirst(const std::vector<Request>& requests);
+// The same root (kinds with one).
+std::string SameRoot(const std::vector<Request>& requests);
 
 }  // namespace syncd
 

@@ -23,6 +23,16 @@ bool SetRanks::Has(int64_t global) const {
   return std::binary_search(ranks->begin(), ranks->end(), uint32_t(global));
 }
 
+Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, const char* kind_name,
+                 Request* r) {
+  if (!set.Has(e.root))
+    return InvalidArgument(what + ": " + kind_name + " root " + std::to_string(e.root) + " is not a rank " +
+                           (set.ranks ? "of process set " + std::to_string(r->process_set)
+                                      : "(size " + std::to_string(set.size) + ")"));
+  r->root = e.root;
+  return Status::Ok();
+}
+
 std::string Collective::Disagreement(const std::vector<Request>& requests) const { return SameShape(requests); }
 
 std::optional<FusionKey> Collective::FusionKeyOf(const Request&) const { return std::nullopt; }

@@ -68,6 +68,11 @@ struct SetRanks {
   bool Has(int64_t global) const;
 };
 
+// For kinds with a root (broadcast, reduce, gather, scatter): checks that the entry's root is a
+// rank of the set, naming the kind (`kind_name`) and the set, and sets r->root.
+Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, const char* kind_name,
+                 Request* r);
+
 // What a GPU execution runs with.
 struct OnGpus {
   GpuExecutor* gpu = nullptr;

@@ -26,19 +26,12 @@ class GatherCollective final : public Collective {
 
   Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (r->shape.empty()) return InvalidArgument(what + ": gather needs a tensor of at least one dimension");
-    if (!set.Has(e.root))
-      return InvalidArgument(what + ": gather root " + std::to_string(e.root) + " is not a rank " +
-                             (set.ranks ? "of process set " + std::to_string(r->process_set)
-                                        : "(size " + std::to_string(set.size) + ")"));
-    r->root = e.root;
-    return Status::Ok();
+    return ParseRoot(e, set, what, "gather", r);
   }
 
   std::string Disagreement(const std::vector<Request>& rs) const override {
     std::string msg = SameShapeAfterFirst(rs);
-    if (msg.empty()) msg = DisagreementBy(
-          rs, "root", [](const Request& r) { return r.root; },
-          [](const Request& r) { return "root " + std::to_string(r.root); });
+    if (msg.empty()) msg = SameRoot(rs);
     return msg;
   }
 

@@ -96,12 +96,8 @@ class ReduceCollective final : public Collective {
   Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)
       return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
-    if (!set.Has(e.root))
-      return InvalidArgument(what + ": reduce root " + std::to_string(e.root) + " is not a rank " +
-                             (set.ranks ? "of process set " + std::to_string(r->process_set)
-                                        : "(size " + std::to_string(set.size) + ")"));
+    if (Status st = ParseRoot(e, set, what, "reduce", r); !st.ok()) return st;
     r->op = syncd_reduce_op(e.op);
-    r->root = e.root;
     r->prescale = e.prescale;
     r->postscale = e.postscale;
     return CheckDtypeAndOp(*r, what);
@@ -109,9 +105,7 @@ class ReduceCollective final : public Collective {
 
   std::string Disagreement(const std::vector<Request>& rs) const override {
     std::string msg = SameReduction(rs);
-    if (msg.empty()) msg = DisagreementBy(
-          rs, "root", [](const Request& r) { return r.root; },
-          [](const Request& r) { return "root " + std::to_string(r.root); });
+    if (msg.empty()) msg = SameRoot(rs);
     return msg;
   }
 

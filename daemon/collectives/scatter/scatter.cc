@@ -50,20 +50,13 @@ class ScatterCollective final : public Collective {
 
   Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (r->shape.empty()) return InvalidArgument(what + ": scatter needs a tensor of at least one dimension");
-    if (!set.Has(e.root))
-      return InvalidArgument(what + ": scatter root " + std::to_string(e.root) + " is not a rank " +
-                             (set.ranks ? "of process set " + std::to_string(r->process_set)
-                                        : "(size " + std::to_string(set.size) + ")"));
-    r->root = e.root;
-    return Status::Ok();
+    return ParseRoot(e, set, what, "scatter", r);
   }
 
   // Checked here rather than in Parse, so that every rank fails, not only the one that erred.
   std::string Disagreement(const std::vector<Request>& rs) const override {
     std::string msg = SameShapeAfterFirst(rs);
-    if (msg.empty()) msg = DisagreementBy(
-          rs, "root", [](const Request& r) { return r.root; },
-          [](const Request& r) { return "root " + std::to_string(r.root); });
+    if (msg.empty()) msg = SameRoot(rs);
     if (!msg.empty()) return msg;
     for (const Request& r : rs) {
       // A rank's request as another node announced it may have no dimension at all (Parse
