@@ -42,10 +42,9 @@ int CheckSet(syncd_client* c, int rank, int id, const std::vector<int>& ranks, c
   // Allreduce: sum and average over the set only.
   double v[2] = {double(rank + 1), 1.0};
   int64_t two = 2;
-  syncd_tensor t{("ar." + tag).c_str(), v, SYNCD_FLOAT64, 1, &two, id};
-  syncd_handle h;
   const std::string ar = "ar." + tag;
-  t.name = ar.c_str();
+  syncd_tensor t{ar.c_str(), v, SYNCD_FLOAT64, 1, &two, id};
+  syncd_handle h;
   CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
   CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "%s: %s", ar.c_str(), syncd_last_error());
   double want = 0;

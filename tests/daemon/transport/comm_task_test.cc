@@ -48,7 +48,9 @@ TEST(FramePool, AFrameOfTheSameSizeClassIsReusedOutsideAsan) {
   void* a = FramePool::Get(4000);
   FramePool::Put(a, 4000);
   void* b = FramePool::Get(3990);  // the same 64-byte class
-  if (!kAddressSanitizer) EXPECT_EQ(a, b);
+  if (!kAddressSanitizer) {
+    EXPECT_EQ(a, b);
+  }
   void* c = FramePool::Get(4000);  // b is in use: another
   EXPECT_NE(b, c);
   FramePool::Put(b, 3990);
@@ -67,7 +69,9 @@ TEST(ScratchFor, ABlockIsNeverHandedOutWhileHeldAndIsReusedOnceLetGo) {
   char* first = held.front().get();
   held.clear();
   std::shared_ptr<char[]> again = ScratchFor(100);
-  if (!kAddressSanitizer) EXPECT_EQ(again.get(), first);
+  if (!kAddressSanitizer) {
+    EXPECT_EQ(again.get(), first);
+  }
   std::shared_ptr<char[]> large = ScratchFor(1 << 20);  // over a block: its own
   EXPECT_NE(large.get(), again.get());
   large[(1 << 20) - 1] = 1;
