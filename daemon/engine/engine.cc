@@ -67,46 +67,15 @@ void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
   node_page_->Wake();
 }
 
-size_t Engine::InFlight() const {
-  size_t n = 0;
-  for (const auto& [id, set] : sets_) n += set->InFlight();
-  return n + p2p_.InFlight();
-}
-
 bool Engine::Drained() {
-  const bool idle_here = InFlight() == 0 && !HasWork();
-  bool drained = idle_here;
-  for (auto& [id, set] : sets_) drained = set->Drained(idle_here) && drained;  // every set hears of the drain
-  return drained;
+  const bool idle_here = (!job_ || job_->InFlight() == 0) && !HasWork();
+  return job_ ? job_->Drained(idle_here) : idle_here;
 }
 
-size_t Engine::End(const EndScope& scope, const Status& why) {
-  size_t waiting = 0;
-  switch (scope.kind) {
-    case EndScope::Kind::kRequest:
-      Complete(*scope.request, why);
-      return 0;
-    case EndScope::Kind::kClient:
-      p2p_.EndRank(scope.local_rank, config_.node_rank * local_size_ + scope.local_rank, why);
-      for (auto& [id, set] : sets_) waiting += set->End(why, ProcessSet::Reach::kRank, scope.peers_why);
-      break;
-    case EndScope::Kind::kProcessSet:
-      p2p_.EndAll(why, scope.set);
-      if (auto it = sets_.find(scope.set); it != sets_.end()) waiting = it->second->End(why, scope.reach, scope.peers_why);
-      break;
-    case EndScope::Kind::kJob:
-      p2p_.EndAll(why);
-      for (auto& [id, set] : sets_) waiting += set->End(why, scope.reach, scope.peers_why);
-      break;
-  }
-  CompleteTransfers();
+void Engine::End(const EndScope& scope, const Status& why) {
+  if (scope.kind == EndScope::Kind::kRequest) Complete(*scope.request, why);
+  else if (job_) job_->End(scope, why);
   FlushClients();
-  return waiting;
-}
-
-ProcessSet* Engine::SetOf(const Request& r) {
-  auto it = sets_.find(r.process_set);
-  return it == sets_.end() ? nullptr : it->second.get();
 }
 
 bool Engine::RanksShareEngineCore() const {
@@ -127,13 +96,12 @@ bool Engine::HasWork() {
 void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
   uint64_t sleep_ns = kIdleSleepNs;
   bool data_waits = false;  // a TOPO group, GPU work or partial round waits (not only a cycle)
-  for (const auto& [id, set] : sets_) {
-    const uint64_t next = set->NextPollNs(now);
+  if (job_) {
+    const uint64_t next = job_->NextPollNs(now, &data_waits);
     if (next != UINT64_MAX) sleep_ns = next > now ? std::min(sleep_ns, next - now) : 0;
-    if (next <= now && !set->WaitsOnlyOnCycle()) data_waits = true;
+    if (job_->WaitsOnNetwork()) sleep_ns = 0;  // a transfer from another node rings no doorbell
   }
   if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
-  if (p2p_.WaitsOnNetwork()) sleep_ns = 0;          // and so does a transfer from another node
   if (since_work > spin_ns && sleep_ns > 0) {
     if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
           return HasWork() || stop_.load(std::memory_order_relaxed) || commands_.pending();
@@ -179,10 +147,7 @@ void Engine::Run() {
     SendHealth(t1);
     if (commands_.pending()) RunCommands();
     timeline_.Poll(t1);
-    if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) {
-      CheckStalls(t1);
-      ExpireDepartures(t1);
-    }
+    if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) CheckStalls(t1);
     if (t1 - last_snapshot > kSnapshotPeriodNs) {
       PublishSnapshot();
       last_snapshot = t1;
@@ -203,9 +168,9 @@ void Engine::Run() {
     End(EndScope::Job(ProcessSet::Reach::kHeld), Status(SYNCD_ERR_DAEMON_LOST, drain_leave_why_));
   // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
   // stopped) is not reported as a lost node.
-  for (auto& [id, set] : sets_)
-    set->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
-               drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_, "its daemon was stopped");
+  if (job_)
+    job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
+                drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_, "its daemon was stopped");
   FlushClients();
   PublishSnapshot();
   finished_.store(true, std::memory_order_release);
@@ -222,19 +187,7 @@ bool Engine::Poll() {
     kick_client_(id);
     did = true;
   }
-  const uint64_t now = abi::MonotonicNs();
-  for (auto& [id, set] : sets_) did |= set->Poll(now);
-  if (p2p_.InFlight() > 0) {
-    did |= p2p_.Poll();
-    // The job failed (a lost rank or node, a stall): no transfer of it can complete.
-    if (auto it = sets_.find(0); it != sets_.end())
-      if (Status why = it->second->Refusal(); !why.ok()) p2p_.EndAll(why);
-    CompleteTransfers();
-  }
-  if (!set_changes_.empty()) {
-    ApplySetChanges();
-    did = true;
-  }
+  if (job_) did |= job_->Poll(abi::MonotonicNs());
   for (size_t i = 0; i < retired_.size();) {
     did |= retired_[i]->PollGpu();
     if (retired_[i]->gpu_busy()) ++i;
@@ -263,26 +216,9 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
       Complete(*r, r->text.empty() ? timeline_.Stop() : timeline_.Start(r->text, 0, 0));
       continue;
     }
-    ProcessSet* set = SetOf(*r);
-    if (set == nullptr) {
+    if (!job_) {  // never: a client's attach starts a job
       End(EndScope::OneRequest(*r), InvalidArgument("tensor '" + r->name + "': process set " +
                                                     std::to_string(r->process_set) + " is not one of this job's"));
-      continue;
-    }
-    if (Status why = set->Refusal(); !why.ok()) {
-      End(EndScope::OneRequest(*r), Status(why.code(), "tensor '" + r->name + "': cannot run, " + why.message()));
-      continue;
-    }
-    if (!lost_ranks_.empty()) {
-      if (std::string losses = BlockingLosses(); !losses.empty()) {
-        End(EndScope::OneRequest(*r), Status(SYNCD_ERR_RANK_LOST, "tensor '" + r->name + "': cannot run, " + losses));
-        continue;
-      }
-    }
-    ledger_.Enter(*r, RequestState::kWaiting, r->received_ns);  // in its set from now
-    if (abi::IsPointToPoint(r->kind)) {
-      p2p_.Add(std::move(*r));
-      CompleteTransfers();
       continue;
     }
     // What a refusal needs to complete the request (not its name, shape or memory: a full copy
@@ -292,15 +228,14 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     refused.rank = r->rank;
     refused.handle = r->handle;
     refused.bytes = r->bytes;
-    Status st = set->Add(std::move(*r));
-    if (!st.ok()) End(EndScope::OneRequest(refused), st);
+    if (Status st = job_->Take(std::move(*r)); !st.ok()) End(EndScope::OneRequest(refused), st);
   }
 }
 
 std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {
   const Submitter who{c.info->client_id, c.info->rank,          c.info->local_rank,
                       &c.info->segment,  world_size_,            config_.fusion_threshold,
-                      SetRanksOf(e.process_set)};
+                      job_ ? job_->SetRanksOf(e.process_set) : nullptr};
   std::optional<abi::GpuDescriptor> gpu;
   StatusOr<Request> r = ParseSubmission(e, who, &gpu, request_pool_.Take());
   Status error = r.status();
@@ -347,10 +282,6 @@ std::optional<Request> Engine::RefusalNotice(const ClientState& c, const abi::Su
   notice.failure = why.message();
   notice.received_ns = abi::MonotonicNs();
   return notice;
-}
-
-void Engine::CompleteTransfers() {
-  for (PointToPoint::Ended& e : p2p_.TakeEnded()) CompleteAll({std::move(e.request)}, e.status);  // counted per kind
 }
 
 void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
@@ -432,7 +363,7 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
       first_ns_here = std::min(first_ns_here, r.received_ns);
     }
   stragglers_.Record(arrivals_);
-  if (const ProcessSet* set = SetOf(f); ready_ns != 0 && set != nullptr && set->place().nodes() > 1)
+  if (ready_ns != 0 && job_ && job_->NodesOf(f.process_set) > 1)
     stragglers_.RecordNodeWait(abi::MonotonicNs() - ready_ns, ready_ns - first_ns_here);
 }
 
@@ -490,7 +421,7 @@ void Engine::RunCommands() {
       e.reply.set_value(Snapshot());
     } else {
       const TimelineCommand& c = std::get<TimelineCommand>(e.command);
-      if (!job_started_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
+      if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
       else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
     }
   }
@@ -515,9 +446,9 @@ void Engine::PublishSnapshot() {
   s->stall_warnings = stall_warnings_;
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();
-  s->job_id = job_id_;
+  s->job_id = job_ ? job_->id() : 0;
   s->stragglers = stragglers_.Summary();
-  s->job_nodes = JobNodes(now_ns, s->clients, s->stragglers);
+  if (job_) s->job_nodes = job_->Nodes(now_ns, job_->LocalHealth(s->clients, s->stragglers, stragglers_.node_wait()));
   s->timeline = timeline_.State();
   s->straggler_window = stragglers_.window();
   s->straggler_collectives = stragglers_.collectives();
@@ -531,17 +462,8 @@ void Engine::PublishSnapshot() {
   getrusage(RUSAGE_SELF, &ru);
   s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   const uint64_t now = now_ns;
-  for (const auto& [id, set] : sets_) {
-    s->process_sets.push_back(set->Snapshot(now));
-    ProcessSetSnapshot& snap = s->process_sets.back();
-    const RequestStates in = ledger_.InSet(id);
-    for (size_t i = 0; i < kRequestStates; ++i)
-      snap.requests.push_back({RequestStateName(RequestState(i)), in.count[i],
-                               in.count[i] == 0 ? 0.0 : double(now - std::min(now, in.oldest_since_ns[i])) / 1e9});
-    for (StallSnapshot& st : p2p_.Waits(now, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, id))
-      snap.stalls.push_back(std::move(st));
-    for (const StallSnapshot& st : snap.stalls) s->stalls.push_back(st);
-  }
+  if (job_)
+    job_->SnapshotSets(now, ledger_, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, &s->process_sets, &s->stalls);
   std::stable_sort(s->stalls.begin(), s->stalls.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
   if (s->stalls.size() > 32) s->stalls.resize(32);
   if (gpu_) {

@@ -1,8 +1,9 @@
 // The engine: the daemon's one pinned progress thread. It takes clients in and out (the inbox),
-// reads every client's submission ring, checks each request and hands it to its process set
-// (process_set.h: matching, coordination, execution), posts completions, watches for stalls and
-// publishes the status. When idle for `spin_us` it sleeps on the node page's doorbell (clients
-// and the control plane ring it).
+// reads every client's submission ring, checks each request and hands it to the job (job.h: its
+// process sets, point-to-point, lost ranks, stalls, health), posts completions, counts them and
+// publishes the status. What lives for one job is the job's; what outlives jobs (clients, the
+// ledger, metrics, the timeline) is the engine's. When idle for `spin_us` it sleeps on the node
+// page's doorbell (clients and the control plane ring it).
 //
 // Threads: Run() is the engine thread. Post() and Stop() may be called from any other single
 // producer thread (the attach server); Snapshot() from any thread. Nothing else is shared.
@@ -19,8 +20,8 @@
 #include "daemon/base/config.h"
 #include "proto/mutex.h"
 #include "daemon/base/spsc_queue.h"
+#include "daemon/engine/job.h"
 #include "daemon/engine/job_timeline.h"
-#include "daemon/engine/point_to_point.h"
 #include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"
 #include "daemon/engine/commands.h"
@@ -40,45 +41,6 @@ struct AttachedClient {
   uint64_t job_id = 0;  // 0: unspecified
   bool shares_engine_core = false;  // the rank may run on a core the engine may run on
   ClientSegment segment;
-};
-
-// What Engine::End ends: one request, what a gone rank leaves behind, a process set, or the job.
-struct EndScope {
-  enum class Kind { kRequest, kClient, kProcessSet, kJob };
-  Kind kind = Kind::kJob;
-  const Request* request = nullptr;  // kRequest
-  uint32_t local_rank = 0;           // kClient: the rank that is gone
-  int32_t set = 0;                   // kProcessSet
-  // kClient, kProcessSet, kJob: how far it reaches (ProcessSet::Reach; kClient: kRank).
-  ProcessSet::Reach reach = ProcessSet::Reach::kJob;
-  Status peers_why;  // what the other nodes are told (kRank: OK means nothing; kJob: OK means `why`)
-
-  static EndScope OneRequest(const Request& r) {
-    EndScope s;
-    s.kind = Kind::kRequest;
-    s.request = &r;
-    return s;
-  }
-  static EndScope Client(uint32_t local_rank, Status peers_why) {
-    EndScope s;
-    s.kind = Kind::kClient;
-    s.local_rank = local_rank;
-    s.reach = ProcessSet::Reach::kRank;
-    s.peers_why = std::move(peers_why);
-    return s;
-  }
-  static EndScope Set(int32_t id, ProcessSet::Reach reach) {
-    EndScope s;
-    s.kind = Kind::kProcessSet;
-    s.set = id;
-    s.reach = reach;
-    return s;
-  }
-  static EndScope Job(ProcessSet::Reach reach) {
-    EndScope s;
-    s.reach = reach;
-    return s;
-  }
 };
 
 // Control plane -> engine.
@@ -156,42 +118,19 @@ class Engine {
     uint64_t last_submit_ns = 0;  // when the engine last took an entry off its ring
     std::string broke;  // how it broke the ring protocol (DrainSubmissions returned false)
   };
-  struct LostRank {
-    int32_t pid;
-    std::string reason;
-    bool blocking;  // new requests fail at once; cleared when the job's last client leaves
-    uint64_t seq;   // order of loss
-    // A rank that detached between collectives may attach again (hvd.shutdown(), then init()):
-    // until this deadline requests that need it wait; 0 when not waiting for it.
-    uint64_t rejoin_deadline_ns = 0;
-  };
-
   // The first client of a job attached (none of the previous job's is left). EndJob: drops
   // what the previous job left and tells the other nodes. BeginJob: the job's global process set,
   // its coordination afresh on many nodes.
   void EndJob(uint64_t next_job);
   void BeginJob(uint64_t job);
-  // The set a request belongs to, or nullptr.
-  ProcessSet* SetOf(const Request& r);
-  // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
-  // order agreed once the sets are polled: every node makes the same ones at the same point.
-  void ApplySetChanges();
-  Status AddSet(const std::vector<int64_t>& ranks);
-  Status RemoveSet(int32_t id);
-  // The ranks of set `id` a request names (nullptr: not a set of this job).
-  const std::vector<uint32_t>* SetRanksOf(int32_t id) const;
   bool HasWork();
-  // Requests this daemon holds outside the negotiator (waiting for local ranks, TOPO, GPU).
-  size_t InFlight() const;
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
   // on any node; see Negotiator::SetDrain).
   bool Drained();
-  // The one way work ends, whatever ended it (a refused request, a rank gone, a stall, the drain
-  // deadline, a new job): every pending request in `scope` completes exactly once with `why`.
-  // Returns how many tensors were waiting for local ranks.
-  size_t End(const EndScope& scope, const Status& why);
-  // Why new requests must fail now (every lost rank of this job, first loss first), or "".
-  std::string BlockingLosses() const;
+  // The one way work ends, whatever ended it (a refused request, a rank gone, the drain
+  // deadline, a new job): every pending request in `scope` completes exactly once with `why`
+  // (a request here, the rest in the job: Job::End, which also ends stalled jobs).
+  void End(const EndScope& scope, const Status& why);
   bool DrainEvents();
   // False when the client broke the ring protocol; sets *did when it consumed anything.
   bool DrainSubmissions(ClientState& c, bool* did);
@@ -200,8 +139,6 @@ class Engine {
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   std::optional<Request> RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
-  // Completes what point-to-point ended (it completes nothing itself): after every call into it.
-  void CompleteTransfers();
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
   // A completed tensor into the timeline: each rank's submission and its life on this node.
   void Trace(const std::vector<Request>& requests, const Status& status);
@@ -211,27 +148,10 @@ class Engine {
   void PublishSnapshot();
   // Attached and lost ranks, by rank, with whether each holds the others up (status, metrics).
   std::vector<ClientSnapshot> SnapshotClients(uint64_t now_ns) const;
-  // The job-wide health view (health.cc, coord/job_health.h): this node's report; the view reset
-  // for a new job; a report chunk from another node; this node's report sent when due; every
-  // node's latest, this one's included.
-  NodeHealth LocalHealth(const std::vector<ClientSnapshot>& clients, const std::vector<StragglerRank>& stragglers) const;
-  void StartJobHealth(uint64_t now_ns);
-  void ReceiveHealth(uint32_t from, const ControlMessage& m);
+  // This node's health report to the other nodes, when due (Job::HealthDue).
   void SendHealth(uint64_t now_ns);
-  std::vector<NodeHealth> JobNodes(uint64_t now_ns, const std::vector<ClientSnapshot>& clients,
-                                   const std::vector<StragglerRank>& stragglers) const;
-  // Every set's stalls (ProcessSet::Stalls) and, with `transfers`, sends and receives waiting as
-  // long (PointToPoint::Waits), oldest first.
-  std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers = true) const;
-  // Once a second: logs stalls past --stall-warning-s (once per period, as Horovod's stall
-  // inspector does) and shuts the job down when one passes --stall-shutdown-s.
+  // Once a second: the job's stalls (Job::CheckStalls) and departures.
   void CheckStalls(uint64_t now_ns);
-  // Fails everything the job has pending, on every node, naming the stalls (oldest first).
-  void ShutDownStalledJob(const std::vector<StallSnapshot>& stalls);
-  // A stall in words, with how long each missing rank of this node has not called syncd.
-  std::string DescribeStall(const StallSnapshot& s, uint64_t now_ns) const;
-  // Fails what waits for ranks that detached cleanly and did not attach again in time.
-  void ExpireDepartures(uint64_t now_ns);
 
   const Config config_;
   const NodePage* node_page_;
@@ -241,31 +161,14 @@ class Engine {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<GpuExecutor> gpu_;
   std::string gpu_unavailable_ = "none was found at startup";
-  // Every process set of the job, whether this node holds ranks of it or not: its ranks, the tag
-  // slot its messages carry, and (a member spanning nodes) its view of the transport.
-  struct SetInfo {
-    std::vector<uint32_t> ranks;
-    uint32_t slot = 0;
-    std::unique_ptr<Transport> comm;
-  };
-  std::map<int32_t, SetInfo> set_info_;
-  int32_t last_set_id_ = 0;
-  uint32_t last_slot_ = 0;
-  std::vector<ReadyTensor> set_changes_;
-  ProcessSetHooks set_hooks_;  // what every set of the job runs with
-  // The job's process sets this node holds ranks of, by id; the global one (0) from the first
-  // job on. Declared after set_info_: a set goes before the transport view it runs on.
-  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+  std::unique_ptr<Job> job_;  // the job being served (null until a client attached)
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
-  PointToPoint p2p_;  // send and recv: outside the sets' coordination
   RequestLedger ledger_;  // every request read off a ring until its one completion
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
   ExecutionCounters counters_;
   CollectiveMetricsByKind metrics_;
   StragglerWindow stragglers_;
-  JobHealth health_;
   JobTimeline timeline_;
-  std::string host_;  // this machine's name, for the health view
   std::vector<std::pair<uint32_t, uint64_t>> arrivals_;  // Count()'s scratch
   uint64_t stall_warnings_ = 0;
   SpscQueue<EngineEvent> inbox_{256};
@@ -286,13 +189,9 @@ class Engine {
 
   std::map<uint32_t, ClientState> clients_;          // by client id
   std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id
-  std::map<uint32_t, LostRank> lost_ranks_;          // local rank -> why it is gone
 
   uint64_t start_ns_ = 0;
   uint64_t last_stall_check_ns_ = 0;
-  uint64_t loss_seq_ = 0;
-  uint64_t job_id_ = 0;  // the job being served (0: unspecified by its clients)
-  bool job_started_ = false;  // a client has attached since the daemon started
   uint64_t error_ops_ = 0;
   uint64_t busy_ns_ = 0, wakeups_ = 0;
 };

@@ -1,5 +1,6 @@
-// Health, live: each rank's last call into syncd and its process state (status, metrics), and the
-// job-wide view every daemon keeps of every other (coord/job_health.h). Engine thread only.
+// Health, live: each rank's last call into syncd and its process state (the engine's status and
+// metrics), and the job-wide view every daemon keeps of every other (the job's, coord/job_health.h).
+// Engine thread only.
 #include <unistd.h>
 #include <spdlog/spdlog.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/job.h"
 
 namespace syncd {
 namespace {
@@ -56,7 +58,7 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
   std::vector<ClientSnapshot> out;
   // Ranks the others have been waiting for past kUnresponsiveNs: global rank -> the oldest such tensor.
   std::map<uint32_t, const StallSnapshot*> awaited;
-  const std::vector<StallSnapshot> waits = Stalls(now_ns, kUnresponsiveNs);
+  const std::vector<StallSnapshot> waits = job_ ? job_->Stalls(now_ns, kUnresponsiveNs) : std::vector<StallSnapshot>{};
   for (const StallSnapshot& w : waits)
     for (uint32_t rank : w.missing_ranks) awaited.emplace(rank, &w);
   for (const auto& [id, c] : clients_) {
@@ -78,7 +80,7 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
                                        a == awaited.end() ? "" : a->second->name);
     out.push_back(cs);
   }
-  for (const auto& [lr, lost] : lost_ranks_) {
+  if (job_) for (const auto& [lr, lost] : job_->lost()) {
     ClientSnapshot cs;
     cs.rank = config_.node_rank * local_size_ + lr;
     cs.local_rank = lr;
@@ -90,14 +92,13 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
   return out;
 }
 
-NodeHealth Engine::LocalHealth(const std::vector<ClientSnapshot>& clients,
-                               const std::vector<StragglerRank>& stragglers) const {
+NodeHealth Job::LocalHealth(const std::vector<ClientSnapshot>& clients, const std::vector<StragglerRank>& stragglers,
+                            const StragglerWindow::NodeWait& wait) const {
   NodeHealth h;
   h.node = config_.node_rank;
   h.host = host_;
   h.daemon_pid = int32_t(getpid());
   for (const auto& [id, set] : sets_) h.pending += set->pending_tensors();
-  const StragglerWindow::NodeWait wait = stragglers_.node_wait();
   h.collectives = wait.collectives;
   h.wait_p50_ms = wait.p50_ms;
   h.wait_p95_ms = wait.p95_ms;
@@ -124,35 +125,40 @@ NodeHealth Engine::LocalHealth(const std::vector<ClientSnapshot>& clients,
   return h;
 }
 
-void Engine::StartJobHealth(uint64_t now_ns) {
-  if (host_.empty()) host_ = HostName();
-  health_ = JobHealth(transport_ ? transport_->size() : 1, transport_ ? transport_->rank() : 0, now_ns);
+void Job::StartHealth(uint64_t now_ns) {
+  host_ = HostName();
+  health_ = JobHealth(links_.transport ? links_.transport->size() : 1, links_.transport ? links_.transport->rank() : 0, now_ns);
 }
 
-void Engine::ReceiveHealth(uint32_t from, const ControlMessage& m) {
+void Job::ReceiveHealth(uint32_t from, const ControlMessage& m) {
   const Status st = health_.Receive(from, m, abi::MonotonicNs());
   // Only the view suffers: the job goes on.
   if (!st.ok()) spdlog::warn("job health: {}", st.message());
 }
 
-void Engine::SendHealth(uint64_t now_ns) {
-  if (!transport_ || sets_.count(0) == 0 || !health_.Due(now_ns)) return;
-  const NodeHealth mine = LocalHealth(SnapshotClients(now_ns), stragglers_.Summary());
-  for (ControlMessage& m : health_.Encode(mine, job_id_))
-    if (!sets_.at(0)->TellNodes(std::move(m))) break;
+bool Job::HealthDue(uint64_t now_ns) { return links_.transport != nullptr && sets_.count(0) != 0 && health_.Due(now_ns); }
+
+void Job::SendHealth(const NodeHealth& mine) {
+  for (ControlMessage& m : health_.Encode(mine, id_))
+    if (!TellNodes(std::move(m), -1)) break;
 }
 
-std::vector<NodeHealth> Engine::JobNodes(uint64_t now_ns, const std::vector<ClientSnapshot>& clients,
-                                         const std::vector<StragglerRank>& stragglers) const {
+std::vector<NodeHealth> Job::Nodes(uint64_t now_ns, const NodeHealth& mine) const {
   std::vector<NodeHealth> out;
-  if (!transport_) return out;
-  std::vector<bool> lost(transport_->size());
-  for (uint32_t p = 0; p < lost.size(); ++p) lost[p] = p != transport_->rank() && transport_->PeerLost(p);
+  const Transport* t = links_.transport;
+  if (t == nullptr) return out;
+  std::vector<bool> lost(t->size());
+  for (uint32_t p = 0; p < lost.size(); ++p) lost[p] = p != t->rank() && t->PeerLost(p);
   out = health_.Peers(now_ns, lost);
-  out.push_back(LocalHealth(clients, stragglers));
+  out.push_back(mine);
   CompareNodeWaits(&out);
   std::sort(out.begin(), out.end(), [](const NodeHealth& a, const NodeHealth& b) { return a.node < b.node; });
   return out;
+}
+
+void Engine::SendHealth(uint64_t now_ns) {
+  if (!job_ || !job_->HealthDue(now_ns)) return;
+  job_->SendHealth(job_->LocalHealth(SnapshotClients(now_ns), stragglers_.Summary(), stragglers_.node_wait()));
 }
 
 }  // namespace syncd

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/job.h"
 #include "daemon/engine/engine_timing.h"
 
 namespace syncd {
@@ -42,7 +43,7 @@ std::string Describe(const StallSnapshot& s) {
 
 }  // namespace
 
-std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers) const {
+std::vector<StallSnapshot> Job::Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers) const {
   std::vector<StallSnapshot> out;
   for (const auto& [id, set] : sets_)
     for (StallSnapshot& s : set->Stalls(now_ns, min_age_ns)) out.push_back(std::move(s));
@@ -52,15 +53,15 @@ std::vector<StallSnapshot> Engine::Stalls(uint64_t now_ns, uint64_t min_age_ns, 
   return out;
 }
 
-void Engine::CheckStalls(uint64_t now_ns) {
-  last_stall_check_ns_ = now_ns;
+uint64_t Job::CheckStalls(uint64_t now_ns, const std::vector<RankActivity>& here) {
+  uint64_t warnings = 0;
   const double period_s = double(config_.stall_warning_s);
   for (const StallSnapshot& s : Stalls(now_ns, uint64_t(config_.stall_warning_s) * kNsPerS)) {
     if (std::fmod(s.waiting_s - period_s, period_s) >= double(kStallCheckPeriodNs) / 1e9) continue;
-    spdlog::warn("stall: {}", DescribeStall(s, now_ns));
-    ++stall_warnings_;
+    spdlog::warn("stall: {}", DescribeStall(s, now_ns, here));
+    ++warnings;
   }
-  if (config_.stall_shutdown_s == 0) return;
+  if (config_.stall_shutdown_s == 0) return warnings;
   // Once the oldest stall passes --stall-shutdown-s the job ends, naming every tensor that stalls
   // by then (past the warning time), oldest first: ranks that submit different names wait for
   // each other, and the names one of them waits on may be a moment younger.
@@ -68,23 +69,33 @@ void Engine::CheckStalls(uint64_t now_ns) {
   // Sends and receives are the program's own pattern (a receive may wait for long on purpose):
   // they are warned about, and bounded by the caller's timeout, not by this.
   const std::vector<StallSnapshot> stalled = Stalls(now_ns, uint64_t(named_s) * kNsPerS, /*transfers=*/false);
-  if (!stalled.empty() && stalled.front().waiting_s >= double(config_.stall_shutdown_s)) ShutDownStalledJob(stalled);
+  if (stalled.empty() || stalled.front().waiting_s < double(config_.stall_shutdown_s)) return warnings;
+  // Ranks that submit different names each wait for the other: name a few, not just one.
+  std::string what;
+  for (size_t i = 0; i < stalled.size() && i < kStallsNamed; ++i)
+    what += (i ? "; " : "") + DescribeStall(stalled[i], now_ns, here);
+  if (stalled.size() > kStallsNamed) what += "; and " + std::to_string(stalled.size() - kStallsNamed) + " more";
+  const Status why(SYNCD_ERR_STALLED, "the job was shut down after a stall of --stall-shutdown-s " +
+                                          std::to_string(config_.stall_shutdown_s) + " s: " + what);
+  spdlog::error("{}", why.message());
+  End(EndScope::Job(ProcessSet::Reach::kJob), why);  // many nodes: tells the others, which fail what they hold
+  return warnings;
 }
 
-std::string Engine::DescribeStall(const StallSnapshot& s, uint64_t now_ns) const {
+std::string Job::DescribeStall(const StallSnapshot& s, uint64_t now_ns, const std::vector<RankActivity>& here) const {
   std::string text = Describe(s);
   std::vector<NodeHealth> others;  // ranks of other nodes: as their daemons' latest reports say
   for (uint32_t rank : s.missing_ranks) {
-    bool here = false;
-    for (const auto& [id, c] : clients_)
-      if (c.info->rank == rank) {
-        here = true;
+    bool local = false;
+    for (const RankActivity& a : here)
+      if (a.rank == rank) {
+        local = true;
         text += " [rank " + std::to_string(rank) +
-                (c.last_submit_ns ? " last called syncd " + std::to_string((now_ns - c.last_submit_ns) / kNsPerS) + " s ago]"
-                                  : " has not called syncd since it attached]");
+                (a.last_call_ns ? " last called syncd " + std::to_string((now_ns - a.last_call_ns) / kNsPerS) + " s ago]"
+                                : " has not called syncd since it attached]");
       }
-    if (here || !transport_) continue;
-    if (others.empty()) others = health_.Peers(now_ns, std::vector<bool>(transport_->size(), false));
+    if (local || links_.transport == nullptr) continue;
+    if (others.empty()) others = health_.Peers(now_ns, std::vector<bool>(links_.transport->size(), false));
     for (const NodeHealth& n : others)
       for (const RankHealth& r : n.ranks)
         if (r.rank == rank) {
@@ -102,16 +113,14 @@ std::string Engine::DescribeStall(const StallSnapshot& s, uint64_t now_ns) const
   return text;
 }
 
-void Engine::ShutDownStalledJob(const std::vector<StallSnapshot>& stalls) {
-  // Ranks that submit different names each wait for the other: name a few, not just one.
-  std::string what;
-  const uint64_t now_ns = abi::MonotonicNs();
-  for (size_t i = 0; i < stalls.size() && i < kStallsNamed; ++i) what += (i ? "; " : "") + DescribeStall(stalls[i], now_ns);
-  if (stalls.size() > kStallsNamed) what += "; and " + std::to_string(stalls.size() - kStallsNamed) + " more";
-  const Status why(SYNCD_ERR_STALLED, "the job was shut down after a stall of --stall-shutdown-s " +
-                                          std::to_string(config_.stall_shutdown_s) + " s: " + what);
-  spdlog::error("{}", why.message());
-  End(EndScope::Job(ProcessSet::Reach::kJob), why);  // many nodes: tells the others, which fail what they hold
+void Engine::CheckStalls(uint64_t now_ns) {
+  last_stall_check_ns_ = now_ns;
+  if (!job_) return;
+  std::vector<RankActivity> here;
+  for (const auto& [id, c] : clients_) here.push_back({c.info->rank, c.last_submit_ns});
+  stall_warnings_ += job_->CheckStalls(now_ns, here);
+  job_->ExpireDepartures(now_ns, !clients_.empty());
+  FlushClients();
 }
 
 }  // namespace syncd

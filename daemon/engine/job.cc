@@ -1,0 +1,302 @@
+// A job on this node (job.h): its process sets, point-to-point, the ranks it lost, and how its
+// work ends. Stalls are in stalls.cc, the health view in health.cc. Engine thread only.
+#include "daemon/engine/job.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "daemon/transport/set_transport.h"
+
+namespace syncd {
+namespace {
+
+// How long requests wait for a rank that detached cleanly between collectives to attach again.
+constexpr uint64_t kRejoinGraceNs = 2'000'000'000;
+
+}  // namespace
+
+Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
+    : config_(config), id_(id), local_size_(local_size), links_(std::move(links)) {
+  StartHealth(abi::MonotonicNs());
+  set_hooks_ = links_.hooks;
+  set_hooks_.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
+  set_hooks_.on_notice = [this](uint32_t from, const ControlMessage& m) {
+    if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(from, m);
+    else if (links_.hooks.on_notice) links_.hooks.on_notice(from, m);
+  };
+  PointToPoint::Links p2p;
+  p2p.transport = links_.transport;
+  p2p.job = id;
+  p2p.node_rank = config_.node_rank;
+  p2p.local_size = local_size_;
+  p2p.ledger = set_hooks_.ledger;
+  p2p.started = [this] {
+    const auto it = sets_.find(0);
+    return it != sets_.end() && it->second->Started();
+  };
+  p2p_.BeginJob(std::move(p2p));
+  ProcessSetPlace global =
+      ProcessSetPlace::Global(id, local_size_, config_.nodes, config_.node_rank, links_.transport, links_.gpu);
+  set_info_[0] = SetInfo{global.ranks, 0, nullptr};
+  sets_[0] = std::make_unique<ProcessSet>(config_, std::move(global), links_.counters, set_hooks_);
+}
+
+Job::~Job() { sets_.clear(); }
+
+Status Job::Take(Request&& r) {
+  ProcessSet* set = SetOf(r.process_set);
+  if (set == nullptr)
+    return InvalidArgument("tensor '" + r.name + "': process set " + std::to_string(r.process_set) +
+                           " is not one of this job's");
+  if (Status why = set->Refusal(); !why.ok())
+    return Status(why.code(), "tensor '" + r.name + "': cannot run, " + why.message());
+  if (!lost_.empty())
+    if (std::string losses = BlockingLosses(); !losses.empty())
+      return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': cannot run, " + losses);
+  if (set_hooks_.ledger != nullptr) set_hooks_.ledger->Enter(r, RequestState::kWaiting, r.received_ns);  // in its set from now
+  if (abi::IsPointToPoint(r.kind)) {
+    p2p_.Add(std::move(r));
+    CompleteTransfers();
+    return Status::Ok();
+  }
+  return set->Add(std::move(r));
+}
+
+bool Job::Poll(uint64_t now_ns) {
+  bool did = false;
+  for (auto& [id, set] : sets_) did |= set->Poll(now_ns);
+  if (p2p_.InFlight() > 0) {
+    did |= p2p_.Poll();
+    // The job failed (a lost rank or node, a stall): no transfer of it can complete.
+    if (auto it = sets_.find(0); it != sets_.end())
+      if (Status why = it->second->Refusal(); !why.ok()) p2p_.EndAll(why);
+    CompleteTransfers();
+  }
+  if (!set_changes_.empty()) {
+    ApplySetChanges();
+    did = true;
+  }
+  return did;
+}
+
+size_t Job::End(const EndScope& scope, const Status& why) {
+  size_t waiting = 0;
+  switch (scope.kind) {
+    case EndScope::Kind::kRequest:  // the engine's: a request no set or transfer holds
+      return 0;
+    case EndScope::Kind::kClient:
+      p2p_.EndRank(scope.local_rank, config_.node_rank * local_size_ + scope.local_rank, why);
+      for (auto& [id, set] : sets_) waiting += set->End(why, ProcessSet::Reach::kRank, scope.peers_why);
+      break;
+    case EndScope::Kind::kProcessSet:
+      p2p_.EndAll(why, scope.set);
+      if (auto it = sets_.find(scope.set); it != sets_.end()) waiting = it->second->End(why, scope.reach, scope.peers_why);
+      break;
+    case EndScope::Kind::kJob:
+      p2p_.EndAll(why);
+      for (auto& [id, set] : sets_) waiting += set->End(why, scope.reach, scope.peers_why);
+      break;
+  }
+  CompleteTransfers();
+  if (set_hooks_.flush) set_hooks_.flush();
+  return waiting;
+}
+
+void Job::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {
+  for (auto& [id, set] : sets_) set->Leave(deadline_ns, why, peer_reason);
+}
+
+void Job::Retire(std::vector<std::unique_ptr<ProcessSet>>* retired) {
+  for (auto& [id, set] : sets_)
+    if (set->gpu_busy()) retired->push_back(std::move(set));
+  sets_.clear();
+  set_info_.clear();
+  set_changes_.clear();
+}
+
+bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::string& who_why, bool clean,
+                   size_t attached_left) {
+  // Requests of this rank still in flight were abandoned: what needs them cannot complete.
+  bool abandoned = false;
+  for (const auto& [id, set] : sets_) abandoned = abandoned || set->Abandons(local_rank);
+  abandoned = abandoned || p2p_.Holds(rank);
+  LostRank& lost = lost_[local_rank] = LostRank{pid, who_why, true, ++loss_seq_};
+  // Once every local rank has come and gone the job is over: the next job's ranks may attach in
+  // any order, so departed ranks stop failing new requests (they stay listed as lost until their
+  // slots are reused). A rank that left before a slower one even attached still blocks.
+  const bool job_over = attached_left == 0 && lost_.size() == local_size_;
+  if (job_over)
+    for (auto& [lr, l] : lost_) l.blocking = false;
+  // A clean detach between collectives (Horovod's shutdown() then init() again, on every rank):
+  // requests that need this rank wait for it to attach again, for a grace period.
+  if (clean && !abandoned && !job_over) {
+    lost.blocking = false;
+    lost.rejoin_deadline_ns = abi::MonotonicNs() + kRejoinGraceNs;
+    return false;
+  }
+  // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
+  // flight (the normal end of a job), the job cannot go on. This holds even when it was this
+  // node's last rank: the other nodes' ranks still wait for it.
+  const Status peers = !clean || abandoned ? Status(SYNCD_ERR_RANK_LOST, who_why) : Status::Ok();
+  End(EndScope::Client(local_rank, peers), Status(SYNCD_ERR_RANK_LOST, who_why + " while the collective was in flight"));
+  return job_over;
+}
+
+void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
+  std::string expired;
+  std::vector<uint32_t> expired_ranks;  // local
+  for (auto& [lr, lost] : lost_) {
+    if (lost.rejoin_deadline_ns == 0 || now_ns < lost.rejoin_deadline_ns) continue;
+    expired_ranks.push_back(lr);
+    lost.rejoin_deadline_ns = 0;
+    lost.blocking = true;
+    lost.reason += " and did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s";
+    expired += (expired.empty() ? "" : "; ") + lost.reason;
+  }
+  if (expired.empty() || !any_attached) return;
+  // They will not come: what waits for them fails, and when anything did, the job ends on every
+  // node (other nodes' ranks wait for them too).
+  const Status why(SYNCD_ERR_RANK_LOST, expired);
+  bool waiting = false;
+  for (const auto& [id, set] : sets_) waiting = waiting || set->InFlight() > 0;
+  // Receives here from each of them fail (End does the first's, with every set's requests).
+  for (size_t i = 1; i < expired_ranks.size(); ++i)
+    p2p_.EndRank(expired_ranks[i], config_.node_rank * local_size_ + expired_ranks[i], why);
+  End(EndScope::Client(expired_ranks.front(), waiting ? why : Status::Ok()), why);
+}
+
+std::string Job::BlockingLosses() const {
+  std::vector<const LostRank*> losses;
+  for (const auto& [lr, lost] : lost_)
+    if (lost.blocking) losses.push_back(&lost);
+  std::sort(losses.begin(), losses.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
+  std::string out;
+  for (const LostRank* l : losses) out += (out.empty() ? "" : "; ") + l->reason;
+  return out;
+}
+
+ProcessSet* Job::SetOf(int32_t id) {
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second.get();
+}
+
+const std::vector<uint32_t>* Job::SetRanksOf(int32_t id) const {
+  auto it = set_info_.find(id);
+  return it == set_info_.end() ? nullptr : &it->second.ranks;
+}
+
+bool Job::TellNodes(ControlMessage m, int32_t node) {
+  const auto it = sets_.find(0);
+  return it != sets_.end() && it->second->TellNodes(std::move(m), node);
+}
+
+void Job::CompleteTransfers() {
+  for (PointToPoint::Ended& e : p2p_.TakeEnded()) set_hooks_.complete({std::move(e.request)}, e.status);  // counted per kind
+}
+
+void Job::ApplySetChanges() {
+  std::vector<ReadyTensor> changes = std::exchange(set_changes_, {});
+  for (ReadyTensor& t : changes) {
+    const Request& f = t.first();
+    const Status result = f.kind == abi::OpKind::kAddProcessSet ? AddSet(f.splits) : RemoveSet(f.root);
+    set_hooks_.complete(t.requests, result);
+  }
+}
+
+Status Job::AddSet(const std::vector<int64_t>& ranks) {
+  if (set_info_.size() >= size_t(abi::kMaxProcessSets))
+    return InvalidArgument("at most " + std::to_string(abi::kMaxProcessSets) +
+                           " process sets (the global one included) may exist at once; remove one first");
+  const int32_t id = ++last_set_id_;
+  // A tag slot no live set uses, the least recently freed first (a removed set's late messages
+  // then meet no new set for a long while).
+  uint32_t slot = last_slot_;
+  auto used = [this](uint32_t s) {
+    for (const auto& [sid, info] : set_info_)
+      if (info.slot == s) return true;
+    return false;
+  };
+  do slot = slot % uint32_t(abi::kMaxProcessSets) + 1;
+  while (used(slot));
+  last_slot_ = slot;
+  ProcessSetPlace place;
+  place.id = id;
+  place.job = id_;
+  std::vector<uint32_t> nodes;  // the set's nodes, in order
+  for (int64_t r : ranks) {
+    const uint32_t node = uint32_t(r) / local_size_;
+    if (nodes.empty() || nodes.back() != node) {
+      nodes.push_back(node);
+      place.offsets.push_back(uint32_t(place.ranks.size()));
+    }
+    place.ranks.push_back(uint32_t(r));
+    if (node == config_.node_rank) place.local_ranks.push_back(uint32_t(r) % local_size_);
+  }
+  place.offsets.push_back(uint32_t(place.ranks.size()));
+  SetInfo info{place.ranks, slot, nullptr};
+  if (!place.local_ranks.empty()) {
+    place.node_rank = uint32_t(std::find(nodes.begin(), nodes.end(), config_.node_rank) - nodes.begin());
+    if (nodes.size() > 1) info.comm = std::make_unique<SetTransport>(links_.transport, nodes, slot);
+    place.comm = info.comm.get();
+    spdlog::info("process set {}: {} ranks on {} nodes, {} here", id, place.ranks.size(), nodes.size(),
+                 place.local_ranks.size());
+    set_info_[id] = std::move(info);
+    sets_[id] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
+  } else {
+    set_info_[id] = std::move(info);
+  }
+  return Status(SYNCD_OK, "process set " + std::to_string(id));
+}
+
+Status Job::RemoveSet(int32_t id) {
+  if (id == 0) return InvalidArgument("the global process set cannot be removed");
+  auto info = set_info_.find(id);
+  if (info == set_info_.end()) return InvalidArgument("process set " + std::to_string(id) + " is not one of this job's");
+  if (auto it = sets_.find(id); it != sets_.end()) {
+    // Every node removes it at this point of the global set's order: what it still holds fails.
+    End(EndScope::Set(id, ProcessSet::Reach::kRemoved),
+        InvalidArgument("process set " + std::to_string(id) + " was removed while it ran"));
+    sets_.erase(it);
+  }
+  set_info_.erase(info);
+  return Status(SYNCD_OK, "process set " + std::to_string(id));
+}
+
+size_t Job::InFlight() const {
+  size_t n = 0;
+  for (const auto& [id, set] : sets_) n += set->InFlight();
+  return n + p2p_.InFlight();
+}
+
+bool Job::Drained(bool idle_here) {
+  bool drained = idle_here;
+  for (auto& [id, set] : sets_) drained = set->Drained(idle_here) && drained;  // every set hears of the drain
+  return drained;
+}
+
+uint64_t Job::NextPollNs(uint64_t now_ns, bool* data_waits) const {
+  uint64_t next_ns = UINT64_MAX;
+  for (const auto& [id, set] : sets_) {
+    const uint64_t next = set->NextPollNs(now_ns);
+    next_ns = std::min(next_ns, next);
+    if (next <= now_ns && !set->WaitsOnlyOnCycle()) *data_waits = true;
+  }
+  return next_ns;
+}
+
+void Job::SnapshotSets(uint64_t now_ns, const RequestLedger& ledger, uint64_t stall_ns,
+                       std::vector<ProcessSetSnapshot>* sets, std::vector<StallSnapshot>* stalls) const {
+  for (const auto& [id, set] : sets_) {
+    sets->push_back(set->Snapshot(now_ns));
+    ProcessSetSnapshot& snap = sets->back();
+    const RequestStates in = ledger.InSet(id);
+    for (size_t i = 0; i < kRequestStates; ++i)
+      snap.requests.push_back({RequestStateName(RequestState(i)), in.count[i],
+                               in.count[i] == 0 ? 0.0 : double(now_ns - std::min(now_ns, in.oldest_since_ns[i])) / 1e9});
+    for (StallSnapshot& st : p2p_.Waits(now_ns, stall_ns, id)) snap.stalls.push_back(std::move(st));
+    for (const StallSnapshot& st : snap.stalls) stalls->push_back(st);
+  }
+}
+
+}  // namespace syncd

@@ -1,0 +1,213 @@
+// A job on this node: what its ranks run together, from its first rank's attach until the next
+// job's first. The job owns its process sets (the global one, and those it adds and removes at
+// agreed points), its point-to-point transfers, the ranks it lost and what waits for them, its
+// stalls (warned about, then the job shut down) and its job-wide health view. The engine
+// (engine.h) owns what outlives a job: the clients and their rings, validation, completion,
+// metrics, the timeline and the status; it hands the job each checked request (Take) and each
+// rank's coming and going, and the job ends work by scope (End). Every completion goes out through
+// the sets' hooks (ProcessSetHooks::complete), so the job finishes requests only one way.
+//
+// Engine thread only.
+#ifndef SYNCD_DAEMON_ENGINE_JOB_H_
+#define SYNCD_DAEMON_ENGINE_JOB_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/base/config.h"
+#include "daemon/coord/job_health.h"
+#include "daemon/engine/point_to_point.h"
+#include "daemon/engine/process_set.h"
+#include "daemon/obs/status_snapshot.h"
+#include "daemon/obs/stragglers.h"
+
+namespace syncd {
+
+// What Engine::End ends: one request, what a gone rank leaves behind, a process set, or the job.
+struct EndScope {
+  enum class Kind { kRequest, kClient, kProcessSet, kJob };
+  Kind kind = Kind::kJob;
+  const Request* request = nullptr;  // kRequest
+  uint32_t local_rank = 0;           // kClient: the rank that is gone
+  int32_t set = 0;                   // kProcessSet
+  // kClient, kProcessSet, kJob: how far it reaches (ProcessSet::Reach; kClient: kRank).
+  ProcessSet::Reach reach = ProcessSet::Reach::kJob;
+  Status peers_why;  // what the other nodes are told (kRank: OK means nothing; kJob: OK means `why`)
+
+  static EndScope OneRequest(const Request& r) {
+    EndScope s;
+    s.kind = Kind::kRequest;
+    s.request = &r;
+    return s;
+  }
+  static EndScope Client(uint32_t local_rank, Status peers_why) {
+    EndScope s;
+    s.kind = Kind::kClient;
+    s.local_rank = local_rank;
+    s.reach = ProcessSet::Reach::kRank;
+    s.peers_why = std::move(peers_why);
+    return s;
+  }
+  static EndScope Set(int32_t id, ProcessSet::Reach reach) {
+    EndScope s;
+    s.kind = Kind::kProcessSet;
+    s.set = id;
+    s.reach = reach;
+    return s;
+  }
+  static EndScope Job(ProcessSet::Reach reach) {
+    EndScope s;
+    s.reach = reach;
+    return s;
+  }
+};
+
+// A rank of this node that is gone, and why.
+struct LostRank {
+  int32_t pid = 0;
+  std::string reason;
+  bool blocking = true;  // new requests fail at once; cleared when the job's last client leaves
+  uint64_t seq = 0;      // order of loss
+  // A rank that detached between collectives may attach again (hvd.shutdown(), then init()):
+  // until this deadline requests that need it wait; 0 when not waiting for it.
+  uint64_t rejoin_deadline_ns = 0;
+};
+
+// When a rank of this node last called syncd (the stall messages say so).
+struct RankActivity {
+  uint32_t rank = 0;
+  uint64_t last_call_ns = 0;  // 0: not since it attached
+};
+
+class Job {
+ public:
+  struct Links {
+    Transport* transport = nullptr;  // the job's daemons; nullptr: one node
+    GpuExecutor* gpu = nullptr;      // this node's GPUs, or nullptr
+    ExecutionCounters* counters = nullptr;
+    // What every set of the job runs with. The job takes the set changes (change_sets) and the
+    // health reports among the notices; the other notices go on to `hooks.on_notice`.
+    ProcessSetHooks hooks;
+  };
+  Job(const Config& config, uint64_t id, uint32_t local_size, Links links);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  uint64_t id() const { return id_; }
+
+  // Intake: a checked request of a rank of this node goes to its process set or to
+  // point-to-point. A refusal (no such set, the job failed, a rank it needs is lost) is returned;
+  // `r` is then the caller's to complete with it.
+  Status Take(Request&& r);
+  // Moves every set and transfer on; applies agreed set changes. Returns whether it did work.
+  bool Poll(uint64_t now_ns);
+  // Ends work in `scope` (not kRequest: that is the engine's): every pending request of it
+  // completes exactly once with `why`. Returns how many tensors were waiting for local ranks.
+  size_t End(const EndScope& scope, const Status& why);
+  // This node leaves the job (the daemon stops, or the next job starts): the other nodes learn it
+  // without a lost node.
+  void Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason);
+  // The job is over: sets with GPU work still enqueued move to `retired` (they complete it to
+  // nobody); the rest go with the job.
+  void Retire(std::vector<std::unique_ptr<ProcessSet>>* retired);
+
+  // Ranks. A local rank attached (again); it is not lost any more.
+  void Attached(uint32_t local_rank) { lost_.erase(local_rank); }
+  // Local rank `local_rank` (global `rank`, process `pid`) left: `who_why` says who and why;
+  // `clean`: it detached with syncd_shutdown; `attached_left`: how many of this node's ranks are
+  // still attached. What needs it fails (and, unless it left cleanly between collectives, the job
+  // ends on every node); a clean detach with nothing in flight waits for a rejoin instead.
+  // Returns whether the job is over here (every local rank came and went).
+  bool RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::string& who_why, bool clean,
+                size_t attached_left);
+  // Fails what waits for ranks that detached cleanly and did not attach again in time.
+  void ExpireDepartures(uint64_t now_ns, bool any_attached);
+  const std::map<uint32_t, LostRank>& lost() const { return lost_; }
+
+  // The ranks of set `id` a request names (nullptr: not a set of this job).
+  const std::vector<uint32_t>* SetRanksOf(int32_t id) const;
+  // How many nodes set `id` spans here (0: this node holds none of its ranks).
+  uint32_t NodesOf(int32_t id) const {
+    const auto it = sets_.find(id);
+    return it == sets_.end() ? 0 : it->second->place().nodes();
+  }
+  // Sends on the global set's control channel (JobTimeline): to node `node`, -1 every other.
+  bool TellNodes(ControlMessage m, int32_t node);
+
+  // The engine's loop: requests held here; whether the job is drained everywhere (`idle_here`:
+  // the engine holds nothing else); when the sets next need a poll (0: at once; UINT64_MAX:
+  // nothing waits) and whether data, not only a coordination cycle, waits on the network.
+  size_t InFlight() const;
+  bool Drained(bool idle_here);
+  uint64_t NextPollNs(uint64_t now_ns, bool* data_waits) const;
+  bool WaitsOnNetwork() const { return p2p_.WaitsOnNetwork(); }
+
+  // Stalls (stalls.cc): every set's, and with `transfers` the sends and receives waiting as long,
+  // oldest first. Once a second: logs those past --stall-warning-s (returns how many) and shuts
+  // the job down when one passes --stall-shutdown-s; `here` says when this node's ranks last
+  // called syncd.
+  std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers = true) const;
+  uint64_t CheckStalls(uint64_t now_ns, const std::vector<RankActivity>& here);
+
+  // Health (health.cc): this node's report from what the engine knows of its ranks; whether a
+  // report is due to the other nodes, and sending it; every node's latest, this one's included.
+  NodeHealth LocalHealth(const std::vector<ClientSnapshot>& clients, const std::vector<StragglerRank>& stragglers,
+                         const StragglerWindow::NodeWait& wait) const;
+  bool HealthDue(uint64_t now_ns);
+  void SendHealth(const NodeHealth& mine);
+  std::vector<NodeHealth> Nodes(uint64_t now_ns, const NodeHealth& mine) const;
+
+  // Each set's snapshot with its requests by state (from `ledger`) and its transfers waiting
+  // `stall_ns` or longer; every stall among them into `stalls`.
+  void SnapshotSets(uint64_t now_ns, const RequestLedger& ledger, uint64_t stall_ns,
+                    std::vector<ProcessSetSnapshot>* sets, std::vector<StallSnapshot>* stalls) const;
+
+ private:
+  // Every process set of the job, whether this node holds ranks of it or not: its ranks, the tag
+  // slot its messages carry, and (a member spanning nodes) its view of the transport.
+  struct SetInfo {
+    std::vector<uint32_t> ranks;
+    uint32_t slot = 0;
+    std::unique_ptr<Transport> comm;
+  };
+  ProcessSet* SetOf(int32_t id);
+  // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
+  // order agreed once the sets are polled: every node makes the same ones at the same point.
+  void ApplySetChanges();
+  Status AddSet(const std::vector<int64_t>& ranks);
+  Status RemoveSet(int32_t id);
+  // Completes what point-to-point ended (it completes nothing itself): after every call into it.
+  void CompleteTransfers();
+  // Why new requests must fail now (every blocking loss, first loss first), or "".
+  std::string BlockingLosses() const;
+  // A stall in words, with how long each missing rank has not called syncd (`here`: this node's
+  // ranks; other nodes' as their daemons' latest reports say).
+  std::string DescribeStall(const StallSnapshot& s, uint64_t now_ns, const std::vector<RankActivity>& here) const;
+  void StartHealth(uint64_t now_ns);
+  void ReceiveHealth(uint32_t from, const ControlMessage& m);
+
+  const Config& config_;
+  const uint64_t id_;
+  const uint32_t local_size_;
+  Links links_;
+  std::map<int32_t, SetInfo> set_info_;
+  int32_t last_set_id_ = 0;
+  uint32_t last_slot_ = 0;
+  std::vector<ReadyTensor> set_changes_;
+  ProcessSetHooks set_hooks_;  // what every set runs with (the job's own change_sets and on_notice)
+  // The job's process sets this node holds ranks of, by id. Declared after set_info_: a set goes
+  // before the transport view it runs on.
+  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+  PointToPoint p2p_;  // send and recv: outside the sets' coordination
+  std::map<uint32_t, LostRank> lost_;  // local rank -> why it is gone
+  uint64_t loss_seq_ = 0;
+  JobHealth health_;
+  std::string host_;  // this machine's name, for the health view
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_JOB_H_
