@@ -2,6 +2,7 @@
 #define SYNCD_DAEMON_BASE_VERSION_H_
 
 #include <cstdint>
+#include <string>
 
 namespace syncd {
 inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake from project()
@@ -12,6 +13,12 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // every structured message also carries it, so a message of another version is refused by name.
 // 1 was the versionless protocol before it was counted.
 inline constexpr uint32_t kWireVersion = 2;
+
+// Why a message `what` of protocol `version` is refused.
+inline std::string WrongWireVersion(const char* what, uint32_t version) {
+  return std::string(what) + " of daemon protocol " + std::to_string(version) + "; this daemon speaks " +
+         std::to_string(kWireVersion) + " (every daemon of a job must run the same syncd)";
+}
 }
 
 #endif  // SYNCD_DAEMON_BASE_VERSION_H_

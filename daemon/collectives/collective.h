@@ -96,7 +96,7 @@ class Collective {
   virtual std::string Disagreement(const std::vector<Request>& requests) const;
   // Requests with equal keys may run as one fused group; nullopt: each request runs alone.
   virtual std::optional<FusionKey> FusionKeyOf(const Request& r) const;
-  // Whether its requests run in rounds of their own (a partial allreduce: coord/partial_runner.h)
+  // Whether its requests run in rounds of their own (a partial allreduce: collectives/partial/runner.h)
   // instead of being matched across ranks by the tensor table and coordinated.
   virtual bool partial() const { return false; }
   // Whether the ranks' first dimensions and splits may differ (they then travel to the

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <string_view>
 
 #include "daemon/base/version.h"
 #include "daemon/collectives/collective.h"
@@ -92,11 +91,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-std::string WrongVersion(const char* what, uint32_t version) {
-  return std::string(what) + " of daemon protocol " + std::to_string(version) + "; this daemon speaks " +
-         std::to_string(kWireVersion) + " (every daemon of a job must run the same syncd)";
-}
-
 }  // namespace
 
 TensorMeta TensorMeta::Of(const ReadyTensor& t) {
@@ -116,33 +110,6 @@ TensorMeta TensorMeta::Of(const ReadyTensor& t) {
   } else if (abi::IsSetChange(r.kind)) {
     m.splits = r.splits;  // the set's ranks
   }
-  return m;
-}
-
-void EncodeControl(const ControlMessage& m, char* out) {
-  memset(out, 0, kControlMessageBytes);
-  out[0] = char(m.kind);
-  memcpy(out + 1, &m.job, 8);
-  memcpy(out + 9, &m.cycle, 8);
-  memcpy(out + 17, &m.code, 4);
-  out[21] = char(kWireVersion);
-  memcpy(out + 22, m.text.data(), std::min(m.text.size(), kControlTextBytes));
-}
-
-StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
-  if (n != kControlMessageBytes)
-    return ProtocolError("control message of " + std::to_string(n) + " bytes, expected " +
-                         std::to_string(kControlMessageBytes));
-  ControlMessage m;
-  m.kind = ControlMessage::Kind(bytes[0]);
-  if (std::string_view("ALCHRPQNXYTU").find(bytes[0]) == std::string_view::npos)
-    return ProtocolError("control message of unknown kind " + std::to_string(int(uint8_t(bytes[0]))));
-  if (uint8_t(bytes[21]) != kWireVersion)
-    return ProtocolError(WrongVersion("control message", uint8_t(bytes[21])));
-  memcpy(&m.job, bytes + 1, 8);
-  memcpy(&m.cycle, bytes + 9, 8);
-  memcpy(&m.code, bytes + 17, 4);
-  m.text.assign(bytes + 22, strnlen(bytes + 22, kControlTextBytes));
   return m;
 }
 
@@ -186,7 +153,7 @@ StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes) {
   uint32_t version, n;
   std::vector<NameRequest> v;
   if (!rd.Get(&version)) return ProtocolError("negotiation: truncated request list");
-  if (version != kWireVersion) return ProtocolError(WrongVersion("negotiation request list", version));
+  if (version != kWireVersion) return ProtocolError(WrongWireVersion("negotiation request list", version));
   if (!rd.Get(&n)) return ProtocolError("negotiation: truncated request list");
   for (uint32_t i = 0; i < n; ++i) {
     NameRequest r;
@@ -217,7 +184,7 @@ StatusOr<std::vector<NameResponse>> DecodeResponses(const std::string& bytes) {
   uint32_t version, n;
   std::vector<NameResponse> v;
   if (!rd.Get(&version)) return ProtocolError("negotiation: truncated response list");
-  if (version != kWireVersion) return ProtocolError(WrongVersion("negotiation response list", version));
+  if (version != kWireVersion) return ProtocolError(WrongWireVersion("negotiation response list", version));
   if (!rd.Get(&n)) return ProtocolError("negotiation: truncated response list");
   for (uint32_t i = 0; i < n; ++i) {
     NameResponse r;

@@ -1,4 +1,5 @@
-// What daemons tell each other about a tensor during negotiation, and its byte encoding.
+// What daemons tell each other about a tensor during negotiation, and its byte encoding (the
+// control channel's messages: transport/control_message.h).
 // Only the engine thread uses it; the encoding is little-endian and length-prefixed. Every
 // message carries the daemon protocol's version (kWireVersion, base/version.h): the rendezvous
 // refuses a daemon of another version, and a message of another version fails to decode, naming
@@ -13,6 +14,7 @@
 #include "daemon/base/status.h"
 #include "daemon/core/request.h"
 #include "daemon/core/tensor_table.h"
+#include "daemon/transport/control_message.h"
 
 namespace syncd {
 
@@ -54,37 +56,6 @@ struct NameResponse {
   int32_t cache_bit = -1;  // the response cache slot all nodes store it in; -1: not cached
   TensorMeta meta;
 };
-
-// The control channel: one fixed-size message per notice, outside any cycle. Each carries the
-// job it is about, so that a notice of an earlier job on the daemons is never taken for the
-// current one's.
-struct ControlMessage {
-  enum class Kind : char {
-    kAbort = 'A',  // the job failed; `text` says why
-    kLeave = 'L',  // this node leaves the job (its daemon stops, or its ranks started another job)
-    kCycle = 'C',  // on-demand coordination: please run cycle `cycle`
-    kHello = 'H',  // job start, round 1 (job_join.h)
-    kReady = 'R',  // job start, round 2
-    kPartialReport = 'P',  // partial allreduce: fresh contributions here (partial_runner.h)
-    kPartialRun = 'Q',     // partial allreduce: run this round (from the set's node 0)
-    kHealth = 'N',         // a chunk of a node's health report (job_health.h)
-    kTimelineStart = 'X',  // the timeline (engine/job_timeline.h): start, `text` the file
-    kTimelineStop = 'Y',   // ... stop
-    kClockPing = 'T',      // node 0's clock estimate: a ping sent at `cycle` (node 0's clock)
-    kClockPong = 'U',      // ... its answer: `cycle` echoed, `text` the answering node's clock
-  };
-  Kind kind = Kind::kAbort;
-  uint64_t job = 0;
-  uint64_t cycle = 0;
-  std::string text;  // at most kControlTextBytes; longer text is cut
-  int32_t code = 0;  // kAbort: the syncd_status every pending request fails with
-};
-inline constexpr size_t kControlMessageBytes = 384;
-// kind, job, cycle, code, protocol version, text, its terminator.
-inline constexpr size_t kControlTextBytes = kControlMessageBytes - 1 - 8 - 8 - 4 - 1 - 1;
-// `out` holds kControlMessageBytes.
-void EncodeControl(const ControlMessage& m, char* out);
-StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n);
 
 std::string EncodeRequests(const std::vector<NameRequest>& v);
 StatusOr<std::vector<NameRequest>> DecodeRequests(const std::string& bytes);

@@ -27,9 +27,9 @@
 
 #include "daemon/base/config.h"
 #include "daemon/collectives/collective.h"
+#include "daemon/collectives/partial/runner.h"
 #include "daemon/coord/gpu_order.h"
 #include "daemon/coord/negotiator.h"
-#include "daemon/coord/partial_runner.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"

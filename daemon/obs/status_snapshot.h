@@ -11,7 +11,7 @@
 #include "daemon/base/affinity.h"
 #include "daemon/coord/job_health.h"
 #include "daemon/coord/negotiation_stats.h"
-#include "daemon/coord/partial_stats.h"
+#include "daemon/collectives/partial/stats.h"
 #include "daemon/coord/topo_stats.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/metrics.h"

@@ -1,7 +1,7 @@
 // Partial allreduce (eager-SGD's solo and majority allreduce): a persistent allreduce of one name
 // that runs in rounds once enough ranks arrived, summing what every rank contributed since the
 // last round. Its requests are never matched across ranks by the tensor table: the process set
-// hands them to its PartialRunner (coord/partial_runner.h), which holds the contributions and
+// hands them to its PartialRunner (runner.h), which holds the contributions and
 // decides when a round runs. This unit checks a request's fields; a round's data never goes
 // through RunLocal or RunAcross.
 #include "daemon/collectives/collective.h"

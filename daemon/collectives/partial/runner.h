@@ -34,8 +34,8 @@
 // once, inside Add.
 //
 // Threads: engine thread only. Nothing here blocks.
-#ifndef SYNCD_DAEMON_COORD_PARTIAL_RUNNER_H_
-#define SYNCD_DAEMON_COORD_PARTIAL_RUNNER_H_
+#ifndef SYNCD_DAEMON_COLLECTIVES_PARTIAL_RUNNER_H_
+#define SYNCD_DAEMON_COLLECTIVES_PARTIAL_RUNNER_H_
 
 #include <cstdint>
 #include <map>
@@ -45,10 +45,10 @@
 #include <vector>
 
 #include "daemon/base/status.h"
-#include "daemon/coord/partial_stats.h"
-#include "daemon/coord/wire.h"
+#include "daemon/collectives/partial/stats.h"
 #include "daemon/core/request.h"
 #include "daemon/core/timeline.h"
+#include "daemon/transport/control_message.h"
 #include "daemon/transport/transport.h"
 
 namespace syncd {
@@ -163,4 +163,4 @@ class PartialRunner {
 
 }  // namespace syncd
 
-#endif  // SYNCD_DAEMON_COORD_PARTIAL_RUNNER_H_
+#endif  // SYNCD_DAEMON_COLLECTIVES_PARTIAL_RUNNER_H_

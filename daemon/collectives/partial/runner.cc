@@ -1,4 +1,4 @@
-#include "daemon/coord/partial_runner.h"
+#include "daemon/collectives/partial/runner.h"
 
 #include <algorithm>
 #include <cstring>

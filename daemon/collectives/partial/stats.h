@@ -1,6 +1,6 @@
-// What the status shows of the partial allreduces (coord/partial_runner.h) of a process set.
-#ifndef SYNCD_DAEMON_COORD_PARTIAL_STATS_H_
-#define SYNCD_DAEMON_COORD_PARTIAL_STATS_H_
+// What the status shows of the partial allreduces (runner.h) of a process set.
+#ifndef SYNCD_DAEMON_COLLECTIVES_PARTIAL_STATS_H_
+#define SYNCD_DAEMON_COLLECTIVES_PARTIAL_STATS_H_
 
 #include <cstdint>
 #include <string>
@@ -24,4 +24,4 @@ struct PartialOpSnapshot {
 
 }  // namespace syncd
 
-#endif  // SYNCD_DAEMON_COORD_PARTIAL_STATS_H_
+#endif  // SYNCD_DAEMON_COLLECTIVES_PARTIAL_STATS_H_
