@@ -53,12 +53,13 @@ void Engine::BeginJob(uint64_t job) {
   hooks.complete = [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); };
   hooks.flush = [this] { FlushClients(); };
   // Blocking in a cycle as Horovod does must not make the daemon blind: a client attaching or
-  // dying, a stall to report, the daemon stopping all end the blocking (the cycle goes on).
+  // dying, a command (a status asked for), a stall to report, the daemon stopping all end the
+  // blocking (the cycle goes on).
   hooks.keep_blocking = [this](uint64_t blocked_ns) {
     node_page_->Heartbeat();
     const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
     return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain) &&
-           inbox_.Empty() && blocked_ns < kStallCheckPeriodNs;
+           inbox_.Empty() && !commands_.pending() && blocked_ns < kStallCheckPeriodNs;
   };
   // The job takes the health reports; the timeline's notices are the engine's.
   hooks.on_notice = [this](uint32_t from, const ControlMessage& m) { timeline_.Receive(from, m); };

@@ -18,7 +18,10 @@
 namespace syncd {
 namespace {
 
-constexpr uint64_t kSnapshotPeriodNs = 20'000'000;
+// The status is built when asked (Ask: syncctl, a Prometheus scrape), between two polls; this
+// periodic one is only what an asker gets when the engine cannot answer in time (inside a long
+// collective), and what is left once the engine stopped.
+constexpr uint64_t kSnapshotPeriodNs = 1'000'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
 // A non-blocking cycle waiting on the network, where ranks share the engine's core: poll this

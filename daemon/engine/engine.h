@@ -92,6 +92,7 @@ class Engine {
   };
   DrainResult drain_result() const { return drain_result_; }  // once finished()
 
+  // The latest snapshot: at most a second old while the engine runs (FreshSnapshot asks for one).
   std::shared_ptr<const StatusSnapshot> Snapshot() const {
     MutexLock lock(&snapshot_mu_);
     return snapshot_;
@@ -179,8 +180,8 @@ class Engine {
   std::string drain_why_ SYNCD_GUARDED_BY(drain_mu_);
   std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
   DrainResult drain_result_;       // engine thread until finished_, then read-only
-  // The latest snapshot. A mutex held for a pointer copy (every 20 ms by the engine, now and then
-  // by the control service), not std::atomic<shared_ptr>: libstdc++ 12 implements that with a
+  // The latest snapshot. A mutex held for a pointer copy (when asked and once a second by the
+  // engine, now and then by the control service), not std::atomic<shared_ptr>: libstdc++ 12 implements that with a
   // lock bit ThreadSanitizer cannot see under clang.
   mutable Mutex snapshot_mu_;
   std::shared_ptr<const StatusSnapshot> snapshot_ SYNCD_GUARDED_BY(snapshot_mu_);
