@@ -11,8 +11,9 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // (control messages, negotiation lists, point-to-point headers, the collectives' layouts). Raise
 // it with any change to them. The rendezvous refuses a daemon of another version, naming both;
 // every structured message also carries it, so a message of another version is refused by name.
-// 1 was the versionless protocol before it was counted.
-inline constexpr uint32_t kWireVersion = 2;
+// 1 was the versionless protocol before it was counted; 3 caches the responses of kinds whose
+// shapes vary by rank (allgather, alltoall, reducescatter), with every rank's rows.
+inline constexpr uint32_t kWireVersion = 3;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

@@ -25,6 +25,23 @@ ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta)
   return t;
 }
 
+bool Negotiator::CachedMatches(const TensorMeta& cached, const TensorMeta& mine) const {
+  if (cached.rows.empty() || mine.rows.empty()) return cached == mine;
+  // Rows and splits cached for every rank of the set: this node's ranks' part, and what must be
+  // the same on every rank (the dimensions after the first).
+  if (cached.kind != mine.kind || cached.dtype != mine.dtype || cached.op != mine.op || cached.gpu != mine.gpu ||
+      cached.root != mine.root || cached.prescale != mine.prescale || cached.postscale != mine.postscale ||
+      cached.shape.size() != mine.shape.size() ||
+      (!mine.shape.empty() && !std::equal(mine.shape.begin() + 1, mine.shape.end(), cached.shape.begin() + 1)))
+    return false;
+  const size_t first = FirstIndexOf(t_->rank()), n = mine.rows.size();
+  if (first + n > cached.rows.size() || !std::equal(mine.rows.begin(), mine.rows.end(), cached.rows.begin() + first))
+    return false;
+  const size_t per = cached.splits.size() / cached.rows.size();  // each rank's splits (wire.cc checks they divide)
+  return mine.splits.size() == n * per &&
+         std::equal(mine.splits.begin(), mine.splits.end(), cached.splits.begin() + first * per);
+}
+
 std::vector<uint32_t> Negotiator::RanksOf(uint32_t node) const {
   if (options_.node_ranks.empty()) return {node};
   return options_.node_ranks[node];
@@ -146,16 +163,21 @@ NameResponse Negotiator::Respond(const std::string& name, const Announcement& a)
       resp.message = agree.message();
     }
   }
-  if (resp.status == SYNCD_OK && !resp.meta.rows.empty()) {
-    // Shapes that vary by rank: every node learns every rank's (a joined rank has none), and the
-    // name is not cached (the next step's shapes may differ).
+  const bool shapes_vary = !resp.meta.rows.empty();
+  if (resp.status == SYNCD_OK && shapes_vary) {
+    // Shapes that vary by rank: every node learns every rank's (a joined rank has none).
     resp.meta.rows.clear();
     resp.meta.splits.clear();
     for (const Request& r : ranks) {
       resp.meta.rows.push_back(r.shape.empty() ? 0 : r.shape[0]);
       resp.meta.splits.insert(resp.meta.splits.end(), r.splits.begin(), r.splits.end());
     }
-  } else if (resp.status == SYNCD_OK && name != abi::kJoinName) {
+  }
+  // Cached with every rank's rows and splits when they vary: a later step hits where each node's
+  // ranks bring the same again (CachedMatches), and one whose shapes changed invalidates it. Not
+  // when joined nodes stood in: their ranks' rows are none only while they stay joined.
+  const bool stand_ins = std::find(a.ready.begin(), a.ready.end(), false) != a.ready.end();
+  if (resp.status == SYNCD_OK && name != abi::kJoinName && !(shapes_vary && stand_ins)) {
     resp.cache_bit = cache_.FreeBit();
     if (resp.cache_bit >= 0) cache_.Put(resp.cache_bit, name, resp.meta);
   }

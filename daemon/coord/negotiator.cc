@@ -229,17 +229,21 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
     const std::optional<int32_t> bit = cache_.Find(name);
     const uint64_t waited = now_ns - p.since_ns;
     const bool stalled = options_.stall_ns != 0 && waited >= options_.stall_ns;
-    if (bit && p.local_error.ok() && cache_.meta(*bit) == meta && !stalled) {
+    if (bit && p.local_error.ok() && CachedMatches(cache_.meta(*bit), meta) && !stalled) {
       a.hits[*bit / 64] |= uint64_t{1} << (*bit % 64);
     } else {
       if (bit) a.invalid[*bit / 64] |= uint64_t{1} << (*bit % 64);
       uncached->push_back(NameRequest{name, meta, p.local_error.ok() ? "" : p.local_error.message(), waited});
     }
   }
-  // Every rank here joined: any cached name the other nodes run, this one runs with stand-ins.
+  // Every rank here joined: any cached name the other nodes run, this one runs with stand-ins,
+  // except a kind whose shapes vary by rank: the cached rows count this node's ranks' rows, its
+  // stand-ins have none. Such a name is evicted and goes through the coordinator.
   if (JoinedHere())
-    for (uint32_t bit = 0; bit < cache_.capacity(); ++bit)
-      if (cache_.used(int32_t(bit))) a.hits[bit / 64] |= uint64_t{1} << (bit % 64);
+    for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
+      if (!cache_.used(int32_t(bit))) continue;
+      (cache_.meta(int32_t(bit)).rows.empty() ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
+    }
   if (!uncached->empty()) a.flags |= 1;
   if (local_busy_ || !pending_.empty()) a.flags |= 2;
   return gpu_pending;
@@ -309,8 +313,18 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
   };
   const bool joined = JoinedHere();
   for (const std::string& name : run) {
-    if (pending_.count(name)) ready->push_back(take(name));
-    else if (joined) ready->push_back(StandIn(name, cache_.meta(*cache_.Find(name))));
+    if (pending_.count(name)) {
+      ready->push_back(take(name));
+      // A kind whose shapes vary by rank: every rank's rows and splits, as cached.
+      ReadyTensor& t = ready->back();
+      if (const Collective* kind = FindCollective(t.first().kind); kind != nullptr && kind->shapes_vary()) {
+        const TensorMeta& m = cache_.meta(*cache_.Find(name));
+        t.rank_rows.assign(m.rows.begin(), m.rows.end());
+        t.rank_splits.assign(m.splits.begin(), m.splits.end());
+      }
+    } else if (joined) {
+      ready->push_back(StandIn(name, cache_.meta(*cache_.Find(name))));
+    }
   }
   Status plan_mismatch;
   for (const NameResponse& r : responses) {

@@ -226,6 +226,9 @@ class Negotiator {
   // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
   StatusOr<std::vector<NameResponse>> Coordinate(const std::vector<std::string>& all_requests);
   // Node 0: the global ranks on `node`, the set rank of its first, whether all of them joined.
+  // Whether this node's tensor (`mine`: its ranks' rows and splits) is what the response cache
+  // holds for its name (`cached`: every rank's, for a kind whose shapes vary by rank).
+  bool CachedMatches(const TensorMeta& cached, const TensorMeta& mine) const;
   std::vector<uint32_t> RanksOf(uint32_t node) const;
   uint32_t FirstIndexOf(uint32_t node) const;
   bool NodeJoined(uint32_t node) const;

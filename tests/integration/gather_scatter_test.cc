@@ -42,9 +42,10 @@ int Allgather(syncd_client* c, const std::string& name, void* buf, syncd_dtype d
   return syncd_wait(c, h, 60'000);
 }
 
-// Rank r contributes (r % 3) rows of `cols` columns: uneven, and some ranks none at all.
-int CheckedAllgather(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, const std::string& name) {
-  auto rows_of = [](int r) { return int64_t(r % 3); };
+// Rank r contributes ((r + shift) % 3) rows of `cols` columns: uneven, and some ranks none at all.
+int CheckedAllgather(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, const std::string& name,
+                     int shift = 0) {
+  auto rows_of = [shift](int r) { return int64_t((r + shift) % 3); };
   const size_t esize = syncd_dtype_size(dt);
   std::vector<char> in(size_t(rows_of(rank) * cols) * esize + 1);
   for (int64_t i = 0; i < rows_of(rank); ++i)
@@ -83,13 +84,14 @@ TEST_P(GatherScatter, AllgatherEveryDtypeWithUnevenFirstDimensions) {
   ExpectAllSucceeded(st);
 }
 
-// Rank s sends (2s + d) % 3 rows to rank d; cell values say who sent which row to whom.
+// Rank s sends (2s + d + shift) % 3 rows to rank d; cell values say who sent which row to whom.
 double AlltoallCell(syncd_dtype dt, int s, int d, int64_t k, int64_t j) {
   return dt == SYNCD_BOOL ? double((s + d + k + j) % 2) : double((s * 11 + d * 5 + k * 3 + j) % 61);
 }
 
-int CheckedAlltoall(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, bool equal, const std::string& name) {
-  auto rows = [equal](int s, int d) { return equal ? int64_t(2) : int64_t((2 * s + d) % 3); };  // not symmetric
+int CheckedAlltoall(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, bool equal, const std::string& name,
+                    int shift = 0) {
+  auto rows = [equal, shift](int s, int d) { return equal ? int64_t(2) : int64_t((2 * s + d + shift) % 3); };  // not symmetric
   const size_t esize = syncd_dtype_size(dt);
   std::vector<int64_t> splits(static_cast<size_t>(n));
   int64_t total = 0;
@@ -181,6 +183,31 @@ TEST_P(GatherScatter, ReducescatterSumAndAverageEveryDtypeUnevenRows) {
     return 0;
   });
   ExpectAllSucceeded(st);
+}
+
+// One name per kind, step after step, as a training loop submits them: on many nodes a step whose
+// shapes are those of the step before is agreed through the response cache (every rank's rows and
+// splits cached), one whose shapes changed goes through the coordinator again; results are exact
+// either way.
+TEST_P(GatherScatter, OneNameStepAfterStepIsExactAndCachedUntilItsShapesChange) {
+  Cluster cluster = MakeCluster();
+  constexpr int kSteps = 9;
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    for (int step = 0; step < kSteps; ++step) {
+      const int shift = step / 3;  // the shapes change at steps 3 and 6
+      if (CheckedAllgather(c, rank, n, SYNCD_FLOAT32, 5, "steps.ag", shift)) return 1;
+      if (CheckedAlltoall(c, rank, n, SYNCD_INT32, 3, false, "steps.a2a", shift)) return 1;
+      if (CheckedReducescatter(c, rank, n, SYNCD_FLOAT64, SYNCD_SUM, 2 * n + 1 + shift, 3, "steps.rs")) return 1;
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  if (GetParam().nodes == 1) return;  // one node: nothing to agree with
+  const std::string json = cluster.node(GetParam().nodes - 1).StatusJson();
+  ASSERT_FALSE(json.empty());
+  // Each of the 3 names through the coordinator at steps 0, 3 and 6, from the cache at the others.
+  EXPECT_EQ(JsonNumber(json, "cache_misses"), 9u) << json;
+  EXPECT_EQ(JsonNumber(json, "cache_hits"), 18u) << json;
 }
 
 TEST_P(GatherScatter, DisagreementsFailOnEveryRankAndTheJobGoesOn) {

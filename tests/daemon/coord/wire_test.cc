@@ -88,7 +88,9 @@ TEST(Wire, NegotiationListsRoundTripAndRefuseAnotherProtocol) {
 // decodes, so the fuzzer starts from messages that get past the version check.
 TEST(Wire, TheFuzzSeedsDecode) {
   const std::string dir = std::string(SYNCD_SOURCE_DIR) + "/tests/fuzz/corpus/coord_wire/";
-  for (const char* seed : {"requests", "responses", "abort", "cycle", "hello", "health"}) {
+  // make_seeds.py writes all but the last, a crash input kept as a seed (its version is the one
+  // thing to raise by hand with kWireVersion: this test fails until it is).
+  for (const char* seed : {"requests", "responses", "abort", "cycle", "hello", "health", "scatter-scalar-from-the-wire"}) {
     std::ifstream in(dir + seed, std::ios::binary);
     ASSERT_TRUE(in) << dir + seed;
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
