@@ -1,5 +1,6 @@
 #include "daemon/shm/result_area.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace syncd {
@@ -22,31 +23,29 @@ std::optional<ResultArea::Block> ResultArea::Allocate(uint64_t data_bytes, const
   h->data_bytes = data_bytes;
   if (!rows.empty()) memcpy(block + sizeof(abi::ResultHeader), rows.data(), rows.size() * sizeof(int64_t));
   h->released.store(0, std::memory_order_relaxed);
-  live_.insert(*at);
+  live_.insert(std::lower_bound(live_.begin(), live_.end(), *at), *at);
   return Block{block + head, offset_ + *at};
 }
 
 void ResultArea::Free(uint64_t offset) {
   if (offset < offset_) return;
-  auto it = live_.find(offset - offset_);
-  if (it == live_.end()) return;
+  auto it = std::lower_bound(live_.begin(), live_.end(), offset - offset_);
+  if (it == live_.end() || *it != offset - offset_) return;
   alloc_.Free(*it);
   live_.erase(it);
 }
 
 size_t ResultArea::Reclaim() {
-  size_t freed = 0;
-  for (auto it = live_.begin(); it != live_.end();) {
-    const auto* h = reinterpret_cast<const abi::ResultHeader*>(base_ + *it);
-    if (h->released.load(std::memory_order_acquire) != 0) {
-      alloc_.Free(*it);
-      it = live_.erase(it);
-      ++freed;
-    } else {
-      ++it;
-    }
-  }
-  return freed;
+  const size_t before = live_.size();
+  live_.erase(std::remove_if(live_.begin(), live_.end(),
+                             [this](uint64_t at) {
+                               const auto* h = reinterpret_cast<const abi::ResultHeader*>(base_ + at);
+                               if (h->released.load(std::memory_order_acquire) == 0) return false;
+                               alloc_.Free(at);
+                               return true;
+                             }),
+              live_.end());
+  return before - live_.size();
 }
 
 }  // namespace syncd

@@ -33,8 +33,10 @@ bool ProcessWatch::Watch(uint32_t node, pid_t pid) {
 }
 
 std::optional<uint32_t> ProcessWatch::Exited() {
-  std::vector<pollfd> fds;
-  std::vector<Entry*> watched;
+  std::vector<pollfd>& fds = fds_;
+  std::vector<Entry*>& watched = watched_;
+  fds.clear();
+  watched.clear();
   for (Entry& e : entries_)
     if (!e.reported) {
       fds.push_back(pollfd{e.fd, POLLIN, 0});

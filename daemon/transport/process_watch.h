@@ -7,6 +7,7 @@
 #ifndef SYNCD_DAEMON_TRANSPORT_PROCESS_WATCH_H_
 #define SYNCD_DAEMON_TRANSPORT_PROCESS_WATCH_H_
 
+#include <poll.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -37,6 +38,9 @@ class ProcessWatch {
     bool reported = false;
   };
   std::vector<Entry> entries_;
+  // Exited's scratch, kept: it runs once a millisecond on the engine thread.
+  std::vector<pollfd> fds_;
+  std::vector<Entry*> watched_;
 };
 
 }  // namespace syncd

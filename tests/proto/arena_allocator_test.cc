@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,44 @@ TEST(ArenaAllocator, CoalescesSoTheWholeArenaIsUsableAgain) {
   for (uint64_t b : blocks) ASSERT_TRUE(a.Free(b));
   EXPECT_EQ(a.bytes_in_use(), 0u);
   auto all = a.Allocate(64 * 100);
+  ASSERT_TRUE(all.has_value());
+  EXPECT_EQ(*all, 0u);
+}
+
+// Blocks of random sizes allocated and freed in random order (the allocator reuses its bookkeeping
+// nodes): live blocks never overlap, what is in use adds up, and once all are freed the arena is
+// whole again.
+TEST(ArenaAllocator, RandomAllocationsAndFreesNeverOverlapAndLeaveTheArenaWhole) {
+  constexpr uint64_t kBytes = 64 * 1024;
+  ArenaAllocator a(kBytes, 64);
+  std::mt19937 rng(11);
+  std::map<uint64_t, uint64_t> live;  // offset -> bytes asked for, rounded up to 64
+  for (int step = 0; step < 20000; ++step) {
+    if (live.empty() || rng() % 2 == 0) {
+      const uint64_t bytes = 1 + rng() % 3000;
+      const std::optional<uint64_t> at = a.Allocate(bytes);
+      if (!at) continue;  // full for this size
+      const uint64_t size = (bytes + 63) / 64 * 64;
+      ASSERT_LE(*at + size, kBytes);
+      auto next = live.lower_bound(*at);
+      ASSERT_TRUE(next == live.end() || *at + size <= next->first) << "step " << step << ": overlaps the next block";
+      if (next != live.begin()) {
+        const auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second, *at) << "step " << step << ": overlaps the previous block";
+      }
+      live.emplace(*at, size);
+    } else {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      ASSERT_TRUE(a.Free(it->first));
+      live.erase(it);
+    }
+    uint64_t in_use = 0;
+    for (const auto& [at, size] : live) in_use += size;
+    ASSERT_EQ(a.bytes_in_use(), in_use) << "step " << step;
+  }
+  for (const auto& [at, size] : live) ASSERT_TRUE(a.Free(at));
+  const std::optional<uint64_t> all = a.Allocate(kBytes);
   ASSERT_TRUE(all.has_value());
   EXPECT_EQ(*all, 0u);
 }
