@@ -102,7 +102,7 @@ Status CheckAgreement(const std::vector<Request>& rs) {
       return s;
     });
   if (msg.empty() && rs.front().kind == abi::OpKind::kRemoveProcessSet)
-    msg = Disagreement(rs, "process set", [](const Request& r) { return "id " + std::to_string(r.root); });
+    msg = Disagreement(rs, "process set", [](const Request& r) { return "id " + std::to_string(r.removed_set); });
   if (msg.empty()) {
     const Collective* c = FindCollective(rs.front().kind);
     msg = c != nullptr ? c->Disagreement(rs) : SameShape(rs);

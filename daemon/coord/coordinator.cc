@@ -30,7 +30,7 @@ bool Negotiator::CachedMatches(const TensorMeta& cached, const TensorMeta& mine)
   // Rows and splits cached for every rank of the set: this node's ranks' part, and what must be
   // the same on every rank (the dimensions after the first).
   if (cached.kind != mine.kind || cached.dtype != mine.dtype || cached.op != mine.op || cached.gpu != mine.gpu ||
-      cached.root != mine.root || cached.prescale != mine.prescale || cached.postscale != mine.postscale ||
+      cached.arg != mine.arg || cached.prescale != mine.prescale || cached.postscale != mine.postscale ||
       cached.shape.size() != mine.shape.size() ||
       (!mine.shape.empty() && !std::equal(mine.shape.begin() + 1, mine.shape.end(), cached.shape.begin() + 1)))
     return false;

@@ -338,7 +338,7 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
       ready->push_back(take(r.name));
       ready->back().rank_rows = r.meta.rows;
       ready->back().rank_splits = r.meta.splits;
-      for (Request& q : ready->back().requests) q.root = r.meta.root;  // a join: the last rank to join
+      for (Request& q : ready->back().requests) SetAgreedArg(&q, r.meta.arg);  // a join: the last rank to join
     } else {
       TakeAndFail(r.name, Status(syncd_status(r.status), r.message));
     }

@@ -24,7 +24,7 @@ class Writer {
     Put(m.dtype);
     Put(m.op);
     Put(m.gpu);
-    Put(m.root);
+    Put(m.arg);
     Put(m.prescale);
     Put(m.postscale);
     Put<uint32_t>(uint32_t(m.shape.size()));
@@ -61,7 +61,7 @@ class Reader {
   }
   bool Meta(TensorMeta* m) {
     uint32_t dims;
-    if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->gpu) && Get(&m->root) && Get(&m->prescale) &&
+    if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->gpu) && Get(&m->arg) && Get(&m->prescale) &&
           Get(&m->postscale) && Get(&dims)) || dims > abi::kMaxDims)
       return false;
     // Only what a daemon's own checks let through (submission.h): anything else is not ours.
@@ -100,7 +100,7 @@ TensorMeta TensorMeta::Of(const ReadyTensor& t) {
   m.dtype = r.dtype;
   m.op = r.op;
   m.gpu = r.gpu ? 1 : 0;
-  m.root = r.root;  // 0 for kinds without a root
+  m.arg = AgreedArg(r);
   m.prescale = r.prescale;
   m.postscale = r.postscale;
   m.shape.assign(r.shape.begin(), r.shape.end());
@@ -113,6 +113,22 @@ TensorMeta TensorMeta::Of(const ReadyTensor& t) {
   return m;
 }
 
+int32_t AgreedArg(const Request& r) {
+  switch (r.kind) {
+    case abi::OpKind::kJoin: return r.last_joined;
+    case abi::OpKind::kRemoveProcessSet: return r.removed_set;
+    default: return r.root;
+  }
+}
+
+void SetAgreedArg(Request* r, int32_t arg) {
+  switch (r->kind) {
+    case abi::OpKind::kJoin: r->last_joined = arg; break;
+    case abi::OpKind::kRemoveProcessSet: r->removed_set = arg; break;
+    default: r->root = arg; break;
+  }
+}
+
 Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank, size_t index) {
   Request r;
   r.name = name;
@@ -121,7 +137,7 @@ Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank
   r.dtype = syncd_dtype(meta.dtype);
   r.op = syncd_reduce_op(meta.op);
   r.gpu = meta.gpu != 0;
-  r.root = meta.root;
+  SetAgreedArg(&r, meta.arg);
   r.prescale = meta.prescale;
   r.postscale = meta.postscale;
   r.shape.assign(meta.shape.begin(), meta.shape.end());

@@ -22,7 +22,10 @@ namespace syncd {
 struct TensorMeta {
   uint32_t kind = 0, dtype = 0, op = 0;
   uint32_t gpu = 0;  // memory: 1 GPU, 0 host (a name's collective runs on NCCL or on the host path)
-  int32_t root = 0;
+  // The one integer every rank of the name must agree on, from the request's field of its kind
+  // (AgreedArg): a rooted kind's root, the process set a removal names; for a join, the
+  // coordinator's answer, the last rank to join. 0 for the other kinds.
+  int32_t arg = 0;
   double prescale = 1, postscale = 1;
   Shape shape;  // up to 4 dimensions inline
   // Kinds whose ranks' shapes differ (Collective::shapes_vary): each rank's first dimension and
@@ -39,6 +42,10 @@ struct TensorMeta {
 // per-rank rows): how the coordinator checks that every rank of the job agrees, with the same
 // check as within a node (CheckAgreement).
 Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank, size_t index);
+
+// A request's field that TensorMeta::arg carries, by its kind.
+int32_t AgreedArg(const Request& r);
+void SetAgreedArg(Request* r, int32_t arg);
 
 // A node's request to the coordinator: "this name is ready here, with this meta".
 struct NameRequest {

@@ -69,11 +69,15 @@ struct Request {
   abi::OpKind kind = abi::OpKind::kAllreduce;
   syncd_dtype dtype = SYNCD_FLOAT32;
   syncd_reduce_op op = SYNCD_SUM;
-  // kBroadcast: the root; kPartialAllreduce: the quorum (0: the mode's); kSend, kRecv: the peer's
-  // global rank (kRecv: -1, any).
-  int32_t root = 0;
-  int64_t tag = 0;          // kSend, kRecv
+  // What only some kinds carry, each in a field of its own (the kind's Parse, or whoever makes the
+  // request, sets it; the others leave it 0).
+  int32_t root = 0;           // kBroadcast, kReduce, kGather, kScatter: the root's global rank
+  int32_t peer = 0;           // kSend, kRecv: the peer's global rank (kRecv: -1, any source)
+  int64_t tag = 0;            // kSend, kRecv
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode
+  int32_t quorum = 0;         // kPartialAllreduce: fresh ranks a round needs (0: the mode's)
+  int32_t last_joined = 0;    // kJoin: the last rank to join, once every rank has
+  int32_t removed_set = 0;    // kRemoveProcessSet: the set to remove
   double prescale = 1.0;
   double postscale = 1.0;
   Shape shape;

@@ -86,7 +86,7 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
     }
     if (it->first == abi::kJoinName) {
       // Every local rank joined: the join goes on (to the other nodes); joining ends here.
-      for (Request& r : requests) r.root = int32_t(last_joined_);
+      for (Request& r : requests) r.last_joined = int32_t(last_joined_);
       joined_.assign(local_size_, Joined{});
     }
     auto node = pending_.extract(it);

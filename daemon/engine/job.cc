@@ -199,7 +199,7 @@ void Job::ApplySetChanges() {
   std::vector<ReadyTensor> changes = std::exchange(set_changes_, {});
   for (ReadyTensor& t : changes) {
     const Request& f = t.first();
-    const Status result = f.kind == abi::OpKind::kAddProcessSet ? AddSet(f.splits) : RemoveSet(f.root);
+    const Status result = f.kind == abi::OpKind::kAddProcessSet ? AddSet(f.splits) : RemoveSet(f.removed_set);
     set_hooks_.complete(t.requests, result);
   }
 }

@@ -15,15 +15,15 @@ std::string RankName(int64_t rank) { return rank < 0 ? "any rank" : "rank " + st
 
 std::string Describe(const Request& r) {
   return std::string(r.kind == abi::OpKind::kSend ? "send" : "recv") + " of tensor '" + r.name + "' (" +
-         (r.kind == abi::OpKind::kSend ? "rank " + std::to_string(r.rank) + " to " + RankName(r.root)
-                                       : RankName(r.root) + " to rank " + std::to_string(r.rank)) +
+         (r.kind == abi::OpKind::kSend ? "rank " + std::to_string(r.rank) + " to " + RankName(r.peer)
+                                       : RankName(r.peer) + " to rank " + std::to_string(r.rank)) +
          ", tag " + std::to_string(r.tag) + ")";
 }
 
 
 bool Takes(const Request& recv, const P2pHeader& h) {
   return h.dst == int32_t(recv.rank) && h.set == recv.process_set && h.tag == recv.tag &&
-         (recv.root == -1 || recv.root == h.src);
+         (recv.peer == -1 || recv.peer == h.src);
 }
 
 }  // namespace
@@ -38,7 +38,7 @@ void PointToPoint::BeginJob(Links links) {
 
 bool PointToPoint::FromAfar(const Request& r) const {
   if (links_.transport == nullptr) return false;
-  return r.root == -1 ? links_.transport->size() > 1 : NodeOf(uint32_t(r.root)) != links_.node_rank;
+  return r.peer == -1 ? links_.transport->size() > 1 : NodeOf(uint32_t(r.peer)) != links_.node_rank;
 }
 
 bool PointToPoint::WaitsOnNetwork() const {
@@ -54,7 +54,7 @@ void PointToPoint::Add(Request r) {
     Match();
     return;
   }
-  if (NodeOf(uint32_t(r.root)) != links_.node_rank) {
+  if (NodeOf(uint32_t(r.peer)) != links_.node_rank) {
     if (!early_sends_.empty() || !Started()) {  // in order, after the ones already waiting
       early_sends_.push_back(std::move(r));
       return;
@@ -63,7 +63,7 @@ void PointToPoint::Add(Request r) {
   }
   Offer o;
   o.header.src = int32_t(r.rank);
-  o.header.dst = r.root;
+  o.header.dst = r.peer;
   o.header.set = r.process_set;
   o.header.tag = r.tag;
   o.header.bytes = r.bytes;
@@ -75,14 +75,14 @@ void PointToPoint::Add(Request r) {
 }
 
 void PointToPoint::Send(Request r) {
-  const uint32_t node = NodeOf(uint32_t(r.root));
+  const uint32_t node = NodeOf(uint32_t(r.peer));
   Transfer t;
   t.header_bytes = std::make_shared<P2pHeader>();
   P2pHeader& h = *t.header_bytes;
   h.magic = kP2pMagic;
   h.version = kWireVersion;
   h.src = int32_t(r.rank);
-  h.dst = r.root;
+  h.dst = r.peer;
   h.set = r.process_set;
   h.tag = r.tag;
   h.bytes = r.bytes;
@@ -163,7 +163,7 @@ bool PointToPoint::PollHeaders() {
       if (s == CommState::kFailed) {
         // The node is lost: receives that wait for its ranks alone cannot complete.
         for (auto r = recvs_.begin(); r != recvs_.end();) {
-          if (r->root >= 0 && NodeOf(uint32_t(r->root)) == node) {
+          if (r->peer >= 0 && NodeOf(uint32_t(r->peer)) == node) {
             Complete(*r, Status(err.code() == SYNCD_OK ? SYNCD_ERR_RANK_LOST : err.code(), Describe(*r) + ": " + err.message()));
             r = recvs_.erase(r);
           } else {
@@ -187,7 +187,7 @@ bool PointToPoint::PollHeaders() {
     }
     bool wanted = false;
     for (const Request& r : recvs_)
-      wanted = wanted || (FromAfar(r) && (r.root == -1 || NodeOf(uint32_t(r.root)) == node));
+      wanted = wanted || (FromAfar(r) && (r.peer == -1 || NodeOf(uint32_t(r.peer)) == node));
     if (!wanted || net->PeerLost(node)) continue;
     if (!slot.bytes || slot.bytes.use_count() > 1) slot.bytes = std::make_shared<P2pHeader>();
     slot.handle = net->Recv(node, kP2pHeaderTag, slot.bytes.get(), sizeof(P2pHeader), slot.bytes);
@@ -263,7 +263,7 @@ std::vector<StallSnapshot> PointToPoint::Waits(uint64_t now_ns, uint64_t min_age
     s.submitted_ranks.push_back(r.rank);
     out.push_back(std::move(s));
   };
-  for (const Request& r : recvs_) add(r, r.root);
+  for (const Request& r : recvs_) add(r, r.peer);
   for (const Offer& o : offers_)
     if (o.local) add(*o.local, o.header.dst);
   return out;
@@ -294,7 +294,7 @@ void PointToPoint::EndRank(uint32_t local_rank, uint32_t rank, const Status& why
   (void)local_rank;
   for (auto r = recvs_.begin(); r != recvs_.end();) {
     // A receive from any rank may have waited for this one (as MPI's ULFM fails MPI_ANY_SOURCE).
-    const bool own = r->rank == rank, waits_for_it = r->root == int32_t(rank) || r->root == -1;
+    const bool own = r->rank == rank, waits_for_it = r->peer == int32_t(rank) || r->peer == -1;
     if (!own && !waits_for_it) {
       ++r;
       continue;

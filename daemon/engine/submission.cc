@@ -34,7 +34,7 @@ StatusOr<Request> ParseSetChange(const abi::SubmitEntry& e, const Submitter& who
     return InvalidArgument(what + ": process sets are added and removed by every rank of the job (the global set)");
   if (r.kind == abi::OpKind::kRemoveProcessSet) {
     if (e.root <= 0) return InvalidArgument(what + ": process set " + std::to_string(e.root) + " cannot be removed");
-    r.root = e.root;
+    r.removed_set = e.root;
     return r;
   }
   const char* at = who.segment->ArenaRange(e.arena_offset, e.bytes);
@@ -111,7 +111,7 @@ StatusOr<Request> ParsePointToPoint(const abi::SubmitEntry& e, const Submitter& 
                            std::to_string(e.process_set));
   if (!any && uint32_t(e.root) == who.rank) return InvalidArgument(std::string(op) + " of " + what + ": a rank cannot " + op + " to itself");
   if (e.tag < 0) return InvalidArgument(std::string(op) + " of " + what + ": tag " + std::to_string(e.tag) + " is negative");
-  r.root = e.root;
+  r.peer = e.root;
   r.tag = e.tag;
   SYNCD_RETURN_IF_ERROR(ParseHostData(e, who, what, &r));
   return r;

@@ -14,7 +14,7 @@ class JoinCollective final : public Collective {
   const char* name() const override { return "join"; }
   bool has_tensor() const override { return false; }
   std::string CompletionText(const ReadyTensor& t) const override {
-    return "last rank " + std::to_string(t.first().root);
+    return "last rank " + std::to_string(t.first().last_joined);
   }
 
   void RunLocal(const CollectiveGroup&, HostExecutor&) const override {}

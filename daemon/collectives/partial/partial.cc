@@ -26,7 +26,7 @@ class PartialAllreduceCollective final : public Collective {
                              std::to_string(set.size));
     if (e.flags & abi::kSubmitGpu) return InvalidArgument(what + ": partial allreduce of GPU tensors is not supported yet");
     r->op = syncd_reduce_op(e.op);
-    r->root = e.root;
+    r->quorum = e.root;
     r->partial_mode = e.partial_mode;
     return Status::Ok();
   }

@@ -71,7 +71,7 @@ struct PartialRunner::Meta {
   uint64_t dtype = 0, op = 0, mode = 0, quorum = 0, elements = 0, shape_hash = 0;
 
   static Meta Of(const Request& r) {
-    Meta m{uint64_t(r.dtype), uint64_t(r.op), uint64_t(r.partial_mode), uint64_t(std::max(r.root, 0)), 1, 0};
+    Meta m{uint64_t(r.dtype), uint64_t(r.op), uint64_t(r.partial_mode), uint64_t(std::max(r.quorum, 0)), 1, 0};
     for (int64_t d : r.shape) m.elements *= uint64_t(d);
     m.shape_hash = Hash64(r.shape.data(), r.shape.size() * sizeof(int64_t));
     return m;

@@ -62,6 +62,14 @@ TEST(Collectives, ParseChecksTheKindsOwnFields) {
   e.root = 3;
   EXPECT_TRUE(FindCollective(abi::OpKind::kBroadcast)->Parse(e, 4, "w", &r).ok());
   EXPECT_EQ(r.root, 3);
+  // A partial allreduce's quorum travels in the entry's root field, and is the request's quorum.
+  Request p;
+  e.op = SYNCD_SUM;
+  e.partial_mode = SYNCD_PARTIAL_SOLO;
+  e.root = 2;
+  ASSERT_TRUE(FindCollective(abi::OpKind::kPartialAllreduce)->Parse(e, 4, "w", &p).ok());
+  EXPECT_EQ(p.quorum, 2);
+  EXPECT_EQ(p.root, 0);
   e.op = SYNCD_REDUCE_OP_COUNT;
   EXPECT_EQ(FindCollective(abi::OpKind::kAllreduce)->Parse(e, 4, "w", &r).code(), SYNCD_ERR_PROTOCOL);
 }

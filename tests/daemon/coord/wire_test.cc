@@ -24,6 +24,25 @@ NameRequest Announced(const std::string& name) {
   return r;
 }
 
+// The one integer a name agrees on travels as TensorMeta::arg and lands in the field of its kind.
+TEST(Wire, TheAgreedArgumentIsTheKindsOwnField) {
+  TensorMeta meta;
+  meta.arg = 3;
+  meta.shape = {1};
+  const std::pair<abi::OpKind, int32_t Request::*> kinds[] = {
+      {abi::OpKind::kBroadcast, &Request::root},
+      {abi::OpKind::kJoin, &Request::last_joined},
+      {abi::OpKind::kRemoveProcessSet, &Request::removed_set},
+  };
+  for (const auto& [kind, field] : kinds) {
+    meta.kind = uint32_t(kind);
+    const Request r = RequestOf(meta, "t", 0, 0);
+    EXPECT_EQ(r.*field, 3) << int(kind);
+    EXPECT_EQ(r.root + r.last_joined + r.removed_set + r.peer + r.quorum, 3) << "only its own field: " << int(kind);
+    EXPECT_EQ(AgreedArg(r), 3);
+  }
+}
+
 TEST(Wire, ControlMessagesRoundTripWithTheirText) {
   ControlMessage m;
   m.kind = ControlMessage::Kind::kAbort;

@@ -41,7 +41,7 @@ class PointToPointTest : public ::testing::Test {
     r.kind = kind;
     r.rank = rank;
     r.local_rank = rank % 2;
-    r.root = peer;
+    r.peer = peer;
     r.tag = tag;
     r.handle = handle;
     r.name = "t" + std::to_string(handle);

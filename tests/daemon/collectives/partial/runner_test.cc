@@ -33,7 +33,7 @@ Request PartialRequest(std::vector<float>* data, const std::string& name, uint32
   r.dtype = SYNCD_FLOAT32;
   r.op = op;
   r.partial_mode = mode;
-  r.root = quorum;
+  r.quorum = quorum;
   r.shape = {int64_t(data->size())};
   r.bytes = data->size() * sizeof(float);
   r.data = reinterpret_cast<char*>(data->data());
