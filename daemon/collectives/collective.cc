@@ -41,19 +41,33 @@ StatusOr<uint64_t> Collective::EnqueueGpu(const CollectiveGroup&, const OnGpus&)
   return InvalidArgument(std::string(name()) + " has no GPU path");
 }
 
-std::vector<int64_t> RankRows(const ReadyTensor& t) {
+const std::vector<int64_t>& RankRows(const ReadyTensor& t, std::vector<int64_t>* scratch) {
   if (!t.rank_rows.empty()) return t.rank_rows;
-  std::vector<int64_t> rows;
-  rows.reserve(t.requests.size());
-  for (const Request& r : t.requests) rows.push_back(r.shape.empty() ? 0 : r.shape[0]);
-  return rows;
+  scratch->clear();
+  for (const Request& r : t.requests) scratch->push_back(r.shape.empty() ? 0 : r.shape[0]);
+  return *scratch;
 }
 
-std::vector<int64_t> RankSplits(const ReadyTensor& t) {
+const std::vector<int64_t>& RankSplits(const ReadyTensor& t, std::vector<int64_t>* scratch) {
   if (!t.rank_splits.empty()) return t.rank_splits;
-  std::vector<int64_t> splits;
-  for (const Request& r : t.requests) splits.insert(splits.end(), r.splits.begin(), r.splits.end());
-  return splits;
+  scratch->clear();
+  for (const Request& r : t.requests) scratch->insert(scratch->end(), r.splits.begin(), r.splits.end());
+  return *scratch;
+}
+
+uint64_t EveryRanksBytes(const ReadyTensor& t) {
+  std::vector<int64_t> scratch;  // stays empty where the tensor holds its rows
+  uint64_t bytes = 0;
+  for (int64_t rows : RankRows(t, &scratch)) bytes += uint64_t(rows) * RowBytes(t.first());
+  return bytes;
+}
+
+bool PlaceEveryRank(const ReadyTensor& t, Collective::Placement* p) {
+  const std::vector<int64_t>& rows = RankRows(t, &p->rows);
+  if (&rows != &p->rows) p->rows.assign(rows.begin(), rows.end());
+  p->bytes = 0;
+  for (int64_t n : p->rows) p->bytes += uint64_t(n) * RowBytes(t.first());
+  return true;
 }
 
 StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local) {

@@ -100,15 +100,16 @@ class Collective {
   // instead of being matched across ranks by the tensor table and coordinated.
   virtual bool partial() const { return false; }
   // Whether the ranks' first dimensions and splits may differ (they then travel to the
-  // coordinator for every rank, and the name is never cached: each step's shapes are new).
+  // coordinator for every rank, and the response cache holds every rank's).
   virtual bool shapes_vary() const { return false; }
-  // Where local rank `i`'s result goes: nullopt, in place in its own tensor; else a block of its
-  // result area of `bytes`, with `rows` (one per rank of the set) in the block's header.
+  // Where local rank `i`'s result goes: false, in place in its own tensor; else a block of its
+  // result area of `bytes`, with `rows` (one per rank of the set) in the block's header. `*p` is
+  // the caller's, filled in place (its storage is reused from one collective to the next).
   struct Placement {
     uint64_t bytes = 0;
     std::vector<int64_t> rows;
   };
-  virtual std::optional<Placement> ResultPlace(const ReadyTensor&, size_t) const { return std::nullopt; }
+  virtual bool ResultPlace(const ReadyTensor&, size_t, Placement*) const { return false; }
   // The bytes local rank `i` gets back.
   virtual uint64_t ResultBytes(const ReadyTensor& t, size_t i) const { return t.requests[i].bytes; }
   // A joined rank's stand-in (see JoinedRequest), a copy of another rank's request: what this
@@ -125,11 +126,16 @@ class Collective {
   virtual StatusOr<uint64_t> EnqueueGpu(const CollectiveGroup& group, const OnGpus& run) const;
 };
 
-// Every rank's first dimension (0 for a scalar), in the set's rank order: from the coordinator
-// (ReadyTensor::rank_rows) on many nodes, else from the requests. Alltoall: the splits matrix
-// rank-major (RankSplits(t)[s * size + d] rows from s to d).
-std::vector<int64_t> RankRows(const ReadyTensor& t);
-std::vector<int64_t> RankSplits(const ReadyTensor& t);
+// Every rank's first dimension (0 for a scalar), in the set's rank order: the tensor's own
+// (ReadyTensor::rank_rows: on many nodes the agreement always sets them), without a copy; else
+// computed from the requests into `scratch`. Alltoall: the splits matrix rank-major
+// (RankSplits(t)[s * size + d] rows from s to d).
+const std::vector<int64_t>& RankRows(const ReadyTensor& t, std::vector<int64_t>* scratch);
+const std::vector<int64_t>& RankSplits(const ReadyTensor& t, std::vector<int64_t>* scratch);
+// A result of every rank's rows (allgather; gather at its root): their bytes, and `p` with every
+// rank's row count (true).
+uint64_t EveryRanksBytes(const ReadyTensor& t);
+bool PlaceEveryRank(const ReadyTensor& t, Collective::Placement* p);
 // Bytes of one row (one index of the first dimension) of the tensor.
 uint64_t RowBytes(const Request& r);
 

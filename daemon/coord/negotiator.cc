@@ -225,7 +225,8 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
     const Pending& p = pending_.at(name);
     gpu_pending |= p.tensor.first().gpu;
     if (announced_.count(name)) continue;
-    const TensorMeta meta = TensorMeta::Of(p.tensor);
+    TensorMeta& meta = meta_scratch_;  // its rows' storage reused from name to name
+    TensorMeta::Fill(p.tensor, &meta);
     const std::optional<int32_t> bit = cache_.Find(name);
     const uint64_t waited = now_ns - p.since_ns;
     const bool stalled = options_.stall_ns != 0 && waited >= options_.stall_ns;

@@ -295,6 +295,7 @@ class Negotiator {
   // time, so their storage is reused cycle after cycle.
   std::shared_ptr<std::vector<uint64_t>> agree_buffer_;
   std::vector<std::string> run_names_;
+  TensorMeta meta_scratch_;  // FillAgreement's, one pending name at a time
   std::vector<ReadyTensor> ready_spare_;  // Recycle's: the next agreement's list
   std::optional<AgreedWork> agreed_;    // reached, not taken yet
   bool awaiting_execution_ = false;      // taken; the cycle waits for executed_

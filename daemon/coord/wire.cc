@@ -94,8 +94,14 @@ class Reader {
 }  // namespace
 
 TensorMeta TensorMeta::Of(const ReadyTensor& t) {
-  const Request& r = t.first();
   TensorMeta m;
+  Fill(t, &m);
+  return m;
+}
+
+void TensorMeta::Fill(const ReadyTensor& t, TensorMeta* out) {
+  const Request& r = t.first();
+  TensorMeta& m = *out;
   m.kind = uint32_t(r.kind);
   m.dtype = r.dtype;
   m.op = r.op;
@@ -105,12 +111,14 @@ TensorMeta TensorMeta::Of(const ReadyTensor& t) {
   m.postscale = r.postscale;
   m.shape.assign(r.shape.begin(), r.shape.end());
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
-    m.rows = RankRows(t);
-    m.splits = RankSplits(t);
-  } else if (abi::IsSetChange(r.kind)) {
-    m.splits = r.splits;  // the set's ranks
+    // Into the meta's own vectors (RankRows computes there unless the tensor holds its rows).
+    if (const std::vector<int64_t>& rows = RankRows(t, &m.rows); &rows != &m.rows) m.rows = rows;
+    if (const std::vector<int64_t>& splits = RankSplits(t, &m.splits); &splits != &m.splits) m.splits = splits;
+  } else {
+    m.rows.clear();
+    if (abi::IsSetChange(r.kind)) m.splits = r.splits;  // the set's ranks
+    else m.splits.clear();
   }
-  return m;
 }
 
 int32_t AgreedArg(const Request& r) {

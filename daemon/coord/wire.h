@@ -35,6 +35,8 @@ struct TensorMeta {
   std::vector<int64_t> splits;
 
   static TensorMeta Of(const ReadyTensor& t);
+  // The same into `out`, reusing its storage.
+  static void Fill(const ReadyTensor& t, TensorMeta* out);
   bool operator==(const TensorMeta& o) const = default;
 };
 

@@ -281,6 +281,7 @@ class ProcessSet {
   std::vector<bool> fusion_taken_;
   std::vector<FusionGroup> local_groups_;
   CollectiveGroup members_;
+  Collective::Placement placement_;  // PlaceResults' (its rows' storage reused)
   uint64_t fallback_tensors_ = 0;            // names outside the plan while one was in use
   uint64_t drain_first_cycle_ = 0;           // the first negotiation cycle of a drain
   // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.

@@ -246,9 +246,9 @@ void ProcessSet::PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup
     const Collective* kind = FindCollective(t.first().kind);
     if (kind == nullptr) continue;
     for (size_t l = 0; l < t.requests.size(); ++l) {
-      const std::optional<Collective::Placement> place = kind->ResultPlace(t, l);
+      Collective::Placement* place = &placement_;
       Request& r = t.requests[l];
-      if (!place || r.results == nullptr) continue;
+      if (!kind->ResultPlace(t, l, place) || r.results == nullptr) continue;
       if (std::optional<ResultArea::Block> block = r.results->Allocate(place->bytes, place->rows)) {
         r.result = block->data;
         r.result_offset = block->offset;

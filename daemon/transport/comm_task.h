@@ -173,6 +173,7 @@ WaitAll Wait(Transport* t, H... handles) {
 inline WaitAll Wait(Transport* t, const std::vector<CommHandle>& handles) {
   return WaitAll{t, CommHandles(handles.begin(), handles.end()), {}};
 }
+inline WaitAll Wait(Transport* t, CommHandles handles) { return WaitAll{t, std::move(handles), {}}; }
 
 }  // namespace syncd
 

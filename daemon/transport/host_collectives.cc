@@ -114,13 +114,13 @@ CommTask GatherBytes(Transport* t, uint64_t tag, uint32_t root, const std::strin
     co_return st;
   }
   const auto sizes = std::make_shared<std::vector<uint64_t>>(n, 0);
-  std::vector<CommHandle> hs;
+  CommHandles hs;
   for (uint32_t p = 0; p < n; ++p)
     if (p != root) hs.push_back(t->Recv(p, tag, &(*sizes)[p], 8, sizes));
   Status st = co_await Wait(t, std::move(hs));
   if (!st.ok()) co_return st;
   const auto in = std::make_shared<std::vector<std::string>>(n);
-  std::vector<CommHandle> payloads;
+  CommHandles payloads;
   for (uint32_t p = 0; p < n; ++p) {
     if (p == root) continue;
     (*in)[p].resize((*sizes)[p]);
@@ -213,7 +213,7 @@ CommTask Broadcast(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
     }
     mask <<= 1;
   }
-  std::vector<CommHandle> sends;
+  CommHandles sends;
   for (mask >>= 1; mask > 0; mask >>= 1)
     if (vrank + mask < n) sends.push_back(t->Send((vrank + mask + root) % n, SliceTag(tag), data, bytes, owner));
   co_return co_await Wait(t, std::move(sends));
@@ -234,7 +234,7 @@ CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner own
   // Step s: pass on the block that arrived in step s-1 (at first, this node's own).
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_block = (r + n - s) % n, recv_block = (r + 2 * n - s - 1) % n;
-    std::vector<CommHandle> hs;
+    CommHandles hs;
     if (len(send_block) > 0) hs.push_back(t->Send(right, SliceTag(tag), buf + bounds[send_block], len(send_block), owner));
     if (len(recv_block) > 0) hs.push_back(t->Recv(left, SliceTag(tag), buf + bounds[recv_block], len(recv_block), owner));
     Status st = co_await Wait(t, std::move(hs));
@@ -258,7 +258,7 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
   // (r - s - 2) into this node's: after n-1 steps block r holds every node's contribution.
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_block = (r + 2 * n - s - 1) % n, recv_block = (r + 2 * n - s - 2) % n;
-    std::vector<CommHandle> hs;
+    CommHandles hs;
     if (len(send_block) > 0)
       hs.push_back(t->Send(right, SliceTag(tag), buf + bounds[send_block] * esize, len(send_block) * esize, owner));
     if (len(recv_block) > 0) hs.push_back(t->Recv(left, SliceTag(tag), tmp.get(), len(recv_block) * esize, tmp));
@@ -270,7 +270,7 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
 }
 
 CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs) {
-  std::vector<CommHandle> hs;
+  CommHandles hs;
   for (Transfer& x : recvs)
     if (x.bytes > 0) hs.push_back(t->Recv(x.peer, SliceTag(tag), x.data, x.bytes, std::move(x.owner)));
   for (Transfer& x : sends)

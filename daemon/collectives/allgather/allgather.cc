@@ -27,12 +27,8 @@ class AllgatherCollective final : public Collective {
     return SameShapeAfterFirst(rs);
   }
 
-  std::optional<Placement> ResultPlace(const ReadyTensor& t, size_t) const override {
-    Placement p{0, RankRows(t)};
-    for (int64_t rows : p.rows) p.bytes += uint64_t(rows) * RowBytes(t.first());
-    return p;
-  }
-  uint64_t ResultBytes(const ReadyTensor& t, size_t i) const override { return ResultPlace(t, i)->bytes; }
+  bool ResultPlace(const ReadyTensor& t, size_t, Placement* p) const override { return PlaceEveryRank(t, p); }
+  uint64_t ResultBytes(const ReadyTensor& t, size_t) const override { return EveryRanksBytes(t); }
   Status Joined(Request* r) const override {  // no rows
     r->shape[0] = 0;
     r->bytes = 0;
@@ -43,7 +39,8 @@ class AllgatherCollective final : public Collective {
 
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
-    const std::vector<int64_t> rows = RankRows(t);
+    std::vector<int64_t> scratch;
+    const std::vector<int64_t>& rows = RankRows(t, &scratch);
     const uint64_t row_bytes = RowBytes(t.first());
     const uint32_t nodes = run.transport->size();
     std::vector<uint64_t> bounds(nodes + 1, 0);

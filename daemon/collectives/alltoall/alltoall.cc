@@ -68,16 +68,28 @@ class AlltoallCollective final : public Collective {
     return SameShapeAfterFirst(rs);
   }
 
-  std::optional<Placement> ResultPlace(const ReadyTensor& t, size_t i) const override {
-    const std::vector<int64_t> m = RankSplits(t);
-    const size_t n = RankRows(t).size();
-    Placement p;
-    const size_t d = t.requests[i].set_rank;
-    for (size_t s = 0; s < n; ++s) p.rows.push_back(m[s * n + d]);
-    for (int64_t rows : p.rows) p.bytes += uint64_t(rows) * RowBytes(t.first());
-    return p;
+  // Rank i receives column d (its set rank) of the splits matrix; each rank has one split per
+  // rank of the set.
+  bool ResultPlace(const ReadyTensor& t, size_t i, Placement* p) const override {
+    std::vector<int64_t> scratch;  // stays empty where the tensor holds its splits
+    const std::vector<int64_t>& m = RankSplits(t, &scratch);
+    const size_t n = t.first().splits.size(), d = t.requests[i].set_rank;
+    p->rows.clear();
+    p->bytes = 0;
+    for (size_t s = 0; s < n; ++s) {
+      p->rows.push_back(m[s * n + d]);
+      p->bytes += uint64_t(m[s * n + d]) * RowBytes(t.first());
+    }
+    return true;
   }
-  uint64_t ResultBytes(const ReadyTensor& t, size_t i) const override { return ResultPlace(t, i)->bytes; }
+  uint64_t ResultBytes(const ReadyTensor& t, size_t i) const override {
+    std::vector<int64_t> scratch;
+    const std::vector<int64_t>& m = RankSplits(t, &scratch);
+    const size_t n = t.first().splits.size(), d = t.requests[i].set_rank;
+    uint64_t bytes = 0;
+    for (size_t s = 0; s < n; ++s) bytes += uint64_t(m[s * n + d]) * RowBytes(t.first());
+    return bytes;
+  }
   Status Joined(Request* r) const override {  // sends nothing; what it is sent is dropped
     r->shape[0] = 0;
     r->bytes = 0;
@@ -87,14 +99,16 @@ class AlltoallCollective final : public Collective {
 
   void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override {
     const ReadyTensor& t = *group.front();
-    host.Alltoall(t, RankSplits(t), RowBytes(t.first()));
+    std::vector<int64_t> scratch;
+    host.Alltoall(t, RankSplits(t, &scratch), RowBytes(t.first()));
   }
 
   // Every piece goes straight from its sender's tensor to its receiver's result block: one
   // message per piece between nodes, a copy within the node, nothing staged.
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
-    const std::vector<int64_t> m = RankSplits(t);
+    std::vector<int64_t> splits;
+    const std::vector<int64_t>& m = RankSplits(t, &splits);
     const std::vector<uint32_t>& off = *run.offsets;
     const uint32_t nodes = run.nodes(), me = run.node_rank;
     const Pieces p{off.back(), m, RowBytes(t.first())};

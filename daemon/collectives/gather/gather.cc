@@ -36,11 +36,10 @@ class GatherCollective final : public Collective {
   }
 
   // The root's block holds every rank's rows; the other ranks have none.
-  std::optional<Placement> ResultPlace(const ReadyTensor& t, size_t i) const override {
-    if (!IsRoot(t.requests[i])) return std::nullopt;
-    return Everything(t);
+  bool ResultPlace(const ReadyTensor& t, size_t i, Placement* p) const override {
+    return IsRoot(t.requests[i]) && PlaceEveryRank(t, p);
   }
-  uint64_t ResultBytes(const ReadyTensor& t, size_t) const override { return Everything(t).bytes; }
+  uint64_t ResultBytes(const ReadyTensor& t, size_t) const override { return EveryRanksBytes(t); }
   Status Joined(Request* r) const override {  // no rows, unless it is the root
     if (IsRoot(*r)) return InvalidArgument("its gather root, rank " + std::to_string(r->rank) + ", has joined (hvd.join)");
     r->shape[0] = 0;
@@ -62,7 +61,8 @@ class GatherCollective final : public Collective {
 
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
-    const std::vector<int64_t> rows = RankRows(t);
+    std::vector<int64_t> scratch;
+    const std::vector<int64_t>& rows = RankRows(t, &scratch);
     const uint64_t row_bytes = RowBytes(t.first());
     const uint32_t nodes = run.nodes();
     const uint32_t root_node = run.NodeOfGlobal(uint32_t(t.first().root));
@@ -96,12 +96,6 @@ class GatherCollective final : public Collective {
     co_return Status::Ok();
   }
 
- private:
-  static Placement Everything(const ReadyTensor& t) {
-    Placement p{0, RankRows(t)};
-    for (int64_t rows : p.rows) p.bytes += uint64_t(rows) * RowBytes(t.first());
-    return p;
-  }
 };
 
 }  // namespace

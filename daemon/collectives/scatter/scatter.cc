@@ -24,7 +24,8 @@ struct Shares {
 };
 Shares SharesOf(const ReadyTensor& t) {
   int64_t total = 0;  // only the root has rows
-  const std::vector<int64_t> ranks = RankRows(t);
+  std::vector<int64_t> scratch;
+  const std::vector<int64_t>& ranks = RankRows(t, &scratch);
   for (int64_t r : ranks) total += r;
   const int64_t n = int64_t(ranks.size());
   Shares s;
@@ -72,10 +73,11 @@ class ScatterCollective final : public Collective {
   }
 
   // Rank k's block holds its share; the rows listed are every rank's share.
-  std::optional<Placement> ResultPlace(const ReadyTensor& t, size_t i) const override {
+  bool ResultPlace(const ReadyTensor& t, size_t i, Placement* p) const override {
     Shares s = SharesOf(t);
-    const uint64_t bytes = uint64_t(s.rows.at(t.requests[i].set_rank)) * RowBytes(t.first());
-    return Placement{bytes, std::move(s.rows)};
+    p->bytes = uint64_t(s.rows.at(t.requests[i].set_rank)) * RowBytes(t.first());
+    p->rows = std::move(s.rows);
+    return true;
   }
   uint64_t ResultBytes(const ReadyTensor& t, size_t) const override {
     return SharesOf(t).first.back() * RowBytes(t.first());

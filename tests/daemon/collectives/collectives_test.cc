@@ -157,10 +157,11 @@ TEST(Collectives, AllgatherPlacesEveryRanksRowsInTheResultArea) {
   ReadyTensor t{{Tensor(abi::OpKind::kAllgather, 0, &a), Tensor(abi::OpKind::kAllgather, 1, &b)}};
   t.requests[0].shape = {2, 2};
   t.requests[1].shape = {1, 2};
-  const std::optional<Collective::Placement> p = ag.ResultPlace(t, 1);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->bytes, 6 * sizeof(float));
-  EXPECT_EQ(p->rows, (std::vector<int64_t>{2, 1}));
+  Collective::Placement p;
+  ASSERT_TRUE(ag.ResultPlace(t, 1, &p));
+  EXPECT_EQ(p.bytes, 6 * sizeof(float));
+  EXPECT_EQ(p.rows, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(ag.ResultBytes(t, 0), 6 * sizeof(float));
   std::vector<float> out0(6), out1(6);
   t.requests[0].result = reinterpret_cast<char*>(out0.data());
   t.requests[1].result = reinterpret_cast<char*>(out1.data());
@@ -195,8 +196,14 @@ TEST(Collectives, AlltoallSplitsDefaultToEqualPartsAndMustAddUp) {
   ReadyTensor t{{Tensor(abi::OpKind::kAlltoall, 0, &d0), Tensor(abi::OpKind::kAlltoall, 1, &d1)}};
   t.requests[0].splits = {1, 2};
   t.requests[1].splits = {0, 1};
-  EXPECT_EQ(a2a.ResultPlace(t, 0)->rows, (std::vector<int64_t>{1, 0}));
-  EXPECT_EQ(a2a.ResultPlace(t, 1)->rows, (std::vector<int64_t>{2, 1}));
+  Collective::Placement p;
+  ASSERT_TRUE(a2a.ResultPlace(t, 0, &p));
+  EXPECT_EQ(p.rows, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(p.bytes, 1 * sizeof(float));
+  ASSERT_TRUE(a2a.ResultPlace(t, 1, &p));  // the same storage again
+  EXPECT_EQ(p.rows, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(p.bytes, 3 * sizeof(float));
+  EXPECT_EQ(a2a.ResultBytes(t, 1), 3 * sizeof(float));
   std::vector<float> out0(1), out1(3);
   t.requests[0].result = reinterpret_cast<char*>(out0.data());
   t.requests[1].result = reinterpret_cast<char*>(out1.data());
