@@ -71,8 +71,9 @@ void PrintCoordination(const syncd::control::Coordination& c) {
   printf("  coord    %s   %lu cycles, %.3f ms each   coordinating %.1f ms in all   coordinator rounds %lu\n",
          c.mode().c_str(), (unsigned long)c.cycles(), c.mean_cycle_ms(), c.coordination_ms_total(),
          (unsigned long)c.coordinator_rounds());
-  printf("  time     executing %.1f ms   blocked in collectives %.1f ms   between cycles %.1f ms\n",
-         c.execution_ms_total(), c.blocked_ms_total(), c.idle_ms_total());
+  printf("  time     executing %.1f ms (%lu cycles agreed meanwhile)   blocked in collectives %.1f ms   between "
+         "cycles %.1f ms\n",
+         c.execution_ms_total(), (unsigned long)c.overlapped_cycles(), c.blocked_ms_total(), c.idle_ms_total());
   if (c.mode() == "gs")
     printf("  gs       %lu sleep agreements, %.1f ms agreed sleep\n", (unsigned long)c.sleep_agreements(),
            c.agreed_sleep_ms_total());

@@ -118,6 +118,7 @@ void FillCoordination(const ProcessSetSnapshot& s, const std::string& mode, cont
   c->set_coordination_messages(n.coordination_messages);
   c->set_coordination_bytes(n.coordination_bytes);
   c->set_cycle_requests(n.cycle_requests);
+  c->set_overlapped_cycles(n.overlapped_cycles);
   c->set_failure(s.failure);
 }
 

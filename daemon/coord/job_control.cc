@@ -64,7 +64,7 @@ void Negotiator::Tell(int32_t node, ControlMessage m) {
 
 void Negotiator::PeerLeft(uint32_t node, const std::string& reason) {
   const std::string who = "node " + std::to_string(node) + " left the job (" + reason + ")";
-  if (pending_.empty() && !agreed_ && !awaiting_execution_) {
+  if (pending_.empty() && !agreed_ && !executing_) {
     // The normal end of a job: every daemon is being stopped, or has moved on to the next job.
     // Nothing is lost, so nothing is reported as an error, but this job cannot go on.
     spdlog::info("{}", who);

@@ -8,7 +8,7 @@ namespace syncd {
 
 struct NegotiationStats {
   uint64_t cycles = 0;
-  uint64_t cycle_ns_total = 0;         // start to end of each cycle, execution included
+  uint64_t cycle_ns_total = 0;         // start of each cycle to its agreement taken (a fence's: run)
   uint64_t coordination_ns_total = 0;  // bit-vector agreement + coordinator round
   uint64_t cache_hits = 0;             // names agreed through the cache
   uint64_t cache_misses = 0;           // names that needed the coordinator
@@ -21,6 +21,7 @@ struct NegotiationStats {
   uint64_t coordination_messages = 0;  // point-to-point messages this daemon sent to coordinate
   uint64_t coordination_bytes = 0;
   uint64_t cycle_requests = 0;         // on_demand: cycles this daemon asked the others to run
+  uint64_t overlapped_cycles = 0;      // agreed while the agreement before ran here
 };
 
 }  // namespace syncd

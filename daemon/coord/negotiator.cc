@@ -246,7 +246,7 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
       (cache_.meta(int32_t(bit)).rows.empty() ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
     }
   if (!uncached->empty()) a.flags |= 1;
-  if (local_busy_ || !pending_.empty()) a.flags |= 2;
+  if (local_busy_ || !pending_.empty() || executing_) a.flags |= 2;
   return gpu_pending;
 }
 
@@ -389,23 +389,49 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   }
   if (ready.empty()) co_return Status::Ok();
   if (std::none_of(ready.begin(), ready.end(), [](const ReadyTensor& t) { return t.first().gpu; })) hold.Release();
-  const uint64_t exec_start = abi::MonotonicNs();
   cycle_agreed_ = uint32_t(ready.size());
-  // The process set runs the agreement; the cycle (and a GPU hold with it) lasts until it is done.
-  executed_.reset();
+  // A fence: a plan registration or a set change (they change what later cycles agree on; no
+  // collective kind runs them) or GPU work (its hold on the job-wide GPU order).
+  const bool fence = std::any_of(ready.begin(), ready.end(), [](const ReadyTensor& t) {
+    return t.first().gpu || FindCollective(t.first().kind) == nullptr;
+  });
+  if (executing_) ++stats_.overlapped_cycles;
+  // The process set takes the agreement once the one before it has run; the cycle ends then (a
+  // fence's, and a GPU hold with it, once it has run too).
   agreed_ = AgreedWork{std::move(ready), base, agreed.gpu_position};
+  agreed_fence_ = fence;
+  WaitUntil taken;
+  taken.ready = [this] { return !agreed_.has_value(); };
+  co_await taken;
+  if (!fence) co_return Status::Ok();
   WaitUntil done;
   done.ready = [this] { return executed_.has_value(); };
   co_await done;
-  awaiting_execution_ = false;
-  stats_.execution_ns_total += abi::MonotonicNs() - exec_start;
   co_return *std::exchange(executed_, std::nullopt);
+}
+
+std::optional<AgreedWork> Negotiator::TakeAgreed() {
+  if (executing_ || !agreed_) return std::nullopt;
+  executing_ = true;
+  executing_fence_ = agreed_fence_;
+  executing_since_ns_ = abi::MonotonicNs();
+  return std::exchange(agreed_, std::nullopt);
+}
+
+void Negotiator::Executed(Status status) {
+  if (!executing_) return;
+  executing_ = false;
+  stats_.execution_ns_total += abi::MonotonicNs() - executing_since_ns_;
+  // A fence's cycle ends with its outcome (and aborts the job with an error, as any failed cycle);
+  // another cycle may be running meanwhile: an error ends the job here.
+  if (executing_fence_ && cycle_running_) executed_ = std::move(status);
+  else if (!status.ok()) Abort(std::move(status));
 }
 
 void Negotiator::CancelCycle(const Status& why) {
   cycle_ = CommTask();  // cancels whatever the cycle awaited
   cycle_running_ = false;
-  awaiting_execution_ = false;
+  executing_ = false;  // what runs is the caller's to fail: it sees broken()
   executed_.reset();
   if (std::optional<AgreedWork> agreed = std::exchange(agreed_, std::nullopt))
     for (ReadyTensor& t : agreed->tensors)

@@ -10,6 +10,12 @@
 //  3. Every node then hands the same list, in the same order, to its process set to run (cache
 //     hits in bit order, then the coordinator's responses): TakeAgreed, and Executed when done.
 //     Coordination only agrees; it never runs a collective or completes a request.
+// Agreements are handed out one at a time, in cycle order, and overlap with the next cycle: a
+// cycle ends once its agreement is taken, so cycle N+1 agrees while N's runs (as NCCL's proxy
+// agrees on the next operation while the GPU runs the last), and N+2 starts once N has run. A
+// cycle whose agreement changes what later cycles agree on (a TOPO plan's registration, a
+// process set change) or runs on the GPUs (their job-wide order, GpuOrder) stays open until it
+// has run: a fence.
 // A failure anywhere (lost peer, dead local rank) aborts the job on every node: the node that
 // sees it sends the reason to all others, and everything pending fails with it (TakeEnded).
 //
@@ -93,23 +99,21 @@ class Negotiator {
   bool Poll(uint64_t now_ns, bool may_start = true);
   // The running cycle started with nothing pending here (nothing of this node's waits for it).
   bool cycle_started_idle() const { return cycle_idle_; }
-  // The running cycle's agreement (agreed_work.h), once it is reached, for the caller to run;
-  // then the cycle waits for Executed. Taken once: nullopt otherwise.
-  std::optional<AgreedWork> TakeAgreed() {
-    if (agreed_) awaiting_execution_ = true;
-    return std::exchange(agreed_, std::nullopt);
-  }
-  // The outcome of the agreed cycle taken last: the cycle ends with it (an error aborts the job:
-  // every node is told). Tensors whose requests the caller did not complete are the caller's to
-  // fail.
-  void Executed(Status status) { executed_ = std::move(status); }
+  // The next agreement (agreed_work.h) for the caller to run, once the one taken before it has
+  // run (Executed): agreements run one at a time, in cycle order. nullopt otherwise.
+  std::optional<AgreedWork> TakeAgreed();
+  // The outcome of the agreement taken last. An error aborts the job (every node is told); the
+  // tensors whose requests the caller did not complete are the caller's to fail.
+  void Executed(Status status);
   // An agreement's tensor list, run and emptied: its room holds the next agreement's.
   void Recycle(std::vector<ReadyTensor>&& spent) {
     spent.clear();
     ready_spare_ = std::move(spent);
   }
-  // Whether an agreed cycle was taken and its outcome is not reported yet.
-  bool executing() const { return awaiting_execution_; }
+  // Whether an agreement was taken and its outcome is not reported yet.
+  bool executing() const { return executing_; }
+  // Whether an agreement waits to be taken.
+  bool has_agreement() const { return agreed_.has_value(); }
   // Requests the negotiator gave up (the job failed or a name was refused), each with its error:
   // the caller completes them. The negotiator completes nothing itself.
   std::vector<FailedTensor> TakeEnded() { return std::exchange(ended_, {}); }
@@ -298,8 +302,11 @@ class Negotiator {
   TensorMeta meta_scratch_;  // FillAgreement's, one pending name at a time
   std::vector<ReadyTensor> ready_spare_;  // Recycle's: the next agreement's list
   std::optional<AgreedWork> agreed_;    // reached, not taken yet
-  bool awaiting_execution_ = false;      // taken; the cycle waits for executed_
-  std::optional<Status> executed_;       // reported by Executed
+  bool agreed_fence_ = false;            // agreed_ is a fence (see the top of this file)
+  bool executing_ = false;               // taken, its outcome not reported yet
+  bool executing_fence_ = false;         // what runs is a fence: its cycle waits for executed_
+  uint64_t executing_since_ns_ = 0;
+  std::optional<Status> executed_;       // a fence's outcome, reported by Executed
   std::vector<FailedTensor> ended_;      // see TakeEnded
   std::vector<ControlNotice> notices_;   // see TakeNotices
   bool cycle_running_ = false;

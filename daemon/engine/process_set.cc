@@ -180,28 +180,32 @@ bool ProcessSet::Poll(uint64_t now_ns) {
 
 bool ProcessSet::RunAgreed() {
   bool did = false;
-  if (!cycle_run_.active) {
-    std::optional<AgreedWork> work = negotiator_->TakeAgreed();
-    if (!work) return false;
-    cycle_run_.work = std::move(*work);
-    cycle_run_.active = true;
-    const uint64_t now = abi::MonotonicNs();
-    for (const ReadyTensor& t : cycle_run_.work.tensors) Enter(t.requests, RequestState::kAgreed, now);
-    cycle_run_.task = ExecuteAgreed(&cycle_run_.work.tensors, cycle_run_.work.tag, &fusion_buffer_,
-                                    cycle_run_.work.gpu_position, &cycle_run_.groups);
+  for (;;) {
+    if (!cycle_run_.active) {
+      std::optional<AgreedWork> work = negotiator_->TakeAgreed();
+      if (!work) return did;
+      cycle_run_.work = std::move(*work);
+      cycle_run_.active = true;
+      const uint64_t now = abi::MonotonicNs();
+      for (const ReadyTensor& t : cycle_run_.work.tensors) Enter(t.requests, RequestState::kAgreed, now);
+      cycle_run_.task = ExecuteAgreed(&cycle_run_.work.tensors, cycle_run_.work.tag, &fusion_buffer_,
+                                      cycle_run_.work.gpu_position, &cycle_run_.groups);
+      did = true;
+    }
+    if (!cycle_run_.task.Poll()) return did;
+    const Status st = cycle_run_.task.status();
+    if (!st.ok()) FailRun(cycle_run_, st);  // the negotiator aborts the job with it
+    cycle_run_.active = false;
+    cycle_run_.task = CommTask();
+    negotiator_->Recycle(std::move(cycle_run_.work.tensors));
+    cycle_run_.work.tensors.clear();  // (moved from: empty already)
+    negotiator_->Executed(st);
+    // A fence's cycle ends now, not at the next poll; the next cycle's agreement may be waiting
+    // (agreed while this one ran): it runs at once.
+    negotiator_->Poll(abi::MonotonicNs(), /*may_start=*/false);
     did = true;
+    if (negotiator_->broken()) return did;
   }
-  if (!cycle_run_.task.Poll()) return did;
-  const Status st = cycle_run_.task.status();
-  if (!st.ok()) FailRun(cycle_run_, st);  // the negotiator aborts the job with it
-  cycle_run_.active = false;
-  cycle_run_.task = CommTask();
-  negotiator_->Recycle(std::move(cycle_run_.work.tensors));
-  cycle_run_.work.tensors.clear();  // (moved from: empty already)
-  negotiator_->Executed(st);
-  // The cycle ends now, not at the next poll.
-  negotiator_->Poll(abi::MonotonicNs(), /*may_start=*/false);
-  return true;
 }
 
 bool ProcessSet::RunTopo() {
@@ -273,8 +277,9 @@ void ProcessSet::Collect() {
 }
 
 bool ProcessSet::Block() {
-  // Like a blocking MPI collective: wait on the network and nothing else until the cycle (its
-  // agreement and the execution of what it agreed) is over. Abort messages still count, or a
+  // Like a blocking MPI collective: wait on the network and nothing else until the cycle is over
+  // (its agreement taken, which waits for the agreement before it to run; a fence's run too), the
+  // runs going on meanwhile. Abort messages still count, or a
   // node that gave up on the job would leave this one waiting for ever, and so do partial rounds
   // (they run outside cycles). Spin for kSpinBeforeSleepNs (most cycles end within it; an idle
   // cycle not at all: nothing here waits for it), then sleep on the transport's event descriptor
@@ -312,6 +317,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
     next = cycle > now_ns ? cycle : 0;
   }
   if (topo_run_.active) next = 0;  // a TOPO group waits on the network: keep polling it
+  if (cycle_run_.active) next = 0;  // an agreement runs (its cycle may have ended)
   if (!gpu_ops_.empty()) next = 0;          // GPU work completes without ringing the doorbell
   if (partial_.busy()) next = 0;            // partial rounds and their activation on the network
   // A round another node starts needs this node's accumulators at once (no rank here runs any
@@ -322,7 +328,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
 
 bool ProcessSet::WaitsOnlyOnCycle() const {
   if (topo_run_.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
-  return negotiator_ && !negotiator_->broken() && negotiator_->next_cycle_ns() == 0;
+  return negotiator_ && !negotiator_->broken() && (negotiator_->next_cycle_ns() == 0 || cycle_run_.active);
 }
 
 Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
@@ -508,7 +514,7 @@ bool ProcessSet::Drained(bool idle_here) {
   negotiator_->SetDrain(true, !idle_here);
   if (drain_first_cycle_ == 0) drain_first_cycle_ = negotiator_->cycle_seq() + 1;
   const uint64_t quiet = negotiator_->quiet_cycle();
-  return idle_here && negotiator_->pending() == 0 && !negotiator_->cycle_running() &&
+  return idle_here && negotiator_->pending() == 0 && !negotiator_->cycle_running() && !cycle_run_.active &&
          quiet == negotiator_->cycle_seq() && quiet >= drain_first_cycle_;
 }
 

@@ -11,7 +11,8 @@
 // (coord/agreed_work.h), runs it kind by kind (collectives/), completes its requests and reports
 // back; it also completes what coordination gave up (Negotiator::TakeEnded, TopoRunner::FailAll).
 // In the blocking modes (negotiate, gs) the global set blocks the engine while a cycle is open
-// (Block), as Horovod's background thread blocks in its collectives.
+// (Block), as Horovod's background thread blocks in its collectives; the agreement a cycle reached
+// runs while the next cycle agrees (see coord/negotiator.h).
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_PROCESS_SET_H_

@@ -163,8 +163,11 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
   static const PerSet kPerSet[] = {
       {"syncd_negotiation_cycles_total", "Coordination cycles run.",
        [](const NegotiationStats& n) { return double(n.cycles); }},
-      {"syncd_negotiation_cycle_seconds_total", "Time in coordination cycles, execution included.",
+      {"syncd_negotiation_cycle_seconds_total",
+       "Time in coordination cycles, each until its agreement is taken (a fence's: has run).",
        [](const NegotiationStats& n) { return Seconds(n.cycle_ns_total); }},
+      {"syncd_negotiation_overlapped_cycles_total", "Cycles that agreed while the agreement before ran here.",
+       [](const NegotiationStats& n) { return double(n.overlapped_cycles); }},
       {"syncd_coordination_seconds_total", "Time agreeing on what runs (bit-vector agreement and coordinator rounds).",
        [](const NegotiationStats& n) { return Seconds(n.coordination_ns_total); }},
       {"syncd_execution_seconds_total", "Time moving and reducing agreed tensors.",

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -150,42 +151,99 @@ TEST(Negotiator, ShapesThatVaryByRankReachEveryNodeAndAreNeverCached) {
   EXPECT_TRUE(job.failed.empty());
 }
 
-// Coordination only agrees: the agreed tensors wait for whoever runs them, the cycle stays open
-// (no other cycle starts) until the outcome is reported, and a failed execution ends the job on
-// every node, the other nodes' pending requests handed back with the error.
-TEST(Negotiator, ACycleWaitsForItsAgreementToRunAndAFailedRunEndsTheJobEverywhere) {
+// Polls every node's negotiator `turns` times without running anything; returns whether `done`
+// held before that.
+template <typename F>
+bool PollOnly(Job& job, int turns, F done) {
+  for (int i = 0; i < turns && !done(); ++i)
+    for (auto& n : job.negotiators) n->Poll(abi::MonotonicNs());
+  return done();
+}
+
+bool EveryNode(Job& job, bool (Negotiator::*what)() const) {
+  for (auto& n : job.negotiators)
+    if (!((*n).*what)()) return false;
+  return true;
+}
+
+// Coordination only agrees, and agreements run one at a time in cycle order: cycle N+1 agrees
+// while N's agreement runs (it is not handed out before N has run), N+2 waits for N to have run.
+// A failed run ends the job on every node, the other nodes' requests handed back with the error.
+TEST(Negotiator, TheNextCycleAgreesWhileOneRunsAndAFailedRunEndsTheJobEverywhere) {
   Job job(2);
   for (uint32_t n = 0; n < 2; ++n) job.negotiators[n]->Add(Tensor("x", n, false));
-  std::vector<std::optional<AgreedWork>> agreed(2);
-  const uint64_t end = abi::MonotonicNs() + 2'000'000'000ull;
-  while ((!agreed[0] || !agreed[1]) && abi::MonotonicNs() < end)
-    for (uint32_t n = 0; n < 2; ++n) {
-      job.negotiators[n]->Poll(abi::MonotonicNs());
-      if (!agreed[n]) agreed[n] = job.negotiators[n]->TakeAgreed();
-    }
-  ASSERT_TRUE(agreed[0] && agreed[1]);
-  EXPECT_EQ(agreed[0]->tag, agreed[1]->tag) << "one tag for the same work on every node";
-  ASSERT_EQ(agreed[0]->tensors.size(), 1u);
-  EXPECT_EQ(agreed[0]->tensors[0].first().name, "x");
-  // Not reported: the cycle stays open however long it takes, and nothing more is agreed.
-  job.negotiators[1]->Add(Tensor("y", 1, false));
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::has_agreement); }));
+  std::vector<AgreedWork> x;
+  for (auto& n : job.negotiators) x.push_back(*n->TakeAgreed());
+  EXPECT_EQ(x[0].tag, x[1].tag) << "one tag for the same work on every node";
+  ASSERT_EQ(x[0].tensors.size(), 1u);
+  EXPECT_EQ(x[0].tensors[0].first().name, "x");
+  // x runs (not reported yet): y is agreed meanwhile, and waits for x.
+  for (uint32_t n = 0; n < 2; ++n) job.negotiators[n]->Add(Tensor("y", n, false));
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::has_agreement); }));
+  for (auto& n : job.negotiators) {
+    EXPECT_TRUE(n->executing());
+    EXPECT_FALSE(n->TakeAgreed().has_value()) << "handed out before the agreement before it has run";
+    EXPECT_EQ(n->stats().overlapped_cycles, 1u);
+  }
+  // z is not agreed before x has run: y's cycle stays open until y is taken.
+  for (uint32_t n = 0; n < 2; ++n) job.negotiators[n]->Add(Tensor("z", n, false));
   const uint64_t cycles = job.negotiators[0]->stats().cycles;
-  for (int i = 0; i < 2000; ++i)
-    for (uint32_t n = 0; n < 2; ++n) {
-      job.negotiators[n]->Poll(abi::MonotonicNs());
-      EXPECT_FALSE(job.negotiators[n]->TakeAgreed().has_value());
-    }
-  EXPECT_TRUE(job.negotiators[0]->cycle_running() && job.negotiators[0]->executing());
+  PollOnly(job, 2000, [] { return false; });
+  EXPECT_TRUE(job.negotiators[0]->cycle_running());
   EXPECT_EQ(job.negotiators[0]->stats().cycles, cycles);
-  // Node 0's run fails (its requests are its own to fail); node 1 still holds "y".
+  EXPECT_EQ(job.negotiators[0]->pending(), 1u) << "z";
+  for (auto& n : job.negotiators) n->Executed(Status::Ok());
+  for (auto& n : job.negotiators) {
+    std::optional<AgreedWork> y = n->TakeAgreed();
+    ASSERT_TRUE(y.has_value());
+    ASSERT_EQ(y->tensors.size(), 1u);
+    EXPECT_EQ(y->tensors[0].first().name, "y");
+    EXPECT_NE(y->tag, x[0].tag);
+  }
+  // z is agreed while y runs. Node 0's run of y fails (its requests are its own to fail); node 1
+  // still holds z, agreed, and "w", pending.
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::has_agreement); }));
+  job.negotiators[1]->Add(Tensor("w", 1, false));
   job.negotiators[0]->Executed(Status(SYNCD_ERR_RANK_LOST, "the wire broke"));
   job.negotiators[1]->Executed(Status::Ok());
-  job.PollUntil([&] { return job.negotiators[1]->broken(); });
-  EXPECT_TRUE(job.negotiators[0]->broken());
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::broken); }));
   EXPECT_NE(job.negotiators[1]->failure().message().find("the wire broke"), std::string::npos)
       << job.negotiators[1]->failure().message();
-  ASSERT_EQ(job.failed.size(), 1u);
-  EXPECT_EQ(job.failed[0].rfind("node 1: tensor 'y': ", 0), 0u) << job.failed[0];
+  std::vector<std::string> failed;
+  for (uint32_t n = 0; n < 2; ++n)
+    for (const FailedTensor& f : job.negotiators[n]->TakeEnded())
+      failed.push_back("node " + std::to_string(n) + ": " + f.error.message());
+  std::sort(failed.begin(), failed.end());
+  ASSERT_EQ(failed.size(), 3u) << "z on both nodes, w on node 1, each once";
+  EXPECT_EQ(failed[0].rfind("node 0: tensor 'z': ", 0), 0u) << failed[0];
+  EXPECT_EQ(failed[1].rfind("node 1: tensor 'w': ", 0), 0u) << failed[1];
+  EXPECT_EQ(failed[2].rfind("node 1: tensor 'z': ", 0), 0u) << failed[2];
+  for (auto& n : job.negotiators) EXPECT_FALSE(n->TakeAgreed().has_value());
+}
+
+// A fence (here GPU work: its hold on the job-wide GPU order) keeps its cycle open until it has
+// run: nothing after it is agreed before.
+TEST(Negotiator, AFenceKeepsItsCycleOpenUntilItHasRun) {
+  Job job(2);
+  for (uint32_t n = 0; n < 2; ++n) job.negotiators[n]->Add(Tensor("g", n, true));
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::has_agreement); }));
+  for (auto& n : job.negotiators) ASSERT_TRUE(n->TakeAgreed().has_value());
+  for (uint32_t n = 0; n < 2; ++n) job.negotiators[n]->Add(Tensor("h", n, false));
+  PollOnly(job, 2000, [] { return false; });
+  for (auto& n : job.negotiators) {
+    EXPECT_TRUE(n->cycle_running() && n->executing());
+    EXPECT_FALSE(n->has_agreement());
+    EXPECT_EQ(n->pending(), 1u) << "h";
+  }
+  for (auto& n : job.negotiators) n->Executed(Status::Ok());
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::has_agreement); }));
+  for (auto& n : job.negotiators) {
+    std::optional<AgreedWork> h = n->TakeAgreed();
+    ASSERT_TRUE(h.has_value());
+    EXPECT_EQ(h->tensors[0].first().name, "h");
+    EXPECT_EQ(n->stats().overlapped_cycles, 0u);
+  }
 }
 
 // A hostile or broken peer: node 0 runs a real negotiator, node 1 is the test writing bytes by
