@@ -55,6 +55,14 @@ const std::vector<int64_t>& RankSplits(const ReadyTensor& t, std::vector<int64_t
   return *scratch;
 }
 
+void RankRowsInto(const ReadyTensor& t, std::vector<int64_t>* out) {
+  if (const std::vector<int64_t>& rows = RankRows(t, out); &rows != out) out->assign(rows.begin(), rows.end());
+}
+
+void RankSplitsInto(const ReadyTensor& t, std::vector<int64_t>* out) {
+  if (const std::vector<int64_t>& splits = RankSplits(t, out); &splits != out) out->assign(splits.begin(), splits.end());
+}
+
 uint64_t EveryRanksBytes(const ReadyTensor& t) {
   std::vector<int64_t> scratch;  // stays empty where the tensor holds its rows
   uint64_t bytes = 0;
@@ -63,8 +71,7 @@ uint64_t EveryRanksBytes(const ReadyTensor& t) {
 }
 
 bool PlaceEveryRank(const ReadyTensor& t, Collective::Placement* p) {
-  const std::vector<int64_t>& rows = RankRows(t, &p->rows);
-  if (&rows != &p->rows) p->rows.assign(rows.begin(), rows.end());
+  RankRowsInto(t, &p->rows);
   p->bytes = 0;
   for (int64_t n : p->rows) p->bytes += uint64_t(n) * RowBytes(t.first());
   return true;

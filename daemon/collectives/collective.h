@@ -132,6 +132,9 @@ class Collective {
 // (RankSplits(t)[s * size + d] rows from s to d).
 const std::vector<int64_t>& RankRows(const ReadyTensor& t, std::vector<int64_t>* scratch);
 const std::vector<int64_t>& RankSplits(const ReadyTensor& t, std::vector<int64_t>* scratch);
+// The same, copied into `out` (its room reused) for a caller that keeps them.
+void RankRowsInto(const ReadyTensor& t, std::vector<int64_t>* out);
+void RankSplitsInto(const ReadyTensor& t, std::vector<int64_t>* out);
 // A result of every rank's rows (allgather; gather at its root): their bytes, and `p` with every
 // rank's row count (true).
 uint64_t EveryRanksBytes(const ReadyTensor& t);

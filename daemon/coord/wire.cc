@@ -111,9 +111,8 @@ void TensorMeta::Fill(const ReadyTensor& t, TensorMeta* out) {
   m.postscale = r.postscale;
   m.shape.assign(r.shape.begin(), r.shape.end());
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
-    // Into the meta's own vectors (RankRows computes there unless the tensor holds its rows).
-    if (const std::vector<int64_t>& rows = RankRows(t, &m.rows); &rows != &m.rows) m.rows = rows;
-    if (const std::vector<int64_t>& splits = RankSplits(t, &m.splits); &splits != &m.splits) m.splits = splits;
+    RankRowsInto(t, &m.rows);  // the meta's own vectors, their room reused
+    RankSplitsInto(t, &m.splits);
   } else {
     m.rows.clear();
     if (abi::IsSetChange(r.kind)) m.splits = r.splits;  // the set's ranks

@@ -136,7 +136,7 @@ void Job::ReceiveHealth(uint32_t from, const ControlMessage& m) {
   if (!st.ok()) spdlog::warn("job health: {}", st.message());
 }
 
-bool Job::HealthDue(uint64_t now_ns) { return links_.transport != nullptr && sets_.count(0) != 0 && health_.Due(now_ns); }
+bool Job::HealthDue(uint64_t now_ns) { return links_.transport != nullptr && health_.Due(now_ns); }
 
 void Job::SendHealth(const NodeHealth& mine) {
   for (ControlMessage& m : health_.Encode(mine, id_))

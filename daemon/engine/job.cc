@@ -19,11 +19,11 @@ constexpr uint64_t kRejoinGraceNs = 2'000'000'000;
 Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
     : config_(config), id_(id), local_size_(local_size), links_(std::move(links)) {
   StartHealth(abi::MonotonicNs());
-  set_hooks_ = links_.hooks;
+  set_hooks_ = std::move(links_.hooks);
   set_hooks_.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
-  set_hooks_.on_notice = [this](uint32_t from, const ControlMessage& m) {
+  set_hooks_.on_notice = [this, others = std::move(set_hooks_.on_notice)](uint32_t from, const ControlMessage& m) {
     if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(from, m);
-    else if (links_.hooks.on_notice) links_.hooks.on_notice(from, m);
+    else if (others) others(from, m);
   };
   PointToPoint::Links p2p;
   p2p.transport = links_.transport;

@@ -87,8 +87,9 @@ class Job {
     Transport* transport = nullptr;  // the job's daemons; nullptr: one node
     GpuExecutor* gpu = nullptr;      // this node's GPUs, or nullptr
     ExecutionCounters* counters = nullptr;
-    // What every set of the job runs with. The job takes the set changes (change_sets) and the
-    // health reports among the notices; the other notices go on to `hooks.on_notice`.
+    // What every set of the job runs with (the job keeps them as set_hooks_). The job takes the
+    // set changes (change_sets) and the health reports among the notices; the other notices go on
+    // to `hooks.on_notice`.
     ProcessSetHooks hooks;
   };
   Job(const Config& config, uint64_t id, uint32_t local_size, Links links);
