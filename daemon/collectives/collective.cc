@@ -41,30 +41,34 @@ StatusOr<uint64_t> Collective::EnqueueGpu(const CollectiveGroup&, const OnGpus&)
   return InvalidArgument(std::string(name()) + " has no GPU path");
 }
 
-const std::vector<int64_t>& RankRows(const ReadyTensor& t, std::vector<int64_t>* scratch) {
-  if (!t.rank_rows.empty()) return t.rank_rows;
+absl::Span<const int64_t> RankRows(const ReadyTensor& t, RankScratch* scratch) {
+  if (t.agreed) return t.agreed->rows;
   scratch->clear();
   for (const Request& r : t.requests) scratch->push_back(r.shape.empty() ? 0 : r.shape[0]);
   return *scratch;
 }
 
-const std::vector<int64_t>& RankSplits(const ReadyTensor& t, std::vector<int64_t>* scratch) {
-  if (!t.rank_splits.empty()) return t.rank_splits;
+absl::Span<const int64_t> RankSplits(const ReadyTensor& t, RankScratch* scratch) {
+  if (t.agreed) return t.agreed->splits;
   scratch->clear();
   for (const Request& r : t.requests) scratch->insert(scratch->end(), r.splits.begin(), r.splits.end());
   return *scratch;
 }
 
 void RankRowsInto(const ReadyTensor& t, std::vector<int64_t>* out) {
-  if (const std::vector<int64_t>& rows = RankRows(t, out); &rows != out) out->assign(rows.begin(), rows.end());
+  RankScratch scratch;
+  const absl::Span<const int64_t> rows = RankRows(t, &scratch);
+  out->assign(rows.begin(), rows.end());
 }
 
 void RankSplitsInto(const ReadyTensor& t, std::vector<int64_t>* out) {
-  if (const std::vector<int64_t>& splits = RankSplits(t, out); &splits != out) out->assign(splits.begin(), splits.end());
+  RankScratch scratch;
+  const absl::Span<const int64_t> splits = RankSplits(t, &scratch);
+  out->assign(splits.begin(), splits.end());
 }
 
 uint64_t EveryRanksBytes(const ReadyTensor& t) {
-  std::vector<int64_t> scratch;  // stays empty where the tensor holds its rows
+  RankScratch scratch;  // stays empty where the tensor holds its rows
   uint64_t bytes = 0;
   for (int64_t rows : RankRows(t, &scratch)) bytes += uint64_t(rows) * RowBytes(t.first());
   return bytes;

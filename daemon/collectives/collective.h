@@ -19,6 +19,9 @@
 #ifndef SYNCD_DAEMON_COLLECTIVES_COLLECTIVE_H_
 #define SYNCD_DAEMON_COLLECTIVES_COLLECTIVE_H_
 
+#include <absl/container/inlined_vector.h>
+#include <absl/types/span.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -127,11 +130,13 @@ class Collective {
 };
 
 // Every rank's first dimension (0 for a scalar), in the set's rank order: the tensor's own
-// (ReadyTensor::rank_rows: on many nodes the agreement always sets them), without a copy; else
+// (ReadyTensor::agreed: on many nodes the agreement always sets them), without a copy; else
 // computed from the requests into `scratch`. Alltoall: the splits matrix rank-major
 // (RankSplits(t)[s * size + d] rows from s to d).
-const std::vector<int64_t>& RankRows(const ReadyTensor& t, std::vector<int64_t>* scratch);
-const std::vector<int64_t>& RankSplits(const ReadyTensor& t, std::vector<int64_t>* scratch);
+// The scratch holds a set of up to 64 ranks' rows, or 8 ranks' splits, inline (no heap allocation).
+using RankScratch = absl::InlinedVector<int64_t, 64>;
+absl::Span<const int64_t> RankRows(const ReadyTensor& t, RankScratch* scratch);
+absl::Span<const int64_t> RankSplits(const ReadyTensor& t, RankScratch* scratch);
 // The same, copied into `out` (its room reused) for a caller that keeps them.
 void RankRowsInto(const ReadyTensor& t, std::vector<int64_t>* out);
 void RankSplitsInto(const ReadyTensor& t, std::vector<int64_t>* out);

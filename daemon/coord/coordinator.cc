@@ -20,8 +20,7 @@ ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta)
     StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l);
     if (r.ok()) t.requests.push_back(std::move(r.value()));
   }
-  t.rank_rows = meta.rows;
-  t.rank_splits = meta.splits;
+  t.agreed = SharedShapes(meta);
   return t;
 }
 

@@ -316,13 +316,8 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
   for (const std::string& name : run) {
     if (pending_.count(name)) {
       ready->push_back(take(name));
-      // A kind whose shapes vary by rank: every rank's rows and splits, as cached.
-      ReadyTensor& t = ready->back();
-      if (const Collective* kind = FindCollective(t.first().kind); kind != nullptr && kind->shapes_vary()) {
-        const TensorMeta& m = cache_.meta(*cache_.Find(name));
-        t.rank_rows.assign(m.rows.begin(), m.rows.end());
-        t.rank_splits.assign(m.splits.begin(), m.splits.end());
-      }
+      // A kind whose shapes vary by rank: every rank's rows and splits, as cached (shared).
+      ready->back().agreed = cache_.shapes(*cache_.Find(name));
     } else if (joined) {
       ready->push_back(StandIn(name, cache_.meta(*cache_.Find(name))));
     }
@@ -337,8 +332,7 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
     }
     if (r.status == SYNCD_OK) {
       ready->push_back(take(r.name));
-      ready->back().rank_rows = r.meta.rows;
-      ready->back().rank_splits = r.meta.splits;
+      ready->back().agreed = r.cache_bit >= 0 ? cache_.shapes(r.cache_bit) : SharedShapes(r.meta);
       for (Request& q : ready->back().requests) SetAgreedArg(&q, r.meta.arg);  // a join: the last rank to join
     } else {
       TakeAndFail(r.name, Status(syncd_status(r.status), r.message));

@@ -5,14 +5,19 @@
 #ifndef SYNCD_DAEMON_COORD_RESPONSE_CACHE_H_
 #define SYNCD_DAEMON_COORD_RESPONSE_CACHE_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "daemon/coord/wire.h"
+#include "daemon/core/tensor_table.h"
 
 namespace syncd {
+
+// A meta's rows and splits as a tensor holds them (null where it has none).
+std::shared_ptr<const AgreedShapes> SharedShapes(const TensorMeta& meta);
 
 class ResponseCache {
  public:
@@ -27,6 +32,8 @@ class ResponseCache {
   std::optional<int32_t> Find(const std::string& name) const;
   const std::string& name(int32_t bit) const { return entries_[size_t(bit)].name; }
   const TensorMeta& meta(int32_t bit) const { return entries_[size_t(bit)].meta; }
+  // The meta's rows and splits, shared with the tensors that run the name (null where it has none).
+  const std::shared_ptr<const AgreedShapes>& shapes(int32_t bit) const { return entries_[size_t(bit)].shapes; }
   bool used(int32_t bit) const { return entries_[size_t(bit)].used; }
 
  private:
@@ -34,6 +41,7 @@ class ResponseCache {
     bool used = false;
     std::string name;
     TensorMeta meta;
+    std::shared_ptr<const AgreedShapes> shapes;
   };
   std::vector<Entry> entries_;
   std::unordered_map<std::string, int32_t> by_name_;

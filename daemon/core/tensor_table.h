@@ -10,6 +10,7 @@
 #include <absl/container/inlined_vector.h>
 
 #include <deque>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,17 +20,23 @@
 
 namespace syncd {
 
+// Kinds whose ranks' shapes differ (allgather, alltoall), agreed across nodes: every rank's first
+// dimension, and the alltoall splits rank-major (splits[s * size + d]: rows from s to d), in the
+// set's rank order, as the coordinator sent them. Shared with the response cache entry that holds
+// them, so that a cache hit copies nothing.
+struct AgreedShapes {
+  std::vector<int64_t> rows;
+  std::vector<int64_t> splits;
+};
+
 // One tensor submitted by every local rank; requests[i] is local rank i's.
 struct ReadyTensor {
   ReadyTensor(std::vector<Request> rs = {}) : requests(std::move(rs)) {}  // NOLINT: implicit, as an aggregate's
   std::vector<Request> requests;
   const Request& first() const { return requests.front(); }
-  // Kinds whose ranks' shapes differ (allgather, alltoall), agreed across nodes: every rank's
-  // first dimension, and the alltoall splits rank-major (rank_splits[s * size + d]: rows from
-  // s to d), in the set's rank order, as the coordinator sent them. Empty on one node: the
-  // requests are every rank's.
-  std::vector<int64_t> rank_rows;
-  std::vector<int64_t> rank_splits;
+  // A kind whose shapes vary by rank, on many nodes: what the nodes agreed. Null on one node
+  // (the requests are every rank's) and for the other kinds.
+  std::shared_ptr<const AgreedShapes> agreed;
 };
 
 // Tensors run together (a fused group), a few held inline: no heap allocation per group for

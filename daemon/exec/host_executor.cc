@@ -1,5 +1,7 @@
 #include "daemon/exec/host_executor.h"
 
+#include <absl/container/inlined_vector.h>
+
 #include <cstring>
 
 #include "daemon/core/reduce_kernels.h"
@@ -103,7 +105,7 @@ void HostExecutor::Allgather(const ReadyTensor& t) {
   }
 }
 
-void HostExecutor::Alltoall(const ReadyTensor& t, const std::vector<int64_t>& splits, uint64_t row_bytes) {
+void HostExecutor::Alltoall(const ReadyTensor& t, absl::Span<const int64_t> splits, uint64_t row_bytes) {
   const size_t n = t.requests.size();
   for (size_t d = 0; d < n; ++d) {
     const Request& dest = t.requests[d];
@@ -124,13 +126,13 @@ void HostExecutor::CopyToResults(const ReadyTensor& t, const char* from, uint64_
     if (r.result != nullptr && bytes > 0) CopyStreaming(r.result, from, bytes);
 }
 
-void HostExecutor::Reducescatter(const ReadyTensor& t, const std::vector<uint64_t>& bounds) {
+void HostExecutor::Reducescatter(const ReadyTensor& t, absl::Span<const uint64_t> bounds) {
   const Request& head = t.first();
   const ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale,
                         head.op == SYNCD_AVERAGE ? world_size_ : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = t.requests.size();
-  std::vector<const void*> in(n);
+  absl::InlinedVector<const void*, 16> in(n);
   // In rank order, each rank's part lands at the start of its own tensor: rank d's part begins at
   // or after where every earlier rank's part ended, and no later rank reads what is overwritten.
   for (size_t d = 0; d < n; ++d) {

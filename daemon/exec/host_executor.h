@@ -4,6 +4,8 @@
 #ifndef SYNCD_DAEMON_EXEC_HOST_EXECUTOR_H_
 #define SYNCD_DAEMON_EXEC_HOST_EXECUTOR_H_
 
+#include <absl/types/span.h>
+
 #include <vector>
 
 #include "daemon/core/tensor_table.h"
@@ -34,11 +36,11 @@ class HostExecutor {
   // rank order. Alltoall: for each rank d, the rows each rank s sends it (splits rank-major,
   // splits[s * n + d]), in rank order. CopyToResults: `bytes` of `from` into every block.
   void Allgather(const ReadyTensor& t);
-  void Alltoall(const ReadyTensor& t, const std::vector<int64_t>& splits, uint64_t row_bytes);
+  void Alltoall(const ReadyTensor& t, absl::Span<const int64_t> splits, uint64_t row_bytes);
   void CopyToResults(const ReadyTensor& t, const char* from, uint64_t bytes);
   // Reducescatter on one node: local rank d gets elements [bounds[d], bounds[d+1]) of the
   // reduction, finished, at the start of its own tensor.
-  void Reducescatter(const ReadyTensor& t, const std::vector<uint64_t>& bounds);
+  void Reducescatter(const ReadyTensor& t, absl::Span<const uint64_t> bounds);
   // The last step of a reduction done elsewhere, in place: postscale and the average's divisor.
   void Finish(const Request& head, char* data, size_t count);
 

@@ -41,7 +41,7 @@ class FramePool {
 class CommTask;
 // What one co_await waits for: a few handles or child tasks, held inline (no heap allocation per
 // wait, which on the many-node path is several per collective).
-using CommHandles = absl::InlinedVector<CommHandle, 4>;
+using CommHandles = absl::InlinedVector<CommHandle, 8>;
 using CommTasks = absl::InlinedVector<CommTask*, 4>;
 
 class CommTask {

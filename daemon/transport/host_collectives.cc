@@ -225,7 +225,7 @@ CommTask Barrier(Transport* t, uint64_t tag) {
   co_return co_await Await(&rd);
 }
 
-CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds) {
+CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, BlockBounds bounds) {
   const uint32_t n = t->size(), r = t->rank();
   if (n == 1) co_return Status::Ok();
   char* buf = static_cast<char*>(data);
@@ -243,7 +243,7 @@ CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner own
   co_return Status::Ok();
 }
 
-CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds,
+CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, BlockBounds bounds,
                              syncd_dtype dtype, syncd_reduce_op op) {
   const uint32_t n = t->size(), r = t->rank();
   if (n == 1) co_return Status::Ok();
@@ -269,7 +269,7 @@ CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner
   co_return Status::Ok();
 }
 
-CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs) {
+CommTask Exchange(Transport* t, uint64_t tag, Transfers sends, Transfers recvs) {
   CommHandles hs;
   for (Transfer& x : recvs)
     if (x.bytes > 0) hs.push_back(t->Recv(x.peer, SliceTag(tag), x.data, x.bytes, std::move(x.owner)));

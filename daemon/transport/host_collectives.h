@@ -36,12 +36,14 @@ CommTask Allreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, si
 CommTask Broadcast(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, uint32_t root);
 CommTask Barrier(Transport* t, uint64_t tag);
 
+// Block boundaries: n + 1 of them, held inline up to 16 nodes (no heap allocation per collective).
+using BlockBounds = absl::InlinedVector<uint64_t, 17>;
 // Node i's block of `data` is [bounds[i], bounds[i+1]) (n + 1 bounds; bytes for AllgatherBlocks,
 // elements for ReduceScatterBlocks). AllgatherBlocks: every node ends with every node's block.
 // ReduceScatterBlocks: node i ends with its block reduced over every node with `op` (AVERAGE
 // reduces as SUM), in place; the other blocks are left holding partial results.
-CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds);
-CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, std::vector<uint64_t> bounds,
+CommTask AllgatherBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, BlockBounds bounds);
+CommTask ReduceScatterBlocks(Transport* t, uint64_t tag, void* data, BufferOwner owner, BlockBounds bounds,
                              syncd_dtype dtype, syncd_reduce_op op);
 // Point-to-point transfers all at once (alltoall): each is one message to or from a peer. The
 // n-th send to a peer matches the peer's n-th receive from this node: both sides list them in
@@ -52,7 +54,9 @@ struct Transfer {
   uint64_t bytes = 0;
   BufferOwner owner;
 };
-CommTask Exchange(Transport* t, uint64_t tag, std::vector<Transfer> sends, std::vector<Transfer> recvs);
+// A few held inline: no heap allocation for the transfer lists of a collective on a few nodes.
+using Transfers = absl::InlinedVector<Transfer, 8>;
+CommTask Exchange(Transport* t, uint64_t tag, Transfers sends, Transfers recvs);
 
 // A receive buffer of at least `bytes` for a collective's step, shared with its transfers (the
 // transport may hold it past a cancelled task). Up to 4 KiB it comes from a few blocks kept per

@@ -39,11 +39,11 @@ class AllgatherCollective final : public Collective {
 
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
-    std::vector<int64_t> scratch;
-    const std::vector<int64_t>& rows = RankRows(t, &scratch);
+    RankScratch scratch;
+    const absl::Span<const int64_t> rows = RankRows(t, &scratch);
     const uint64_t row_bytes = RowBytes(t.first());
     const uint32_t nodes = run.transport->size();
-    std::vector<uint64_t> bounds(nodes + 1, 0);
+    BlockBounds bounds(nodes + 1, 0);
     for (uint32_t node = 0; node < nodes; ++node) {
       bounds[node + 1] = bounds[node];
       for (uint32_t r = (*run.offsets)[node]; r < (*run.offsets)[node + 1]; ++r) bounds[node + 1] += uint64_t(rows[r]) * row_bytes;

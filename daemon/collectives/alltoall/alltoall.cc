@@ -18,7 +18,7 @@ namespace {
 // (rank-major: m[s * n + d] rows from s to d).
 struct Pieces {
   uint32_t n;
-  const std::vector<int64_t>& m;
+  absl::Span<const int64_t> m;
   uint64_t row_bytes;
   uint64_t Bytes(uint32_t s, uint32_t d) const { return uint64_t(m[size_t(s) * n + d]) * row_bytes; }
   // Offset of the piece for d in s's tensor.
@@ -71,8 +71,8 @@ class AlltoallCollective final : public Collective {
   // Rank i receives column d (its set rank) of the splits matrix; each rank has one split per
   // rank of the set.
   bool ResultPlace(const ReadyTensor& t, size_t i, Placement* p) const override {
-    std::vector<int64_t> scratch;  // stays empty where the tensor holds its splits
-    const std::vector<int64_t>& m = RankSplits(t, &scratch);
+    RankScratch scratch;  // stays empty where the tensor holds its splits
+    const absl::Span<const int64_t> m = RankSplits(t, &scratch);
     const size_t n = t.first().splits.size(), d = t.requests[i].set_rank;
     p->rows.clear();
     p->bytes = 0;
@@ -83,8 +83,8 @@ class AlltoallCollective final : public Collective {
     return true;
   }
   uint64_t ResultBytes(const ReadyTensor& t, size_t i) const override {
-    std::vector<int64_t> scratch;
-    const std::vector<int64_t>& m = RankSplits(t, &scratch);
+    RankScratch scratch;
+    const absl::Span<const int64_t> m = RankSplits(t, &scratch);
     const size_t n = t.first().splits.size(), d = t.requests[i].set_rank;
     uint64_t bytes = 0;
     for (size_t s = 0; s < n; ++s) bytes += uint64_t(m[s * n + d]) * RowBytes(t.first());
@@ -99,7 +99,7 @@ class AlltoallCollective final : public Collective {
 
   void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override {
     const ReadyTensor& t = *group.front();
-    std::vector<int64_t> scratch;
+    RankScratch scratch;
     host.Alltoall(t, RankSplits(t, &scratch), RowBytes(t.first()));
   }
 
@@ -107,8 +107,8 @@ class AlltoallCollective final : public Collective {
   // message per piece between nodes, a copy within the node, nothing staged.
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
-    std::vector<int64_t> splits;
-    const std::vector<int64_t>& m = RankSplits(t, &splits);
+    RankScratch splits;
+    const absl::Span<const int64_t> m = RankSplits(t, &splits);
     const std::vector<uint32_t>& off = *run.offsets;
     const uint32_t nodes = run.nodes(), me = run.node_rank;
     const Pieces p{off.back(), m, RowBytes(t.first())};
@@ -125,7 +125,7 @@ class AlltoallCollective final : public Collective {
       if (local(d).result == nullptr)
         for (uint32_t s = 0; s < off.back(); ++s) scratch_bytes = std::max(scratch_bytes, p.Bytes(s, d));
     const HostBuffer::Block scratch = run.buffer->Reserve(scratch_bytes);
-    std::vector<Transfer> sends, recvs;
+    Transfers sends, recvs;
     for (uint32_t q = 0; q < nodes; ++q) {
       if (q == me) continue;
       // The same order on both sides: for each receiving rank d, each sending rank s.

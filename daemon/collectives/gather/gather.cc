@@ -61,12 +61,12 @@ class GatherCollective final : public Collective {
 
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const ReadyTensor& t = *group.front();
-    std::vector<int64_t> scratch;
-    const std::vector<int64_t>& rows = RankRows(t, &scratch);
+    RankScratch scratch;
+    const absl::Span<const int64_t> rows = RankRows(t, &scratch);
     const uint64_t row_bytes = RowBytes(t.first());
     const uint32_t nodes = run.nodes();
     const uint32_t root_node = run.NodeOfGlobal(uint32_t(t.first().root));
-    std::vector<uint64_t> bounds(nodes + 1, 0);
+    BlockBounds bounds(nodes + 1, 0);
     for (uint32_t node = 0; node < nodes; ++node) {
       bounds[node + 1] = bounds[node];
       for (uint32_t r = (*run.offsets)[node]; r < (*run.offsets)[node + 1]; ++r) bounds[node + 1] += uint64_t(rows[r]) * row_bytes;
@@ -80,7 +80,7 @@ class GatherCollective final : public Collective {
       if (r.bytes > 0) memcpy(fusion->data() + at, r.data, r.bytes);
       at += r.bytes;
     }
-    std::vector<Transfer> sends, recvs;
+    Transfers sends, recvs;
     if (at_root) {
       for (uint32_t node = 0; node < nodes; ++node)
         if (node != root_node)

@@ -50,7 +50,7 @@ CommTask ScatterGatherReduce(Transport* t, uint64_t tag, char* data, BufferOwner
                              syncd_dtype dtype, syncd_reduce_op op, uint32_t root) {
   const uint32_t n = t->size(), me = t->rank();
   if (n == 1 || count == 0) co_return Status::Ok();
-  std::vector<uint64_t> bounds(n + 1, 0);
+  BlockBounds bounds(n + 1, 0);
   for (uint32_t i = 0; i < n; ++i) bounds[i + 1] = bounds[i] + count / n + (i < count % n ? 1 : 0);
   CommTask rs = ReduceScatterBlocks(t, tag, data, owner, bounds, dtype, op);
   Status st = co_await Await(&rs);
@@ -59,7 +59,7 @@ CommTask ScatterGatherReduce(Transport* t, uint64_t tag, char* data, BufferOwner
   auto block = [&](uint32_t i) {
     return Transfer{i, data + bounds[i] * esize, (bounds[i + 1] - bounds[i]) * esize, owner};
   };
-  std::vector<Transfer> sends, recvs;
+  Transfers sends, recvs;
   if (me == root) {
     for (uint32_t i = 0; i < n; ++i)
       if (i != root) recvs.push_back(block(i));

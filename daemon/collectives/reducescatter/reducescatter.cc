@@ -15,10 +15,10 @@ namespace syncd {
 namespace {
 
 // Elements [bounds[i], bounds[i+1]) are rank i's part of a tensor like `r` among `size` ranks.
-std::vector<uint64_t> PartBounds(const Request& r, uint32_t size) {
+BlockBounds PartBounds(const Request& r, uint32_t size) {
   const uint64_t dim0 = uint64_t(r.shape.at(0));
   const uint64_t row = RowBytes(r) / abi::DtypeSize(r.dtype);
-  std::vector<uint64_t> bounds(size + 1, 0);
+  BlockBounds bounds(size + 1, 0);
   for (uint32_t i = 0; i < size; ++i) bounds[i + 1] = bounds[i] + (dim0 / size + (i < dim0 % size ? 1 : 0)) * row;
   return bounds;
 }
@@ -51,8 +51,8 @@ class ReducescatterCollective final : public Collective {
     const ReadyTensor& t = *group.front();
     const Request& f = t.first();
     const uint32_t nodes = run.transport->size();
-    const std::vector<uint64_t> parts = PartBounds(f, run.offsets->back());
-    std::vector<uint64_t> bounds(nodes + 1);
+    const BlockBounds parts = PartBounds(f, run.offsets->back());
+    BlockBounds bounds(nodes + 1);
     for (uint32_t node = 0; node <= nodes; ++node) bounds[node] = parts[(*run.offsets)[node]];
     const size_t esize = abi::DtypeSize(f.dtype);
     const uint64_t count = f.bytes / esize;

@@ -24,8 +24,8 @@ struct Shares {
 };
 Shares SharesOf(const ReadyTensor& t) {
   int64_t total = 0;  // only the root has rows
-  std::vector<int64_t> scratch;
-  const std::vector<int64_t>& ranks = RankRows(t, &scratch);
+  RankScratch scratch;
+  const absl::Span<const int64_t> ranks = RankRows(t, &scratch);
   for (int64_t r : ranks) total += r;
   const int64_t n = int64_t(ranks.size());
   Shares s;
@@ -107,7 +107,7 @@ class ScatterCollective final : public Collective {
     auto begin = [&](uint32_t node) { return s.first[(*run.offsets)[node]] * row_bytes; };
     if (run.node_rank == root_node) {
       const Request* root = RootOf(t);
-      std::vector<Transfer> sends;
+      Transfers sends;
       for (uint32_t node = 0; node < nodes; ++node)
         if (node != root_node)
           sends.push_back(Transfer{node, root->data + begin(node), begin(node + 1) - begin(node), root->memory});

@@ -36,7 +36,7 @@ struct Job {
       EXPECT_TRUE(neg.executing());
       for (ReadyTensor& t : work->tensors) {
         executed.push_back("node " + std::to_string(n) + ": " + t.first().name);
-        rank_rows.push_back(t.rank_rows);
+        rank_rows.push_back(t.agreed ? t.agreed->rows : std::vector<int64_t>{});
       }
       neg.Executed(Status::Ok());
     }
