@@ -187,6 +187,42 @@ TEST_P(CoordModes, ExactResultsAndTheModeShowsInStatus) {
   }
 }
 
+// Cycle N+1 is agreed while N's agreement runs: an allreduce submitted while a large one runs
+// across the nodes is agreed meanwhile (the status counts such cycles), and both are exact.
+TEST_P(CoordModes, AnAllreduceSubmittedWhileALargeOneRunsIsAgreedMeanwhile) {
+  const std::string coord = GetParam().coord;
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", coord, "--cycle-start",
+                         GetParam().cycle_start});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    constexpr int64_t kLarge = 16 << 20, kSmall = 4;  // 64 MiB of int32: tens of ms across two daemons
+    auto* large = static_cast<int32_t*>(syncd_alloc(c, size_t(kLarge) * 4));
+    auto* small = static_cast<int32_t*>(syncd_alloc(c, size_t(kSmall) * 4));
+    CHILD_CHECK(large != nullptr && small != nullptr, "alloc");
+    for (int64_t k = 0; k < kLarge; ++k) large[k] = int32_t(rank + k % 7);
+    for (int64_t k = 0; k < kSmall; ++k) small[k] = int32_t(10 * rank + k);
+    syncd_handle hb, hl, hs;
+    CHILD_CHECK(syncd_barrier_async(c, &hb) == SYNCD_OK && syncd_wait(c, hb, 60'000) == SYNCD_OK, "barrier: %s",
+                syncd_last_error());
+    syncd_tensor l{"overlap.large", large, SYNCD_INT32, 1, &kLarge, 0};
+    CHILD_CHECK(syncd_allreduce_async(c, &l, SYNCD_SUM, 1, 1, &hl) == SYNCD_OK, "%s", syncd_last_error());
+    usleep(3000);  // the large one is agreed (a cycle takes well under this) and runs
+    syncd_tensor s{"overlap.small", small, SYNCD_INT32, 1, &kSmall, 0};
+    CHILD_CHECK(syncd_allreduce_async(c, &s, SYNCD_SUM, 1, 1, &hs) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, hs, 60'000) == SYNCD_OK, "small: %s", syncd_last_error());
+    CHILD_CHECK(syncd_wait(c, hl, 60'000) == SYNCD_OK, "large: %s", syncd_last_error());
+    for (int64_t k = 0; k < kSmall; ++k)
+      CHILD_CHECK(small[k] == int32_t(10 * n * (n - 1) / 2 + n * k), "small[%ld] = %d", (long)k, small[k]);
+    for (int64_t k = 0; k < kLarge; ++k)
+      CHILD_CHECK(large[k] == int32_t(n * (n - 1) / 2 + n * (k % 7)), "large[%ld] = %d", (long)k, large[k]);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  for (int node = 0; node < 2; ++node) {
+    const std::string json = cluster.node(node).StatusJson();
+    EXPECT_GE(JsonNumber(json, "overlapped_cycles"), 1u) << json;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(ManyNodesModes, CoordModes,
                          ::testing::Values(CoordCase{"negotiate", "timer"}, CoordCase{"negotiate", "work"},
                                            CoordCase{"gs", "timer"}, CoordCase{"gs", "work"},
