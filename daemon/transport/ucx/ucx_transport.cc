@@ -239,6 +239,13 @@ void UcxTransport::Finish(Slot* s, ucs_status_t status, size_t received) {
     return;
   }
   if (status != UCS_OK) {
+    // A transfer that failed because its peer cannot be reached is the loss of that peer,
+    // whichever of UCX's two reports comes first: this completion or the endpoint's error
+    // handler (under load the completion can win, and the job would end with a bare SYSTEM
+    // error instead of naming the lost node).
+    if (status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_UNREACHABLE ||
+        status == UCS_ERR_NOT_CONNECTED)
+      OnPeerError(s->peer, ucs_status_string(status));
     s->state = CommState::kFailed;
     s->error = peer_lost_[s->peer] ? *peer_failure_
                                    : Status(SYNCD_ERR_SYSTEM, std::string(s->is_recv ? "receive from" : "send to") +
