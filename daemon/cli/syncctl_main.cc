@@ -210,6 +210,8 @@ void PrintTable(const syncd::control::StatusReply& s) {
   printf("requests   %lu in flight", (unsigned long)s.open_requests());
   if (s.requests_finished_twice() > 0)
     printf("   %lu SECOND COMPLETIONS REFUSED (a bug: see the log)", (unsigned long)s.requests_finished_twice());
+  if (s.completion_events_dropped() > 0)
+    printf("   %lu completion events dropped (metrics miss those tensors)", (unsigned long)s.completion_events_dropped());
   printf("\n");
   if (!s.metrics_url().empty()) printf("metrics    %s\n", s.metrics_url().c_str());
   if (s.timeline().on() || s.timeline().events() > 0) {

@@ -223,6 +223,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_metrics_url(metrics_url_);
   r->set_straggler_window(s->straggler_window);
   r->set_straggler_collectives(s->straggler_collectives);
+  r->set_completion_events_dropped(s->dropped_completion_events);
   for (const StragglerRank& g : s->stragglers) {
     control::Straggler* o = r->add_stragglers();
     o->set_rank(g.rank);

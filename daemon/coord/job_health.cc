@@ -60,13 +60,7 @@ std::string UnresponsiveText(char code, double last_seen_s, const std::string& p
 }
 
 JobHealth::JobHealth(uint32_t nodes, uint32_t self, uint64_t start_ns)
-    : self_(self), start_ns_(start_ns), next_ns_(start_ns), peers_(nodes) {}
-
-bool JobHealth::Due(uint64_t now_ns) {
-  if (peers_.size() < 2 || now_ns < next_ns_) return false;
-  next_ns_ = now_ns + kReportPeriodNs;
-  return true;
-}
+    : self_(self), start_ns_(start_ns), peers_(nodes) {}
 
 std::vector<ControlMessage> JobHealth::Encode(const NodeHealth& mine, uint64_t job) {
   char head[128];

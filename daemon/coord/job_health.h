@@ -11,6 +11,9 @@
 // carries the report's number, the chunk's and their count), and a report counts once all its
 // chunks are in.
 //
+// Reports are built off the engine thread and sent every kReportPeriodNs by the engine's
+// observer (engine/engine.h); this view is the engine's.
+//
 // Threads: engine thread only.
 #ifndef SYNCD_DAEMON_COORD_JOB_HEALTH_H_
 #define SYNCD_DAEMON_COORD_JOB_HEALTH_H_
@@ -82,8 +85,6 @@ class JobHealth {
   // A job of `nodes` daemons seen from node `self`, from `start_ns` on.
   JobHealth(uint32_t nodes, uint32_t self, uint64_t start_ns);
 
-  // Whether this node's next report is due (and, when it is, counts it as sent).
-  bool Due(uint64_t now_ns);
   // `mine` as the control messages that carry it (one per chunk), for `job`.
   std::vector<ControlMessage> Encode(const NodeHealth& mine, uint64_t job);
   // A report chunk from node `from`; an error when it does not decode.
@@ -100,7 +101,7 @@ class JobHealth {
     std::vector<std::string> chunks;
   };
   uint32_t self_ = 0;
-  uint64_t start_ns_ = 0, next_ns_ = 0, seq_ = 0;
+  uint64_t start_ns_ = 0, seq_ = 0;
   std::vector<Peer> peers_;
 };
 

@@ -43,8 +43,7 @@ void Engine::BeginJob(uint64_t job) {
   if (transport_) transport_->SetEpoch(JobEpoch(job));
   // Stragglers and per-collective metrics are the job's own: its series carry its job_id and
   // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.)
-  stragglers_ = StragglerWindow();
-  metrics_.clear();
+  completions_.BeginJob();
   Job::Links links;
   links.transport = transport_.get();
   links.gpu = gpu_.get();

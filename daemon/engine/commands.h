@@ -17,13 +17,20 @@
 #include <vector>
 
 #include "daemon/base/status.h"
-#include "daemon/obs/status_snapshot.h"
+#include "daemon/obs/status_builder.h"
 #include "proto/mutex.h"
 
 namespace syncd {
 
-// Publish a status snapshot now; the reply is that snapshot.
-struct SnapshotCommand {};
+// Capture the engine's part of the status now; the reply is those facts (the status builder,
+// obs/status_builder.h, completes them on the asking thread).
+struct FactsCommand {};
+// Send this node's health report (built off the engine thread) to the job's other nodes, if job
+// `job` still runs here.
+struct SendHealthCommand {
+  uint64_t job = 0;
+  NodeHealth mine;
+};
 // Start (`path` non-empty: node 0 writes it; `seconds`, `cycles`: limits, 0 none) or stop the
 // job's timeline (engine/job_timeline.h); the reply is a Status.
 struct TimelineCommand {
@@ -32,8 +39,8 @@ struct TimelineCommand {
   double seconds = 0;
   uint64_t cycles = 0;
 };
-using EngineCommand = std::variant<SnapshotCommand, TimelineCommand>;
-using EngineReply = std::variant<Status, std::shared_ptr<const StatusSnapshot>>;
+using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand>;
+using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>>;
 
 class CommandQueue {
  public:

@@ -1,5 +1,6 @@
 #include "daemon/engine/engine.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -18,10 +19,11 @@
 namespace syncd {
 namespace {
 
-// The status is built when asked (Ask: syncctl, a Prometheus scrape), between two polls; this
-// periodic one is only what an asker gets when the engine cannot answer in time (inside a long
-// collective), and what is left once the engine stopped.
-constexpr uint64_t kSnapshotPeriodNs = 1'000'000'000;
+// The observer folds the completion events this often (CompletionLog::kCapacity holds more), and
+// waits this long for the engine's facts (inside a long collective it skips that report).
+constexpr auto kFoldPeriod = std::chrono::milliseconds(50);
+constexpr int kObserverAskMs = 200;
+constexpr uint64_t kLatestStatusPeriodNs = 1'000'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
 // A non-blocking cycle waiting on the network, where ranks share the engine's core: poll this
@@ -43,7 +45,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       transport_(std::move(transport)),
       timeline_(uint64_t(config.timeline_max_mb) << 20) {
   start_ns_ = abi::MonotonicNs();
-  PublishSnapshot();
+  builder_.Build(std::move(*CaptureFacts()));
 }
 
 bool Engine::Post(EngineEvent&& event) {
@@ -134,7 +136,12 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
 void Engine::Run() {
   node_page_->SetState(abi::DaemonState::kRunning);
   const uint64_t spin_ns = uint64_t(config_.spin_us) * 1000;
-  uint64_t last_work = abi::MonotonicNs(), last_snapshot = 0, last_beat = 0;
+  uint64_t last_work = abi::MonotonicNs(), last_beat = 0;
+  pthread_setname_np(pthread_self(), "syncd-engine");  // as `top -H`, perf and gdb show it
+  observer_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "syncd-observer");
+    Observe();
+  });
   while (!stop_.load(std::memory_order_acquire)) {
     const uint64_t t0 = abi::MonotonicNs();
     const bool did = Poll();
@@ -147,14 +154,9 @@ void Engine::Run() {
       node_page_->Heartbeat();
       last_beat = t1;
     }
-    SendHealth(t1);
     if (commands_.pending()) RunCommands();
     timeline_.Poll(t1);
     if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) CheckStalls(t1);
-    if (t1 - last_snapshot > kSnapshotPeriodNs) {
-      PublishSnapshot();
-      last_snapshot = t1;
-    }
     if (!did) Idle(t1, t1 - last_work, spin_ns);
     if (const uint64_t deadline = drain_deadline_ns_.load(std::memory_order_acquire); deadline != 0) {
       if (Drained()) break;
@@ -175,7 +177,8 @@ void Engine::Run() {
     job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
                 drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_, "its daemon was stopped");
   FlushClients();
-  PublishSnapshot();
+  StopObserver();
+  builder_.Build(std::move(*CaptureFacts()));  // what is left once the engine stopped
   finished_.store(true, std::memory_order_release);
 }
 
@@ -342,32 +345,37 @@ void Engine::Trace(const std::vector<Request>& requests, const Status& status) {
 void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   const Request& f = requests.front();
   if (timeline_.recorder()->on()) Trace(requests, status);
-  CollectiveMetrics& m = metrics_[{f.process_set, uint32_t(f.kind)}];
+  CompletionEvent t;
+  t.t_ns = abi::MonotonicNs();
+  t.set = f.process_set;
+  t.kind = uint8_t(f.kind);
+  t.code = uint8_t(status.code());
   if (!status.ok()) {
-    ++m.errors[abi::StatusName(status.code())];
+    completions_.Append(t);
     return;
   }
   uint64_t first_ns = UINT64_MAX;
   for (const Request& r : requests) {
-    m.bytes += r.bytes;
+    t.bytes += r.bytes;
     if (r.received_ns != 0) first_ns = std::min(first_ns, r.received_ns);
+    if (r.client_id != kNoClient && r.received_ns != 0) ++t.rank;
   }
-  ++m.ops;
-  if (first_ns != UINT64_MAX) m.latency.Observe(kLatencyBounds, double(abi::MonotonicNs() - first_ns) / 1e9);
+  t.first_ns = first_ns == UINT64_MAX ? 0 : first_ns;
   // Stragglers: a partial round completes whoever came; the others are the point of it. A send
   // or receive is one rank's.
-  if (f.kind == abi::OpKind::kPartialAllreduce || abi::IsPointToPoint(f.kind)) return;
-  arrivals_.clear();
-  uint64_t ready_ns = 0, first_ns_here = UINT64_MAX;
+  t.stragglers = f.kind != abi::OpKind::kPartialAllreduce && !abi::IsPointToPoint(f.kind);
+  t.spans_nodes = t.stragglers && job_ && job_->NodesOf(f.process_set) > 1;
+  if (!t.stragglers) t.rank = 0;
+  completions_.Append(t);
+  if (!t.stragglers) return;
+  CompletionEvent arrival;
+  arrival.type = CompletionEvent::kArrival;
   for (const Request& r : requests)
     if (r.client_id != kNoClient && r.received_ns != 0) {
-      arrivals_.emplace_back(r.rank, r.received_ns);
-      ready_ns = std::max(ready_ns, r.received_ns);
-      first_ns_here = std::min(first_ns_here, r.received_ns);
+      arrival.rank = r.rank;
+      arrival.t_ns = r.received_ns;
+      completions_.Append(arrival);
     }
-  stragglers_.Record(arrivals_);
-  if (ready_ns != 0 && job_ && job_->NodesOf(f.process_set) > 1)
-    stragglers_.RecordNodeWait(abi::MonotonicNs() - ready_ns, ready_ns - first_ns_here);
 }
 
 void Engine::Complete(const Request& r, const Status& status) {
@@ -412,16 +420,20 @@ Status Engine::CommandTimeline(const TimelineCommand& command, int timeout_ms) {
 }
 
 std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) const {
-  StatusOr<EngineReply> reply = Ask(SnapshotCommand{}, timeout_ms);
-  if (reply.ok()) return std::get<std::shared_ptr<const StatusSnapshot>>(*reply);
-  return Snapshot();  // the latest one (the engine is busy or not running)
+  if (finished()) return builder_.Latest();
+  StatusOr<EngineReply> reply = Ask(FactsCommand{}, timeout_ms);
+  if (!reply.ok()) return builder_.Latest();  // the engine is busy or not running
+  return builder_.Build(std::move(*std::get<std::shared_ptr<EngineFacts>>(*reply)));
 }
 
 void Engine::RunCommands() {
   for (CommandQueue::Entry& e : commands_.TakeAll()) {
-    if (std::holds_alternative<SnapshotCommand>(e.command)) {
-      PublishSnapshot();
-      e.reply.set_value(Snapshot());
+    if (std::holds_alternative<FactsCommand>(e.command)) {
+      e.reply.set_value(CaptureFacts());
+    } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
+      // A report of a job that ended meanwhile is dropped (the next one is of the new job).
+      if (job_ && transport_ && job_->id() == h->job) job_->SendHealth(h->mine);
+      e.reply.set_value(Status::Ok());
     } else {
       const TimelineCommand& c = std::get<TimelineCommand>(e.command);
       if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
@@ -430,45 +442,85 @@ void Engine::RunCommands() {
   }
 }
 
-void Engine::PublishSnapshot() {
-  auto s = std::make_shared<StatusSnapshot>();
-  s->uptime_s = double(abi::MonotonicNs() - start_ns_) / 1e9;
+void Engine::Observe() {
+  uint64_t next_report = 0;
+  std::unique_lock<std::mutex> lock(observer_mu_);
+  while (!observer_stop_) {
+    lock.unlock();
+    completions_.Fold([](const CompletionFigures&) { return 0; });
+    if (const uint64_t now = abi::MonotonicNs(); now >= next_report) {
+      // Many nodes: a health report every report period. One node: only the status an asker gets
+      // when the engine cannot answer in time (inside a long collective), once a second.
+      next_report = now + (transport_ ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
+      StatusOr<EngineReply> reply = Ask(FactsCommand{}, kObserverAskMs);
+      if (reply.ok()) {
+        std::shared_ptr<EngineFacts> facts = std::get<std::shared_ptr<EngineFacts>>(std::move(*reply));
+        const bool report = facts->has_job && facts->reports_health;
+        const uint64_t job = facts->status.job_id;
+        NodeHealth mine;
+        builder_.Build(std::move(*facts), &mine);
+        if (report) {
+          commands_.Post(SendHealthCommand{job, std::move(mine)});
+          node_page_->Wake();
+        }
+      }
+    }
+    lock.lock();
+    observer_wake_.wait_for(lock, kFoldPeriod, [this] { return observer_stop_; });
+  }
+  observer_exited_.store(true, std::memory_order_release);
+}
+
+void Engine::StopObserver() {
+  if (!observer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(observer_mu_);
+    observer_stop_ = true;
+  }
+  observer_wake_.notify_all();
+  // It may be waiting for the engine's facts: answer until it is gone.
+  while (!observer_exited_.load(std::memory_order_acquire)) {
+    if (commands_.pending()) RunCommands();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  observer_.join();
+}
+
+std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
+  auto f = std::make_shared<EngineFacts>();
+  StatusSnapshot* s = &f->status;
+  const uint64_t now_ns = abi::MonotonicNs();
+  f->now_ns = now_ns;
+  s->uptime_s = double(now_ns - start_ns_) / 1e9;
   s->node_rank = config_.node_rank;
   s->node_count = config_.nodes;
   s->local_size = local_size_;
-  const uint64_t now_ns = abi::MonotonicNs();
   s->clients = SnapshotClients(now_ns);
-  for (uint32_t k = 0; k < counters_.by_kind.size(); ++k)
-    if (const Collective* kind = FindCollective(abi::OpKind(k)); kind != nullptr)
-      s->by_kind.emplace_back(kind->name(), counters_.by_kind[k]);
+  f->kind_counts.assign(counters_.by_kind.begin(), counters_.by_kind.end());
   s->error_ops = error_ops_;
   s->fused_ops = counters_.fused_ops;
   s->fused_tensors = counters_.fused_tensors;
   s->fusion_sizes = counters_.fusion_sizes;
-  for (const auto& [key, m] : metrics_) s->collectives[{key.first, OpKindName(abi::OpKind(key.second))}] = m;
   s->stall_warnings = stall_warnings_;
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();
   s->job_id = job_ ? job_->id() : 0;
-  s->stragglers = stragglers_.Summary();
-  if (job_) s->job_nodes = job_->Nodes(now_ns, job_->LocalHealth(s->clients, s->stragglers, stragglers_.node_wait()));
+  if (job_) {
+    f->has_job = true;
+    f->reports_health = transport_ != nullptr;
+    f->host = job_->host();
+    f->pending = job_->PendingTensors();
+    if (f->reports_health) f->peer_health = job_->PeerHealth(now_ns);
+  }
   s->timeline = timeline_.State();
-  s->straggler_window = stragglers_.window();
-  s->straggler_collectives = stragglers_.collectives();
   s->engine_busy_ns = busy_ns_;
   s->engine_wakeups = wakeups_;
-  // Published from the engine thread (or before it runs), so this thread's clock is the engine's.
+  // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   s->engine_cpu_s = double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  s->daemon_cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  const uint64_t now = now_ns;
   if (job_)
-    job_->SnapshotSets(now, ledger_, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, &s->process_sets, &s->stalls);
-  std::stable_sort(s->stalls.begin(), s->stalls.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });
-  if (s->stalls.size() > 32) s->stalls.resize(32);
+    job_->SnapshotSets(now_ns, ledger_, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, &s->process_sets, &s->stalls);
   if (gpu_) {
     s->has_gpu = true;
     s->gpu = gpu_->stats();
@@ -477,12 +529,9 @@ void Engine::PublishSnapshot() {
     s->coordinated = true;
     s->coord_mode = CoordName(config_.coord);
     for (uint32_t p = 0; p < transport_->size(); ++p)
-      if (p != transport_->rank()) s->peers.emplace_back(p, transport_->PeerLost(p) ? "lost" : "connected");
+      if (p != transport_->rank()) f->peers_lost.emplace_back(p, transport_->PeerLost(p));
   }
-  {
-    MutexLock lock(&snapshot_mu_);
-    snapshot_ = std::move(s);
-  }
+  return f;
 }
 
 }  // namespace syncd

@@ -1,20 +1,29 @@
 // The engine: the daemon's one pinned progress thread. It takes clients in and out (the inbox),
 // reads every client's submission ring, checks each request and hands it to the job (job.h: its
-// process sets, point-to-point, lost ranks, stalls, health), posts completions, counts them and
-// publishes the status. What lives for one job is the job's; what outlives jobs (clients, the
-// ledger, metrics, the timeline) is the engine's. When idle for `spin_us` it sleeps on the node
-// page's doorbell (clients and the control plane ring it).
+// process sets, point-to-point, lost ranks, stalls, health), posts completions and appends a
+// fixed-size event for each (obs/completion_log.h). What lives for one job is the job's; what
+// outlives jobs (clients, the ledger, the timeline) is the engine's. When idle for `spin_us` it
+// sleeps on the node page's doorbell (clients and the control plane ring it).
+//
+// The status and the health reports are built off the engine thread (obs/status_builder.h): the
+// engine only captures its facts when asked (a command) and sends the report it is handed. While
+// Run() runs, an observer thread folds the completion events, and every report period asks for
+// the facts, builds the status and hands the engine this node's health report.
 //
 // Threads: Run() is the engine thread. Post() and Stop() may be called from any other single
-// producer thread (the attach server); Snapshot() from any thread. Nothing else is shared.
+// producer thread (the attach server); Snapshot(), FreshSnapshot(), Ask() from any thread but the
+// engine's. Nothing else is shared.
 #ifndef SYNCD_DAEMON_ENGINE_ENGINE_H_
 #define SYNCD_DAEMON_ENGINE_ENGINE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <variant>
 
 #include "daemon/base/config.h"
@@ -27,7 +36,8 @@
 #include "daemon/engine/commands.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
-#include "daemon/obs/status_snapshot.h"
+#include "daemon/obs/completion_log.h"
+#include "daemon/obs/status_builder.h"
 #include "daemon/transport/transport.h"
 #include "daemon/shm/client_segment.h"
 #include "daemon/shm/node_page.h"
@@ -92,13 +102,11 @@ class Engine {
   };
   DrainResult drain_result() const { return drain_result_; }  // once finished()
 
-  // The latest snapshot: at most a second old while the engine runs (FreshSnapshot asks for one).
-  std::shared_ptr<const StatusSnapshot> Snapshot() const {
-    MutexLock lock(&snapshot_mu_);
-    return snapshot_;
-  }
-  // Asks the engine for a new snapshot and waits up to `timeout_ms` for it (never blocks the
-  // engine); falls back to the latest one. Any thread but the engine's.
+  // The latest status built: at most a report period old while the engine runs (FreshSnapshot
+  // builds one now).
+  std::shared_ptr<const StatusSnapshot> Snapshot() const { return builder_.Latest(); }
+  // Asks the engine for its facts, waiting up to `timeout_ms` for them (never blocks the engine),
+  // and builds the status on this thread; falls back to the latest one.
   std::shared_ptr<const StatusSnapshot> FreshSnapshot(int timeout_ms) const;
 
   // A command (engine/commands.h) from any thread but the engine's: the engine carries it out
@@ -146,11 +154,15 @@ class Engine {
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
-  void PublishSnapshot();
-  // Attached and lost ranks, by rank, with whether each holds the others up (status, metrics).
+  // The engine's part of the status (obs/status_builder.h), now.
+  std::shared_ptr<EngineFacts> CaptureFacts() const;
+  // Attached and lost ranks, by rank, and whether the others have waited for each (status, metrics).
   std::vector<ClientSnapshot> SnapshotClients(uint64_t now_ns) const;
-  // This node's health report to the other nodes, when due (Job::HealthDue).
-  void SendHealth(uint64_t now_ns);
+  // The observer thread (started and stopped by Run): folds the completion events, and every
+  // report period builds the status and has this node's health report sent.
+  void Observe();
+  // The engine thread, once Run's loop ended: the observer stops (its asks answered meanwhile).
+  void StopObserver();
   // Once a second: the job's stalls (Job::CheckStalls) and departures.
   void CheckStalls(uint64_t now_ns);
 
@@ -167,10 +179,9 @@ class Engine {
   RequestLedger ledger_;  // every request read off a ring until its one completion
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
   ExecutionCounters counters_;
-  CollectiveMetricsByKind metrics_;
-  StragglerWindow stragglers_;
+  CompletionLog completions_;  // Count()'s events, folded by the status builder
+  mutable StatusBuilder builder_{&completions_};  // off the engine thread (FreshSnapshot, the observer)
   JobTimeline timeline_;
-  std::vector<std::pair<uint32_t, uint64_t>> arrivals_;  // Count()'s scratch
   uint64_t stall_warnings_ = 0;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
@@ -180,13 +191,13 @@ class Engine {
   std::string drain_why_ SYNCD_GUARDED_BY(drain_mu_);
   std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
   DrainResult drain_result_;       // engine thread until finished_, then read-only
-  // The latest snapshot. A mutex held for a pointer copy (when asked and once a second by the
-  // engine, now and then by the control service), not std::atomic<shared_ptr>: libstdc++ 12 implements that with a
-  // lock bit ThreadSanitizer cannot see under clang.
-  mutable Mutex snapshot_mu_;
-  std::shared_ptr<const StatusSnapshot> snapshot_ SYNCD_GUARDED_BY(snapshot_mu_);
-  mutable CommandQueue commands_;  // the control plane's commands (Ask)
+  mutable CommandQueue commands_;  // the control plane's and the observer's commands (Ask)
   void RunCommands();
+  std::thread observer_;
+  std::mutex observer_mu_;
+  std::condition_variable observer_wake_;
+  bool observer_stop_ = false;  // guarded by observer_mu_
+  std::atomic<bool> observer_exited_{false};
 
   std::map<uint32_t, ClientState> clients_;          // by client id
   std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id

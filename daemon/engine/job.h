@@ -153,13 +153,13 @@ class Job {
   std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers = true) const;
   uint64_t CheckStalls(uint64_t now_ns, const std::vector<RankActivity>& here);
 
-  // Health (health.cc): this node's report from what the engine knows of its ranks; whether a
-  // report is due to the other nodes, and sending it; every node's latest, this one's included.
-  NodeHealth LocalHealth(const std::vector<ClientSnapshot>& clients, const std::vector<StragglerRank>& stragglers,
-                         const StragglerWindow::NodeWait& wait) const;
-  bool HealthDue(uint64_t now_ns);
+  // Health (health.cc): sending this node's report (built off the engine thread) to the other
+  // nodes; their latest reports as this node sees them now; this machine's name; tensors waiting
+  // here for some of this node's ranks.
   void SendHealth(const NodeHealth& mine);
-  std::vector<NodeHealth> Nodes(uint64_t now_ns, const NodeHealth& mine) const;
+  std::vector<NodeHealth> PeerHealth(uint64_t now_ns) const;
+  const std::string& host() const { return host_; }
+  uint64_t PendingTensors() const;
 
   // Each set's snapshot with its requests by state (from `ledger`) and its transfers waiting
   // `stall_ns` or longer; every stall among them into `stalls`.

@@ -1,7 +1,8 @@
 // What the engine counts for the metrics endpoint: per process set and kind, the collectives it
 // completed, their bytes, a latency histogram and the errors by code; fusion group sizes. Plain
-// fixed-size data updated on the engine thread (tens of nanoseconds per completion) and copied
-// into each status snapshot; rendering happens elsewhere (obs/prometheus.h).
+// data folded off the engine thread from its completion events (obs/completion_log.h; fusion
+// sizes the engine counts itself) and copied into each status snapshot; rendering happens
+// elsewhere (obs/prometheus.h).
 #ifndef SYNCD_DAEMON_OBS_METRICS_H_
 #define SYNCD_DAEMON_OBS_METRICS_H_
 
@@ -45,7 +46,7 @@ struct CollectiveMetrics {
   std::map<std::string, uint64_t> errors;  // by status code name ("UNAVAILABLE", ...)
 };
 
-// Per (process set, abi::OpKind value) on the engine thread; per (process set, kind name) in a
+// Per (process set, abi::OpKind value) as folded; per (process set, kind name) in a
 // snapshot. Ordered for stable output.
 using CollectiveMetricsByKind = std::map<std::pair<int32_t, uint32_t>, CollectiveMetrics>;
 using CollectiveMetricsMap = std::map<std::pair<int32_t, std::string>, CollectiveMetrics>;

@@ -152,6 +152,10 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
   e->Metric("syncd_requests_finished_twice_total", "counter",
             "Second completions of one request, refused (each request completes exactly once: 0 unless a bug).",
             s.requests_finished_twice);
+  e->Metric("syncd_completion_events_dropped_total", "counter",
+            "Completion events the engine's full queue refused: tensors missing from the per-collective metrics and "
+            "straggler figures (0 unless nothing folded them for a long time).",
+            s.dropped_completion_events);
 }
 
 void Coordination(const StatusSnapshot& s, Exposition* e) {

@@ -1,5 +1,5 @@
-// What `syncctl status` shows, as the engine last published it. Plain data: the engine builds a
-// new snapshot every few milliseconds and swaps it in; readers never touch engine state.
+// What `syncctl status` shows. Plain data: the engine captures its part (obs/status_builder.h),
+// the status builder completes it off the engine thread; readers never touch engine state.
 #ifndef SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
 #define SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
 
@@ -30,6 +30,9 @@ struct ClientSnapshot {
   std::string process;       // /proc state of its process: "running", "sleeping", "stopped", ...
   std::string unresponsive;  // why it holds others up (stopped; not calling syncd while awaited)
   char unresponsive_code = '-';  // UnresponsiveText's code for it
+  // The others have waited for it past kUnresponsiveNs (obs/status_builder.h), for this tensor.
+  bool awaited = false;
+  std::string awaited_tensor;
 };
 
 // A tensor some ranks submitted while others have not, for longer than the stall threshold.
@@ -95,6 +98,9 @@ struct StatusSnapshot {
   // This node's ranks over the last straggler_window collectives (straggler_collectives so far).
   std::vector<StragglerRank> stragglers;
   uint64_t straggler_window = 0, straggler_collectives = 0;
+  // Completion events the full queue refused (obs/completion_log.h): tensors missing from the
+  // metrics and straggler figures (0 unless nobody folded them for a long time).
+  uint64_t dropped_completion_events = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)

@@ -3,7 +3,8 @@
 // behind the first submitter (mean and 95th percentile), and its share of the waiting it caused.
 // A collective's waiting is what its ranks spent between their own submission and the last one's,
 // summed over ranks; all of it is the last submitter's doing (the collective could run only once
-// it came). Fed on the engine thread at each completion (O(ranks)); summarised for snapshots.
+// it came). Fed from the engine's completion events off its thread (obs/completion_log.h,
+// O(ranks) each); summarised for snapshots.
 #ifndef SYNCD_DAEMON_OBS_STRAGGLERS_H_
 #define SYNCD_DAEMON_OBS_STRAGGLERS_H_
 

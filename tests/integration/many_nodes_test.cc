@@ -174,6 +174,8 @@ TEST_P(CoordModes, ExactResultsAndTheModeShowsInStatus) {
     ASSERT_FALSE(json.empty());
     EXPECT_TRUE(Contains(json, "\"mode\":\"" + coord + "\"")) << json;
     EXPECT_GT(JsonNumber(json, "cycles"), 0u) << json;
+    EXPECT_EQ(JsonNumber(json, "completion_events_dropped"), 0u) << "every completion counted: " << json;
+    EXPECT_GT(JsonNumber(json, "straggler_collectives"), 0u) << "folded from the completion events: " << json;
     const double blocked = JsonDouble(json, "blocked_ms_total");
     if (coord == "nbcs") EXPECT_EQ(blocked, 0.0) << "nbcs never blocks the engine: " << json;
     else EXPECT_GT(blocked, 0.0) << coord << " blocks in its collectives: " << json;

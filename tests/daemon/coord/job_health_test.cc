@@ -158,13 +158,5 @@ TEST(JobHealthTest, TheNodeThatWaitsLeastIsTheLateOneAndItsLateRankCarriesTheLat
   EXPECT_EQ(nodes[2].ranks[0].job_late_ms, -1.0);
 }
 
-TEST(JobHealthTest, ReportsAreDueEveryPeriodAndNeverInAOneNodeJob) {
-  JobHealth one(1, 0, 0), two(2, 0, 0);
-  EXPECT_FALSE(one.Due(kSecond));
-  EXPECT_TRUE(two.Due(1));
-  EXPECT_FALSE(two.Due(2));
-  EXPECT_TRUE(two.Due(1 + JobHealth::kReportPeriodNs));
-}
-
 }  // namespace
 }  // namespace syncd

@@ -37,8 +37,8 @@ StatusSnapshot Snapshot() {
   s.node_rank = 1;
   s.node_count = 2;
   s.local_size = 2;
-  s.clients = {{2, 0, 100, "attached", 7, 700, 1, 0, 0, -1, "", "", '-'},
-               {3, 1, 101, "lost", 0, 0, 0, 0, 0, -1, "", "", '-'}};
+  s.clients = {{2, 0, 100, "attached", 7, 700, 1, 0, 0, -1, "", "", '-', false, ""},
+               {3, 1, 101, "lost", 0, 0, 0, 0, 0, -1, "", "", '-', false, ""}};
   CollectiveMetrics& m = s.collectives[{0, "allreduce"}];
   m.ops = 3;
   m.bytes = 4096;
