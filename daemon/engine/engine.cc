@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <spdlog/spdlog.h>
 
@@ -14,7 +13,6 @@
 #include "daemon/plan/fusion.h"
 #include "daemon/engine/engine_timing.h"
 #include "daemon/engine/submission.h"
-#include "proto/status_names.h"
 
 namespace syncd {
 namespace {

@@ -6,8 +6,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 
 #include "daemon/engine/engine.h"
 #include "daemon/engine/job.h"
