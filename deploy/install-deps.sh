@@ -31,6 +31,8 @@ packages=(
   prometheus
   # syncctl report's plots, and the headless browser its test opens the page in
   python3-matplotlib chromium chromium-driver python3-selenium
+  # syncrun --netns: network namespaces, veth links and their rates (ip, tc)
+  iproute2
 )
 
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)

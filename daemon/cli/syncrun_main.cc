@@ -20,6 +20,11 @@ int main(int argc, char** argv) {
   app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
+  app.add_flag("--netns", opts.netns,
+               "Each node in a network namespace of its own, joined to the others by a link through a bridge "
+               "(UCX over TCP on it); needs root. Removed on exit, Ctrl-C or when syncrun is killed");
+  app.add_option("--link-gbit", opts.link_gbit, "With --netns: each link's rate in Gbit/s, each way (tc tbf; 0: unlimited)")
+      ->check(CLI::NonNegativeNumber);
   app.footer("Usage: syncrun [OPTIONS] [--] COMMAND [ARGS...]");
   // Everything from "--" (or from the first word that is not an option of syncrun) on is the
   // command, passed through untouched.

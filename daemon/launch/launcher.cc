@@ -22,6 +22,7 @@
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/net.h"
+#include "daemon/launch/netns.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
@@ -123,6 +124,7 @@ class Job {
   std::string rendezvous_, token_, job_id_;
   int master_port_ = 0;  // MASTER_PORT for torch.distributed's store (rank 0 binds it)
   std::map<pid_t, int> workers_;  // pid -> rank
+  std::unique_ptr<EmulatedNetwork> net_;  // --netns
   int result_ = 0;
   bool failed_ = false;
 };
@@ -160,6 +162,12 @@ bool Job::StartDaemon(int node) {
   if (d.pid == 0) {
     PrepareChild(blocked_);
     setenv("NOTIFY_SOCKET", notify_path.c_str(), 1);
+    if (net_) {
+      // The namespaces share a kernel and a boot id: without this UCX would take shared memory.
+      setenv("UCX_TLS", "tcp", 1);
+      setenv("UCX_NET_DEVICES", EmulatedNetwork::kDevice, 1);
+      Exec(net_->Inside(node, argv));
+    }
     Exec(argv);
   }
   d.alive = d.pid > 0;
@@ -236,12 +244,12 @@ void Job::StartWorkers() {
       setenv("WORLD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(local).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_ADDR", net_ ? net_->Address(0).c_str() : "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(master_port_).c_str(), 1);
       if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
       const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
       if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
-      Exec(opts_.command);
+      Exec(net_ ? net_->Inside(node, opts_.command) : opts_.command);
     }
     if (pid < 0) {
       Say(std::string("fork failed: ") + strerror(errno));
@@ -327,6 +335,7 @@ void Job::StopAll() {
     std::error_code ec;
     std::filesystem::remove(d.run_dir + "/notify.sock", ec);
   }
+  net_.reset();  // the namespaces and links go once nothing runs in them
   if (signal_fd_ >= 0) close(signal_fd_);
   std::error_code ec;
   if (own_run_dir_) std::filesystem::remove_all(run_dir_, ec);
@@ -344,6 +353,18 @@ int Job::Run() {
   sigaddset(&blocked_, SIGCHLD);
   sigprocmask(SIG_BLOCK, &blocked_, nullptr);
   signal_fd_ = signalfd(-1, &blocked_, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (opts_.link_gbit != 0 && !opts_.netns) {
+    Say("--link-gbit needs --netns (the links are the namespaces')");
+    return 2;
+  }
+  if (opts_.netns) {
+    auto net = EmulatedNetwork::Create("syncrun-" + std::to_string(getpid()), opts_.nodes, opts_.link_gbit);
+    if (!net.ok()) {
+      Say(net.status().message());
+      return 1;
+    }
+    net_ = std::move(*net);
+  }
 
   if (opts_.run_dir.empty()) {
     const char* tmp = getenv("TMPDIR");
@@ -363,7 +384,7 @@ int Job::Run() {
     }
   }
   daemons_.resize(size_t(opts_.nodes));
-  rendezvous_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  rendezvous_ = (net_ ? net_->Address(0) : "127.0.0.1") + ":" + std::to_string(FreeLoopbackPort());
   token_ = RandomToken();
   job_id_ = "0x" + token_.substr(0, 15);  // 60 random bits, never 0
   master_port_ = FreeLoopbackPort();

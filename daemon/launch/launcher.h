@@ -1,7 +1,8 @@
 // The local launcher behind syncrun: N daemons (one per simulated node, each with its own run
-// directory, rendezvous port and cores, talking over loopback) and K worker processes with
-// the SYNCD_* environment, the first failure propagated, and nothing left behind (processes, run
-// directory) on exit, failure or Ctrl-C. On a cluster, srun or jsrun takes this role.
+// directory, rendezvous port and cores, talking over loopback, or with --netns over links of
+// their own) and K worker processes with the SYNCD_* environment, the first failure propagated,
+// and nothing left behind (processes, run directory, namespaces) on exit, failure or Ctrl-C. On a
+// cluster, srun or jsrun takes this role.
 #ifndef SYNCD_DAEMON_LAUNCH_LAUNCHER_H_
 #define SYNCD_DAEMON_LAUNCH_LAUNCHER_H_
 
@@ -28,6 +29,10 @@ struct LaunchOptions {
   std::string syncd_path;                // the daemon binary
   std::vector<std::string> daemon_args;  // extra flags for syncd
   bool bind_workers = true;              // pin workers to the cores the daemon leaves free
+  // Each node in a network namespace of its own, behind a link (launch/netns.h), limited to
+  // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
+  bool netns = false;
+  double link_gbit = 0;
   int ready_timeout_s = 30;
   std::vector<std::string> command;      // what each rank runs
 };

@@ -150,5 +150,74 @@ TEST_F(SyncrunTest, RunsTheBenchmarkEndToEnd) {
     EXPECT_TRUE(Contains(out, key)) << key << " missing from\n" << out;
 }
 
+// --netns needs root and iproute2; elsewhere these tests skip.
+bool CanMakeNamespaces() { return geteuid() == 0 && system("ip netns list > /dev/null 2>&1") == 0; }
+
+// The network namespaces syncrun `pid` made (syncrun-PID-n<i>, syncrun-PID-sw) that still exist.
+std::vector<std::string> NamespacesOf(pid_t pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const std::string prefix = "syncrun-" + std::to_string(pid) + "-";
+  for (const auto& e : fs::directory_iterator("/run/netns", ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().filename());
+  return out;
+}
+
+// A number field of syncd-bench's JSON line (-1 when absent).
+double JsonField(const std::string& out, const std::string& key) {
+  const size_t at = out.find("\"" + key + "\":");
+  return at == std::string::npos ? -1 : std::stod(out.substr(at + key.size() + 3));
+}
+
+TEST_F(SyncrunTest, NetnsNodesTalkOverLinksOfTheChosenRateAndNothingIsLeft) {
+  if (!CanMakeNamespaces()) GTEST_SKIP() << "needs root and ip netns";
+  // 16 MiB across two nodes behind 1 Gbit/s links: each node sends and receives about the tensor's
+  // size, so the link (0.125 GB/s each way) bounds the allreduce's algbw, and busbw = 1.5 algbw on
+  // 4 ranks. Over loopback the same run reaches several times that.
+  const pid_t p = Start({"--netns", "--link-gbit", "1", "-N", "2", "-n", "4", "--", BinDir() + "/syncd-bench",
+                         "allreduce", "--sizes", "16M", "--json", "--seconds", "0.5"});
+  const int st = WaitChild(p, 120'000);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << Out();
+  const std::string out = Out();
+  EXPECT_EQ(JsonField(out, "wrong"), 0) << out;
+  const double busbw = JsonField(out, "busbw_GBps");
+  EXPECT_GT(busbw, 0.0) << out;
+  EXPECT_LT(busbw, 1.5 * 0.125 * 1.1) << "the 1 Gbit/s links bound it: " << out;
+  EXPECT_TRUE(NamespacesOf(p).empty()) << "namespaces left behind";
+}
+
+TEST_F(SyncrunTest, NetnsRanksRunInTheirNodesNamespaceAndCtrlCOrSigkillLeaveNothing) {
+  if (!CanMakeNamespaces()) GTEST_SKIP() << "needs root and ip netns";
+  for (int sig : {SIGINT, SIGKILL}) {
+    const std::string pids = dir_ + "/pids" + std::to_string(sig);
+    const pid_t p = Start({"--netns", "-N", "2", "-n", "2", "--", "sh", "-c",
+                           "grep -q link0 /proc/net/dev && echo $$ >> " + pids + "; exec sleep 60"});
+    for (double end = NowS() + 20; NowS() < end && Pids(pids).size() < 2;) usleep(10'000);
+    ASSERT_EQ(Pids(pids).size(), 2u) << "each rank sees its node's link0: " << Out();
+    EXPECT_EQ(NamespacesOf(p).size(), 3u) << "two nodes and the switch";
+    kill(p, sig);
+    const int st = WaitChild(p, 10'000);
+    if (sig == SIGINT) {
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 130) << "status " << st;
+    }
+    // After SIGKILL syncrun's reaper removes them once syncrun's end of its pipe closes.
+    for (double end = NowS() + 5; NowS() < end && !NamespacesOf(p).empty();) usleep(20'000);
+    EXPECT_TRUE(NamespacesOf(p).empty()) << "namespaces left behind after signal " << sig;
+    for (double end = NowS() + 5; NowS() < end;) {
+      bool any = false;
+      for (pid_t w : Pids(pids)) any |= Alive(w);
+      if (!any) break;
+      usleep(20'000);
+    }
+    for (pid_t w : Pids(pids)) EXPECT_FALSE(Alive(w)) << "rank " << w << " left behind after signal " << sig;
+  }
+}
+
+TEST_F(SyncrunTest, LinkRateWithoutNetnsIsRefused) {
+  const pid_t p = Start({"--link-gbit", "10", "-n", "1", "--", "true"});
+  const int st = WaitChild(p, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << "status " << st;
+}
+
 }  // namespace
 }  // namespace syncd::testing
