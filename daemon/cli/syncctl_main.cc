@@ -129,6 +129,10 @@ void PrintGpu(const syncd::control::Gpu& g) {
          (unsigned long)g.event_waits());
   printf("gpu time   map %.1f us/request   issue %.1f us/collective   device %.1f us/collective\n", g.map_us_mean(),
          g.issue_us_mean(), g.device_us_mean());
+  if (g.aborts() > 0)
+    printf("gpu aborts %lu   communicator rebuilt %lu times   client flags released %lu\n", (unsigned long)g.aborts(),
+           (unsigned long)g.rebuilds(), (unsigned long)g.flags_released());
+  if (!g.failure().empty()) printf("gpu DOWN   %s\n", g.failure().c_str());
 }
 
 // Every daemon and rank of a many-node job, as their health reports say: unresponsive ones named

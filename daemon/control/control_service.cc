@@ -91,6 +91,10 @@ void FillGpu(const StatusSnapshot& s, bool ipc_cache, control::Gpu* g) {
   g->set_completed(s.gpu.completed);
   g->set_flag_waits(s.gpu.flag_waits);
   g->set_event_waits(s.gpu.event_waits);
+  g->set_aborts(s.gpu.aborts);
+  g->set_rebuilds(s.gpu.rebuilds);
+  g->set_flags_released(s.gpu.flags_released);
+  g->set_failure(s.gpu.failure);
   const uint64_t requests = s.gpu.handle_hits + s.gpu.handle_opens;
   g->set_map_us_mean(requests ? double(s.gpu.map_ns) / 1e3 / double(requests) : 0.0);
   const uint64_t issued = s.gpu.allreduces + s.gpu.broadcasts;

@@ -60,7 +60,7 @@ Negotiator::Negotiator(Transport* transport, NegotiatorOptions options)
   const uint32_t n = t_->size();
   for (uint32_t p = 0; p < n; ++p) control_in_.push_back(std::make_shared<ControlBytes>());
   control_recvs_.assign(n, 0);
-  join_ = JoinJob(t_, options_.job, &joined_nodes_);
+  join_ = JoinJob(t_, options_.job, &joined_nodes_, options_.gpu_restart);
 }
 
 bool Negotiator::PollJoin() {

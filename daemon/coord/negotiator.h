@@ -35,6 +35,7 @@
 
 #include "daemon/coord/agreed_work.h"
 #include "daemon/coord/gpu_order.h"
+#include "daemon/coord/job_join.h"
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/coord/response_cache.h"
 #include "daemon/coord/wire.h"
@@ -72,6 +73,9 @@ struct NegotiatorOptions {
   // topo with GPUs: each agreement also agrees where negotiated GPU collectives go among the
   // plan's (see gpu_order.h). nullptr: no plan GPU groups to order against.
   GpuOrder* gpu_order = nullptr;
+  // The job start's GPU part (job_join.h): whether this node's GPU path needs rebuilding, and
+  // where the fresh NCCL id arrives. nullptr: not this set's business (only the global set's).
+  GpuRestart* gpu_restart = nullptr;
   // Cycles that agreed on tensors are recorded here as set `set`'s (nullptr: none).
   Timeline* timeline = nullptr;
   int32_t set = 0;

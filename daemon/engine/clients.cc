@@ -121,6 +121,10 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   else spdlog::warn("{} {}", who, reason);
   const uint32_t local_rank = info.local_rank, rank = info.rank;
   const int32_t pid = info.pid;
+  if (std::optional<Request>& held = it->second.held) {  // never taken: its event never fired
+    --held_gpu_;
+    Complete(*held, Status(SYNCD_ERR_RANK_LOST, who + " " + reason + " before its stream was ready"));
+  }
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
   client_by_local_rank_.erase(local_rank);
   if (gpu_) gpu_->ForgetClient(client_id);  // its IPC mappings close once no queued GPU work uses them

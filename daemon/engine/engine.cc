@@ -71,7 +71,7 @@ void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
 }
 
 bool Engine::Drained() {
-  const bool idle_here = (!job_ || job_->InFlight() == 0) && !HasWork();
+  const bool idle_here = (!job_ || job_->InFlight() == 0) && !HasWork() && held_gpu_ == 0;
   return job_ ? job_->Drained(idle_here) : idle_here;
 }
 
@@ -104,7 +104,8 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
     if (next != UINT64_MAX) sleep_ns = next > now ? std::min(sleep_ns, next - now) : 0;
     if (job_->WaitsOnNetwork()) sleep_ns = 0;  // a transfer from another node rings no doorbell
   }
-  if (gpu_ && gpu_->in_flight() > 0) sleep_ns = 0;  // GPU work completes without ringing the doorbell
+  // GPU work completes, and clients' events fire, without ringing the doorbell.
+  if (gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0)) sleep_ns = 0;
   if (since_work > spin_ns && sleep_ns > 0) {
     if (abi::SleepUnlessWork(&node_page_->page()->engine_doorbell, sleep_ns, [this] {
           return HasWork() || stop_.load(std::memory_order_relaxed) || commands_.pending();
@@ -203,6 +204,14 @@ bool Engine::Poll() {
 
 bool Engine::DrainSubmissions(ClientState& c, bool* did) {
   ClientSegment& seg = c.info->segment;
+  if (c.held) {
+    if (!gpu_->Signalled(c.held->gpu_ready)) return true;
+    Request r = std::move(*c.held);
+    c.held.reset();
+    --held_gpu_;
+    *did = true;
+    Take(std::move(r));
+  }
   for (;;) {
     bool corrupt = false;
     std::optional<abi::SubmitEntry> e = seg.PopSubmission(&corrupt);
@@ -216,24 +225,33 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     }
     std::optional<Request> r = Validate(c, *e);
     if (!r) continue;  // refused, completed with its error, and nothing for the other ranks
-    if (r->kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
-      Complete(*r, r->text.empty() ? timeline_.Stop() : timeline_.Start(r->text, 0, 0));
-      continue;
+    if (r->gpu && !gpu_->Signalled(r->gpu_ready)) {
+      c.held = std::move(*r);
+      ++held_gpu_;
+      return true;
     }
-    if (!job_) {  // never: a client's attach starts a job
-      End(EndScope::OneRequest(*r), InvalidArgument("tensor '" + r->name + "': process set " +
-                                                    std::to_string(r->process_set) + " is not one of this job's"));
-      continue;
-    }
-    // What a refusal needs to complete the request (not its name, shape or memory: a full copy
-    // was three heap allocations per request).
-    Request refused;
-    refused.client_id = r->client_id;
-    refused.rank = r->rank;
-    refused.handle = r->handle;
-    refused.bytes = r->bytes;
-    if (Status st = job_->Take(std::move(*r)); !st.ok()) End(EndScope::OneRequest(refused), st);
+    Take(std::move(*r));
   }
+}
+
+void Engine::Take(Request r) {
+  if (r.kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
+    Complete(r, r.text.empty() ? timeline_.Stop() : timeline_.Start(r.text, 0, 0));
+    return;
+  }
+  if (!job_) {  // never: a client's attach starts a job
+    End(EndScope::OneRequest(r), InvalidArgument("tensor '" + r.name + "': process set " +
+                                                 std::to_string(r.process_set) + " is not one of this job's"));
+    return;
+  }
+  // What a refusal needs to complete the request (not its name, shape or memory: a full copy
+  // was three heap allocations per request).
+  Request refused;
+  refused.client_id = r.client_id;
+  refused.rank = r.rank;
+  refused.handle = r.handle;
+  refused.bytes = r.bytes;
+  if (Status st = job_->Take(std::move(r)); !st.ok()) End(EndScope::OneRequest(refused), st);
 }
 
 std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {

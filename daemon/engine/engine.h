@@ -126,6 +126,9 @@ class Engine {
     uint64_t ops = 0, bytes = 0, errors = 0;
     uint64_t last_submit_ns = 0;  // when the engine last took an entry off its ring
     std::string broke;  // how it broke the ring protocol (DrainSubmissions returned false)
+    // A GPU request whose client's interprocess event has not fired (GpuExecutor::Signalled):
+    // taken once it has; the client's later entries wait on its ring behind it.
+    std::optional<Request> held;
   };
   // The first client of a job attached (none of the previous job's is left). EndJob: drops
   // what the previous job left and tells the other nodes. BeginJob: the job's global process set,
@@ -146,6 +149,8 @@ class Engine {
   // A checked request, or nullopt once a refused one is completed with its error; for a refused
   // collective, the failure notice (abi::OpKind::kFail) that fails its name on the other ranks.
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
+  // A checked request goes to the job (or is answered here: a timeline request).
+  void Take(Request r);
   std::optional<Request> RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why);
   void CompleteAll(const std::vector<Request>& requests, const Status& status);
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
@@ -173,6 +178,7 @@ class Engine {
   const std::function<void(uint32_t)> kick_client_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<GpuExecutor> gpu_;
+  uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";
   std::unique_ptr<Job> job_;  // the job being served (null until a client attached)
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done

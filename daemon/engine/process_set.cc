@@ -53,6 +53,7 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_),
       partial_(PartialPlaceOf(place_, hooks_.timeline)) {
+  if (place_.id == 0 && place_.gpu != nullptr) PrepareGpu();
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
   // Only the global set blocks the engine in its cycles (as Horovod's). Two blocking sets spanning
   // the same nodes would each wait in its own cycle for a node that waits in the other's; the
@@ -106,6 +107,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   opts.timeline = hooks_.timeline;
   opts.set = place_.id;
+  if (gpu_restart_pending_) opts.gpu_restart = &gpu_restart_;
   return std::make_unique<Negotiator>(place_.comm, std::move(opts));
 }
 
@@ -148,6 +150,8 @@ bool ProcessSet::Poll(uint64_t now_ns) {
     if (Status st = Route(std::move(t), &local_ready); !st.ok()) FailJob(st);
   if (negotiator_) {
     did |= negotiator_->Poll(now_ns);
+    // Before anything of the job can run on the GPUs (agreements need every node's messages).
+    if (gpu_restart_pending_ && negotiator_->joined()) RestartGpu();
     did |= RunAgreed();
     // Blocking modes: the engine takes nothing new while the global set's cycle is open.
     if (blocking_ && negotiator_->cycle_running()) did |= Block();
@@ -450,6 +454,12 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       const bool topo_in_flight = topo_ && (topo_->in_flight() > 0 || topo_run_.active);
       const size_t waiting = FailWaiting(why);
       if (topo_in_flight) FailTopo(why);
+      // A rank lost with GPU work in flight may never signal its stream: the GPU path ends (its
+      // flags released), and the job's other ranks get the error instead of waiting for ever.
+      if (!peers_why.ok() && place_.gpu && !gpu_ops_.empty()) {
+        place_.gpu->Abort(why);
+        PollGpu();
+      }
       if (negotiator_ && !peers_why.ok()) {
         negotiator_->Abort(peers_why);
         Collect();
@@ -472,20 +482,6 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
     }
   }
   return 0;
-}
-
-void ProcessSet::FailHeld(const Status& why) {
-  std::vector<FailedTensor> failed;
-  table_.FailAll(why, &failed);
-  for (FailedTensor& f : failed)
-    CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
-  if (topo_) FailTopo(why);
-  FailPartial(why);
-  if (place_.gpu && place_.gpu->in_flight() > 0) {
-    place_.gpu->Abort(why);
-    PollGpu();
-  }
-  // Negotiated tensors fail when the daemon leaves the job (Leave).
 }
 
 void ProcessSet::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {

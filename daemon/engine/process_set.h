@@ -165,6 +165,13 @@ class ProcessSet {
 
  private:
   std::unique_ptr<Negotiator> MakeNegotiator();
+  // A GPU path an earlier job aborted runs again for this job (the global set's): on one node the
+  // communicator is rebuilt at once (PrepareGpu); on many, with the NCCL id node 0 sent in the job
+  // start, once the negotiator has joined (RestartGpu). A failure is logged, and GPU collectives
+  // then fail naming it.
+  void PrepareGpu();
+  void RestartGpu();
+  void RebuildGpu(StatusOr<std::string> nccl_id);
   // Agreed work being run: a negotiated cycle's, or a TOPO plan group.
   struct AgreedRun {
     AgreedWork work;
@@ -265,6 +272,10 @@ class ProcessSet {
   std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
   // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
   GpuOrder gpu_order_;
+  // The global set of a many-node job with GPUs: the job start's GPU part (job_join.h), applied
+  // once the negotiator has joined (gpu_restart_pending_).
+  GpuRestart gpu_restart_;
+  bool gpu_restart_pending_ = false;
   std::unique_ptr<Negotiator> negotiator_;   // many nodes
   std::unique_ptr<TopoRunner> topo_;         // --coord topo, once a plan is registered
   std::shared_ptr<const TopoPlan> plan_;     // the set's registered plan (any mode)

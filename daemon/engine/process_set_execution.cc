@@ -3,6 +3,8 @@
 // nodes run what every daemon agreed, in the same order everywhere.
 #include "daemon/engine/process_set.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 namespace syncd {
@@ -274,6 +276,43 @@ void ProcessSet::CompleteRan(const std::vector<ReadyTensor>& ready, const Fusion
     }
     for (const Request& r : rs) CompleteAll({r}, r.failure.empty() ? done : Status(SYNCD_ERR_NO_MEMORY, r.failure));
   }
+}
+
+void ProcessSet::FailHeld(const Status& why) {
+  std::vector<FailedTensor> failed;
+  table_.FailAll(why, &failed);
+  for (FailedTensor& f : failed)
+    CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
+  if (topo_) FailTopo(why);
+  FailPartial(why);
+  if (place_.gpu && place_.gpu->in_flight() > 0) {
+    place_.gpu->Abort(why);
+    PollGpu();
+  }
+  // Negotiated tensors fail when the daemon leaves the job (Leave).
+}
+
+void ProcessSet::PrepareGpu() {
+  if (place_.comm == nullptr) {
+    if (place_.gpu->aborted()) RebuildGpu(place_.gpu->MakeNcclId());
+    return;
+  }
+  // Many nodes: the communicator spans them all, so every node rebuilds if any asks (job_join.h).
+  gpu_restart_.rebuild = place_.gpu->aborted();
+  if (place_.node_rank == 0) gpu_restart_.make_id = [gpu = place_.gpu] { return gpu->MakeNcclId(); };
+  gpu_restart_pending_ = true;
+}
+
+void ProcessSet::RestartGpu() {
+  gpu_restart_pending_ = false;
+  if (!gpu_restart_.error.ok()) RebuildGpu(gpu_restart_.error);
+  else if (!gpu_restart_.nccl_id.empty()) RebuildGpu(gpu_restart_.nccl_id);
+}
+
+void ProcessSet::RebuildGpu(StatusOr<std::string> nccl_id) {
+  const Status st = nccl_id.ok() ? place_.gpu->Rebuild(*nccl_id) : nccl_id.status();
+  if (st.ok()) spdlog::info("job {}: GPU collectives run again (the NCCL communicator was rebuilt)", place_.job);
+  else spdlog::error("job {}: GPU collectives stay down: {}", place_.job, st.message());
 }
 
 }  // namespace syncd

@@ -12,7 +12,8 @@
 //   group, finishes (AVERAGE, postscale) and copies the result back into every rank's tensor. All
 //   enqueued on the daemon's streams; Test() says when it is done. Nothing blocks the engine.
 // - Errors: CUDA and NCCL failures become Status values naming what failed; NCCL's asynchronous
-//   errors are polled in Test(); Abort() (a lost peer) aborts the communicators. The daemon lives.
+//   errors are polled in Test(); Abort() (a lost peer) aborts the communicators. The daemon lives:
+//   Rebuild() brings the GPU path back for the next job.
 #ifndef SYNCD_DAEMON_EXEC_GPU_EXECUTOR_H_
 #define SYNCD_DAEMON_EXEC_GPU_EXECUTOR_H_
 
@@ -50,6 +51,10 @@ struct GpuStats {
   uint64_t completed = 0;        // collectives whose GPU work completed
   uint64_t flag_waits = 0;       // the daemon's stream waited for a client's flag
   uint64_t event_waits = 0;      // ... for a client's interprocess event
+  uint64_t aborts = 0;           // the GPU path was aborted (a lost peer or rank, a failed call)
+  uint64_t rebuilds = 0;         // ... and its communicators rebuilt for a later job
+  uint64_t flags_released = 0;   // clients' flags raised by the daemon after an abort
+  std::string failure;           // why GPU collectives fail now ("": they run)
   std::vector<std::string> names;  // "0: NVIDIA H100 80GB HBM3 (GPU-…)"
 };
 
@@ -73,10 +78,22 @@ class GpuExecutor {
   virtual Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank,
                          uint32_t timeout_s) = 0;
   virtual bool connected() const = 0;
+  // Whether an abort ended the GPU path (every later collective fails until Rebuild).
+  virtual bool aborted() const = 0;
+  // The next job on the same daemons runs on the GPUs again: what the last job left is ended
+  // (aborted first if it was not), the streams run dry (bounded: a stream stuck for good is an
+  // error, the daemon must restart), and the communicators are created again from a fresh unique
+  // id (node 0 makes it; every daemon of the job calls Rebuild with it, as Connect).
+  virtual Status Rebuild(const std::string& nccl_id) = 0;
 
   // `bytes` at the descriptor's offset. Errors name the problem, not the tensor (the caller does).
   virtual StatusOr<GpuMapping> Map(uint32_t client_id, const abi::GpuDescriptor& d, uint64_t bytes) = 0;
   virtual void ForgetClient(uint32_t client_id) = 0;
+  // Whether the work a client queued before submitting is done, as far as the daemon can tell
+  // without waiting on the GPU: false only for an interprocess event that has not fired yet. The
+  // engine takes such a request once it has (a client that dies first never fires it, and a
+  // daemon stream waiting on it would wait for good: an event, unlike a flag, cannot be released).
+  virtual bool Signalled(const GpuReady& ready) = 0;
 
   // Enqueues one fused allreduce (members share dtype, op and scale factors; every request is a
   // GPU request). `world_size` divides AVERAGE. Returns a ticket for Test().
@@ -87,7 +104,9 @@ class GpuExecutor {
   virtual CommState Test(uint64_t ticket, Status* error) = 0;
   virtual size_t in_flight() const = 0;
   // Aborts the communicators (a peer is lost; the job cannot go on): queued work ends, its tickets
-  // fail with `why`, and so does everything later.
+  // fail with `why`, and so does everything later (until Rebuild). The clients' flags that queued
+  // work waits for are raised by the daemon, so that a rank that died before its stream wrote
+  // its flag does not hold the daemon's stream forever.
   virtual void Abort(const Status& why) = 0;
 
   virtual GpuStats stats() const = 0;

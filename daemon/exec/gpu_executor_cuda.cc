@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <map>
 
@@ -13,6 +14,7 @@
 #include "daemon/exec/gpu_ipc_cache.h"
 #include "daemon/exec/gpu_kernels.h"
 #include "daemon/exec/gpu_stream_wait.h"
+#include "daemon/exec/nccl_comms.h"
 #include "proto/doorbell.h"
 #include "proto/status_names.h"
 
@@ -26,7 +28,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     uint8_t uuid[16];
     std::string name;
     cudaStream_t stream = nullptr;
-    ncclComm_t comm = nullptr;
+    cudaStream_t rescue = nullptr;  // releases the flags `stream` waits for after an abort
     void* fusion = nullptr;
     size_t fusion_bytes = 0;
     std::vector<cudaEvent_t> spare_events;
@@ -53,10 +55,19 @@ class CudaGpuExecutor final : public GpuExecutor {
       // The daemon's copies and reductions go ahead of the framework's compute kernels.
       if (cudaError_t e = cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, hi); e != cudaSuccess)
         return Cuda(e, "cudaStreamCreateWithPriority");
+      // What releases clients' flags after an abort is ready before anything can get stuck.
+      if (cudaError_t e = cudaStreamCreateWithPriority(&d.rescue, cudaStreamNonBlocking, hi); e != cudaSuccess)
+        return Cuda(e, "cudaStreamCreateWithPriority");
+      if (int e = gpu::PreloadRaiseFlag(); e != 0) return Cuda(cudaError_t(e), "loading the flag release kernel");
     }
     std::vector<int> ordinals;
-    for (const Device& d : devices_) ordinals.push_back(d.ordinal);
+    std::vector<NcclComms::Gpu> gpus;
+    for (const Device& d : devices_) {
+      ordinals.push_back(d.ordinal);
+      gpus.push_back(NcclComms::Gpu{d.ordinal, d.name});
+    }
     ipc_ = std::make_unique<GpuIpcCache>(std::move(ordinals), ipc_cache_);
+    comms_ = std::make_unique<NcclComms>(std::move(gpus));
     return Status::Ok();
   }
 
@@ -66,12 +77,13 @@ class CudaGpuExecutor final : public GpuExecutor {
       if (d.stream) CudaWarn(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
     }
     ipc_.reset();  // the streams are idle: every mapping may close
-    DestroyComms();
+    comms_.reset();  // finalized and destroyed
     for (Device& d : devices_) {
       CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
       if (d.fusion) CudaWarn(cudaFree(d.fusion), "cudaFree");
       for (cudaEvent_t e : d.spare_events) CudaWarn(cudaEventDestroy(e), "cudaEventDestroy");
       if (d.stream) CudaWarn(cudaStreamDestroy(d.stream), "cudaStreamDestroy");
+      if (d.rescue) CudaWarn(cudaStreamDestroy(d.rescue), "cudaStreamDestroy");
     }
   }
 
@@ -81,7 +93,8 @@ class CudaGpuExecutor final : public GpuExecutor {
     for (const Device& d : devices_) u.push_back(UuidText(d.uuid));
     return u;
   }
-  bool connected() const override { return nranks_ > 0; }
+  bool connected() const override { return comms_->connected(); }
+  bool aborted() const override { return !failure_.ok(); }
 
   StatusOr<std::string> MakeNcclId() override {
     ncclUniqueId id;
@@ -91,58 +104,28 @@ class CudaGpuExecutor final : public GpuExecutor {
 
   Status Connect(const std::string& nccl_id, const std::vector<uint32_t>& gpus_per_node, uint32_t node_rank,
                  uint32_t timeout_s) override {
-    ncclUniqueId id;
-    if (nccl_id.size() != sizeof(id.internal))
-      return Status(SYNCD_ERR_PROTOCOL, "NCCL unique id of " + std::to_string(nccl_id.size()) + " bytes");
-    memcpy(id.internal, nccl_id.data(), sizeof(id.internal));
-    uint32_t total = 0;
-    node_first_rank_.clear();
-    for (uint32_t g : gpus_per_node) {
-      node_first_rank_.push_back(total);
-      total += g;
+    return comms_->Connect(nccl_id, gpus_per_node, node_rank, timeout_s);
+  }
+
+  Status Rebuild(const std::string& nccl_id) override {
+    // Whatever the last job left: its work fails (its ranks are gone), its flags are released
+    // and its communicators aborted, and the streams must run dry before anything is reused.
+    if (failure_.ok()) Abort(Status(SYNCD_ERR_INTERNAL, "the job's GPU communicators are being rebuilt"));
+    if (!DrainStreams()) {
+      failure_ = Status(SYNCD_ERR_SYSTEM, failure_.message() + "; the daemon's GPU streams are still busy " +
+                                              std::to_string(drain_timeout_ns_ / 1'000'000'000ull) +
+                                              " s later, so they cannot be used again (restart the daemon)");
+      return failure_;
     }
-    if (node_rank >= gpus_per_node.size() || gpus_per_node[node_rank] != devices_.size())
-      return Status(SYNCD_ERR_INTERNAL, "GPU count of this node disagrees with the rendezvous");
-    const uint32_t first = node_first_rank_[node_rank];
-    const std::string ranks = "NCCL ranks " + std::to_string(first) + ".." +
-                              std::to_string(first + devices_.size() - 1) + " of " + std::to_string(total);
-    // Nonblocking communicators: creation can be given up (NCCL's own rendezvous waits forever for
-    // a rank that never comes), and every later call is settled the same way (Settle).
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    settle_timeout_ns_ = uint64_t(timeout_s) * 1'000'000'000ull;
-    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return NcclError("ncclGroupStart", r);
-    ncclResult_t init = ncclSuccess;
-    Status device;
-    for (size_t i = 0; i < devices_.size() && init == ncclSuccess && device.ok(); ++i) {
-      device = Cuda(cudaSetDevice(devices_[i].ordinal), "cudaSetDevice(" + devices_[i].name + ")");
-      if (!device.ok()) break;
-      init = ncclCommInitRankConfig(&devices_[i].comm, int(total), id, int(first + i), &config);
-      if (init == ncclInProgress) init = ncclSuccess;
+    for (auto it = tickets_.begin(); it != tickets_.end();) Drop(it++);
+    ipc_->CloseRetired();
+    if (Status st = comms_->Reconnect(nccl_id); !st.ok()) {
+      failure_ = Status(st.code(), "GPU collectives aborted, and rebuilding the NCCL communicator failed: " + st.message());
+      return failure_;
     }
-    ncclResult_t end = ncclGroupEnd();
-    if (end == ncclInProgress) end = ncclSuccess;
-    Status st = !device.ok()              ? device
-                : init != ncclSuccess     ? NcclError("ncclCommInitRankConfig (" + ranks + ")", init)
-                : end != ncclSuccess      ? NcclError("ncclCommInitRankConfig (" + ranks + ", group)", end)
-                                          : Settle("creating the NCCL communicator (" + ranks + ")");
-    if (!st.ok()) {
-      for (Device& d : devices_)
-        if (d.comm) {
-          CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
-          ncclCommAbort(d.comm);
-          d.comm = nullptr;
-        }
-      if (st.code() == SYNCD_ERR_TIMEOUT)
-        st = Status(SYNCD_ERR_TIMEOUT, st.message() + ": every daemon of the job creates its ranks at once; one that "
-                                                      "never does is down or cannot reach this one over NCCL's "
-                                                      "network (NCCL_SOCKET_IFNAME; NCCL_DEBUG=INFO says more)");
-      return st;
-    }
-    nranks_ = total;
-    first_rank_ = first;
-    spdlog::info("NCCL: {} ranks in the job, this daemon holds ranks {}..{} (NCCL {})", total, first,
-                 first + devices_.size() - 1, NCCL_VERSION_CODE);
+    failure_ = Status::Ok();
+    ++stats_.rebuilds;
+    spdlog::info("NCCL communicator rebuilt after an abort ({} so far)", stats_.rebuilds);
     return Status::Ok();
   }
 
@@ -178,6 +161,14 @@ class CudaGpuExecutor final : public GpuExecutor {
     return m;
   }
 
+  bool Signalled(const GpuReady& ready) override {
+    if (ready.event == nullptr) return true;
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(ready.event));
+    if (e == cudaErrorNotReady) return false;
+    if (e != cudaSuccess) cudaGetLastError();  // a broken event: the stream's wait reports it
+    return true;
+  }
+
   void ForgetClient(uint32_t client_id) override {
     ipc_->ForgetClient(client_id);
     CloseRetired();
@@ -186,7 +177,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   StatusOr<uint64_t> Allreduce(const TensorGroup& group, uint32_t world_size) override {
     issue_start_ns_ = abi::MonotonicNs();
     if (!failure_.ok()) return failure_;
-    if (nranks_ == 0) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
+    if (!comms_->connected()) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
     const Request& head = group.front()->first();
     if (head.dtype == SYNCD_INT16)
       return InvalidArgument("NCCL has no 16-bit integer type, so int16 GPU tensors cannot be allreduced (Horovod's "
@@ -244,9 +235,9 @@ class CudaGpuExecutor final : public GpuExecutor {
       }
     }
     // 2. One allreduce over every GPU of the job.
-    if (Status st = NcclAll([&](Device& d) {
-          char* buf = reduced[size_t(&d - devices_.data())];
-          return ncclAllReduce(buf, buf, total / esize, NcclType(dtype), NcclOp(op), d.comm, d.stream);
+    if (Status st = NcclAll([&](size_t di, ncclComm_t comm) {
+          char* buf = reduced[di];
+          return ncclAllReduce(buf, buf, total / esize, NcclType(dtype), NcclOp(op), comm, devices_[di].stream);
         }, "ncclAllReduce");
         !st.ok())
       return st;
@@ -276,7 +267,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   StatusOr<uint64_t> Broadcast(const ReadyTensor& t, uint32_t root_node) override {
     issue_start_ns_ = abi::MonotonicNs();
     if (!failure_.ok()) return failure_;
-    if (nranks_ == 0) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
+    if (!comms_->connected()) return Status(SYNCD_ERR_INTERNAL, "the GPUs of this job are not connected (NCCL)");
     const Request& head = t.first();
     const uint64_t bytes = head.bytes;
     if (bytes == 0) return Finished();
@@ -305,9 +296,10 @@ class CudaGpuExecutor final : public GpuExecutor {
       // Ranks' tensors are overwritten after their work.
       if (Status st = WaitForClients({&t}, int(di), devices_[di].stream); !st.ok()) return AbortWith(st);
     }
-    const int nccl_root = int(node_first_rank_.at(root_node));
-    if (Status st = NcclAll([&](Device& d) {
-          return ncclBroadcast(d.fusion, d.fusion, bytes, ncclUint8, nccl_root, d.comm, d.stream);
+    const int nccl_root = comms_->NodeFirstRank(root_node);
+    if (Status st = NcclAll([&](size_t di, ncclComm_t comm) {
+          Device& d = devices_[di];
+          return ncclBroadcast(d.fusion, d.fusion, bytes, ncclUint8, nccl_root, comm, d.stream);
         }, "ncclBroadcast");
         !st.ok())
       return st;
@@ -321,7 +313,9 @@ class CudaGpuExecutor final : public GpuExecutor {
     }
     ++stats_.broadcasts;
     stats_.bytes += bytes;
-    return Enqueued(Ticket{++next_ticket_, {}});
+    Ticket ticket;
+    ticket.id = ++next_ticket_;
+    return Enqueued(std::move(ticket));
   }
 
   CommState Test(uint64_t id, Status* error) override {
@@ -343,7 +337,7 @@ class CudaGpuExecutor final : public GpuExecutor {
       }
       const cudaError_t e = cudaEventQuery(t.done[di]);
       if (e == cudaErrorNotReady) {
-        if (Status st = AsyncErrors(); !st.ok()) {
+        if (Status st = comms_->AsyncErrors(); !st.ok()) {
           Abort(st);
           *error = failure_;
           Drop(it);
@@ -373,19 +367,19 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (!failure_.ok()) return;
     failure_ = Status(why.code() == SYNCD_OK ? SYNCD_ERR_INTERNAL : why.code(), "GPU collectives aborted: " + why.message());
     spdlog::error("{}", failure_.message());
-    for (Device& d : devices_)
-      if (d.comm) {
-        CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
-        if (ncclResult_t r = ncclCommAbort(d.comm); r != ncclSuccess)
-          spdlog::warn("ncclCommAbort on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
-        d.comm = nullptr;
-      }
+    ++stats_.aborts;
+    // The streams go on past the clients' flags that will never be written (their ranks died or
+    // their streams are stuck); the NCCL calls behind them end with the communicators.
+    ReleaseFlags();
+    comms_->Abort();
+    spdlog::info("GPU path aborted ({} client flags released so far); the next job rebuilds it", stats_.flags_released);
   }
 
   GpuStats stats() const override {
     GpuStats s = stats_;
     s.devices = uint32_t(devices_.size());
-    s.nccl_ranks = nranks_;
+    s.nccl_ranks = comms_->nranks();
+    s.failure = failure_.ok() ? "" : failure_.message();
     s.flag_waits = waiter_.flag_waits();
     s.event_waits = waiter_.event_waits();
     s.handle_hits = ipc_->counters().hits;
@@ -401,6 +395,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     uint64_t id = 0;
     std::vector<cudaEvent_t> done;  // by device
     uint64_t issued_ns = 0;
+    std::vector<AwaitedFlag> flags;  // the clients' flags its streams wait for
   };
 
   Status EnsureFusion(Device& d, uint64_t bytes) {
@@ -438,75 +433,59 @@ class CudaGpuExecutor final : public GpuExecutor {
     return failure_;
   }
 
-  // Waits until no communicator has a nonblocking NCCL call in progress (creation, or a group of
-  // collectives connecting lazily), at most `timeout_ns` (default: Connect's). Spins first: most
-  // settle at once.
-  Status Settle(const std::string& what, uint64_t timeout_ns = 0) {
-    if (timeout_ns == 0) timeout_ns = settle_timeout_ns_;
-    const uint64_t start = abi::MonotonicNs();
-    for (uint32_t spin = 0;; ++spin) {
-      bool busy = false;
-      for (Device& d : devices_) {
-        if (!d.comm) continue;
-        const ncclResult_t state = NcclState(d.comm);
-        if (state == ncclInProgress) busy = true;
-        else if (state != ncclSuccess) return NcclError(what + " on " + d.name, state);
-      }
-      if (!busy) return Status::Ok();
-      const uint64_t waited = abi::MonotonicNs() - start;
-      if (waited > timeout_ns)
-        return Status(SYNCD_ERR_TIMEOUT, what + " did not finish within " +
-                                             std::to_string(timeout_ns / 1'000'000'000ull) + " s");
-      if (spin > 1000) usleep(waited < 10'000'000 ? 50 : 1000);
-    }
-  }
-
-  // Finalizes (nonblocking: settled) and destroys the communicators; aborts one that cannot be.
-  void DestroyComms() {
-    for (Device& d : devices_) {
-      if (!d.comm) continue;
-      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
-      if (ncclResult_t r = ncclCommFinalize(d.comm); r != ncclSuccess && r != ncclInProgress)
-        spdlog::warn("ncclCommFinalize on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
-    }
-    const Status settled = Settle("finalizing the NCCL communicator", 10'000'000'000ull);
-    if (!settled.ok()) spdlog::warn("{}: aborting it", settled.message());
-    for (Device& d : devices_) {
-      if (!d.comm) continue;
-      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
-      const ncclResult_t r = settled.ok() ? ncclCommDestroy(d.comm) : ncclCommAbort(d.comm);
-      if (r != ncclSuccess) spdlog::warn("destroying the NCCL communicator on {} failed (NCCL: {})", d.name, ncclGetErrorString(r));
-      d.comm = nullptr;
-    }
-  }
-
+  // One NCCL call per GPU in one group; a failure ends the GPU path (AbortWith).
   template <typename F>
   Status NcclAll(F call, const char* what) {
-    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return AbortWith(NcclError("ncclGroupStart", r));
-    ncclResult_t first = ncclSuccess;
-    Status device;
-    for (Device& d : devices_) {
-      device = Cuda(cudaSetDevice(d.ordinal), "cudaSetDevice(" + d.name + ")");
-      if (!device.ok()) break;
-      if (ncclResult_t r = call(d); r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
-    }
-    const ncclResult_t end = ncclGroupEnd();
-    if (!device.ok()) return AbortWith(device);
-    if (first != ncclSuccess || (end != ncclSuccess && end != ncclInProgress))
-      return AbortWith(NcclError(what, first != ncclSuccess ? first : end));
-    // Nonblocking communicators: the group may still be enqueueing (connecting on first use).
-    if (end == ncclInProgress) return AbortWith(Settle(what));
-    return Status::Ok();
+    return AbortWith(comms_->Group(call, what));
   }
 
-  Status AsyncErrors() {
-    for (Device& d : devices_) {
-      if (!d.comm) continue;
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(d.comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
-        return NcclError("NCCL on " + d.name, async);
+  // Every client flag that queued work waits for is raised to its value on the device's rescue
+  // stream, and those streams are waited for (bounded): whatever waited on them goes on.
+  void ReleaseFlags() {
+    std::vector<AwaitedFlag> flags = waiter_.TakeAwaited();  // a collective cut off while issued
+    for (auto& [id, t] : tickets_) flags.insert(flags.end(), t.flags.begin(), t.flags.end());
+    std::vector<bool> used(devices_.size(), false);
+    for (const AwaitedFlag& f : flags) {
+      Device& d = devices_.at(size_t(f.device));
+      CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+      if (int e = gpu::LaunchRaiseFlag(f.flag, f.value, d.rescue); e != 0) {
+        CudaWarn(cudaError_t(e), "releasing a client's flag");
+        continue;
+      }
+      used[size_t(f.device)] = true;
+      ++stats_.flags_released;
     }
-    return Status::Ok();
+    for (size_t di = 0; di < devices_.size(); ++di)
+      if (used[di] && !Drained(devices_[di], devices_[di].rescue))
+        spdlog::error("releasing its clients' flags on {} did not finish", devices_[di].name);
+  }
+
+  // Whether `stream` of `d` ran dry within the drain bound (polled: a stream stuck for good must
+  // not take the engine with it).
+  bool Drained(Device& d, cudaStream_t stream) {
+    CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
+    const uint64_t start = abi::MonotonicNs();
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(stream);
+      if (e != cudaErrorNotReady) {
+        if (e != cudaSuccess) CudaWarn(e, "cudaStreamQuery");
+        return true;  // idle, or failed: nothing more will run on it
+      }
+      if (abi::MonotonicNs() - start > drain_timeout_ns_) return false;
+      usleep(100);
+    }
+  }
+
+  // Every device's stream ran dry (bounded); false, with the stuck ones named in the log, if not.
+  bool DrainStreams() {
+    bool all = true;
+    for (Device& d : devices_)
+      if (!Drained(d, d.stream)) {
+        spdlog::error("the daemon's stream on {} is still busy {} s after an abort", d.name,
+                      drain_timeout_ns_ / 1'000'000'000ull);
+        all = false;
+      }
+    return all;
   }
 
   StatusOr<uint64_t> Finished() { return ++next_ticket_; }
@@ -534,6 +513,7 @@ class CudaGpuExecutor final : public GpuExecutor {
       }
     }
     const uint64_t id = t.id;
+    t.flags = waiter_.TakeAwaited();
     t.issued_ns = abi::MonotonicNs();
     stats_.issue_ns += t.issued_ns - issue_start_ns_;
     tickets_.emplace(id, std::move(t));
@@ -556,20 +536,18 @@ class CudaGpuExecutor final : public GpuExecutor {
   // touch them.
   void CloseRetired() {
     if (!tickets_.empty() && failure_.ok()) return;
-    if (!tickets_.empty())  // aborted: let the streams drain before unmapping
-      for (Device& d : devices_) {
-        CudaWarn(cudaSetDevice(d.ordinal), "cudaSetDevice");
-        CudaWarn(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
-      }
+    // Aborted: the streams drain before anything is unmapped; a stream that stays stuck keeps
+    // its mappings open (and the GPU path down: Rebuild refuses).
+    if (!tickets_.empty() && !DrainStreams()) return;
     ipc_->CloseRetired();
   }
 
   const bool ipc_cache_;
   std::vector<Device> devices_;
-  std::vector<uint32_t> node_first_rank_;
-  uint32_t nranks_ = 0, first_rank_ = 0;
-  uint64_t settle_timeout_ns_ = 60'000'000'000ull;  // Connect's timeout
   std::unique_ptr<GpuIpcCache> ipc_;  // clients' allocations and events (Init)
+  std::unique_ptr<NcclComms> comms_;  // the job's NCCL communicators (Init)
+  // How long the streams may take to run dry after an abort (their work is a few collectives).
+  uint64_t drain_timeout_ns_ = 10'000'000'000ull;
   StreamWaiter waiter_;  // waits for clients' streams
   std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 0;

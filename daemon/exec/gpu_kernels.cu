@@ -147,6 +147,11 @@ int ByDtype(syncd_dtype dtype, Args&&... args) {
   }
 }
 
+__global__ void RaiseFlagKernel(unsigned long long* flag, unsigned long long value) {
+  atomicMax(flag, value);
+  __threadfence_system();
+}
+
 template <typename T> struct ReduceOp { static int Run(const ReduceLaunch& l, cudaStream_t s) { return ReduceTyped<T>(l, s); } };
 template <typename T> struct FinishOp {
   static int Run(void* d, uint64_t n, double p, uint64_t div, cudaStream_t s) { return FinishTyped<T>(d, n, p, div, s); }
@@ -171,6 +176,16 @@ int LaunchFinish(void* data, uint64_t count, syncd_dtype dtype, double postscale
 int LaunchFillIdentity(void* data, uint64_t count, syncd_dtype dtype, syncd_reduce_op op, void* stream) {
   if (count == 0) return 0;
   return ByDtype<FillOp>(dtype, data, count, op, static_cast<cudaStream_t>(stream));
+}
+
+int PreloadRaiseFlag() {
+  cudaFuncAttributes attributes{};
+  return int(cudaFuncGetAttributes(&attributes, RaiseFlagKernel));
+}
+
+int LaunchRaiseFlag(uint64_t* flag, uint64_t value, void* stream) {
+  RaiseFlagKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(reinterpret_cast<unsigned long long*>(flag), value);
+  return int(cudaGetLastError());
 }
 
 }  // namespace syncd::gpu

@@ -31,6 +31,13 @@ int LaunchFinish(void* data, uint64_t count, syncd_dtype dtype, double postscale
 // data[i] = the identity of `op` (0 for SUM, 1 for PRODUCT, the largest value for MIN, ...): a GPU
 // without local ranks in a collective still takes part in the NCCL call.
 int LaunchFillIdentity(void* data, uint64_t count, syncd_dtype dtype, syncd_reduce_op op, void* stream);
+// *flag = max(*flag, value), atomically: releases a stream that waits for the flag to reach
+// `value` (cuStreamWaitValue64) when whoever was to write it never will.
+int LaunchRaiseFlag(uint64_t* flag, uint64_t value, void* stream);
+// Loads LaunchRaiseFlag's kernel into the current device's context now. With lazy loading (CUDA's
+// default) a kernel's first launch loads it, and loading may wait for the whole context: for a
+// stream stuck on a flag that only this kernel can release, that wait never ends.
+int PreloadRaiseFlag();
 
 }  // namespace syncd::gpu
 

@@ -44,6 +44,7 @@ Status StreamWaiter::Wait(cudaStream_t stream, const Request& r) {
     if (res != CUDA_SUCCESS)
       return Status(SYNCD_ERR_SYSTEM, "cuStreamWaitValue64 (rank " + std::to_string(r.rank) + "'s stream, tensor '" +
                                           r.name + "') failed: CUDA driver error " + std::to_string(int(res)));
+    awaited_.push_back(AwaitedFlag{r.gpu_device, const_cast<uint64_t*>(ready.flag), ready.value});
   }
   return Status::Ok();
 }

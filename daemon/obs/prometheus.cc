@@ -255,6 +255,9 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
             s.gpu.flag_waits);
   e->Metric("syncd_gpu_event_waits_total", "counter", "Waits for a client's stream through its event.",
             s.gpu.event_waits);
+  e->Metric("syncd_gpu_aborts_total", "counter", "Times the GPU path was aborted.", s.gpu.aborts);
+  e->Metric("syncd_gpu_rebuilds_total", "counter", "Times the NCCL communicators were rebuilt after an abort.",
+            s.gpu.rebuilds);
 }
 
 }  // namespace

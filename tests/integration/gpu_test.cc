@@ -360,6 +360,63 @@ TEST(Gpu, AClientThatDiesFailsItsPeersAndTheDaemonServesTheNextJob) {
   ExpectAllSucceeded(next);
 }
 
+// A rank dies while its stream still holds back its part of a GPU allreduce, so its flag or its
+// interprocess event will never be signalled. The other rank gets an error naming the lost rank
+// instead of waiting for ever, and the next job on the same daemon runs on the GPU again. Flag:
+// the allreduce was queued behind a wait for the flag; the daemon aborts the GPU path, raises the
+// flag itself (its stream goes on; no stream synchronisation without a bound) and rebuilds the
+// NCCL communicator for the next job. Event: an event cannot be released, so the daemon never
+// queued anything behind it; the request waited in the engine for the event to fire.
+class GpuLost : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuLost, ARankDyingBeforeItsStreamSignalsFailsItsPeerAndTheNextJobRunsOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  Daemon d(2);
+  const std::string mode = GetParam();
+  auto st = RunRanks(d.run_dir(), 2, [&](syncd_client* c, int rank, int n) {
+    setenv("SYNCD_GPU_WAIT", mode.c_str(), 1);
+    if (GpuAllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1 << 16, "before")) return 1;
+    const size_t count = 1 << 20;
+    float* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, count * 4));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // Rank 1's stream is held by a host function that never returns.
+    if (rank == 1) CUDA_CHECK(cudaLaunchHostFunc(s, [](void*) { for (;;) pause(); }, nullptr));
+    int64_t shape[1] = {int64_t(count)};
+    syncd_tensor t{"held", dev, SYNCD_FLOAT32, 1, shape, 0};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_gpu_async(c, &t, SYNCD_SUM, 1.0, 1.0, s, &h) == SYNCD_OK, "%s", syncd_last_error());
+    if (rank == 1) {
+      usleep(500'000);  // both ranks' requests are in: the daemon has queued the allreduce behind the wait
+      _exit(0);
+    }
+    const uint64_t t0 = abi::MonotonicNs();
+    const int rc = syncd_wait(c, h, 15'000);
+    const double waited_s = double(abi::MonotonicNs() - t0) / 1e9;
+    CHILD_CHECK(rc != SYNCD_OK && rc != SYNCD_ERR_TIMEOUT && Contains(syncd_last_error(), "rank 1"),
+                "got %s after %.1f s: %s", syncd_status_name(rc), waited_s, syncd_last_error());
+    CHILD_CHECK(waited_s < 10, "the error took %.1f s", waited_s);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  auto next = RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) {
+    for (int k = 0; k < 3; ++k)
+      if (GpuAllreduceChecked(c, rank, n, SYNCD_FLOAT32, SYNCD_SUM, 1 << 20, "next.job." + std::to_string(k))) return 1;
+    return 0;
+  }, 30'000);
+  ExpectAllSucceeded(next);
+  const std::string json = d.StatusJson();
+  const uint64_t aborts = mode == "flag" ? 1 : 0;
+  EXPECT_EQ(JsonNumber(json, "aborts"), aborts) << json;
+  EXPECT_EQ(JsonNumber(json, "rebuilds"), aborts) << json;
+  if (mode == "flag") EXPECT_GE(JsonNumber(json, "flags_released"), uint64_t(1)) << json;
+  EXPECT_FALSE(Contains(json, "GPU collectives aborted")) << "the GPU path is down: " << json;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, GpuLost, ::testing::Values("flag", "event"),
+                         [](const auto& info) { return std::string(info.param); });
+
 // The 16 bytes of the daemon's first GPU's UUID, read from `syncctl status` ("… (GPU-xxxxxxxx-…)").
 bool FirstGpuUuid(const Daemon& d, uint8_t uuid[16]) {
   const std::string json = d.StatusJson();
