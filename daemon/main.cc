@@ -186,6 +186,11 @@ StatusOr<CorePartition> SetUpProcess(const Config& config, sigset_t* signals) {
   // the heap instead of mapping, zero-filling and unmapping it on every step.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // UCX's TCP transport sends 8 KiB segments by default: between two daemons over TCP (loopback,
+  // one rank each) a 64 KiB allreduce took 293 us, and 50 us with 256 KiB segments (OpenMPI's TCP
+  // BTL: 45 us). UCX reads these when it starts; the user's own settings win.
+  setenv("UCX_TCP_TX_SEG_SIZE", "256k", 0);
+  setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
   SetupLogging(config.log_level, config.node_rank);
   umask(077);
   SYNCD_RETURN_IF_ERROR(PrepareRunDir(config.run_dir));
