@@ -10,12 +10,17 @@
 # it. The last line is one JSON object with every result.
 #   bench/compare.sh [--nodes 1] [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
 #                    [--ops allreduce,allgather,alltoall,reducescatter,broadcast,reduce,gather,scatter]
-#                    [--syncd-arg=--flag=value ...]
+#                    [--syncd-arg=--flag=value ...] [--netns [--link-gbit G]]
 # With --nodes N, syncrun starts N daemons (one per simulated node) and the ranks spread over
-# them; gloo runs the same number of ranks.
+# them; gloo runs the same number of ranks. With --netns (root) every node is a network namespace
+# behind a link (syncrun --netns, limited to G Gbit/s each way with --link-gbit) and all three
+# run on the links: syncd's daemons over UCX's TCP transport, MPI's and gloo's ranks placed in
+# the nodes' namespaces as syncd's are (bench/peers/on_links.sh; MPI over its TCP BTL, so its
+# ranks of one node talk over TCP too, where syncd's use shared memory); the limit is then the
+# link's rate (busbw as a share of the link), and MPI runs once, on syncd's ranks' cores.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nodes=1 ranks=4 sizes="" seconds=1 build="$here/../build" extra=() daemon_args=() ops=allreduce
+nodes=1 ranks=4 sizes="" seconds=1 build="$here/../build" extra=() daemon_args=() ops=allreduce net=() link_gbit=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -26,6 +31,8 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
     --staged) extra+=(--staged); shift ;;
+    --netns) net+=(--netns); shift ;;
+    --link-gbit) link_gbit=$2; net+=(--link-gbit "$2"); shift 2 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -36,12 +43,18 @@ trap 'rm -rf "$out"' EXIT
 all_sizes=${sizes:-8,16,32,64,128,256,512,1K,2K,4K,8K,16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M,32M,64M}
 
 # The cores syncrun runs syncd's ranks on (the daemons keep theirs): MPI's ranks get the same.
-rank_cores=$("$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- \
+rank_cores=$("$build/bin/syncrun" "${net[@]}" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- \
   /bin/grep -h Cpus_allowed_list /proc/self/status 2>/dev/null | cut -f2 | tr ',' '\n' | sort -un | paste -sd,)
 
 # The limit, per size, in bytes per second: one node, memory copies; several, UCX point to point.
 limit() {
-  if [ "$nodes" -eq 1 ]; then
+  if [ ${#net[@]} -gt 0 ]; then  # the link itself, when it has a rate
+    [ -z "$link_gbit" ] && return
+    local size
+    for size in ${all_sizes//,/ }; do
+      /usr/bin/python3 -c "import sys; s=sys.argv[1]; m={'K':1<<10,'M':1<<20,'G':1<<30}; b=int(s[:-1])*m[s[-1]] if s[-1] in m else int(s); print('{\"op\":\"link\",\"bytes\":%d,\"GBps\":%.4f}' % (b, float(sys.argv[2]) / 8))" "$size" "$link_gbit"
+    done >>"$out/limit.jsonl"
+  elif [ "$nodes" -eq 1 ]; then
     "$build/bin/syncd-bench" memcpy --json --seconds 0.3 --sizes "$all_sizes" >>"$out/limit.jsonl"
   elif command -v ucx_perftest >/dev/null; then
     local port=$((20000 + RANDOM % 20000)) size bytes
@@ -60,20 +73,35 @@ limit() {
   fi
 }
 
+# A peer's ranks on the links (--netns): the network stands while on_links.sh places them.
+on_links() {
+  "$build/bin/syncrun" "${net[@]}" -N "$nodes" --network-only -- "$here/peers/on_links.sh" "$@"
+}
+
 for op in ${ops//,/ }; do
-  "$build/bin/syncrun" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- "$build/bin/syncd-bench" "$op" --json --seconds "$seconds" \
+  "$build/bin/syncrun" "${net[@]}" -N "$nodes" -n "$ranks" --syncd-arg=--log-level=warn "${daemon_args[@]}" -- "$build/bin/syncd-bench" "$op" --json --seconds "$seconds" \
     "${size_args[@]}" "${extra[@]}" >>"$out/syncd.jsonl" 2>"$out/syncd.log" ||
     { cat "$out/syncd.log" >&2; exit 1; }
-  /usr/bin/python3 "$here/peers/torch_gloo.py" --op "$op" --ranks "$ranks" --json --seconds "$seconds" \
-    "${size_args[@]}" >>"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
+  gloo=(/usr/bin/python3 "$here/peers/torch_gloo.py" --op "$op" --json --seconds "$seconds" "${size_args[@]}")
+  if [ ${#net[@]} -gt 0 ]; then
+    on_links gloo "$ranks" "${gloo[@]}" --from-env >>"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
+  else
+    "${gloo[@]}" --ranks "$ranks" >>"$out/gloo.jsonl" 2>"$out/gloo.log" || { cat "$out/gloo.log" >&2; exit 1; }
+  fi
   if [ "$op" = allreduce ] && [ -x "$build/bin/syncd-mpi-allreduce" ] && command -v mpirun >/dev/null; then
+    mpi=("$build/bin/syncd-mpi-allreduce" --seconds "$seconds" ${sizes:+--sizes "$sizes"})
     # On syncd's ranks' cores (as the issue compares), then on every core (as a user might run it).
     for where in ranks every; do
       pin=()
       [ "$where" = ranks ] && [ -n "$rank_cores" ] && pin=(taskset -c "$rank_cores")
-      "${pin[@]}" mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np "$ranks" \
-        "$build/bin/syncd-mpi-allreduce" --seconds "$seconds" ${sizes:+--sizes "$sizes"} >>"$out/mpi_$where.jsonl" 2>"$out/mpi.log" ||
-        { cat "$out/mpi.log" >&2; exit 1; }
+      if [ ${#net[@]} -gt 0 ]; then
+        [ "$where" = every ] && continue
+        "${pin[@]}" "$build/bin/syncrun" "${net[@]}" -N "$nodes" --network-only -- "$here/peers/on_links.sh" mpi "$ranks" \
+          "${mpi[@]}" >>"$out/mpi_$where.jsonl" 2>"$out/mpi.log" || { cat "$out/mpi.log" >&2; exit 1; }
+      else
+        "${pin[@]}" mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np "$ranks" \
+          "${mpi[@]}" >>"$out/mpi_$where.jsonl" 2>"$out/mpi.log" || { cat "$out/mpi.log" >&2; exit 1; }
+      fi
     done
   fi
   [ "$op" = allreduce ] && limit
@@ -81,12 +109,12 @@ done
 touch "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" "$out/limit.jsonl"
 
 /usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" "$ops" "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" \
-  "$out/limit.jsonl" "$rank_cores" <<'PY'
+  "$out/limit.jsonl" "$rank_cores" "${net[*]}" <<'PY'
 import json, sys
 rows = {name: [json.loads(l) for l in open(path) if l.startswith("{")] for name, path in
         (("syncd", sys.argv[1]), ("gloo", sys.argv[2]), ("mpi", sys.argv[5]), ("mpi_every", sys.argv[6]),
          ("limit", sys.argv[7]))}
-nodes, ops, rank_cores = int(sys.argv[3]), sys.argv[4].split(","), sys.argv[8]
+nodes, ops, rank_cores, net = int(sys.argv[3]), sys.argv[4].split(","), sys.argv[8], sys.argv[9]
 submit = [r for r in rows["syncd"] if r.get("op") == "submit"]
 notes = {"allreduce": "busbw = algbw * 2(n-1)/n", "allgather": "size: the output; busbw = algbw * (n-1)/n",
          "alltoall": "size: each rank's buffer; busbw = algbw * (n-1)/n",
@@ -95,7 +123,7 @@ notes = {"allreduce": "busbw = algbw * 2(n-1)/n", "allgather": "size: the output
          "reduce": "to rank 0; size: the buffer; busbw = algbw",
          "gather": "at rank 0; size: the output; busbw = algbw * (n-1)/n",
          "scatter": "from rank 0; size: the root's input; busbw = algbw * (n-1)/n"}
-result = {"bench": "compare", "nodes": nodes, "ops": {}}
+result = {"bench": "compare", "nodes": nodes, "network": net or "loopback", "ops": {}}
 
 
 def table(syncd, peer, label):
@@ -120,8 +148,8 @@ for op in ops:
     syncd = [r for r in rows["syncd"] if r.get("op") == op]
     gloo = [r for r in rows["gloo"] if r.get("op") == op]
     ranks = syncd[0]["ranks"] if syncd else 0
-    print(f"# {op}, {ranks} ranks on {nodes} syncd node(s), float32: syncd (zero-copy arena) vs torch.distributed "
-          f"gloo ({ranks} ranks), same run; {notes.get(op, '')}")
+    print(f"# {op}, {ranks} ranks on {nodes} syncd node(s){' (syncrun ' + net + ')' if net else ''}, float32: syncd "
+          f"(zero-copy arena) vs torch.distributed gloo ({ranks} ranks), same run; {notes.get(op, '')}")
     result["ops"][op] = {"ranks": ranks, "syncd": syncd, "gloo": gloo, "ratios": table(syncd, gloo, "gloo")}
     mpi = [r for r in rows["mpi"] if r.get("op") == op]
     if mpi:
@@ -134,7 +162,8 @@ for op in ops:
                   ", ".join(f"{b}: {r['lat_p50_us']:.1f}" for b, r in sorted(every.items())))
     limit = {r["bytes"]: r for r in rows["limit"]}
     if op == "allreduce" and limit:
-        kind = "memory copy, a thread per core" if nodes == 1 else "UCX tag_bw point to point (ucx_perftest)"
+        kind = ("the link's rate, each way" if net else "memory copy, a thread per core" if nodes == 1
+                else "UCX tag_bw point to point (ucx_perftest)")
         print(f"# {op}: syncd's busbw as a share of the limit ({kind}), same run")
         print(f"# {'bytes':>10} | {'syncd busbw':>11} {'limit GB/s':>10} {'share':>6}")
         shares = []

@@ -9,6 +9,10 @@ rank's part, which is what is timed. broadcast, reduce, gather and scatter are d
 dist.reduce, dist.gather and dist.scatter, to and from rank 0.
 
     /usr/bin/python3 bench/peers/torch_gloo.py --ranks 4 --sizes 8,1K,64M [--op allgather] [--json]
+
+With --from-env the script is one rank of a job launched by someone else (bench/peers/on_links.sh
+puts each rank in its simulated node's network namespace): RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT come from the environment, as torchrun sets them.
 """
 import argparse
 import json
@@ -69,8 +73,9 @@ def make_collective(op, buf, n):
 
 
 def worker(rank, args, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if not args.from_env:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     n = args.ranks
@@ -132,7 +137,15 @@ def main():
     p.add_argument("--op", default="allreduce", choices=["allreduce", "allgather", "alltoall", "reducescatter", "broadcast", "reduce", "gather", "scatter"])
     p.add_argument("--json", action="store_true")
     p.add_argument("--port", type=int, default=0, help="rendezvous port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--from-env", action="store_true", help="be one rank: RANK, WORLD_SIZE, MASTER_ADDR/PORT from the environment")
     args = p.parse_args()
+    if args.from_env:
+        args.ranks = int(os.environ["WORLD_SIZE"])
+        rank = int(os.environ["RANK"])
+        if not args.json and rank == 0:
+            print(f"# torch.distributed gloo {args.op}: {args.ranks} ranks, dtype {args.dtype}")
+        worker(rank, args, 0)
+        return 0
     port = args.port
     if port == 0:
         import socket

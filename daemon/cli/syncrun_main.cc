@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
                "(UCX over TCP on it); needs root. Removed on exit, Ctrl-C or when syncrun is killed");
   app.add_option("--link-gbit", opts.link_gbit, "With --netns: each link's rate in Gbit/s, each way (tc tbf; 0: unlimited)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--network-only", opts.network_only,
+               "With --netns: start no daemon and no rank; run COMMAND once while the network stands, with "
+               "SYNCRUN_NETNS (the nodes' namespaces) and SYNCRUN_NODE_ADDRS set (for mpirun or gloo on the links)");
   app.footer("Usage: syncrun [OPTIONS] [--] COMMAND [ARGS...]");
   // Everything from "--" (or from the first word that is not an option of syncrun) on is the
   // command, passed through untouched.

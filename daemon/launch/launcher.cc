@@ -109,6 +109,7 @@ class Job {
     CoreSet worker_cores;      // where its ranks run (empty: unbound)
   };
   bool StartDaemon(int node);
+  void StartNetworkCommand();
   bool WaitReady();
   void StartWorkers();
   void Supervise();
@@ -261,6 +262,28 @@ void Job::StartWorkers() {
   }
 }
 
+void Job::StartNetworkCommand() {
+  std::string names, addrs;
+  for (int node = 0; node < opts_.nodes; ++node) {
+    names += (node ? " " : "") + net_->namespaces()[size_t(node)];
+    addrs += (node ? " " : "") + net_->Address(node);
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    PrepareChild(blocked_);
+    setenv("SYNCRUN_NETNS", names.c_str(), 1);
+    setenv("SYNCRUN_NODE_ADDRS", addrs.c_str(), 1);
+    setenv("SYNCRUN_DEVICE", EmulatedNetwork::kDevice, 1);
+    Exec(opts_.command);
+  }
+  if (pid < 0) {
+    Say(std::string("fork failed: ") + strerror(errno));
+    result_ = 1;
+    return;
+  }
+  workers_[pid] = 0;
+}
+
 // Reaps whatever has exited and records the first failure.
 void Job::Reap() {
   int status;
@@ -284,7 +307,8 @@ void Job::Reap() {
     workers_.erase(it);
     const int code = ExitCodeOf(status);
     if (code != 0 && !failed_) {
-      Say("rank " + std::to_string(rank) + " " + Describe(status) + "; stopping the job");
+      Say((opts_.network_only ? std::string("the command") : "rank " + std::to_string(rank)) + " " + Describe(status) +
+          "; stopping the job");
       failed_ = true;
       result_ = code;
     }
@@ -342,7 +366,8 @@ void Job::StopAll() {
 }
 
 int Job::Run() {
-  if (opts_.nodes < 1 || opts_.ranks < opts_.nodes || opts_.ranks % opts_.nodes != 0) {
+  if (opts_.nodes < 1 ||
+      (!opts_.network_only && (opts_.ranks < opts_.nodes || opts_.ranks % opts_.nodes != 0))) {
     Say(std::to_string(opts_.ranks) + " ranks do not spread evenly over " + std::to_string(opts_.nodes) +
         " nodes (ranks must be a multiple of nodes)");
     return 2;
@@ -364,6 +389,16 @@ int Job::Run() {
       return 1;
     }
     net_ = std::move(*net);
+  }
+  if (opts_.network_only) {
+    if (!net_) {
+      Say("--network-only needs --netns (it runs a command while the nodes' network stands)");
+      return 2;
+    }
+    StartNetworkCommand();
+    Supervise();
+    StopAll();
+    return result_;
   }
 
   if (opts_.run_dir.empty()) {

@@ -33,6 +33,11 @@ struct LaunchOptions {
   // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
   bool netns = false;
   double link_gbit = 0;
+  // With netns: no daemons and no ranks; `command` runs once, in the caller's namespace, while
+  // the network stands, with SYNCRUN_NETNS (the nodes' namespaces, in node order) and
+  // SYNCRUN_NODE_ADDRS (their addresses) in its environment: for peers that launch their own
+  // ranks (mpirun, a gloo script) into the nodes (`ip netns exec`).
+  bool network_only = false;
   int ready_timeout_s = 30;
   std::vector<std::string> command;      // what each rank runs
 };

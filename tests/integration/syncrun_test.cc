@@ -214,9 +214,35 @@ TEST_F(SyncrunTest, NetnsRanksRunInTheirNodesNamespaceAndCtrlCOrSigkillLeaveNoth
 }
 
 TEST_F(SyncrunTest, LinkRateWithoutNetnsIsRefused) {
-  const pid_t p = Start({"--link-gbit", "10", "-n", "1", "--", "true"});
-  const int st = WaitChild(p, 30'000);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << "status " << st;
+  for (const char* flag : {"--link-gbit=10", "--network-only"}) {
+    const pid_t p = Start({flag, "-n", "1", "--", "true"});
+    const int st = WaitChild(p, 30'000);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << flag << ": status " << st;
+  }
+}
+
+// --network-only: no daemon, no rank; the command runs once, in syncrun's own namespace, and
+// reaches every node through the namespaces and addresses it is given (as bench/peers/on_links.sh
+// does for MPI and gloo); its exit code is syncrun's, and nothing is left.
+TEST_F(SyncrunTest, NetworkOnlyRunsOneCommandThatReachesEveryNodeOverTheLinks) {
+  if (!CanMakeNamespaces()) GTEST_SKIP() << "needs root and ip netns";
+  const std::string script =
+      "set -e; set -- $SYNCRUN_NETNS; n0=$1; n2=$3; set -- $SYNCRUN_NODE_ADDRS; echo \"addrs $*\"; "
+      "ip netns exec $n2 /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind((\"\", 7777)); "
+      "s.listen(); c, _ = s.accept(); c.send(b\"hi\")' & sleep 0.5; "
+      "ip netns exec $n0 /usr/bin/python3 -c 'import socket, sys; s = socket.create_connection((sys.argv[1], 7777), 5); "
+      "print(\"reached\" if s.recv(2) == b\"hi\" else \"not\")' $3; wait; "
+      "ip netns exec $n2 cat /proc/net/dev | grep -q $SYNCRUN_DEVICE && echo device; "
+      "pgrep -P $PPID -x syncd > /dev/null && echo daemon || true; exit 7";
+  const pid_t p = Start({"--netns", "-N", "3", "--network-only", "--", "sh", "-c", script});
+  const int st = WaitChild(p, 60'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << "the command's exit code: status " << st << "\n" << Out();
+  const std::string out = Out();
+  EXPECT_TRUE(Contains(out, "addrs 10.77.0.1 10.77.0.2 10.77.0.3")) << out;
+  EXPECT_TRUE(Contains(out, "reached")) << "node 0 reaches node 2 over the links: " << out;
+  EXPECT_TRUE(Contains(out, "device")) << out;
+  EXPECT_FALSE(Contains(out, "daemon")) << "no syncd is started: " << out;
+  EXPECT_TRUE(NamespacesOf(p).empty()) << "namespaces left behind";
 }
 
 }  // namespace
