@@ -22,6 +22,7 @@
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/net.h"
+#include "daemon/launch/exec.h"
 #include "daemon/launch/netns.h"
 #include "proto/doorbell.h"
 
@@ -50,14 +51,7 @@ void PrepareChild(const sigset_t& blocked) {
   sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
 }
 
-[[noreturn]] void Exec(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  fprintf(stderr, "syncrun: cannot run %s: %s\n", args[0], strerror(errno));
-  _exit(127);
-}
+[[noreturn]] void Exec(const std::vector<std::string>& argv) { ExecOrExit(argv, "syncrun: "); }
 
 std::string RandomToken() {
   unsigned char b[16] = {};

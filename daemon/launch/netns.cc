@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "daemon/launch/exec.h"
+
 namespace syncd {
 namespace {
 
@@ -27,12 +29,7 @@ Status RunTool(const std::vector<std::string>& argv) {
     dup2(err[1], STDERR_FILENO);
     const int null = open("/dev/null", O_WRONLY);
     if (null >= 0) dup2(null, STDOUT_FILENO);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    dprintf(STDERR_FILENO, "cannot run %s: %s", args[0], strerror(errno));
-    _exit(127);
+    ExecOrExit(argv, "");
   }
   close(err[1]);
   std::string text;
