@@ -310,9 +310,9 @@ void ProcessSet::RestartGpu() {
 }
 
 void ProcessSet::RebuildGpu(StatusOr<std::string> nccl_id) {
+  // The executor logs a rebuild; a failure is the job's to report.
   const Status st = nccl_id.ok() ? place_.gpu->Rebuild(*nccl_id) : nccl_id.status();
-  if (st.ok()) spdlog::info("job {}: GPU collectives run again (the NCCL communicator was rebuilt)", place_.job);
-  else spdlog::error("job {}: GPU collectives stay down: {}", place_.job, st.message());
+  if (!st.ok()) spdlog::error("job {}: GPU collectives stay down: {}", place_.job, st.message());
 }
 
 }  // namespace syncd

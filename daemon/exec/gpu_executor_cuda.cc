@@ -113,7 +113,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     if (failure_.ok()) Abort(Status(SYNCD_ERR_INTERNAL, "the job's GPU communicators are being rebuilt"));
     if (!DrainStreams()) {
       failure_ = Status(SYNCD_ERR_SYSTEM, failure_.message() + "; the daemon's GPU streams are still busy " +
-                                              std::to_string(drain_timeout_ns_ / 1'000'000'000ull) +
+                                              std::to_string(kDrainTimeoutNs / 1'000'000'000ull) +
                                               " s later, so they cannot be used again (restart the daemon)");
       return failure_;
     }
@@ -471,7 +471,7 @@ class CudaGpuExecutor final : public GpuExecutor {
         if (e != cudaSuccess) CudaWarn(e, "cudaStreamQuery");
         return true;  // idle, or failed: nothing more will run on it
       }
-      if (abi::MonotonicNs() - start > drain_timeout_ns_) return false;
+      if (abi::MonotonicNs() - start > kDrainTimeoutNs) return false;
       usleep(100);
     }
   }
@@ -482,7 +482,7 @@ class CudaGpuExecutor final : public GpuExecutor {
     for (Device& d : devices_)
       if (!Drained(d, d.stream)) {
         spdlog::error("the daemon's stream on {} is still busy {} s after an abort", d.name,
-                      drain_timeout_ns_ / 1'000'000'000ull);
+                      kDrainTimeoutNs / 1'000'000'000ull);
         all = false;
       }
     return all;
@@ -547,7 +547,7 @@ class CudaGpuExecutor final : public GpuExecutor {
   std::unique_ptr<GpuIpcCache> ipc_;  // clients' allocations and events (Init)
   std::unique_ptr<NcclComms> comms_;  // the job's NCCL communicators (Init)
   // How long the streams may take to run dry after an abort (their work is a few collectives).
-  uint64_t drain_timeout_ns_ = 10'000'000'000ull;
+  static constexpr uint64_t kDrainTimeoutNs = 10'000'000'000ull;
   StreamWaiter waiter_;  // waits for clients' streams
   std::map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 0;
