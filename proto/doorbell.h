@@ -3,6 +3,8 @@
 // Protocol (Dekker-style, both sides use seq_cst so neither misses the other):
 //   sleeper: sleeping=1; re-check for work; if none, futex_wait(seq, seen); sleeping=0
 //   waker:   publish work; if sleeping: seq++, futex_wake
+// The engine's doorbell is the same protocol with an eventfd in place of the futex (RingFd): the
+// engine sleeps in ppoll on it and on its network's descriptors at once.
 #ifndef SYNCD_PROTO_DOORBELL_H_
 #define SYNCD_PROTO_DOORBELL_H_
 
@@ -40,6 +42,18 @@ inline void Ring(Doorbell* bell) {
   if (bell->sleeping.load(std::memory_order_relaxed) != 0) {
     bell->seq.fetch_add(1, std::memory_order_relaxed);
     FutexWakeAll(&bell->seq);
+  }
+}
+
+// Waker side of a doorbell whose sleeper waits on the eventfd `fd` (the engine's).
+inline void RingFd(Doorbell* bell, int fd) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (bell->sleeping.load(std::memory_order_relaxed) != 0) {
+    bell->seq.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t one = 1;
+    ssize_t w;
+    do w = write(fd, &one, sizeof(one));
+    while (w < 0 && errno == EINTR);  // EAGAIN: the counter is full, so the sleeper wakes anyway
   }
 }
 

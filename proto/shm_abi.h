@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 12;
+inline constexpr uint32_t kVersion = 13;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -85,7 +85,11 @@ inline constexpr bool IsSetChange(OpKind k) { return k == OpKind::kAddProcessSet
 inline constexpr size_t kFailMessageBytes = 1024;
 inline constexpr char kTopoPlanName[] = "syncd.topo_plan";
 
-// ---- UDS handshake: one AttachRequest from the client, one AttachReply (+ 2 fds) back. ----
+// ---- UDS handshake: one AttachRequest from the client, one AttachReply (+ kAttachFds) back. ----
+// The descriptors, in this order: the client's segment, the node page, and the engine's wake-up
+// eventfd (the engine's doorbell rings it: the engine sleeps on it beside its network's
+// descriptors, which a futex could not share a wait with).
+inline constexpr int kAttachFds = 3;
 struct AttachRequest {
   uint32_t magic;
   uint32_t version;
@@ -215,7 +219,8 @@ struct RingIndices {
 };
 
 // A doorbell is a futex word the sleeper waits on plus a flag saying it sleeps, so the other side
-// only pays for a wake-up syscall when someone is actually asleep.
+// only pays for a wake-up syscall when someone is actually asleep. The engine's doorbell wakes
+// through the node's eventfd instead of the futex (RingFd).
 struct alignas(kCacheLine) Doorbell {
   std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> sleeping{0};

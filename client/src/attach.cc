@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -104,11 +105,11 @@ bool SendAll(int fd, const void* buf, size_t n) {
   return true;
 }
 
-// Receives the reply and up to two descriptors passed with SCM_RIGHTS.
-bool RecvReply(int fd, abi::AttachReply* reply, int fds[2]) {
-  fds[0] = fds[1] = -1;
+// Receives the reply and up to abi::kAttachFds descriptors passed with SCM_RIGHTS.
+bool RecvReply(int fd, abi::AttachReply* reply, int fds[abi::kAttachFds]) {
+  std::fill(fds, fds + abi::kAttachFds, -1);
   iovec iov{reply, sizeof(*reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -121,22 +122,22 @@ bool RecvReply(int fd, abi::AttachReply* reply, int fds[2]) {
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      memcpy(fds, CMSG_DATA(c), std::min<size_t>(n, 2) * sizeof(int));
+      memcpy(fds, CMSG_DATA(c), std::min<size_t>(n, abi::kAttachFds) * sizeof(int));
     }
   }
   return true;
 }
 
-void CloseBoth(int fds[2]) {
-  for (int i = 0; i < 2; ++i)
+void CloseAll(int fds[abi::kAttachFds]) {
+  for (int i = 0; i < abi::kAttachFds; ++i)
     if (fds[i] >= 0) close(fds[i]);
 }
 
-// Sends the request and takes the reply with its two descriptors (segment, node page). On any
+// Sends the request and takes the reply with its descriptors (segment, node page, engine wake-up). On any
 // error (the daemon's refusal, no answer in time, another protocol version) the descriptors that
 // came are closed and the error is the client's.
 int Handshake(int sock, const abi::AttachRequest& req, const std::string& socket_path, int timeout_ms,
-              abi::AttachReply* reply, int fds[2]) {
+              abi::AttachReply* reply, int fds[abi::kAttachFds]) {
   // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
   // when the send fails, the reply says why.
   const bool sent = SendAll(sock, &req, sizeof(req));
@@ -150,18 +151,18 @@ int Handshake(int sock, const abi::AttachRequest& req, const std::string& socket
     return Fail(SYNCD_ERR_DAEMON_LOST, "attach handshake: syncd closed the connection without a reply");
   }
   if (reply->magic != abi::kMagic || reply->version != abi::kVersion) {
-    CloseBoth(fds);
+    CloseAll(fds);
     return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: daemon speaks protocol version " +
                                         std::to_string(reply->version) + ", client speaks " +
                                         std::to_string(abi::kVersion));
   }
   reply->message[sizeof(reply->message) - 1] = '\0';
   if (reply->status != SYNCD_OK) {
-    CloseBoth(fds);
+    CloseAll(fds);
     return Fail(reply->status, std::string("syncd refused the attach: ") + reply->message);
   }
-  if (fds[0] < 0 || fds[1] < 0) {
-    CloseBoth(fds);
+  if (std::any_of(fds, fds + abi::kAttachFds, [](int f) { return f < 0; })) {
+    CloseAll(fds);
     return Fail(SYNCD_ERR_PROTOCOL, "attach handshake: missing descriptors");
   }
   return SYNCD_OK;
@@ -216,7 +217,7 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
                          int32_t(getpid()), 0, JobIdOf(opts)};
   abi::AttachReply reply{};
-  int fds[2];
+  int fds[abi::kAttachFds];
   if (int rc = Handshake(c->sock_, req, socket_path, timeout_ms, &reply, fds); rc != SYNCD_OK) return rc;
   SetSocketTimeouts(c->sock_, 0);  // from now on the socket only carries the goodbye
   if (int rc = c->MapShared(reply, fds); rc != SYNCD_OK) return rc;
@@ -228,13 +229,14 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   return SYNCD_OK;
 }
 
-int Client::MapShared(const abi::AttachReply& reply, int fds[2]) {
+int Client::MapShared(const abi::AttachReply& reply, int fds[abi::kAttachFds]) {
   segment_bytes_ = reply.segment_bytes;
   node_bytes_ = reply.node_page_bytes;
   segment_ = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
   node_map_ = mmap(nullptr, node_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
   close(fds[0]);
   close(fds[1]);
+  engine_wake_fd_ = fds[2];
   if (segment_ == MAP_FAILED || node_map_ == MAP_FAILED) {
     if (segment_ == MAP_FAILED) segment_ = nullptr;
     if (node_map_ == MAP_FAILED) node_map_ = nullptr;
@@ -272,6 +274,7 @@ Client::~Client() {
   }
   if (segment_) munmap(segment_, segment_bytes_);
   if (node_map_) munmap(node_map_, node_bytes_);
+  if (engine_wake_fd_ >= 0) close(engine_wake_fd_);
 }
 
 }  // namespace syncd::client

@@ -336,7 +336,7 @@ int Client::Enqueue(abi::SubmitEntry* entry, const std::string& name, void* user
   memcpy(entry->name, name.c_str(), name.size() + 1);
   memcpy(e, entry, offsetof(abi::SubmitEntry, name) + name.size() + 1);
   submit_.Publish();
-  abi::Ring(&node_->engine_doorbell);
+  abi::RingFd(&node_->engine_doorbell, engine_wake_fd_);
   *out = h;
   return SYNCD_OK;
 }

@@ -135,8 +135,9 @@ class Client {
   bool DaemonAlive() SYNCD_REQUIRES(mu_);  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;
   // Attach's last step: maps the segment and node page the daemon sent (closing both
-  // descriptors), checks the header and sets up the rings, arena and result area.
-  int MapShared(const abi::AttachReply& reply, int fds[2]);
+  // descriptors; the engine's wake-up eventfd is kept), checks the header and sets up the rings,
+  // arena and result area.
+  int MapShared(const abi::AttachReply& reply, int fds[abi::kAttachFds]);
 
   Identity id_;
   int sock_ = -1;
@@ -146,6 +147,7 @@ class Client {
   uint64_t node_bytes_ = 0;
   abi::SegmentHeader* header_ = nullptr;
   abi::NodePage* node_ = nullptr;
+  int engine_wake_fd_ = -1;  // the engine's doorbell rings here (abi::RingFd)
   char* arena_ = nullptr;
   char* messages_ = nullptr;
   char* results_ = nullptr;  // the result area (written by the daemon)

@@ -46,7 +46,7 @@ bool SendReply(int fd, const abi::AttachReply& reply, const int* fds, int nfds) 
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];
   if (nfds > 0) {
     msg.msg_control = control;
     msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
@@ -326,7 +326,7 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   reply.node_count = int32_t(config_.nodes);
   reply.client_spin_us = ClientSpinUs(pid);
   reply.coord_mode = uint32_t(config_.coord);
-  const int fds[2] = {segment->fd(), node_page_->fd()};
+  const int fds[abi::kAttachFds] = {segment->fd(), node_page_->fd(), node_page_->wake_fd()};
   // Submissions that arrive before the engine takes the client wait in its ring; posting the
   // client wakes the engine, which then drains them.
   auto client = std::make_unique<AttachedClient>();
@@ -336,8 +336,7 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   client->pid = pid;
   client->local_size = ls;
   client->job_id = req.job_id;
-  client->shares_engine_core = reply.client_spin_us == 0;
-  const bool sent = SendReply(fd, reply, fds, 2);
+  const bool sent = SendReply(fd, reply, fds, abi::kAttachFds);
   segment->CloseFd();
   client->segment = std::move(segment.value());
   if (!sent) {

@@ -125,7 +125,7 @@ class Negotiator {
   std::vector<ControlNotice> TakeNotices() { return std::exchange(notices_, {}); }
   bool has_output() const { return agreed_.has_value() || !ended_.empty() || !notices_.empty(); }
   // Waits up to `timeout_ns` for network events of the job's transport; false if it cannot.
-  bool WaitForEvent(uint64_t timeout_ns) { return raw_->WaitForEvent(timeout_ns); }
+  bool WaitForEvent(uint64_t timeout_ns) { return raw_->WaitForEvent(timeout_ns, -1); }
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
     if (!joined_) return abi::MonotonicNs() + kJoinPollNs;  // other nodes may not have started the job yet

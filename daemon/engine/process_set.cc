@@ -285,13 +285,14 @@ bool ProcessSet::Block() {
   // (its agreement taken, which waits for the agreement before it to run; a fence's run too), the
   // runs going on meanwhile. Abort messages still count, or a
   // node that gave up on the job would leave this one waiting for ever, and so do partial rounds
-  // (they run outside cycles). Spin for kSpinBeforeSleepNs (most cycles end within it; an idle
-  // cycle not at all: nothing here waits for it), then sleep on the transport's event descriptor
-  // between polls: a spinning engine would take the core from the ranks and daemons that share it
-  // (3 daemons on 2 cores: 8 ms per 8-byte allreduce instead of 0.1 ms), and idle cycles of a
-  // quiet job would burn a core each (60 % per daemon at 2 nodes). Transports that cannot sleep
-  // yield the core between polls instead (as MPI does when oversubscribed).
-  constexpr uint64_t kSpinBeforeSleepNs = 20'000;
+  // (they run outside cycles). Spin for 20 us, or --spin-us if shorter (most cycles end within
+  // it; an idle cycle not at all: nothing here waits for it), then sleep on the transport's event
+  // descriptor between polls:
+  // a spinning engine would take the core from the ranks and daemons that share it (3 daemons on
+  // 2 cores: 8 ms per 8-byte allreduce instead of 0.1 ms), and idle cycles of a quiet job would
+  // burn a core each (60 % per daemon at 2 nodes). Transports that cannot sleep yield the core
+  // between polls instead (as MPI does when oversubscribed).
+  const uint64_t spin_before_sleep_ns = std::min<uint64_t>(20'000, uint64_t(config_.spin_us) * 1000);
   const uint64_t start = abi::MonotonicNs();
   uint64_t last_tick = start;
   bool did = false;
@@ -302,7 +303,7 @@ bool ProcessSet::Block() {
     PollPartial(&did);
     if (!negotiator_->cycle_running()) break;
     const uint64_t now = abi::MonotonicNs();
-    if ((negotiator_->cycle_started_idle() || now - start > kSpinBeforeSleepNs) && !negotiator_->WaitForEvent(1'000'000))
+    if ((negotiator_->cycle_started_idle() || now - start > spin_before_sleep_ns) && !negotiator_->WaitForEvent(1'000'000))
       sched_yield();
     // The engine's heartbeat stays fresh; false: stop blocking (the cycle goes on from the loop).
     if (hooks_.keep_blocking && now - last_tick > 1'000'000) {
@@ -328,11 +329,6 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
   // code for it): look at the network every kPartialPollNs while the job has partial operations.
   if (partial_.active()) next = std::min(next, now_ns + kPartialPollNs);
   return next;
-}
-
-bool ProcessSet::WaitsOnlyOnCycle() const {
-  if (topo_run_.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
-  return negotiator_ && !negotiator_->broken() && (negotiator_->next_cycle_ns() == 0 || cycle_run_.active);
 }
 
 Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {

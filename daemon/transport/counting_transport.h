@@ -24,7 +24,7 @@ class CountingTransport final : public Transport {
     return inner_->Recv(peer, tag, data, bytes, std::move(owner));
   }
   bool Progress() override { return inner_->Progress(); }
-  bool WaitForEvent(uint64_t timeout_ns) override { return inner_->WaitForEvent(timeout_ns); }
+  bool WaitForEvent(uint64_t timeout_ns, int wake_fd) override { return inner_->WaitForEvent(timeout_ns, wake_fd); }
   CommState Test(CommHandle h, Status* error) override { return inner_->Test(h, error); }
   void Cancel(CommHandle h) override { inner_->Cancel(h); }
   void SetEpoch(uint32_t epoch) override { inner_->SetEpoch(epoch); }

@@ -51,6 +51,11 @@ std::optional<uint32_t> ProcessWatch::Exited() {
   return std::nullopt;
 }
 
+void ProcessWatch::AppendFds(std::vector<pollfd>* fds) const {
+  for (const Entry& e : entries_)
+    if (!e.reported) fds->push_back(pollfd{e.fd, POLLIN, 0});
+}
+
 pid_t ProcessWatch::pid_of(uint32_t node) const {
   for (const Entry& e : entries_)
     if (e.node == node) return e.pid;

@@ -28,6 +28,8 @@ class ProcessWatch {
   bool Watch(uint32_t node, pid_t pid);
   // A watched node whose process has exited and was not reported before, if any (does not block).
   std::optional<uint32_t> Exited();
+  // Appends the pidfds of the processes not reported yet (readable once one exits), to sleep on.
+  void AppendFds(std::vector<pollfd>* fds) const;
   pid_t pid_of(uint32_t node) const;
 
  private:

@@ -27,7 +27,7 @@ class SetTransport final : public Transport {
     return parent_->Recv(nodes_[peer], Tag(tag), data, bytes, std::move(owner));
   }
   bool Progress() override { return parent_->Progress(); }
-  bool WaitForEvent(uint64_t timeout_ns) override { return parent_->WaitForEvent(timeout_ns); }
+  bool WaitForEvent(uint64_t timeout_ns, int wake_fd) override { return parent_->WaitForEvent(timeout_ns, wake_fd); }
   CommState Test(CommHandle h, Status* error) override { return parent_->Test(h, error); }
   void Cancel(CommHandle h) override { parent_->Cancel(h); }
   // The job's epoch and its leftovers are the parent's business.

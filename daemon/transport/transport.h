@@ -47,11 +47,12 @@ class Transport {
 
   // Makes progress on everything posted; returns whether anything happened.
   virtual bool Progress() = 0;
-  // Sleeps until the network may have something for Progress() or `timeout_ns` passed; returns
-  // whether it could wait at all (false at once: the caller polls instead). For a thread that
-  // has nothing but the network to wait for and shares its core (a blocking cycle).
-  virtual bool WaitForEvent(uint64_t timeout_ns) {
+  // Sleeps until the network may have something for Progress(), `wake_fd` (when >= 0) is
+  // readable, or `timeout_ns` passed; returns whether it could wait at all (false at once: the
+  // caller polls instead). For a thread with nothing but the network (and its doorbell) to wait for.
+  virtual bool WaitForEvent(uint64_t timeout_ns, int wake_fd) {
     (void)timeout_ns;
+    (void)wake_fd;
     return false;
   }
 

@@ -87,7 +87,7 @@ TEST(Attach, AnAbsurdLocalSizeIsRefusedAndFixesNothing) {
   Daemon d(0);
   const int fd = RawConnect(d.run_dir());
   abi::AttachRequest req{abi::kMagic, abi::kVersion, 0, INT_MAX, 0, INT_MAX, int32_t(getpid()), 0, 0};
-  int fds[2];
+  int fds[abi::kAttachFds];
   abi::AttachReply reply = RawAttach(fd, req, fds);
   close(fd);
   EXPECT_EQ(reply.status, SYNCD_ERR_INVALID);
@@ -109,7 +109,7 @@ TEST(Attach, RanksOutOfRangeAreRefusedNamingTheRank) {
   for (auto [rank, size, local_rank] : {std::tuple{2, 2, 0}, {-1, 2, 0}, {1, 2, 0}, {0, 2, 2}}) {
     const int fd = RawConnect(d.run_dir());
     abi::AttachRequest req{abi::kMagic, abi::kVersion, rank, size, local_rank, 2, int32_t(getpid()), 0, 0};
-    int fds[2];
+    int fds[abi::kAttachFds];
     abi::AttachReply reply = RawAttach(fd, req, fds);
     close(fd);
     EXPECT_NE(reply.status, SYNCD_OK) << rank << "/" << size << " local " << local_rank;
@@ -177,7 +177,7 @@ class InProcessDaemon {
   // Attaches as local rank `local_rank` and leaves at once (two events for the engine).
   void AttachAndLeave(int local_rank, int local_size) {
     const int fd = RawConnect(config_.run_dir);
-    int fds[2];
+    int fds[abi::kAttachFds];
     abi::AttachReply reply = RawAttach(fd, RawAttachRequest(local_rank, local_size), fds);
     EXPECT_EQ(reply.status, SYNCD_OK) << reply.message;
     for (int f : fds)

@@ -288,7 +288,7 @@ TEST(Errors, WrongProtocolVersionIsRefusedWithBothVersions) {
   ASSERT_GE(fd, 0);
   abi::AttachRequest req = RawAttachRequest(0, 1);
   req.version = 99;
-  int fds[2];
+  int fds[abi::kAttachFds];
   abi::AttachReply reply = RawAttach(fd, req, fds);
   close(fd);
   EXPECT_EQ(reply.status, SYNCD_ERR_PROTOCOL);

@@ -25,20 +25,20 @@ int RawConnect(const std::string& run_dir) {
   return fd;
 }
 
-abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[2]) {
+abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachFds]) {
   EXPECT_EQ(send(fd, &req, sizeof(req), 0), ssize_t(sizeof(req)));
   abi::AttachReply reply{};
   iovec iov{&reply, sizeof(reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  fds[0] = fds[1] = -1;
+  std::fill(fds, fds + abi::kAttachFds, -1);
   EXPECT_EQ(recvmsg(fd, &msg, MSG_WAITALL), ssize_t(sizeof(reply)));
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_type == SCM_RIGHTS) memcpy(fds, CMSG_DATA(c), 2 * sizeof(int));
+    if (c->cmsg_type == SCM_RIGHTS) memcpy(fds, CMSG_DATA(c), abi::kAttachFds * sizeof(int));
   return reply;
 }
 
@@ -50,7 +50,7 @@ RawClient::RawClient(const std::string& run_dir, int size) : RawClient(run_dir, 
 
 RawClient::RawClient(const std::string& run_dir, int rank, int size, int local_rank, int local_size) {
   fd_ = RawConnect(run_dir);
-  int fds[2];
+  int fds[abi::kAttachFds];
   reply_ = RawAttach(fd_, abi::AttachRequest{abi::kMagic, abi::kVersion, rank, size, local_rank, local_size,
                                              int32_t(getpid()), 0, 0},
                      fds);
@@ -59,6 +59,7 @@ RawClient::RawClient(const std::string& run_dir, int rank, int size, int local_r
   node_ = static_cast<abi::NodePage*>(mmap(nullptr, reply_.node_page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0));
   close(fds[0]);
   close(fds[1]);
+  wake_fd_ = fds[2];
   h_ = reinterpret_cast<abi::SegmentHeader*>(seg_);
   submit_ = abi::RingView<abi::SubmitEntry>(&h_->submit, reinterpret_cast<abi::SubmitEntry*>(seg_ + h_->submit_ring_offset),
                                             h_->ring_entries);
@@ -73,6 +74,8 @@ void RawClient::Vanish() {
   munmap(seg_, reply_.segment_bytes);
   munmap(node_, reply_.node_page_bytes);
   close(fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
   seg_ = nullptr;
 }
 
@@ -110,7 +113,7 @@ void RawClient::Push(const abi::SubmitEntry& e) {
   Kick();
 }
 
-void RawClient::Kick() { abi::Ring(&node_->engine_doorbell); }
+void RawClient::Kick() { abi::RingFd(&node_->engine_doorbell, wake_fd_); }
 
 bool RawClient::ClosedByDaemon(double timeout_s) {
   for (double end = NowS() + timeout_s; NowS() < end;) {

@@ -16,7 +16,7 @@ namespace syncd::testing {
 // A connected socket to the daemon's attach.sock, or -1.
 int RawConnect(const std::string& run_dir);
 // Sends `req`, returns the reply; fds receive the segment and node page (or -1).
-abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[2]);
+abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachFds]);
 abi::AttachRequest RawAttachRequest(int rank, int size);
 
 class RawClient {
@@ -48,6 +48,7 @@ class RawClient {
 
  private:
   int fd_ = -1;
+  int wake_fd_ = -1;  // the engine's doorbell eventfd
   abi::AttachReply reply_{};
   char* seg_ = nullptr;
   abi::NodePage* node_ = nullptr;

@@ -150,6 +150,25 @@ TEST_F(SyncrunTest, RunsTheBenchmarkEndToEnd) {
     EXPECT_TRUE(Contains(out, key)) << key << " missing from\n" << out;
 }
 
+// Sixteen simulated nodes, one rank each, on this machine's cores (8 daemons and more share a
+// core): every coordination mode agrees and sums right, and no mode hangs. The scaling figures
+// are bench/compare.sh's, not this test's.
+TEST_F(SyncrunTest, SixteenDaemonsWithOneRankEachAllreduceInEveryMode) {
+  for (const char* mode : {"negotiate", "gs", "nbcs", "topo"}) {
+    const pid_t p = Start({"-N", "16", "-n", "16", std::string("--syncd-arg=--coord=") + mode, "--",
+                           BinDir() + "/syncd-bench", "allreduce", "--sizes", "8,4K", "--json", "--iters", "20",
+                           "--warmup", "2", "--seconds", "0.05"});
+    const int st = WaitChild(p, 120'000);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << mode << ": " << Out();
+    const std::string out = Out();
+    for (const char* key : {"\"bytes\":8,", "\"bytes\":4096,", "\"ranks\":16"})
+      EXPECT_TRUE(Contains(out, key)) << mode << ": " << key << " missing from\n" << out;
+    size_t at = 0, right = 0;
+    while ((at = out.find("\"wrong\":0", at)) != std::string::npos) ++right, ++at;
+    EXPECT_EQ(right, 2u) << mode << ": both sizes exact\n" << out;
+  }
+}
+
 // --netns needs root and iproute2; elsewhere these tests skip.
 bool CanMakeNamespaces() { return geteuid() == 0 && system("ip netns list > /dev/null 2>&1") == 0; }
 

@@ -321,7 +321,7 @@ bool UcxTransport::Progress() {
   return did;
 }
 
-bool UcxTransport::WaitForEvent(uint64_t timeout_ns) {
+bool UcxTransport::WaitForEvent(uint64_t timeout_ns, int wake_fd) {
   if (efd_ < 0) return false;
   // Arm only with nothing left to progress (UCX's rule); BUSY: events came in meanwhile.
   while (ucp_worker_progress(worker_) > 0) {
@@ -329,11 +329,17 @@ bool UcxTransport::WaitForEvent(uint64_t timeout_ns) {
   const ucs_status_t st = ucp_worker_arm(worker_);
   if (st == UCS_ERR_BUSY) return true;
   if (st != UCS_OK) return false;
-  pollfd p{efd_, POLLIN, 0};
-  // Peers watched through pidfds are checked by Progress(): wake at least once a millisecond.
-  const uint64_t ns = std::min<uint64_t>(timeout_ns, 1'000'000);
-  const timespec ts{0, long(ns)};
-  (void)ppoll(&p, 1, &ts, nullptr);
+  // The watched peers' pidfds are in the set too: a daemon that exits ends the sleep.
+  std::vector<pollfd>& fds = wait_fds_;
+  fds.clear();
+  fds.push_back(pollfd{efd_, POLLIN, 0});
+  if (wake_fd >= 0) fds.push_back(pollfd{wake_fd, POLLIN, 0});
+  const size_t first_watched = fds.size();
+  watch_.AppendFds(&fds);
+  const timespec ts{time_t(timeout_ns / 1'000'000'000), long(timeout_ns % 1'000'000'000)};
+  if (ppoll(fds.data(), fds.size(), &ts, nullptr) > 0)
+    for (size_t i = first_watched; i < fds.size(); ++i)
+      if (fds[i].revents != 0) next_watch_check_ns_ = 0;  // Progress() looks at once
   return true;
 }
 
