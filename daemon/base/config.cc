@@ -119,7 +119,7 @@ std::vector<ConfigEntry> NodeEntries() {
        return Status::Ok();
      }},
     {"spin-us", "SYNCD_SPIN_US", "200",
-     "Microseconds the engine keeps polling after its last work before it sleeps on the doorbell",
+     "Microseconds the engine keeps polling after its last work before it sleeps on its doorbell and the network",
      Unsigned(&Config::spin_us, "spin-us")},
   };
 }
