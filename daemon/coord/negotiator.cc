@@ -192,7 +192,7 @@ CommTask Negotiator::Cycle() {
   uint64_t sleep = elapsed < period ? period - elapsed : 0;
   if (cycle_seq_ % options_.gs_period == 0) {
     const auto shared = std::make_shared<uint64_t>(sleep);
-    CommTask agree = RecursiveDoublingCombine(t_, SliceTag(base + 4), shared.get(), shared, sizeof(sleep), MinCombine);
+    CommTask agree = SmallCombine(t_, SliceTag(base + 4), shared.get(), shared, sizeof(sleep), MinCombine);
     st = co_await Await(&agree);
     if (!st.ok()) co_return st;
     sleep = *shared;
@@ -356,7 +356,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     AgreementView(agree).gpu_position = gpu_pending ? order->Hold() : order->count();
   }
 
-  CommTask agreement = RecursiveDoublingCombine(t_, SliceTag(base + 1), agree.data(), agree_buffer, agree.size() * 8,
+  CommTask agreement = SmallCombine(t_, SliceTag(base + 1), agree.data(), agree_buffer, agree.size() * 8,
                                                     CombineAgreement);
   Status st = co_await Await(&agreement);
   if (!st.ok()) co_return st;

@@ -66,6 +66,46 @@ CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, Buffer
   co_return Status::Ok();
 }
 
+CommTask TreeCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, Combiner combine) {
+  const uint32_t n = t->size(), r = t->rank();
+  if (n == 1 || bytes == 0) co_return Status::Ok();
+  char* buf = static_cast<char*>(data);
+  const std::shared_ptr<char[]> tmp = ScratchFor(bytes);
+  // Up: node r takes its children's (r + 1, r + 2, r + 4, ... below its lowest set bit), then
+  // hands the sum of its subtree to its parent (r less its lowest set bit).
+  uint32_t mask = 1;
+  for (; mask < n; mask <<= 1) {
+    if (r & mask) {
+      Status st = co_await Wait(t, t->Send(r - mask, tag, buf, bytes, owner));
+      if (!st.ok()) co_return st;
+      break;
+    }
+    if (r + mask < n) {
+      Status st = co_await Wait(t, t->Recv(r + mask, tag, tmp.get(), bytes, tmp));
+      if (!st.ok()) co_return st;
+      combine(buf, tmp.get(), bytes);
+    }
+  }
+  // Down: the result from the parent, then to the children, the largest subtree first.
+  if (r != 0) {
+    Status st = co_await Wait(t, t->Recv(r - mask, tag, buf, bytes, owner));
+    if (!st.ok()) co_return st;
+  }
+  while (mask > 1) {
+    mask >>= 1;
+    if (r + mask < n) {
+      Status st = co_await Wait(t, t->Send(r + mask, tag, buf, bytes, owner));
+      if (!st.ok()) co_return st;
+    }
+  }
+  co_return Status::Ok();
+}
+
+CommTask SmallCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, Combiner combine) {
+  if (t->size() >= kTreeCombineFrom) return TreeCombine(t, tag, data, std::move(owner), bytes, combine);
+  return RecursiveDoublingCombine(t, tag, data, std::move(owner), bytes, combine);
+}
+
 namespace {
 template <syncd_dtype D, syncd_reduce_op Op>
 void CombineTyped(char* acc, const char* other, size_t bytes) {

@@ -68,6 +68,13 @@ std::shared_ptr<char[]> ScratchFor(size_t bytes);
 using Combiner = void (*)(char* acc, const char* other, size_t bytes);
 CommTask RecursiveDoublingCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes,
                                   Combiner combine);
+// The same result through a binomial tree: combined up to node 0, then sent back down. Each node
+// sends 2 (N-1)/N messages on average instead of log2 N, in 2 log2 N rounds instead of log2 N.
+CommTask TreeCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, Combiner combine);
+// A small combine (a coordination cycle's agreement): recursive doubling up to kTreeCombineFrom
+// nodes - 1 (fewer rounds), the tree from there (messages per node flat as nodes grow).
+inline constexpr uint32_t kTreeCombineFrom = 16;
+CommTask SmallCombine(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t bytes, Combiner combine);
 
 // Variable-sized byte strings: every node's `mine` lands in (*all)[node] on `root`. These two
 // move the strings through buffers of their own: the caller's need live only until co_await.

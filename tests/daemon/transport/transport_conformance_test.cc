@@ -2,6 +2,7 @@
 // memory), N endpoints in this process driven from one thread.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <array>
 
 #include <chrono>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "daemon/transport/counting_transport.h"
 #include "daemon/transport/host_collectives.h"
 #include "daemon/transport/loopback/loopback_transport.h"
 #include "daemon/transport/ucx/ucx_transport.h"
@@ -347,6 +349,61 @@ TYPED_TEST(TransportConformance, AllreduceAlgorithmsAreExactForAnyNodeCount) {
       CheckAllreduce<float>(g, n, count, SYNCD_FLOAT32, SlicedAllreduce);
     }
   }
+}
+
+// A coordination cycle's combine: word 0 ORs each node's bit, word 1 ANDs a mask every node but
+// the last clears a bit of. Every node ends with the same words by either algorithm.
+void OrThenAnd(char* acc, const char* other, size_t bytes) {
+  uint64_t a[2], b[2];
+  memcpy(a, acc, bytes);
+  memcpy(b, other, bytes);
+  a[0] |= b[0];
+  a[1] &= b[1];
+  memcpy(acc, a, bytes);
+}
+
+TYPED_TEST(TransportConformance, RecursiveDoublingAndTreeCombineAgreeForAnyNodeCount) {
+  using Algo = CommTask (*)(Transport*, uint64_t, void*, BufferOwner, size_t, Combiner);
+  for (uint32_t n : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 9u}) {
+    Group g = TypeParam::Make(n);
+    for (Algo algo : {Algo(RecursiveDoublingCombine), Algo(TreeCombine), Algo(SmallCombine)}) {
+      std::vector<std::array<uint64_t, 2>> words(n);
+      for (uint32_t r = 0; r < n; ++r) words[r] = {uint64_t(1) << r, r + 1 < n ? ~(uint64_t(1) << r) : ~uint64_t(0)};
+      std::vector<CommTask> tasks;
+      const uint64_t tag = NextTag();
+      for (uint32_t r = 0; r < n; ++r) tasks.push_back(algo(g[r], tag, words[r].data(), {}, 16, OrThenAnd));
+      ASSERT_TRUE(RunAll(g, tasks)) << "timed out: n=" << n;
+      const uint64_t all = (uint64_t(1) << n) - 1;
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(tasks[r].status().ok()) << tasks[r].status().ToString();
+        EXPECT_EQ(words[r][0], all) << "node " << r << " of " << n;
+        EXPECT_EQ(words[r][1], ~(all >> 1)) << "node " << r << " of " << n;
+      }
+    }
+  }
+}
+
+// From kTreeCombineFrom nodes a cycle's combine goes through the tree: each node sends about two
+// messages, not log2 N.
+TEST(LoopbackTransport, SmallCombineOnManyNodesSendsAboutTwoMessagesPerNode) {
+  const uint32_t n = 2 * kTreeCombineFrom;
+  Group g = LoopbackFactory::Make(n);
+  std::vector<std::unique_ptr<CountingTransport>> counted;
+  for (uint32_t r = 0; r < n; ++r) counted.push_back(std::make_unique<CountingTransport>(g[r]));
+  std::vector<std::array<uint64_t, 2>> words(n);
+  for (uint32_t r = 0; r < n; ++r) words[r] = {uint64_t(1) << r, ~uint64_t(0)};
+  std::vector<CommTask> tasks;
+  const uint64_t tag = NextTag();
+  for (uint32_t r = 0; r < n; ++r) tasks.push_back(SmallCombine(counted[r].get(), tag, words[r].data(), {}, 16, OrThenAnd));
+  ASSERT_TRUE(RunAll(g, tasks));
+  uint64_t sent = 0, most = 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    EXPECT_EQ(words[r][0], (uint64_t(1) << n) - 1) << "node " << r;
+    sent += counted[r]->sent();
+    most = std::max<uint64_t>(most, counted[r]->sent());
+  }
+  EXPECT_EQ(sent, 2u * (n - 1)) << "a tree sends each node's part up once and the result down once";
+  EXPECT_EQ(most, 5u) << "the root sends to its log2 N children, no node more";
 }
 
 TYPED_TEST(TransportConformance, AllreduceGivesBitIdenticalFloatsOnEveryNode) {
