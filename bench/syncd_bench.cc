@@ -9,7 +9,10 @@
 #include "bench/memcpy_bench.h"
 #include "bench/partial_bench.h"
 #include "bench/plan_bench.h"
+#include "bench/scaling_bench.h"
 #include "bench/training_bench.h"
+
+#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -367,6 +370,11 @@ int main(int argc, char** argv) {
   pa->add_option("--size", pa_size, "Bytes per allreduce (float32)");
   pa->add_option("--modes", pbo.modes, "full, solo, majority")->delimiter(',');
   pa->add_flag("--json", pbo.json, "One JSON object");
+  CLI::App* sg = app.add_subcommand("scaling", "Job start, then 8-byte allreduce steps with each daemon's coordination cost (one rank per daemon)");
+  syncd::bench::ScalingOptions so;
+  sg->add_option("--steps", so.steps, "Steps in the first window (the second has twice as many)");
+  sg->add_option("--label", so.label, "Free text carried into the output (the coordination mode)");
+  sg->add_flag("--json", so.json, "One JSON object");
   CLI::App* mc = app.add_subcommand("memcpy", "The machine's memory-copy bandwidth per size (no daemon needed)");
   syncd::bench::MemcpyBenchOptions mo;
   mc->add_option("--sizes", o.sizes, "Bytes each thread copies per call (8,1K,64M)")->delimiter(',');
@@ -387,8 +395,17 @@ int main(int argc, char** argv) {
     if (plan_nodes > 0) po.graphs = {{plan_nodes, plan_edges ? plan_edges : plan_nodes * 3 / 2}};
     return syncd::bench::RunPlanBench(po);
   }
+  timespec init_start;
+  clock_gettime(CLOCK_MONOTONIC, &init_start);
   syncd_client* c = nullptr;
   Check(syncd_init(nullptr, &c), "attach");
+  if (sg->parsed()) {
+    const std::string self = argv[0];
+    so.syncctl = (self.find('/') == std::string::npos ? std::string() : self.substr(0, self.rfind('/') + 1)) + "syncctl";
+    syncd::bench::RunScaling(c, so, uint64_t(init_start.tv_sec) * 1'000'000'000ull + uint64_t(init_start.tv_nsec));
+    syncd_shutdown(c);
+    return 0;
+  }
   if (pa->parsed()) {
     syncd::bench::RunPartialBench(c, pbo);
     syncd_shutdown(c);

@@ -1,0 +1,134 @@
+#include "bench/scaling_bench.h"
+
+#include <time.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench/bench_util.h"
+
+namespace syncd::bench {
+namespace {
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+void Allreduce(syncd_client* c, const char* name, void* data, int64_t count, syncd_dtype dtype, syncd_reduce_op op) {
+  syncd_tensor t{name, data, dtype, 1, &count, 0};
+  syncd_handle h;
+  Check(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h), name);
+  Check(syncd_wait(c, h, -1), name);
+}
+
+void Barrier(syncd_client* c) {
+  syncd_handle h;
+  Check(syncd_barrier_async(c, &h), "barrier");
+  Check(syncd_wait(c, h, -1), "barrier");
+}
+
+// The sum of every `"key": N` (or "N": uint64 fields are strings in proto3 JSON) in `json`: the
+// coordination counters appear once per process set.
+double SumField(const std::string& json, const std::string& key) {
+  double sum = 0;
+  const std::string needle = "\"" + key + "\":";
+  for (size_t at = json.find(needle); at != std::string::npos; at = json.find(needle, at + 1)) {
+    size_t v = at + needle.size();
+    while (v < json.size() && (json[v] == ' ' || json[v] == '"')) ++v;
+    sum += strtod(json.c_str() + v, nullptr);
+  }
+  return sum;
+}
+
+struct Counters {
+  double messages = 0, bytes = 0, cpu_s = 0, cycles = 0;
+};
+
+// This rank's daemon's counters (one rank per daemon reads them: local rank 0), between barriers.
+Counters Snapshot(syncd_client* c, const ScalingOptions& o) {
+  Barrier(c);
+  Counters k;
+  if (syncd_local_rank(c) == 0) {
+    const char* dir = getenv("SYNCD_RUN_DIR");
+    const std::string cmd = o.syncctl + " --run-dir '" + (dir ? dir : "") + "' status --json";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) Die("running " + cmd);
+    std::string json;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) json.append(buf, n);
+    if (pclose(p) != 0 || json.empty()) Die("no status from " + cmd);
+    k.messages = SumField(json, "coordination_messages");
+    k.bytes = SumField(json, "coordination_bytes");
+    k.cpu_s = SumField(json, "engine_cpu_s");
+    k.cycles = SumField(json, "cycles");
+  }
+  Barrier(c);
+  return k;
+}
+
+double Steps(syncd_client* c, int steps) {
+  float v[2] = {1, 1};
+  const double t0 = Now();
+  for (int i = 0; i < steps; ++i) Allreduce(c, "scaling.step", v, 2, SYNCD_FLOAT32, SYNCD_SUM);
+  return Now() - t0;
+}
+
+}  // namespace
+
+void RunScaling(syncd_client* c, const ScalingOptions& o, uint64_t init_start_ns) {
+  const int n = syncd_size(c);
+  float first[2] = {1, 1};
+  Allreduce(c, "scaling.first", first, 2, SYNCD_FLOAT32, SYNCD_SUM);
+  const uint64_t first_done_ns = MonotonicNs();  // one clock for every rank of this machine
+  double span[2] = {-double(init_start_ns), double(first_done_ns)};
+  Allreduce(c, "scaling.start", span, 2, SYNCD_FLOAT64, SYNCD_MAX);
+  const double start_ms = (span[0] + span[1]) / 1e6;
+  if (first[0] != float(n)) Die("the first allreduce summed to " + std::to_string(first[0]));
+
+  // The step's graph, as a framework binding registers it: under topo the step runs on the plan
+  // (no negotiation); the other modes check and agree the plan but negotiate.
+  const syncd_graph_op op{"step", "scaling.step", SYNCD_FLOAT32, 2, SYNCD_SUM, SYNCD_MEMORY_HOST};
+  const uint32_t fetch = 0;
+  const syncd_graph g{&op, 1, nullptr, 0, &fetch, 1};
+  Check(syncd_register_graph(c, &g, -1, nullptr), "registering the step's graph");
+  Steps(c, o.steps);  // warm: the name is cached (or planned) from here on
+  const Counters a = Snapshot(c, o);
+  (void)Steps(c, o.steps);
+  const Counters b = Snapshot(c, o), cc = Snapshot(c, o);
+  const double t2 = Steps(c, 2 * o.steps);
+  const Counters d = Snapshot(c, o);
+  const double s = o.steps;
+  // Per daemon and step; the sum over daemons (for the mean) and the busiest daemon.
+  double per[4] = {((d.messages - cc.messages) - (b.messages - a.messages)) / s,
+                   ((d.bytes - cc.bytes) - (b.bytes - a.bytes)) / s,
+                   ((d.cpu_s - cc.cpu_s) - (b.cpu_s - a.cpu_s)) / s * 1e6,
+                   ((d.cycles - cc.cycles) - (b.cycles - a.cycles)) / s};
+  const bool reads = syncd_local_rank(c) == 0;
+  double sums[4], maxes[4];
+  for (int i = 0; i < 4; ++i) sums[i] = reads ? per[i] : 0;
+  Allreduce(c, "scaling.sum", sums, 4, SYNCD_FLOAT64, SYNCD_SUM);
+  for (int i = 0; i < 4; ++i) maxes[i] = reads ? per[i] : -1e300;
+  Allreduce(c, "scaling.max", maxes, 4, SYNCD_FLOAT64, SYNCD_MAX);
+  double step_us = t2 / (2 * s) * 1e6;  // the loop alone: no snapshot in it
+  Allreduce(c, "scaling.time", &step_us, 1, SYNCD_FLOAT64, SYNCD_AVERAGE);
+  const int daemons = syncd_cross_size(c);
+  if (syncd_rank(c) != 0) return;
+  const double msgs = sums[0] / daemons, bytes = sums[1] / daemons, cpu = sums[2] / daemons, cycles = sums[3] / daemons;
+  if (o.json) {
+    printf("{\"op\":\"scaling\",\"label\":\"%s\",\"daemons\":%d,\"ranks\":%d,\"start_ms\":%.1f,\"step_us\":%.1f,"
+           "\"msgs_per_daemon_step\":%.2f,\"msgs_max_daemon_step\":%.2f,\"bytes_per_daemon_step\":%.0f,"
+           "\"bytes_max_daemon_step\":%.0f,\"engine_cpu_us_per_daemon_step\":%.1f,\"cycles_per_step\":%.2f,"
+           "\"steps\":%d}\n",
+           o.label.c_str(), daemons, n, start_ms, step_us, msgs, maxes[0], bytes, maxes[1], cpu, cycles, o.steps);
+  } else {
+    printf("# %-10s %7s %9s %10s %10s %10s %12s %10s %8s\n", "mode", "daemons", "start ms", "step us", "msgs/step",
+           "max msgs", "bytes/step", "cpu us", "cycles");
+    printf("  %-10s %7d %9.1f %10.1f %10.2f %10.2f %12.0f %10.1f %8.2f\n", o.label.c_str(), daemons, start_ms,
+           step_us, msgs, maxes[0], bytes, cpu, cycles);
+  }
+}
+
+}  // namespace syncd::bench
