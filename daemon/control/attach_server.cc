@@ -336,6 +336,7 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   client->pid = pid;
   client->local_size = ls;
   client->job_id = req.job_id;
+  client->shares_engine_core = reply.client_spin_us == 0;
   const bool sent = SendReply(fd, reply, fds, abi::kAttachFds);
   segment->CloseFd();
   client->segment = std::move(segment.value());

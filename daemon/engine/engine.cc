@@ -25,8 +25,10 @@ constexpr int kObserverAskMs = 200;
 constexpr uint64_t kLatestStatusPeriodNs = 1'000'000'000;
 constexpr uint64_t kHeartbeatPeriodNs = 1'000'000;
 constexpr uint64_t kIdleSleepNs = 50'000'000;  // bounded so the heartbeat stays fresh
-// The longest sleep on the network: a safety bound (every wait there is signalled).
-constexpr uint64_t kNetworkSleepNs = 1'000'000;
+// A non-blocking cycle waiting on the network, where ranks share the engine's core: poll this
+// long after the last progress, then nap on the network and the doorbell this long at a time.
+constexpr uint64_t kCycleSpinNs = 50'000;
+constexpr uint64_t kCycleNapNs = 50'000;
 using engine_timing::kLeaveNoticeNs;
 using engine_timing::kStallCheckPeriodNs;
 
@@ -112,48 +114,46 @@ bool Engine::Sleep(uint64_t timeout_ns, bool network) {
   return slept;
 }
 
-// Nothing was done this turn. For spin_ns after the last work, poll (a dedicated core answers
-// fastest so); then sleep until the next timer, the doorbell or, where something waits on the
-// network, the network's next event. Only what signals nothing (GPU streams and clients'
-// events, a transport without an event descriptor) keeps polling, yielding the core between
-// polls. Sleeping on the network rather than polling it is what lets daemons share cores (8 on
-// 2 cores: polling engines took every cycle of both, and each message then waited for a slice).
+bool Engine::RanksShareEngineCore() const {
+  for (const auto& [id, c] : clients_)
+    if (c.info->shares_engine_core) return true;
+  return false;
+}
+
+// Nothing was done this turn: sleep until the next timer, the doorbell or the network (an idle
+// daemon must hear another node's request at once: a TOPO or nbcs cycle, a partial round), poll
+// what waits on the network, yield or pause, depending on what waits and for how long
+// (`since_work`) nothing was done.
 void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
   uint64_t sleep_ns = kIdleSleepNs;
-  bool network = false;  // a cycle, a transfer or a partial round waits on another node
+  bool data_waits = false;  // a TOPO group, GPU work or partial round waits (not only a cycle)
   if (job_) {
-    const uint64_t next = job_->NextPollNs(now);
-    if (next != UINT64_MAX) {
-      if (next > now) sleep_ns = std::min(sleep_ns, next - now);
-      else network = true;
-    }
-    if (job_->WaitsOnNetwork()) network = true;  // a transfer from another node rings no doorbell
+    const uint64_t next = job_->NextPollNs(now, &data_waits);
+    if (next != UINT64_MAX) sleep_ns = next > now ? std::min(sleep_ns, next - now) : 0;
+    if (job_->WaitsOnNetwork()) sleep_ns = 0;  // a transfer from another node rings no doorbell
   }
   // GPU work completes, and clients' events fire, without ringing anything.
-  const bool signals_nothing = gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0);
-  if (since_work <= spin_ns) {
-    if (network || signals_nothing) sched_yield();  // returns at once where nothing else is runnable
-    else __builtin_ia32_pause();
-    return;
+  if (gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0)) sleep_ns = 0;
+  if (since_work > spin_ns && sleep_ns > 0) {
+    if (!Sleep(sleep_ns, transport_ != nullptr)) Sleep(sleep_ns, false);  // no network sleep: timers only
+    node_page_->Heartbeat();
+    // No spin after a wake-up by itself: one that brings work counts as work in Run, a timer's
+    // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle
+    // timer followed by 200 us of spinning was 20 % of a core).
+  } else if (sleep_ns == 0) {
+    // Something waits on the network. A non-blocking cycle (nbcs) that has waited a while
+    // waits for other nodes' timers or late ranks: where ranks share the engine's core, nap on
+    // the network and the doorbell (50 us at a time) rather than take a share of their core
+    // (100 % of one here while a node was 3 s late). Data on the move (TOPO groups, GPU work,
+    // partial rounds) keeps polling and yielding: sleeping there measured worse, twice (topo on
+    // the scaled imbalance bench, 2 x 2: 137.5 against 143.8 ms per step with a 50 us nap;
+    // 142-145 against 148-154 ms sleeping until the network's next event).
+    const bool nap = !data_waits && since_work > kCycleSpinNs && transport_ &&
+                     !(gpu_ && gpu_->in_flight() > 0) && RanksShareEngineCore() && Sleep(kCycleNapNs, true);
+    if (!nap) sched_yield();
+  } else {
+    __builtin_ia32_pause();
   }
-  if (signals_nothing) {
-    sched_yield();
-    return;
-  }
-  // Every sleep watches the network too: another node may start what needs this one (a TOPO
-  // or nbcs cycle it asks for, a partial round). A network wait is bounded by kNetworkSleepNs
-  // all the same: a wait that some event does not end costs that much, never a hang.
-  if (!Sleep(network ? std::min(sleep_ns, kNetworkSleepNs) : sleep_ns, transport_ != nullptr)) {
-    if (network) {
-      sched_yield();
-      return;
-    }
-    Sleep(sleep_ns, false);  // a transport that cannot sleep: the doorbell and the timers only
-  }
-  node_page_->Heartbeat();
-  // No spin after a wake-up by itself: one that brings work counts as work in Run, a timer's
-  // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle
-  // timer followed by 200 us of spinning was 20 % of a core).
 }
 
 void Engine::Run() {

@@ -49,6 +49,7 @@ struct AttachedClient {
   uint32_t rank = 0, local_rank = 0, local_size = 0;
   int32_t pid = 0;
   uint64_t job_id = 0;  // 0: unspecified
+  bool shares_engine_core = false;  // the rank may run on a core the engine may run on
   ClientSegment segment;
 };
 
@@ -116,6 +117,8 @@ class Engine {
   Status CommandTimeline(const TimelineCommand& command, int timeout_ms);
 
  private:
+  // Whether any attached rank may run where the engine runs (unpinned, or a shared core).
+  bool RanksShareEngineCore() const;
   // Sleeps on the doorbell (with `network`, the transport's descriptors too); see engine.cc.
   bool Sleep(uint64_t timeout_ns, bool network);
   // Run's turn that did nothing: sleep, nap on the network, yield or pause.

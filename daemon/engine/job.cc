@@ -275,9 +275,13 @@ bool Job::Drained(bool idle_here) {
   return drained;
 }
 
-uint64_t Job::NextPollNs(uint64_t now_ns) const {
+uint64_t Job::NextPollNs(uint64_t now_ns, bool* data_waits) const {
   uint64_t next_ns = UINT64_MAX;
-  for (const auto& [id, set] : sets_) next_ns = std::min(next_ns, set->NextPollNs(now_ns));
+  for (const auto& [id, set] : sets_) {
+    const uint64_t next = set->NextPollNs(now_ns);
+    next_ns = std::min(next_ns, next);
+    if (next <= now_ns && !set->WaitsOnlyOnCycle()) *data_waits = true;
+  }
   return next_ns;
 }
 

@@ -139,11 +139,11 @@ class Job {
   bool TellNodes(ControlMessage m, int32_t node);
 
   // The engine's loop: requests held here; whether the job is drained everywhere (`idle_here`:
-  // the engine holds nothing else); when the sets next need a poll (0: at once, something waits
-  // on the network or the GPUs; UINT64_MAX: nothing waits).
+  // the engine holds nothing else); when the sets next need a poll (0: at once; UINT64_MAX:
+  // nothing waits) and whether data, not only a coordination cycle, waits on the network.
   size_t InFlight() const;
   bool Drained(bool idle_here);
-  uint64_t NextPollNs(uint64_t now_ns) const;
+  uint64_t NextPollNs(uint64_t now_ns, bool* data_waits) const;
   bool WaitsOnNetwork() const { return p2p_.WaitsOnNetwork(); }
 
   // Stalls (stalls.cc): every set's, and with `transfers` the sends and receives waiting as long,

@@ -331,6 +331,11 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
   return next;
 }
 
+bool ProcessSet::WaitsOnlyOnCycle() const {
+  if (topo_run_.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
+  return negotiator_ && !negotiator_->broken() && (negotiator_->next_cycle_ns() == 0 || cycle_run_.active);
+}
+
 Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
   if (topo_ && topo_->Has(t.first().name)) {
     if (negotiator_ && negotiator_->broken()) {

@@ -117,6 +117,9 @@ class ProcessSet {
   // When the set next needs a Poll if nothing arrives: 0 at once (work on the network or the
   // GPUs), UINT64_MAX when it waits for nothing.
   uint64_t NextPollNs(uint64_t now_ns) const;
+  // Whether a coordination cycle is all the set waits for on the network (no TOPO group, GPU
+  // work or partial round in flight): a wait for other nodes' timers or ranks, often long.
+  bool WaitsOnlyOnCycle() const;
 
   // Ending work: every request the reach covers completes once, failed with `why` (named per
   // tensor). Returns how many tensors were waiting here for local ranks.
