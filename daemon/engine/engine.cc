@@ -91,8 +91,8 @@ bool Engine::HasWork() {
 
 // Sleeps until the doorbell rings (a client's submission, a command, a stop), `timeout_ns`
 // passes or, with `network`, the transport has something (its event descriptor, a watched
-// daemon's exit): one ppoll on all of them, so that no wait needs polling. Returns false where
-// the transport cannot sleep (the caller polls instead). The doorbell protocol of
+// daemon's exit): one ppoll on all of them. Returns false where the transport cannot sleep (the
+// caller polls instead). The doorbell protocol of
 // proto/doorbell.h: announce the sleep, look for work once more, then sleep.
 bool Engine::Sleep(uint64_t timeout_ns, bool network) {
   abi::Doorbell* bell = &node_page_->page()->engine_doorbell;
