@@ -3,7 +3,8 @@
 # job start (the earliest rank's init to the last rank's first allreduce), the 8-byte allreduce
 # step, and per daemon and step its coordination messages and bytes (the mean over daemons and
 # the busiest one) and its engine's CPU (syncd-bench scaling, which reads each daemon's status
-# around two windows of steps). OpenMPI's MPI_Allreduce of 8 bytes at the same rank count on the
+# around two windows of steps), then the health reports each daemon sends per second while the
+# ranks sleep (2 s). OpenMPI's MPI_Allreduce of 8 bytes at the same rank count on the
 # same cores runs in the same go (shared memory, oversubscribed; the median of three runs), and
 # the step's ratio to it is reported. All daemons and ranks share this machine's cores. The last line is one JSON object.
 #   bench/scaling.sh [--nodes 2,4,8,16,32] [--modes negotiate,gs,nbcs,topo] [--steps 100] [--build build]
@@ -44,16 +45,18 @@ runs = {}
 for r in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")):
     runs.setdefault(r["ranks"], []).append(r)
 mpi = {n: sorted(rs, key=lambda r: r["time_us"])[len(rs) // 2] for n, rs in runs.items()}
-print("# %-10s %7s %9s %10s %9s %9s %9s %11s %11s %9s %8s" % ("mode", "daemons", "start ms", "step us", "MPI us",
-      "vs MPI", "msgs", "max msgs", "bytes", "cpu us", "cycles"))
+print("# %-10s %7s %9s %10s %9s %9s %9s %11s %11s %9s %8s %9s %9s %9s" % ("mode", "daemons", "start ms", "step us",
+      "MPI us", "vs MPI", "msgs", "max msgs", "bytes", "cpu us", "cycles", "health/s", "max h/s", "health B/s"))
 for r in rows:
     m = mpi.get(r["ranks"])
     r["mpi_us"] = m["time_us"] if m else None
     r["vs_mpi"] = r["step_us"] / m["time_us"] if m else None
-    print("  %-10s %7d %9.1f %10.1f %9s %9s %9.2f %9.2f %11.0f %9.1f %8.2f" % (
+    print("  %-10s %7d %9.1f %10.1f %9s %9s %9.2f %9.2f %11.0f %9.1f %8.2f %9.1f %9.1f %9.0f" % (
         r["label"], r["daemons"], r["start_ms"], r["step_us"], "%.1f" % r["mpi_us"] if m else "-",
         "%.1fx" % r["vs_mpi"] if m else "-", r["msgs_per_daemon_step"], r["msgs_max_daemon_step"],
-        r["bytes_per_daemon_step"], r["engine_cpu_us_per_daemon_step"], r["cycles_per_step"]))
-print("# msgs, bytes, cpu us: per daemon and step (mean over daemons; max msgs: the busiest daemon); step and MPI: mean us")
+        r["bytes_per_daemon_step"], r["engine_cpu_us_per_daemon_step"], r["cycles_per_step"],
+        r["health_msgs_per_daemon_s"], r["health_msgs_max_daemon_s"], r["health_bytes_per_daemon_s"]))
+print("# msgs, bytes, cpu us: per daemon and step (mean over daemons; max msgs: the busiest daemon); step and MPI: mean us;")
+print("# health/s, max h/s, health B/s: health-report messages per daemon per second while the ranks sleep (mean, busiest), bytes (mean)")
 print(json.dumps({"bench": "scaling", "rows": rows}))
 PY

@@ -1,6 +1,7 @@
 #include "bench/scaling_bench.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +45,8 @@ double SumField(const std::string& json, const std::string& key) {
 }
 
 struct Counters {
-  double messages = 0, bytes = 0, cpu_s = 0, cycles = 0;
+  double messages = 0, bytes = 0, cpu_s = 0, cycles = 0, health_messages = 0, health_bytes = 0;
+  double at_s = 0;  // when it was read
 };
 
 // This rank's daemon's counters (one rank per daemon reads them: local rank 0), between barriers.
@@ -64,6 +66,9 @@ Counters Snapshot(syncd_client* c, const ScalingOptions& o) {
     k.bytes = SumField(json, "coordination_bytes");
     k.cpu_s = SumField(json, "engine_cpu_s");
     k.cycles = SumField(json, "cycles");
+    k.health_messages = SumField(json, "health_messages_sent");
+    k.health_bytes = SumField(json, "health_bytes_sent");
+    k.at_s = Now();
   }
   Barrier(c);
   return k;
@@ -100,18 +105,24 @@ void RunScaling(syncd_client* c, const ScalingOptions& o, uint64_t init_start_ns
   const Counters b = Snapshot(c, o), cc = Snapshot(c, o);
   const double t2 = Steps(c, 2 * o.steps);
   const Counters d = Snapshot(c, o);
-  const double s = o.steps;
-  // Per daemon and step; the sum over daemons (for the mean) and the busiest daemon.
-  double per[4] = {((d.messages - cc.messages) - (b.messages - a.messages)) / s,
+  // An idle window: what the daemons send while the ranks compute (health reports).
+  const Counters e = Snapshot(c, o);
+  usleep(useconds_t(o.idle_s * 1e6));
+  const Counters f = Snapshot(c, o);
+  const double s = o.steps, idle = f.at_s - e.at_s;
+  // Per daemon and step (health: per second idle); the sum over daemons (for the mean) and the busiest daemon.
+  double per[6] = {((d.messages - cc.messages) - (b.messages - a.messages)) / s,
                    ((d.bytes - cc.bytes) - (b.bytes - a.bytes)) / s,
                    ((d.cpu_s - cc.cpu_s) - (b.cpu_s - a.cpu_s)) / s * 1e6,
-                   ((d.cycles - cc.cycles) - (b.cycles - a.cycles)) / s};
+                   ((d.cycles - cc.cycles) - (b.cycles - a.cycles)) / s,
+                   idle > 0 ? (f.health_messages - e.health_messages) / idle : 0,
+                   idle > 0 ? (f.health_bytes - e.health_bytes) / idle : 0};
   const bool reads = syncd_local_rank(c) == 0;
-  double sums[4], maxes[4];
-  for (int i = 0; i < 4; ++i) sums[i] = reads ? per[i] : 0;
-  Allreduce(c, "scaling.sum", sums, 4, SYNCD_FLOAT64, SYNCD_SUM);
-  for (int i = 0; i < 4; ++i) maxes[i] = reads ? per[i] : -1e300;
-  Allreduce(c, "scaling.max", maxes, 4, SYNCD_FLOAT64, SYNCD_MAX);
+  double sums[6], maxes[6];
+  for (int i = 0; i < 6; ++i) sums[i] = reads ? per[i] : 0;
+  Allreduce(c, "scaling.sum", sums, 6, SYNCD_FLOAT64, SYNCD_SUM);
+  for (int i = 0; i < 6; ++i) maxes[i] = reads ? per[i] : -1e300;
+  Allreduce(c, "scaling.max", maxes, 6, SYNCD_FLOAT64, SYNCD_MAX);
   double step_us = t2 / (2 * s) * 1e6;  // the loop alone: no snapshot in it
   Allreduce(c, "scaling.time", &step_us, 1, SYNCD_FLOAT64, SYNCD_AVERAGE);
   const int daemons = syncd_cross_size(c);
@@ -121,8 +132,10 @@ void RunScaling(syncd_client* c, const ScalingOptions& o, uint64_t init_start_ns
     printf("{\"op\":\"scaling\",\"label\":\"%s\",\"daemons\":%d,\"ranks\":%d,\"start_ms\":%.1f,\"step_us\":%.1f,"
            "\"msgs_per_daemon_step\":%.2f,\"msgs_max_daemon_step\":%.2f,\"bytes_per_daemon_step\":%.0f,"
            "\"bytes_max_daemon_step\":%.0f,\"engine_cpu_us_per_daemon_step\":%.1f,\"cycles_per_step\":%.2f,"
-           "\"steps\":%d}\n",
-           o.label.c_str(), daemons, n, start_ms, step_us, msgs, maxes[0], bytes, maxes[1], cpu, cycles, o.steps);
+           "\"health_msgs_per_daemon_s\":%.1f,\"health_msgs_max_daemon_s\":%.1f,\"health_bytes_per_daemon_s\":%.0f,"
+           "\"health_bytes_max_daemon_s\":%.0f,\"steps\":%d}\n",
+           o.label.c_str(), daemons, n, start_ms, step_us, msgs, maxes[0], bytes, maxes[1], cpu, cycles,
+           sums[4] / daemons, maxes[4], sums[5] / daemons, maxes[5], o.steps);
   } else {
     printf("# %-10s %7s %9s %10s %10s %10s %12s %10s %8s\n", "mode", "daemons", "start ms", "step us", "msgs/step",
            "max msgs", "bytes/step", "cpu us", "cycles");

@@ -140,9 +140,10 @@ void PrintGpu(const syncd::control::Gpu& g) {
 void PrintJob(const syncd::control::StatusReply& s) {
   size_t ranks = 0;
   for (const auto& n : s.job()) ranks += n.ranks_size();
-  printf("job        %d daemons, %zu ranks (each daemon's latest report, every 0.5 s); nodes latest first: WAIT is\n"
-         "           from a node's last submission to the collective's end (median), LATE how much later than the first node\n",
-         s.job_size(), ranks);
+  printf("job        %d daemons, %zu ranks (each daemon's latest report, every 0.5 s; this one sent %lu messages, %s, to\n"
+         "           carry them); nodes latest first: WAIT is from a node's last submission to the collective's end\n"
+         "           (median), LATE how much later than the first node\n",
+         s.job_size(), ranks, (unsigned long)s.health_messages_sent(), Bytes(s.health_bytes_sent()).c_str());
   for (const auto& n : s.job())
     if (n.state() != "ok")
       printf("  %s daemon of node %u (%s, pid %d): %s\n", n.state() == "waiting" ? "WAITING FOR" : "UNRESPONSIVE", n.node(),

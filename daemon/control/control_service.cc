@@ -228,6 +228,8 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_straggler_window(s->straggler_window);
   r->set_straggler_collectives(s->straggler_collectives);
   r->set_completion_events_dropped(s->dropped_completion_events);
+  r->set_health_messages_sent(s->health_messages);
+  r->set_health_bytes_sent(s->health_bytes);
   for (const StragglerRank& g : s->stragglers) {
     control::Straggler* o = r->add_stragglers();
     o->set_rank(g.rank);

@@ -539,6 +539,8 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   f->kind_counts.assign(counters_.by_kind.begin(), counters_.by_kind.end());
   s->error_ops = error_ops_;
   s->fused_ops = counters_.fused_ops;
+  s->health_messages = counters_.health_messages;
+  s->health_bytes = counters_.health_bytes;
   s->fused_tensors = counters_.fused_tensors;
   s->fusion_sizes = counters_.fusion_sizes;
   s->stall_warnings = stall_warnings_;

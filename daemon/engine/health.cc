@@ -70,8 +70,15 @@ void Job::ReceiveHealth(uint32_t from, const ControlMessage& m) {
 }
 
 void Job::SendHealth(const NodeHealth& mine) {
-  for (ControlMessage& m : health_.Encode(mine, id_))
+  const Transport* t = links_.transport;
+  uint64_t peers = 0;
+  for (uint32_t p = 0; t != nullptr && p < t->size(); ++p) peers += p != t->rank() && !t->PeerLost(p);
+  for (ControlMessage& m : health_.Encode(mine, id_)) {
     if (!TellNodes(std::move(m), -1)) break;
+    if (links_.counters == nullptr) continue;
+    links_.counters->health_messages += peers;
+    links_.counters->health_bytes += peers * kControlMessageBytes;
+  }
 }
 
 std::vector<NodeHealth> Job::PeerHealth(uint64_t now_ns) const {

@@ -50,6 +50,8 @@ struct ExecutionCounters {
   std::array<StatusSnapshot::KindCount, abi::kOpKindLast + 1> by_kind{};
   uint64_t fused_ops = 0, fused_tensors = 0;
   FusionHistogram fusion_sizes;
+  // Health reports this daemon sent to the others (engine/health.cc): messages and their bytes.
+  uint64_t health_messages = 0, health_bytes = 0;
 };
 
 // What a set needs from the engine that runs it.

@@ -156,6 +156,9 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
             "Completion events the engine's full queue refused: tensors missing from the per-collective metrics and "
             "straggler figures (0 unless nothing folded them for a long time).",
             s.dropped_completion_events);
+  e->Metric("syncd_health_messages_sent_total", "counter", "Messages this daemon sent to carry health reports.",
+            s.health_messages);
+  e->Metric("syncd_health_bytes_sent_total", "counter", "Bytes of those messages.", s.health_bytes);
 }
 
 void Coordination(const StatusSnapshot& s, Exposition* e) {

@@ -92,6 +92,7 @@ struct StatusSnapshot {
   FusionHistogram fusion_sizes;               // tensors per such group
   CollectiveMetricsMap collectives;           // per (process set, kind): the metrics endpoint's
   uint64_t stall_warnings = 0;                // "stall:" warnings logged
+  uint64_t health_messages = 0, health_bytes = 0;  // health reports sent to other daemons
   uint64_t open_requests = 0;                 // read off the rings, not yet completed
   uint64_t requests_finished_twice = 0;       // second completions refused (RequestLedger)
   uint64_t job_id = 0;                        // as the clients gave it (0: unspecified)
