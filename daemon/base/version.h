@@ -12,8 +12,9 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // it with any change to them. The rendezvous refuses a daemon of another version, naming both;
 // every structured message also carries it, so a message of another version is refused by name.
 // 1 was the versionless protocol before it was counted; 3 caches the responses of kinds whose
-// shapes vary by rank (allgather, alltoall, reducescatter), with every rank's rows.
-inline constexpr uint32_t kWireVersion = 3;
+// shapes vary by rank (allgather, alltoall, reducescatter), with every rank's rows; 4 sends health
+// reports through a tree in bundles (kHealthTag).
+inline constexpr uint32_t kWireVersion = 4;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

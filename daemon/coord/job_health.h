@@ -1,18 +1,17 @@
 // The job-wide health view, as NCCL's RAS subsystem gives NCCL users: every daemon of a many-node
-// job sends every other one a report of its node every kReportPeriodNs (its daemon, each of its
-// ranks' last call into syncd, process state and straggler figures) on the global set's control
-// channel, and keeps the latest report of each node. So `syncctl status` on any node shows every
-// daemon and rank of the job, and names a daemon whose reports stopped coming for kSilentNs
-// (stopped, hung, or its network gone) without waiting for a stall timeout.
+// job builds a report of its node every kReportPeriodNs (its daemon, each of its ranks' last call
+// into syncd, process state and straggler figures) and keeps the latest report of each other node.
+// So `syncctl status` on any node shows every daemon and rank of the job, and names a daemon whose
+// reports stopped coming for kSilentNs (stopped, hung, or its network gone) without waiting for a
+// stall timeout.
 //
-// Reports go to every node (N-1 messages of kControlMessageBytes per node per period), not through
-// node 0: no node's loss hides the others, and a node's silence is seen by each peer directly.
-// A report is text; a node with many ranks sends it in several chunks (the message's `cycle`
-// carries the report's number, the chunk's and their count), and a report counts once all its
-// chunks are in.
-//
-// Reports are built off the engine thread and sent every kReportPeriodNs by the engine's
-// observer (engine/engine.h); this view is the engine's.
+// Reports travel in bundles through a tree (coord/health_tree.h: up to node 0, the whole view back
+// down, round a silent node), so each daemon sends O(log N) bundles per period, not one to every
+// other node. A bundle is text: for each node it carries, a line "@node age_ms" and that node's
+// report (a header line and one line per rank); the age grows with every hop, so a report's age at
+// the viewer is how long ago its node built it, whatever way it came. How a bundle crosses the
+// network (inline in a control message, or a control message and the bundle after it) is the
+// engine's (engine/health.cc).
 //
 // Threads: engine thread only.
 #ifndef SYNCD_DAEMON_COORD_JOB_HEALTH_H_
@@ -23,7 +22,7 @@
 #include <vector>
 
 #include "daemon/base/status.h"
-#include "daemon/coord/wire.h"
+#include "daemon/coord/health_tree.h"
 
 namespace syncd {
 
@@ -76,32 +75,55 @@ struct NodeHealth {
 // rank came) plus the rank's own mean lateness behind its node's first rank.
 void CompareNodeWaits(std::vector<NodeHealth>* nodes);
 
+// A bundle of reports due to go to node `to`: `down` from the node above, or up towards the root.
+struct HealthBundle {
+  uint32_t to = 0;
+  bool down = false;
+  std::string text;
+};
+
 class JobHealth {
  public:
-  static constexpr uint64_t kReportPeriodNs = 500'000'000;
+  static constexpr uint64_t kReportPeriodNs = HealthTree::kPeriodNs;
   static constexpr uint64_t kSilentNs = 3'000'000'000;
 
   JobHealth() = default;
   // A job of `nodes` daemons seen from node `self`, from `start_ns` on.
   JobHealth(uint32_t nodes, uint32_t self, uint64_t start_ns);
 
-  // `mine` as the control messages that carry it (one per chunk), for `job`.
-  std::vector<ControlMessage> Encode(const NodeHealth& mine, uint64_t job);
-  // A report chunk from node `from`; an error when it does not decode.
-  Status Receive(uint32_t from, const ControlMessage& m, uint64_t now_ns);
-  // Every other node as this one sees it now (`lost`: whether the transport lost each node).
+  // This node's new report; the bundles due now. `lost[p]`: the transport lost node p.
+  std::vector<HealthBundle> Report(const NodeHealth& mine, uint64_t now_ns, const std::vector<bool>& lost);
+  // A bundle from node `from` (`down`: from a node above); the bundles it makes due go into *out.
+  // An error naming the node when it does not decode (nothing of it is kept then).
+  Status Receive(uint32_t from, bool down, const std::string& text, uint64_t now_ns, const std::vector<bool>& lost,
+                 std::vector<HealthBundle>* out);
+  // Every other node as this one sees it now.
   std::vector<NodeHealth> Peers(uint64_t now_ns, const std::vector<bool>& lost) const;
+  // Where this node's bundles went up last (itself: it is the root, or acts as one).
+  uint32_t above() const { return above_; }
+
+  // One report as text and back (`from`: the node it names, for the error).
+  static std::string EncodeReport(const NodeHealth& h);
+  static StatusOr<NodeHealth> DecodeReport(uint32_t from, const std::string& text);
 
  private:
   struct Peer {
     NodeHealth latest;
-    uint64_t received_ns = 0;  // 0: no report yet
-    // The report being assembled: its number and chunks so far.
-    uint64_t building_seq = UINT64_MAX;
-    std::vector<std::string> chunks;
+    std::string text;        // as it came (forwarded as it is)
+    uint64_t origin_ns = 0;  // when its node built it, on this node's clock (now less its age); 0: none yet
+    bool from_below = false; // it came up from below (it goes on up)
   };
+  // This node's bundle up, or down to those below it when it is the root.
+  void Wave(uint64_t now_ns, const std::vector<bool>& lost, std::vector<HealthBundle>* out);
+  void Down(uint64_t now_ns, const std::vector<bool>& lost, std::vector<HealthBundle>* out) const;
+  std::string Bundle(bool down, uint64_t now_ns) const;
+
   uint32_t self_ = 0;
-  uint64_t start_ns_ = 0, seq_ = 0;
+  uint64_t start_ns_ = 0;
+  HealthTree tree_;
+  uint32_t above_ = 0;
+  std::string mine_;  // this node's latest report, as text
+  uint64_t mine_ns_ = 0;
   std::vector<Peer> peers_;
 };
 

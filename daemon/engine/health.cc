@@ -1,6 +1,7 @@
 // Health, live: each rank's last call into syncd and whether the others wait for it (the engine's
 // part of the status; obs/status_builder.h reads process states and words it off the engine
-// thread), and the job-wide view every daemon keeps of every other (the job's, coord/job_health.h).
+// thread), and the job-wide view every daemon keeps of every other (the job's, coord/job_health.h),
+// its bundles carried here over the job's transport.
 // Engine thread only.
 #include <unistd.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,11 @@ std::string HostName() {
   if (gethostname(host, sizeof(host) - 1) != 0) return "?";
   return host;
 }
+
+// A health control message's `cycle`: bit 0 down (from above), bit 1 the bundle follows on
+// kHealthTag (else it is the text), bits 8.. its bytes.
+constexpr uint64_t kHealthDown = 1, kHealthFollows = 2;
+constexpr uint64_t kMaxHealthBundleBytes = uint64_t{64} << 20;
 
 }  // namespace
 
@@ -64,29 +70,102 @@ void Job::StartHealth(uint64_t now_ns) {
 }
 
 void Job::ReceiveHealth(uint32_t from, const ControlMessage& m) {
-  const Status st = health_.Receive(from, m, abi::MonotonicNs());
+  const bool down = (m.cycle & kHealthDown) != 0;
+  if (!(m.cycle & kHealthFollows)) return DeliverHealth(from, down, m.text);
+  const uint64_t bytes = m.cycle >> 8;
+  Transport* t = links_.transport;
+  if (t == nullptr || bytes == 0 || bytes > kMaxHealthBundleBytes) {
+    spdlog::warn("job health: node {} announced a health bundle of {} bytes; ignored", from, bytes);
+    return;
+  }
+  HealthTransfer& in = health_in_.emplace_back();
+  in.peer = from;
+  in.down = down;
+  in.bytes = std::make_shared<std::string>(bytes, '\0');
+  in.handle = t->Recv(from, kHealthTag, in.bytes->data(), bytes, in.bytes);
+}
+
+void Job::DeliverHealth(uint32_t from, bool down, const std::string& text) {
+  std::vector<HealthBundle> out;
+  const Status st = health_.Receive(from, down, text, abi::MonotonicNs(), LostNodes(), &out);
   // Only the view suffers: the job goes on.
   if (!st.ok()) spdlog::warn("job health: {}", st.message());
+  SendHealthBundles(std::move(out));
 }
 
 void Job::SendHealth(const NodeHealth& mine) {
-  const Transport* t = links_.transport;
-  uint64_t peers = 0;
-  for (uint32_t p = 0; t != nullptr && p < t->size(); ++p) peers += p != t->rank() && !t->PeerLost(p);
-  for (ControlMessage& m : health_.Encode(mine, id_)) {
-    if (!TellNodes(std::move(m), -1)) break;
-    if (links_.counters == nullptr) continue;
-    links_.counters->health_messages += peers;
-    links_.counters->health_bytes += peers * kControlMessageBytes;
+  SendHealthBundles(health_.Report(mine, abi::MonotonicNs(), LostNodes()));
+}
+
+void Job::SendHealthBundles(std::vector<HealthBundle> bundles) {
+  Transport* t = links_.transport;
+  for (HealthBundle& b : bundles) {
+    if (t == nullptr || t->PeerLost(b.to)) continue;
+    const auto busy = [&](const HealthTransfer& o) { return o.peer == b.to; };
+    if (std::any_of(health_out_.begin(), health_out_.end(), busy)) continue;  // the next bundle carries it
+    uint64_t cycle = b.down ? kHealthDown : 0, sent = kControlMessageBytes;
+    std::string inline_text;
+    if (b.text.size() <= kControlTextBytes) inline_text = std::move(b.text);
+    else cycle |= kHealthFollows | uint64_t(b.text.size()) << 8;
+    if (!TellNodes(ControlMessage{ControlMessage::Kind::kHealth, id_, cycle, std::move(inline_text)}, int32_t(b.to))) return;
+    if (cycle & kHealthFollows) {
+      HealthTransfer& o = health_out_.emplace_back();
+      o.peer = b.to;
+      o.bytes = std::make_shared<std::string>(std::move(b.text));
+      o.handle = t->Send(b.to, kHealthTag, o.bytes->data(), o.bytes->size(), o.bytes);
+      sent += o.bytes->size();
+    }
+    if (links_.counters != nullptr) {
+      links_.counters->health_messages += cycle & kHealthFollows ? 2 : 1;
+      links_.counters->health_bytes += sent;
+    }
   }
 }
 
-std::vector<NodeHealth> Job::PeerHealth(uint64_t now_ns) const {
+bool Job::PollHealth() {
+  Transport* t = links_.transport;
+  bool did = false;
+  Status err;  // a failed transfer means a lost peer: the transport reports it
+  for (auto it = health_out_.begin(); it != health_out_.end();) {
+    if (t->Test(it->handle, &err) == CommState::kPending) {
+      ++it;
+    } else {
+      it = health_out_.erase(it);
+      did = true;
+    }
+  }
+  // In order of arrival, each peer's in the order sent.
+  for (size_t i = 0; i < health_in_.size();) {
+    const CommState s = t->Test(health_in_[i].handle, &err);
+    if (s == CommState::kPending) {
+      ++i;
+      continue;
+    }
+    HealthTransfer in = std::move(health_in_[i]);
+    health_in_.erase(health_in_.begin() + ptrdiff_t(i));
+    did = true;
+    if (s == CommState::kDone) DeliverHealth(in.peer, in.down, *in.bytes);
+  }
+  return did;
+}
+
+void Job::CancelHealth() {
+  Transport* t = links_.transport;
+  for (const HealthTransfer& h : health_in_) t->Cancel(h.handle);
+  for (const HealthTransfer& h : health_out_) t->Cancel(h.handle);
+  health_in_.clear();
+  health_out_.clear();
+}
+
+std::vector<bool> Job::LostNodes() const {
   const Transport* t = links_.transport;
-  if (t == nullptr) return {};
-  std::vector<bool> lost(t->size());
+  std::vector<bool> lost(t ? t->size() : 0);
   for (uint32_t p = 0; p < lost.size(); ++p) lost[p] = p != t->rank() && t->PeerLost(p);
-  return health_.Peers(now_ns, lost);
+  return lost;
+}
+
+std::vector<NodeHealth> Job::PeerHealth(uint64_t now_ns) const {
+  return links_.transport ? health_.Peers(now_ns, LostNodes()) : std::vector<NodeHealth>{};
 }
 
 uint64_t Job::PendingTensors() const {

@@ -42,7 +42,10 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(global), links_.counters, set_hooks_);
 }
 
-Job::~Job() { sets_.clear(); }
+Job::~Job() {
+  CancelHealth();
+  sets_.clear();
+}
 
 Status Job::Take(Request&& r) {
   ProcessSet* set = SetOf(r.process_set);
@@ -77,6 +80,7 @@ bool Job::Poll(uint64_t now_ns) {
     ApplySetChanges();
     did = true;
   }
+  if (!health_out_.empty() || !health_in_.empty()) did |= PollHealth();
   return did;
 }
 

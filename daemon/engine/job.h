@@ -153,9 +153,9 @@ class Job {
   std::vector<StallSnapshot> Stalls(uint64_t now_ns, uint64_t min_age_ns, bool transfers = true) const;
   uint64_t CheckStalls(uint64_t now_ns, const std::vector<RankActivity>& here);
 
-  // Health (health.cc): sending this node's report (built off the engine thread) to the other
-  // nodes; their latest reports as this node sees them now; this machine's name; tensors waiting
-  // here for some of this node's ranks.
+  // Health (health.cc): this node's report (built off the engine thread) into the health tree;
+  // the other nodes' latest reports as this node sees them now; this machine's name; tensors
+  // waiting here for some of this node's ranks.
   void SendHealth(const NodeHealth& mine);
   std::vector<NodeHealth> PeerHealth(uint64_t now_ns) const;
   const std::string& host() const { return host_; }
@@ -189,6 +189,13 @@ class Job {
   std::string DescribeStall(const StallSnapshot& s, uint64_t now_ns, const std::vector<RankActivity>& here) const;
   void StartHealth(uint64_t now_ns);
   void ReceiveHealth(uint32_t from, const ControlMessage& m);
+  void DeliverHealth(uint32_t from, bool down, const std::string& text);
+  // Bundles go inline in a control message when they fit, else a control message announces them
+  // and they follow on kHealthTag (one in flight per peer: a stopped peer gets no pile).
+  void SendHealthBundles(std::vector<HealthBundle> bundles);
+  bool PollHealth();
+  void CancelHealth();
+  std::vector<bool> LostNodes() const;
 
   const Config& config_;
   const uint64_t id_;
@@ -206,6 +213,13 @@ class Job {
   std::map<uint32_t, LostRank> lost_;  // local rank -> why it is gone
   uint64_t loss_seq_ = 0;
   JobHealth health_;
+  struct HealthTransfer {
+    uint32_t peer = 0;
+    bool down = false;
+    std::shared_ptr<std::string> bytes;
+    CommHandle handle = 0;
+  };
+  std::vector<HealthTransfer> health_out_, health_in_;
   std::string host_;  // this machine's name, for the health view
 };
 

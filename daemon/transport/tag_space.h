@@ -17,7 +17,7 @@
 //           slice: the host algorithm's (ring chunk, byte-broadcast part)
 //           at the top of a process set's slot: its control tags (the set's slot, then ones)
 //   slot 63, the job's own: control tags at the very top (control channel, job start
-//           handshake, timeline chunks, point-to-point headers), point-to-point data below them
+//           handshake, timeline chunks, point-to-point headers, health bundles), point-to-point data below them
 //           (a 40-bit sequence number).
 #ifndef SYNCD_DAEMON_TRANSPORT_TAG_SPACE_H_
 #define SYNCD_DAEMON_TRANSPORT_TAG_SPACE_H_
@@ -64,6 +64,7 @@ inline constexpr uint64_t kJoinHelloTag = kTagMask - 1;  // job start, round 1 (
 inline constexpr uint64_t kJoinReadyTag = kTagMask - 2;  // job start, round 2
 inline constexpr uint64_t kTimelineTag = kTagMask - 3;   // timeline chunks to node 0 (engine/job_timeline.h)
 inline constexpr uint64_t kP2pHeaderTag = kTagMask - 4;  // point-to-point headers (engine/point_to_point.h)
+inline constexpr uint64_t kHealthTag = kTagMask - 5;     // health bundles past a control message (engine/health.cc)
 // ... and point-to-point data below them.
 inline constexpr uint64_t kP2pDataTagBase = uint64_t{63} << kSetSlotShift;
 inline constexpr uint64_t kP2pDataSeqMask = (uint64_t{1} << 40) - 1;

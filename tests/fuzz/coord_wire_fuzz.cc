@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!again.ok() || again->kind != m->kind || again->job != m->job || again->text != m->text) __builtin_trap();
         if (m->kind == syncd::ControlMessage::Kind::kHealth) {
           syncd::JobHealth viewer(3, 0, 0);
-          (void)viewer.Receive(1, *m, 1);
+          std::vector<syncd::HealthBundle> out;
+          (void)viewer.Receive(1, (m->cycle & 1) != 0, m->text, 1, {false, false, false}, &out);
           std::vector<syncd::NodeHealth> nodes = viewer.Peers(2, {false, false, false});
           syncd::CompareNodeWaits(&nodes);
         }

@@ -140,9 +140,11 @@ def main():
     write("coord_wire", "abort", b"\2" + control("A", 0x1234, code=13, text="the job was shut down after a stall"))
     write("coord_wire", "cycle", b"\2" + control("C", 0x1234, cycle=42))
     write("coord_wire", "hello", b"\2" + control("H", 0x1234))
-    # A whole health report in one chunk (report 1, chunk 0 of 1): the header, then a row per rank.
-    write("coord_wire", "health", b"\2" + control("N", 0x1234, cycle=1 << 16 | 1, text="node-b 4242 1 10 50100 50900 200\n"
-                                                  "2 5002 1 120 S - 10 0 0 0 0\n3 5003 1 2500 T S 10 10 50000 51000 1000000\n"))
+    # A health bundle going up, inline (cycle 0): node 1's report and node 2's, each "@node age_ms",
+    # the header, then a row per rank.
+    write("coord_wire", "health", b"\2" + control("N", 0x1234, cycle=0, text="@1 20\nnode-b 4242 1 10 50100 50900 200\n"
+                                                  "2 5002 1 120 S - 10 0 0 0 0\n3 5003 1 2500 T S 10 10 50000 51000 1000000\n"
+                                                  "@2 310\nnode-c 4243 0 10 100 200 0\n4 5004 1 80 R - 10 0 0 0 0\n"))
     # rendezvous_join: a JoinRequest (token "fuzz-token", 4 nodes of 2 ranks).
     join = pb_field(1, "fuzz-token") + pb_field(2, 1) + pb_field(3, 4) + pb_field(4, 2) + pb_field(5, b"\x01" * 40) + \
         pb_field(6, "node-a") + pb_field(7, 999) + pb_field(8, 1) + pb_field(10, "GPU-0000") + pb_field(11, WIRE) + \

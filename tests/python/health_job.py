@@ -13,7 +13,9 @@ tensor waits for it, its process running, within 5 s; C then lets R go on. Both 
 then complete with every rank's data.
 Phase 3 (--daemon-node N, on another node than C's): C stops N's daemon (SIGSTOP) while every rank
 submits an allreduce; C's status must call that daemon unresponsive within 5 s, then C sends
-SIGCONT and the allreduce completes with every rank's data.
+SIGCONT and the allreduce completes with every rank's data. Meanwhile every other daemon must
+stay "ok" in C's view: with many nodes the reports travel through a tree, and the nodes below the
+stopped one must go round it without being called unresponsive themselves.
 Every rank exits with C's verdict.
 """
 import argparse
@@ -83,6 +85,9 @@ def main():
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--checker", type=int, required=True)
     parser.add_argument("--daemon-node", type=int, default=-1)
+    # Phase 2 needs a rank on R's node that submitted the tensor R holds up: a node with one rank
+    # cannot know a tensor waits for it (the other nodes' names reach it only once R submits).
+    parser.add_argument("--no-spin", action="store_true")
     args = parser.parse_args()
     hvd.init()
     go = os.path.join(os.path.dirname(os.environ["SYNCD_RUN_DIR"]), "health.go")  # syncrun: the job's directory
@@ -96,7 +101,8 @@ def main():
         except AssertionError as e:
             ok, error = 0, str(e)
     hvd.barrier()
-    for phase, words in (("stop", "stopped"), ("spin", "not calling syncd")):
+    phases = (("stop", "stopped"),) if args.no_spin else (("stop", "stopped"), ("spin", "not calling syncd"))
+    for phase, words in phases:
         name = "health." + phase
         if hvd.rank() == args.rank:
             if phase == "stop":
@@ -136,7 +142,10 @@ def main():
             h = hvd.allreduce_async(torch.full((10,), float(hvd.rank())), op=hvd.Sum, name=name)
             try:
                 while True:
-                    node = node_status(args.daemon_node)
+                    view = status().get("job", [])
+                    others = [n for n in view if n.get("node", 0) != args.daemon_node and n.get("state") != "ok"]
+                    assert not others, "other daemons not ok while node %d is stopped: %s" % (args.daemon_node, others)
+                    node = next(n for n in view if n.get("node", 0) == args.daemon_node)
                     if node.get("state") == "unresponsive":
                         took = time.time() - started
                         print("daemon of node %d after %.1f s: %s" % (args.daemon_node, took, node.get("why")), flush=True)

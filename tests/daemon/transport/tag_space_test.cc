@@ -39,7 +39,7 @@ TEST(TagSpace, NegotiationTopoAndPartialRoundsUseTheirOwnCycleNumbers) {
 }
 
 TEST(TagSpace, TheJobsOwnTagsAreDistinctAndInSlot63AbovePointToPointData) {
-  const uint64_t control[] = {kControlTag, kJoinHelloTag, kJoinReadyTag, kTimelineTag, kP2pHeaderTag};
+  const uint64_t control[] = {kControlTag, kJoinHelloTag, kJoinReadyTag, kTimelineTag, kP2pHeaderTag, kHealthTag};
   for (size_t i = 0; i < std::size(control); ++i) {
     EXPECT_EQ(Slot(control[i]), 63u);
     EXPECT_GT(control[i], P2pDataTag(kP2pDataSeqMask));
