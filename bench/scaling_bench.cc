@@ -31,12 +31,12 @@ void Barrier(syncd_client* c) {
   Check(syncd_wait(c, h, -1), "barrier");
 }
 
-// The sum of every `"key": N` (or "N": uint64 fields are strings in proto3 JSON) in `json`: the
-// coordination counters appear once per process set.
-double SumField(const std::string& json, const std::string& key) {
+// The sum of every `"key": N` (or "N": uint64 fields are strings in proto3 JSON) in `json` from
+// `from` on.
+double SumField(const std::string& json, const std::string& key, size_t from = 0) {
   double sum = 0;
   const std::string needle = "\"" + key + "\":";
-  for (size_t at = json.find(needle); at != std::string::npos; at = json.find(needle, at + 1)) {
+  for (size_t at = json.find(needle, from); at != std::string::npos; at = json.find(needle, at + 1)) {
     size_t v = at + needle.size();
     while (v < json.size() && (json[v] == ' ' || json[v] == '"')) ++v;
     sum += strtod(json.c_str() + v, nullptr);
@@ -62,10 +62,14 @@ Counters Snapshot(syncd_client* c, const ScalingOptions& o) {
     char buf[4096];
     for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) json.append(buf, n);
     if (pclose(p) != 0 || json.empty()) Die("no status from " + cmd);
-    k.messages = SumField(json, "coordination_messages");
-    k.bytes = SumField(json, "coordination_bytes");
+    // The coordination counters once per process set: in "process_sets" (the top level's
+    // "coordination" repeats the global set's and is not summed).
+    const size_t sets = json.find("\"process_sets\":");
+    if (sets == std::string::npos) Die("no process sets in the status: " + json.substr(0, 200));
+    k.messages = SumField(json, "coordination_messages", sets);
+    k.bytes = SumField(json, "coordination_bytes", sets);
+    k.cycles = SumField(json, "cycles", sets);
     k.cpu_s = SumField(json, "engine_cpu_s");
-    k.cycles = SumField(json, "cycles");
     k.health_messages = SumField(json, "health_messages_sent");
     k.health_bytes = SumField(json, "health_bytes_sent");
     k.at_s = Now();
