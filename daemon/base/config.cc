@@ -121,6 +121,12 @@ std::vector<ConfigEntry> NodeEntries() {
     {"spin-us", "SYNCD_SPIN_US", "200",
      "Microseconds the engine keeps polling after its last work before it sleeps on its doorbell and the network",
      Unsigned(&Config::spin_us, "spin-us")},
+    {"network-wait", "SYNCD_NETWORK_WAIT", "poll",
+     "poll: a non-blocking cycle (nbcs) waiting on other nodes is polled, yielding the core between looks (fastest "
+     "with a core of its own); sleep: after --spin-us it sleeps until the network's next event (for daemons that "
+     "share cores; syncrun sets it when it puts more nodes than cores on one machine). Data on the move is polled "
+     "either way",
+     OneOf<NetworkWait>(&Config::network_wait, "network-wait", {{"poll", NetworkWait::kPoll}, {"sleep", NetworkWait::kSleep}})},
   };
 }
 

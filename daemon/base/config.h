@@ -18,6 +18,7 @@ namespace syncd {
 // The settings that pick one of a few behaviours (parsed once, never compared as strings).
 enum class CycleStart { kTimer, kWork };            // --cycle-start
 enum class PeerErrors { kAuto, kOn, kOff };         // --ucx-peer-errors
+enum class NetworkWait { kPoll, kSleep };          // --network-wait
 
 // Field defaults live in ConfigTable() only; BuildConfig applies them.
 struct Config {
@@ -29,6 +30,7 @@ struct Config {
   uint64_t result_bytes = 0;
   uint32_t ring_entries = 0;
   uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
+  NetworkWait network_wait = NetworkWait::kPoll;  // data on the network: polled, or slept on
   std::string log_level;
   uint32_t nodes = 1;         // daemons in the job (one per node)
   uint32_t node_rank = 0;
