@@ -14,8 +14,9 @@ What the daemons do is written after the code (daemon/coord/negotiator.cc, host_
              allreduce below 16 nodes and a binomial tree (up to node 0 and back) from 16
              (TreeCombine); what is ready everywhere then runs, blocking the engine
   gs         negotiate, then an agreement on the job's minimum sleep after every cycle
-  nbcs       cycles on demand: a daemon with new work asks every other node for a cycle (one
-             control message each) unless one was asked for; nothing runs on a timer
+  nbcs       negotiate's cycle start and agreement, but non-blocking: an agreement waiting on the
+             network sleeps at once (no blocked spin). (On-demand cycles with requests are TOPO's,
+             for what is outside its plan: the planned step needs none.)
   topo       no agreement: a planned tensor runs as soon as this node's ranks submitted it
 An 8-byte allreduce's data: recursive doubling (log2 N rounds). One rank per daemon, one tensor
 per step, back to back (what `syncd-bench scaling` runs); `--ranks-per-node` and `--tensors`
@@ -44,7 +45,11 @@ DEFAULT_COSTS = {
     "submit": 2.0,         # the engine reading a submission
     "cycle": 4.0,          # a cycle's own work beyond its messages
     "poll": 2.0,           # one look at the network while data is awaited (then sched_yield)
+    "poll_per_peer": 0.0,  # ... and per other node (the transport's progress covers every endpoint)
+    "wake_per_peer": 0.0,  # a daemon's wake-up, per other node
     "block_spin": 20.0,    # negotiate, gs: a blocked cycle polls this long, then sleeps on events
+    "spin": 200.0,         # --spin-us: after real work the engine spins (pause, no yield) this long
+    "preempt_after": 0.0,  # a spinner keeps the core this long before a woken thread takes it
     "latency": 1.0,        # on the wire (loopback: the kernel's)
     "bandwidth": 5000.0,   # bytes per microsecond
     "cycle_time": 1000.0,  # --cycle-time-us
@@ -74,8 +79,12 @@ class Thread:
         self.work = collections.deque()
         self.queued = self.running = False
         self.warm = False  # yielded while runnable: no wake-up to pay when it runs again
+        self.spin_until = 0.0  # after real work: keeps the core, spinning, until then
+        self.spin_from = 0.0
         self.cpu = 0.0
         self.wakeups = 0
+        self.preempt_after = 0.0
+        self.spin_from = 0.0
 
 
 class Cpu:
@@ -104,6 +113,19 @@ class Cpu:
             self.sim.at(self.sim.now + wake, lambda th=th: self.step(th))
 
     def step(self, th):
+        if not th.work and th.spin_until > self.sim.now:
+            # Spinning (pause): what comes meanwhile needs no wake-up. A thread that wakes takes
+            # the core from a spinner (the scheduler's wake-up preemption): it runs again after.
+            if self.ready and self.cores != 0 and self.sim.now >= th.spin_from + th.preempt_after:
+                th.running, th.queued, th.warm = False, True, True
+                self.busy -= 1
+                self.ready.append(th)
+                self.dispatch()
+                return
+            chunk = min(10.0, th.spin_until - self.sim.now)
+            th.cpu += chunk
+            self.sim.at(self.sim.now + chunk, lambda: self.step(th))
+            return
         if not th.work:
             th.running = False
             self.busy -= 1
@@ -136,7 +158,9 @@ def children(node, nodes):
 
 class Daemon(Thread):
     def __init__(self, world, node):
-        super().__init__(world.c["daemon_wake"])
+        super().__init__(world.c["daemon_wake"] + world.c["wake_per_peer"] * (world.nodes - 1))
+        self.poll_cost = world.c["poll"] + world.c["poll_per_peer"] * (world.nodes - 1)
+        self.preempt_after = world.c["preempt_after"]
         self.w, self.node = world, node
         self.mail = {}
         self.awaited = None
@@ -145,7 +169,6 @@ class Daemon(Thread):
         self.ranks = []
         self.pending = collections.Counter()  # tensor -> local submissions
         self.fresh = False
-        self.wanted = 0  # nbcs: the highest cycle asked for
         self.seq = 0
         self.last_start = -1e18
         self.block_start = 0.0
@@ -177,9 +200,10 @@ class Daemon(Thread):
                     kind = key[1][0][0]
                     limit = None  # data waits poll the network (sched_yield between looks)
                     if kind != "data":  # a blocked cycle polls a while, then sleeps; nbcs's sleeps at once
+                        # (syncrun's --network-wait sleep for daemons that share cores)
                         limit = self.block_start + self.w.c["block_spin"] if self.w.mode in ("negotiate", "gs") else -1
                     if limit is None or self.w.sim.now < limit:
-                        self.w.cpu.post(self, self.w.c["poll"], lambda k=key, l=limit: self.poll(k, l), yields=True)
+                        self.w.cpu.post(self, self.poll_cost, lambda k=key, l=limit: self.poll(k, l), yields=True)
                     return
             elif cmd[0] == "idle":  # until new work, a cycle asked for, or time cmd[1]
                 if self.due() or (cmd[1] is not None and cmd[1] <= self.w.sim.now):
@@ -191,10 +215,10 @@ class Daemon(Thread):
 
     def poll(self, key, limit):
         if self.awaited == key and (limit is None or self.w.sim.now < limit):  # not in yet: look again
-            self.w.cpu.post(self, self.w.c["poll"], lambda: self.poll(key, limit), yields=True)
+            self.w.cpu.post(self, self.poll_cost, lambda: self.poll(key, limit), yields=True)
 
     def due(self):
-        return self.fresh or (self.w.mode == "nbcs" and self.wanted > self.seq)
+        return self.fresh
 
     def timer(self, t):
         if self.idle and self.idle_deadline == t:
@@ -206,10 +230,6 @@ class Daemon(Thread):
             self.resume()
 
     def arrive(self, peer, key, val):
-        if key == "ask":  # nbcs: another node asks for cycle `val`
-            self.wanted = max(self.wanted, val)
-            self.wake()
-            return
         k = (peer, key)
         if self.awaited == k:
             self.awaited = None
@@ -254,6 +274,9 @@ class Daemon(Thread):
         return (yield from how(key, value, combine, 8, 1))
 
     def run_data(self, tensors):
+        if tensors:
+            self.spin_from = self.w.sim.now
+            self.spin_until = self.w.sim.now + self.w.c["spin"] + self.w.c["send"]
         for t in sorted(tensors):
             del self.pending[t]
             if self.w.nodes > 1:
@@ -272,14 +295,7 @@ class Daemon(Thread):
                 self.fresh = False
                 yield from self.run_data(self.ready())
                 continue
-            if mode == "nbcs":
-                yield ("idle", None)
-                if self.wanted <= self.seq:
-                    for p in range(self.w.nodes):
-                        if p != self.node:
-                            yield ("send", p, "ask", self.seq + 1, 8, 1)
-            else:
-                yield ("idle", self.last_start + c["cycle_time"])
+            yield ("idle", self.last_start + c["cycle_time"])
             self.last_start = self.block_start = self.w.sim.now
             self.fresh = False
             self.seq += 1
@@ -380,7 +396,7 @@ def validate(path, cores, costs, steps):
     return out
 
 
-FIT_COSTS = ("daemon_wake", "rank_wake", "send", "recv", "poll", "cycle")
+FIT_COSTS = ("daemon_wake", "wake_per_peer", "poll", "poll_per_peer", "recv", "send")
 
 
 def fit(path, cores, costs, steps, modes):
@@ -402,7 +418,7 @@ def fit(path, cores, costs, steps, modes):
         for k in FIT_COSTS:
             for f in (0.5, 0.75, 1.33, 2.0):
                 c = dict(best)
-                c[k] = best[k] * f
+                c[k] = best[k] * f if best[k] > 0 else 0.5 * f
                 e = error(c)
                 if e < best_e:
                     best, best_e = c, e
