@@ -7,7 +7,8 @@
 # run: the machine's memory-copy bandwidth (syncd-bench memcpy, a thread per core) for one node,
 # UCX's point-to-point tag bandwidth between two processes on this machine (ucx_perftest, the
 # transport the daemons use to each other) for several; syncd's busbw is reported as a share of
-# it. The last line is one JSON object with every result.
+# it. On links (--netns) the limit is the link's rate and UCX's tag bandwidth between two nodes
+# over it (bench/peers/ucx_on_links.sh), against the bytes that cross a node's link per second. The last line is one JSON object with every result.
 #   bench/compare.sh [--nodes 1] [--ranks 4] [--sizes 8,1K,64K,1M,16M,64M] [--seconds 1] [--build build]
 #                    [--ops allreduce,allgather,alltoall,reducescatter,broadcast,reduce,gather,scatter]
 #                    [--syncd-arg=--flag=value ...] [--netns [--link-gbit G]]
@@ -17,7 +18,7 @@
 # run on the links: syncd's daemons over UCX's TCP transport, MPI's and gloo's ranks placed in
 # the nodes' namespaces as syncd's are (bench/peers/on_links.sh; MPI over its TCP BTL, so its
 # ranks of one node talk over TCP too, where syncd's use shared memory); the limit is then the
-# link's rate (busbw as a share of the link), and MPI runs once, on syncd's ranks' cores.
+# link's rate and ucx_perftest on it, and MPI runs once, on syncd's ranks' cores.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 nodes=1 ranks=4 sizes="" seconds=1 build="$here/../build" extra=() daemon_args=() ops=allreduce net=() link_gbit=""
@@ -54,6 +55,9 @@ limit() {
     for size in ${all_sizes//,/ }; do
       /usr/bin/python3 -c "import sys; s=sys.argv[1]; m={'K':1<<10,'M':1<<20,'G':1<<30}; b=int(s[:-1])*m[s[-1]] if s[-1] in m else int(s); print('{\"op\":\"link\",\"bytes\":%d,\"GBps\":%.4f}' % (b, float(sys.argv[2]) / 8))" "$size" "$link_gbit"
     done >>"$out/limit.jsonl"
+    # And what UCX itself moves between two nodes on that link (the daemons' transport there).
+    [ "$nodes" -ge 2 ] && "$build/bin/syncrun" "${net[@]}" -N 2 --network-only -- "$here/peers/ucx_on_links.sh" \
+      "$all_sizes" >>"$out/ucx_link.jsonl" 2>/dev/null || true
   elif [ "$nodes" -eq 1 ]; then
     "$build/bin/syncd-bench" memcpy --json --seconds 0.3 --sizes "$all_sizes" >>"$out/limit.jsonl"
   elif command -v ucx_perftest >/dev/null; then
@@ -106,15 +110,16 @@ for op in ${ops//,/ }; do
   fi
   [ "$op" = allreduce ] && limit
 done
-touch "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" "$out/limit.jsonl"
+touch "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" "$out/limit.jsonl" "$out/ucx_link.jsonl"
 
 /usr/bin/python3 - "$out/syncd.jsonl" "$out/gloo.jsonl" "$nodes" "$ops" "$out/mpi_ranks.jsonl" "$out/mpi_every.jsonl" \
-  "$out/limit.jsonl" "$rank_cores" "${net[*]}" <<'PY'
+  "$out/limit.jsonl" "$rank_cores" "${net[*]}" "$out/ucx_link.jsonl" <<'PY'
 import json, sys
 rows = {name: [json.loads(l) for l in open(path) if l.startswith("{")] for name, path in
         (("syncd", sys.argv[1]), ("gloo", sys.argv[2]), ("mpi", sys.argv[5]), ("mpi_every", sys.argv[6]),
          ("limit", sys.argv[7]))}
 nodes, ops, rank_cores, net = int(sys.argv[3]), sys.argv[4].split(","), sys.argv[8], sys.argv[9]
+ucx_link = {r["bytes"]: r["GBps"] for r in map(json.loads, open(sys.argv[10]))}
 submit = [r for r in rows["syncd"] if r.get("op") == "submit"]
 notes = {"allreduce": "busbw = algbw * 2(n-1)/n", "allgather": "size: the output; busbw = algbw * (n-1)/n",
          "alltoall": "size: each rank's buffer; busbw = algbw * (n-1)/n",
@@ -165,11 +170,29 @@ for op in ops:
         kind = ("the link's rate, each way" if net else "memory copy, a thread per core" if nodes == 1
                 else "UCX tag_bw point to point (ucx_perftest)")
         print(f"# {op}: syncd's busbw as a share of the limit ({kind}), same run")
-        print(f"# {'bytes':>10} | {'syncd busbw':>11} {'limit GB/s':>10} {'share':>6}")
+        if net:
+            # What crosses a node's link: algbw x 2(N-1)/N for N nodes (nccl-tests' busbw over
+            # nodes; the ranks' busbw also counts traffic inside a node, which the link never sees).
+            print(f"# node busbw = algbw x 2(N-1)/N over the {nodes} nodes; ucx: ucx_perftest tag_bw between two "
+                  f"nodes on the same link, same run")
+            print(f"# {'bytes':>10} | {'syncd busbw':>11} {'node busbw':>10} {'link GB/s':>10} {'share':>6} "
+                  f"{'ucx GB/s':>9} {'share':>6}")
+        else:
+            print(f"# {'bytes':>10} | {'syncd busbw':>11} {'limit GB/s':>10} {'share':>6}")
         shares = []
         for r in syncd:
             lim = limit.get(r["bytes"])
             if not lim or not lim["GBps"]:
+                continue
+            if net:
+                node_bw = r["algbw_GBps"] * 2 * (nodes - 1) / nodes
+                share = node_bw / lim["GBps"]
+                ucx = ucx_link.get(r["bytes"], 0)
+                shares.append({"bytes": r["bytes"], "limit_GBps": lim["GBps"], "node_busbw_GBps": round(node_bw, 4),
+                               "share": round(share, 3), "ucx_GBps": ucx,
+                               "share_of_ucx": round(node_bw / ucx, 3) if ucx else None})
+                print(f"  {r['bytes']:>10} | {r['busbw_GBps']:>11.3f} {node_bw:>10.3f} {lim['GBps']:>10.3f} "
+                      f"{100 * share:>5.0f}% {ucx:>9.3f} " + (f"{100 * node_bw / ucx:>5.0f}%" if ucx else ""))
                 continue
             share = r["busbw_GBps"] / lim["GBps"]
             shares.append({"bytes": r["bytes"], "limit_GBps": lim["GBps"], "share": round(share, 3)})

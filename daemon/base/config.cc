@@ -127,6 +127,14 @@ std::vector<ConfigEntry> NodeEntries() {
      "share cores; syncrun sets it when it puts more nodes than cores on one machine). Data on the move is polled "
      "either way",
      OneOf<NetworkWait>(&Config::network_wait, "network-wait", {{"poll", NetworkWait::kPoll}, {"sleep", NetworkWait::kSleep}})},
+    {"host-allreduce", "SYNCD_HOST_ALLREDUCE", "auto",
+     "The inter-node algorithm of a host allreduce: auto (up to 64 KiB rd below 16 nodes and tree from 16; above, "
+     "halving on a power of two nodes and ring otherwise), rd (recursive doubling), halving (recursive halving and "
+     "doubling), ring or tree (binomial: reduce to node 0, broadcast back)",
+     OneOf<HostAllreduce>(&Config::host_allreduce, "host-allreduce",
+                          {{"auto", HostAllreduce::kAuto}, {"rd", HostAllreduce::kRecursiveDoubling},
+                           {"halving", HostAllreduce::kRecursiveHalving}, {"ring", HostAllreduce::kRing},
+                           {"tree", HostAllreduce::kTree}})},
   };
 }
 

@@ -19,6 +19,8 @@ namespace syncd {
 enum class CycleStart { kTimer, kWork };            // --cycle-start
 enum class PeerErrors { kAuto, kOn, kOff };         // --ucx-peer-errors
 enum class NetworkWait { kPoll, kSleep };          // --network-wait
+// --host-allreduce: the inter-node algorithm of a host allreduce (kAuto: by size and node count).
+enum class HostAllreduce { kAuto, kRecursiveDoubling, kRecursiveHalving, kRing, kTree };
 
 // Field defaults live in ConfigTable() only; BuildConfig applies them.
 struct Config {
@@ -31,6 +33,7 @@ struct Config {
   uint32_t ring_entries = 0;
   uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
   NetworkWait network_wait = NetworkWait::kPoll;  // data on the network: polled, or slept on
+  HostAllreduce host_allreduce = HostAllreduce::kAuto;
   std::string log_level;
   uint32_t nodes = 1;         // daemons in the job (one per node)
   uint32_t node_rank = 0;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/base/config.h"
 #include "daemon/base/status.h"
 #include "daemon/core/tensor_table.h"
 #include "daemon/core/timeline.h"
@@ -56,6 +57,7 @@ struct AcrossNodes {
   // The timeline recorder (may be null) and the set, for the phases of the group's execution.
   Timeline* timeline = nullptr;
   int32_t set = 0;
+  HostAllreduce host_allreduce = HostAllreduce::kAuto;  // --host-allreduce
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank

@@ -216,17 +216,130 @@ CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner
   co_return Status::Ok();
 }
 
+CommTask RecursiveHalvingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count,
+                                   syncd_dtype dtype, syncd_reduce_op op) {
+  const uint32_t n = t->size(), r = t->rank();
+  if (n == 1 || count == 0) co_return Status::Ok();
+  const size_t esize = abi::DtypeSize(dtype);
+  char* buf = static_cast<char*>(data);
+  uint32_t pow2 = 1;
+  while (pow2 * 2 <= n) pow2 *= 2;
+  const uint32_t extra = n - pow2;
+  // A folded-in partner receives the whole buffer once; the halving steps at most half of it.
+  const std::shared_ptr<char[]> tmp = ScratchFor(std::max<size_t>(1, r < 2 * extra ? count * esize : (count + 1) / 2 * esize));
+  // Fold as recursive doubling does: among the first 2*extra nodes, even ones hand their data to
+  // the next odd one and wait for the result.
+  int64_t vrank;
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      Status st = co_await Wait(t, t->Send(r + 1, tag, buf, count * esize, owner));
+      if (!st.ok()) co_return st;
+      vrank = -1;
+    } else {
+      Status st = co_await Wait(t, t->Recv(r - 1, tag, tmp.get(), count * esize, tmp));
+      if (!st.ok()) co_return st;
+      ReduceInto(dtype, op, buf, tmp.get(), count);
+      vrank = r / 2;
+    }
+  } else {
+    vrank = int64_t(r) - extra;
+  }
+  if (vrank >= 0) {
+    const uint32_t v = uint32_t(vrank);
+    auto real = [extra](uint32_t vpeer) { return vpeer < extra ? vpeer * 2 + 1 : vpeer + extra; };
+    // Reduce-scatter by halving: each step keeps one half of the range both partners hold (the
+    // upper half when the step's bit is set), sends the other and adds the partner's copy of the
+    // kept half. `held` remembers each step's range and which half was kept, for the way back.
+    struct Held {
+      size_t lo, hi;
+      bool upper;
+    };
+    absl::InlinedVector<Held, 32> held;
+    size_t lo = 0, hi = count;
+    for (uint32_t mask = pow2 >> 1; mask > 0; mask >>= 1) {
+      const uint32_t peer = real(v ^ mask);
+      const size_t mid = lo + (hi - lo) / 2;
+      const bool upper = (v & mask) != 0;
+      const size_t keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
+      const size_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
+      held.push_back(Held{lo, hi, upper});
+      CommHandles hs;
+      if (send_hi > send_lo) hs.push_back(t->Send(peer, tag, buf + send_lo * esize, (send_hi - send_lo) * esize, owner));
+      if (keep_hi > keep_lo) hs.push_back(t->Recv(peer, tag, tmp.get(), (keep_hi - keep_lo) * esize, tmp));
+      Status st = co_await Wait(t, std::move(hs));
+      if (!st.ok()) co_return st;
+      ReduceInto(dtype, op, buf + keep_lo * esize, tmp.get(), keep_hi - keep_lo);
+      lo = keep_lo;
+      hi = keep_hi;
+    }
+    // Allgather by doubling, the steps in reverse: give the partner this node's range, take its.
+    while (!held.empty()) {
+      const Held h = held.back();
+      held.pop_back();
+      const uint32_t mask = pow2 >> (held.size() + 1);
+      const uint32_t peer = real(v ^ mask);
+      const size_t other_lo = h.upper ? h.lo : hi, other_hi = h.upper ? lo : h.hi;
+      CommHandles hs;
+      if (hi > lo) hs.push_back(t->Send(peer, tag, buf + lo * esize, (hi - lo) * esize, owner));
+      if (other_hi > other_lo)
+        hs.push_back(t->Recv(peer, tag, buf + other_lo * esize, (other_hi - other_lo) * esize, owner));
+      Status st = co_await Wait(t, std::move(hs));
+      if (!st.ok()) co_return st;
+      lo = h.lo;
+      hi = h.hi;
+    }
+  }
+  if (r < 2 * extra) {
+    const CommHandle h =
+        r % 2 == 0 ? t->Recv(r + 1, tag, buf, count * esize, owner) : t->Send(r - 1, tag, buf, count * esize, owner);
+    Status st = co_await Wait(t, h);
+    if (!st.ok()) co_return st;
+  }
+  co_return Status::Ok();
+}
+
+CommTask TreeAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
+                       syncd_reduce_op op) {
+  CommTask tree = TreeCombine(t, tag, data, std::move(owner), count * abi::DtypeSize(dtype), ElementCombiner(dtype, op));
+  co_return co_await Await(&tree);
+}
+
+HostAllreduce ChooseAllreduce(uint32_t nodes, size_t bytes, const AllreduceOptions& options) {
+  if (options.algorithm != HostAllreduce::kAuto) return options.algorithm;
+  if (bytes <= options.small_bytes) return nodes >= kTreeCombineFrom ? HostAllreduce::kTree : HostAllreduce::kRecursiveDoubling;
+  return (nodes & (nodes - 1)) == 0 ? HostAllreduce::kRecursiveHalving : HostAllreduce::kRing;
+}
+
+const char* HostAllreduceName(HostAllreduce algorithm) {
+  switch (algorithm) {
+    case HostAllreduce::kRecursiveDoubling: return "rd";
+    case HostAllreduce::kRecursiveHalving: return "halving";
+    case HostAllreduce::kRing: return "ring";
+    case HostAllreduce::kTree: return "tree";
+    default: return "auto";
+  }
+}
+
 CommTask Allreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
                    syncd_reduce_op op, const AllreduceOptions& options) {
   const size_t esize = abi::DtypeSize(dtype);
-  if (t->size() == 1 || count == 0) co_return Status::Ok();
-  if (count * esize < options.ring_threshold || count < size_t(t->size()) * options.slices) {
-    CommTask rd = RecursiveDoublingAllreduce(t, SliceTag(tag), data, std::move(owner), count, dtype, op);
-    co_return co_await Await(&rd);
+  const uint32_t n = t->size();
+  if (n == 1 || count == 0) co_return Status::Ok();
+  HostAllreduce algorithm = ChooseAllreduce(n, count * esize, options);
+  if (algorithm == HostAllreduce::kRing && count < n) algorithm = HostAllreduce::kRecursiveDoubling;  // chunks of 0
+  if (algorithm != HostAllreduce::kRing) {
+    CommTask one;
+    if (algorithm == HostAllreduce::kRecursiveHalving)
+      one = RecursiveHalvingAllreduce(t, SliceTag(tag), data, std::move(owner), count, dtype, op);
+    else if (algorithm == HostAllreduce::kTree)
+      one = TreeAllreduce(t, SliceTag(tag), data, std::move(owner), count, dtype, op);
+    else
+      one = RecursiveDoublingAllreduce(t, SliceTag(tag), data, std::move(owner), count, dtype, op);
+    co_return co_await Await(&one);
   }
   // Independent rings over slices of the buffer run concurrently: while one slice's data is on
-  // the wire, another slice is being reduced.
-  const size_t slices = std::max<size_t>(1, options.slices);
+  // the wire, another slice is being reduced (as many as leave every ring's chunk non-empty).
+  const size_t slices = std::clamp<size_t>(count / n, 1, std::max<size_t>(1, options.slices));
   std::vector<CommTask> rings;
   rings.reserve(slices);
   char* buf = static_cast<char*>(data);

@@ -1,10 +1,14 @@
 // Inter-node collectives on host memory, written on the Transport's point-to-point API. One
 // participant per node (the daemon); each call returns a CommTask the engine polls.
 //
-// - Allreduce: recursive doubling below `ring_threshold` bytes, ring reduce-scatter + allgather
-//   above it, split into `slices` concurrently running rings so reduction of one slice overlaps
-//   the transfer of the others. Correct for any node count (non-powers of two fold the extra
-//   nodes into partners first). Every node ends with bit-identical results.
+// - Allreduce: one of four algorithms (`AllreduceOptions::algorithm`, or by size and node count,
+//   ChooseAllreduce): recursive doubling (log2 N rounds of the whole buffer), recursive halving
+//   and doubling (Rabenseifner: 2 log2 N rounds, each node sends 2 (N-1)/N of the buffer), ring
+//   reduce-scatter + allgather (2 (N-1) rounds, the same bytes; split into `slices` concurrently
+//   running rings so reduction of one slice overlaps the transfer of the others) or a binomial
+//   tree (reduce to node 0, broadcast back: 2 log2 N rounds, 2 (N-1)/N messages per node).
+//   Correct for any node count (non-powers of two fold the extra nodes into partners first).
+//   Every node ends with bit-identical results.
 // - Broadcast: binomial tree from the root node.
 // - Barrier: a one-byte allreduce.
 // - AllgatherBlocks, ReduceScatterBlocks: rings over one block per node, of any sizes (allgather,
@@ -19,15 +23,24 @@
 #include <string>
 #include <vector>
 
+#include "daemon/base/config.h"
 #include "daemon/transport/comm_task.h"
 #include "syncd/client.h"
 
 namespace syncd {
 
 struct AllreduceOptions {
-  size_t ring_threshold = 64 * 1024;  // bytes; smaller messages use recursive doubling
-  size_t slices = 4;                   // concurrent rings for large messages
+  size_t small_bytes = 64 * 1024;  // kAuto: up to this many bytes the latency algorithms
+  size_t slices = 4;               // concurrent rings for large messages
+  HostAllreduce algorithm = HostAllreduce::kAuto;  // kAuto: ChooseAllreduce
 };
+// The algorithm an allreduce of `bytes` on `nodes` nodes runs (never kAuto): options.algorithm
+// when set; else, up to options.small_bytes, recursive doubling below kTreeCombineFrom nodes and
+// the tree from there (as a cycle's agreement: messages per node flat as nodes grow); above it,
+// recursive halving and doubling on a power of two nodes and the ring otherwise (halving folds
+// the extra nodes in with whole buffers). bench/algorithms.sh measures each against the others.
+HostAllreduce ChooseAllreduce(uint32_t nodes, size_t bytes, const AllreduceOptions& options);
+const char* HostAllreduceName(HostAllreduce algorithm);  // as --host-allreduce spells it
 
 // Reduces `count` elements of `data` in place with `op` (AVERAGE reduces as SUM: the caller
 // divides once at the end).
@@ -86,6 +99,10 @@ CommTask BroadcastBytes(Transport* t, uint64_t tag, uint32_t root, std::string* 
 CommTask RecursiveDoublingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count,
                                     syncd_dtype dtype, syncd_reduce_op op);
 CommTask RingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
+                       syncd_reduce_op op);
+CommTask RecursiveHalvingAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count,
+                                   syncd_dtype dtype, syncd_reduce_op op);
+CommTask TreeAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
                        syncd_reduce_op op);
 
 }  // namespace syncd

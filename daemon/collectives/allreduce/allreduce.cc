@@ -91,6 +91,7 @@ class AllreduceCollective final : public Collective {
     absl::InlinedVector<Stage, kPipelineDepth> inflight;  // oldest first
     AllreduceOptions opts;
     opts.slices = 1;  // the segments already overlap
+    opts.algorithm = run.host_allreduce;
     size_t next = 0;
     uint64_t segment = 0;
     while (next < count || !inflight.empty()) {

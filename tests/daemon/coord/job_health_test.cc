@@ -141,7 +141,9 @@ TEST(JobHealthTest, EveryNodeSeesEveryOtherFreshWhileEachSendsAFewBundlesAPeriod
       EXPECT_LE(per_period, 1.5 + 1.5 * double(HealthTree::Children(i, n).size())) << n << " nodes, node " << i;
     }
     EXPECT_LE(total / n, 3.0) << n << " nodes";
-    if (n == 33) EXPECT_LT(most, 12.0) << "the root sends down to its 6 children, not to 32 nodes";
+    if (n == 33) {
+      EXPECT_LT(most, 12.0) << "the root sends down to its 6 children, not to 32 nodes";
+    }
   }
 }
 
@@ -245,7 +247,9 @@ TEST(JobHealthTest, TheChildrenOfALostDaemonGoRoundItAtOnceAndItIsLost) {
   for (uint32_t v : {0u, 5u, 7u}) {
     EXPECT_EQ(c.View(v, 4).state, "lost");
     for (uint32_t k : {5u, 6u, 7u})
-      if (k != v) EXPECT_LE(c.View(v, k).report_age_s, 1.5) << k << " from " << v;
+      if (k != v) {
+        EXPECT_LE(c.View(v, k).report_age_s, 1.5) << k << " from " << v;
+      }
   }
 }
 

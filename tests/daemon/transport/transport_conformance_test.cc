@@ -337,18 +337,45 @@ void CheckAllreduce(Group& g, uint32_t n, size_t count, syncd_dtype dt,
 
 CommTask SlicedAllreduce(Transport* t, uint64_t tag, void* d, BufferOwner o, size_t c, syncd_dtype dt,
                          syncd_reduce_op op) {
-  return Allreduce(t, tag, d, std::move(o), c, dt, op, AllreduceOptions{0, 3});
+  return Allreduce(t, tag, d, std::move(o), c, dt, op, AllreduceOptions{0, 3, HostAllreduce::kRing});
+}
+
+// What --host-allreduce picks, through Allreduce (the dispatch the daemon uses).
+template <HostAllreduce A>
+CommTask Forced(Transport* t, uint64_t tag, void* d, BufferOwner o, size_t c, syncd_dtype dt, syncd_reduce_op op) {
+  return Allreduce(t, tag, d, std::move(o), c, dt, op, AllreduceOptions{0, 2, A});
 }
 
 TYPED_TEST(TransportConformance, AllreduceAlgorithmsAreExactForAnyNodeCount) {
-  for (uint32_t n = 1; n <= 5; ++n) {
+  for (uint32_t n : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u}) {
     Group g = TypeParam::Make(n);
-    for (size_t count : {size_t(1), size_t(7), size_t(10007)}) {
+    // Fewer elements than nodes (halving then moves empty halves), odd counts, a large one.
+    for (size_t count : {size_t(1), size_t(3), size_t(7), size_t(10007)}) {
       CheckAllreduce<int32_t>(g, n, count, SYNCD_INT32, RecursiveDoublingAllreduce);
       CheckAllreduce<int32_t>(g, n, count, SYNCD_INT32, RingAllreduce);
+      CheckAllreduce<int32_t>(g, n, count, SYNCD_INT32, RecursiveHalvingAllreduce);
+      CheckAllreduce<int32_t>(g, n, count, SYNCD_INT32, TreeAllreduce);
       CheckAllreduce<float>(g, n, count, SYNCD_FLOAT32, SlicedAllreduce);
+      CheckAllreduce<float>(g, n, count, SYNCD_FLOAT32, Forced<HostAllreduce::kRing>);
+      CheckAllreduce<float>(g, n, count, SYNCD_FLOAT32, Forced<HostAllreduce::kRecursiveHalving>);
+      CheckAllreduce<float>(g, n, count, SYNCD_FLOAT32, Forced<HostAllreduce::kTree>);
+      if (::testing::Test::HasFatalFailure()) return;
     }
   }
+}
+
+TEST(HostAllreduce, AutoPicksByBytesAndNodeCount) {
+  const AllreduceOptions automatic;
+  EXPECT_EQ(ChooseAllreduce(4, 8, automatic), HostAllreduce::kRecursiveDoubling);
+  EXPECT_EQ(ChooseAllreduce(8, 64 << 10, automatic), HostAllreduce::kRecursiveDoubling);
+  EXPECT_EQ(ChooseAllreduce(kTreeCombineFrom, 8, automatic), HostAllreduce::kTree);
+  EXPECT_EQ(ChooseAllreduce(4, (64 << 10) + 4, automatic), HostAllreduce::kRecursiveHalving);
+  EXPECT_EQ(ChooseAllreduce(32, 64 << 20, automatic), HostAllreduce::kRecursiveHalving);
+  EXPECT_EQ(ChooseAllreduce(6, 64 << 20, automatic), HostAllreduce::kRing) << "halving would fold 2 nodes in whole";
+  for (HostAllreduce a : {HostAllreduce::kRecursiveDoubling, HostAllreduce::kRecursiveHalving, HostAllreduce::kRing,
+                          HostAllreduce::kTree})
+    for (size_t bytes : {size_t(8), size_t(64) << 20})
+      EXPECT_EQ(ChooseAllreduce(6, bytes, AllreduceOptions{64 * 1024, 4, a}), a) << HostAllreduceName(a);
 }
 
 // A coordination cycle's combine: word 0 ORs each node's bit, word 1 ANDs a mask every node but
@@ -407,18 +434,25 @@ TEST(LoopbackTransport, SmallCombineOnManyNodesSendsAboutTwoMessagesPerNode) {
 }
 
 TYPED_TEST(TransportConformance, AllreduceGivesBitIdenticalFloatsOnEveryNode) {
-  const uint32_t n = 3;
+  const uint32_t n = 6;  // not a power of two: halving and doubling fold two nodes in
   Group g = TypeParam::Make(n);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
   for (size_t count : {size_t(100), size_t(300000)}) {
     std::vector<std::vector<float>> data(n, std::vector<float>(count));
     for (auto& v : data) for (auto& x : v) x = u(rng);
-    std::vector<CommTask> tasks;
-    const uint64_t tag = NextTag();
-    for (uint32_t r = 0; r < n; ++r) tasks.push_back(Allreduce(g[r], tag, data[r].data(), {}, count, SYNCD_FLOAT32, SYNCD_SUM));
-    ASSERT_TRUE(RunAll(g, tasks));
-    for (uint32_t r = 1; r < n; ++r) ASSERT_EQ(memcmp(data[r].data(), data[0].data(), count * 4), 0) << "rank " << r;
+    for (HostAllreduce a : {HostAllreduce::kAuto, HostAllreduce::kRecursiveDoubling, HostAllreduce::kRecursiveHalving,
+                            HostAllreduce::kRing, HostAllreduce::kTree}) {
+      std::vector<std::vector<float>> mine = data;
+      std::vector<CommTask> tasks;
+      const uint64_t tag = NextTag();
+      for (uint32_t r = 0; r < n; ++r)
+        tasks.push_back(Allreduce(g[r], tag, mine[r].data(), {}, count, SYNCD_FLOAT32, SYNCD_SUM,
+                                  AllreduceOptions{64 * 1024, 4, a}));
+      ASSERT_TRUE(RunAll(g, tasks));
+      for (uint32_t r = 1; r < n; ++r)
+        ASSERT_EQ(memcmp(mine[r].data(), mine[0].data(), count * 4), 0) << "rank " << r << " " << HostAllreduceName(a);
+    }
   }
 }
 
