@@ -13,8 +13,10 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // every structured message also carries it, so a message of another version is refused by name.
 // 1 was the versionless protocol before it was counted; 3 caches the responses of kinds whose
 // shapes vary by rank (allgather, alltoall, reducescatter), with every rank's rows; 4 sends health
-// reports through a tree in bundles (kHealthTag).
-inline constexpr uint32_t kWireVersion = 4;
+// reports through a tree in bundles (kHealthTag); 5 picks a host allreduce's algorithm by node
+// count as well as size (recursive halving, the tree) and counts each partial allreduce name's
+// rounds on a coordinator of its own, its run messages down a tree.
+inline constexpr uint32_t kWireVersion = 5;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "daemon/transport/binomial_tree.h"
+
 namespace syncd {
 namespace {
 
@@ -23,12 +25,7 @@ HealthTree::HealthTree(uint32_t nodes, uint32_t self, uint64_t start_ns)
   for (uint32_t c : Children(self, nodes)) last_up_[c] = start_ns;
 }
 
-std::vector<uint32_t> HealthTree::Children(uint32_t node, uint32_t nodes) {
-  std::vector<uint32_t> out;
-  const uint64_t low = node == 0 ? uint64_t{1} << 32 : (node & (~node + 1));
-  for (uint64_t step = 1; step < low && node + step < nodes; step <<= 1) out.push_back(uint32_t(node + step));
-  return out;
-}
+std::vector<uint32_t> HealthTree::Children(uint32_t node, uint32_t nodes) { return BinomialTree{nodes, 0}.Children(node); }
 
 bool HealthTree::Answers(uint32_t node, uint64_t now_ns, const std::vector<bool>& lost) const {
   return !IsLost(lost, node) && now_ns - std::max(last_down_[node], tried_[node]) < kRerouteNs;

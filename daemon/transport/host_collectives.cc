@@ -300,13 +300,15 @@ CommTask RecursiveHalvingAllreduce(Transport* t, uint64_t tag, void* data, Buffe
 
 CommTask TreeAllreduce(Transport* t, uint64_t tag, void* data, BufferOwner owner, size_t count, syncd_dtype dtype,
                        syncd_reduce_op op) {
-  CommTask tree = TreeCombine(t, tag, data, std::move(owner), count * abi::DtypeSize(dtype), ElementCombiner(dtype, op));
+  CommTask tree =
+      TreeCombine(t, tag, data, std::move(owner), count * abi::DtypeSize(dtype), ElementCombiner(dtype, op));
   co_return co_await Await(&tree);
 }
 
 HostAllreduce ChooseAllreduce(uint32_t nodes, size_t bytes, const AllreduceOptions& options) {
   if (options.algorithm != HostAllreduce::kAuto) return options.algorithm;
-  if (bytes <= options.small_bytes) return nodes >= kTreeCombineFrom ? HostAllreduce::kTree : HostAllreduce::kRecursiveDoubling;
+  if (bytes <= options.small_bytes)
+    return nodes >= kTreeCombineFrom ? HostAllreduce::kTree : HostAllreduce::kRecursiveDoubling;
   return (nodes & (nodes - 1)) == 0 ? HostAllreduce::kRecursiveHalving : HostAllreduce::kRing;
 }
 

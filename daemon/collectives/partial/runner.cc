@@ -7,6 +7,7 @@
 
 #include "daemon/base/hash.h"
 #include "daemon/core/reduce_kernels.h"
+#include "daemon/transport/binomial_tree.h"
 #include "daemon/transport/comm_task.h"
 #include "daemon/transport/host_collectives.h"
 #include "proto/doorbell.h"
@@ -66,6 +67,12 @@ uint32_t PartialInitiator(const std::string& name, uint64_t round, uint32_t set_
   return uint32_t(Hash64(name, round) % std::max<uint32_t>(set_size, 1));
 }
 
+uint32_t PartialCoordinator(const std::string& name, uint32_t nodes) {
+  // Seeded apart from the initiators' draws (whose seeds are round numbers from 1).
+  constexpr uint64_t kSeed = 0x7061727469616c;  // "partial"
+  return uint32_t(Hash64(name, kSeed) % std::max<uint32_t>(nodes, 1));
+}
+
 // What every rank's requests of a name, on every node, must agree on.
 struct PartialRunner::Meta {
   uint64_t dtype = 0, op = 0, mode = 0, quorum = 0, elements = 0, shape_hash = 0;
@@ -103,7 +110,7 @@ struct PartialRunner::Flight {
   uint64_t round = 0, seq = 0;
   uint32_t initiator = 0;
   uint64_t started_ns = 0;  // for the timeline
-  Meta meta;             // the round's, as node 0 ran it
+  Meta meta;             // the round's, as its coordinator ran it
   bool differs = false;  // this node's ranks submitted something else
   // Header: [tensors summed][fresh flag by set rank][differs flag by node], every node's summed.
   std::shared_ptr<std::vector<int64_t>> header;
@@ -130,9 +137,9 @@ struct PartialRunner::Op {
     uint32_t initiator;
     Meta meta;
   };
-  std::deque<Queued> queued;  // rounds node 0 ran while one is in flight here
+  std::deque<Queued> queued;  // rounds the coordinator ran while one is in flight here
   std::unique_ptr<Flight> flight;
-  uint64_t reported_round = 0;  // what the last report to node 0 said
+  uint64_t reported_round = 0;  // what the last report to the coordinator said
   uint32_t reported_fresh = 0;
   bool reported_initiator = false;
   struct Result {
@@ -240,8 +247,10 @@ void PartialRunner::Report(const std::string& name, Op& op) {
     initiator_fresh = init >= place_.first() && init - place_.first() < place_.local_size() &&
                       op.waiting[init - place_.first()].has_value();
   }
-  if (place_.node == 0) return Count(name, op.meta, 0, round, op.fresh, op.first_fresh, initiator_fresh);
-  // Node 0 needs a count only when it can decide something: with quorum 1, the first fresh rank
+  const uint32_t coordinator = PartialCoordinator(name, place_.nodes());
+  if (place_.node == coordinator)
+    return Count(name, op.meta, place_.node, round, op.fresh, op.first_fresh, initiator_fresh);
+  // The coordinator needs a count only when it can decide something: with quorum 1, the first fresh rank
   // (solo) or the initiator (majority) once; with a larger quorum, every change.
   const bool decides = op.meta.need() > 1 || (op.meta.majority() ? initiator_fresh : true);
   const bool told = op.reported_round == round &&
@@ -251,7 +260,7 @@ void PartialRunner::Report(const std::string& name, Op& op) {
   op.reported_round = round;
   op.reported_fresh = op.fresh;
   op.reported_initiator = initiator_fresh;
-  Tell(0, ControlMessage{ControlMessage::Kind::kPartialReport, place_.job, round,
+  Tell(int32_t(coordinator), ControlMessage{ControlMessage::Kind::kPartialReport, place_.job, round,
                                 std::to_string(op.fresh) + " " + std::to_string(op.first_fresh) + " " +
                                     std::to_string(int(initiator_fresh)) + " " + op.meta.Encode() + name});
 }
@@ -278,11 +287,17 @@ void PartialRunner::Count(const std::string& name, const Meta& meta, uint32_t no
   std::fill(o.fresh.begin(), o.fresh.end(), 0);
   o.first_node = -1;
   o.initiator_fresh = false;
-  const uint64_t seq = next_seq_++;
+  // Unique over the set's coordinators: this node's own count, interleaved with the others'.
+  const uint64_t seq = next_seq_++ * place_.nodes() + place_.node;
   if (place_.nodes() > 1)
-    Tell(-1, ControlMessage{ControlMessage::Kind::kPartialRun, place_.job, round,
-                                   std::to_string(seq) + " " + std::to_string(initiator) + " " + o.meta.Encode() + name});
+    Forward(name, ControlMessage{ControlMessage::Kind::kPartialRun, place_.job, round,
+                                 std::to_string(seq) + " " + std::to_string(initiator) + " " + o.meta.Encode() + name});
   Run(name, o.meta, round, seq, initiator);
+}
+
+void PartialRunner::Forward(const std::string& name, const ControlMessage& run) {
+  BinomialTree{place_.nodes(), PartialCoordinator(name, place_.nodes())}.ForEachChild(
+      place_.node, [&](uint32_t child) { Tell(int32_t(child), run); });
 }
 
 void PartialRunner::Run(const std::string& name, const Meta& meta, uint64_t round, uint64_t seq, uint32_t initiator) {
@@ -409,12 +424,22 @@ Status PartialRunner::Take(uint32_t from, const ControlMessage& m) {
   Meta meta;
   const bool report = m.kind == ControlMessage::Kind::kPartialReport;
   const size_t head = report ? 3 : 2;
+  const Status refused(SYNCD_ERR_PROTOCOL, "node " + std::to_string(from) +
+                                               " sent a partial allreduce message this node cannot take: '" +
+                                               m.text.substr(0, 120) + "'");
   if (!Fields(m.text, head + 6, &f, &name) || !Meta::Decode(f, head, &meta) || from >= place_.nodes() ||
-      (report ? place_.node != 0 || f[1] >= place_.set_size : from != 0 || f[1] >= place_.set_size))
-    return Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(from) + " sent a partial allreduce message this node cannot take: '" +
-                                          m.text.substr(0, 120) + "'");
-  if (report) Count(name, meta, from, m.cycle, uint32_t(f[0]), uint32_t(f[1]), f[2] != 0);
-  else Run(name, meta, m.cycle, f[0], uint32_t(f[1]));
+      f[1] >= place_.set_size)
+    return refused;
+  // Reports go to the name's coordinator; its run messages come down its tree, each from the
+  // receiver's parent.
+  const BinomialTree tree{place_.nodes(), PartialCoordinator(name, place_.nodes())};
+  if (report ? place_.node != tree.root : place_.node == tree.root || from != tree.Parent(place_.node)) return refused;
+  if (report) {
+    Count(name, meta, from, m.cycle, uint32_t(f[0]), uint32_t(f[1]), f[2] != 0);
+  } else {
+    Forward(name, m);
+    Run(name, meta, m.cycle, f[0], uint32_t(f[1]));
+  }
   return Status::Ok();
 }
 
@@ -442,7 +467,7 @@ Status PartialRunner::Poll(bool* did) {
 }
 
 bool PartialRunner::busy() const {
-  // Messages in, rounds on the network, and fresh ranks whose round node 0 may start any moment.
+  // Messages in, rounds on the network, and fresh ranks whose round a coordinator may start any moment.
   return !inbox_.empty() || (place_.comm != nullptr && (flights_ > 0 || fresh_total_ > 0));
 }
 

@@ -23,9 +23,14 @@
 // the number of tensors the round summed. So the sum of all rounds is the sum of everything every
 // rank contributed.
 //
-// Activation, many nodes: a node whose fresh ranks may meet the condition reports its count to the
-// set's node 0 (kPartialReport); node 0 decides, numbers the round in one sequence of all the
-// set's partial rounds and tells every node (kPartialRun). Each node then takes its accumulators
+// Activation, many nodes: each name has a coordinator, a node of the set drawn from the name
+// (PartialCoordinator: the names of a model spread over the nodes, so no node does every name's
+// counting). A node whose fresh ranks may meet the condition reports its count to the name's
+// coordinator (kPartialReport); the coordinator decides, numbers the round (its own count,
+// interleaved with the other coordinators': unique in the set) and tells every node (kPartialRun)
+// through the binomial tree rooted at it (transport/binomial_tree.h): each node forwards the run
+// message to its children as it takes it, so no node sends more than log2 N of them per round
+// where the coordinator used to send N - 1. Each node then takes its accumulators
 // and the round runs as two allreduces between the nodes (a header: tensors summed, which ranks
 // were fresh, which nodes disagree; and the data), tagged by the sequence number, so rounds of
 // different names never wait for one another. A name's rounds run one after the other on each
@@ -55,6 +60,8 @@ namespace syncd {
 
 // The majority round's initiator: a set rank drawn from the name and the round number.
 uint32_t PartialInitiator(const std::string& name, uint64_t round, uint32_t set_size);
+// The node (0..nodes-1 of the set) that counts a name's reports and starts its rounds.
+uint32_t PartialCoordinator(const std::string& name, uint32_t nodes);
 
 // Where a set's partial rounds run.
 struct PartialPlace {
@@ -129,16 +136,19 @@ class PartialRunner {
   struct Meta;
   struct Op;
   struct Flight;
-  struct Order;  // node 0: a name's next round, as the nodes' reports count it
+  struct Order;  // the name's coordinator: its next round, as the nodes' reports count it
   Op& OpFor(const std::string& name, const Meta& meta, const Request* first);
   Status Check(const Op& op, const std::string& name, const Request& r) const;
-  // This node's fresh count for the name's next round, to node 0 (or counted here on node 0).
+  // This node's fresh count for the name's next round, to its coordinator (or counted here).
   void Report(const std::string& name, Op& op);
-  // Node 0: a node's count for the name's round `round`; runs the round once the condition holds.
+  // The coordinator: a node's count for the name's round `round`; runs the round once the
+  // condition holds.
   void Count(const std::string& name, const Meta& meta, uint32_t node, uint64_t round, uint32_t fresh, uint32_t first,
              bool initiator_fresh);
   // Every node: round `round` of the name runs as the `seq`-th partial round of the set.
   void Run(const std::string& name, const Meta& meta, uint64_t round, uint64_t seq, uint32_t initiator);
+  // A run message of the name on to this node's children in the coordinator's tree.
+  void Forward(const std::string& name, const ControlMessage& run);
   void Start(const std::string& name, Op& op);
   void Finish(const std::string& name, Op& op);
   Status Take(uint32_t from, const ControlMessage& m);
@@ -152,8 +162,8 @@ class PartialRunner {
   std::vector<PartialCompletion> completed_;
   std::vector<PartialMessage> messages_;
   std::map<std::string, Op> ops_;
-  std::map<std::string, Order> orders_;  // node 0
-  uint64_t next_seq_ = 0;                // node 0
+  std::map<std::string, Order> orders_;  // the names this node coordinates
+  uint64_t next_seq_ = 0;                // rounds this node started as a coordinator
   std::vector<std::pair<uint32_t, ControlMessage>> inbox_;
   // Kept as they change, so that the engine's every-turn questions (busy, Poll) need no walk over
   // the operations: rounds in flight here, and fresh requests waiting over all operations.

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -214,13 +215,14 @@ TEST_F(PartialRunnerTest, AChangedShapeOrModeIsAMismatchAndFailAllFailsTheWaitin
 // control messages delivered in process.
 class PartialNodesTest : public ::testing::Test {
  protected:
-  static constexpr uint32_t kNodes = 3, kRanks = 5;
-  const std::vector<uint32_t> offsets_{0, 2, 3, 5};
+  static constexpr uint32_t kRanks = 5;
 
-  PartialNodesTest() : hub_(kNodes) {
-    for (uint32_t n = 0; n < kNodes; ++n) {
+  PartialNodesTest() : PartialNodesTest({0, 2, 3, 5}) {}
+  explicit PartialNodesTest(std::vector<uint32_t> offsets)
+      : offsets_(std::move(offsets)), nodes_(uint32_t(offsets_.size() - 1)), hub_(nodes_), runs_sent_(nodes_, 0) {
+    for (uint32_t n = 0; n < nodes_; ++n) {
       transports_.push_back(std::make_unique<LoopbackTransport>(&hub_, n));
-      PartialPlace place{kRanks, offsets_, n, 7, transports_.back().get(), nullptr};
+      PartialPlace place{offsets_.back(), offsets_, n, 7, transports_.back().get(), nullptr};
       runners_.push_back(std::make_unique<PartialRunner>(place));
     }
   }
@@ -230,7 +232,8 @@ class PartialNodesTest : public ::testing::Test {
   void Collect(uint32_t n) {
     for (PartialMessage& m : runners_[n]->TakeMessages()) {
       ++messages_;
-      for (uint32_t d = 0; d < kNodes; ++d)
+      if (m.message.kind == ControlMessage::Kind::kPartialRun) runs_sent_[n] += m.node < 0 ? int(nodes_) - 1 : 1;
+      for (uint32_t d = 0; d < nodes_; ++d)
         if (d != n && (m.node < 0 || uint32_t(m.node) == d)) runners_[d]->Receive(n, m.message);
     }
     for (const PartialCompletion& c : runners_[n]->TakeCompleted())
@@ -259,7 +262,7 @@ class PartialNodesTest : public ::testing::Test {
   void Pump() {
     for (int quiet = 0; quiet < 3;) {
       bool any = false;
-      for (uint32_t n = 0; n < kNodes; ++n) {
+      for (uint32_t n = 0; n < nodes_; ++n) {
         bool did = false;
         ASSERT_TRUE(runners_[n]->Poll(&did).ok());
         Collect(n);
@@ -275,13 +278,22 @@ class PartialNodesTest : public ::testing::Test {
     return nullptr;
   }
 
+  const std::vector<uint32_t> offsets_;
+  const uint32_t nodes_;
   LoopbackHub hub_;
   std::vector<std::unique_ptr<LoopbackTransport>> transports_;
   std::vector<std::unique_ptr<PartialRunner>> runners_;
   std::vector<Done> done_;
   std::vector<std::unique_ptr<std::vector<float>>> buffers_;
   int messages_ = 0;
+  std::vector<int> runs_sent_;  // kPartialRun messages, by sender
 };
+
+// A name node `node` of `nodes` coordinates.
+std::string NameCoordinatedBy(uint32_t node, uint32_t nodes) {
+  for (int i = 0;; ++i)
+    if (const std::string name = "g" + std::to_string(i); PartialCoordinator(name, nodes) == node) return name;
+}
 
 TEST_F(PartialNodesTest, SoloOnAnyNodeRunsWithTheOthersStaleTensorsAndNothingIsLost) {
   // Rank r contributes r + 1 in every call; the ranks call in an uneven order, so most calls are
@@ -369,36 +381,78 @@ TEST_F(PartialNodesTest, QuorumCountsFreshRanksOnEveryNodeAndWaitsForExactlyK) {
 }
 
 TEST_F(PartialNodesTest, ARankLateWhileItsRoundIsOnTheNetworkGetsThatRoundsResult) {
-  ASSERT_TRUE(Submit(0, {1}).ok());  // node 0 starts round 1; the others have not taken part yet
+  const std::string g = NameCoordinatedBy(0, nodes_);
+  auto submit = [&](uint32_t rank, float v) { return Submit(rank, {v}, SYNCD_PARTIAL_SOLO, 0, g); };
+  ASSERT_TRUE(submit(0, 1).ok());  // node 0 (the name's coordinator) starts round 1 at once
   ASSERT_TRUE(done_.empty());
-  ASSERT_TRUE(Submit(1, {10}).ok());  // late for round 1, which is still on the network
+  ASSERT_TRUE(submit(1, 10).ok());  // late for round 1, which is still on the network
   ASSERT_TRUE(done_.empty());
   Pump();
   ASSERT_EQ(done_.size(), 2u);
   EXPECT_EQ(DoneOf(0)->data[0], 1.f);
   EXPECT_EQ(DoneOf(1)->data[0], 1.f);
   EXPECT_NE(DoneOf(1)->status.message().find("fresh 0"), std::string::npos);
-  ASSERT_TRUE(Submit(3, {1000}).ok());  // late too: round 1 ran without it
+  ASSERT_TRUE(submit(3, 1000).ok());  // late too: round 1 ran without it
   Pump();
   EXPECT_EQ(DoneOf(3)->data[0], 1.f);
-  ASSERT_TRUE(Submit(0, {100}).ok());  // round 2 holds ranks 1's and 3's stale tensors
+  ASSERT_TRUE(submit(0, 100).ok());  // round 2 holds ranks 1's and 3's stale tensors
   Pump();
   EXPECT_EQ(DoneOf(0)->data[0], 1110.f);
   EXPECT_NE(DoneOf(0)->status.message().find("round 2 nap 1 initiator 0 fresh 1"), std::string::npos);
 }
 
 TEST_F(PartialNodesTest, NodesThatDisagreeFailTheRoundOnEveryNodeNamingThem) {
-  ASSERT_TRUE(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2).ok());
-  ASSERT_TRUE(Submit(2, {1}, SYNCD_PARTIAL_SOLO, 2).ok());
+  // The round runs as the name's coordinator (node 0 here) has it; the other node is named.
+  const std::string g = NameCoordinatedBy(0, nodes_);
+  ASSERT_TRUE(Submit(0, {1, 2}, SYNCD_PARTIAL_SOLO, 2, g).ok());
+  ASSERT_TRUE(Submit(2, {1}, SYNCD_PARTIAL_SOLO, 2, g).ok());
   Pump();
   ASSERT_EQ(done_.size(), 2u);
   for (const Done& d : done_) {
     EXPECT_EQ(d.status.code(), SYNCD_ERR_MISMATCH);
-    EXPECT_NE(d.status.message().find("tensor 'g': partial allreduce round 1 ran as float32 [2 elements] Sum, solo with "
-                                      "quorum 2, but the ranks on node(s) 1 submitted something else"),
+    EXPECT_NE(d.status.message().find("tensor '" + g + "': partial allreduce round 1 ran as float32 [2 elements] Sum, "
+                                      "solo with quorum 2, but the ranks on node(s) 1 submitted something else"),
               std::string::npos)
         << d.status.message();
   }
+}
+
+// Eight nodes of one rank: 32 names (a model's layers), each rank submitting each once with a
+// quorum of all 8, so every round sums every rank.
+class PartialEightNodesTest : public PartialNodesTest {
+ protected:
+  PartialEightNodesTest() : PartialNodesTest({0, 1, 2, 3, 4, 5, 6, 7, 8}) {}
+};
+
+TEST_F(PartialEightNodesTest, NamesSpreadOverCoordinatorsAndRunMessagesGoDownATree) {
+  constexpr int kNames = 32;
+  std::set<uint32_t> coordinators;
+  for (int i = 0; i < kNames; ++i) {
+    const std::string name = "layer" + std::to_string(i);
+    coordinators.insert(PartialCoordinator(name, nodes_));
+    // The ranks come in a different order for each name: the coordinator hears them as they come.
+    for (uint32_t k = 0; k < nodes_; ++k) {
+      const uint32_t r = (k * 3 + uint32_t(i)) % nodes_;
+      ASSERT_TRUE(Submit(r, {float(r + 1)}, SYNCD_PARTIAL_SOLO, int(nodes_), name).ok());
+    }
+    Pump();
+  }
+  ASSERT_EQ(done_.size(), size_t(kNames) * nodes_);
+  for (const Done& d : done_) {
+    ASSERT_TRUE(d.status.ok()) << d.name << ": " << d.status.message();
+    EXPECT_EQ(d.data[0], 36.f) << d.name << " on rank " << d.rank << ": every rank's 1..8 once";
+    EXPECT_NE(d.status.message().find("nap 8 "), std::string::npos) << d.status.message();
+  }
+  EXPECT_GE(coordinators.size(), 5u) << "32 names should land on most of the 8 nodes";
+  int total = 0, most = 0;
+  for (uint32_t n = 0; n < nodes_; ++n) {
+    total += runs_sent_[n];
+    most = std::max(most, runs_sent_[n]);
+  }
+  EXPECT_EQ(total, kNames * int(nodes_ - 1)) << "each round's run message reaches every other node once";
+  // One coordinator telling every node would send 7 per name (224); down a tree no node sends more
+  // than 3 per name (its children), and with the names spread none comes near that.
+  EXPECT_LE(most, kNames * 3 / 2) << "a node sent " << most << " run messages for " << kNames << " names";
 }
 
 }  // namespace
