@@ -8,10 +8,12 @@
 # same cores runs in the same go (shared memory, oversubscribed; the median of three runs), and
 # the step's ratio to it is reported. All daemons and ranks share this machine's cores. The last line is one JSON object.
 #   bench/scaling.sh [--nodes 2,4,8,16,32] [--modes negotiate,gs,nbcs,topo] [--steps 100] [--build build]
-#                    [--syncd-arg=--flag=value ...]
+#                    [--syncd-arg=--flag=value ...] [--partial-names K]
+# With --partial-names K a step is K partial allreduces (one per name, every rank in each round):
+# the partial rounds' coordination (reports to each name's coordinator, run messages down its tree).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nodes=2,4,8,16,32 modes=negotiate,gs,nbcs,topo steps=100 build="$here/../build" daemon_args=()
+nodes=2,4,8,16,32 modes=negotiate,gs,nbcs,topo steps=100 build="$here/../build" daemon_args=() bench_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -19,6 +21,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --syncd-arg=*) daemon_args+=("$1"); shift ;;
+    --partial-names) bench_args+=(--partial-names "$2"); shift 2 ;;
     *) echo "scaling.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -27,7 +30,7 @@ trap 'rm -rf "$out"' EXIT
 for n in ${nodes//,/ }; do
   for mode in ${modes//,/ }; do
     "$build/bin/syncrun" -N "$n" -n "$n" --syncd-arg=--log-level=warn --syncd-arg=--coord="$mode" "${daemon_args[@]}" \
-      -- "$build/bin/syncd-bench" scaling --steps "$steps" --label "$mode" --json >>"$out/syncd.jsonl" 2>"$out/err" ||
+      -- "$build/bin/syncd-bench" scaling --steps "$steps" --label "$mode" "${bench_args[@]}" --json >>"$out/syncd.jsonl" 2>"$out/err" ||
       { cat "$out/err" >&2; exit 1; }
   done
   if [ -x "$build/bin/syncd-mpi-allreduce" ] && command -v mpirun >/dev/null; then

@@ -3,9 +3,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "bench/bench_util.h"
 
@@ -78,10 +80,41 @@ Counters Snapshot(syncd_client* c, const ScalingOptions& o) {
   return k;
 }
 
-double Steps(syncd_client* c, int steps) {
+// K partial allreduces of 8 bytes, one per name, all in flight at once; each round takes every
+// rank (quorum: the job's size), so each sums to the job's size.
+void PartialStep(syncd_client* c, int names) {
+  static std::vector<std::array<float, 2>> data;
+  static std::vector<std::string> keys;
+  static std::vector<syncd_handle> handles;
+  const int n = syncd_size(c);
+  if (int(keys.size()) != names) {
+    data.assign(size_t(names), {1, 1});
+    keys.clear();
+    for (int i = 0; i < names; ++i) keys.push_back("scaling.partial." + std::to_string(i));
+    handles.assign(size_t(names), 0);
+  }
+  const int64_t count = 2;
+  for (int i = 0; i < names; ++i) {
+    data[size_t(i)] = {1, 1};
+    syncd_tensor t{keys[size_t(i)].c_str(), data[size_t(i)].data(), SYNCD_FLOAT32, 1, &count, 0};
+    Check(syncd_partial_allreduce_async(c, &t, SYNCD_SUM, SYNCD_PARTIAL_SOLO, n, &handles[size_t(i)]), keys[size_t(i)]);
+  }
+  for (int i = 0; i < names; ++i) {
+    syncd_partial_info info;
+    Check(syncd_partial_wait(c, handles[size_t(i)], -1, &info), keys[size_t(i)]);
+    if (data[size_t(i)][0] != float(n) || info.nap != n)
+      Die(keys[size_t(i)] + ": a round of every rank summed to " + std::to_string(data[size_t(i)][0]) + " with " +
+          std::to_string(info.nap) + " fresh ranks");
+  }
+}
+
+double Steps(syncd_client* c, int steps, int partial_names) {
   float v[2] = {1, 1};
   const double t0 = Now();
-  for (int i = 0; i < steps; ++i) Allreduce(c, "scaling.step", v, 2, SYNCD_FLOAT32, SYNCD_SUM);
+  for (int i = 0; i < steps; ++i) {
+    if (partial_names > 0) PartialStep(c, partial_names);
+    else Allreduce(c, "scaling.step", v, 2, SYNCD_FLOAT32, SYNCD_SUM);
+  }
   return Now() - t0;
 }
 
@@ -103,11 +136,11 @@ void RunScaling(syncd_client* c, const ScalingOptions& o, uint64_t init_start_ns
   const uint32_t fetch = 0;
   const syncd_graph g{&op, 1, nullptr, 0, &fetch, 1};
   Check(syncd_register_graph(c, &g, -1, nullptr), "registering the step's graph");
-  Steps(c, o.steps);  // warm: the name is cached (or planned) from here on
+  Steps(c, o.steps, o.partial_names);  // warm: the name is cached (or planned) from here on
   const Counters a = Snapshot(c, o);
-  (void)Steps(c, o.steps);
+  (void)Steps(c, o.steps, o.partial_names);
   const Counters b = Snapshot(c, o), cc = Snapshot(c, o);
-  const double t2 = Steps(c, 2 * o.steps);
+  const double t2 = Steps(c, 2 * o.steps, o.partial_names);
   const Counters d = Snapshot(c, o);
   // An idle window: what the daemons send while the ranks compute (health reports).
   const Counters e = Snapshot(c, o);

@@ -375,6 +375,8 @@ int main(int argc, char** argv) {
   sg->add_option("--steps", so.steps, "Steps in the first window (the second has twice as many)");
   sg->add_option("--label", so.label, "Free text carried into the output (the coordination mode)");
   sg->add_option("--idle-s", so.idle_s, "The idle window after the steps (health reports per daemon per second)");
+  sg->add_option("--partial-names", so.partial_names,
+                 "Steps of this many partial allreduces (solo, quorum: every rank) instead of one allreduce");
   sg->add_flag("--json", so.json, "One JSON object");
   CLI::App* mc = app.add_subcommand("memcpy", "The machine's memory-copy bandwidth per size (no daemon needed)");
   syncd::bench::MemcpyBenchOptions mo;
