@@ -18,7 +18,8 @@ What the daemons do is written after the code (daemon/coord/negotiator.cc, host_
              network sleeps at once (no blocked spin). (On-demand cycles with requests are TOPO's,
              for what is outside its plan: the planned step needs none.)
   topo       no agreement: a planned tensor runs as soon as this node's ranks submitted it
-An 8-byte allreduce's data: recursive doubling (log2 N rounds). One rank per daemon, one tensor
+An 8-byte allreduce's data: as the agreement (recursive doubling below 16 nodes, the tree from
+16: --host-allreduce auto). One rank per daemon, one tensor
 per step, back to back (what `syncd-bench scaling` runs); `--ranks-per-node` and `--tensors`
 change that.
 
@@ -279,8 +280,9 @@ class Daemon(Thread):
             self.spin_until = self.w.sim.now + self.w.c["spin"] + self.w.c["send"]
         for t in sorted(tensors):
             del self.pending[t]
-            if self.w.nodes > 1:
-                yield from self.recursive_doubling(("data", t), 0, lambda a, b: a, self.w.nbytes, 0)
+            if self.w.nodes > 1:  # --host-allreduce auto for a small tensor: as the agreement
+                how = self.tree if self.w.nodes >= self.w.c["tree_from"] else self.recursive_doubling
+                yield from how(("data", t), 0, lambda a, b: a, self.w.nbytes, 0)
             for r in self.ranks:
                 self.w.cpu.post(r, 0.0, lambda r=r, t=t: r.complete(t))
 
