@@ -35,7 +35,7 @@ class HealthTree {
   HealthTree() = default;
   HealthTree(uint32_t nodes, uint32_t self, uint64_t start_ns);
 
-  static uint32_t Parent(uint32_t node) { return node & (node - 1); }  // node 0: itself
+  static uint32_t Parent(uint32_t node) { return node & (node - 1); }  // BinomialTree{n, 0}; node 0: itself
   static std::vector<uint32_t> Children(uint32_t node, uint32_t nodes);
 
   // Where this node's bundles go up now: the first node of its chain that answers, or itself
