@@ -4,10 +4,11 @@
 
 namespace syncd {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released for the caller's
-// daemon to bind), chosen at random below the kernel's ephemeral port range so that outgoing
-// connections do not take it in between; 0 if none could be had.
-int FreeLoopbackPort();
+// A TCP port that was free on every address a moment ago (bound on the wildcard, then released
+// for the caller's daemon or torch's store to bind, which may bind the wildcard: a port held on
+// some other address would fail it), chosen at random below the kernel's ephemeral port range
+// so that outgoing connections do not take it in between; 0 if none could be had.
+int FreeTcpPort();
 
 }  // namespace syncd
 

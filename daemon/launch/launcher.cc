@@ -418,13 +418,15 @@ int Job::Run() {
     }
   }
   daemons_.resize(size_t(opts_.nodes));
-  rendezvous_ = (net_ ? net_->Address(0) : "127.0.0.1") + ":" + std::to_string(FreeLoopbackPort());
+  rendezvous_ = (net_ ? net_->Address(0) : "127.0.0.1") + ":" + std::to_string(FreeTcpPort());
   token_ = RandomToken();
   job_id_ = "0x" + token_.substr(0, 15);  // 60 random bits, never 0
-  master_port_ = FreeLoopbackPort();
   bool started = true;
   for (int node = 0; node < opts_.nodes && started; ++node) started = StartDaemon(node);
   if (started && WaitReady()) {
+    // Picked last, just before rank 0 binds it: a port picked before the daemons start stays
+    // unbound for as long as they take, and another job on this machine may take it meanwhile.
+    master_port_ = FreeTcpPort();
     StartWorkers();
     Supervise();
   } else {

@@ -269,7 +269,7 @@ std::vector<int> RunRanks(const std::string& run_dir, int size, const RankBody& 
 
 namespace syncd::testing {
 
-int FreePort() { return FreeLoopbackPort(); }
+int FreePort() { return FreeTcpPort(); }
 
 SharedFlag::SharedFlag()
     : page_(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) {
