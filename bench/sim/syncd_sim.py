@@ -99,6 +99,7 @@ class Thread:
         self.wakeups = 0
         self.preempt_after = 0.0
         self.warm_until = self.released_at = 0.0
+        self.poll_until = 0.0  # polling the network until then (on a core of its own)
 
 
 def plan_cores(nodes, cores, ranks_per_node):
@@ -163,8 +164,9 @@ class Cpu:
         self.dispatch(th.core)
 
     def step(self, th):
-        if not th.work and th.spin_until > self.sim.now and self.dedicated:
-            th.warm_until, th.released_at = th.spin_until, self.sim.now  # the spin, without its events
+        if not th.work and max(th.spin_until, th.poll_until) > self.sim.now and self.dedicated:
+            # the spin or the polling, without their events
+            th.warm_until, th.released_at = max(th.spin_until, th.poll_until), self.sim.now
             self.release(th, False)
             return
         if not th.work and th.spin_until > self.sim.now:
@@ -208,7 +210,8 @@ class Daemon(Thread):
         self.preempt_after = world.c["preempt_after"]
         self.w, self.node = world, node
         self.mail = {}
-        self.awaited = None
+        self.waiting = {}  # (peer, key) -> the task that waits for it
+        self.taker = self.hander = self.slot = None  # an agreement handed from the cycle to the executor
         self.idle = False  # waiting for work (or until idle_deadline)
         self.idle_deadline = None
         self.ranks = []
@@ -221,15 +224,22 @@ class Daemon(Thread):
         self.last_start = -1e18
         self.block_start = 0.0
         self.sent = self.coord_sent = self.cycles = 0
-        self.gen = self.main()
+        self.coordinator = self.main()
+        # negotiate, gs, nbcs: a cycle ends once its agreement is taken, and the next one runs
+        # while that agreement executes (negotiator.cc: at most one waits; overlapped cycles).
+        self.executor = self.execute() if world.mode in ("negotiate", "gs", "nbcs") else None
 
-    # The engine thread's program, advanced inside CPU work items.
-    def resume(self, value=None):
-        while self.gen is not None:
+    def start(self):
+        self.resume(self.coordinator)
+        if self.executor is not None:
+            self.resume(self.executor)
+
+    # The engine thread's tasks (coroutines), advanced inside CPU work items.
+    def resume(self, gen, value=None):
+        while True:
             try:
-                cmd = self.gen.send(value)
+                cmd = gen.send(value)
             except StopIteration:
-                self.gen = None
                 return
             value = None
             if cmd[0] == "send":
@@ -244,7 +254,7 @@ class Daemon(Thread):
                 if key in self.mail:
                     value = self.mail.pop(key)
                 else:
-                    self.awaited = key
+                    self.waiting[key] = gen
                     kind = key[1][0][0]
                     limit = None  # data waits poll the network (sched_yield between looks)
                     if kind == "coll":  # a large collective, timed as a whole: no look costs time
@@ -255,7 +265,11 @@ class Daemon(Thread):
                             limit = self.block_start + self.w.c["block_spin"]
                         elif self.w.network_sleep:
                             limit = -1
-                    if limit is None or self.w.sim.now < limit:
+                    if self.w.cpu.dedicated and (limit is None or self.w.sim.now < limit):
+                        # On a core of its own a poller delays no one: it sees the message as it
+                        # comes, without a wake-up, and its looks are not events of their own.
+                        self.poll_until = max(self.poll_until, math.inf if limit is None else limit)
+                    elif limit is None or self.w.sim.now < limit:
                         self.w.cpu.post(self, self.poll_cost, lambda k=key, l=limit: self.poll(k, l), yields=True)
                     return
             elif cmd[0] == "idle":  # until new work, a cycle asked for, or time cmd[1]
@@ -265,9 +279,24 @@ class Daemon(Thread):
                 if cmd[1] is not None:
                     self.w.sim.at(cmd[1], lambda t=cmd[1]: self.timer(t))
                 return
+            elif cmd[0] == "hand":  # the cycle's agreement to the executor; the cycle ends once taken
+                if self.taker is not None:
+                    taker, self.taker = self.taker, None
+                    self.w.cpu.post(self, 0.0, lambda t=taker, v=cmd[1]: self.resume(t, v))
+                    continue
+                self.slot, self.hander = cmd[1], gen
+                return
+            elif cmd[0] == "take":  # the executor: the next agreement
+                if self.hander is not None:
+                    value, hander = self.slot, self.hander
+                    self.slot = self.hander = None
+                    self.w.cpu.post(self, 0.0, lambda h=hander: self.resume(h))
+                    continue
+                self.taker = gen
+                return
 
     def poll(self, key, limit):
-        if self.awaited == key and (limit is None or self.w.sim.now < limit):  # not in yet: look again
+        if key in self.waiting and (limit is None or self.w.sim.now < limit):  # not in yet: look again
             self.w.cpu.post(self, self.poll_cost, lambda: self.poll(key, limit), yields=True)
 
     def due(self):
@@ -280,13 +309,13 @@ class Daemon(Thread):
     def wake(self, deadline=None):
         if self.idle and (deadline is None or self.idle_deadline == deadline):
             self.idle = False
-            self.resume()
+            self.resume(self.coordinator)
 
     def arrive(self, peer, key, val):
         k = (peer, key)
-        if self.awaited == k:
-            self.awaited = None
-            self.resume(val)
+        if k in self.waiting:
+            self.poll_until = 0.0
+            self.resume(self.waiting.pop(k), val)
         else:
             self.mail[k] = val
             # A cycle another node started reaches an idle daemon: it runs that cycle now, with
@@ -358,6 +387,11 @@ class Daemon(Thread):
                 for r in self.ranks:
                     self.w.cpu.post(r, 0.0, lambda r=r, t=t: r.complete(t))
 
+    def execute(self):
+        while True:
+            agreed = yield ("take",)
+            yield from self.run_data(agreed)
+
     def ready(self):
         return frozenset(t for t, k in self.pending.items() if k == len(self.ranks))
 
@@ -396,7 +430,9 @@ class Daemon(Thread):
             self.cycles += 1
             yield ("cpu", c["cycle"])
             agreed = yield from self.agree(("cycle", self.seq), self.ready(), lambda a, b: a & b)
-            yield from self.run_data(agreed)
+            for t in agreed:
+                self.pending[t] = -1  # agreed: no later cycle offers it again
+            yield ("hand", agreed)
             if mode == "gs":
                 elapsed = self.w.sim.now - self.last_start
                 sleep = yield from self.agree(("gs", self.seq), max(0.0, c["cycle_time"] - elapsed), min)
@@ -525,7 +561,7 @@ class World:
 
     def run(self):
         for d in self.daemons:
-            self.cpu.post(d, 0.0, d.resume)
+            self.cpu.post(d, 0.0, d.start)
         for r in self.ranks:
             r.start_step()
         marks = {}
@@ -562,31 +598,50 @@ def simulate(nodes, mode, cores, costs, steps=200, warmup=20, ranks_per_node=1, 
     return World(nodes, ranks_per_node, mode, cores, costs, steps, warmup, nbytes, workload).run()
 
 
-def validate(path, cores, costs, steps):
-    line = [l for l in open(path) if l.startswith("{")][-1]
-    rows = json.loads(line)["rows"]
+def scaling_rows(paths):
+    """bench/scaling.sh's rows from one or more runs (comma-separated files): per configuration
+    the median of the runs' values, with their range."""
+    runs = []
+    for path in paths.split(","):
+        line = [l for l in open(path) if l.startswith("{")][-1]
+        runs.append({(r["label"], r["daemons"]): r for r in json.loads(line)["rows"]})
+    rows = []
+    for key in runs[0]:
+        got = [run[key] for run in runs if key in run]
+        row = dict(got[0])
+        for f in ("step_us", "msgs_per_daemon_step", "cycles_per_step", "engine_cpu_us_per_daemon_step"):
+            vals = sorted(r.get(f, 0.0) for r in got)
+            row[f] = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+            row[f + "_range"] = [vals[0], vals[-1]]
+        rows.append(row)
+    return rows
+
+
+def validate(paths, cores, costs, steps):
     out = []
-    for r in rows:
+    for r in scaling_rows(paths):
         s = simulate(r["daemons"], r["label"], cores, costs, steps)
         row = {"mode": r["label"], "daemons": r["daemons"], "real_step_us": r["step_us"], "sim_step_us": s["step_us"],
+               "real_step_range": r["step_us_range"],
                "real_msgs": r["msgs_per_daemon_step"], "sim_msgs": s["msgs_per_daemon_step"],
                "real_cycles": r.get("cycles_per_step", 0.0), "sim_cycles": s["cycles_per_step"],
                "real_cpu_us": r["engine_cpu_us_per_daemon_step"], "sim_cpu_us": s["engine_cpu_us_per_daemon_step"]}
         row["step_err"] = s["step_us"] / r["step_us"] - 1 if r["step_us"] else 0.0
         row["msgs_err"] = (s["msgs_per_daemon_step"] / r["msgs_per_daemon_step"] - 1) if r["msgs_per_daemon_step"] >= 0.5 \
             else s["msgs_per_daemon_step"] - r["msgs_per_daemon_step"]
+        lo, hi = r["step_us_range"]
+        row["step_in_range"] = 0.85 * lo <= s["step_us"] <= 1.15 * hi  # within the real runs' spread, +-15 %
         out.append(row)
     return out
 
 
-FIT_COSTS = ("daemon_wake", "rank_wake", "wake_per_sharer", "poll", "poll_per_peer", "recv", "send")
+FIT_COSTS = ("daemon_wake", "rank_wake", "wake_per_sharer", "poll", "poll_per_peer", "recv", "send", "cycle", "submit", "latency")
 
 
-def fit(path, cores, costs, steps, modes):
+def fit(paths, cores, costs, steps, modes):
     """Costs that bring the model nearest the real rows of `modes` (step time and coordination
     messages per step, squared log errors), by coordinate descent from `costs`."""
-    line = [l for l in open(path) if l.startswith("{")][-1]
-    rows = [r for r in json.loads(line)["rows"] if r["label"] in modes]
+    rows = [r for r in scaling_rows(paths) if r["label"] in modes]
 
     def error(c):
         e = 0.0
@@ -670,7 +725,9 @@ def plot(rows, path):
     ax.set_xticklabels(modes)
     ax.set_ylabel("overhead per step (%)")
     ax.set_title("4,608 nodes x 6 ranks, ResNet-50-sized steps: model vs Summit")
-    ax.legend(fontsize=8)
+    top = max([100 * r["beyond_slowest"] for r in rows] + [100 * v for v in PAPER.values()])
+    ax.set_ylim(0, 1.25 * top)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -684,8 +741,10 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--bytes", type=int, default=8)
     ap.add_argument("--cost", action="append", default=[], metavar="NAME=US", help="override a cost (see DEFAULT_COSTS)")
-    ap.add_argument("--validate", metavar="SCALING_JSON", help="compare with bench/scaling.sh's output")
+    ap.add_argument("--validate", metavar="SCALING_JSON[,...]",
+                    help="compare with bench/scaling.sh's output (several runs: their median and range)")
     ap.add_argument("--fit", metavar="MODES", help="with --validate: first fit the costs to these modes' rows")
+    ap.add_argument("--fit-on", metavar="SCALING_JSON[,...]", help="with --fit: fit on these runs (default: --validate's)")
     ap.add_argument("--compute-ms", type=float, default=0.0, help="training: each rank's compute per step (0: back to back)")
     ap.add_argument("--jitter", type=float, default=0.0, help="training: compute x (1 + jitter x |N(0,1)|) per rank and step")
     ap.add_argument("--tensors", type=int, default=1, help="gradients per step, handed over across the backward pass")
@@ -705,16 +764,19 @@ def main():
         costs[k] = float(v)
     if a.validate:
         if a.fit:
-            costs = fit(a.validate, a.cores, costs, a.steps, a.fit.split(","))
+            costs = fit(a.fit_on or a.validate, a.cores, costs, a.steps, a.fit.split(","))
         rows = validate(a.validate, a.cores, costs, a.steps)
-        print("# %-10s %7s %11s %11s %7s %9s %9s %7s %8s %8s %8s %8s" % ("mode", "daemons", "real us", "sim us", "err",
-              "real msgs", "sim msgs", "err", "real cyc", "sim cyc", "real cpu", "sim cpu"))
+        print("# %-10s %7s %11s %17s %11s %7s %9s %9s %7s %8s %8s %8s %8s" % ("mode", "daemons", "real us",
+              "real range", "sim us", "err", "real msgs", "sim msgs", "err", "real cyc", "sim cyc", "real cpu", "sim cpu"))
         for r in rows:
-            print("  %-10s %7d %11.1f %11.1f %+6.0f%% %9.2f %9.2f %+6.0f%% %8.2f %8.2f %8.1f %8.1f" % (
-                r["mode"], r["daemons"], r["real_step_us"], r["sim_step_us"], 100 * r["step_err"], r["real_msgs"],
+            print("  %-10s %7d %11.1f %17s %11.1f %+6.0f%% %9.2f %9.2f %+6.0f%% %8.2f %8.2f %8.1f %8.1f" % (
+                r["mode"], r["daemons"], r["real_step_us"], "%.0f-%.0f" % tuple(r["real_step_range"]), r["sim_step_us"],
+                100 * r["step_err"], r["real_msgs"],
                 r["sim_msgs"], 100 * r["msgs_err"], r["real_cycles"], r["sim_cycles"], r["real_cpu_us"], r["sim_cpu_us"]))
         within = sum(abs(r["step_err"]) <= 0.15 and abs(r["msgs_err"]) <= 0.15 for r in rows)
-        print("# %d of %d rows within 15 %% on both step time and messages per step" % (within, len(rows)))
+        in_range = sum(r["step_in_range"] and abs(r["msgs_err"]) <= 0.15 for r in rows)
+        print("# %d of %d rows within 15 %% on both step time and messages per step (the runs' median); %d with the step"
+              " time within the runs' range +-15 %%" % (within, len(rows), in_range))
         print(json.dumps({"bench": "syncd_sim_validation", "costs": costs, "cores": a.cores, "rows": rows}))
         return
     rows = []
