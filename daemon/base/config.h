@@ -21,6 +21,9 @@ enum class PeerErrors { kAuto, kOn, kOff };         // --ucx-peer-errors
 enum class NetworkWait { kPoll, kSleep };          // --network-wait
 // --host-allreduce: the inter-node algorithm of a host allreduce (kAuto: by size and node count).
 enum class HostAllreduce { kAuto, kRecursiveDoubling, kRecursiveHalving, kRing, kTree };
+// --on-loss: what a job does when it loses a rank. kFail: the job ends with the error on every
+// rank; kContinue: the survivors go on without it (Job::ContinueWithout).
+enum class OnLoss { kFail, kContinue };
 
 // Field defaults live in ConfigTable() only; BuildConfig applies them.
 struct Config {
@@ -41,6 +44,7 @@ struct Config {
   std::string job_token;
   uint32_t join_timeout_s = 0;
   uint32_t drain_timeout_s = 0;
+  OnLoss on_loss = OnLoss::kFail;  // --on-loss
   uint32_t cycle_time_us = 0;
   CycleStart cycle_start = CycleStart::kWork;  // kTimer: Horovod's timing
   uint32_t cache_capacity = 0;

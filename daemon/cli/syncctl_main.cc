@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <thread>
 #include <utility>
@@ -204,6 +205,17 @@ void PrintTable(const syncd::control::StatusReply& s) {
     }
     for (const auto& c : s.clients())
       if (!c.unresponsive().empty()) printf("  UNRESPONSIVE rank %u (pid %d): %s\n", c.rank(), c.pid(), c.unresponsive().c_str());
+    for (const auto& c : s.clients()) {
+      if (c.state() != "lost" || c.lost_why().empty()) continue;
+      char when[32] = "";
+      if (c.lost_unix_s() > 0) {
+        const time_t t = time_t(c.lost_unix_s());
+        tm local{};
+        strftime(when, sizeof(when), " at %H:%M:%S", localtime_r(&t, &local));
+      }
+      printf("  LOST rank %u%s: %s; %s\n", c.rank(), when, c.lost_why().c_str(),
+             c.job_went_on() ? "the job went on without it (--on-loss continue)" : "the job ended");
+    }
   }
   printf("ops       ");
   for (const auto& k : s.ops().kinds()) printf(" %s %lu  ", k.kind().c_str(), (unsigned long)k.ops());

@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", opts.run_dir, "Run directory (default: a fresh one, removed at exit)");
   app.add_option("--cores", cores, "Daemon cores (passed to syncd --cores)");
   app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");
+  app.add_option("--on-loss", opts.on_loss,
+                 "What the job does when a rank dies: fail (syncrun stops every rank, as mpirun does) or continue "
+                 "(the survivors train on without it; passed to every syncd as --on-loss)")
+      ->check(CLI::IsMember({"fail", "continue"}));
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
   app.add_flag("--netns", opts.netns,

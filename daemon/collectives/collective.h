@@ -58,6 +58,9 @@ struct AcrossNodes {
   Timeline* timeline = nullptr;
   int32_t set = 0;
   HostAllreduce host_allreduce = HostAllreduce::kAuto;  // --host-allreduce
+  // --on-loss continue: lost ranks' stand-ins may be anywhere, so an AVERAGE first sums how many
+  // each node has (Request::absent) and divides by the tensors summed.
+  bool count_absent = false;
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank

@@ -36,6 +36,9 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
     out->set_last_seen_s(c.last_seen_s);
     out->set_process(c.process);
     out->set_unresponsive(c.unresponsive);
+    out->set_lost_why(c.lost_why);
+    out->set_lost_unix_s(c.lost_unix_s);
+    out->set_job_went_on(c.job_went_on);
   }
 }
 

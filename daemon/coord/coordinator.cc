@@ -14,11 +14,16 @@ namespace syncd {
 ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta) const {
   const std::vector<uint32_t> mine = RanksOf(t_->rank());
   const uint32_t first = FirstIndexOf(t_->rank());
+  // A rank lost for good stands in as its join does (TensorTable::MarkLost: absent).
+  const auto join = pending_.find(abi::kJoinName);
   ReadyTensor t;
   for (uint32_t l = 0; l < mine.size(); ++l) {
     // The coordinator checked that these stand-ins are possible.
     StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l);
-    if (r.ok()) t.requests.push_back(std::move(r.value()));
+    if (!r.ok()) continue;
+    if (join != pending_.end() && l < join->second.tensor.requests.size())
+      r->absent = join->second.tensor.requests[l].absent;
+    t.requests.push_back(std::move(r.value()));
   }
   t.agreed = SharedShapes(meta);
   return t;

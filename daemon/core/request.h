@@ -91,6 +91,9 @@ struct Request {
   // GPU executor's index), `gpu_ready` what the daemon's stream waits for before touching it.
   bool gpu = false;
   int gpu_device = -1;
+  // The stand-in of a rank the job lost and goes on without (TensorTable::MarkLost): it adds
+  // nothing, and AVERAGE does not count it.
+  bool absent = false;
   GpuReady gpu_ready;
   // Results the daemon places (allgather, alltoall; Collective::Result): the client's result area,
   // and once a block is allocated for it (just before execution) the block's data and offset,

@@ -38,7 +38,7 @@ Status TensorTable::Add(Request r) {
                   "tensor '" + r.name + "' is already in flight on rank " + std::to_string(r.rank));
   const bool join = r.kind == abi::OpKind::kJoin && join_ != nullptr;
   if (join) {
-    joined_[r.local_rank] = Joined{true, r.rank, r.set_rank};
+    joined_[r.local_rank] = Joined{true, r.rank, r.set_rank, joined_[r.local_rank].lost};
     last_joined_ = r.rank;
   }
   e.present[r.local_rank] = true;
@@ -56,7 +56,7 @@ void TensorTable::QueueIfReady(const std::string& name, Entry& e) {
   if (e.queued) return;
   const bool join = name == abi::kJoinName;
   for (uint32_t l = 0; l < local_size_; ++l)
-    if (!e.present[l] && (join || !joined_[l].joined)) return;
+    if (!e.present[l] && (join ? !joined_[l].lost : !joined_[l].joined)) return;
   e.queued = true;
   completed_.push_back(&name);
 }
@@ -75,7 +75,10 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
     for (uint32_t l = 0; l < local_size_ && agreement.ok(); ++l) {
       if (e.present[l]) continue;
       StatusOr<Request> stand_in = join_(*like, joined_[l].rank, joined_[l].set_rank, l);
-      if (stand_in.ok()) requests[l] = std::move(stand_in.value());
+      if (stand_in.ok()) {
+        requests[l] = std::move(stand_in.value());
+        requests[l].absent = joined_[l].lost;
+      }
       else agreement = stand_in.status();
     }
     if (!agreement.ok()) {  // only the present requests fail
@@ -87,7 +90,7 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
     if (it->first == abi::kJoinName) {
       // Every local rank joined: the join goes on (to the other nodes); joining ends here.
       for (Request& r : requests) r.last_joined = int32_t(last_joined_);
-      joined_.assign(local_size_, Joined{});
+      ResetJoined();
     }
     auto node = pending_.extract(it);
     if (spare_.size() < kSpareEntries) spare_.push_back(std::move(node));
@@ -130,7 +133,23 @@ void TensorTable::FailAll(const Status& error, std::vector<FailedTensor>* failed
   }
   pending_.clear();
   completed_.clear();
-  joined_.assign(local_size_, Joined{});
+  ResetJoined();
+}
+
+void TensorTable::ResetJoined() {
+  for (Joined& j : joined_)
+    if (!j.lost) j = Joined{};
+}
+
+void TensorTable::MarkLost(uint32_t local, const Request& join) {
+  if (local >= local_size_ || joined_[local].lost) return;
+  joined_[local] = Joined{true, join.rank, join.set_rank, true};
+  ++lost_count_;
+  if (lost_count_ == local_size_) {
+    auto it = pending_.find(join.name);
+    if (it == pending_.end() || !it->second.present[local]) (void)Add(join);
+  }
+  for (auto& [name, e] : pending_) QueueIfReady(name, e);  // they wait for one rank less
 }
 
 }  // namespace syncd

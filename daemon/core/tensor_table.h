@@ -73,6 +73,15 @@ class TensorTable {
   // order they completed), disagreeing ones into `failed` with a message naming the ranks.
   void TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<FailedTensor>* failed);
 
+  // The rank at local index `local` is gone and the job goes on without it (--on-loss continue):
+  // it stands in for every name from now on, as a joined rank does, for the rest of the job (a
+  // join that completes does not end it); what it submitted before stays and runs. `join` is its
+  // stand-in join: when no rank of this node is left, it is submitted for it, so that the node
+  // joins and the other nodes' collectives go on without it. Requires a table whose ranks can join.
+  void MarkLost(uint32_t local, const Request& join);
+  // Ranks standing in for good (MarkLost).
+  uint32_t lost() const { return lost_count_; }
+
   // Fails every pending tensor (a rank is gone): each is returned with `error`.
   void FailAll(const Status& error, std::vector<FailedTensor>* failed);
 
@@ -108,7 +117,10 @@ class TensorTable {
   struct Joined {
     bool joined = false;
     uint32_t rank = 0, set_rank = 0;
+    bool lost = false;  // MarkLost: joined for good
   };
+  // After a join completed or the table failed: only lost ranks stay joined.
+  void ResetJoined();
   // Whether every local rank has submitted `name` or (another name) joined; queues it once.
   void QueueIfReady(const std::string& name, Entry& e);
 
@@ -117,6 +129,7 @@ class TensorTable {
   JoinFill join_;
   std::vector<Joined> joined_;  // by local rank
   uint32_t last_joined_ = 0;    // global rank
+  uint32_t lost_count_ = 0;
   std::unordered_map<std::string, Entry> pending_;
   // Names in the order their last rank arrived: the keys of pending_'s entries (a node's key
   // stays where it is until the node leaves the map).

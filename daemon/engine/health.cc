@@ -58,6 +58,9 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
     cs.local_rank = lr;
     cs.pid = lost.pid;
     cs.state = "lost";
+    cs.lost_why = lost.reason;
+    cs.lost_unix_s = lost.lost_unix_s;
+    cs.job_went_on = lost.continued;
     out.push_back(cs);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });

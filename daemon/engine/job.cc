@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "daemon/transport/set_transport.h"
 
@@ -126,6 +127,8 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
   for (const auto& [id, set] : sets_) abandoned = abandoned || set->Abandons(local_rank);
   abandoned = abandoned || p2p_.Holds(rank);
   LostRank& lost = lost_[local_rank] = LostRank{pid, who_why, true, ++loss_seq_};
+  lost.lost_unix_s = double(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count()) / 1e3;
   // Once every local rank has come and gone the job is over: the next job's ranks may attach in
   // any order, so departed ranks stop failing new requests (they stay listed as lost until their
   // slots are reused). A rank that left before a slower one even attached still blocks.
@@ -138,6 +141,11 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
     lost.blocking = false;
     lost.rejoin_deadline_ns = abi::MonotonicNs() + kRejoinGraceNs;
     return false;
+  }
+  // --on-loss continue: the job goes on without it, on every node.
+  if (config_.on_loss != OnLoss::kFail && (!clean || abandoned)) {
+    ContinueWithout(local_rank, rank, who_why);
+    return job_over;
   }
   // Other nodes may have ranks waiting on this one: unless it left cleanly with nothing in
   // flight (the normal end of a job), the job cannot go on. This holds even when it was this
@@ -159,6 +167,10 @@ void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
     expired += (expired.empty() ? "" : "; ") + lost.reason;
   }
   if (expired.empty() || !any_attached) return;
+  if (config_.on_loss != OnLoss::kFail) {
+    for (uint32_t lr : expired_ranks) ContinueWithout(lr, config_.node_rank * local_size_ + lr, lost_[lr].reason);
+    return;
+  }
   // They will not come: what waits for them fails, and when anything did, the job ends on every
   // node (other nodes' ranks wait for them too).
   const Status why(SYNCD_ERR_RANK_LOST, expired);
@@ -168,6 +180,23 @@ void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
   for (size_t i = 1; i < expired_ranks.size(); ++i)
     p2p_.EndRank(expired_ranks[i], config_.node_rank * local_size_ + expired_ranks[i], why);
   End(EndScope::Client(expired_ranks.front(), waiting ? why : Status::Ok()), why);
+}
+
+void Job::ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string& why) {
+  LostRank& lost = lost_[local_rank];
+  lost.blocking = false;
+  lost.rejoin_deadline_ns = 0;
+  lost.continued = true;
+  spdlog::warn("{}; the job goes on without it (--on-loss continue)", why);
+  const Status gone(SYNCD_ERR_RANK_LOST, why);
+  p2p_.EndRank(local_rank, rank, gone);
+  for (auto& [id, set] : sets_)
+    if (!set->ContinueWithout(local_rank))
+      set->End(Status(SYNCD_ERR_RANK_LOST, "process set " + std::to_string(id) + ": " + why +
+                                                " (a process set cannot go on without a rank)"),
+               ProcessSet::Reach::kJob);
+  CompleteTransfers();
+  if (set_hooks_.flush) set_hooks_.flush();
 }
 
 std::string Job::BlockingLosses() const {

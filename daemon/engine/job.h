@@ -73,6 +73,9 @@ struct LostRank {
   // A rank that detached between collectives may attach again (hvd.shutdown(), then init()):
   // until this deadline requests that need it wait; 0 when not waiting for it.
   uint64_t rejoin_deadline_ns = 0;
+  // --on-loss continue: the job went on without it (Job::ContinueWithout), at this wall time.
+  bool continued = false;
+  double lost_unix_s = 0;
 };
 
 // When a rank of this node last called syncd (the stall messages say so).
@@ -124,7 +127,8 @@ class Job {
   // Returns whether the job is over here (every local rank came and went).
   bool RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::string& who_why, bool clean,
                 size_t attached_left);
-  // Fails what waits for ranks that detached cleanly and did not attach again in time.
+  // Fails what waits for ranks that detached cleanly and did not attach again in time (or, with
+  // --on-loss continue, goes on without them).
   void ExpireDepartures(uint64_t now_ns, bool any_attached);
   const std::map<uint32_t, LostRank>& lost() const { return lost_; }
 
@@ -182,6 +186,10 @@ class Job {
   Status RemoveSet(int32_t id);
   // Completes what point-to-point ended (it completes nothing itself): after every call into it.
   void CompleteTransfers();
+  // --on-loss continue: the job goes on without local rank `local_rank` (global `rank`), lost
+  // because `why`: transfers with it fail, the global set stands in for it (every other node's
+  // collectives go on without it), and each process set holding it ends (they cannot).
+  void ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string& why);
   // Why new requests must fail now (every blocking loss, first loss first), or "".
   std::string BlockingLosses() const;
   // A stall in words, with how long each missing rank has not called syncd (`here`: this node's

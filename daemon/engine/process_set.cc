@@ -491,6 +491,25 @@ void ProcessSet::Leave(uint64_t deadline_ns, const std::string& why, const std::
   Collect();
 }
 
+bool ProcessSet::ContinueWithout(uint32_t local_rank) {
+  const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
+  if (at == place_.local_ranks.end()) return true;
+  if (place_.id != 0) return false;
+  const uint32_t index = uint32_t(at - place_.local_ranks.begin());
+  Request join;
+  join.client_id = kNoClient;
+  join.kind = abi::OpKind::kJoin;
+  join.name = abi::kJoinName;
+  join.set_rank = place_.offsets[place_.node_rank] + index;
+  join.rank = place_.ranks[join.set_rank];
+  join.local_rank = index;
+  join.process_set = place_.id;
+  join.received_ns = abi::MonotonicNs();
+  join.absent = true;
+  table_.MarkLost(index, join);
+  return true;
+}
+
 bool ProcessSet::Abandons(uint32_t local_rank) const {
   const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
   if (at == place_.local_ranks.end()) return false;  // not one of the set's

@@ -154,6 +154,11 @@ class ProcessSet {
 
   // Whether a local rank's departure leaves work of the set unfinished.
   bool Abandons(uint32_t local_rank) const;
+  // A local rank is gone and the job goes on without it (--on-loss continue): in the global set
+  // it stands in for every name from now on as a joined rank does (TensorTable::MarkLost), adding
+  // nothing; what it submitted before runs with its data. False for a set whose ranks cannot
+  // join (a process set): the caller ends that set. True when the rank is not one of the set's.
+  bool ContinueWithout(uint32_t local_rank);
   // Requests held outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
   // Draining: whether the set is done everywhere (`idle_here`: the engine holds nothing and

@@ -99,7 +99,8 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), AcrossNodes{place_.comm, &host_, buffer, group_tag,
                                                                     &place_.offsets, &place_.ranks, place_.node_rank,
-                                                                    hooks_.timeline, place_.id, config_.host_allreduce});
+                                                                    hooks_.timeline, place_.id, config_.host_allreduce,
+                                                                    place_.id == 0 && config_.on_loss != OnLoss::kFail});
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
       RecordGroup(ready, g, t0, id);

@@ -12,8 +12,7 @@ namespace syncd {
 void HostExecutor::Allreduce(const TensorGroup& group) {
   if (group.empty()) return;
   const Request& head = group.front()->first();
-  ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale,
-                  head.op == SYNCD_AVERAGE ? world_size_ : 1u};
+  ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale, 1};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = group.front()->requests.size();
   std::vector<const void*>& in = inputs_;
@@ -21,6 +20,7 @@ void HostExecutor::Allreduce(const TensorGroup& group) {
   in.resize(n);
   out.resize(n);
   for (const ReadyTensor* t : group) {
+    if (head.op == SYNCD_AVERAGE) spec.divisor = Divisor(AbsentIn(*t));
     const size_t count = t->first().bytes / esize;
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
@@ -77,14 +77,19 @@ void HostExecutor::ReduceRange(const TensorGroup& group, size_t begin, size_t en
   });
 }
 
-void HostExecutor::ScatterRange(const TensorGroup& group, size_t begin, size_t end,
-                                char* segment) {
+void HostExecutor::ScatterRange(const TensorGroup& group, size_t begin, size_t end, char* segment,
+                                absl::Span<const int64_t> absent) {
   const Request& head = group.front()->first();
   const size_t esize = abi::DtypeSize(head.dtype);
   // Finish the values once, in the segment (still in cache), then copy them out to each rank.
-  Finish(head, segment, end - begin);
+  if (absent.empty()) Finish(head, segment, end - begin);
+  size_t member = 0;  // group[member] is `t`
   ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
     const char* from = segment + (pos - begin) * esize;
+    if (!absent.empty()) {
+      while (group[member] != &t) ++member;
+      Finish(head, segment + (pos - begin) * esize, count, uint32_t(absent[member]));
+    }
     for (const Request& r : t.requests) CopyStreaming(r.data + first * esize, from, count * esize);
   });
 }
@@ -146,8 +151,14 @@ void HostExecutor::Reducescatter(const ReadyTensor& t, absl::Span<const uint64_t
   }
 }
 
-void HostExecutor::Finish(const Request& head, char* data, size_t count) {
-  const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? world_size_ : 1u};
+uint32_t HostExecutor::AbsentIn(const ReadyTensor& t) {
+  uint32_t n = 0;
+  for (const Request& r : t.requests) n += r.absent;
+  return n;
+}
+
+void HostExecutor::Finish(const Request& head, char* data, size_t count, uint32_t absent) {
+  const ReduceSpec spec{head.dtype, SYNCD_SUM, 1.0, head.postscale, head.op == SYNCD_AVERAGE ? Divisor(absent) : 1u};
   if (spec.postscale == 1.0 && spec.divisor == 1) return;
   const size_t esize = abi::DtypeSize(head.dtype);
   for (size_t off = 0; off < count; off += kReduceChunkElements) {

@@ -26,8 +26,11 @@ class HostExecutor {
   // [begin, end) of the group's concatenation, held in `segment` (element `begin` at segment[0]).
   // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM); ScatterRange scales
   // the segment in place by postscale / divisor and copies it into every local rank's tensor.
+  // `absent`: per member tensor, how many of the set's ranks stood in for a lost rank
+  // (Request::absent) on every node; AVERAGE divides by the others. Empty: none did.
   void ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment);
-  void ScatterRange(const TensorGroup& group, size_t begin, size_t end, char* segment);
+  void ScatterRange(const TensorGroup& group, size_t begin, size_t end, char* segment,
+                    absl::Span<const int64_t> absent = {});
   // Copies `buffer` into every local rank's tensor except the root's.
   void ScatterBroadcast(const ReadyTensor& t, const char* buffer);
 
@@ -41,14 +44,20 @@ class HostExecutor {
   // Reducescatter on one node: local rank d gets elements [bounds[d], bounds[d+1]) of the
   // reduction, finished, at the start of its own tensor.
   void Reducescatter(const ReadyTensor& t, absl::Span<const uint64_t> bounds);
-  // The last step of a reduction done elsewhere, in place: postscale and the average's divisor.
-  void Finish(const Request& head, char* data, size_t count);
+  // The last step of a reduction done elsewhere, in place: postscale and the average's divisor
+  // (the world size less `absent` stand-ins of lost ranks).
+  void Finish(const Request& head, char* data, size_t count, uint32_t absent = 0);
+  // This node's stand-ins for lost ranks in `t` (Request::absent).
+  static uint32_t AbsentIn(const ReadyTensor& t);
 
  private:
   // Calls fn(tensor, first element in it, element count, position in the concatenation) for each
   // piece of [begin, end).
   template <typename F>
   static void ForEachPiece(const TensorGroup& group, size_t begin, size_t end, F fn);
+
+  // AVERAGE's divisor: the tensors summed (never 0: a sum of nothing stays 0).
+  uint32_t Divisor(uint32_t absent) const { return absent < world_size_ ? world_size_ - absent : 1u; }
 
   uint32_t world_size_;
   // The ranks' pointers of one chunk: kept between calls (no allocation per collective).

@@ -122,6 +122,8 @@ class Job {
   std::unique_ptr<EmulatedNetwork> net_;  // --netns
   int result_ = 0;
   bool failed_ = false;
+  int finished_well_ = 0;  // ranks that exited 0
+  int lost_code_ = 0;      // --on-loss continue: the first lost rank's exit code
 };
 
 bool Job::StartDaemon(int node) {
@@ -157,6 +159,7 @@ bool Job::StartDaemon(int node) {
     // More daemons than cores: a daemon polling the network takes the core of the one it waits for.
     if (!wait_given && AllowedCores().size() < size_t(opts_.nodes)) argv.push_back("--network-wait=sleep");
   }
+  if (!opts_.on_loss.empty()) argv.insert(argv.end(), {"--on-loss", opts_.on_loss});
   argv.insert(argv.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());
   d.pid = fork();
   if (d.pid == 0) {
@@ -305,7 +308,16 @@ void Job::Reap() {
     const int rank = it->second;
     workers_.erase(it);
     const int code = ExitCodeOf(status);
-    if (code != 0 && !failed_) {
+    if (code == 0) ++finished_well_;
+    if (code != 0 && !failed_ && opts_.on_loss == "continue") {
+      // The daemons go on without it; the job fails only if no rank finishes well.
+      Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it (--on-loss continue)");
+      if (lost_code_ == 0) lost_code_ = code;
+      if (workers_.empty() && finished_well_ == 0) {
+        failed_ = true;
+        result_ = lost_code_;
+      }
+    } else if (code != 0 && !failed_) {
       Say((opts_.network_only ? std::string("the command") : "rank " + std::to_string(rank)) + " " + Describe(status) +
           "; stopping the job");
       failed_ = true;

@@ -82,6 +82,11 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
   e->Family("syncd_clients", "gauge", "Ranks of this node by state: attached, or lost (exited or killed while attached).");
   e->Sample("syncd_clients", {{"state", "attached"}}, attached);
   e->Sample("syncd_clients", {{"state", "lost"}}, lost);
+  uint64_t went_on = 0;
+  for (const ClientSnapshot& c : s.clients) went_on += c.job_went_on;
+  e->Family("syncd_ranks_lost_job_went_on", "gauge",
+            "Ranks of this node the job lost and went on without (--on-loss continue), this job.");
+  e->Sample("syncd_ranks_lost_job_went_on", {}, went_on);
   struct PerRank {
     const char* name;
     const char* type;

@@ -33,6 +33,11 @@ struct ClientSnapshot {
   // The others have waited for it past kUnresponsiveNs (obs/status_builder.h), for this tensor.
   bool awaited = false;
   std::string awaited_tensor;
+  // A lost rank: why, when (Unix time, 0: not known), and whether the job went on without it
+  // (--on-loss continue) or ended.
+  std::string lost_why;
+  double lost_unix_s = 0;
+  bool job_went_on = false;
 };
 
 // A tensor some ranks submitted while others have not, for longer than the stall threshold.

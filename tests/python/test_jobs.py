@@ -15,8 +15,9 @@ BIN = os.environ.get("SYNCD_BIN_DIR", os.path.join(BUILD, "bin"))
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
 
 
-def syncrun(nodes, ranks, script, *args, syncd_args=(), env=None, timeout=240, shell_prefix=None):
+def syncrun(nodes, ranks, script, *args, syncd_args=(), env=None, timeout=240, shell_prefix=None, launcher_args=()):
     cmd = [os.path.join(BIN, "syncrun"), "-N", str(nodes), "-n", str(ranks), "--syncd-arg=--log-level=warn"]
+    cmd += list(launcher_args)
     cmd += ["--syncd-arg=%s" % a for a in syncd_args]
     cmd += ["--"] + (shell_prefix or []) + [sys.executable, os.path.join(JOBS, script)] + list(args)
     with tempfile.TemporaryDirectory() as results_dir:
@@ -102,6 +103,27 @@ def test_a_lost_rank_raises_on_every_survivor():
     assert len(results) == 3, p.stdout + p.stderr
     assert all(r.startswith("raised RANK_LOST") for r in results), results
     assert all("orphaned" in r for r in results), results
+
+
+@pytest.mark.parametrize("mode", ["negotiate", "topo"])
+def test_with_on_loss_continue_a_horovod_job_trains_on_after_a_rank_dies_mid_backward(mode):
+    """syncrun --on-loss continue: rank 2 SIGKILLs itself inside its backward pass at step 8; the
+    three survivors train all 30 steps, end with identical parameters, keep hvd.size() == 4, and
+    their first step without it ends within 2 s of the kill; syncrun exits 0."""
+    p, results = syncrun(2, 4, "train_through_loss.py", "30", "2", "8", syncd_args=["--coord=%s" % mode],
+                         launcher_args=["--on-loss", "continue"], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "rank 2 killed by signal" in p.stderr + p.stdout and "goes on without it" in p.stderr + p.stdout
+    killed_at = float(next(r for r in results if not r.startswith("{")))
+    ranks = [json.loads(r) for r in results if r.startswith("{")]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 3], p.stdout + p.stderr
+    assert all(r["size"] == 4 for r in ranks)
+    assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
+    for r in ranks:
+        assert len(r["ends"]) == 30
+        after = [t for t in r["ends"] if t > killed_at]
+        assert after and after[0] - killed_at < 2.0, (r["rank"], after[:1], killed_at)
+        assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]  # it still learns
 
 
 def test_torch_distributed_over_syncd_raises_on_every_survivor_of_a_lost_rank():
