@@ -312,6 +312,12 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
   auto take = [&](const std::string& name) {
     return std::move(Remove(pending_.find(name)).tensor);
   };
+  // A joined node's stand-ins: none for what no collective kind runs (a TOPO plan's registration,
+  // agreed while this node's ranks have all joined, has nothing to stand in for).
+  auto stand_in = [&](const std::string& name, const TensorMeta& meta) {
+    ReadyTensor t = StandIn(name, meta);
+    if (!t.requests.empty()) ready->push_back(std::move(t));
+  };
   const bool joined = JoinedHere();
   for (const std::string& name : run) {
     if (pending_.count(name)) {
@@ -319,7 +325,7 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
       // A kind whose shapes vary by rank: every rank's rows and splits, as cached (shared).
       ready->back().agreed = cache_.shapes(*cache_.Find(name));
     } else if (joined) {
-      ready->push_back(StandIn(name, cache_.meta(*cache_.Find(name))));
+      stand_in(name, cache_.meta(*cache_.Find(name)));
     }
   }
   Status plan_mismatch;
@@ -327,7 +333,7 @@ Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const st
     // Daemons that hold different TOPO plans cannot run the job (see Coordinate).
     if (r.name == abi::kTopoPlanName && r.status != SYNCD_OK) plan_mismatch = Status(syncd_status(r.status), r.message);
     if (!pending_.count(r.name)) {
-      if (joined && r.status == SYNCD_OK) ready->push_back(StandIn(r.name, r.meta));
+      if (joined && r.status == SYNCD_OK) stand_in(r.name, r.meta);
       continue;
     }
     if (r.status == SYNCD_OK) {

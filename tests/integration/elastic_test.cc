@@ -3,8 +3,8 @@
 // mode. The survivors' next step without it completes within 2 s of the kill and training goes on;
 // every surviving rank's contribution is counted exactly once in every collective (each rank adds
 // its own power of two, so a rank counted twice or not at all shows), the lost rank's at most once
-// and never after a step that went without it; AVERAGE divides by the tensors summed. The same
-// daemons then serve the next job with every rank.
+// and never after a step that went without it; AVERAGE divides by the tensors summed; a final
+// join completes without it. The same daemons then serve the next job with every rank.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -116,6 +116,11 @@ int TrainThroughTheLoss(const std::string& dir, int rank, int n, int local, int 
       shared->recovered_s[rank].store(NowS() - shared->t_kill.load());
     }
   }
+  // hvd.join() at the end: it completes without the lost rank.
+  int last = -1;
+  const int rc = syncd_join(c, 30'000, &last);
+  CHILD_CHECK(rc == SYNCD_OK && last != victim, "rank %d: join: %s (last rank %d): %s", rank, syncd_status_name(rc),
+              last, syncd_last_error());
   syncd_shutdown(c);
   return 0;
 }
