@@ -1,0 +1,122 @@
+"""bench/elastic.sh's driver: the time from a rank's death to the job's next completed step.
+
+For each shape (2 x 2 and 4 x 1 by default) and each trial, a Horovod training job
+(bench/elastic_job.py, Horovod's API on syncd.torch) runs under syncrun with four ranks; rank 1
+SIGKILLs itself in the middle of its backward pass at step --kill-step:
+  continue  syncrun --on-loss continue: the survivors train on. The figure is the time from the
+            kill to the moment every survivor has completed a step after it.
+  restart   the usual recovery, measured in the same run: syncrun (--on-loss fail) stops every
+            rank, and the job is launched again at once (new daemons, new Python processes) from
+            the checkpoint rank 0 wrote after every step; the figure is the time from the kill to
+            the end of the restarted job's first step (rank 0), and the steps it had to redo.
+Prints a table and, last, one JSON line. Every rank and daemon shares this machine's cores.
+
+    bench/elastic.sh [--shapes 2x2,4x1] [--trials 3] [--steps 25] [--kill-step 10] [--model cnn|resnet18]
+                     [--build build]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+p = argparse.ArgumentParser()
+p.add_argument("--shapes", default="2x2,4x1")
+p.add_argument("--trials", type=int, default=3)
+p.add_argument("--steps", type=int, default=25)
+p.add_argument("--kill-step", type=int, default=10)
+p.add_argument("--model", default="cnn")
+p.add_argument("--build", default=os.path.join(here, "..", "build"))
+a = p.parse_args()
+build = os.path.abspath(a.build)
+env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
+VICTIM = 1
+
+
+def syncrun(nodes, out, *job_args, on_loss=None):
+    cmd = [os.path.join(build, "bin", "syncrun"), "-N", str(nodes), "-n", "4", "--syncd-arg=--log-level=error"]
+    if on_loss:
+        cmd += ["--on-loss", on_loss]
+    cmd += ["--", "/usr/bin/python3", os.path.join(here, "elastic_job.py"), out, "--model", a.model] + list(job_args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def ranks_of(out):
+    return [json.load(open(os.path.join(out, f))) for f in sorted(os.listdir(out)) if f.startswith("rank")]
+
+
+def killed_at(out, p):
+    path = os.path.join(out, "killed")
+    if not os.path.exists(path):
+        sys.exit("elastic.sh: the victim did not die as planned:\n" + p.stdout + p.stderr)
+    return float(open(path).read())
+
+
+def step_ms(ranks, before):
+    ends = sorted(t for r in ranks for t in r["ends"] if t < before)
+    per_rank = [r["ends"] for r in ranks]
+    gaps = [b - a for ends in per_rank for a, b in zip(ends, ends[1:]) if b < before]
+    return 1e3 * statistics.median(gaps) if gaps else float("nan")
+
+
+def trial_continue(nodes):
+    with tempfile.TemporaryDirectory() as out:
+        p = syncrun(nodes, out, "--steps", str(a.steps), "--victim", str(VICTIM), "--kill-step", str(a.kill_step),
+                    on_loss="continue")
+        if p.returncode != 0:
+            sys.exit("elastic.sh: the continued job failed (exit %d):\n%s%s" % (p.returncode, p.stdout, p.stderr))
+        t_kill = killed_at(out, p)
+        ranks = ranks_of(out)
+        assert sorted(r["rank"] for r in ranks) == [r for r in range(4) if r != VICTIM], ranks
+        assert all(len(r["steps"]) == a.steps for r in ranks)
+        after = [min(t for t in r["ends"] if t > t_kill) for r in ranks]
+        return max(after) - t_kill, step_ms(ranks, t_kill), 0
+
+
+def trial_restart(nodes):
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as out2:
+        ck = os.path.join(out, "checkpoint.pt")
+        p = syncrun(nodes, out, "--steps", str(a.steps), "--victim", str(VICTIM), "--kill-step", str(a.kill_step),
+                    "--checkpoint", ck)
+        if p.returncode == 0:
+            sys.exit("elastic.sh: the job without --on-loss continue finished despite the kill")
+        t_kill = killed_at(out, p)
+        p2 = syncrun(nodes, out2, "--steps", "2", "--checkpoint", ck, "--resume")
+        if p2.returncode != 0:
+            sys.exit("elastic.sh: the restarted job failed (exit %d):\n%s%s" % (p2.returncode, p2.stdout, p2.stderr))
+        ranks = ranks_of(out2)
+        r0 = next(r for r in ranks if r["rank"] == 0)
+        redo = a.kill_step - r0["steps"][0]  # steps done before the kill that the restart runs again
+        return r0["ends"][0] - t_kill, float("nan"), redo
+
+
+rows = []
+for shape in a.shapes.split(","):
+    nodes, local = (int(x) for x in shape.split("x"))
+    assert nodes * local == 4, "four ranks: 2x2 or 4x1"
+    for policy, fn in (("continue", trial_continue), ("restart", trial_restart)):
+        results = [fn(nodes) for _ in range(a.trials)]
+        times = [r[0] for r in results]
+        steps = [r[1] for r in results if r[1] == r[1]]
+        rows.append({"shape": shape, "policy": policy, "kill_to_next_step_s": statistics.median(times),
+                     "min_s": min(times), "max_s": max(times), "trials": a.trials,
+                     "step_ms": statistics.median(steps) if steps else None,
+                     "steps_redone": max(r[2] for r in results)})
+print("time from a rank's SIGKILL (mid-backward, step %d) to the job's next completed step; model %s, 4 ranks, "
+      "median of %d" % (a.kill_step, a.model, a.trials))
+print("%-6s %-9s %12s %18s %10s %12s" % ("shape", "policy", "median s", "range s", "step ms", "steps redone"))
+for r in rows:
+    print("%-6s %-9s %12.3f %18s %10s %12d" % (r["shape"], r["policy"], r["kill_to_next_step_s"],
+                                              "%.3f-%.3f" % (r["min_s"], r["max_s"]),
+                                              "%.1f" % r["step_ms"] if r["step_ms"] else "-", r["steps_redone"]))
+for shape in a.shapes.split(","):
+    c = next(r for r in rows if r["shape"] == shape and r["policy"] == "continue")
+    s = next(r for r in rows if r["shape"] == shape and r["policy"] == "restart")
+    print("%s: continue recovers %.0fx sooner than a restart from the checkpoint" %
+          (shape, s["kill_to_next_step_s"] / c["kill_to_next_step_s"]))
+print(json.dumps({"bench": "elastic", "model": a.model, "kill_step": a.kill_step, "unix_time": int(time.time()),
+                  "rows": rows}))

@@ -1,0 +1,80 @@
+"""One rank of bench/elastic.sh's training job (syncd.torch, Horovod's API).
+
+    elastic_job.py OUT --steps N [--victim R --kill-step K] [--checkpoint PATH] [--resume] [--model cnn|resnet18]
+
+Each step trains on a fixed batch per rank and records when it ended. Rank R SIGKILLs itself in
+the middle of its backward pass at step K, first writing the time to OUT/killed. With
+--checkpoint, rank 0 saves the model, the optimizer and the step after every step (written to a
+temporary file, then renamed, as a careful user does); with --resume every rank loads it, rank 0's
+parameters are broadcast, and training goes on from the step after it. Each surviving rank writes
+OUT/rank<r>.json: its step numbers and their end times, and (with --resume) when it started."""
+import argparse
+import json
+import os
+import signal
+import time
+
+t_start = time.time()  # before torch loads: a restart's cost includes the import
+import torch  # noqa: E402
+
+import syncd.torch as hvd  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("out")
+p.add_argument("--steps", type=int, required=True)
+p.add_argument("--victim", type=int, default=-1)
+p.add_argument("--kill-step", type=int, default=-1)
+p.add_argument("--checkpoint")
+p.add_argument("--resume", action="store_true")
+p.add_argument("--model", default="cnn", choices=["cnn", "resnet18"])
+a = p.parse_args()
+
+hvd.init()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+if a.model == "resnet18":
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=10)
+    shape = (4, 3, 32, 32)
+else:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(16 * 28 * 28, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10))
+    shape = (8, 3, 32, 32)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                               named_parameters=model.named_parameters())
+first = 0
+if a.resume:
+    saved = torch.load(a.checkpoint)
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    first = saved["step"] + 1
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+hvd.broadcast_optimizer_state(opt, root_rank=0)
+step = first
+
+
+def die_mid_backward(grad):
+    if hvd.rank() == a.victim and step == a.kill_step:
+        with open(os.path.join(a.out, "killed"), "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return grad
+
+
+next(model.parameters()).register_hook(die_mid_backward)  # the first layer's gradient comes last
+g = torch.Generator().manual_seed(hvd.rank())
+x, y = torch.randn(*shape, generator=g), torch.randint(0, 10, (shape[0],), generator=g)
+steps, ends = [], []
+for step in range(first, first + a.steps):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    steps.append(step)
+    ends.append(time.time())
+    if a.checkpoint and hvd.rank() == 0:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, a.checkpoint + ".tmp")
+        os.replace(a.checkpoint + ".tmp", a.checkpoint)
+with open(os.path.join(a.out, "rank%d.json" % hvd.rank()), "w") as f:
+    json.dump({"rank": hvd.rank(), "steps": steps, "ends": ends, "started": t_start}, f)
+hvd.shutdown()
