@@ -266,6 +266,9 @@ void Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::s
       any &= any - 1;
       if (bit >= capacity) break;
       if (a.invalid[w] & mask) {
+        // A name waiting here as a hit goes uncached in the next cycle: on demand (topo), one is
+        // asked for, or it would wait for a cycle nobody starts.
+        if (pending_.count(cache_.name(int32_t(bit))) && !announced_.count(cache_.name(int32_t(bit)))) fresh_ = true;
         cache_.Evict(int32_t(bit));
         continue;
       }

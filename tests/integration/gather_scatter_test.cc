@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,9 @@ int Allgather(syncd_client* c, const std::string& name, void* buf, syncd_dtype d
   return syncd_wait(c, h, 60'000);
 }
 
-// Rank r contributes ((r + shift) % 3) rows of `cols` columns: uneven, and some ranks none at all.
-int CheckedAllgather(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, const std::string& name,
-                     int shift = 0) {
-  auto rows_of = [shift](int r) { return int64_t((r + shift) % 3); };
+// Rank r contributes rows_of(r) rows of `cols` columns; every rank checks every rank's.
+int CheckedAllgatherRows(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, const std::string& name,
+                         const std::function<int64_t(int)>& rows_of) {
   const size_t esize = syncd_dtype_size(dt);
   std::vector<char> in(size_t(rows_of(rank) * cols) * esize + 1);
   for (int64_t i = 0; i < rows_of(rank); ++i)
@@ -70,6 +70,12 @@ int CheckedAllgather(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t c
   syncd_release_result(c, &res);
   CHILD_CHECK(res.data == nullptr, "release clears the result");
   return 0;
+}
+
+// Rank r contributes ((r + shift) % 3) rows of `cols` columns: uneven, and some ranks none at all.
+int CheckedAllgather(syncd_client* c, int rank, int n, syncd_dtype dt, int64_t cols, const std::string& name,
+                     int shift = 0) {
+  return CheckedAllgatherRows(c, rank, n, dt, cols, name, [shift](int r) { return int64_t((r + shift) % 3); });
 }
 
 TEST_P(GatherScatter, AllgatherEveryDtypeWithUnevenFirstDimensions) {
@@ -282,6 +288,23 @@ TEST_P(GatherScatter, AFullResultAreaFailsThatRankOnlyAndReleasedBlocksAreReused
     for (syncd_result& r : kept) syncd_release_result(c, &r);
     return CheckedAllgather(c, rank, n, SYNCD_INT32, 3, "after");
   });
+  ExpectAllSucceeded(st);
+}
+
+// Under --coord topo (cycles on demand), a cached name whose shape changes on one node only: that
+// node invalidates the entry (after node 0 offered its hit), and the others, whose hit was evicted, send it through the
+// coordinator in a cycle they ask for (it once waited for a cycle nobody started: the elastic
+// job's allgather of the ranks left, after a loss on one node).
+TEST(GatherScatterTopo, AShapeThatChangesOnOneNodeOnlyIsNegotiatedAgain) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    for (int step = 0; step < 6; ++step) {
+      if (rank >= 2) usleep(20'000);  // node 0 offers its hit first; node 1 then invalidates it
+      if (CheckedAllgatherRows(c, rank, n, SYNCD_INT32, 2, "one.node", [step](int r) { return r >= 2 ? 1 + step / 3 : 1; }))
+        return 1;
+    }
+    return 0;
+  }, 30'000);
   ExpectAllSucceeded(st);
 }
 
