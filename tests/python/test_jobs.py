@@ -126,6 +126,37 @@ def test_with_on_loss_continue_a_horovod_job_trains_on_after_a_rank_dies_mid_bac
         assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]  # it still learns
 
 
+@pytest.mark.parametrize("nodes,victim,mode", [(2, 1, "negotiate"), (4, 0, "negotiate"), (2, 3, "topo")])
+def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_rank_is_killed(nodes, victim, mode):
+    """Horovod's pytorch_synthetic_benchmark_elastic.py (rewritten to the same API, small): a rank
+    killed mid-backward; every survivor sees one reset, is renumbered 0..2 in launch order with
+    hvd.size() == 3 (the reset callback scales the learning rate by it), ends with the same
+    parameters and exits 0, as does syncrun."""
+    p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3",
+                         syncd_args=["--coord=%s" % mode], launcher_args=["--on-loss", "continue"], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ranks = sorted((json.loads(r) for r in results), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1, 2], p.stdout + p.stderr
+    assert [r["launch_rank"] for r in ranks] == [r for r in range(4) if r != victim]
+    assert all(r["size"] == 3 and r["resets"] == 1 and abs(r["lr"] - 0.03) < 1e-12 for r in ranks), ranks
+    assert all(r["iters"] >= 8 for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
+
+
+def test_horovods_elastic_mnist_with_an_elastic_sampler_learns_through_a_rank_killed_mid_epoch():
+    """Horovod's pytorch_mnist_elastic.py (rewritten to the same API, synthetic MNIST-shaped data,
+    hvd.elastic.ElasticSampler in the TorchState): rank 2 killed mid-backward in epoch 2; the
+    survivors re-shard what is left of the epoch, finish every epoch, exit 0 and agree on a test
+    accuracy far above chance."""
+    p, results = syncrun(2, 4, "elastic_mnist.py", "--die-rank", "2", "--die-at-epoch", "2", "--die-at-batch", "3",
+                         launcher_args=["--on-loss", "continue"], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ranks = sorted((json.loads(r) for r in results), key=lambda r: r["rank"])
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 3, 3)], ranks
+    assert len({r["accuracy"] for r in ranks}) == 1 and ranks[0]["accuracy"] > 0.6, ranks
+    assert all(r["samples_per_rank"] == 342 and r["processed_after_loss"] > 342 for r in ranks), ranks
+
+
 def test_torch_distributed_over_syncd_raises_on_every_survivor_of_a_lost_rank():
     pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
     p, results = syncrun(2, 4, "c10d_lost_peer.py", timeout=120)

@@ -477,3 +477,37 @@ def test_fp16_compression():
     y = hvd.allreduce(x, name="fp16", op=hvd.Sum, compression=hvd.Compression.fp16)
     assert y.dtype == torch.float32
     assert torch.allclose(y, torch.full((6,), 0.5 * sum(range(1, hvd.size() + 1))))
+
+
+def test_elastic_state_saves_on_commit_restores_and_syncs_from_rank_0():
+    """hvd.elastic.TorchState as Horovod's: commit() saves (and, with every rank alive, does not
+    interrupt), restore() brings back the last commit, sync() makes every rank rank 0's."""
+    torch.manual_seed(hvd.rank())
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = hvd.elastic.TorchState(model, opt, epoch=0, seen=[])
+    state.epoch, state.seen = 3, [hvd.rank()]
+    state.commit()
+    committed = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    state.epoch = 7
+    state.restore()
+    restored_ok = state.epoch == 3 and state.seen == [hvd.rank()] and \
+        all(torch.equal(committed[k], v) for k, v in model.state_dict().items())
+    state.sync()
+    everyone = hvd.allgather_object({k: v.clone() for k, v in model.state_dict().items()})
+    assert restored_ok
+    assert state.seen == [0]  # rank 0's values
+    assert all(torch.equal(everyone[0][k], other[k]) for other in everyone for k in other)
+
+
+def test_elastic_sampler_shards_every_index_once_over_the_ranks():
+    sampler = hvd.elastic.ElasticSampler(list(range(37)), shuffle=True, seed=5)
+    sampler.set_epoch(2)
+    mine = list(iter(sampler))
+    sampler.record_batch(0, 4)
+    everyone = hvd.allgather_object(mine)
+    assert len(mine) == len(sampler) == -(-37 // hvd.size())
+    assert set(i for shard in everyone for i in shard) == set(range(37))
+    assert sampler.state_dict() == {"epoch": 2, "processed_indices": sorted(mine[:4])}

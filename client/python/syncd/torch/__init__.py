@@ -29,3 +29,5 @@ from syncd.torch.partial import (PartialInfo, partial_allreduce, partial_allredu
                                  partial_allreduce_async_)
 from syncd.torch.process_sets import ProcessSet, add_process_set, global_process_set, init, remove_process_set
 from syncd.torch.sync_batch_norm import SyncBatchNorm
+from syncd.torch import elastic  # noqa: E402 (hvd.elastic.run, TorchState, ElasticSampler)
+from syncd.torch.elastic import HostsUpdatedInterrupt

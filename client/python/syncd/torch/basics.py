@@ -37,6 +37,11 @@ _client_obj = None
 _arena_owners = weakref.WeakSet()
 _shutdown_hooks = []
 _init_hooks = []
+# The elastic view (syncd.torch.elastic): once a job that lost ranks has reset, the survivors are
+# numbered 0..n-1 in their launch order, as Horovod elastic renumbers them: rank(), size() and the
+# roots this module's calls take follow it. None: the launch numbering.
+_view = None
+_view_rank = 0
 
 
 def _not_initialized():
@@ -72,6 +77,7 @@ def shutdown():
     for owner in list(_arena_owners):
         owner.release()
     c, _client_obj = _client_obj, None
+    set_view(None)
     c.close()
 
 
@@ -94,11 +100,27 @@ def is_initialized():
 
 
 def rank():
-    return client().rank
+    return client().rank if _view is None else _view_rank
 
 
 def size():
-    return client().size
+    return client().size if _view is None else len(_view)
+
+
+def set_view(launch_ranks):
+    """Numbers the ranks `launch_ranks` (launch ranks, ascending, this one among them) 0..n-1;
+    None (or every rank) returns to the launch numbering."""
+    global _view, _view_rank
+    if launch_ranks is None or (_client_obj is not None and list(launch_ranks) == list(range(_client_obj.size))):
+        _view = None
+        return
+    _view = list(launch_ranks)
+    _view_rank = _view.index(client().rank)
+
+
+def launch_rank(r):
+    """The launch rank of rank `r` as rank() numbers ranks (a root, say)."""
+    return _view[r] if _view is not None and 0 <= r < len(_view) else r
 
 
 def local_rank():

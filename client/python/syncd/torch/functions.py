@@ -78,6 +78,8 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     everything, lengths = synchronize(_allgather_rows_async(data, "allgather_object.%s" % name, _ps(process_set)))
     out, at = [], 0
     for length in lengths:
+        if length == 0:  # a rank the job lost and went on without (--on-loss continue) adds nothing
+            continue
         out.append(_from_bytes(everything[at:at + length]))
         at += length
     return out

@@ -184,7 +184,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def _broadcast_async(tensor, output, root_rank, name, ps):
     req = _Request(output, keep=tensor)
-    _submit(req, "broadcast", _name("broadcast", name, ps), tensor, output, root=root_rank, ps=ps)
+    _submit(req, "broadcast", _name("broadcast", name, ps), tensor, output, root=basics.launch_rank(root_rank), ps=ps)
     return _register(req)
 
 

@@ -1,0 +1,319 @@
+"""hvd.elastic: Horovod's elastic API over syncd (`syncrun --on-loss continue`, or every syncd of
+the job started with `--on-loss continue`).
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            ...
+            state.commit()
+
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
+    state.register_reset_callbacks([on_state_reset])
+    train(state)
+
+How a loss reaches the script. The daemons finish every collective among the ranks still alive
+(a lost rank adds nothing; Average divides by the tensors summed), so no call fails and nothing
+has to be rolled back. The next `state.commit()` or `state.check_host_updates()` learns who is
+left (one allgather of the ranks, the same answer on every survivor) and raises
+HostsUpdatedInterrupt on every survivor at the same point; `run` catches it, renumbers the
+survivors 0..n-1 in their launch order (hvd.rank(), hvd.size() and the roots of broadcasts
+follow), calls the reset callbacks and goes on from the state as it is (nothing was lost, so no
+sync is needed, as Horovod skips it when hosts were only removed). HorovodInternalError (a
+collective that failed: a job under --on-loss fail, a mismatch) restores the last commit, as in
+Horovod, and the state is synced from rank 0 before the function runs again.
+
+Not yet: ranks joining a running job (HostsUpdatedInterrupt for added hosts), process sets and
+alltoall splits in the renumbered view (they take launch ranks).
+"""
+import copy
+import functools
+import math
+import random
+
+import torch
+
+from syncd.torch import basics
+from syncd.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from syncd.torch.gather_scatter import allgather
+from syncd.torch.requests import HorovodInternalError
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """The job's ranks changed; raised on every rank at the same commit. `skip_sync`: only ranks
+    were removed, so the survivors' state is already the same everywhere."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the job's ranks changed")
+        self.skip_sync = skip_sync
+
+
+def _members():
+    """The launch ranks alive now, ascending: every rank's own, allgathered (a lost rank adds no row)."""
+    mine = torch.tensor([basics.client().rank], dtype=torch.int64)
+    return sorted(int(r) for r in allgather(mine, name="syncd.elastic.members"))
+
+
+class State:
+    """What training must keep across a change of ranks: save() on commit, restore() after a
+    failure, sync() from rank 0, reset() when the ranks changed."""
+
+    def __init__(self):
+        self._reset_callbacks = []
+        self._members = None
+
+    def register_reset_callbacks(self, callbacks):
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp, update_res):
+        """Horovod's driver notification; syncd's daemons need none (check_host_updates asks them)."""
+
+    def commit(self):
+        """Saves the state, then checks whether ranks were lost (HostsUpdatedInterrupt)."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        members = _members()
+        if self._members is None:
+            self._members = members
+        if members != self._members:
+            removed_only = set(members) <= set(self._members)
+            self._members = members
+            raise HostsUpdatedInterrupt(skip_sync=removed_only)
+
+    def save(self):
+        raise NotImplementedError()
+
+    def restore(self):
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+    def reset(self):
+        pass
+
+
+class ObjectState(State):
+    """Plain Python values (kwargs), kept as attributes: saved by deep copy, synced by broadcast
+    from rank 0."""
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=basics.rank, **kwargs):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__()
+
+    def save(self):
+        new_state = {}
+        for attr in self._saved_state:
+            new_state[attr] = copy.deepcopy(getattr(self, attr))
+        self._saved_state = new_state
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state, root_rank=0, name="syncd.elastic.object_state")
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, copy.deepcopy(value))
+
+
+class _Handler:
+    """A value with a state_dict (a model, an optimizer, an ElasticSampler): saved by deep copy of
+    it, restored by loading it back; sync() and reset() are the value's own."""
+
+    def __init__(self, value):
+        self.value = value
+        self._saved = copy.deepcopy(value.state_dict())
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        pass
+
+    def reset(self):
+        pass
+
+
+class _ModelHandler(_Handler):
+    def sync(self):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class _OptimizerHandler(_Handler):
+    def sync(self):
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class _SamplerHandler(_Handler):
+    def _processed_anywhere(self):
+        processed = set()
+        for s in allgather_object(self.value.state_dict(), name="syncd.elastic.sampler"):
+            processed |= set(s["processed_indices"])
+        return sorted(processed)
+
+    def sync(self):
+        # What any rank has processed is processed: the union, at rank 0's epoch.
+        processed = self._processed_anywhere()
+        epoch = broadcast_object(self.value.epoch, root_rank=0, name="syncd.elastic.sampler_epoch")
+        self.value.load_state_dict({"epoch": epoch, "processed_indices": processed})
+
+    def reset(self):
+        # Every survivor resets at the same point: each re-shards what no rank has processed yet
+        # over the new numbering (each rank recorded only its own shard).
+        self.value.load_state_dict({"epoch": self.value.epoch, "processed_indices": self._processed_anywhere()})
+
+
+class TorchState(ObjectState):
+    """Horovod's TorchState: a model, an optimizer, ElasticSamplers and any other values
+    (`state.epoch`, `state.batch`), each saved on commit, restored after a failure and synced from
+    rank 0."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        handlers, values = {}, {}
+        if model is not None:
+            handlers["model"] = _ModelHandler(model)
+        if optimizer is not None:
+            handlers["optimizer"] = _OptimizerHandler(optimizer)
+        for k, v in kwargs.items():
+            if isinstance(v, ElasticSampler):
+                handlers[k] = _SamplerHandler(v)
+            else:
+                values[k] = v
+        self._handlers = handlers
+        super().__init__(**values)
+
+    def __getattr__(self, name):
+        handlers = self.__dict__.get("_handlers", {})
+        if name in handlers:
+            return handlers[name].value
+        raise AttributeError(name)
+
+    def save(self):
+        for h in self._handlers.values():
+            h.save()
+        super().save()
+
+    def restore(self):
+        for h in self._handlers.values():
+            h.restore()
+        super().restore()
+
+    def sync(self):
+        for h in self._handlers.values():
+            h.sync()
+        super().sync()
+
+    def reset(self):
+        for h in self._handlers.values():
+            h.reset()
+
+
+class ElasticSampler(torch.utils.data.Sampler):
+    """Horovod's ElasticSampler: shards a dataset over hvd.size() ranks and, after a change of
+    ranks, re-shards what this epoch has not processed yet (record_batch / record_indices say what
+    was)."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.processed_indices = set()
+        self.num_replicas = 0
+        self.rank = 0
+        self.remaining_indices = []
+        self.num_samples = 0
+        self.total_size = 0
+        self.indices = []
+        self.reset()
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self.processed_indices = set()
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        self.record_indices(self.get_indices(batch_idx, batch_size))
+
+    def record_indices(self, indices):
+        self.processed_indices.update(indices)
+
+    def get_indices(self, batch_idx, batch_size):
+        start = batch_idx * batch_size
+        return self.indices[start:min(start + batch_size, len(self.indices))]
+
+    def load_state_dict(self, state_dict):
+        self.epoch = state_dict["epoch"]
+        self.processed_indices = set(state_dict["processed_indices"])
+        self.reset()
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+
+    def reset(self):
+        self.num_replicas = basics.size()
+        self.rank = basics.rank()
+        self.remaining_indices = [i for i in range(len(self.dataset)) if i not in self.processed_indices]
+        self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
+        self.total_size = self.num_samples * self.num_replicas
+        self.indices = self._shard()
+
+    def _shard(self):
+        indices = list(self.remaining_indices)
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(indices)
+        if indices:
+            indices += indices[:self.total_size - len(indices)]  # pad to a multiple of the ranks
+        return indices[self.rank:self.total_size:self.num_replicas]
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return self.num_samples
+
+
+def _reset():
+    """After a change of ranks: number the survivors 0..n-1 (the daemons went on without the lost
+    ones; nothing to detach or attach again)."""
+    basics.set_view(_members())
+
+
+def run(func):
+    """Horovod's hvd.elastic.run: calls func(state, ...) until it returns; a change of ranks
+    (HostsUpdatedInterrupt) resets and goes on, a failed collective (HorovodInternalError)
+    restores the last commit, resets and syncs from rank 0 first."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError:
+                state.restore()
+                skip_sync = False
+            except HostsUpdatedInterrupt as e:
+                skip_sync = e.skip_sync
+            _reset()
+            state.on_reset()
+
+    return wrapper

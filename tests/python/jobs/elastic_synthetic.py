@@ -1,0 +1,103 @@
+"""Horovod's elastic synthetic benchmark (examples/elastic/pytorch/pytorch_synthetic_benchmark_elastic.py),
+rewritten to the same API with `import syncd.torch as hvd`, small enough for a CPU test, and with
+a rank that SIGKILLs itself in the middle of its backward pass at an iteration (--die-rank,
+--die-at-iter). Every rank that finishes reports as JSON: its rank and size after the job, its
+launch rank, the learning rate the reset callback set, how many resets it saw, the iterations it
+timed and the digest of its parameters."""
+import argparse
+import hashlib
+import json
+import os
+import signal
+import timeit
+
+import torch
+import torch.nn.functional as F
+import torch.optim as optim
+
+import syncd.torch as hvd
+from report import report
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=8)
+parser.add_argument("--num-warmup-batches", type=int, default=2)
+parser.add_argument("--num-batches-per-iter", type=int, default=3)
+parser.add_argument("--num-iters", type=int, default=8)
+parser.add_argument("--num-batches-per-commit", type=int, default=1)
+parser.add_argument("--die-rank", type=int, default=-1)
+parser.add_argument("--die-at-iter", type=int, default=-1)
+args = parser.parse_args()
+
+hvd.init()
+launch_rank = hvd.rank()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                            torch.nn.Linear(8 * 30 * 30, 10))
+
+
+def lr_scaler():
+    return hvd.size()
+
+
+lr = 0.01
+optimizer = optim.SGD(model.parameters(), lr=lr * lr_scaler())
+optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                     compression=hvd.Compression.none, op=hvd.Average)
+data = torch.randn(args.batch_size, 3, 32, 32, generator=torch.Generator().manual_seed(launch_rank))
+target = torch.LongTensor(args.batch_size).random_(generator=torch.Generator().manual_seed(launch_rank)) % 10
+current_iter = -1
+
+
+def die_mid_backward(grad):
+    if launch_rank == args.die_rank and current_iter == args.die_at_iter:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return grad
+
+
+model[0].weight.register_hook(die_mid_backward)
+
+
+def benchmark_step(state):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(data), target)
+    loss.backward()
+    optimizer.step()
+    state.batch += 1
+    if state.batch == args.num_batches_per_commit:
+        state.batch = 0
+        state.commit()
+
+
+@hvd.elastic.run
+def run_benchmark(state):
+    global current_iter
+    if not state.warm:
+        timeit.timeit(lambda: benchmark_step(state), number=args.num_warmup_batches)
+        state.warm = True
+        state.commit()
+    for x in range(state.iter, args.num_iters):
+        current_iter = x
+        time = timeit.timeit(lambda: benchmark_step(state), number=args.num_batches_per_iter)
+        state.img_secs.append(args.batch_size * args.num_batches_per_iter / time)
+        state.iter = x
+        state.commit()
+
+
+resets = 0
+
+
+def on_state_reset():
+    global resets
+    resets += 1
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr * lr_scaler()
+
+
+state = hvd.elastic.TorchState(model, optimizer, img_secs=[], iter=0, batch=0, warm=False)
+state.register_reset_callbacks([on_state_reset])
+run_benchmark(state)
+digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.state_dict().values())).hexdigest()
+report(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "launch_rank": launch_rank, "resets": resets,
+                   "lr": optimizer.param_groups[0]["lr"], "iters": len(state.img_secs), "digest": digest}))
+hvd.shutdown()
