@@ -22,6 +22,12 @@ int main(int argc, char** argv) {
                  "What the job does when a rank dies: fail (syncrun stops every rank, as mpirun does) or continue "
                  "(the survivors train on without it; passed to every syncd as --on-loss)")
       ->check(CLI::IsMember({"fail", "continue"}));
+  bool elastic = false;
+  app.add_flag("--elastic", elastic,
+               "An elastic job (Horovod's hvd.elastic): --on-loss continue unless told otherwise; the job stops only "
+               "when fewer than --min-np ranks are left");
+  app.add_option("--min-np", opts.min_np, "With --elastic: the fewest ranks the job may go on with (default 1)")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
   app.add_flag("--netns", opts.netns,
@@ -58,6 +64,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   opts.bind_workers = !no_bind;
+  if (elastic && opts.on_loss.empty()) opts.on_loss = "continue";
+  if (opts.min_np > 1 && opts.on_loss != "continue") {
+    fprintf(stderr, "syncrun: --min-np needs --elastic (or --on-loss continue)\n");
+    return 2;
+  }
   if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -311,11 +311,19 @@ void Job::Reap() {
     if (code == 0) ++finished_well_;
     if (code != 0 && !failed_ && opts_.on_loss == "continue") {
       // The daemons go on without it; the job fails only if no rank finishes well.
-      Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it (--on-loss continue)");
       if (lost_code_ == 0) lost_code_ = code;
-      if (workers_.empty() && finished_well_ == 0) {
+      const int left = int(workers_.size()) + finished_well_;
+      if (left < opts_.min_np) {
+        Say("rank " + std::to_string(rank) + " " + Describe(status) + "; " + std::to_string(left) +
+            " ranks are left, fewer than --min-np " + std::to_string(opts_.min_np) + "; stopping the job");
         failed_ = true;
-        result_ = lost_code_;
+        result_ = code;
+      } else {
+        Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it (--on-loss continue)");
+        if (workers_.empty() && finished_well_ == 0) {
+          failed_ = true;
+          result_ = lost_code_;
+        }
       }
     } else if (code != 0 && !failed_) {
       Say((opts_.network_only ? std::string("the command") : "rank " + std::to_string(rank)) + " " + Describe(status) +

@@ -32,6 +32,7 @@ struct LaunchOptions {
   // "continue": every daemon gets --on-loss continue, and a rank that dies does not stop the job
   // (the others train on); "" or "fail": the first rank to fail stops every other.
   std::string on_loss;
+  int min_np = 1;  // "continue": the job stops once fewer ranks than this are left running
   // Each node in a network namespace of its own, behind a link (launch/netns.h), limited to
   // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
   bool netns = false;

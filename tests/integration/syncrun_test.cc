@@ -105,6 +105,23 @@ TEST_F(SyncrunTest, SignalledRankReportsSignalExitCode) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL) << "status " << st;
 }
 
+// --elastic (--on-loss continue): a rank that dies does not stop the others, and syncrun exits 0
+// when they finish well; once fewer than --min-np ranks are left, the job stops as without it.
+TEST_F(SyncrunTest, ElasticGoesOnWithoutALostRankUntilFewerThanMinNpAreLeft) {
+  const std::string body = "if [ $SYNCD_RANK = 1 ]; then kill -9 $$; fi; sleep ";
+  const pid_t ok = Start({"--elastic", "-n", "3", "--", "sh", "-c", body + "1"});
+  const int st = WaitChild(ok, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st << "\n" << Out();
+  const double t0 = NowS();
+  const pid_t stop = Start({"--elastic", "--min-np", "3", "-n", "3", "--", "sh", "-c", body + "60"});
+  const int st2 = WaitChild(stop, 30'000);
+  EXPECT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 128 + SIGKILL) << "status " << st2;
+  EXPECT_LT(NowS() - t0, 10.0);
+  const pid_t refused = Start({"--min-np", "2", "-n", "3", "--", "true"});
+  const int st3 = WaitChild(refused, 30'000);
+  EXPECT_TRUE(WIFEXITED(st3) && WEXITSTATUS(st3) == 2) << "status " << st3;
+}
+
 TEST_F(SyncrunTest, CtrlCStopsEverything) {
   const std::string pids = dir_ + "/pids";
   const pid_t p = Start({"-n", "2", "--run-dir", dir_ + "/ctrl-c-run", "--", "sh", "-c", "echo $$ >> " + pids + "; exec sleep 60"});
