@@ -127,6 +127,16 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
   for (const auto& [id, set] : sets_) abandoned = abandoned || set->Abandons(local_rank);
   abandoned = abandoned || p2p_.Holds(rank);
   LostRank& lost = lost_[local_rank] = LostRank{pid, who_why, true, ++loss_seq_};
+  // The timeline marks a rank lost while the job runs (not the normal end of a job).
+  if (Timeline* tl = set_hooks_.timeline; tl != nullptr && tl->on() && (!clean || abandoned)) {
+    TraceEvent e;
+    e.t0 = e.t1 = abi::MonotonicNs();
+    e.kind = TraceKind::kMark;
+    e.rank = int32_t(rank);
+    e.name = tl->Name("rank " + std::to_string(rank) + " lost: " + who_why +
+                      (config_.on_loss == OnLoss::kContinue ? "; the job goes on without it" : ""));
+    tl->Record(e);
+  }
   lost.lost_unix_s = double(std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count()) / 1e3;
   // Once every local rank has come and gone the job is over: the next job's ranks may attach in

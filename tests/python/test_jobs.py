@@ -109,10 +109,17 @@ def test_a_lost_rank_raises_on_every_survivor():
 def test_with_on_loss_continue_a_horovod_job_trains_on_after_a_rank_dies_mid_backward(mode):
     """syncrun --on-loss continue: rank 2 SIGKILLs itself inside its backward pass at step 8; the
     three survivors train all 30 steps, end with identical parameters, keep hvd.size() == 4, and
-    their first step without it ends within 2 s of the kill; syncrun exits 0."""
-    p, results = syncrun(2, 4, "train_through_loss.py", "30", "2", "8", syncd_args=["--coord=%s" % mode],
-                         launcher_args=["--on-loss", "continue"], timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
+    their first step without it ends within 2 s of the kill; syncrun exits 0; the timeline marks it."""
+    with tempfile.TemporaryDirectory() as d:
+        timeline = os.path.join(d, "timeline.json")
+        p, results = syncrun(2, 4, "train_through_loss.py", "30", "2", "8",
+                             syncd_args=["--coord=%s" % mode, "--timeline=%s" % timeline],
+                             launcher_args=["--on-loss", "continue"], timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        with open(timeline) as f:
+            marks = [e["name"] for e in json.load(f) if e.get("ph") == "i"]
+    # The job-wide timeline (node 0's file) marks the loss on node 1.
+    assert any(m.startswith("rank 2 lost:") and m.endswith("the job goes on without it") for m in marks), marks
     assert "rank 2 killed by signal" in p.stderr + p.stdout and "goes on without it" in p.stderr + p.stdout
     killed_at = float(next(r for r in results if not r.startswith("{")))
     ranks = [json.loads(r) for r in results if r.startswith("{")]
