@@ -507,6 +507,8 @@ bool ProcessSet::ContinueWithout(uint32_t local_rank) {
   join.received_ns = abi::MonotonicNs();
   join.absent = true;
   table_.MarkLost(index, join);
+  partial_.LoseRank(index);
+  CollectPartial();
   return true;
 }
 

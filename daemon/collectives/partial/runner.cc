@@ -245,7 +245,7 @@ void PartialRunner::Report(const std::string& name, Op& op) {
   if (op.meta.majority()) {
     const uint32_t init = PartialInitiator(name, round, place_.set_size);
     initiator_fresh = init >= place_.first() && init - place_.first() < place_.local_size() &&
-                      op.waiting[init - place_.first()].has_value();
+                      (op.waiting[init - place_.first()].has_value() || (any_lost_ && lost_[init - place_.first()]));
   }
   const uint32_t coordinator = PartialCoordinator(name, place_.nodes());
   if (place_.node == coordinator)
@@ -354,7 +354,18 @@ void PartialRunner::Start(const std::string& name, Op& op) {
   }
   op.flight = std::move(f);
   ++flights_;
+  // The next round's initiator may be a rank that is gone: this node speaks for it now.
+  if (any_lost_ && op.meta.majority()) Report(name, op);
   if (place_.comm == nullptr) Finish(name, op);
+}
+
+void PartialRunner::LoseRank(uint32_t local) {
+  if (local >= place_.local_size()) return;
+  lost_.resize(place_.local_size(), false);
+  lost_[local] = true;
+  any_lost_ = true;
+  for (auto& [name, op] : ops_)
+    if (op.meta.majority()) Report(name, op);
 }
 
 void PartialRunner::Finish(const std::string& name, Op& op) {

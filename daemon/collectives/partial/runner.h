@@ -130,6 +130,10 @@ class PartialRunner {
   std::vector<Stall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
   // Fails every waiting request with `why` (named per tensor); everything is dropped.
   void FailAll(const Status& why);
+  // Local rank `local` is gone for good and the job goes on (--on-loss continue): it never comes
+  // again, so as a majority round's initiator it counts as fresh here, and the round starts once
+  // the quorum of other ranks is fresh (its node reports that, even with no rank of its own left).
+  void LoseRank(uint32_t local);
   std::vector<PartialOpSnapshot> Snapshot() const;
 
  private:
@@ -159,6 +163,8 @@ class PartialRunner {
   void Tell(int32_t node, ControlMessage m) { messages_.push_back(PartialMessage{node, std::move(m)}); }
 
   const PartialPlace place_;
+  std::vector<bool> lost_;  // by local index (LoseRank)
+  bool any_lost_ = false;
   std::vector<PartialCompletion> completed_;
   std::vector<PartialMessage> messages_;
   std::map<std::string, Op> ops_;
