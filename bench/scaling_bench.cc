@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -137,21 +138,36 @@ void RunScaling(syncd_client* c, const ScalingOptions& o, uint64_t init_start_ns
   const syncd_graph g{&op, 1, nullptr, 0, &fetch, 1};
   Check(syncd_register_graph(c, &g, -1, nullptr), "registering the step's graph");
   Steps(c, o.steps, o.partial_names);  // warm: the name is cached (or planned) from here on
-  const Counters a = Snapshot(c, o);
-  (void)Steps(c, o.steps, o.partial_names);
-  const Counters b = Snapshot(c, o), cc = Snapshot(c, o);
-  const double t2 = Steps(c, 2 * o.steps, o.partial_names);
-  const Counters d = Snapshot(c, o);
+  // Per step: a window of 2s steps less a window of s steps, each between two status reads, so
+  // what the reads cost (the cycles that run meanwhile) cancels. On a loaded machine one read may
+  // take far longer than another and leave its idle cycles in the difference, so three such pairs
+  // are taken and each figure is their median.
+  constexpr int kPairs = 3;
+  double pairs[4][kPairs], t2s[kPairs];
+  for (int k = 0; k < kPairs; ++k) {
+    const Counters a = Snapshot(c, o);
+    (void)Steps(c, o.steps, o.partial_names);
+    const Counters b = Snapshot(c, o), cc = Snapshot(c, o);
+    t2s[k] = Steps(c, 2 * o.steps, o.partial_names);
+    const Counters d = Snapshot(c, o);
+    const double s = o.steps;
+    pairs[0][k] = ((d.messages - cc.messages) - (b.messages - a.messages)) / s;
+    pairs[1][k] = ((d.bytes - cc.bytes) - (b.bytes - a.bytes)) / s;
+    pairs[2][k] = ((d.cpu_s - cc.cpu_s) - (b.cpu_s - a.cpu_s)) / s * 1e6;
+    pairs[3][k] = ((d.cycles - cc.cycles) - (b.cycles - a.cycles)) / s;
+  }
+  auto median = [](double* v) {
+    std::sort(v, v + kPairs);
+    return v[kPairs / 2];
+  };
   // An idle window: what the daemons send while the ranks compute (health reports).
   const Counters e = Snapshot(c, o);
   usleep(useconds_t(o.idle_s * 1e6));
   const Counters f = Snapshot(c, o);
   const double s = o.steps, idle = f.at_s - e.at_s;
+  const double t2 = median(t2s);
   // Per daemon and step (health: per second idle); the sum over daemons (for the mean) and the busiest daemon.
-  double per[6] = {((d.messages - cc.messages) - (b.messages - a.messages)) / s,
-                   ((d.bytes - cc.bytes) - (b.bytes - a.bytes)) / s,
-                   ((d.cpu_s - cc.cpu_s) - (b.cpu_s - a.cpu_s)) / s * 1e6,
-                   ((d.cycles - cc.cycles) - (b.cycles - a.cycles)) / s,
+  double per[6] = {median(pairs[0]), median(pairs[1]), median(pairs[2]), median(pairs[3]),
                    idle > 0 ? (f.health_messages - e.health_messages) / idle : 0,
                    idle > 0 ? (f.health_bytes - e.health_bytes) / idle : 0};
   const bool reads = syncd_local_rank(c) == 0;

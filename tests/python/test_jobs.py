@@ -161,7 +161,9 @@ def test_horovods_elastic_mnist_with_an_elastic_sampler_learns_through_a_rank_ki
     ranks = sorted((json.loads(r) for r in results), key=lambda r: r["rank"])
     assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 3, 3)], ranks
     assert len({r["accuracy"] for r in ranks}) == 1 and ranks[0]["accuracy"] > 0.6, ranks
-    assert all(r["samples_per_rank"] == 342 and r["processed_after_loss"] > 342 for r in ranks), ranks
+    # Epoch 2 had 4 of its 8 batches of 32 done on 3 survivors when the loss reached the next commit:
+    # what is left (1024 - 3 * 128 = 640) is re-sharded over 3 (214 each); epoch 3 is 342 each.
+    assert all(r["samples_per_rank"] == 342 and r["processed_after_loss"] == 214 + 342 for r in ranks), ranks
 
 
 def test_torch_distributed_over_syncd_raises_on_every_survivor_of_a_lost_rank():
