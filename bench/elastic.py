@@ -5,6 +5,11 @@ For each shape (2 x 2 and 4 x 1 by default) and each trial, a Horovod training j
 SIGKILLs itself in the middle of its backward pass at step --kill-step:
   continue  syncrun --on-loss continue: the survivors train on. The figure is the time from the
             kill to the moment every survivor has completed a step after it.
+  restore   syncrun --elastic (--on-loss restore), the job in Horovod's elastic form (hvd.elastic.run,
+            a TorchState committed after every step): the step in flight raises
+            HorovodInternalError on every survivor, which roll back to the last commit, renumber and
+            sync from the new rank 0; the figure is the time from the kill to the moment every
+            survivor has completed a step after it.
   restart   the usual recovery, measured in the same run: syncrun (--on-loss fail) stops every
             rank, and the job is launched again at once (new daemons, new Python processes) from
             the checkpoint rank 0 wrote after every step; the figure is the time from the kill to
@@ -37,10 +42,9 @@ env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
 VICTIM = 1
 
 
-def syncrun(nodes, out, *job_args, on_loss=None):
+def syncrun(nodes, out, *job_args, launcher=()):
     cmd = [os.path.join(build, "bin", "syncrun"), "-N", str(nodes), "-n", "4", "--syncd-arg=--log-level=error"]
-    if on_loss:
-        cmd += ["--on-loss", on_loss]
+    cmd += list(launcher)
     cmd += ["--", "/usr/bin/python3", os.path.join(here, "elastic_job.py"), out, "--model", a.model] + list(job_args)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
@@ -63,18 +67,26 @@ def step_ms(ranks, before):
     return 1e3 * statistics.median(gaps) if gaps else float("nan")
 
 
-def trial_continue(nodes):
+def trial_survived(nodes, launcher, *job_args):
     with tempfile.TemporaryDirectory() as out:
         p = syncrun(nodes, out, "--steps", str(a.steps), "--victim", str(VICTIM), "--kill-step", str(a.kill_step),
-                    on_loss="continue")
+                    *job_args, launcher=launcher)
         if p.returncode != 0:
-            sys.exit("elastic.sh: the continued job failed (exit %d):\n%s%s" % (p.returncode, p.stdout, p.stderr))
+            sys.exit("elastic.sh: the job %s failed (exit %d):\n%s%s" % (launcher, p.returncode, p.stdout, p.stderr))
         t_kill = killed_at(out, p)
         ranks = ranks_of(out)
         assert sorted(r["rank"] for r in ranks) == [r for r in range(4) if r != VICTIM], ranks
-        assert all(len(r["steps"]) == a.steps for r in ranks)
+        assert all(sorted(set(r["steps"])) == list(range(a.steps)) for r in ranks), ranks
         after = [min(t for t in r["ends"] if t > t_kill) for r in ranks]
-        return max(after) - t_kill, step_ms(ranks, t_kill), 0
+        return max(after) - t_kill, step_ms(ranks, t_kill), max(len(r["steps"]) - len(set(r["steps"])) for r in ranks)
+
+
+def trial_continue(nodes):
+    return trial_survived(nodes, ["--on-loss", "continue"])
+
+
+def trial_restore(nodes):
+    return trial_survived(nodes, ["--elastic"], "--elastic")
 
 
 def trial_restart(nodes):
@@ -83,7 +95,7 @@ def trial_restart(nodes):
         p = syncrun(nodes, out, "--steps", str(a.steps), "--victim", str(VICTIM), "--kill-step", str(a.kill_step),
                     "--checkpoint", ck)
         if p.returncode == 0:
-            sys.exit("elastic.sh: the job without --on-loss continue finished despite the kill")
+            sys.exit("elastic.sh: the job under --on-loss fail finished despite the kill")
         t_kill = killed_at(out, p)
         p2 = syncrun(nodes, out2, "--steps", "2", "--checkpoint", ck, "--resume")
         if p2.returncode != 0:
@@ -98,7 +110,7 @@ rows = []
 for shape in a.shapes.split(","):
     nodes, local = (int(x) for x in shape.split("x"))
     assert nodes * local == 4, "four ranks: 2x2 or 4x1"
-    for policy, fn in (("continue", trial_continue), ("restart", trial_restart)):
+    for policy, fn in (("continue", trial_continue), ("restore", trial_restore), ("restart", trial_restart)):
         results = [fn(nodes) for _ in range(a.trials)]
         times = [r[0] for r in results]
         steps = [r[1] for r in results if r[1] == r[1]]
@@ -114,9 +126,10 @@ for r in rows:
                                               "%.3f-%.3f" % (r["min_s"], r["max_s"]),
                                               "%.1f" % r["step_ms"] if r["step_ms"] else "-", r["steps_redone"]))
 for shape in a.shapes.split(","):
-    c = next(r for r in rows if r["shape"] == shape and r["policy"] == "continue")
     s = next(r for r in rows if r["shape"] == shape and r["policy"] == "restart")
-    print("%s: continue recovers %.0fx sooner than a restart from the checkpoint" %
-          (shape, s["kill_to_next_step_s"] / c["kill_to_next_step_s"]))
+    for policy in ("continue", "restore"):
+        c = next(r for r in rows if r["shape"] == shape and r["policy"] == policy)
+        print("%s: %s recovers %.0fx sooner than a restart from the checkpoint" %
+              (shape, policy, s["kill_to_next_step_s"] / c["kill_to_next_step_s"]))
 print(json.dumps({"bench": "elastic", "model": a.model, "kill_step": a.kill_step, "unix_time": int(time.time()),
                   "rows": rows}))

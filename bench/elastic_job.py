@@ -1,13 +1,16 @@
 """One rank of bench/elastic.sh's training job (syncd.torch, Horovod's API).
 
-    elastic_job.py OUT --steps N [--victim R --kill-step K] [--checkpoint PATH] [--resume] [--model cnn|resnet18]
+    elastic_job.py OUT --steps N [--victim R --kill-step K] [--checkpoint PATH] [--resume] [--elastic]
+                   [--model cnn|resnet18]
 
 Each step trains on a fixed batch per rank and records when it ended. Rank R SIGKILLs itself in
 the middle of its backward pass at step K, first writing the time to OUT/killed. With
 --checkpoint, rank 0 saves the model, the optimizer and the step after every step (written to a
 temporary file, then renamed, as a careful user does); with --resume every rank loads it, rank 0's
-parameters are broadcast, and training goes on from the step after it. Each surviving rank writes
-OUT/rank<r>.json: its step numbers and their end times, and (with --resume) when it started."""
+parameters are broadcast, and training goes on from the step after it. With --elastic the loop is
+Horovod's elastic one (hvd.elastic.run over a TorchState of the model, the optimizer and the step,
+committed after every step). Each surviving rank writes OUT/rank<r>.json (r: its launch rank): its
+step numbers and their end times, and (with --resume) when it started."""
 import argparse
 import json
 import os
@@ -26,10 +29,12 @@ p.add_argument("--victim", type=int, default=-1)
 p.add_argument("--kill-step", type=int, default=-1)
 p.add_argument("--checkpoint")
 p.add_argument("--resume", action="store_true")
+p.add_argument("--elastic", action="store_true")
 p.add_argument("--model", default="cnn", choices=["cnn", "resnet18"])
 a = p.parse_args()
 
 hvd.init()
+launch_rank = hvd.rank()  # hvd.elastic renumbers the survivors
 torch.manual_seed(0)
 torch.set_num_threads(1)
 if a.model == "resnet18":
@@ -55,7 +60,7 @@ step = first
 
 
 def die_mid_backward(grad):
-    if hvd.rank() == a.victim and step == a.kill_step:
+    if launch_rank == a.victim and step == a.kill_step:
         with open(os.path.join(a.out, "killed"), "w") as f:
             f.write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -63,18 +68,37 @@ def die_mid_backward(grad):
 
 
 next(model.parameters()).register_hook(die_mid_backward)  # the first layer's gradient comes last
-g = torch.Generator().manual_seed(hvd.rank())
+g = torch.Generator().manual_seed(launch_rank)
 x, y = torch.randn(*shape, generator=g), torch.randint(0, 10, (shape[0],), generator=g)
 steps, ends = [], []
-for step in range(first, first + a.steps):
+
+
+def train_step():
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
     steps.append(step)
     ends.append(time.time())
-    if a.checkpoint and hvd.rank() == 0:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, a.checkpoint + ".tmp")
-        os.replace(a.checkpoint + ".tmp", a.checkpoint)
-with open(os.path.join(a.out, "rank%d.json" % hvd.rank()), "w") as f:
-    json.dump({"rank": hvd.rank(), "steps": steps, "ends": ends, "started": t_start}, f)
+
+
+if a.elastic:
+    @hvd.elastic.run
+    def train(state):
+        global step
+        while state.step < first + a.steps:
+            step = state.step
+            train_step()
+            state.step += 1
+            state.commit()
+
+    train(hvd.elastic.TorchState(model, opt, step=first))
+else:
+    for step in range(first, first + a.steps):
+        train_step()
+        if a.checkpoint and hvd.rank() == 0:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                       a.checkpoint + ".tmp")
+            os.replace(a.checkpoint + ".tmp", a.checkpoint)
+with open(os.path.join(a.out, "rank%d.json" % launch_rank), "w") as f:
+    json.dump({"rank": launch_rank, "steps": steps, "ends": ends, "started": t_start}, f)
 hvd.shutdown()

@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 13;
+inline constexpr uint32_t kVersion = 14;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -235,7 +235,15 @@ struct NodePage {
   Doorbell engine_doorbell;
   alignas(kCacheLine) std::atomic<uint64_t> engine_heartbeat_ns;  // CLOCK_MONOTONIC
   std::atomic<uint32_t> daemon_state;                              // DaemonState
+  // How many times the job's membership changed (--on-loss continue/restore: nodes lost); 0 at
+  // each job's start. A client's requests fail until it acknowledges the latest
+  // (SegmentHeader::membership_seen, syncd_acknowledge_membership).
+  std::atomic<uint32_t> membership;
 };
+
+// SegmentHeader::joined_as.
+inline constexpr uint32_t kJoinedAsMember = 1;
+inline constexpr uint32_t kJoinedAsReplacement = 2;
 
 // Start of every client segment. Offsets point into the same mapping.
 struct SegmentHeader {
@@ -254,6 +262,13 @@ struct SegmentHeader {
   RingIndices submit;
   RingIndices completion;
   Doorbell client_doorbell;  // the client sleeps here waiting for completions
+  // The job membership (NodePage::membership) the client acknowledged: set by the daemon at
+  // attach, then by the client (syncd_acknowledge_membership).
+  alignas(kCacheLine) std::atomic<uint32_t> membership_seen;
+  // Set by the engine once it has taken the client in (after the attach handshake, which the
+  // attach server answers): kJoinedAsMember, or kJoinedAsReplacement when the client takes the
+  // place of a rank the job had gone on without (syncd_replaces_lost_rank); 0 until then.
+  std::atomic<uint32_t> joined_as;
 };
 
 struct SegmentLayout {

@@ -43,6 +43,12 @@ int syncd_init(const syncd_init_options* opts, syncd_client** out) {
 
 void syncd_shutdown(syncd_client* c) { delete Unwrap(c); }
 
+int syncd_acknowledge_membership(syncd_client* c, uint32_t* membership) {
+  return Unwrap(c)->AcknowledgeMembership(membership);
+}
+
+int syncd_replaces_lost_rank(syncd_client* c, int* replaces) { return Unwrap(c)->ReplacesLostRank(replaces); }
+
 int syncd_rank(const syncd_client* c) { return Unwrap(c)->identity().rank; }
 int syncd_size(const syncd_client* c) { return Unwrap(c)->identity().size; }
 int syncd_local_rank(const syncd_client* c) { return Unwrap(c)->identity().local_rank; }

@@ -84,6 +84,9 @@ class Client {
   int SubmitFailure(const char* name, const char* why, syncd_handle* out, int process_set = 0);
   // syncd_start_timeline (`path` non-empty) and syncd_stop_timeline: a kTimeline entry, waited for.
   int Timeline(const std::string& path, int64_t timeout_ms);
+  // syncd_acknowledge_membership.
+  int AcknowledgeMembership(uint32_t* membership);
+  int ReplacesLostRank(int* replaces);  // syncd_replaces_lost_rank
 
  private:
   enum class SlotState : uint8_t { kFree, kInFlight, kDone };

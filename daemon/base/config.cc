@@ -155,10 +155,13 @@ std::vector<ConfigEntry> JobEntries() {
      "Graceful drain (SIGTERM, syncctl drain): seconds in-flight collectives get to finish before they fail",
      Unsigned(&Config::drain_timeout_s, "drain-timeout", 0)},
     {"on-loss", "SYNCD_ON_LOSS", "fail",
-     "What the job does when a rank dies: fail (every rank gets an error naming it, the job ends) or continue (the "
+     "What the job does when a rank dies: fail (every rank gets an error naming it, the job ends), continue (the "
      "survivors go on: collectives sum over them, Average divides by the tensors summed; ranks keep their numbers "
-     "and hvd.size() stays). Every daemon of the job must have the same",
-     OneOf<OnLoss>(&Config::on_loss, "on-loss", {{"fail", OnLoss::kFail}, {"continue", OnLoss::kContinue}})},
+     "and hvd.size() stays) or restore (as continue, but the first collective that goes without it fails on every "
+     "survivor, so that hvd.elastic.run rolls back to the last commit, as Horovod elastic). Every daemon of the job "
+     "must have the same",
+     OneOf<OnLoss>(&Config::on_loss, "on-loss",
+                   {{"fail", OnLoss::kFail}, {"continue", OnLoss::kContinue}, {"restore", OnLoss::kRestore}})},
   };
 }
 

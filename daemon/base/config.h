@@ -22,8 +22,10 @@ enum class NetworkWait { kPoll, kSleep };          // --network-wait
 // --host-allreduce: the inter-node algorithm of a host allreduce (kAuto: by size and node count).
 enum class HostAllreduce { kAuto, kRecursiveDoubling, kRecursiveHalving, kRing, kTree };
 // --on-loss: what a job does when it loses a rank. kFail: the job ends with the error on every
-// rank; kContinue: the survivors go on without it (Job::ContinueWithout).
-enum class OnLoss { kFail, kContinue };
+// rank; kContinue: the survivors go on without it (Job::ContinueWithout); kRestore: as kContinue,
+// but the first collective that goes without it fails on every survivor (Horovod elastic's
+// HorovodInternalError: the script rolls back to its last commit).
+enum class OnLoss { kFail, kContinue, kRestore };
 
 // Field defaults live in ConfigTable() only; BuildConfig applies them.
 struct Config {

@@ -214,7 +214,14 @@ void PrintTable(const syncd::control::StatusReply& s) {
         strftime(when, sizeof(when), " at %H:%M:%S", localtime_r(&t, &local));
       }
       printf("  LOST rank %u%s: %s; %s\n", c.rank(), when, c.lost_why().c_str(),
-             c.job_went_on() ? "the job went on without it (--on-loss continue)" : "the job ended");
+             c.job_went_on() ? "the job went on without it (--on-loss continue or restore)" : "the job ended");
+    }
+    for (const auto& m : s.membership_changes()) {
+      char when[32] = "";
+      const time_t t = time_t(m.unix_s());
+      tm local{};
+      strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&t, &local));
+      printf("  MEMBERSHIP %u at %s: %s\n", m.membership(), when, m.why().c_str());
     }
   }
   printf("ops       ");

@@ -19,15 +19,19 @@ int main(int argc, char** argv) {
   app.add_option("--cores", cores, "Daemon cores (passed to syncd --cores)");
   app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");
   app.add_option("--on-loss", opts.on_loss,
-                 "What the job does when a rank dies: fail (syncrun stops every rank, as mpirun does) or continue "
-                 "(the survivors train on without it; passed to every syncd as --on-loss)")
-      ->check(CLI::IsMember({"fail", "continue"}));
+                 "What the job does when a rank dies: fail (syncrun stops every rank, as mpirun does), continue "
+                 "(the survivors train on without it) or restore (as continue, but the collective in flight fails "
+                 "on every survivor, so hvd.elastic.run rolls back to the last commit); passed to every syncd")
+      ->check(CLI::IsMember({"fail", "continue", "restore"}));
   bool elastic = false;
   app.add_flag("--elastic", elastic,
-               "An elastic job (Horovod's hvd.elastic): --on-loss continue unless told otherwise; the job stops only "
+               "An elastic job (Horovod's hvd.elastic): --on-loss restore unless told otherwise; the job stops only "
                "when fewer than --min-np ranks are left");
   app.add_option("--min-np", opts.min_np, "With --elastic: the fewest ranks the job may go on with (default 1)")
       ->check(CLI::Range(1, 1024));
+  app.add_flag("--respawn", opts.respawn,
+               "With --elastic: start a rank that dies again (up to 3 times, while its node's daemon lives); the "
+               "replacement joins the others at their next state.commit() and gets the state from rank 0");
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
   app.add_flag("--netns", opts.netns,
@@ -64,9 +68,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   opts.bind_workers = !no_bind;
-  if (elastic && opts.on_loss.empty()) opts.on_loss = "continue";
-  if (opts.min_np > 1 && opts.on_loss != "continue") {
-    fprintf(stderr, "syncrun: --min-np needs --elastic (or --on-loss continue)\n");
+  if (elastic && opts.on_loss.empty()) opts.on_loss = "restore";
+  if ((opts.min_np > 1 || opts.respawn) && (opts.on_loss.empty() || opts.on_loss == "fail")) {
+    fprintf(stderr, "syncrun: --min-np and --respawn need --elastic (or --on-loss continue or restore)\n");
     return 2;
   }
   if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);

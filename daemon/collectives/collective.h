@@ -23,6 +23,7 @@
 #include <absl/types/span.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,9 +59,10 @@ struct AcrossNodes {
   Timeline* timeline = nullptr;
   int32_t set = 0;
   HostAllreduce host_allreduce = HostAllreduce::kAuto;  // --host-allreduce
-  // --on-loss continue: lost ranks' stand-ins may be anywhere, so an AVERAGE first sums how many
-  // each node has (Request::absent) and divides by the tensors summed.
-  bool count_absent = false;
+  // --on-loss continue and restore: how many of the set's ranks stood in for a lost rank
+  // (Request::absent), per member, summed over every node (the same on every node); nullptr: none
+  // counted (no loss policy, or a kind that needs no count). AVERAGE divides by the tensors summed.
+  std::shared_ptr<const std::vector<int64_t>> absent;
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank

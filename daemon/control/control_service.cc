@@ -233,6 +233,12 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_completion_events_dropped(s->dropped_completion_events);
   r->set_health_messages_sent(s->health_messages);
   r->set_health_bytes_sent(s->health_bytes);
+  for (const StatusSnapshot::MembershipChange& m : s->membership_changes) {
+    control::MembershipChange* out = r->add_membership_changes();
+    out->set_membership(m.membership);
+    out->set_unix_s(m.unix_s);
+    out->set_why(m.why);
+  }
   for (const StragglerRank& g : s->stragglers) {
     control::Straggler* o = r->add_stragglers();
     o->set_rank(g.rank);

@@ -38,7 +38,8 @@ Status TensorTable::Add(Request r) {
                   "tensor '" + r.name + "' is already in flight on rank " + std::to_string(r.rank));
   const bool join = r.kind == abi::OpKind::kJoin && join_ != nullptr;
   if (join) {
-    joined_[r.local_rank] = Joined{true, r.rank, r.set_rank, joined_[r.local_rank].lost};
+    const Joined& was = joined_[r.local_rank];
+    joined_[r.local_rank] = Joined{true, r.rank, r.set_rank, was.lost, was.replaced};
     last_joined_ = r.rank;
   }
   e.present[r.local_rank] = true;
@@ -87,6 +88,12 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
         if (e.present[l]) present.push_back(std::move(requests[l]));
       requests = std::move(present);
     }
+    // A lost rank's replacement submitted this name itself: it takes part again from here on.
+    for (uint32_t l = 0; l < local_size_; ++l)
+      if (e.present[l] && joined_[l].lost && joined_[l].replaced) {
+        joined_[l] = Joined{};
+        --lost_count_;
+      }
     if (it->first == abi::kJoinName) {
       // Every local rank joined: the join goes on (to the other nodes); joining ends here.
       for (Request& r : requests) r.last_joined = int32_t(last_joined_);
@@ -139,6 +146,10 @@ void TensorTable::FailAll(const Status& error, std::vector<FailedTensor>* failed
 void TensorTable::ResetJoined() {
   for (Joined& j : joined_)
     if (!j.lost) j = Joined{};
+}
+
+void TensorTable::Replaced(uint32_t local) {
+  if (local < local_size_ && joined_[local].lost) joined_[local].replaced = true;
 }
 
 void TensorTable::MarkLost(uint32_t local, const Request& join) {

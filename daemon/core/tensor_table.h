@@ -79,7 +79,10 @@ class TensorTable {
   // stand-in join: when no rank of this node is left, it is submitted for it, so that the node
   // joins and the other nodes' collectives go on without it. Requires a table whose ranks can join.
   void MarkLost(uint32_t local, const Request& join);
-  // Ranks standing in for good (MarkLost).
+  // A replacement attached in the place of lost rank `local`: the first name taken with a request
+  // of its own (not one the lost rank left) ends the stand-in; it takes part again from then on.
+  void Replaced(uint32_t local);
+  // Ranks standing in for good (MarkLost, until Replaced).
   uint32_t lost() const { return lost_count_; }
 
   // Fails every pending tensor (a rank is gone): each is returned with `error`.
@@ -118,6 +121,7 @@ class TensorTable {
     bool joined = false;
     uint32_t rank = 0, set_rank = 0;
     bool lost = false;  // MarkLost: joined for good
+    bool replaced = false;  // Replaced: a request of its own ends `lost`
   };
   // After a join completed or the table failed: only lost ranks stay joined.
   void ResetJoined();

@@ -38,6 +38,25 @@ void Engine::EndJob(uint64_t next_job) {
   job_.reset();
 }
 
+bool Engine::PublishMembership() {
+  if (job_->membership() == published_membership_) return false;
+  published_membership_ = job_->membership();
+  node_page_->page()->membership.store(published_membership_, std::memory_order_release);
+  return true;
+}
+
+Status Engine::MembershipRefusal(const Request& r) const {
+  if (job_->membership() == 0) return Status::Ok();
+  const auto it = clients_.find(r.client_id);
+  if (it == clients_.end() ||
+      it->second.info->segment.membership_seen() >= job_->membership())
+    return Status::Ok();
+  return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + job_->membership_why() +
+                                         "; this rank has not acknowledged the new membership yet "
+                                         "(hvd.elastic.run does, after the calls in flight; C: "
+                                         "syncd_acknowledge_membership)");
+}
+
 void Engine::BeginJob(uint64_t job) {
   // The new job's messages are kept apart from anything the old one left.
   if (transport_) transport_->SetEpoch(JobEpoch(job));
@@ -66,6 +85,8 @@ void Engine::BeginJob(uint64_t job) {
   hooks.pool = &request_pool_;
   hooks.ledger = &ledger_;
   job_ = std::make_unique<Job>(config_, job, local_size_, std::move(links));
+  published_membership_ = 0;
+  node_page_->page()->membership.store(0, std::memory_order_release);
   JobTimeline::Links timeline;
   timeline.transport = transport_.get();
   timeline.job = job;
@@ -100,7 +121,9 @@ bool Engine::DrainEvents() {
         world_size_ = local_size_ * config_.nodes;
       }
       if (start) BeginJob(a->client->job_id);
-      job_->Attached(lr);
+      a->client->segment.set_joined_as(job_->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
+      // A rank that attaches starts in the job's membership as it is.
+      a->client->segment.set_membership_seen(job_->membership());
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
       clients_[id].info = std::move(a->client);

@@ -228,7 +228,7 @@ bool Engine::Poll() {
     kick_client_(id);
     did = true;
   }
-  if (job_) did |= job_->Poll(abi::MonotonicNs());
+  if (job_) did |= job_->Poll(abi::MonotonicNs()) | PublishMembership();
   for (size_t i = 0; i < retired_.size();) {
     did |= retired_[i]->PollGpu();
     if (retired_[i]->gpu_busy()) ++i;
@@ -287,7 +287,9 @@ void Engine::Take(Request r) {
   refused.rank = r.rank;
   refused.handle = r.handle;
   refused.bytes = r.bytes;
-  if (Status st = job_->Take(std::move(r)); !st.ok()) End(EndScope::OneRequest(refused), st);
+  Status st = MembershipRefusal(r);
+  if (st.ok()) st = job_->Take(std::move(r));
+  if (!st.ok()) End(EndScope::OneRequest(refused), st);
 }
 
 std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {
@@ -564,6 +566,7 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     f->reports_health = transport_ != nullptr;
     f->host = job_->host();
     f->pending = job_->PendingTensors();
+    s->membership_changes = job_->membership_changes();
     if (f->reports_health) f->peer_health = job_->PeerHealth(now_ns);
   }
   s->timeline = timeline_.State();

@@ -137,6 +137,10 @@ class Engine {
   // its coordination afresh on many nodes.
   void EndJob(uint64_t next_job);
   void BeginJob(uint64_t job);
+  // The job's membership (Job::membership) into the node page when it changed (returns whether
+  // it did); a request of a rank that has not acknowledged it is refused (why, or OK).
+  bool PublishMembership();
+  Status MembershipRefusal(const Request& r) const;
   bool HasWork();
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
   // on any node; see Negotiator::SetDrain).
@@ -183,6 +187,7 @@ class Engine {
   uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";
   std::unique_ptr<Job> job_;  // the job being served (null until a client attached)
+  uint32_t published_membership_ = 0;  // NodePage::membership
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   RequestLedger ledger_;  // every request read off a ring until its one completion
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring

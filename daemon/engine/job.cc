@@ -53,11 +53,24 @@ Status Job::Take(Request&& r) {
   if (set == nullptr)
     return InvalidArgument("tensor '" + r.name + "': process set " + std::to_string(r.process_set) +
                            " is not one of this job's");
-  if (Status why = set->Refusal(); !why.ok())
+  if (Status why = set->Refusal(); !why.ok()) {
+    // The set broke on a lost node this daemon had not looked at yet: the job goes on without it
+    // from now on, and the rank must acknowledge that first (the engine refuses it until then).
+    if (const uint32_t before = membership_; config_.on_loss != OnLoss::kFail && links_.transport != nullptr) {
+      LoseNodes();
+      if (membership_ != before)
+        return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + membership_why_ +
+                                               "; acknowledge the new membership, then call again");
+    }
     return Status(why.code(), "tensor '" + r.name + "': cannot run, " + why.message());
-  if (!lost_.empty())
+  }
+  if (!lost_.empty()) {
     if (std::string losses = BlockingLosses(); !losses.empty())
       return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': cannot run, " + losses);
+    if (const auto it = lost_.find(r.local_rank); it != lost_.end() && it->second.continued)
+      return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': rank " + std::to_string(r.rank) +
+                                             " cannot take part: " + it->second.reason);
+  }
   if (set_hooks_.ledger != nullptr) set_hooks_.ledger->Enter(r, RequestState::kWaiting, r.received_ns);  // in its set from now
   if (abi::IsPointToPoint(r.kind)) {
     p2p_.Add(std::move(r));
@@ -69,6 +82,12 @@ Status Job::Take(Request&& r) {
 
 bool Job::Poll(uint64_t now_ns) {
   bool did = false;
+  if (config_.on_loss != OnLoss::kFail && links_.transport != nullptr) {
+    // A global set another node aborted for a lost node: nothing of it progresses the network any
+    // more, and this node must see the loss for itself to go on.
+    if (auto it = sets_.find(0); it != sets_.end() && !it->second->Refusal().ok()) links_.transport->Progress();
+    LoseNodes();
+  }
   for (auto& [id, set] : sets_) did |= set->Poll(now_ns);
   if (p2p_.InFlight() > 0) {
     did |= p2p_.Poll();
@@ -120,6 +139,36 @@ void Job::Retire(std::vector<std::unique_ptr<ProcessSet>>* retired) {
   set_changes_.clear();
 }
 
+double Job::UnixSeconds() {
+  return double(std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count()) / 1e3;
+}
+
+bool Job::Attached(uint32_t local_rank) {
+  const auto it = lost_.find(local_rank);
+  if (it == lost_.end()) return false;
+  if (!it->second.continued) {
+    lost_.erase(it);
+    return false;
+  }
+  size_t continued = 0;
+  for (const auto& [lr, l] : lost_) continued += l.continued;
+  if (continued == local_size_) {
+    it->second.reason = "every rank of node " + std::to_string(config_.node_rank) +
+                        " was lost and the node left the job's collectives for good: a replacement cannot "
+                        "take part there (not supported yet)";
+    return false;
+  }
+  const std::string why = "rank " + std::to_string(config_.node_rank * local_size_ + local_rank) +
+                          " is back: a replacement attached in its place; it takes part again from its first "
+                          "collective";
+  spdlog::info("{}", why);
+  membership_changes_.push_back({membership_, UnixSeconds(), why});
+  lost_.erase(it);
+  if (const auto set = sets_.find(0); set != sets_.end()) set->second->Replaced(local_rank);
+  return true;
+}
+
 bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::string& who_why, bool clean,
                    size_t attached_left) {
   // Requests of this rank still in flight were abandoned: what needs them cannot complete.
@@ -134,11 +183,10 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
     e.kind = TraceKind::kMark;
     e.rank = int32_t(rank);
     e.name = tl->Name("rank " + std::to_string(rank) + " lost: " + who_why +
-                      (config_.on_loss == OnLoss::kContinue ? "; the job goes on without it" : ""));
+                      (config_.on_loss != OnLoss::kFail ? "; the job goes on without it" : ""));
     tl->Record(e);
   }
-  lost.lost_unix_s = double(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::now().time_since_epoch()).count()) / 1e3;
+  lost.lost_unix_s = UnixSeconds();
   // Once every local rank has come and gone the job is over: the next job's ranks may attach in
   // any order, so departed ranks stop failing new requests (they stay listed as lost until their
   // slots are reused). A rank that left before a slower one even attached still blocks.
@@ -152,7 +200,7 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
     lost.rejoin_deadline_ns = abi::MonotonicNs() + kRejoinGraceNs;
     return false;
   }
-  // --on-loss continue: the job goes on without it, on every node.
+  // --on-loss continue or restore: the job goes on without it, on every node.
   if (config_.on_loss != OnLoss::kFail && (!clean || abandoned)) {
     ContinueWithout(local_rank, rank, who_why);
     return job_over;
@@ -197,7 +245,8 @@ void Job::ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string&
   lost.blocking = false;
   lost.rejoin_deadline_ns = 0;
   lost.continued = true;
-  spdlog::warn("{}; the job goes on without it (--on-loss continue)", why);
+  spdlog::warn("{}; the job goes on without it (--on-loss {})", why,
+               config_.on_loss == OnLoss::kRestore ? "restore: what was in flight fails" : "continue");
   const Status gone(SYNCD_ERR_RANK_LOST, why);
   p2p_.EndRank(local_rank, rank, gone);
   for (auto& [id, set] : sets_)
@@ -247,39 +296,48 @@ void Job::ApplySetChanges() {
   }
 }
 
-Status Job::AddSet(const std::vector<int64_t>& ranks) {
-  if (set_info_.size() >= size_t(abi::kMaxProcessSets))
-    return InvalidArgument("at most " + std::to_string(abi::kMaxProcessSets) +
-                           " process sets (the global one included) may exist at once; remove one first");
-  const int32_t id = ++last_set_id_;
-  // A tag slot no live set uses, the least recently freed first (a removed set's late messages
-  // then meet no new set for a long while).
-  uint32_t slot = last_slot_;
+uint32_t Job::FreeSlot() {
   auto used = [this](uint32_t s) {
     for (const auto& [sid, info] : set_info_)
       if (info.slot == s) return true;
     return false;
   };
-  do slot = slot % uint32_t(abi::kMaxProcessSets) + 1;
-  while (used(slot));
-  last_slot_ = slot;
+  for (uint32_t tries = 0; tries < uint32_t(abi::kMaxProcessSets); ++tries) {
+    last_slot_ = last_slot_ % uint32_t(abi::kMaxProcessSets) + 1;
+    if (!used(last_slot_)) return last_slot_;
+  }
+  return 0;
+}
+
+ProcessSetPlace Job::PlaceOf(int32_t id, const std::vector<int64_t>& ranks, std::vector<uint32_t>* nodes) const {
   ProcessSetPlace place;
   place.id = id;
   place.job = id_;
-  std::vector<uint32_t> nodes;  // the set's nodes, in order
   for (int64_t r : ranks) {
     const uint32_t node = uint32_t(r) / local_size_;
-    if (nodes.empty() || nodes.back() != node) {
-      nodes.push_back(node);
+    if (nodes->empty() || nodes->back() != node) {
+      nodes->push_back(node);
       place.offsets.push_back(uint32_t(place.ranks.size()));
     }
     place.ranks.push_back(uint32_t(r));
     if (node == config_.node_rank) place.local_ranks.push_back(uint32_t(r) % local_size_);
   }
   place.offsets.push_back(uint32_t(place.ranks.size()));
+  if (!place.local_ranks.empty())
+    place.node_rank = uint32_t(std::find(nodes->begin(), nodes->end(), config_.node_rank) - nodes->begin());
+  return place;
+}
+
+Status Job::AddSet(const std::vector<int64_t>& ranks) {
+  if (set_info_.size() >= size_t(abi::kMaxProcessSets))
+    return InvalidArgument("at most " + std::to_string(abi::kMaxProcessSets) +
+                           " process sets (the global one included) may exist at once; remove one first");
+  const int32_t id = ++last_set_id_;
+  const uint32_t slot = FreeSlot();
+  std::vector<uint32_t> nodes;  // the set's nodes, in order
+  ProcessSetPlace place = PlaceOf(id, ranks, &nodes);
   SetInfo info{place.ranks, slot, nullptr};
   if (!place.local_ranks.empty()) {
-    place.node_rank = uint32_t(std::find(nodes.begin(), nodes.end(), config_.node_rank) - nodes.begin());
     if (nodes.size() > 1) info.comm = std::make_unique<SetTransport>(links_.transport, nodes, slot);
     place.comm = info.comm.get();
     spdlog::info("process set {}: {} ranks on {} nodes, {} here", id, place.ranks.size(), nodes.size(),

@@ -118,8 +118,12 @@ class Job {
   // nobody); the rest go with the job.
   void Retire(std::vector<std::unique_ptr<ProcessSet>>* retired);
 
-  // Ranks. A local rank attached (again); it is not lost any more.
-  void Attached(uint32_t local_rank) { lost_.erase(local_rank); }
+  // Ranks. A local rank attached (again); it is not lost any more. Returns whether it takes the
+  // place of a rank the job went on without (--on-loss continue, restore): a replacement, that
+  // takes part again from the first name it submits itself (TensorTable). Where every rank of this
+  // node was lost the node left the job's collectives for good: such a slot stays lost (its
+  // requests are refused, naming why).
+  bool Attached(uint32_t local_rank);
   // Local rank `local_rank` (global `rank`, process `pid`) left: `who_why` says who and why;
   // `clean`: it detached with syncd_shutdown; `attached_left`: how many of this node's ranks are
   // still attached. What needs it fails (and, unless it left cleanly between collectives, the job
@@ -131,6 +135,13 @@ class Job {
   // --on-loss continue, goes on without them).
   void ExpireDepartures(uint64_t now_ns, bool any_attached);
   const std::map<uint32_t, LostRank>& lost() const { return lost_; }
+
+  // Lost nodes (lost_nodes.cc), --on-loss continue and restore: how many times the job's
+  // membership changed (0 until a node is lost), and why it last did. A rank's requests fail
+  // until it has acknowledged the latest (the engine checks: NodePage::membership).
+  uint32_t membership() const { return membership_; }
+  const std::string& membership_why() const { return membership_why_; }
+  const std::vector<StatusSnapshot::MembershipChange>& membership_changes() const { return membership_changes_; }
 
   // The ranks of set `id` a request names (nullptr: not a set of this job).
   const std::vector<uint32_t>* SetRanksOf(int32_t id) const;
@@ -179,6 +190,19 @@ class Job {
     std::unique_ptr<Transport> comm;
   };
   ProcessSet* SetOf(int32_t id);
+  // A tag slot no live set uses, the least recently freed first (a removed set's late messages
+  // then meet no new set for a long while); 0 when every slot is taken.
+  uint32_t FreeSlot();
+  // Wall-clock seconds now (what the status shows as when).
+  static double UnixSeconds();
+  // Where a set of global ranks `ranks` (ascending) runs: its place (no transport yet) and its
+  // nodes, in order.
+  ProcessSetPlace PlaceOf(int32_t id, const std::vector<int64_t>& ranks, std::vector<uint32_t>* nodes) const;
+  // --on-loss continue and restore: nodes the transport lost since the last look. The global set
+  // is made afresh over the nodes left (its own tag slot; what the old one held fails here, as on
+  // every other node left, with nobody told), process sets spanning a lost node end, and the
+  // membership changes (ranks must acknowledge it before their requests run again).
+  void LoseNodes();
   // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
   // order agreed once the sets are polled: every node makes the same ones at the same point.
   void ApplySetChanges();
@@ -219,6 +243,10 @@ class Job {
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   PointToPoint p2p_;  // send and recv: outside the sets' coordination
   std::map<uint32_t, LostRank> lost_;  // local rank -> why it is gone
+  std::vector<bool> nodes_lost_;       // by node: lost and gone on without (LoseNodes)
+  uint32_t membership_ = 0;
+  std::string membership_why_;
+  std::vector<StatusSnapshot::MembershipChange> membership_changes_;
   uint64_t loss_seq_ = 0;
   JobHealth health_;
   struct HealthTransfer {

@@ -193,7 +193,7 @@ bool ProcessSet::RunAgreed() {
       const uint64_t now = abi::MonotonicNs();
       for (const ReadyTensor& t : cycle_run_.work.tensors) Enter(t.requests, RequestState::kAgreed, now);
       cycle_run_.task = ExecuteAgreed(&cycle_run_.work.tensors, cycle_run_.work.tag, &fusion_buffer_,
-                                      cycle_run_.work.gpu_position, &cycle_run_.groups);
+                                      cycle_run_.work.gpu_position, &cycle_run_.groups, kNegotiated);
       did = true;
     }
     if (!cycle_run_.task.Poll()) return did;
@@ -229,7 +229,7 @@ bool ProcessSet::RunTopo() {
       topo_run_.work = std::move(*group);
       topo_run_.active = true;
       topo_run_.task = negotiator_ ? ExecuteAgreed(&topo_run_.work.tensors, topo_run_.work.tag, &topo_fusion_buffer_,
-                                                   std::nullopt, &topo_run_.groups)
+                                                   std::nullopt, &topo_run_.groups, kPlan)
                                    : ExecuteLocal(&topo_run_.work.tensors, topo_run_.work.tag);
       did = true;
     }

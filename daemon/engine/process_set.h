@@ -159,6 +159,9 @@ class ProcessSet {
   // nothing; what it submitted before runs with its data. False for a set whose ranks cannot
   // join (a process set): the caller ends that set. True when the rank is not one of the set's.
   bool ContinueWithout(uint32_t local_rank);
+  // A replacement attached in the place of local rank `local_rank` (global set): it takes part
+  // again from the first name it submits itself (TensorTable::Replaced).
+  void Replaced(uint32_t local_rank);
   // Requests held outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
   // Draining: whether the set is done everywhere (`idle_here`: the engine holds nothing and
@@ -219,8 +222,11 @@ class ProcessSet {
 
   // Execution (process_set_execution.cc). Fuse: the fused groups of `ready`, by each kind's rules.
   void Fuse(const std::vector<ReadyTensor>& ready, std::vector<FusionGroup>* groups);
+  // The streams of agreed work a set runs, each in the same order on every node: negotiated
+  // cycles (one node: what every local rank submitted), and TOPO plan groups.
+  enum Stream { kNegotiated = 0, kPlan = 1, kStreams = 2 };
   // One node: runs the ready tensors at once (GPU groups complete later, in PollGpu).
-  void Execute(std::vector<ReadyTensor>& ready);
+  void Execute(std::vector<ReadyTensor>& ready, Stream stream = kNegotiated);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
   // Many nodes: runs the tensors every node agreed on, group by group, in the same order
@@ -230,7 +236,16 @@ class ProcessSet {
   // may be in flight at once). `gpu_position`: under --coord topo, where a negotiated cycle's GPU
   // groups go among the plan's GPU groups (AgreedWork); nullopt for a TOPO plan group.
   CommTask ExecuteAgreed(std::vector<ReadyTensor>* ready, uint64_t tag, HostBuffer* buffer,
-                         std::optional<uint64_t> gpu_position, std::vector<FusionGroup>* groups);
+                         std::optional<uint64_t> gpu_position, std::vector<FusionGroup>* groups, Stream stream);
+  // --on-loss continue and restore, global set: whether group `g` (host memory) must count the
+  // stand-ins of lost ranks before it runs (restore: every group; continue: an AVERAGE).
+  bool CountsStandIns(const Request& first) const;
+  // --on-loss restore: a group with more stand-ins (`stand_ins`: its members' most, job-wide)
+  // than the group before it in its stream fails instead of running, on every node alike (the
+  // count and the stream's order are the same everywhere): each survivor's call of it raises once
+  // per loss, and hvd.elastic.run rolls back to the last commit. Completes the group's requests
+  // when it fails.
+  bool FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins, Stream stream);
   // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
   CommTask RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g, std::optional<uint64_t> gpu_position);
   // One node: enqueues GPU group `g`; its requests complete when the GPUs are done (PollGpu).
@@ -292,6 +307,7 @@ class ProcessSet {
   uint64_t blocked_ns_ = 0;                  // inside Block
   AgreedRun cycle_run_;                      // a negotiated cycle's agreement being run
   AgreedRun topo_run_;                       // a TOPO plan group being run
+  int64_t loss_stand_ins_[kStreams] = {};    // --on-loss restore: the last group's, see FailsForLoss
   // Storage reused turn after turn (no heap allocation per collective once sizes were seen):
   // Poll's tensors, Fuse's candidates, the one-node path's groups and members.
   std::vector<ReadyTensor> ready_scratch_, local_ready_scratch_;

@@ -99,6 +99,11 @@ bool ProcessSet::ContinueWithout(uint32_t local_rank) {
   return true;
 }
 
+void ProcessSet::Replaced(uint32_t local_rank) {
+  const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
+  if (at != place_.local_ranks.end()) table_.Replaced(uint32_t(at - place_.local_ranks.begin()));
+}
+
 bool ProcessSet::Abandons(uint32_t local_rank) const {
   const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
   if (at == place_.local_ranks.end()) return false;  // not one of the set's

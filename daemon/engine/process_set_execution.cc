@@ -6,6 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
+
+#include "daemon/transport/host_collectives.h"
 
 namespace syncd {
 namespace {
@@ -29,7 +32,7 @@ void ProcessSet::Fuse(const std::vector<ReadyTensor>& ready, std::vector<FusionG
   PlanFusionInto(candidates_, config_.fusion_threshold, groups, &fusion_taken_);
 }
 
-void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
+void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
   // One node: nothing waits inside, so the groups' storage is the set's, reused turn after turn
   // (taken, and given back at the end, in case a completion ever runs Execute again).
   std::vector<FusionGroup> groups = std::move(local_groups_);
@@ -50,6 +53,11 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
       continue;
     }
     // A failure notice is never agreed (CheckAgreement) and never gets here.
+    if (CountsStandIns(head.first())) {
+      int64_t stand_ins = 0;
+      for (size_t i : g) stand_ins = std::max<int64_t>(stand_ins, HostExecutor::AbsentIn(ready[i]));
+      if (FailsForLoss(ready, g, stand_ins, stream)) continue;
+    }
     const uint64_t t0 = abi::MonotonicNs();
     const uint32_t id = StartGroup(ready, g);
     PlaceResults(ready, g);
@@ -66,13 +74,14 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready) {
 }
 
 CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
-  Execute(*ready);
+  Execute(*ready, kPlan);
   for (ReadyTensor& t : *ready) t.requests.clear();
   co_return Status::Ok();
 }
 
 CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t tag, HostBuffer* buffer,
-                                   std::optional<uint64_t> gpu_position, std::vector<FusionGroup>* fused) {
+                                   std::optional<uint64_t> gpu_position, std::vector<FusionGroup>* fused,
+                                   Stream stream) {
   std::vector<ReadyTensor>& ready = *agreed;
   const uint64_t agreed_ns = abi::MonotonicNs();
   for (ReadyTensor& t : ready)
@@ -96,11 +105,30 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       if (!st.ok()) co_return st;
       RecordGroup(ready, g, t0, id, TraceKind::kGpu);
     } else if (const Collective* kind = FindCollective(f.kind)) {
+      // Lost ranks' stand-ins may be on any node: each member's, summed over the nodes before any
+      // data moves (the last tag of the group's 4,096: the kind reaches it only after this).
+      // Owned by the network's operations too: a failure may cut the exchange off while they hold it.
+      std::shared_ptr<std::vector<int64_t>> stand_ins;
+      if (CountsStandIns(f)) {
+        stand_ins = std::make_shared<std::vector<int64_t>>();
+        for (size_t i : g) stand_ins->push_back(HostExecutor::AbsentIn(ready[i]));
+        AllreduceOptions opts;
+        opts.slices = 1;
+        opts.algorithm = config_.host_allreduce;
+        CommTask counts = syncd::Allreduce(place_.comm, group_tag | 4095, stand_ins->data(), stand_ins,
+                                           stand_ins->size(), SYNCD_INT64, SYNCD_SUM, opts);
+        Status st = co_await Await(&counts);
+        if (!st.ok()) co_return st;
+        if (FailsForLoss(ready, g, *std::max_element(stand_ins->begin(), stand_ins->end()), stream)) {
+          for (size_t i : g) Recycle(ready[i].requests);
+          hooks_.flush();
+          continue;
+        }
+      }
+      AcrossNodes across{place_.comm, &host_, buffer, group_tag, &place_.offsets, &place_.ranks, place_.node_rank,
+                         hooks_.timeline, place_.id, config_.host_allreduce, stand_ins};
       PlaceResults(ready, g);
-      CommTask run = kind->RunAcross(Members(ready, g), AcrossNodes{place_.comm, &host_, buffer, group_tag,
-                                                                    &place_.offsets, &place_.ranks, place_.node_rank,
-                                                                    hooks_.timeline, place_.id, config_.host_allreduce,
-                                                                    place_.id == 0 && config_.on_loss != OnLoss::kFail});
+      CommTask run = kind->RunAcross(Members(ready, g), std::move(across));
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
       RecordGroup(ready, g, t0, id);
@@ -111,6 +139,30 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
     hooks_.flush();
   }
   co_return Status::Ok();
+}
+
+bool ProcessSet::CountsStandIns(const Request& first) const {
+  if (place_.id != 0 || config_.on_loss == OnLoss::kFail || first.gpu) return false;
+  return config_.on_loss == OnLoss::kRestore || (first.kind == abi::OpKind::kAllreduce && first.op == SYNCD_AVERAGE);
+}
+
+bool ProcessSet::FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins,
+                              Stream stream) {
+  if (config_.on_loss != OnLoss::kRestore) return false;
+  // Fewer stand-ins (a replacement took a lost rank's place): a later loss fails again.
+  const int64_t lost = stand_ins - std::exchange(loss_stand_ins_[stream], stand_ins);
+  if (lost <= 0) return false;
+  for (size_t i : g) {
+    const std::vector<Request>& rs = ready[i].requests;
+    if (rs.empty()) continue;
+    const std::string ranks = std::to_string(lost) + (lost == 1 ? " rank" : " ranks");
+    CompleteAll(rs, Status(SYNCD_ERR_RANK_LOST,
+                           "tensor '" + rs.front().name + "': " + ranks +
+                               " of the job lost while it was in flight (--on-loss restore: it fails on every rank "
+                               "still running, the job goes on without the lost; hvd.elastic.run restores the last "
+                               "commit)"));
+  }
+  return true;
 }
 
 CommTask ProcessSet::RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g,

@@ -30,6 +30,9 @@ namespace syncd {
 namespace {
 
 constexpr int kTermGraceMs = 3000;
+// --respawn: how many replacements one rank gets.
+constexpr int kMaxRespawns = 3;
+constexpr uint64_t kReplacementGraceNs = 10'000'000'000;
 
 void Say(const std::string& msg) { fprintf(stderr, "syncrun: %s\n", msg.c_str()); }
 
@@ -106,6 +109,7 @@ class Job {
   void StartNetworkCommand();
   bool WaitReady();
   void StartWorkers();
+  void StartWorker(int rank);
   void Supervise();
   void StopAll();
   void Reap();
@@ -123,7 +127,15 @@ class Job {
   int result_ = 0;
   bool failed_ = false;
   int finished_well_ = 0;  // ranks that exited 0
-  int lost_code_ = 0;      // --on-loss continue: the first lost rank's exit code
+  int lost_code_ = 0;      // --on-loss continue or restore: the first lost rank's exit code
+  std::map<int, int> respawns_;  // --respawn: replacements started, by rank
+  // --respawn: the replacements running, by pid (value 0 once stopped as late), and since when
+  // they alone are left while other ranks have finished (StopLateReplacements).
+  std::map<pid_t, int> replacements_;
+  uint64_t replacements_alone_ns_ = 0;
+  // --respawn: once every other rank has finished well, replacements still running have not
+  // joined them (they were started too late): stopped after kReplacementGraceNs.
+  void StopLateReplacements();
 };
 
 bool Job::StartDaemon(int node) {
@@ -214,6 +226,10 @@ bool Job::WaitReady() {
 }
 
 void Job::StartWorkers() {
+  for (int rank = 0; rank < opts_.ranks && !failed_; ++rank) StartWorker(rank);
+}
+
+void Job::StartWorker(int rank) {
   const int local = opts_.ranks / opts_.nodes;
   // A rank that shares a core with an engine (its own or, with several daemons on this machine,
   // another node's) sleeps on its doorbell at once: polling there only delays the engine. The
@@ -227,41 +243,39 @@ void Job::StartWorkers() {
       if (std::binary_search(engine_cores.begin(), engine_cores.end(), c)) return true;
     return false;
   };
-  for (int rank = 0; rank < opts_.ranks; ++rank) {
-    const int node = rank / local;
-    const Daemon& d = daemons_[size_t(node)];
-    const pid_t pid = fork();
-    if (pid == 0) {
-      PrepareChild(blocked_);
-      setenv("SYNCD_RUN_DIR", d.run_dir.c_str(), 1);
-      setenv("SYNCD_RANK", std::to_string(rank).c_str(), 1);
-      setenv("SYNCD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
-      setenv("SYNCD_LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
-      setenv("SYNCD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
-      setenv("SYNCD_CROSS_RANK", std::to_string(node).c_str(), 1);
-      setenv("SYNCD_CROSS_SIZE", std::to_string(opts_.nodes).c_str(), 1);
-      setenv("SYNCD_JOB_ID", job_id_.c_str(), 1);
-      // torch.distributed's env:// variables, set as torchrun sets them (over whatever the
-      // environment had, which may be an enclosing job's), for dist.init_process_group("syncd").
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(local).c_str(), 1);
-      setenv("MASTER_ADDR", net_ ? net_->Address(0).c_str() : "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(master_port_).c_str(), 1);
-      if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
-      const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
-      if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
-      Exec(net_ ? net_->Inside(node, opts_.command) : opts_.command);
-    }
-    if (pid < 0) {
-      Say(std::string("fork failed: ") + strerror(errno));
-      failed_ = true;
-      result_ = 1;
-      return;
-    }
-    workers_[pid] = rank;
+  const int node = rank / local;
+  const Daemon& d = daemons_[size_t(node)];
+  const pid_t pid = fork();
+  if (pid == 0) {
+    PrepareChild(blocked_);
+    setenv("SYNCD_RUN_DIR", d.run_dir.c_str(), 1);
+    setenv("SYNCD_RANK", std::to_string(rank).c_str(), 1);
+    setenv("SYNCD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
+    setenv("SYNCD_LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
+    setenv("SYNCD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
+    setenv("SYNCD_CROSS_RANK", std::to_string(node).c_str(), 1);
+    setenv("SYNCD_CROSS_SIZE", std::to_string(opts_.nodes).c_str(), 1);
+    setenv("SYNCD_JOB_ID", job_id_.c_str(), 1);
+    // torch.distributed's env:// variables, set as torchrun sets them (over whatever the
+    // environment had, which may be an enclosing job's), for dist.init_process_group("syncd").
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
+    setenv("LOCAL_WORLD_SIZE", std::to_string(local).c_str(), 1);
+    setenv("MASTER_ADDR", net_ ? net_->Address(0).c_str() : "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(master_port_).c_str(), 1);
+    if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
+    const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
+    if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
+    Exec(net_ ? net_->Inside(node, opts_.command) : opts_.command);
   }
+  if (pid < 0) {
+    Say(std::string("fork failed: ") + strerror(errno));
+    failed_ = true;
+    result_ = 1;
+    return;
+  }
+  workers_[pid] = rank;
 }
 
 void Job::StartNetworkCommand() {
@@ -297,9 +311,14 @@ void Job::Reap() {
       was_daemon = true;
       daemons_[i].alive = false;
       if (!workers_.empty() && !failed_) {
-        Say("syncd of node " + std::to_string(i) + " " + Describe(status) + " while the job was running");
-        failed_ = true;
-        result_ = 1;
+        const bool elastic = opts_.on_loss == "continue" || opts_.on_loss == "restore";
+        // Elastic: the other nodes go on without it; its ranks fail and count as lost ranks.
+        Say("syncd of node " + std::to_string(i) + " " + Describe(status) + " while the job was running" +
+            (elastic ? "; the job goes on without the node (--on-loss " + opts_.on_loss + ")" : ""));
+        if (!elastic) {
+          failed_ = true;
+          result_ = 1;
+        }
       }
     }
     if (was_daemon) continue;
@@ -307,9 +326,15 @@ void Job::Reap() {
     if (it == workers_.end()) continue;
     const int rank = it->second;
     workers_.erase(it);
+    // A replacement stopped because the others had finished without it: not a failure.
+    if (const auto r = replacements_.find(pid); r != replacements_.end()) {
+      const bool stopped = r->second == 0;
+      replacements_.erase(r);
+      if (stopped) continue;
+    }
     const int code = ExitCodeOf(status);
     if (code == 0) ++finished_well_;
-    if (code != 0 && !failed_ && opts_.on_loss == "continue") {
+    if (code != 0 && !failed_ && (opts_.on_loss == "continue" || opts_.on_loss == "restore")) {
       // The daemons go on without it; the job fails only if no rank finishes well.
       if (lost_code_ == 0) lost_code_ = code;
       const int left = int(workers_.size()) + finished_well_;
@@ -318,8 +343,18 @@ void Job::Reap() {
             " ranks are left, fewer than --min-np " + std::to_string(opts_.min_np) + "; stopping the job");
         failed_ = true;
         result_ = code;
+      } else if (const Daemon& d = daemons_[size_t(rank / (opts_.ranks / opts_.nodes))];
+                 opts_.respawn && d.alive && respawns_[rank] < kMaxRespawns) {
+        // --respawn: a replacement takes its place (it joins the others at their next commit).
+        ++respawns_[rank];
+        Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it and a replacement "
+            "starts (--respawn, " + std::to_string(respawns_[rank]) + " of " + std::to_string(kMaxRespawns) + ")");
+        StartWorker(rank);
+        for (const auto& [pid, r] : workers_)
+          if (r == rank) replacements_[pid] = 1;
       } else {
-        Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it (--on-loss continue)");
+        Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it (--on-loss " +
+            opts_.on_loss + ")");
         if (workers_.empty() && finished_well_ == 0) {
           failed_ = true;
           result_ = lost_code_;
@@ -343,6 +378,7 @@ void Job::Supervise() {
     }
     if (term_sent != 0 && abi::MonotonicNs() - term_sent > uint64_t(kTermGraceMs) * 1'000'000ull)
       for (auto& [pid, rank] : workers_) kill(-pid, SIGKILL);
+    StopLateReplacements();
     pollfd p{signal_fd_, POLLIN, 0};
     if (poll(&p, 1, 100) > 0) {
       signalfd_siginfo si;
@@ -355,6 +391,25 @@ void Job::Supervise() {
       }
     }
     Reap();
+  }
+}
+
+void Job::StopLateReplacements() {
+  bool only_replacements = finished_well_ > 0 && !failed_;
+  for (const auto& [pid, rank] : workers_) only_replacements = only_replacements && replacements_.count(pid) > 0;
+  if (!only_replacements) {
+    replacements_alone_ns_ = 0;
+    return;
+  }
+  const uint64_t now = abi::MonotonicNs();
+  if (replacements_alone_ns_ == 0) replacements_alone_ns_ = now;
+  if (now - replacements_alone_ns_ < kReplacementGraceNs) return;
+  for (const auto& [pid, rank] : workers_) {
+    if (!replacements_.count(pid) || replacements_.at(pid) == 0) continue;
+    Say("every other rank has finished; stopping the replacement of rank " + std::to_string(rank) +
+        " (it had not joined them)");
+    kill(-pid, SIGKILL);
+    replacements_[pid] = 0;
   }
 }
 

@@ -29,10 +29,13 @@ struct LaunchOptions {
   std::string syncd_path;                // the daemon binary
   std::vector<std::string> daemon_args;  // extra flags for syncd
   bool bind_workers = true;              // pin workers to the cores the daemon leaves free
-  // "continue": every daemon gets --on-loss continue, and a rank that dies does not stop the job
-  // (the others train on); "" or "fail": the first rank to fail stops every other.
+  // "continue" or "restore": every daemon gets --on-loss with it, and a rank that dies does not
+  // stop the job (the others train on); "" or "fail": the first rank to fail stops every other.
   std::string on_loss;
-  int min_np = 1;  // "continue": the job stops once fewer ranks than this are left running
+  int min_np = 1;  // "continue", "restore": the job stops once fewer ranks than this are left running
+  // "continue", "restore": a rank that dies while its node's daemon lives is started again (up to
+  // three times), as the same rank; it joins the others at their next commit (hvd.elastic).
+  bool respawn = false;
   // Each node in a network namespace of its own, behind a link (launch/netns.h), limited to
   // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
   bool netns = false;
@@ -48,7 +51,7 @@ struct LaunchOptions {
 
 // Returns the process exit code for syncrun: the first non-zero worker exit (128+signal for a
 // signal), 1 when the daemon failed, 130/143 when syncrun itself was interrupted, else 0. With
-// on_loss "continue", ranks that died count only when no rank finished well.
+// on_loss "continue" or "restore", ranks that died count only when no rank finished well.
 int RunJob(const LaunchOptions& opts);
 
 }  // namespace syncd

@@ -87,6 +87,9 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
   e->Family("syncd_ranks_lost_job_went_on", "gauge",
             "Ranks of this node the job lost and went on without (--on-loss continue), this job.");
   e->Sample("syncd_ranks_lost_job_went_on", {}, went_on);
+  e->Family("syncd_job_membership_changes", "gauge",
+            "Times this job lost nodes and went on without them (--on-loss continue or restore), this job.");
+  e->Sample("syncd_job_membership_changes", {}, double(s.membership_changes.size()));
   struct PerRank {
     const char* name;
     const char* type;

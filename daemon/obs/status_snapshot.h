@@ -121,6 +121,13 @@ struct StatusSnapshot {
   // Every daemon of the job and its ranks, node by node (this one's as of now, the others' as
   // their latest reports say): the job-wide health view.
   std::vector<NodeHealth> job_nodes;
+  // Elastic jobs: each change of the job's membership (Job::membership), first first.
+  struct MembershipChange {
+    uint32_t membership = 0;
+    double unix_s = 0;
+    std::string why;
+  };
+  std::vector<MembershipChange> membership_changes;
   TimelineState timeline;
 
   bool has_gpu = false;

@@ -52,6 +52,12 @@ class ClientSegment {
   // Publishes what fits and rings the client's doorbell if anything was published.
   void Flush();
 
+  // The job membership the client acknowledged (abi::SegmentHeader::membership_seen); the
+  // daemon sets it when the client attaches.
+  uint32_t membership_seen() const { return header()->membership_seen.load(std::memory_order_acquire); }
+  void set_membership_seen(uint32_t m) { header()->membership_seen.store(m, std::memory_order_release); }
+  void set_joined_as(uint32_t how) { header()->joined_as.store(how, std::memory_order_release); }
+
   uint32_t submit_depth() const { return submit_.Depth(); }
   uint32_t completion_depth() const { return completion_.Depth() + uint32_t(overflow_.size()); }
 

@@ -1,9 +1,15 @@
 // The training graph of a small L-layer network, as a framework binding registers it for TOPO
-// (syncd_register_graph): shared by the tests that run plan-driven steps.
+// (syncd_register_graph): shared by the tests that run plan-driven steps; and the elastic tests'
+// training step and moment of loss.
 #ifndef SYNCD_TESTS_INTEGRATION_MODEL_GRAPH_H_
 #define SYNCD_TESTS_INTEGRATION_MODEL_GRAPH_H_
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -53,6 +59,41 @@ struct ModelGraph {
     graph = syncd_graph{ops.data(), ops.size(), edges.data(), edges.size() / 2, fetches.data(), fetches.size()};
   }
 };
+
+// One training step of the elastic tests: each gradient (int32, every element 1 << rank, so that a
+// sum shows who was counted) allreduced in backward order, then `avg` (float, 1 << rank) averaged;
+// the handles, in that order, into *hs. Returns SYNCD_OK or the first submission's error.
+inline int SubmitPowerOfTwoStep(syncd_client* c, int rank, const std::vector<int64_t>& layers,
+                                const std::vector<int32_t*>& grads, float* avg, const int64_t& avg_count,
+                                std::vector<syncd_handle>* hs) {
+  hs->clear();
+  for (size_t l = layers.size(); l-- > 0;) {
+    for (int64_t i = 0; i < layers[l]; ++i) grads[l][i] = 1 << rank;
+    const std::string name = "grad." + std::to_string(l);
+    syncd_tensor t{name.c_str(), grads[l], SYNCD_INT32, 1, &layers[l], 0};
+    syncd_handle h;
+    if (int rc = syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h); rc != SYNCD_OK) return rc;
+    hs->push_back(h);
+  }
+  for (int64_t i = 0; i < avg_count; ++i) avg[i] = float(1 << rank);
+  syncd_tensor t{"loss.average", avg, SYNCD_FLOAT32, 1, &avg_count, 0};
+  syncd_handle h;
+  if (int rc = syncd_allreduce_async(c, &t, SYNCD_AVERAGE, 1, 1, &h); rc != SYNCD_OK) return rc;
+  hs->push_back(h);
+  return SYNCD_OK;
+}
+
+// The elastic tests' moment of a loss: once every one of the `n` ranks has begun its third step
+// (`steps`: each rank's current step), a random pause of up to 50 ms: between steps, between
+// gradients or inside an allreduce.
+inline void PauseAtARandomMoment(const std::atomic<int>* steps, int n, std::mt19937& rng) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (bool ready = false; !ready && std::chrono::steady_clock::now() < deadline; usleep(1000)) {
+    ready = true;
+    for (int r = 0; r < n; ++r) ready &= steps[r].load() >= 3;
+  }
+  usleep(rng() % 50'000);
+}
 
 }  // namespace syncd::testing
 

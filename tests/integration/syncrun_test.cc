@@ -105,7 +105,7 @@ TEST_F(SyncrunTest, SignalledRankReportsSignalExitCode) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL) << "status " << st;
 }
 
-// --elastic (--on-loss continue): a rank that dies does not stop the others, and syncrun exits 0
+// --elastic (--on-loss restore): a rank that dies does not stop the others, and syncrun exits 0
 // when they finish well; once fewer than --min-np ranks are left, the job stops as without it.
 TEST_F(SyncrunTest, ElasticGoesOnWithoutALostRankUntilFewerThanMinNpAreLeft) {
   const std::string body = "if [ $SYNCD_RANK = 1 ]; then kill -9 $$; fi; sleep ";

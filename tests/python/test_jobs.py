@@ -133,16 +133,29 @@ def test_with_on_loss_continue_a_horovod_job_trains_on_after_a_rank_dies_mid_bac
         assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]  # it still learns
 
 
-@pytest.mark.parametrize("nodes,victim,mode", [(2, 1, "negotiate"), (4, 0, "negotiate"), (2, 3, "topo")])
-def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_rank_is_killed(nodes, victim, mode):
+def ranks_of(results):
+    """The JSON reports of the ranks that finished, by rank (other result files, such as a
+    victim's killed.txt, left out)."""
+    return sorted((r for r in map(json.loads, results) if "rank" in r), key=lambda r: r["rank"])
+
+
+# The policies as users pick them: syncrun --elastic (restore: roll back to the last commit) and
+# --on-loss continue.
+POLICIES = {"restore": ["--elastic"], "continue": ["--on-loss", "continue"]}
+
+
+@pytest.mark.parametrize("nodes,victim,mode,policy", [(2, 1, "negotiate", "continue"), (4, 0, "negotiate", "continue"),
+                                                      (2, 3, "topo", "continue"), (2, 1, "negotiate", "restore"),
+                                                      (4, 0, "negotiate", "restore"), (2, 3, "topo", "restore")])
+def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_rank_is_killed(nodes, victim, mode, policy):
     """Horovod's pytorch_synthetic_benchmark_elastic.py (rewritten to the same API, small): a rank
     killed mid-backward; every survivor sees one reset, is renumbered 0..2 in launch order with
     hvd.size() == 3 (the reset callback scales the learning rate by it), ends with the same
     parameters and exits 0, as does syncrun."""
     p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3",
-                         syncd_args=["--coord=%s" % mode], launcher_args=["--on-loss", "continue"], timeout=120)
+                         syncd_args=["--coord=%s" % mode], launcher_args=POLICIES[policy], timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    ranks = sorted((json.loads(r) for r in results), key=lambda r: r["rank"])
+    ranks = ranks_of(results)
     assert [r["rank"] for r in ranks] == [0, 1, 2], p.stdout + p.stderr
     assert [r["launch_rank"] for r in ranks] == [r for r in range(4) if r != victim]
     assert all(r["size"] == 3 and r["resets"] == 1 and abs(r["lr"] - 0.03) < 1e-12 for r in ranks), ranks
@@ -150,20 +163,67 @@ def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_rank_is_killed(nod
     assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
 
 
-def test_horovods_elastic_mnist_with_an_elastic_sampler_learns_through_a_rank_killed_mid_epoch():
+@pytest.mark.parametrize("nodes,victim,mode,policy", [(2, 2, "negotiate", "restore"), (2, 3, "topo", "continue"),
+                                                      (4, 0, "negotiate", "restore")])
+def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_nodes_daemon_is_killed(nodes, victim, mode, policy):
+    """The same benchmark; a rank SIGKILLs its node's daemon mid-backward (node 0's, the
+    coordinator, on 4 x 1): that node's ranks cannot go on and exit; the others' calls in flight
+    fail, hvd.elastic.run rolls back, acknowledges the job's new membership and renumbers them
+    0..n-1 in launch order; they end with the same parameters and syncrun exits 0."""
+    p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3",
+                         "--kill-daemon", syncd_args=["--coord=%s" % mode], launcher_args=POLICIES[policy],
+                         timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lost_node = victim // (4 // nodes)
+    left = [r for r in range(4) if r // (4 // nodes) != lost_node]
+    ranks = ranks_of(results)
+    assert [r["launch_rank"] for r in ranks] == left, p.stdout + p.stderr
+    assert [r["rank"] for r in ranks] == list(range(len(left)))
+    assert all(r["size"] == len(left) and r["resets"] == 1 for r in ranks), ranks
+    assert all(abs(r["lr"] - 0.01 * len(left)) < 1e-12 for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
+    assert "the job goes on without the node" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("policy,mode", [("restore", "negotiate"), ("continue", "topo")])
+def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(policy, mode):
+    """syncrun --elastic --respawn: rank 1 killed mid-backward; a replacement (the same script)
+    starts, joins the three others at their next commit (they get HostsUpdatedInterrupt, it gets
+    the state from rank 0) within 10 s of the kill; all four end with the same parameters, size 4
+    and the learning rate scaled back to 4 ranks; syncrun exits 0."""
+    launcher = ["--elastic", "--respawn"] + (["--on-loss", "continue"] if policy == "continue" else [])
+    p, results = syncrun(2, 4, "elastic_synthetic.py", "--die-rank", "1", "--die-at-iter", "3", "--num-iters", "30",
+                         "--sleep-ms", "50", syncd_args=["--coord=%s" % mode], launcher_args=launcher, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "a replacement starts (--respawn, 1 of 3)" in p.stdout + p.stderr
+    killed_at = next(r["killed_at"] for r in map(json.loads, results) if "killed_at" in r)
+    ranks = ranks_of(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(r, r, 4) for r in range(4)], ranks
+    assert [r["replacement"] for r in ranks] == [False, True, False, False], ranks
+    assert all(abs(r["lr"] - 0.04) < 1e-12 for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the replacement's parameters differ from the others'"
+    joined_s = ranks[1]["first_step_at"] - killed_at
+    assert 0 < joined_s < 10, joined_s
+
+
+@pytest.mark.parametrize("policy", ["continue", "restore"])
+def test_horovods_elastic_mnist_with_an_elastic_sampler_learns_through_a_rank_killed_mid_epoch(policy):
     """Horovod's pytorch_mnist_elastic.py (rewritten to the same API, synthetic MNIST-shaped data,
     hvd.elastic.ElasticSampler in the TorchState): rank 2 killed mid-backward in epoch 2; the
     survivors re-shard what is left of the epoch, finish every epoch, exit 0 and agree on a test
     accuracy far above chance."""
     p, results = syncrun(2, 4, "elastic_mnist.py", "--die-rank", "2", "--die-at-epoch", "2", "--die-at-batch", "3",
-                         launcher_args=["--on-loss", "continue"], timeout=240)
+                         launcher_args=POLICIES[policy], timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
-    ranks = sorted((json.loads(r) for r in results), key=lambda r: r["rank"])
+    ranks = ranks_of(results)
     assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 3, 3)], ranks
     assert len({r["accuracy"] for r in ranks}) == 1 and ranks[0]["accuracy"] > 0.6, ranks
-    # Epoch 2 had 4 of its 8 batches of 32 done on 3 survivors when the loss reached the next commit:
-    # what is left (1024 - 3 * 128 = 640) is re-sharded over 3 (214 each); epoch 3 is 342 each.
-    assert all(r["samples_per_rank"] == 342 and r["processed_after_loss"] == 214 + 342 for r in ranks), ranks
+    # continue: epoch 2 had 4 of its 8 batches of 32 done on 3 survivors when the loss reached the
+    # next commit: what is left (1024 - 3 * 128 = 640) is re-sharded over 3 (214 each). restore: the
+    # batch in flight is rolled back to the commit after 3 batches: 1024 - 3 * 96 = 736 left, 246
+    # each. Epoch 3 is 342 each.
+    left = 214 if policy == "continue" else 246
+    assert all(r["samples_per_rank"] == 342 and r["processed_after_loss"] == left + 342 for r in ranks), ranks
 
 
 def test_torch_distributed_over_syncd_raises_on_every_survivor_of_a_lost_rank():

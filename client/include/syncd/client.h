@@ -101,6 +101,20 @@ SYNCD_API int syncd_init(const syncd_init_options* opts, syncd_client** out);
 /* Detaches. Requests still in flight are abandoned (the daemon fails them on the other ranks). */
 SYNCD_API void syncd_shutdown(syncd_client* c);
 
+/* Elastic jobs (--on-loss continue or restore): once the job has lost a node, every request of
+ * this rank fails (SYNCD_ERR_RANK_LOST) until it acknowledges the job's new membership here,
+ * after its calls in flight completed (hvd.elastic.run does it when it resets). *membership (may
+ * be NULL): how many times the membership changed. SYNCD_ERR_DAEMON_LOST: this rank's own daemon
+ * is gone, the rank cannot go on. */
+SYNCD_API int syncd_acknowledge_membership(syncd_client* c, uint32_t* membership);
+/* *replaces: 1 when this rank took the place of a rank the job had gone on without (a
+ * replacement, e.g. syncrun --elastic --respawn): its daemon stood in for the lost rank until now,
+ * and this rank takes part again from the first collective it submits (hvd.elastic.run joins the
+ * others at their next commit and gets the state from rank 0); 0 otherwise. Waits for the daemon
+ * to have taken the rank in (a moment after syncd_init): SYNCD_ERR_DAEMON_LOST, or
+ * SYNCD_ERR_TIMEOUT after 10 s. */
+SYNCD_API int syncd_replaces_lost_rank(syncd_client* c, int* replaces);
+
 SYNCD_API int syncd_rank(const syncd_client* c);
 SYNCD_API int syncd_size(const syncd_client* c);
 SYNCD_API int syncd_local_rank(const syncd_client* c);

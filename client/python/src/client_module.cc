@@ -195,6 +195,13 @@ class PyClient {
     return h;
   }
 
+  // syncd_acknowledge_membership: how many times the job's membership changed.
+  uint32_t AcknowledgeMembership() {
+    uint32_t membership = 0;
+    Check(syncd_acknowledge_membership(get(), &membership));
+    return membership;
+  }
+
   // The job's timeline: blocks (GIL released) until this rank's daemon carried it out.
   void StartTimeline(const std::string& path) {
     int rc;
@@ -371,6 +378,12 @@ PYBIND11_MODULE(_client, m) {
       })
       .def("barrier_async", &PyClient::Barrier, py::arg("process_set") = 0)
       .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"), py::arg("process_set") = 0)
+      .def("acknowledge_membership", &PyClient::AcknowledgeMembership)
+      .def("replaces_lost_rank", [](PyClient& c) {
+        int replaces = 0;
+        Check(syncd_replaces_lost_rank(c.get(), &replaces));
+        return replaces != 0;
+      })
       .def("start_timeline", &PyClient::StartTimeline, py::arg("path"))
       .def("stop_timeline", &PyClient::StopTimeline)
       .def("poll", &PyClient::Poll, py::arg("handle"))

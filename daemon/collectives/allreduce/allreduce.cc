@@ -92,18 +92,8 @@ class AllreduceCollective final : public Collective {
     AllreduceOptions opts;
     opts.slices = 1;  // the segments already overlap
     opts.algorithm = run.host_allreduce;
-    // Each member's stand-ins for lost ranks on every node, before any data moves (the last tag
-    // of the group's 4,096: the segments reach it only after this is done).
-    // Owned by the network's operations too: a failure may cut the exchange off while they hold it.
-    std::shared_ptr<std::vector<int64_t>> absent;
-    if (run.count_absent && f.op == SYNCD_AVERAGE) {
-      absent = std::make_shared<std::vector<int64_t>>();
-      for (const ReadyTensor* t : group) absent->push_back(HostExecutor::AbsentIn(*t));
-      CommTask counts = syncd::Allreduce(run.transport, run.tag | 4095, absent->data(), absent, absent->size(),
-                                         SYNCD_INT64, SYNCD_SUM, opts);
-      Status st = co_await Await(&counts);
-      if (!st.ok()) co_return st;
-    }
+    // AVERAGE divides each member by the tensors summed (counted by the set before the group ran).
+    const std::vector<int64_t>* absent = f.op == SYNCD_AVERAGE ? run.absent.get() : nullptr;
     size_t next = 0;
     uint64_t segment = 0;
     while (next < count || !inflight.empty()) {
@@ -127,7 +117,7 @@ class AllreduceCollective final : public Collective {
       if (tl) record(TraceKind::kNetwork, done.posted_ns, done.end - done.begin, done.slot_index);
       const uint64_t scatter_ns = tl ? abi::MonotonicNs() : 0;
       run.host->ScatterRange(group, done.begin, done.end, done.slot,
-                             absent ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>());
+                             absent != nullptr ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>());
       if (tl) record(TraceKind::kScatter, scatter_ns, done.end - done.begin, 0);
       inflight.erase(inflight.begin());
     }

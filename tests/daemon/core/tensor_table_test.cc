@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "daemon/collectives/agreement.h"
+#include "daemon/collectives/collective.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
@@ -140,6 +141,48 @@ TEST(TensorTable, FailAllReturnsOnlySubmittedRequests) {
   }
   EXPECT_EQ(total, 3u);
   EXPECT_EQ(t.pending(), 0u);
+}
+
+// --on-loss continue and restore: a lost rank is stood in for (absent) for every name, except
+// what it submitted before it died, which runs with its data; once a replacement attached in its
+// place (Replaced), the first name taken with a request of the replacement's own ends the stand-in
+// and later names wait for it again.
+TEST(TensorTable, ALostRankStandsInUntilItsReplacementSubmitsANameItself) {
+  TensorTable t(2, CheckAgreement, JoinedRequest);
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  auto take = [&] {
+    ready.clear();
+    t.TakeCompleted(&ready, &failed);
+    return ready.size();
+  };
+  ASSERT_TRUE(t.Add(Req(1, "a")).ok());  // before it died
+  Request join = Req(1, abi::kJoinName);
+  join.kind = abi::OpKind::kJoin;
+  join.client_id = kNoClient;
+  join.absent = true;
+  t.MarkLost(1, join);
+  EXPECT_EQ(t.lost(), 1u);
+  ASSERT_TRUE(t.Add(Req(0, "a")).ok());
+  ASSERT_EQ(take(), 1u);
+  EXPECT_FALSE(ready[0].requests[1].absent);  // its own data
+  EXPECT_EQ(t.lost(), 1u);                    // and still lost
+  ASSERT_TRUE(t.Add(Req(0, "b")).ok());
+  ASSERT_EQ(take(), 1u);
+  EXPECT_TRUE(ready[0].requests[1].absent);  // stood in for
+  t.Replaced(1);
+  ASSERT_TRUE(t.Add(Req(0, "c")).ok());  // the replacement has submitted nothing yet
+  ASSERT_EQ(take(), 1u);
+  EXPECT_TRUE(ready[0].requests[1].absent);
+  ASSERT_TRUE(t.Add(Req(1, "d")).ok());  // the replacement's first name
+  EXPECT_EQ(take(), 0u);
+  ASSERT_TRUE(t.Add(Req(0, "d")).ok());
+  ASSERT_EQ(take(), 1u);
+  EXPECT_FALSE(ready[0].requests[1].absent);
+  EXPECT_EQ(t.lost(), 0u);
+  ASSERT_TRUE(t.Add(Req(0, "e")).ok());
+  EXPECT_EQ(take(), 0u);  // waits for rank 1 again
+  EXPECT_TRUE(failed.empty());
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 """Horovod's elastic synthetic benchmark (examples/elastic/pytorch/pytorch_synthetic_benchmark_elastic.py),
 rewritten to the same API with `import syncd.torch as hvd`, small enough for a CPU test, and with
 a rank that SIGKILLs itself in the middle of its backward pass at an iteration (--die-rank,
---die-at-iter). Every rank that finishes reports as JSON: its rank and size after the job, its
+--die-at-iter; with --kill-daemon it SIGKILLs its node's daemon instead, and so loses every rank
+of its node). Under syncrun --respawn the dead rank's replacement (the same script again) joins the
+others at their next commit: it does not die, and reports too. The victim writes the time of its
+death to killed.txt beside the results. Every rank that finishes reports as JSON: its rank and size after the job, its
 launch rank, the learning rate the reset callback set, how many resets it saw, the iterations it
 timed and the digest of its parameters."""
 import argparse
@@ -9,6 +12,7 @@ import hashlib
 import json
 import os
 import signal
+import time
 import timeit
 
 import torch
@@ -17,6 +21,7 @@ import torch.optim as optim
 
 import syncd.torch as hvd
 from report import report
+from syncd.torch import basics
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batch-size", type=int, default=8)
@@ -26,10 +31,13 @@ parser.add_argument("--num-iters", type=int, default=8)
 parser.add_argument("--num-batches-per-commit", type=int, default=1)
 parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-iter", type=int, default=-1)
+parser.add_argument("--kill-daemon", action="store_true")
+parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each step (room for a replacement)")
 args = parser.parse_args()
 
 hvd.init()
 launch_rank = hvd.rank()
+replacement = basics.client().replaces_lost_rank()
 torch.manual_seed(0)
 torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
@@ -49,13 +57,36 @@ target = torch.LongTensor(args.batch_size).random_(generator=torch.Generator().m
 current_iter = -1
 
 
+def daemon_pid():
+    """This node's syncd: the process serving SYNCD_RUN_DIR."""
+    run_dir = os.environ["SYNCD_RUN_DIR"].encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"syncd" and run_dir in argv:
+            return int(pid)
+    raise RuntimeError("no syncd serves %s" % run_dir)
+
+
+killed = [False]
+
+
 def die_mid_backward(grad):
-    if launch_rank == args.die_rank and current_iter == args.die_at_iter:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if launch_rank == args.die_rank and current_iter == args.die_at_iter and not killed[0] and not replacement:
+        killed[0] = True
+        with open(os.path.join(os.environ["SYNCD_TEST_RESULTS"], "killed.txt"), "w") as f:
+            f.write(json.dumps({"killed_at": time.time()}))
+        os.kill(daemon_pid() if args.kill_daemon else os.getpid(), signal.SIGKILL)
     return grad
 
 
 model[0].weight.register_hook(die_mid_backward)
+
+
+first_step_at = []
 
 
 def benchmark_step(state):
@@ -63,6 +94,9 @@ def benchmark_step(state):
     loss = F.cross_entropy(model(data), target)
     loss.backward()
     optimizer.step()
+    time.sleep(args.sleep_ms / 1e3)
+    if not first_step_at:
+        first_step_at.append(time.time())
     state.batch += 1
     if state.batch == args.num_batches_per_commit:
         state.batch = 0
@@ -99,5 +133,6 @@ state.register_reset_callbacks([on_state_reset])
 run_benchmark(state)
 digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.state_dict().values())).hexdigest()
 report(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "launch_rank": launch_rank, "resets": resets,
-                   "lr": optimizer.param_groups[0]["lr"], "iters": len(state.img_secs), "digest": digest}))
+                   "lr": optimizer.param_groups[0]["lr"], "iters": len(state.img_secs), "digest": digest,
+                   "replacement": replacement, "first_step_at": first_step_at[0]}))
 hvd.shutdown()

@@ -1,5 +1,5 @@
-"""hvd.elastic: Horovod's elastic API over syncd (`syncrun --on-loss continue`, or every syncd of
-the job started with `--on-loss continue`).
+"""hvd.elastic: Horovod's elastic API over syncd (`syncrun --elastic`, i.e. `--on-loss restore`,
+or `--on-loss continue`; or every syncd of the job started with that `--on-loss`).
 
     @hvd.elastic.run
     def train(state):
@@ -11,19 +11,34 @@ the job started with `--on-loss continue`).
     state.register_reset_callbacks([on_state_reset])
     train(state)
 
-How a loss reaches the script. The daemons finish every collective among the ranks still alive
-(a lost rank adds nothing; Average divides by the tensors summed), so no call fails and nothing
-has to be rolled back. The next `state.commit()` or `state.check_host_updates()` learns who is
-left (one allgather of the ranks, the same answer on every survivor) and raises
-HostsUpdatedInterrupt on every survivor at the same point; `run` catches it, renumbers the
-survivors 0..n-1 in their launch order (hvd.rank(), hvd.size() and the roots of broadcasts
-follow), calls the reset callbacks and goes on from the state as it is (nothing was lost, so no
-sync is needed, as Horovod skips it when hosts were only removed). HorovodInternalError (a
-collective that failed: a job under --on-loss fail, a mismatch) restores the last commit, as in
-Horovod, and the state is synced from rank 0 before the function runs again.
+How a loss reaches the script. The daemons go on without a lost rank (it adds nothing; Average
+divides by the tensors summed).
+- `restore` (Horovod's behaviour): the first collective that goes without it fails on every
+  survivor alike (once per stream of work: a TOPO plan's groups and the negotiated ones each fail
+  once), so the survivor's pending call raises HorovodInternalError; `run` waits for its other
+  calls in flight, restores the last commit, renumbers the survivors 0..n-1 in their launch order
+  (hvd.rank(), hvd.size() and the roots of broadcasts follow), calls the reset callbacks, syncs
+  the state from the new rank 0 and calls the function again.
+- `continue`: no call fails and nothing is rolled back. The next `state.commit()` or
+  `state.check_host_updates()` learns who is left (one allgather of the ranks, the same answer on
+  every survivor) and raises HostsUpdatedInterrupt on every survivor at the same point; `run`
+  renumbers, calls the reset callbacks and goes on from the state as it is (nothing was lost, so
+  no sync, as Horovod skips it when hosts were only removed).
+HorovodInternalError for any other reason (a mismatch, a job under --on-loss fail) restores the
+last commit as well.
 
-Not yet: ranks joining a running job (HostsUpdatedInterrupt for added hosts), process sets and
-alltoall splits in the renumbered view (they take launch ranks).
+A lost node: what was in flight fails on every rank left (HorovodInternalError); `run` rolls back,
+acknowledges the job's new membership (the daemons made the global set afresh without the node;
+calls fail until then) and renumbers, as above. A rank whose own daemon is gone cannot go on: the
+SyncdError (DAEMON_LOST) leaves `run`.
+
+A replacement (`syncrun --elastic --respawn`: the same rank started again on the same node): its
+first call is the members' allgather, which the others' next commit takes part in; they see it
+and raise HostsUpdatedInterrupt (not only removed: sync), it resets with them, and every rank gets
+the state from rank 0.
+
+Not yet: new ranks beyond the launch's (--max-np), process sets and alltoall splits in the
+renumbered view (they take launch ranks).
 """
 import copy
 import functools
@@ -32,7 +47,7 @@ import random
 
 import torch
 
-from syncd.torch import basics
+from syncd.torch import basics, requests
 from syncd.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from syncd.torch.gather_scatter import allgather
 from syncd.torch.requests import HorovodInternalError
@@ -289,31 +304,47 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
-def _reset():
+def _reset(state):
     """After a change of ranks: number the survivors 0..n-1 (the daemons went on without the lost
-    ones; nothing to detach or attach again)."""
-    basics.set_view(_members())
+    ones; nothing to detach or attach again). After a lost node, the rank's requests fail until it
+    acknowledges the job's new membership (its calls in flight are done by now); a rank whose own
+    daemon is gone raises here (SyncdError, DAEMON_LOST) and cannot go on."""
+    basics.client().acknowledge_membership()
+    state._members = _members()
+    basics.set_view(state._members)
 
 
 def run(func):
     """Horovod's hvd.elastic.run: calls func(state, ...) until it returns; a change of ranks
     (HostsUpdatedInterrupt) resets and goes on, a failed collective (HorovodInternalError)
-    restores the last commit, resets and syncs from rank 0 first."""
+    restores the last commit, resets and syncs from rank 0 first. A failure while resetting or
+    syncing (another loss) starts the recovery again."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        skip_sync = False
+        skip_sync, reset = False, False
+        if basics.client().replaces_lost_rank():
+            # A replacement (syncrun --respawn): the others learn of it at their next commit, from
+            # the members' allgather this call takes part in, and reset; it resets with them and
+            # gets the state from rank 0.
+            _members()
+            reset = True
         while True:
             try:
+                if reset:
+                    _reset(state)
+                    state.on_reset()
+                    reset = False
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
             except HorovodInternalError:
+                # The calls still in flight complete among the survivors first: their names are
+                # free again, their buffers no longer written.
+                requests.wait_all()
                 state.restore()
-                skip_sync = False
+                skip_sync, reset = False, True
             except HostsUpdatedInterrupt as e:
-                skip_sync = e.skip_sync
-            _reset()
-            state.on_reset()
+                skip_sync, reset = e.skip_sync, True
 
     return wrapper

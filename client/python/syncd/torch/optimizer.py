@@ -153,10 +153,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad and self._member]
         self._grads = _GradientArena(ordered)
         # A TOPO plan is the whole job's: only an optimizer over every rank records one (a set's
-        # names are negotiated on demand within the set).
+        # names are negotiated on demand within the set). A replacement of a lost rank (hvd.elastic)
+        # joins a job whose ranks registered theirs long ago: it follows that plan.
         whole_job = process_set is None or process_set is global_process_set
         self._recorder = (GraphRecorder(self) if basics.coord_mode() == "topo" and partial is None and whole_job
-                          and self._member else None)
+                          and self._member and not basics.client().replaces_lost_rank() else None)
         for p in ordered:
             self._requires_update.add(p)
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]

@@ -184,3 +184,13 @@ def synchronize(handle):
     if req is None:
         return None
     return req.wait()
+
+
+def wait_all():
+    """Waits for every request in flight, dropping results and errors (hvd.elastic, before a
+    rollback: the names are free and the buffers untouched afterwards)."""
+    for handle in list(_handles):
+        try:
+            synchronize(handle)
+        except HorovodInternalError:
+            pass

@@ -1,0 +1,91 @@
+// A job that loses a node and goes on (--on-loss continue and restore): job.h, LoseNodes.
+//
+// A lost daemon took its node's ranks and whatever it held of the collectives in flight, in the
+// middle of their exchanges: those cannot complete anywhere. So every node left ends the global
+// set as it stands (each of its requests fails, as a removed set's: every node left does the same
+// on its own, nobody is told) and makes it afresh over the nodes left, on a tag slot of its own
+// (nothing the old one left on the wire can reach it), starting with the start handshake among
+// them. The ranks on the nodes left keep their numbers; the lost node's are simply not in the new
+// set (a rank lost earlier on a node left is stood in for again).
+//
+// Which of a rank's requests belong to the old membership and which to the new cannot be told
+// from the requests: a rank may have submitted before its daemon saw the loss and another after.
+// So the membership has a number (NodePage::membership): once it changed, a rank's requests fail
+// until it has acknowledged the new one (syncd_acknowledge_membership, after its calls in flight
+// completed; hvd.elastic.run does it when it resets). Every rank then starts the new membership
+// from nothing in flight, with the same calls.
+//
+// Engine thread only.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "daemon/engine/job.h"
+#include "daemon/transport/set_transport.h"
+
+namespace syncd {
+
+void Job::LoseNodes() {
+  Transport* t = links_.transport;
+  if (nodes_lost_.size() != t->size()) nodes_lost_.assign(t->size(), false);
+  std::string lost;
+  std::vector<uint32_t> newly;
+  for (uint32_t p = 0; p < t->size(); ++p)
+    if (p != t->rank() && !nodes_lost_[p] && t->PeerLost(p)) {
+      nodes_lost_[p] = true;
+      newly.push_back(p);
+    }
+  if (newly.empty()) return;
+  for (uint32_t p : newly) lost += (lost.empty() ? "node " : ", node ") + std::to_string(p);
+  if (std::optional<Status> failure = t->PeerFailure(); failure && newly.size() == 1) lost = failure->message();
+  ++membership_;
+  membership_why_ = lost + "; the job went on without it (--on-loss " +
+                    (config_.on_loss == OnLoss::kRestore ? "restore" : "continue") + ", membership " +
+                    std::to_string(membership_) + ")";
+  spdlog::warn("{}", membership_why_);
+  membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
+
+  const Status why(SYNCD_ERR_RANK_LOST, membership_why_ + ": what was in flight fails; each rank's calls fail until it "
+                                                           "acknowledges the new membership (hvd.elastic.run does)");
+  // What the old global set holds fails here, as on every node left.
+  End(EndScope::Set(0, ProcessSet::Reach::kRemoved), why);
+  sets_.erase(0);
+  set_info_.erase(0);
+  // Process sets holding a lost node's ranks cannot go on.
+  for (auto& [id, set] : sets_) {
+    const std::vector<uint32_t>& ranks = set_info_[id].ranks;
+    if (std::any_of(ranks.begin(), ranks.end(), [&](uint32_t r) { return nodes_lost_[r / local_size_]; }))
+      set->End(Status(SYNCD_ERR_RANK_LOST, "process set " + std::to_string(id) + ": " + membership_why_ +
+                                               " (a process set cannot go on without a rank)"),
+               ProcessSet::Reach::kJob);
+  }
+  // The global set afresh, over the nodes left.
+  std::vector<int64_t> ranks;
+  for (uint32_t node = 0; node < t->size(); ++node)
+    if (!nodes_lost_[node])
+      for (uint32_t l = 0; l < local_size_; ++l) ranks.push_back(int64_t(node) * local_size_ + l);
+  const uint32_t slot = FreeSlot();
+  std::vector<uint32_t> nodes;
+  ProcessSetPlace place = PlaceOf(0, ranks, &nodes);
+  // The GPUs' communicator spans the lost node: GPU collectives fail from now on (naming why).
+  place.gpu = nullptr;
+  SetInfo info{place.ranks, slot, nullptr};
+  if (nodes.size() > 1) info.comm = std::make_unique<SetTransport>(t, nodes, slot);
+  place.comm = info.comm.get();
+  set_info_[0] = std::move(info);
+  sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
+  for (const auto& [lr, l] : lost_)
+    if (l.continued) sets_[0]->ContinueWithout(lr);
+  if (Timeline* tl = set_hooks_.timeline; tl != nullptr && tl->on()) {
+    TraceEvent e;
+    e.t0 = e.t1 = abi::MonotonicNs();
+    e.kind = TraceKind::kMark;
+    e.rank = -1;
+    e.name = tl->Name(lost + " lost; the job goes on without it");
+    tl->Record(e);
+  }
+  CompleteTransfers();
+  if (set_hooks_.flush) set_hooks_.flush();
+}
+
+}  // namespace syncd

@@ -1,0 +1,175 @@
+// Elastic jobs that lose a node (--on-loss continue and restore): a node's daemon SIGKILLed at a
+// random moment while every rank trains (node 0, the coordinator, included). The ranks of the
+// nodes left see what was in flight fail (RANK_LOST, naming the node), acknowledge the job's new
+// membership as hvd.elastic.run does, and go on: their next complete step comes within 2 s of the
+// kill (continue) or 5 s (restore), and from then on every collective sums exactly the ranks left
+// (each rank adds its own power of two) and averages over them. The lost node's ranks learn that
+// their daemon is gone; a final join completes among the ranks left.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+#include "tests/integration/model_graph.h"
+
+namespace syncd::testing {
+namespace {
+
+struct Shared {
+  std::atomic<double> t_kill{0};
+  std::atomic<int> steps[8];
+  std::atomic<double> recovered_s[8];  // kill to the first complete step without the lost node
+};
+
+struct NodeCase {
+  const char* policy;
+  const char* coord;
+  int nodes, local, lost;
+};
+std::string NodeCaseName(const ::testing::TestParamInfo<NodeCase>& info) {
+  const NodeCase& k = info.param;
+  return std::string(k.policy) + "_" + k.coord + "_" + std::to_string(k.nodes) + "x" + std::to_string(k.local) +
+         "_node" + std::to_string(k.lost);
+}
+
+const std::vector<int64_t> kLayers = {1000, 3};  // int32 gradients, the TOPO plan's
+constexpr int64_t kAverageCount = 5;
+constexpr int kStepsAfterLoss = 15;
+
+int TrainThroughANodeLoss(const std::string& dir, const NodeCase& k, int rank, bool topo, Shared* shared) {
+  const int n = k.nodes * k.local;
+  syncd_client* c = AttachAs(dir, rank, n, rank % k.local, k.local);
+  CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+  if (topo) {
+    ModelGraph model(kLayers);
+    CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: %s", rank,
+                syncd_last_error());
+  }
+  const bool doomed = rank / k.local == k.lost;  // its daemon is the one killed
+  std::vector<int32_t*> grads;
+  for (int64_t count : kLayers) grads.push_back(static_cast<int32_t*>(syncd_alloc(c, uint64_t(count) * 4)));
+  auto* avg = static_cast<float*>(syncd_alloc(c, kAverageCount * 4));
+  int32_t full = (1 << n) - 1, left = full;
+  for (int r = k.lost * k.local; r < (k.lost + 1) * k.local; ++r) left -= 1 << r;
+  const int ranks_left = n - k.local;
+  const double t_start = NowS();
+  int complete_without = 0, failures = 0;
+  for (int step = 0; complete_without < kStepsAfterLoss; ++step) {
+    CHILD_CHECK(NowS() - t_start < 60, "rank %d: not %d steps without node %d in 60 s (step %d)", rank,
+                kStepsAfterLoss, k.lost, step);
+    shared->steps[rank].store(step);
+    std::vector<syncd_handle> hs;
+    int rc = SubmitPowerOfTwoStep(c, rank, kLayers, grads, avg, kAverageCount, &hs);
+    if (doomed && rc == SYNCD_ERR_DAEMON_LOST) return 0;
+    CHILD_CHECK(rc == SYNCD_OK, "rank %d: %s", rank, syncd_last_error());
+    bool failed = false;
+    std::string why;
+    for (syncd_handle x : hs) {
+      rc = syncd_wait(c, x, 30'000);
+      if (doomed && rc == SYNCD_ERR_DAEMON_LOST) return 0;
+      if (rc == SYNCD_ERR_RANK_LOST) {
+        CHILD_CHECK(!doomed, "rank %d (on the lost node): %s", rank, syncd_last_error());
+        CHILD_CHECK(complete_without == 0, "rank %d step %d: a collective failed after the job went on: %s", rank, step,
+                    syncd_last_error());
+        failed = true;
+        why = syncd_last_error();
+        continue;
+      }
+      CHILD_CHECK(rc == SYNCD_OK, "rank %d step %d: %s: %s", rank, step, syncd_status_name(rc), syncd_last_error());
+    }
+    if (failed) {
+      // What hvd.elastic.run does: every call in flight is done (waited above), then the rank
+      // acknowledges the new membership and trains on (after a moment: its daemon may not have
+      // seen the loss yet, only a peer's word of it).
+      CHILD_CHECK(++failures <= 1000, "rank %d: %d steps failed, the last: %s", rank, failures, why.c_str());
+      usleep(1000);
+      uint32_t membership = 0;
+      CHILD_CHECK(syncd_acknowledge_membership(c, &membership) == SYNCD_OK, "rank %d: %s", rank, syncd_last_error());
+      continue;
+    }
+    bool without = true;
+    for (size_t l = 0; l < kLayers.size(); ++l) {
+      const int32_t v = grads[l][0];
+      CHILD_CHECK(v == full || v == left, "rank %d step %d grad.%zu: %d (all ranks %d, without node %d %d)", rank,
+                  step, l, v, full, k.lost, left);
+      CHILD_CHECK(complete_without == 0 || v == left, "rank %d step %d grad.%zu: node %d's ranks counted after the "
+                  "job went on without them", rank, step, l, k.lost);
+      for (int64_t i = 1; i < kLayers[l]; ++i)
+        CHILD_CHECK(grads[l][i] == v, "rank %d step %d grad.%zu[%lld]: %d, element 0 %d", rank, step, l,
+                    static_cast<long long>(i), grads[l][i], v);
+      without &= v == left;
+    }
+    const float avg_left = float(left) / float(ranks_left);
+    if (without)
+      CHILD_CHECK(std::fabs(avg[0] - avg_left) < 1e-5f * avg_left, "rank %d step %d: average %.7g, expected %.7g "
+                  "over the %d ranks left", rank, step, double(avg[0]), double(avg_left), ranks_left);
+    if (without && complete_without++ == 0) shared->recovered_s[rank].store(NowS() - shared->t_kill.load());
+  }
+  CHILD_CHECK(!doomed, "rank %d: trained on although its daemon was killed", rank);
+  // hvd.join() at the end: it completes among the ranks left.
+  int last = -1;
+  const int rc = syncd_join(c, 30'000, &last);
+  CHILD_CHECK(rc == SYNCD_OK && last / k.local != k.lost, "rank %d: join: %s (last rank %d): %s", rank,
+              syncd_status_name(rc), last, syncd_last_error());
+  syncd_shutdown(c);
+  return 0;
+}
+
+class LostNode : public ::testing::TestWithParam<NodeCase> {};
+
+TEST_P(LostNode, TheRanksLeftGoOnSummingExactlyThemselves) {
+  const NodeCase k = GetParam();
+  Cluster cluster(k.nodes, k.local, {"--on-loss", k.policy, "--coord", k.coord, "--log-level", "error"});
+  const int n = k.nodes * k.local;
+  const bool topo = std::string(k.coord) == "topo";
+  auto* shared = new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) Shared();
+  for (int r = 0; r < n; ++r) shared->recovered_s[r].store(-1);
+  std::mt19937 rng(uint32_t(NodeCaseName(::testing::TestParamInfo<NodeCase>(k, 0)).size()) * 7919u);
+  NextJob();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const std::string dir = cluster.node(r / k.local).run_dir();
+    pids.push_back(Spawn([=] { return TrainThroughANodeLoss(dir, k, r, topo, shared); }));
+  }
+  PauseAtARandomMoment(shared->steps, n, rng);
+  shared->t_kill.store(NowS());
+  cluster.node(k.lost).Kill(SIGKILL);
+  const double bound_s = std::string(k.policy) == "continue" ? 2.0 : 5.0;
+  double slowest = 0;
+  for (int r = 0; r < n; ++r) {
+    const int s = WaitChild(pids[size_t(r)], 90'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "rank " << r << " status " << s;
+    if (r / k.local == k.lost) continue;
+    const double recovered = shared->recovered_s[r].load();
+    EXPECT_TRUE(recovered >= 0 && recovered < bound_s) << "rank " << r << ": first complete step without node "
+                                                       << k.lost << " " << recovered << " s after the kill";
+    slowest = std::max(slowest, recovered);
+  }
+  std::printf("node %d's daemon killed (--on-loss %s): the ranks left completed a step without it %.3f s after\n",
+              k.lost, k.policy, slowest);
+  // A node left says what happened, as a user reads it.
+  const std::string table = SyncctlStatus(cluster.node(k.lost == 0 ? 1 : 0).run_dir());
+  EXPECT_TRUE(Contains(table, "MEMBERSHIP 1 at ") && Contains(table, "lost node " + std::to_string(k.lost)) &&
+              Contains(table, std::string("the job went on without it (--on-loss ") + k.policy))
+      << table;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Elastic, LostNode,
+    ::testing::Values(NodeCase{"restore", "negotiate", 2, 2, 1}, NodeCase{"restore", "negotiate", 2, 2, 0},
+                      NodeCase{"restore", "topo", 2, 2, 1}, NodeCase{"continue", "negotiate", 2, 2, 1},
+                      NodeCase{"continue", "topo", 2, 2, 0}, NodeCase{"restore", "negotiate", 3, 1, 1},
+                      NodeCase{"restore", "topo", 3, 2, 0}, NodeCase{"continue", "gs", 3, 1, 2},
+                      NodeCase{"continue", "nbcs", 3, 2, 1}),
+    NodeCaseName);
+
+}  // namespace
+}  // namespace syncd::testing
