@@ -10,6 +10,10 @@ SIGKILLs itself in the middle of its backward pass at step --kill-step:
             HorovodInternalError on every survivor, which roll back to the last commit, renumber and
             sync from the new rank 0; the figure is the time from the kill to the moment every
             survivor has completed a step after it.
+  respawn   syncrun --elastic --respawn, the same elastic job: a replacement of the killed rank
+            starts (a new Python process), joins the others at their next commit and gets the
+            state from rank 0; the figure is the time from the kill to the end of the
+            replacement's first step, and its parameters must equal the others' at the end.
   restart   the usual recovery, measured in the same run: syncrun (--on-loss fail) stops every
             rank, and the job is launched again at once (new daemons, new Python processes) from
             the checkpoint rank 0 wrote after every step; the figure is the time from the kill to
@@ -17,7 +21,7 @@ SIGKILLs itself in the middle of its backward pass at step --kill-step:
 Prints a table and, last, one JSON line. Every rank and daemon shares this machine's cores.
 
     bench/elastic.sh [--shapes 2x2,4x1] [--trials 3] [--steps 25] [--kill-step 10] [--model cnn|resnet18]
-                     [--build build]
+                     [--policies continue,restore,respawn,restart] [--respawn-steps N] [--build build]
 """
 import argparse
 import json
@@ -35,6 +39,10 @@ p.add_argument("--trials", type=int, default=3)
 p.add_argument("--steps", type=int, default=25)
 p.add_argument("--kill-step", type=int, default=10)
 p.add_argument("--model", default="cnn")
+p.add_argument("--policies", default="continue,restore,respawn,restart")
+p.add_argument("--respawn-steps", type=int, default=0,
+               help="steps after the kill in the respawn trial (room for the replacement to start; "
+                    "default: 150 for cnn, 30 for resnet18)")
 p.add_argument("--build", default=os.path.join(here, "..", "build"))
 a = p.parse_args()
 build = os.path.abspath(a.build)
@@ -89,6 +97,24 @@ def trial_restore(nodes):
     return trial_survived(nodes, ["--elastic"], "--elastic")
 
 
+def trial_respawn(nodes):
+    after = a.respawn_steps or (30 if a.model == "resnet18" else 150)
+    with tempfile.TemporaryDirectory() as out:
+        p = syncrun(nodes, out, "--steps", str(a.kill_step + after), "--victim", str(VICTIM), "--kill-step",
+                    str(a.kill_step), "--elastic", launcher=["--elastic", "--respawn"])
+        if p.returncode != 0:
+            sys.exit("elastic.sh: the job under --respawn failed (exit %d):\n%s%s" % (p.returncode, p.stdout, p.stderr))
+        t_kill = killed_at(out, p)
+        ranks = ranks_of(out)
+        new = next((r for r in ranks if r["rank"] == VICTIM), None)
+        if new is None or not new["replacement"] or not new["ends"]:
+            sys.exit("elastic.sh: the replacement did not join:\n" + p.stdout + p.stderr)
+        if len({r["digest"] for r in ranks}) != 1:
+            sys.exit("elastic.sh: the replacement's parameters differ from the others'")
+        survivors = [r for r in ranks if r["rank"] != VICTIM]
+        return new["ends"][0] - t_kill, step_ms(survivors, t_kill), 0
+
+
 def trial_restart(nodes):
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as out2:
         ck = os.path.join(out, "checkpoint.pt")
@@ -110,7 +136,15 @@ rows = []
 for shape in a.shapes.split(","):
     nodes, local = (int(x) for x in shape.split("x"))
     assert nodes * local == 4, "four ranks: 2x2 or 4x1"
-    for policy, fn in (("continue", trial_continue), ("restore", trial_restore), ("restart", trial_restart)):
+    for policy, fn in (("continue", trial_continue), ("restore", trial_restore), ("respawn", trial_respawn),
+                       ("restart", trial_restart)):
+        if policy not in a.policies.split(","):
+            continue
+        if policy == "respawn" and local < 2:
+            # A node whose ranks were all lost left the job's collectives for good: no replacement
+            # can take part there yet (README, Elastic jobs).
+            print("%s: no respawn row: a replacement on a node whose every rank was lost is not supported" % shape)
+            continue
         results = [fn(nodes) for _ in range(a.trials)]
         times = [r[0] for r in results]
         steps = [r[1] for r in results if r[1] == r[1]]
@@ -126,9 +160,11 @@ for r in rows:
                                               "%.3f-%.3f" % (r["min_s"], r["max_s"]),
                                               "%.1f" % r["step_ms"] if r["step_ms"] else "-", r["steps_redone"]))
 for shape in a.shapes.split(","):
-    s = next(r for r in rows if r["shape"] == shape and r["policy"] == "restart")
-    for policy in ("continue", "restore"):
-        c = next(r for r in rows if r["shape"] == shape and r["policy"] == policy)
+    s = next((r for r in rows if r["shape"] == shape and r["policy"] == "restart"), None)
+    for policy in ("continue", "restore", "respawn"):
+        c = next((r for r in rows if r["shape"] == shape and r["policy"] == policy), None)
+        if s is None or c is None:
+            continue
         print("%s: %s recovers %.0fx sooner than a restart from the checkpoint" %
               (shape, policy, s["kill_to_next_step_s"] / c["kill_to_next_step_s"]))
 print(json.dumps({"bench": "elastic", "model": a.model, "kill_step": a.kill_step, "unix_time": int(time.time()),

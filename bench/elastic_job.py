@@ -9,9 +9,11 @@ the middle of its backward pass at step K, first writing the time to OUT/killed.
 temporary file, then renamed, as a careful user does); with --resume every rank loads it, rank 0's
 parameters are broadcast, and training goes on from the step after it. With --elastic the loop is
 Horovod's elastic one (hvd.elastic.run over a TorchState of the model, the optimizer and the step,
-committed after every step). Each surviving rank writes OUT/rank<r>.json (r: its launch rank): its
+committed after every step); under syncrun --respawn the victim's replacement (this script again,
+which then does not die) joins at the others' next commit. Each surviving rank writes OUT/rank<r>.json (r: its launch rank): its
 step numbers and their end times, and (with --resume) when it started."""
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -21,6 +23,7 @@ t_start = time.time()  # before torch loads: a restart's cost includes the impor
 import torch  # noqa: E402
 
 import syncd.torch as hvd  # noqa: E402
+from syncd.torch import basics  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("out")
@@ -35,6 +38,7 @@ a = p.parse_args()
 
 hvd.init()
 launch_rank = hvd.rank()  # hvd.elastic renumbers the survivors
+replacement = basics.client().replaces_lost_rank()  # syncrun --respawn started it after the victim died
 torch.manual_seed(0)
 torch.set_num_threads(1)
 if a.model == "resnet18":
@@ -54,13 +58,14 @@ if a.resume:
     model.load_state_dict(saved["model"])
     opt.load_state_dict(saved["optimizer"])
     first = saved["step"] + 1
-hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-hvd.broadcast_optimizer_state(opt, root_rank=0)
+if not a.elastic:  # hvd.elastic.run syncs the state from rank 0 itself (a replacement's too)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
 step = first
 
 
 def die_mid_backward(grad):
-    if launch_rank == a.victim and step == a.kill_step:
+    if launch_rank == a.victim and step == a.kill_step and not replacement:
         with open(os.path.join(a.out, "killed"), "w") as f:
             f.write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -99,6 +104,9 @@ else:
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
                        a.checkpoint + ".tmp")
             os.replace(a.checkpoint + ".tmp", a.checkpoint)
+# The parameters (not the buffers: batch norm's running statistics are each rank's own, as in Horovod).
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 with open(os.path.join(a.out, "rank%d.json" % launch_rank), "w") as f:
-    json.dump({"rank": launch_rank, "steps": steps, "ends": ends, "started": t_start}, f)
+    json.dump({"rank": launch_rank, "steps": steps, "ends": ends, "started": t_start, "replacement": replacement,
+               "digest": digest}, f)
 hvd.shutdown()

@@ -22,9 +22,11 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
   StartHealth(abi::MonotonicNs());
   set_hooks_ = std::move(links_.hooks);
   set_hooks_.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
+  // Notices come from the global set's nodes: by the job's node numbers once it was made afresh.
   set_hooks_.on_notice = [this, others = std::move(set_hooks_.on_notice)](uint32_t from, const ControlMessage& m) {
-    if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(from, m);
-    else if (others) others(from, m);
+    const uint32_t node = global_nodes_.empty() ? from : global_nodes_[from];
+    if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(node, m);
+    else if (others) others(node, m);
   };
   PointToPoint::Links p2p;
   p2p.transport = links_.transport;
@@ -139,6 +141,17 @@ void Job::Retire(std::vector<std::unique_ptr<ProcessSet>>* retired) {
   set_changes_.clear();
 }
 
+void Job::Mark(int32_t rank, const std::string& what) {
+  Timeline* tl = set_hooks_.timeline;
+  if (tl == nullptr || !tl->on()) return;
+  TraceEvent e;
+  e.t0 = e.t1 = abi::MonotonicNs();
+  e.kind = TraceKind::kMark;
+  e.rank = rank;
+  e.name = tl->Name(what);
+  tl->Record(e);
+}
+
 double Job::UnixSeconds() {
   return double(std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::system_clock::now().time_since_epoch()).count()) / 1e3;
@@ -164,6 +177,7 @@ bool Job::Attached(uint32_t local_rank) {
                           "collective";
   spdlog::info("{}", why);
   membership_changes_.push_back({membership_, UnixSeconds(), why});
+  Mark(int32_t(config_.node_rank * local_size_ + local_rank), why);
   lost_.erase(it);
   if (const auto set = sets_.find(0); set != sets_.end()) set->second->Replaced(local_rank);
   return true;
@@ -177,15 +191,9 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
   abandoned = abandoned || p2p_.Holds(rank);
   LostRank& lost = lost_[local_rank] = LostRank{pid, who_why, true, ++loss_seq_};
   // The timeline marks a rank lost while the job runs (not the normal end of a job).
-  if (Timeline* tl = set_hooks_.timeline; tl != nullptr && tl->on() && (!clean || abandoned)) {
-    TraceEvent e;
-    e.t0 = e.t1 = abi::MonotonicNs();
-    e.kind = TraceKind::kMark;
-    e.rank = int32_t(rank);
-    e.name = tl->Name("rank " + std::to_string(rank) + " lost: " + who_why +
-                      (config_.on_loss != OnLoss::kFail ? "; the job goes on without it" : ""));
-    tl->Record(e);
-  }
+  if (!clean || abandoned)
+    Mark(int32_t(rank), "rank " + std::to_string(rank) + " lost: " + who_why +
+                            (config_.on_loss != OnLoss::kFail ? "; the job goes on without it" : ""));
   lost.lost_unix_s = UnixSeconds();
   // Once every local rank has come and gone the job is over: the next job's ranks may attach in
   // any order, so departed ranks stop failing new requests (they stay listed as lost until their
@@ -279,6 +287,11 @@ const std::vector<uint32_t>* Job::SetRanksOf(int32_t id) const {
 }
 
 bool Job::TellNodes(ControlMessage m, int32_t node) {
+  if (node >= 0 && !global_nodes_.empty()) {  // the global set was made afresh over the nodes left
+    const auto at = std::find(global_nodes_.begin(), global_nodes_.end(), uint32_t(node));
+    if (at == global_nodes_.end()) return false;
+    node = int32_t(at - global_nodes_.begin());
+  }
   const auto it = sets_.find(0);
   return it != sets_.end() && it->second->TellNodes(std::move(m), node);
 }

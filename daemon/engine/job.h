@@ -195,6 +195,8 @@ class Job {
   uint32_t FreeSlot();
   // Wall-clock seconds now (what the status shows as when).
   static double UnixSeconds();
+  // An instant mark in the job's timeline (when one runs): a loss, a node gone, a rank back.
+  void Mark(int32_t rank, const std::string& what);
   // Where a set of global ranks `ranks` (ascending) runs: its place (no transport yet) and its
   // nodes, in order.
   ProcessSetPlace PlaceOf(int32_t id, const std::vector<int64_t>& ranks, std::vector<uint32_t>* nodes) const;
@@ -244,6 +246,9 @@ class Job {
   PointToPoint p2p_;  // send and recv: outside the sets' coordination
   std::map<uint32_t, LostRank> lost_;  // local rank -> why it is gone
   std::vector<bool> nodes_lost_;       // by node: lost and gone on without (LoseNodes)
+  // The global set's nodes by its node index once it was made afresh (LoseNodes); empty: every
+  // node of the job, in order. TellNodes and the notices speak the job's node numbers.
+  std::vector<uint32_t> global_nodes_;
   uint32_t membership_ = 0;
   std::string membership_why_;
   std::vector<StatusSnapshot::MembershipChange> membership_changes_;

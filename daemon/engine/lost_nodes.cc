@@ -74,16 +74,10 @@ void Job::LoseNodes() {
   place.comm = info.comm.get();
   set_info_[0] = std::move(info);
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
+  global_nodes_ = std::move(nodes);
   for (const auto& [lr, l] : lost_)
     if (l.continued) sets_[0]->ContinueWithout(lr);
-  if (Timeline* tl = set_hooks_.timeline; tl != nullptr && tl->on()) {
-    TraceEvent e;
-    e.t0 = e.t1 = abi::MonotonicNs();
-    e.kind = TraceKind::kMark;
-    e.rank = -1;
-    e.name = tl->Name(lost + " lost; the job goes on without it");
-    tl->Record(e);
-  }
+  Mark(-1, lost + " lost; the job goes on without it");
   CompleteTransfers();
   if (set_hooks_.flush) set_hooks_.flush();
 }

@@ -156,10 +156,22 @@ TEST_P(LostNode, TheRanksLeftGoOnSummingExactlyThemselves) {
   std::printf("node %d's daemon killed (--on-loss %s): the ranks left completed a step without it %.3f s after\n",
               k.lost, k.policy, slowest);
   // A node left says what happened, as a user reads it.
-  const std::string table = SyncctlStatus(cluster.node(k.lost == 0 ? 1 : 0).run_dir());
+  const int asked = k.lost == 0 ? 1 : 0;
+  std::string table = SyncctlStatus(cluster.node(asked).run_dir());
   EXPECT_TRUE(Contains(table, "MEMBERSHIP 1 at ") && Contains(table, "lost node " + std::to_string(k.lost)) &&
               Contains(table, std::string("the job went on without it (--on-loss ") + k.policy))
       << table;
+  // Its job-wide health view still hears from every other node left (their reports now travel on
+  // the new global set, by node number): none of them shows as unresponsive.
+  for (int other = 0; other < k.nodes; ++other) {
+    if (other == asked || other == k.lost) continue;
+    const std::string unheard = "daemon of node " + std::to_string(other) + " ";
+    for (int i = 0; i < 30 && Contains(table, unheard); ++i) {
+      usleep(100'000);
+      table = SyncctlStatus(cluster.node(asked).run_dir());
+    }
+    EXPECT_FALSE(Contains(table, unheard)) << table;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

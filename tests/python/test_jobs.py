@@ -206,6 +206,21 @@ def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(
     assert 0 < joined_s < 10, joined_s
 
 
+def test_horovods_elastic_mnist_takes_a_replacement_under_respawn():
+    """pytorch_mnist_elastic.py (as below) under syncrun --elastic --respawn: rank 2 killed
+    mid-backward in epoch 2; its replacement joins at the others' next commit, gets the model,
+    optimizer and sampler state from rank 0, and the four finish every epoch with the same test
+    accuracy, far above chance; syncrun exits 0."""
+    p, results = syncrun(2, 4, "elastic_mnist.py", "--die-rank", "2", "--die-at-epoch", "2", "--die-at-batch", "3",
+                         "--epochs", "5", "--sleep-ms", "100", launcher_args=["--elastic", "--respawn"], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ranks = ranks_of(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(r, r, 4) for r in range(4)], ranks
+    assert [r["replacement"] for r in ranks] == [False, False, True, False], ranks
+    assert len({r["accuracy"] for r in ranks}) == 1 and ranks[0]["accuracy"] > 0.6, ranks
+    assert all(r["samples_per_rank"] == 256 for r in ranks), ranks  # the last epoch over four again
+
+
 @pytest.mark.parametrize("policy", ["continue", "restore"])
 def test_horovods_elastic_mnist_with_an_elastic_sampler_learns_through_a_rank_killed_mid_epoch(policy):
     """Horovod's pytorch_mnist_elastic.py (rewritten to the same API, synthetic MNIST-shaped data,

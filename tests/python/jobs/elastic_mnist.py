@@ -2,13 +2,16 @@
 with hvd.elastic.ElasticSampler), rewritten to the same API with `import syncd.torch as hvd`. No
 network here: the dataset is synthetic, MNIST-shaped (1 x 28 x 28, ten classes, each class its own
 pattern plus noise), so the model can learn it. A rank SIGKILLs itself in the middle of its
-backward pass at a batch of an epoch (--die-rank, --die-at-epoch, --die-at-batch). Every rank that
+backward pass at a batch of an epoch (--die-rank, --die-at-epoch, --die-at-batch); under syncrun
+--respawn its replacement (this script again, which then does not die) joins the others at their
+next commit. Every rank that
 finishes reports as JSON: its rank, size, launch rank, the test accuracy (averaged over the ranks),
 and how many of the epoch's samples the survivors processed after the loss."""
 import argparse
 import json
 import os
 import signal
+import time
 
 import torch
 import torch.nn as nn
@@ -18,6 +21,7 @@ import torch.utils.data
 
 import syncd.torch as hvd
 from report import report
+from syncd.torch import basics
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batch-size", type=int, default=32)
@@ -28,10 +32,12 @@ parser.add_argument("--samples", type=int, default=1024)
 parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-epoch", type=int, default=-1)
 parser.add_argument("--die-at-batch", type=int, default=-1)
+parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each batch (room for a replacement)")
 args = parser.parse_args()
 
 hvd.init()
 launch_rank = hvd.rank()
+replacement = basics.client().replaces_lost_rank()
 torch.manual_seed(42)
 torch.set_num_threads(1)
 
@@ -76,7 +82,8 @@ lost = [False]
 
 
 def die_mid_backward(grad):
-    if launch_rank == args.die_rank and (where["epoch"], where["batch"]) == (args.die_at_epoch, args.die_at_batch):
+    if (launch_rank == args.die_rank and (where["epoch"], where["batch"]) == (args.die_at_epoch, args.die_at_batch)
+            and not replacement):
         os.kill(os.getpid(), signal.SIGKILL)
     return grad
 
@@ -100,6 +107,7 @@ def train(state):
             loss = F.nll_loss(state.model(data), target)
             loss.backward()
             state.optimizer.step()
+            time.sleep(args.sleep_ms / 1e3)
             state.train_sampler.record_batch(i, args.batch_size)
             if lost[0]:
                 processed_after_loss[0] += len(data)
@@ -129,5 +137,6 @@ state.register_reset_callbacks([on_state_reset])
 train(state)
 accuracy = test()
 report(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "launch_rank": launch_rank, "accuracy": accuracy,
-                   "processed_after_loss": processed_after_loss[0], "samples_per_rank": len(train_sampler)}))
+                   "processed_after_loss": processed_after_loss[0], "samples_per_rank": len(train_sampler),
+                   "replacement": replacement}))
 hvd.shutdown()
