@@ -184,6 +184,28 @@ void PrintJob(const syncd::control::StatusReply& s) {
   }
 }
 
+// Wall-clock time as HH:MM:SS (the status's when), or "" for none.
+std::string ClockTime(double unix_s) {
+  if (unix_s <= 0) return "";
+  char when[16];
+  const time_t t = time_t(unix_s);
+  tm local{};
+  strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&t, &local));
+  return when;
+}
+
+// Elastic jobs: the ranks lost, then each change of the job's membership (nodes lost, ranks back).
+void PrintLosses(const syncd::control::StatusReply& s) {
+  for (const auto& c : s.clients()) {
+    if (c.state() != "lost" || c.lost_why().empty()) continue;
+    const std::string when = ClockTime(c.lost_unix_s());
+    printf("  LOST rank %u%s: %s; %s\n", c.rank(), when.empty() ? "" : (" at " + when).c_str(), c.lost_why().c_str(),
+           c.job_went_on() ? "the job went on without it (--on-loss continue or restore)" : "the job ended");
+  }
+  for (const auto& m : s.membership_changes())
+    printf("  MEMBERSHIP %u at %s: %s\n", m.membership(), ClockTime(m.unix_s()).c_str(), m.why().c_str());
+}
+
 void PrintTable(const syncd::control::StatusReply& s) {
   size_t attached = 0;
   for (const auto& c : s.clients()) attached += c.state() == "attached";
@@ -205,24 +227,7 @@ void PrintTable(const syncd::control::StatusReply& s) {
     }
     for (const auto& c : s.clients())
       if (!c.unresponsive().empty()) printf("  UNRESPONSIVE rank %u (pid %d): %s\n", c.rank(), c.pid(), c.unresponsive().c_str());
-    for (const auto& c : s.clients()) {
-      if (c.state() != "lost" || c.lost_why().empty()) continue;
-      char when[32] = "";
-      if (c.lost_unix_s() > 0) {
-        const time_t t = time_t(c.lost_unix_s());
-        tm local{};
-        strftime(when, sizeof(when), " at %H:%M:%S", localtime_r(&t, &local));
-      }
-      printf("  LOST rank %u%s: %s; %s\n", c.rank(), when, c.lost_why().c_str(),
-             c.job_went_on() ? "the job went on without it (--on-loss continue or restore)" : "the job ended");
-    }
-    for (const auto& m : s.membership_changes()) {
-      char when[32] = "";
-      const time_t t = time_t(m.unix_s());
-      tm local{};
-      strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&t, &local));
-      printf("  MEMBERSHIP %u at %s: %s\n", m.membership(), when, m.why().c_str());
-    }
+    PrintLosses(s);
   }
   printf("ops       ");
   for (const auto& k : s.ops().kinds()) printf(" %s %lu  ", k.kind().c_str(), (unsigned long)k.ops());
