@@ -102,6 +102,7 @@ Status JoinPeers(const Config& config, JobLinks* job) {
   UcxOptions ucx;
   ucx.detect_peer_failure = config.ucx_peer_errors != PeerErrors::kOff;
   ucx.peer_errors_everywhere = config.ucx_peer_errors == PeerErrors::kOn;
+  ucx.same_host_shared_memory = config.on_loss == OnLoss::kFail;  // see UcxOptions
   SYNCD_ASSIGN_OR_RETURN(job->transport, UcxTransport::Create(config.node_rank, config.nodes, ucx));
   if (config.node_rank == 0) SYNCD_RETURN_IF_ERROR(ServeRendezvous(config, job));
   char host[256] = {};

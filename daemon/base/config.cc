@@ -191,7 +191,9 @@ std::vector<ConfigEntry> CoordinationEntries() {
     {"cache-capacity", "SYNCD_CACHE_CAPACITY", "1024", "Response cache entries (tensor names agreed without the coordinator)",
      Unsigned(&Config::cache_capacity, "cache-capacity", 1)},
     {"ucx-peer-errors", "SYNCD_UCX_PEER_ERRORS", "auto",
-     "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
+     "How lost peer daemons are noticed. auto: UCX error handling for other hosts, pidfds for this host (allows shared "
+     "memory; under --on-loss continue|restore UCX error handling too, so TCP: a daemon killed mid-message would wedge "
+     "shared memory); on: UCX everywhere (TCP even on one host); off: not at all",
      OneOf<PeerErrors>(&Config::ucx_peer_errors, "ucx-peer-errors",
                        {{"auto", PeerErrors::kAuto}, {"on", PeerErrors::kOn}, {"off", PeerErrors::kOff}})},
   };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "proto/doorbell.h"
@@ -90,11 +91,11 @@ Status UcxTransport::Connect(const std::vector<std::string>& addresses, const st
   for (uint32_t p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     // A daemon on this host that we can watch directly does not need UCX's error handling,
-    // which would rule out shared memory.
+    // which would rule out shared memory (unless shared memory is ruled out anyway).
     const bool watched = options_.detect_peer_failure && !options_.peer_errors_everywhere &&
                          p < same_host_pids.size() && watch_.Watch(p, same_host_pids[p]);
-    const bool ucx_errors = options_.detect_peer_failure && !watched;
-    detection_[p] = watched ? 2 : ucx_errors ? 1 : 0;
+    const bool ucx_errors = options_.detect_peer_failure && (!watched || !options_.same_host_shared_memory);
+    detection_[p] = uint8_t((watched ? 2 : 0) | (ucx_errors ? 1 : 0));
     peer_contexts_.push_back(std::make_unique<PeerContext>(PeerContext{this, p}));
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -125,7 +126,7 @@ void UcxTransport::StartClose() {
     // A send the peer never took (its job was aborted before it posted the receive) would keep
     // a graceful close waiting forever: where UCX error handling is on, close such an
     // endpoint at once; the peer sees this node gone, which it is.
-    const bool force = peer_lost_[p] || (outstanding[p] && detection_[p] == 1);
+    const bool force = peer_lost_[p] || (outstanding[p] && (detection_[p] & 1) != 0);
     if (force) force_closed_[p] = true;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -190,7 +191,21 @@ void UcxTransport::OnPeerError(uint32_t peer, const std::string& why) {
 
 const char* UcxTransport::failure_detection(uint32_t peer) const {
   if (peer >= detection_.size()) return "none";
-  return detection_[peer] == 2 ? "pidfd" : detection_[peer] == 1 ? "ucx" : "none";
+  static const char* const kNames[] = {"none", "ucx", "pidfd", "pidfd+ucx"};
+  return kNames[detection_[peer] & 3];
+}
+
+std::string UcxTransport::endpoint_info(uint32_t peer) const {
+  if (peer >= eps_.size() || eps_[peer] == nullptr) return "";
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  if (f == nullptr) return "";
+  ucp_ep_print_info(eps_[peer], f);
+  fclose(f);
+  std::string out(text, size);
+  free(text);
+  return out;
 }
 
 std::pair<CommHandle, UcxTransport::Slot*> UcxTransport::NewSlot(bool is_recv, uint32_t peer, size_t bytes,

@@ -26,6 +26,12 @@ struct UcxOptions {
   // get endpoints without it (shared memory) unless `peer_errors_everywhere`.
   bool detect_peer_failure = true;
   bool peer_errors_everywhere = false;
+  // Whether watched same-host peers may use shared memory. A job that goes on after losing a
+  // daemon (--on-loss continue|restore) must not: a daemon killed while it wrote into a peer's
+  // shared-memory FIFO leaves a slot reserved and never filled, and the peer receives nothing from
+  // anyone after it (its survivors hung; UCX has no recovery for that). Such peers are still
+  // watched through pidfds, and get UCX error handling too (TCP).
+  bool same_host_shared_memory = true;
 };
 
 class UcxTransport final : public Transport {
@@ -38,8 +44,12 @@ class UcxTransport final : public Transport {
   // `addresses[r]` is node r's worker address (this node's entry is ignored). `same_host_pids[r]`
   // is node r's daemon pid when it runs on this host, else 0 (an empty vector: none known).
   Status Connect(const std::vector<std::string>& addresses, const std::vector<int32_t>& same_host_pids = {});
-  // How node `peer`'s failures are detected: "ucx" (endpoint error handling), "pidfd", or "none".
+  // How node `peer`'s failures are detected: "ucx" (endpoint error handling), "pidfd", "pidfd+ucx"
+  // or "none".
   const char* failure_detection(uint32_t peer) const;
+  // UCX's description of the endpoint to node `peer` (ucp_ep_print_info: its lanes and the
+  // transport of each), for logs and tests; empty before Connect().
+  std::string endpoint_info(uint32_t peer) const;
 
   // Graceful shutdown in two steps, so that several transports (or a job's daemons) can close
   // their endpoints together: StartClose() once, then CloseDone() until it returns true.
@@ -108,7 +118,7 @@ class UcxTransport final : public Transport {
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerContext>> peer_contexts_;
   std::vector<bool> peer_lost_;
-  std::vector<uint8_t> detection_;  // per peer: 0 none, 1 ucx, 2 pidfd
+  std::vector<uint8_t> detection_;  // per peer: 0 none, 1 ucx, 2 pidfd, 3 both
   std::vector<bool> force_closed_;  // per peer, by StartClose
   ProcessWatch watch_;
   uint64_t next_watch_check_ns_ = 0;
