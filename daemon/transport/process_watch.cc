@@ -32,6 +32,17 @@ bool ProcessWatch::Watch(uint32_t node, pid_t pid) {
   return true;
 }
 
+void ProcessWatch::Forget(uint32_t node) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->node != node) {
+      ++it;
+      continue;
+    }
+    close(it->fd);
+    it = entries_.erase(it);
+  }
+}
+
 std::optional<uint32_t> ProcessWatch::Exited() {
   std::vector<pollfd>& fds = fds_;
   std::vector<Entry*>& watched = watched_;

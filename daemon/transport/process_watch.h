@@ -26,6 +26,8 @@ class ProcessWatch {
   // Starts watching `pid` as node `node`; false when it cannot be watched (not on this host,
   // not our program, no pidfd support): use the transport's own failure detection then.
   bool Watch(uint32_t node, pid_t pid);
+  // Stops watching node `node` (a daemon that came back is watched anew under its new pid).
+  void Forget(uint32_t node);
   // A watched node whose process has exited and was not reported before, if any (does not block).
   std::optional<uint32_t> Exited();
   // Appends the pidfds of the processes not reported yet (readable once one exits), to sleep on.

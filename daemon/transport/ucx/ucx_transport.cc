@@ -31,8 +31,9 @@ void RecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* inf
   s->owner->Finish(s, status, status == UCS_OK ? info->length : 0);
 }
 
-void PeerError(void* arg, ucp_ep_h, ucs_status_t status) {
+void PeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* p = static_cast<UcxTransport::PeerContext*>(arg);
+  if (!p->owner->IsCurrentEndpoint(p->peer, ep)) return;  // one Reconnect closed: not the live peer's
   p->owner->OnPeerError(p->peer, ucs_status_string(status));
 }
 
@@ -79,6 +80,7 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint
   if (ucp_worker_get_efd(t->worker_, &t->efd_) != UCS_OK) t->efd_ = -1;
   ucp_worker_release_address(t->worker_, addr);
   t->peer_lost_.assign(size, false);
+  t->peer_why_.assign(size, Status::Ok());
   return t;
 }
 
@@ -88,26 +90,70 @@ Status UcxTransport::Connect(const std::vector<std::string>& addresses, const st
                            std::to_string(size_) + " nodes");
   eps_.assign(size_, nullptr);
   detection_.assign(size_, 0);
-  for (uint32_t p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    // A daemon on this host that we can watch directly does not need UCX's error handling,
-    // which would rule out shared memory (unless shared memory is ruled out anyway).
-    const bool watched = options_.detect_peer_failure && !options_.peer_errors_everywhere &&
-                         p < same_host_pids.size() && watch_.Watch(p, same_host_pids[p]);
-    const bool ucx_errors = options_.detect_peer_failure && (!watched || !options_.same_host_shared_memory);
-    detection_[p] = uint8_t((watched ? 2 : 0) | (ucx_errors ? 1 : 0));
-    peer_contexts_.push_back(std::make_unique<PeerContext>(PeerContext{this, p}));
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
-    ep.err_mode = ucx_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ep.err_handler.cb = PeerError;
-    ep.err_handler.arg = peer_contexts_.back().get();
-    ucs_status_t st = ucp_ep_create(worker_, &ep, &eps_[p]);
-    if (st != UCS_OK) return UcxError("ucp_ep_create to node " + std::to_string(p), st);
-  }
+  for (uint32_t p = 0; p < size_; ++p)
+    if (p != rank_)
+      SYNCD_RETURN_IF_ERROR(ConnectPeer(p, addresses[p], p < same_host_pids.size() ? same_host_pids[p] : 0));
   return Status::Ok();
+}
+
+Status UcxTransport::ConnectPeer(uint32_t p, const std::string& address, int32_t same_host_pid) {
+  // A daemon on this host that we can watch directly does not need UCX's error handling,
+  // which would rule out shared memory (unless shared memory is ruled out anyway).
+  const bool watched = options_.detect_peer_failure && !options_.peer_errors_everywhere && same_host_pid > 0 &&
+                       watch_.Watch(p, same_host_pid);
+  const bool ucx_errors = options_.detect_peer_failure && (!watched || !options_.same_host_shared_memory);
+  detection_[p] = uint8_t((watched ? 2 : 0) | (ucx_errors ? 1 : 0));
+  peer_contexts_.push_back(std::make_unique<PeerContext>(PeerContext{this, p}));
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode = ucx_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  ep.err_handler.cb = PeerError;
+  ep.err_handler.arg = peer_contexts_.back().get();
+  ucs_status_t st = ucp_ep_create(worker_, &ep, &eps_[p]);
+  if (st != UCS_OK) return UcxError("ucp_ep_create to node " + std::to_string(p), st);
+  return Status::Ok();
+}
+
+Status UcxTransport::Reconnect(uint32_t peer, const std::string& address, int32_t same_host_pid, uint32_t keep_slot) {
+  if (peer >= size_ || peer == rank_ || eps_.empty())
+    return InvalidArgument("reconnect to node " + std::to_string(peer) + ": not a peer of node " +
+                           std::to_string(rank_));
+  if (!peer_lost_[peer])
+    return Status(SYNCD_ERR_INVALID, "reconnect to node " + std::to_string(peer) + ": it was not lost");
+  // What was posted for the old process ends (its owners saw the loss already).
+  for (Slot& s : slots_)
+    if (s.in_use && s.peer == peer && s.request != nullptr) {
+      s.orphaned = true;
+      ucp_request_cancel(worker_, s.request);
+    }
+  if (eps_[peer] != nullptr) {
+    // The old process is gone: nothing to wait for but UCX's own bookkeeping.
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(eps_[peer], &param);
+    eps_[peer] = nullptr;
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(r);
+    }
+  }
+  // Its PeerContext stays: a late error callback of the closed endpoint must find it (and is
+  // ignored: PeerError checks the endpoint it came from).
+  watch_.Forget(peer);
+  ucp_worker_progress(worker_);
+  const uint64_t source_and_slot = (uint64_t{0xfff} << kSourceShift) | kSetSlotMask;
+  for (uint64_t slot = 0; slot <= kSetSlotMask >> kSetSlotShift; ++slot)
+    if (slot != keep_slot)
+      while (DiscardOne((uint64_t(peer) << kSourceShift) | (slot << kSetSlotShift), source_and_slot)) {
+      }
+  peer_lost_[peer] = false;
+  peer_failure_.reset();
+  for (uint32_t p = 0; p < size_ && !peer_failure_; ++p)
+    if (peer_lost_[p]) peer_failure_ = peer_why_[p];
+  return ConnectPeer(peer, address, same_host_pid);
 }
 
 void UcxTransport::StartClose() {
@@ -186,7 +232,8 @@ UcxTransport::~UcxTransport() {
 void UcxTransport::OnPeerError(uint32_t peer, const std::string& why) {
   if (peer_lost_[peer]) return;
   peer_lost_[peer] = true;
-  if (!peer_failure_) peer_failure_ = Status(SYNCD_ERR_RANK_LOST, "lost node " + std::to_string(peer) + " (" + why + ")");
+  peer_why_[peer] = Status(SYNCD_ERR_RANK_LOST, "lost node " + std::to_string(peer) + " (" + why + ")");
+  if (!peer_failure_) peer_failure_ = peer_why_[peer];
 }
 
 const char* UcxTransport::failure_detection(uint32_t peer) const {

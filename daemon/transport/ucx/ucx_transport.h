@@ -44,6 +44,13 @@ class UcxTransport final : public Transport {
   // `addresses[r]` is node r's worker address (this node's entry is ignored). `same_host_pids[r]`
   // is node r's daemon pid when it runs on this host, else 0 (an empty vector: none known).
   Status Connect(const std::vector<std::string>& addresses, const std::vector<int32_t>& same_host_pids = {});
+  // Node `peer`'s daemon came back after it was lost: a new process whose worker is at `address`
+  // (`same_host_pid` its pid when on this host, else 0). The old endpoint is closed, a new one
+  // made, and the peer counts as live again. What already arrived from the old process and was
+  // never taken is dropped, except on set slot `keep_slot`: the slot the new process starts its
+  // first set on, whose messages may be here already (it sends them as soon as it has an
+  // endpoint to this node, which may be before this node hears that it is back).
+  Status Reconnect(uint32_t peer, const std::string& address, int32_t same_host_pid, uint32_t keep_slot);
   // How node `peer`'s failures are detected: "ucx" (endpoint error handling), "pidfd", "pidfd+ucx"
   // or "none".
   const char* failure_detection(uint32_t peer) const;
@@ -92,6 +99,9 @@ class UcxTransport final : public Transport {
     uint32_t peer;
   };
   void OnPeerError(uint32_t peer, const std::string& why);
+  bool IsCurrentEndpoint(uint32_t peer, ucp_ep_h ep) const {
+    return peer < eps_.size() && (eps_[peer] == nullptr || eps_[peer] == ep);
+  }
   void Finish(Slot* s, ucs_status_t status, size_t received);
 
  private:
@@ -105,6 +115,8 @@ class UcxTransport final : public Transport {
   // `mask`; false when there is none.
   bool DiscardOne(uint64_t tag, uint64_t mask);
   bool SendsOutstanding() const;
+  // Makes the endpoint to node `p` (Connect, Reconnect).
+  Status ConnectPeer(uint32_t p, const std::string& address, int32_t same_host_pid);
   // Marks every watched same-host peer whose daemon has exited as lost.
   void CheckWatchedPeers();
 
@@ -123,7 +135,8 @@ class UcxTransport final : public Transport {
   ProcessWatch watch_;
   uint64_t next_watch_check_ns_ = 0;
   std::vector<pollfd> wait_fds_;  // WaitForEvent's, kept
-  std::optional<Status> peer_failure_;
+  std::optional<Status> peer_failure_;  // the first lost peer's, while any is lost
+  std::vector<Status> peer_why_;        // per lost peer
   bool closing_started_ = false;
   std::vector<void*> closing_;
   std::deque<Slot> slots_;  // stable addresses: UCX callbacks hold Slot*

@@ -14,6 +14,7 @@
 #include "daemon/transport/counting_transport.h"
 #include "daemon/transport/host_collectives.h"
 #include "daemon/transport/loopback/loopback_transport.h"
+#include "daemon/transport/tag_space.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 
 namespace syncd {
@@ -546,8 +547,102 @@ TEST(UcxTransport, SameHostPeersUseSharedMemoryOnlyWhereALostPeerCannotBlockIt) 
     const bool shm = info.find("posix") != std::string::npos || info.find("sysv") != std::string::npos;
     EXPECT_EQ(shm, shared_memory) << info;
     EXPECT_STREQ(g.ucx[0]->failure_detection(1), shared_memory ? "pidfd" : "pidfd+ucx");
-    if (!shared_memory) EXPECT_NE(info.find("tcp"), std::string::npos) << info;
+    if (!shared_memory) {
+      EXPECT_NE(info.find("tcp"), std::string::npos) << info;
+    }
   }
+}
+
+// A daemon that comes back (restarted under its job): its peers saw it lost, and reconnect to the
+// new process. Messages flow both ways again; a message the old process left behind unreceived
+// never reaches a receive meant for the new one, but what the new one sent on the slot it starts
+// with (before its peers heard it was back) does.
+TEST(UcxTransport, APeerThatComesBackIsReachedAgainAndItsOldMessagesAreDropped) {
+  setenv("UCX_TLS", "tcp,self", 1);
+  auto make = [](uint32_t rank) {
+    auto t = UcxTransport::Create(rank, 3, UcxOptions{});
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return std::move(t.value());
+  };
+  std::vector<std::unique_ptr<UcxTransport>> t;
+  for (uint32_t r = 0; r < 3; ++r) t.push_back(make(r));
+  std::vector<std::string> addrs;
+  for (auto& x : t) addrs.push_back(x->address());
+  for (auto& x : t) ASSERT_TRUE(x->Connect(addrs).ok());
+  auto progress = [&] {
+    for (auto& x : t)
+      if (x) x->Progress();
+  };
+  auto await = [&](UcxTransport* x, CommHandle h) {
+    Status err;
+    CommState s = CommState::kPending;
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         s == CommState::kPending && std::chrono::steady_clock::now() < end;) {
+      progress();
+      s = x->Test(h, &err);
+    }
+    return std::make_pair(s, err);
+  };
+  constexpr uint64_t kOldTag = 5, kNewSlot = 7, kHello = (kNewSlot << kSetSlotShift) | 9;
+  // Node 1's old process leaves a message node 0 never receives, then dies.
+  int64_t left = 111;
+  ASSERT_EQ(await(t[1].get(), t[1]->Send(0, kOldTag, &left, 8, {})).first, CommState::kDone);
+  for (int i = 0; i < 100; ++i) progress();
+  t[1]->OnPeerError(0, "test");  // (no graceful goodbye: the process is gone)
+  t[1]->OnPeerError(2, "test");
+  t[1].reset();
+  // Its peers notice (a send to it fails).
+  for (uint32_t p : {0u, 2u}) {
+    int64_t x = 1;
+    for (int i = 0; i < 50 && !t[p]->PeerLost(1); ++i) await(t[p].get(), t[p]->Send(1, 1, &x, 8, {}));
+    ASSERT_TRUE(t[p]->PeerLost(1)) << "node " << p;
+  }
+  // The new process connects and says hello on its slot before node 0 knows it is back.
+  t[1] = make(1);
+  addrs[1] = t[1]->address();
+  ASSERT_TRUE(t[1]->Connect(addrs).ok());
+  int64_t hello = 222, fresh = 333;
+  CommHandle hello_sent = t[1]->Send(0, kHello, &hello, 8, {});
+  for (int i = 0; i < 200; ++i) progress();
+  for (uint32_t p : {0u, 2u}) {
+    const Status st = t[p]->Reconnect(1, addrs[1], 0, uint32_t(kNewSlot));
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_FALSE(t[p]->PeerLost(1));
+    EXPECT_FALSE(t[p]->PeerFailure().has_value());
+  }
+  int64_t got_hello = 0, got = 0;
+  auto [hs, herr] = await(t[0].get(), t[0]->Recv(1, kHello, &got_hello, 8, {}));
+  ASSERT_EQ(hs, CommState::kDone) << herr.ToString();
+  EXPECT_EQ(got_hello, 222);
+  EXPECT_EQ(await(t[1].get(), hello_sent).first, CommState::kDone);
+  // The old process's leftover is gone: a receive on its tag gets what the new process sends.
+  CommHandle r = t[0]->Recv(1, kOldTag, &got, 8, {});
+  for (int i = 0; i < 200; ++i) progress();
+  Status err;
+  EXPECT_EQ(t[0]->Test(r, &err), CommState::kPending) << "the old process's message arrived: " << got;
+  ASSERT_EQ(await(t[1].get(), t[1]->Send(0, kOldTag, &fresh, 8, {})).first, CommState::kDone);
+  ASSERT_EQ(await(t[0].get(), r).first, CommState::kDone);
+  EXPECT_EQ(got, 333);
+  // Both ways, with the other survivor too.
+  for (uint32_t p : {0u, 2u}) {
+    int64_t out = 400 + p, in = 0, back = 0, echo = 500 + p;
+    CommHandle rin = t[1]->Recv(p, 11, &in, 8, {});
+    ASSERT_EQ(await(t[p].get(), t[p]->Send(1, 11, &out, 8, {})).first, CommState::kDone);
+    ASSERT_EQ(await(t[1].get(), rin).first, CommState::kDone);
+    EXPECT_EQ(in, int64_t(400 + p));
+    CommHandle rback = t[p]->Recv(1, 12, &back, 8, {});
+    ASSERT_EQ(await(t[1].get(), t[1]->Send(p, 12, &echo, 8, {})).first, CommState::kDone);
+    ASSERT_EQ(await(t[p].get(), rback).first, CommState::kDone);
+    EXPECT_EQ(back, int64_t(500 + p));
+  }
+  EXPECT_EQ(t[0]->Reconnect(1, addrs[1], 0, 0).code(), SYNCD_ERR_INVALID) << "a live peer is not reconnected";
+  for (auto& x : t) x->StartClose();
+  for (int i = 0; i < 100000; ++i) {
+    bool all = true;
+    for (auto& x : t) all &= x->CloseDone();
+    if (all) break;
+  }
+  unsetenv("UCX_TLS");
 }
 
 }  // namespace
