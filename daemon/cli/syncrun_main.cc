@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_flag("--respawn", opts.respawn,
                "With --elastic: start a rank that dies again (up to 3 times, while its node's daemon lives); the "
                "replacement joins the others at their next state.commit() and gets the state from rank 0");
+  app.add_option("--reset-limit", opts.reset_limit,
+                 "With --elastic: how many times the job may change its ranks (each rank lost and each replacement "
+                 "started counts one) before syncrun stops it, as horovodrun --reset-limit (default: no limit)")
+      ->check(CLI::Range(0, 1000000));
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
   app.add_flag("--netns", opts.netns,
@@ -69,8 +73,9 @@ int main(int argc, char** argv) {
   }
   opts.bind_workers = !no_bind;
   if (elastic && opts.on_loss.empty()) opts.on_loss = "restore";
-  if ((opts.min_np > 1 || opts.respawn) && (opts.on_loss.empty() || opts.on_loss == "fail")) {
-    fprintf(stderr, "syncrun: --min-np and --respawn need --elastic (or --on-loss continue or restore)\n");
+  if ((opts.min_np > 1 || opts.respawn || opts.reset_limit >= 0) && (opts.on_loss.empty() || opts.on_loss == "fail")) {
+    fprintf(stderr,
+            "syncrun: --min-np, --respawn and --reset-limit need --elastic (or --on-loss continue or restore)\n");
     return 2;
   }
   if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);

@@ -129,6 +129,7 @@ class Job {
   int finished_well_ = 0;  // ranks that exited 0
   int lost_code_ = 0;      // --on-loss continue or restore: the first lost rank's exit code
   std::map<int, int> respawns_;  // --respawn: replacements started, by rank
+  int resets_ = 0;               // --reset-limit: ranks lost and replacements started so far
   // --respawn: the replacements running, by pid (value 0 once stopped as late), and since when
   // they alone are left while other ranks have finished (StopLateReplacements).
   std::map<pid_t, int> replacements_;
@@ -338,13 +339,21 @@ void Job::Reap() {
       // The daemons go on without it; the job fails only if no rank finishes well.
       if (lost_code_ == 0) lost_code_ = code;
       const int left = int(workers_.size()) + finished_well_;
-      if (left < opts_.min_np) {
+      const Daemon& d = daemons_[size_t(rank / (opts_.ranks / opts_.nodes))];
+      const bool respawn = opts_.respawn && d.alive && respawns_[rank] < kMaxRespawns;
+      resets_ += respawn ? 2 : 1;  // the loss, and the replacement's arrival
+      if (opts_.reset_limit >= 0 && resets_ > opts_.reset_limit) {
+        Say("rank " + std::to_string(rank) + " " + Describe(status) + "; " + std::to_string(resets_) +
+            " changes of the job's ranks, more than --reset-limit " + std::to_string(opts_.reset_limit) +
+            " allows; stopping the job");
+        failed_ = true;
+        result_ = code;
+      } else if (left < opts_.min_np) {
         Say("rank " + std::to_string(rank) + " " + Describe(status) + "; " + std::to_string(left) +
             " ranks are left, fewer than --min-np " + std::to_string(opts_.min_np) + "; stopping the job");
         failed_ = true;
         result_ = code;
-      } else if (const Daemon& d = daemons_[size_t(rank / (opts_.ranks / opts_.nodes))];
-                 opts_.respawn && d.alive && respawns_[rank] < kMaxRespawns) {
+      } else if (respawn) {
         // --respawn: a replacement takes its place (it joins the others at their next commit).
         ++respawns_[rank];
         Say("rank " + std::to_string(rank) + " " + Describe(status) + "; the job goes on without it and a replacement "

@@ -36,6 +36,10 @@ struct LaunchOptions {
   // "continue", "restore": a rank that dies while its node's daemon lives is started again (up to
   // three times), as the same rank; it joins the others at their next commit (hvd.elastic).
   bool respawn = false;
+  // "continue", "restore": how many times the job may change its ranks (each rank lost and each
+  // replacement started counts one: every rank's hvd.elastic.run resets for it) before syncrun
+  // stops it, as horovodrun --reset-limit does; -1: no limit.
+  int reset_limit = -1;
   // Each node in a network namespace of its own, behind a link (launch/netns.h), limited to
   // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
   bool netns = false;

@@ -27,8 +27,9 @@ class SyncrunTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Starts syncrun with `args` in the background; stdout goes to dir_/out.
-  pid_t Start(const std::vector<std::string>& args) {
+  // Starts syncrun with `args` in the background; stdout goes to dir_/out (and with `err`,
+  // syncrun's own messages too: its stderr).
+  pid_t Start(const std::vector<std::string>& args, bool err = false) {
     return Spawn([&] {
       std::vector<std::string> argv = {BinDir() + "/syncrun", "--syncd-arg=--log-level=warn"};
       argv.insert(argv.end(), args.begin(), args.end());
@@ -36,6 +37,7 @@ class SyncrunTest : public ::testing::Test {
       for (auto& s : argv) a.push_back(s.data());
       a.push_back(nullptr);
       freopen((dir_ + "/out").c_str(), "w", stdout);
+      if (err) dup2(fileno(stdout), fileno(stderr));
       execv(a[0], a.data());
       return 127;
     });
@@ -118,6 +120,25 @@ TEST_F(SyncrunTest, ElasticGoesOnWithoutALostRankUntilFewerThanMinNpAreLeft) {
   EXPECT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 128 + SIGKILL) << "status " << st2;
   EXPECT_LT(NowS() - t0, 10.0);
   const pid_t refused = Start({"--min-np", "2", "-n", "3", "--", "true"});
+  const int st3 = WaitChild(refused, 30'000);
+  EXPECT_TRUE(WIFEXITED(st3) && WEXITSTATUS(st3) == 2) << "status " << st3;
+}
+
+// --reset-limit (horovodrun's): each rank lost (and each replacement started) changes the job's
+// ranks once; past the limit the job stops as without --elastic. Without --elastic it is refused.
+TEST_F(SyncrunTest, ElasticStopsOnceItsRanksChangedMoreThanTheResetLimit) {
+  const std::string body = "if [ $SYNCD_RANK = 1 ]; then kill -9 $$; fi; sleep ";
+  const pid_t ok = Start({"--elastic", "--reset-limit", "1", "-n", "3", "--", "sh", "-c", body + "1"});
+  const int st = WaitChild(ok, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st << "\n" << Out();
+  const double t0 = NowS();
+  const pid_t stop = Start({"--elastic", "--reset-limit", "0", "-n", "3", "--", "sh", "-c", body + "60"}, true);
+  const int st2 = WaitChild(stop, 30'000);
+  EXPECT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 128 + SIGKILL) << "status " << st2;
+  EXPECT_LT(NowS() - t0, 10.0);
+  EXPECT_NE(Out().find("1 changes of the job's ranks, more than --reset-limit 0 allows; stopping the job"),
+            std::string::npos) << Out();
+  const pid_t refused = Start({"--reset-limit", "2", "-n", "3", "--", "true"});
   const int st3 = WaitChild(refused, 30'000);
   EXPECT_TRUE(WIFEXITED(st3) && WEXITSTATUS(st3) == 2) << "status " << st3;
 }

@@ -206,6 +206,26 @@ def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(
     assert 0 < joined_s < 10, joined_s
 
 
+@pytest.mark.parametrize("limit", [1, 2])
+def test_syncrun_stops_an_elastic_job_past_its_reset_limit(limit):
+    """syncrun --elastic --respawn --reset-limit N (horovodrun's --reset-limit): rank 1 killed
+    mid-run; its loss and its replacement change the job's ranks twice. Limit 1: syncrun stops the
+    job before any replacement starts and exits non-zero, saying why; limit 2: the job ends well,
+    the replacement in it."""
+    p, results = syncrun(2, 4, "elastic_synthetic.py", "--die-rank", "1", "--die-at-iter", "3", "--num-iters", "30",
+                         "--sleep-ms", "50", launcher_args=["--elastic", "--respawn", "--reset-limit", str(limit)],
+                         timeout=180)
+    out = p.stdout + p.stderr
+    if limit == 1:
+        assert p.returncode != 0, out
+        assert "2 changes of the job's ranks, more than --reset-limit 1 allows; stopping the job" in out, out
+        assert "a replacement starts" not in out, out
+    else:
+        assert p.returncode == 0, out
+        assert "a replacement starts (--respawn, 1 of 3)" in out, out
+        assert [r["replacement"] for r in ranks_of(results)] == [False, True, False, False], results
+
+
 def test_horovods_elastic_mnist_takes_a_replacement_under_respawn():
     """pytorch_mnist_elastic.py (as below) under syncrun --elastic --respawn: rank 2 killed
     mid-backward in epoch 2; its replacement joins at the others' next commit, gets the model,
