@@ -140,11 +140,6 @@ for shape in a.shapes.split(","):
                        ("restart", trial_restart)):
         if policy not in a.policies.split(","):
             continue
-        if policy == "respawn" and local < 2:
-            # A node whose ranks were all lost left the job's collectives for good: no replacement
-            # can take part there yet (README, Elastic jobs).
-            print("%s: no respawn row: a replacement on a node whose every rank was lost is not supported" % shape)
-            continue
         results = [fn(nodes) for _ in range(a.trials)]
         times = [r[0] for r in results]
         steps = [r[1] for r in results if r[1] == r[1]]

@@ -21,7 +21,8 @@ syncd_status AbortCode(int32_t code) {
 
 bool IsNotice(ControlMessage::Kind k) {
   using K = ControlMessage::Kind;
-  return k == K::kHealth || k == K::kTimelineStart || k == K::kTimelineStop || k == K::kClockPing || k == K::kClockPong;
+  return k == K::kHealth || k == K::kTimelineStart || k == K::kTimelineStop || k == K::kClockPing || k == K::kClockPong ||
+         k == K::kNodeBack || k == K::kNodeJoin;
 }
 
 }  // namespace
@@ -89,6 +90,19 @@ bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why, const std::
   while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
     t_->Progress();
     CheckAbortMessages();
+    if (!control_out_.empty()) sched_yield();
+  }
+  return control_out_.empty();
+}
+
+bool Negotiator::FlushControl(uint64_t deadline_ns) {
+  while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
+    t_->Progress();
+    for (auto it = control_out_.begin(); it != control_out_.end();) {
+      Status err;  // a failed send: the peer is lost, which its own loss reports
+      if (t_->Test(it->handle, &err) == CommState::kPending) ++it;
+      else it = control_out_.erase(it);
+    }
     if (!control_out_.empty()) sched_yield();
   }
   return control_out_.empty();

@@ -175,6 +175,9 @@ class Negotiator {
 
   // Sends `m` on the control channel to `node`, or to every other node when `node` is -1.
   void Tell(int32_t node, ControlMessage m);
+  // Waits until what was sent on the control channel has left (before the negotiator goes: its
+  // sends are cancelled then), or the deadline passes; returns whether it has.
+  bool FlushControl(uint64_t deadline_ns);
 
   // Takes the pending names `pred` selects out of negotiation, on every node at the same point
   // of the cycle sequence (call it while running an agreed cycle): the coordinator forgets what was

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "daemon/transport/set_transport.h"
 
@@ -26,7 +27,14 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
   set_hooks_.on_notice = [this, others = std::move(set_hooks_.on_notice)](uint32_t from, const ControlMessage& m) {
     const uint32_t node = global_nodes_.empty() ? from : global_nodes_[from];
     if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(node, m);
+    else if (m.kind == ControlMessage::Kind::kNodeBack) back_asked_.push_back(node);
+    else if (m.kind == ControlMessage::Kind::kNodeJoin)
+      node_joins_.push_back({uint32_t(strtoul(m.text.c_str(), nullptr, 10)), uint32_t(m.cycle), uint32_t(m.code)});
     else if (others) others(node, m);
+  };
+  // A node to take back stops a cycle's blocking: the set it blocks in is about to be made afresh.
+  set_hooks_.keep_blocking = [this, outer = std::move(set_hooks_.keep_blocking)](uint64_t blocked_ns) {
+    return back_asked_.empty() && node_joins_.empty() && (!outer || outer(blocked_ns));
   };
   PointToPoint::Links p2p;
   p2p.transport = links_.transport;
@@ -103,6 +111,7 @@ bool Job::Poll(uint64_t now_ns) {
     did = true;
   }
   if (!health_out_.empty() || !health_in_.empty()) did |= PollHealth();
+  if (back_pending_ || !back_asked_.empty() || !node_joins_.empty()) did |= ApplyNodeBack();
   return did;
 }
 
@@ -166,11 +175,17 @@ bool Job::Attached(uint32_t local_rank) {
   }
   size_t continued = 0;
   for (const auto& [lr, l] : lost_) continued += l.continued;
-  if (continued == local_size_) {
-    it->second.reason = "every rank of node " + std::to_string(config_.node_rank) +
-                        " was lost and the node left the job's collectives for good: a replacement cannot "
-                        "take part there (not supported yet)";
-    return false;
+  if (continued == local_size_ || it->second.awaiting_node_back || back_pending_) {
+    // The node stands in for every name: the job must take it back first (node_back.cc).
+    it->second.awaiting_node_back = true;
+    it->second.reason = "rank " + std::to_string(config_.node_rank * local_size_ + local_rank) +
+                        " is a replacement on node " + std::to_string(config_.node_rank) +
+                        ", whose every rank was lost: it takes part once the job has taken the node back "
+                        "(the membership then changes: acknowledge it and call again)";
+    membership_changes_.push_back({membership_, UnixSeconds(), it->second.reason});
+    back_pending_ = true;
+    RequestNodeBack();
+    return true;
   }
   const std::string why = "rank " + std::to_string(config_.node_rank * local_size_ + local_rank) +
                           " is back: a replacement attached in its place; it takes part again from its first "
@@ -309,10 +324,10 @@ void Job::ApplySetChanges() {
   }
 }
 
-uint32_t Job::FreeSlot() {
-  auto used = [this](uint32_t s) {
+uint32_t Job::FreeSlot(int32_t except_set) {
+  auto used = [this, except_set](uint32_t s) {
     for (const auto& [sid, info] : set_info_)
-      if (info.slot == s) return true;
+      if (info.slot == s && sid != except_set) return true;
     return false;
   };
   for (uint32_t tries = 0; tries < uint32_t(abi::kMaxProcessSets); ++tries) {

@@ -75,6 +75,9 @@ struct LostRank {
   uint64_t rejoin_deadline_ns = 0;
   // --on-loss continue: the job went on without it (Job::ContinueWithout), at this wall time.
   bool continued = false;
+  // Every rank of this node was lost and a replacement attached in this one's place: the global
+  // set takes the node back (node_back.cc); until then its requests are refused.
+  bool awaiting_node_back = false;
   double lost_unix_s = 0;
 };
 
@@ -121,8 +124,8 @@ class Job {
   // Ranks. A local rank attached (again); it is not lost any more. Returns whether it takes the
   // place of a rank the job went on without (--on-loss continue, restore): a replacement, that
   // takes part again from the first name it submits itself (TensorTable). Where every rank of this
-  // node was lost the node left the job's collectives for good: such a slot stays lost (its
-  // requests are refused, naming why).
+  // node was lost, the node stands in for every name (joined for good): the job takes it back
+  // instead (node_back.cc), and the replacement's requests are refused until it has.
   bool Attached(uint32_t local_rank);
   // Local rank `local_rank` (global `rank`, process `pid`) left: `who_why` says who and why;
   // `clean`: it detached with syncd_shutdown; `attached_left`: how many of this node's ranks are
@@ -192,7 +195,7 @@ class Job {
   ProcessSet* SetOf(int32_t id);
   // A tag slot no live set uses, the least recently freed first (a removed set's late messages
   // then meet no new set for a long while); 0 when every slot is taken.
-  uint32_t FreeSlot();
+  uint32_t FreeSlot(int32_t except_set = -1);  // `except_set`: count its slot as free
   // Wall-clock seconds now (what the status shows as when).
   static double UnixSeconds();
   // An instant mark in the job's timeline (when one runs): a loss, a node gone, a rank back.
@@ -205,6 +208,22 @@ class Job {
   // every other node left, with nobody told), process sets spanning a lost node end, and the
   // membership changes (ranks must acknowledge it before their requests run again).
   void LoseNodes();
+  // The job's membership changes to `membership` (`what` says why): the global set as it stands ends
+  // (what it holds fails, RANK_LOST, as on every other node) and goes.
+  void EndGlobalSet(uint32_t membership, const std::string& what);
+  // The global set made afresh on tag slot `slot` over the nodes not lost, the ranks the job goes
+  // on without stood in for again.
+  void MakeGlobalSet(uint32_t slot);
+
+  // A node comes back into the global set (node_back.cc): a replacement attached on a node whose
+  // every rank was lost. That node asks the global set's node 0 (kNodeBack, RequestNodeBack);
+  // node 0 picks the membership and the new set's slot and tells every node (kNodeJoin); each
+  // (node 0 too) ends the global set as it stands and makes it afresh with the node (TakeNodeBack).
+  // Applied from Poll, once the sets are polled (the notices arrive inside them).
+  void RequestNodeBack();
+  bool ApplyNodeBack();  // whether it took a node back
+  void TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot);
+  uint32_t GlobalLeader() const { return global_nodes_.empty() ? 0 : global_nodes_.front(); }
   // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
   // order agreed once the sets are polled: every node makes the same ones at the same point.
   void ApplySetChanges();
@@ -251,6 +270,14 @@ class Job {
   std::vector<uint32_t> global_nodes_;
   uint32_t membership_ = 0;
   std::string membership_why_;
+  bool back_pending_ = false;  // a replacement here waits for the node to be taken back
+  bool back_sent_ = false;     // ... and node 0 of the global set was asked
+  std::vector<uint32_t> back_asked_;  // node 0 of the global set: nodes asking to come back
+  std::vector<uint32_t> back_retry_;  // ... that it could not answer yet
+  struct NodeJoin {
+    uint32_t node, membership, slot;
+  };
+  std::vector<NodeJoin> node_joins_;  // node 0's answers, to apply
   std::vector<StatusSnapshot::MembershipChange> membership_changes_;
   uint64_t loss_seq_ = 0;
   JobHealth health_;

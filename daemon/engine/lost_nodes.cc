@@ -38,19 +38,9 @@ void Job::LoseNodes() {
   if (newly.empty()) return;
   for (uint32_t p : newly) lost += (lost.empty() ? "node " : ", node ") + std::to_string(p);
   if (std::optional<Status> failure = t->PeerFailure(); failure && newly.size() == 1) lost = failure->message();
-  ++membership_;
-  membership_why_ = lost + "; the job went on without it (--on-loss " +
-                    (config_.on_loss == OnLoss::kRestore ? "restore" : "continue") + ", membership " +
-                    std::to_string(membership_) + ")";
-  spdlog::warn("{}", membership_why_);
-  membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
-
-  const Status why(SYNCD_ERR_RANK_LOST, membership_why_ + ": what was in flight fails; each rank's calls fail until it "
-                                                           "acknowledges the new membership (hvd.elastic.run does)");
-  // What the old global set holds fails here, as on every node left.
-  End(EndScope::Set(0, ProcessSet::Reach::kRemoved), why);
-  sets_.erase(0);
-  set_info_.erase(0);
+  EndGlobalSet(membership_ + 1, lost + "; the job went on without it (--on-loss " +
+                                    (config_.on_loss == OnLoss::kRestore ? "restore" : "continue") + ", membership " +
+                                    std::to_string(membership_ + 1) + ")");
   // Process sets holding a lost node's ranks cannot go on.
   for (auto& [id, set] : sets_) {
     const std::vector<uint32_t>& ranks = set_info_[id].ranks;
@@ -59,15 +49,38 @@ void Job::LoseNodes() {
                                                " (a process set cannot go on without a rank)"),
                ProcessSet::Reach::kJob);
   }
-  // The global set afresh, over the nodes left.
+  MakeGlobalSet(FreeSlot());
+  // A replacement here still waiting to be taken back asks the global set's node 0 again (it may
+  // be a new one).
+  back_sent_ = false;
+  Mark(-1, lost + " lost; the job goes on without it");
+  CompleteTransfers();
+  if (set_hooks_.flush) set_hooks_.flush();
+}
+
+void Job::EndGlobalSet(uint32_t membership, const std::string& what) {
+  membership_ = membership;
+  membership_why_ = what;
+  spdlog::warn("{}", membership_why_);
+  membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
+  // What the old global set holds fails here, as on every other node.
+  End(EndScope::Set(0, ProcessSet::Reach::kRemoved),
+      Status(SYNCD_ERR_RANK_LOST, membership_why_ + ": what was in flight fails; each rank's calls fail until it "
+                                                    "acknowledges the new membership (hvd.elastic.run does)"));
+  sets_.erase(0);
+  set_info_.erase(0);
+}
+
+void Job::MakeGlobalSet(uint32_t slot) {
+  Transport* t = links_.transport;
   std::vector<int64_t> ranks;
-  for (uint32_t node = 0; node < t->size(); ++node)
-    if (!nodes_lost_[node])
+  const uint32_t nodes_in_job = t == nullptr ? 1 : t->size();
+  for (uint32_t node = 0; node < nodes_in_job; ++node)
+    if (node >= nodes_lost_.size() || !nodes_lost_[node])
       for (uint32_t l = 0; l < local_size_; ++l) ranks.push_back(int64_t(node) * local_size_ + l);
-  const uint32_t slot = FreeSlot();
   std::vector<uint32_t> nodes;
   ProcessSetPlace place = PlaceOf(0, ranks, &nodes);
-  // The GPUs' communicator spans the lost node: GPU collectives fail from now on (naming why).
+  // The GPUs' communicator spans the job as it started: GPU collectives fail from now on (naming why).
   place.gpu = nullptr;
   SetInfo info{place.ranks, slot, nullptr};
   if (nodes.size() > 1) info.comm = std::make_unique<SetTransport>(t, nodes, slot);
@@ -76,10 +89,7 @@ void Job::LoseNodes() {
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
   global_nodes_ = std::move(nodes);
   for (const auto& [lr, l] : lost_)
-    if (l.continued) sets_[0]->ContinueWithout(lr);
-  Mark(-1, lost + " lost; the job goes on without it");
-  CompleteTransfers();
-  if (set_hooks_.flush) set_hooks_.flush();
+    if (l.continued && !l.awaiting_node_back) sets_[0]->ContinueWithout(lr);
 }
 
 }  // namespace syncd

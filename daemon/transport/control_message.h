@@ -30,6 +30,8 @@ struct ControlMessage {
     kTimelineStop = 'Y',   // ... stop
     kClockPing = 'T',      // node 0's clock estimate: a ping sent at `cycle` (node 0's clock)
     kClockPong = 'U',      // ... its answer: `cycle` echoed, `text` the answering node's clock
+    kNodeBack = 'B',  // a node whose every rank was lost has a replacement: take it back (to the global set's node 0)
+    kNodeJoin = 'J',  // ... the answer to every node: `text` the node, `cycle` the membership, `code` the slot
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;

@@ -233,7 +233,6 @@ TEST_P(ContinueAfterLoss, SurvivorsGoOnWithin2sCountingEveryRankOnce) {
 }
 
 class RestoreAfterLoss : public ::testing::TestWithParam<Case> {};
-class ReplacementRank : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RestoreAfterLoss, TheSameCollectivesFailOnEverySurvivorAndTheNextStepCompletesWithin5s) {
   KillRandomRanks(GetParam(), Policy::kRestore);
@@ -293,20 +292,34 @@ int Members(syncd_client* c, int rank) {
   return n;
 }
 
-// syncrun --respawn's replacement, as the C API sees it: rank 1 of a 2 x 2 job dies; the three
-// others train on without it (every step also an allgather of the ranks alive, as hvd.elastic's
-// commit); a replacement attaches as rank 1, is told it replaces a lost rank, and its first call
-// is that allgather. From the first name it submits itself it takes part again: the others see
-// four ranks again and every later collective sums all four, on every rank, the replacement's too.
-TEST_P(ReplacementRank, TakesPartAgainFromTheFirstCollectiveItSubmits) {
-  const char* policy = GetParam();
-  Cluster cluster(2, 2, {"--on-loss", policy, "--log-level", "error"});
+// Members() again after the job's membership changed under this rank: acknowledges it and calls
+// again (as hvd.elastic.run's reset), for up to 20 s.
+int MembersOnceAcknowledged(syncd_client* c, int rank) {
+  for (int tries = 0; tries < 20'000; ++tries) {
+    const int n = Members(c, rank);
+    if (n != -1) return n;
+    uint32_t membership = 0;
+    if (syncd_acknowledge_membership(c, &membership) != SYNCD_OK) return -1;
+    usleep(1000);
+  }
+  return -1;
+}
+
+// A 4-rank job under `policy` whose rank `victim` dies at step 3 and is replaced once the others
+// train on without it (ReplacementRank, ReplacementOnLostNode). `node_back`: the victim's node had
+// no other rank, so the job takes the node back when the replacement attaches: what is in flight
+// then fails on every rank and each acknowledges the new membership (MembersOnceAcknowledged).
+// Every rank trains until 10 steps after it saw all four again have summed all four.
+void TrainThroughAReplacement(int nodes, const char* policy, int victim, bool node_back, const std::string& shown) {
+  const int local = 4 / nodes, reporter = victim == 0 ? 2 : 0;
+  Cluster cluster(nodes, local, {"--on-loss", policy, "--log-level", "error"});
   Shared* shared = MapShared();
-  constexpr int kVictim = 1, kStepsTogether = 10;
+  constexpr int kStepsTogether = 10;
   const std::vector<int64_t> layers = {1000, 3};
-  const int32_t full = 15, without = full - (1 << kVictim);
+  const int32_t full = 15, without = full - (1 << victim);
+  const bool restore = std::string(policy) == "restore";
   auto train = [&](const std::string& dir, int rank, bool replacement) {
-    syncd_client* c = AttachAs(dir, rank, 4, rank % 2, 2);
+    syncd_client* c = AttachAs(dir, rank, 4, rank % local, local);
     CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
     int replaces = -1;
     CHILD_CHECK(syncd_replaces_lost_rank(c, &replaces) == SYNCD_OK && replaces == (replacement ? 1 : 0),
@@ -314,19 +327,22 @@ TEST_P(ReplacementRank, TakesPartAgainFromTheFirstCollectiveItSubmits) {
     std::vector<int32_t*> grads;
     for (int64_t count : layers) grads.push_back(static_cast<int32_t*>(syncd_alloc(c, uint64_t(count) * 4)));
     auto* avg = static_cast<float*>(syncd_alloc(c, 4 * 4));
-    int members = replacement ? Members(c, rank) : 4, seen_three = replacement, together = 0;
+    int members = !replacement ? 4 : node_back ? MembersOnceAcknowledged(c, rank) : Members(c, rank);
+    int seen_three = replacement, together = 0;
     for (int step = 0; together < kStepsTogether; ++step) {
       CHILD_CHECK(step < 100'000, "rank %d: the replacement never joined", rank);
       shared->steps[rank].store(step);
-      if (rank == kVictim && !replacement && step == 3) raise(SIGKILL);
+      if (rank == victim && !replacement && step == 3) raise(SIGKILL);
       std::vector<syncd_handle> hs;
       CHILD_CHECK(SubmitPowerOfTwoStep(c, rank, layers, grads, avg, 4, &hs) == SYNCD_OK, "rank %d: %s", rank,
                   syncd_last_error());
       bool failed = false;
       for (syncd_handle h : hs) {
         const int rc = syncd_wait(c, h, 30'000);
-        failed |= rc == SYNCD_ERR_RANK_LOST && std::string(policy) == "restore" && !seen_three;
-        CHILD_CHECK(rc == SYNCD_OK || failed, "rank %d step %d: %s", rank, step, syncd_last_error());
+        // The loss fails what is in flight under restore; the node's return under either policy.
+        failed |= rc == SYNCD_ERR_RANK_LOST && (node_back ? together == 0 : restore && !seen_three);
+        CHILD_CHECK(rc == SYNCD_OK || failed, "rank %d step %d: %s: %s", rank, step, syncd_status_name(rc),
+                    syncd_last_error());
       }
       if (!failed && members == 4 && seen_three) {
         for (size_t l = 0; l < layers.size(); ++l)
@@ -336,13 +352,17 @@ TEST_P(ReplacementRank, TakesPartAgainFromTheFirstCollectiveItSubmits) {
       } else if (!failed) {
         CHILD_CHECK(grads[0][0] == full || grads[0][0] == without, "rank %d step %d: %d", rank, step, grads[0][0]);
       }
-      members = Members(c, rank);
-      // restore: the first group without the victim fails on every rank, this one maybe.
-      if (members == -1 && std::string(policy) == "restore" && !seen_three && !failed) members = Members(c, rank);
+      if (node_back && together == 0) {
+        members = MembersOnceAcknowledged(c, rank);
+      } else {
+        members = Members(c, rank);
+        // restore: the first group without the victim fails on every rank, this one maybe.
+        if (members == -1 && restore && !seen_three && !failed) members = Members(c, rank);
+      }
       CHILD_CHECK(members == 3 || members == 4, "rank %d step %d: members %d: %s", rank, step, members,
                   syncd_last_error());
       seen_three |= members == 3;
-      if (members == 3 && rank == 0) shared->recovered_s[0].store(1);  // the test starts the replacement
+      if (members == 3 && rank == reporter) shared->recovered_s[0].store(1);  // the test starts the replacement
     }
     syncd_shutdown(c);
     return 0;
@@ -351,24 +371,59 @@ TEST_P(ReplacementRank, TakesPartAgainFromTheFirstCollectiveItSubmits) {
   NextJob();
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r) {
-    const std::string dir = cluster.node(r / 2).run_dir();
+    const std::string dir = cluster.node(r / local).run_dir();
     pids.push_back(Spawn([=] { return train(dir, r, false); }));
   }
-  EXPECT_TRUE(WIFSIGNALED(WaitChild(pids[kVictim], 30'000)));
+  EXPECT_TRUE(WIFSIGNALED(WaitChild(pids[size_t(victim)], 30'000)));
   for (int i = 0; i < 20'000 && shared->recovered_s[0].load() < 0; ++i) usleep(1000);
-  const std::string dir = cluster.node(kVictim / 2).run_dir();
-  pids[kVictim] = Spawn([=] { return train(dir, kVictim, true); });
+  const std::string dir = cluster.node(victim / local).run_dir();
+  pids[size_t(victim)] = Spawn([=] { return train(dir, victim, true); });
   for (int r = 0; r < 4; ++r) {
     const int s = WaitChild(pids[size_t(r)], 60'000);
     EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "rank " << r << " status " << s;
   }
   // Who left and who came back, as a user reads it.
   const std::string table = SyncctlStatus(cluster.node(0).run_dir());
-  EXPECT_TRUE(Contains(table, "LOST rank 1 at ") || Contains(table, "MEMBERSHIP 0 at ")) << table;
-  EXPECT_TRUE(Contains(table, "rank 1 is back: a replacement attached in its place")) << table;
+  EXPECT_TRUE(Contains(table, shown)) << table;
+}
+
+class ReplacementRank : public ::testing::TestWithParam<const char*> {};
+
+// syncrun --respawn's replacement, as the C API sees it: rank 1 of a 2 x 2 job dies; the three
+// others train on without it (every step also an allgather of the ranks alive, as hvd.elastic's
+// commit); a replacement attaches as rank 1, is told it replaces a lost rank, and its first call
+// is that allgather. From the first name it submits itself it takes part again: the others see
+// four ranks again and every later collective sums all four, on every rank, the replacement's too.
+TEST_P(ReplacementRank, TakesPartAgainFromTheFirstCollectiveItSubmits) {
+  TrainThroughAReplacement(2, GetParam(), 1, false, "rank 1 is back: a replacement attached in its place");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, ReplacementRank, ::testing::Values("continue", "restore"));
+
+// The same on a node whose only rank was lost (4 x 1): the node stood in for every name, so the job
+// takes it back when the replacement attaches: the global set is made afresh with it, what was in
+// flight fails on every rank (RANK_LOST, both policies), every rank acknowledges the new membership
+// and calls the ranks' allgather again (the replacement's first call is refused until the node is
+// back); from there every collective sums all four, on every rank.
+struct LostNodeCase {
+  const char* policy;
+  int victim;  // 0: the node that decides (node 0 of the global set) is the one taken back
+};
+class ReplacementOnLostNode : public ::testing::TestWithParam<LostNodeCase> {};
+
+TEST_P(ReplacementOnLostNode, TheJobTakesTheNodeBackAndSumsEveryRankAgain) {
+  const int victim = GetParam().victim;
+  TrainThroughAReplacement(4, GetParam().policy, victim, true,
+                           "node " + std::to_string(victim) + " is back: a replacement attached there");
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, ReplacementOnLostNode,
+                         ::testing::Values(LostNodeCase{"continue", 1}, LostNodeCase{"restore", 1},
+                                           LostNodeCase{"continue", 0}, LostNodeCase{"restore", 0}),
+                         [](const ::testing::TestParamInfo<LostNodeCase>& info) {
+                           return std::string(info.param.policy) + "_node" + std::to_string(info.param.victim);
+                         });
+
 
 INSTANTIATE_TEST_SUITE_P(Modes, ContinueAfterLoss,
                          ::testing::Values(Case{"negotiate", 2, 2}, Case{"negotiate", 1, 4}, Case{"negotiate", 3, 1},

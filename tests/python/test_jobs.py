@@ -185,14 +185,16 @@ def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_nodes_daemon_is_ki
     assert "the job goes on without the node" in p.stdout + p.stderr
 
 
-@pytest.mark.parametrize("policy,mode", [("restore", "negotiate"), ("continue", "topo")])
-def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(policy, mode):
+@pytest.mark.parametrize("nodes,policy,mode", [(2, "restore", "negotiate"), (2, "continue", "topo"),
+                                               (4, "restore", "negotiate"), (4, "continue", "nbcs")])
+def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(nodes, policy, mode):
     """syncrun --elastic --respawn: rank 1 killed mid-backward; a replacement (the same script)
     starts, joins the three others at their next commit (they get HostsUpdatedInterrupt, it gets
     the state from rank 0) within 10 s of the kill; all four end with the same parameters, size 4
-    and the learning rate scaled back to 4 ranks; syncrun exits 0."""
+    and the learning rate scaled back to 4 ranks; syncrun exits 0. On 4 x 1 the replacement's node
+    had lost its every rank: the daemons take the node back (the others roll back once more)."""
     launcher = ["--elastic", "--respawn"] + (["--on-loss", "continue"] if policy == "continue" else [])
-    p, results = syncrun(2, 4, "elastic_synthetic.py", "--die-rank", "1", "--die-at-iter", "3", "--num-iters", "30",
+    p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", "1", "--die-at-iter", "3", "--num-iters", "30",
                          "--sleep-ms", "50", syncd_args=["--coord=%s" % mode], launcher_args=launcher, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "a replacement starts (--respawn, 1 of 3)" in p.stdout + p.stderr

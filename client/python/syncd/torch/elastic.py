@@ -35,7 +35,10 @@ SyncdError (DAEMON_LOST) leaves `run`.
 A replacement (`syncrun --elastic --respawn`: the same rank started again on the same node): its
 first call is the members' allgather, which the others' next commit takes part in; they see it
 and raise HostsUpdatedInterrupt (not only removed: sync), it resets with them, and every rank gets
-the state from rank 0.
+the state from rank 0. Where every rank of its node was lost (a 4 x 1 job), the daemons take the
+node back into the job's collectives first: what was in flight fails on every rank
+(HorovodInternalError, under either policy), they roll back to the last commit, acknowledge the
+new membership and reset with the replacement, whose calls were refused until then.
 
 Not yet: new ranks beyond the launch's (--max-np), process sets and alltoall splits in the
 renumbered view (they take launch ranks).
@@ -326,8 +329,13 @@ def run(func):
         if basics.client().replaces_lost_rank():
             # A replacement (syncrun --respawn): the others learn of it at their next commit, from
             # the members' allgather this call takes part in, and reset; it resets with them and
-            # gets the state from rank 0.
-            _members()
+            # gets the state from rank 0. On a node whose every rank was lost the call is refused:
+            # the daemons take the node back first, which fails what the others had in flight
+            # (they roll back), and it resets with them.
+            try:
+                _members()
+            except HorovodInternalError:
+                requests.wait_all()
             reset = True
         while True:
             try:

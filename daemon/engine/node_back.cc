@@ -1,0 +1,95 @@
+// A node comes back into the job's collectives (--on-loss continue and restore): job.h,
+// RequestNodeBack, ApplyNodeBack, TakeNodeBack.
+//
+// A node whose every rank was lost stands in for each of them (TensorTable::MarkLost), so the
+// coordination counts the whole node as joined for good: the other nodes no longer wait for it
+// in any name. Taking one rank's stand-in away (what a replacement does where the node keeps other
+// ranks: TensorTable::Replaced) cannot work there: the node would have to un-join, at a point
+// every node agrees on. Instead the job makes its global set afresh with the node taking part
+// again, as it does after a lost node (lost_nodes.cc): what the old set held fails everywhere,
+// the membership changes, and every rank acknowledges it before its next call (hvd.elastic.run
+// does; the replacement's first call is refused until then, its run loop resets and goes on).
+//
+// One node decides, so that every node makes the same set: node 0 of the global set (the lowest
+// node left). The replacement's node asks it (kNodeBack); it picks the new membership and the new
+// set's tag slot (FreeSlot, which every node then continues from) and tells every node of the old
+// set (kNodeJoin), then takes the node back itself. Should node 0 be lost first, the asking node
+// asks the next one (LoseNodes clears back_sent_).
+//
+// Engine thread only.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "daemon/engine/job.h"
+
+namespace syncd {
+namespace {
+
+// How long node 0 waits for its answer to leave before the old set goes (the sends would be
+// cancelled with it). The peers are alive: a 384-byte message leaves in microseconds.
+constexpr uint64_t kFlushNs = 200'000'000;
+
+}  // namespace
+
+void Job::RequestNodeBack() {
+  if (!back_pending_ || back_sent_) return;
+  const uint32_t leader = GlobalLeader();
+  if (leader == config_.node_rank) {
+    back_asked_.push_back(leader);
+    back_sent_ = true;
+    return;
+  }
+  back_sent_ = TellNodes(ControlMessage{ControlMessage::Kind::kNodeBack, id_, membership_, ""}, int32_t(leader));
+  if (back_sent_)
+    spdlog::info("node {} asks node {} to take it back into the job's collectives", config_.node_rank, leader);
+}
+
+bool Job::ApplyNodeBack() {
+  RequestNodeBack();  // not sent yet (the set was not started), or to a new node 0
+  std::vector<uint32_t> asked = std::exchange(back_asked_, {});
+  std::sort(asked.begin(), asked.end());
+  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const uint32_t node = asked[i];
+    // Only node 0 of the global set decides; a node asking a node 0 since lost asks again.
+    if (GlobalLeader() != config_.node_rank || (node < nodes_lost_.size() && nodes_lost_[node])) continue;
+    const uint32_t membership = membership_ + 1;
+    const uint32_t slot = FreeSlot(/*except_set=*/0);
+    if (global_nodes_.size() > 1 || (global_nodes_.empty() && links_.transport != nullptr)) {
+      ControlMessage join{ControlMessage::Kind::kNodeJoin, id_, membership, std::to_string(node), int32_t(slot)};
+      if (!TellNodes(std::move(join), -1)) {
+        spdlog::warn("node {} cannot be taken back now (the global set is not running); trying again", node);
+        back_retry_.push_back(node);
+        continue;
+      }
+      sets_[0]->FlushNotices(abi::MonotonicNs() + kFlushNs);
+    }
+    node_joins_.push_back({node, membership, slot});
+    back_retry_.insert(back_retry_.end(), asked.begin() + ptrdiff_t(i) + 1, asked.end());  // on the set made afresh
+    break;
+  }
+  back_asked_.insert(back_asked_.end(), back_retry_.begin(), back_retry_.end());
+  back_retry_.clear();
+  const bool did = !node_joins_.empty();
+  for (const NodeJoin& j : std::exchange(node_joins_, {})) TakeNodeBack(j.node, j.membership, j.slot);
+  return did;
+}
+
+void Job::TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot) {
+  membership = std::max(membership_ + 1, membership);
+  EndGlobalSet(membership, "node " + std::to_string(node) + " is back: a replacement attached there, and the job's "
+                           "collectives start afresh with it (membership " + std::to_string(membership) + ")");
+  if (node == config_.node_rank) {
+    for (auto it = lost_.begin(); it != lost_.end();)
+      it = it->second.awaiting_node_back ? lost_.erase(it) : std::next(it);
+    back_pending_ = back_sent_ = false;
+  }
+  last_slot_ = slot;  // every node goes on choosing slots from the same point (FreeSlot)
+  MakeGlobalSet(slot);
+  Mark(-1, membership_why_);
+  CompleteTransfers();
+  if (set_hooks_.flush) set_hooks_.flush();
+}
+
+}  // namespace syncd
