@@ -50,6 +50,7 @@ struct JobLinks {
   std::vector<uint32_t> gpus_per_node;  // from the rendezvous (this node's alone on one node)
   std::unique_ptr<RendezvousService> rendezvous;  // node 0 of a many-node job
   std::unique_ptr<grpc::Server> rendezvous_server;
+  RejoinAnswer rejoin;  // restarted under a running job (rejoin.job != 0): where it stands
 };
 
 // GPUs: one NCCL rank per visible GPU, in a communicator over every GPU of the job.
@@ -117,6 +118,14 @@ Status JoinPeers(const Config& config, JobLinks* job) {
   SYNCD_RETURN_IF_ERROR(job->transport->Connect(table.ucx_addresses, same_host_pids));
   job->gpus_per_node = table.gpus;
   job->nccl_id = table.nccl_id;
+  if (table.rejoin_job != 0) {
+    job->rejoin.job = table.rejoin_job;
+    job->rejoin.local_size = table.rejoin_local_size;
+    job->rejoin.resume = JobResume{table.rejoin_membership, table.rejoin_slot, table.rejoin_lost_nodes};
+    // The job's NCCL communicator was made at its start, without this process.
+    job->no_gpu = "this daemon was restarted under a running job, whose GPU communicator it is not part of";
+    job->gpu.reset();
+  }
   if (std::string shared = SharedGpus(table); job->gpu && !shared.empty()) {
     job->no_gpu = shared;
     job->gpu.reset();
@@ -126,6 +135,35 @@ Status JoinPeers(const Config& config, JobLinks* job) {
     if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + job->transport->failure_detection(n) + ";";
   spdlog::info("connected to {} peer daemons (failure detection:{})", config.nodes - 1, how);
   return Status::Ok();
+}
+
+// Node 0: a daemon restarted under the job joins again (RendezvousService::set_rejoin). The engine
+// takes its node back; the old daemon may not be known lost here yet (a restart quicker than the
+// detection): it is asked again for up to 10 s.
+RendezvousService::RejoinFn RejoinHook(Engine* engine) {
+  return [engine](const control::JoinRequest& req, control::JoinReply* reply) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const RejoinCommand command{req.node_rank(), req.ucx_address(), req.pid(), req.hostname(),
+                                req.hostname() == host ? req.pid() : 0};
+    const uint64_t deadline_ns = abi::MonotonicNs() + 10'000'000'000ull;
+    for (;;) {
+      StatusOr<EngineReply> r = engine->Ask(command, 5000);
+      if (!r.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, r.status().message());
+      const RejoinAnswer& a = std::get<RejoinAnswer>(*r);
+      if (a.status.code() == SYNCD_IN_PROGRESS && abi::MonotonicNs() < deadline_ns) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+      if (!a.status.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, a.status.message());
+      reply->set_rejoin_job(a.job);
+      reply->set_rejoin_membership(a.resume.membership);
+      reply->set_rejoin_slot(a.resume.slot);
+      reply->set_rejoin_local_size(a.local_size);
+      for (uint32_t n : a.resume.lost_nodes) reply->add_rejoin_lost_nodes(n);
+      return grpc::Status::OK;
+    }
+  };
 }
 
 // The job's NCCL communicator, when every node has GPUs. On one node a failure leaves host
@@ -278,6 +316,12 @@ int Serve(const Config& config) {
   if (!server.ok()) return Fail(server.status());
 
   std::thread engine_thread([&engine] { engine.Run(); });
+  if (job.rejoin.job != 0) {  // before any rank attaches
+    StatusOr<EngineReply> r = engine.Ask(ResumeJobCommand{job.rejoin}, 10'000);
+    const Status st = r.ok() ? std::get<Status>(*r) : r.status();
+    if (!st.ok()) spdlog::error("restarted under job {:#x}, cannot start it here: {}", job.rejoin.job, st.message());
+  }
+  if (job.rendezvous) job.rendezvous->set_rejoin(RejoinHook(&engine));
   std::thread attach_thread([&attach] { attach.Run(); });
   AnnounceServing(config, *cores);
 

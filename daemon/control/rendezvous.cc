@@ -40,6 +40,17 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     return st;
   }
   MutexLock lock(&mu_);
+  if (joined_[req->node_rank()] && count_ == nodes_ && rejoin_) {
+    // A daemon restarted under the job: node 0's engine takes the node back, or says why not.
+    if (grpc::Status st = rejoin_(*req, reply); !st.ok()) {
+      spdlog::warn("rendezvous: refused {} joining again: {}", who, st.error_message());
+      return st;
+    }
+    Record(*req);
+    spdlog::info("rendezvous: {} joined again (its node's daemon was restarted)", who);
+    FillTable(reply);
+    return grpc::Status::OK;
+  }
   if (joined_[req->node_rank()]) {
     spdlog::warn("rendezvous: refused {}: node rank already joined by {}", who, hostnames_[req->node_rank()]);
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
@@ -47,11 +58,7 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
                             hostnames_[req->node_rank()]);
   }
   joined_[req->node_rank()] = true;
-  addresses_[req->node_rank()] = req->ucx_address();
-  hostnames_[req->node_rank()] = req->hostname();
-  pids_[req->node_rank()] = req->pid();
-  gpus_[req->node_rank()] = req->gpus();
-  gpu_uuids_[req->node_rank()].assign(req->gpu_uuids().begin(), req->gpu_uuids().end());
+  Record(*req);
   if (req->node_rank() == 0) nccl_id_ = req->nccl_id();
   if (++count_ == nodes_) all_joined_.notify_all();
   spdlog::info("rendezvous: {} joined ({} of {})", who, count_, nodes_);
@@ -61,6 +68,20 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         "rendezvous incomplete: nodes " + MissingNodes(joined_) + " of " + std::to_string(nodes_) +
                             " did not join in time");
+  FillTable(reply);
+  return grpc::Status::OK;
+}
+
+void RendezvousService::Record(const control::JoinRequest& req) {
+  const uint32_t n = req.node_rank();
+  addresses_[n] = req.ucx_address();
+  hostnames_[n] = req.hostname();
+  pids_[n] = req.pid();
+  gpus_[n] = req.gpus();
+  gpu_uuids_[n].assign(req.gpu_uuids().begin(), req.gpu_uuids().end());
+}
+
+void RendezvousService::FillTable(control::JoinReply* reply) {
   for (uint32_t i = 0; i < nodes_; ++i) {
     reply->add_ucx_addresses(addresses_[i]);
     reply->add_hostnames(hostnames_[i]);
@@ -70,7 +91,6 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
     for (const std::string& u : gpu_uuids_[i]) gpus->add_uuids(u);
   }
   reply->set_nccl_id(nccl_id_);
-  return grpc::Status::OK;
 }
 
 grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint32_t nodes,
@@ -120,6 +140,11 @@ StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinReq
   table.gpus.assign(reply.gpus().begin(), reply.gpus().end());
   for (const control::NodeGpus& g : reply.gpu_uuids()) table.gpu_uuids.emplace_back(g.uuids().begin(), g.uuids().end());
   table.nccl_id = reply.nccl_id();
+  table.rejoin_job = reply.rejoin_job();
+  table.rejoin_membership = reply.rejoin_membership();
+  table.rejoin_slot = reply.rejoin_slot();
+  table.rejoin_local_size = reply.rejoin_local_size();
+  table.rejoin_lost_nodes.assign(reply.rejoin_lost_nodes().begin(), reply.rejoin_lost_nodes().end());
   return table;
 }
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,16 @@ class RendezvousService final : public control::Rendezvous::Service {
   RendezvousService(std::string job_token, uint32_t nodes, uint32_t local_size, std::chrono::milliseconds timeout);
 
   grpc::Status Join(grpc::ServerContext* ctx, const control::JoinRequest* req, control::JoinReply* reply) override;
+
+  // A daemon joining again after the rendezvous ended (its node's old daemon was lost, and it was
+  // restarted): `rejoin` is asked (node, its request) whether it may, and fills the reply's rejoin_
+  // fields; the reply then carries the table with the node's new address. Without it (or when it
+  // refuses), the join is refused as a node rank joined twice is.
+  using RejoinFn = std::function<grpc::Status(const control::JoinRequest& req, control::JoinReply* reply)>;
+  void set_rejoin(RejoinFn rejoin) {
+    MutexLock lock(&mu_);
+    rejoin_ = std::move(rejoin);
+  }
 
  private:
   const std::string token_;
@@ -40,6 +51,10 @@ class RendezvousService final : public control::Rendezvous::Service {
   std::vector<std::vector<std::string>> gpu_uuids_ SYNCD_GUARDED_BY(mu_);
   std::string nccl_id_ SYNCD_GUARDED_BY(mu_);
   uint32_t count_ SYNCD_GUARDED_BY(mu_) = 0;
+  RejoinFn rejoin_ SYNCD_GUARDED_BY(mu_);
+
+  void Record(const control::JoinRequest& req) SYNCD_REQUIRES(mu_);
+  void FillTable(control::JoinReply* reply) SYNCD_REQUIRES(mu_);
 };
 
 // Whether `req` may join a job of `nodes` nodes with `local_size` ranks each and this token;
@@ -54,6 +69,10 @@ struct JobTable {
   std::vector<uint32_t> gpus;  // by node rank
   std::vector<std::vector<std::string>> gpu_uuids;  // by node rank
   std::string nccl_id;         // node 0's
+  // JoinReply's rejoin_ fields (rejoin_job 0: a first rendezvous).
+  uint64_t rejoin_job = 0;
+  uint32_t rejoin_membership = 0, rejoin_slot = 0, rejoin_local_size = 0;
+  std::vector<uint32_t> rejoin_lost_nodes;
 };
 
 // NCCL takes each GPU once per communicator, so a job whose daemons share a GPU (several

@@ -22,7 +22,7 @@ syncd_status AbortCode(int32_t code) {
 bool IsNotice(ControlMessage::Kind k) {
   using K = ControlMessage::Kind;
   return k == K::kHealth || k == K::kTimelineStart || k == K::kTimelineStop || k == K::kClockPing || k == K::kClockPong ||
-         k == K::kNodeBack || k == K::kNodeJoin;
+         k == K::kNodeBack || k == K::kNodeJoin || k == K::kNodeRestarted || k == K::kNodeAddress;
 }
 
 }  // namespace

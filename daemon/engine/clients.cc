@@ -57,7 +57,7 @@ Status Engine::MembershipRefusal(const Request& r) const {
                                          "syncd_acknowledge_membership)");
 }
 
-void Engine::BeginJob(uint64_t job) {
+void Engine::BeginJob(uint64_t job, const JobResume* resume) {
   // The new job's messages are kept apart from anything the old one left.
   if (transport_) transport_->SetEpoch(JobEpoch(job));
   // Stragglers and per-collective metrics are the job's own: its series carry its job_id and
@@ -67,6 +67,7 @@ void Engine::BeginJob(uint64_t job) {
   links.transport = transport_.get();
   links.gpu = gpu_.get();
   links.counters = &counters_;
+  links.resume = resume;
   ProcessSetHooks& hooks = links.hooks;
   hooks.complete = [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); };
   hooks.flush = [this] { FlushClients(); };

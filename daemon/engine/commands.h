@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/base/status.h"
+#include "daemon/engine/job.h"
 #include "daemon/obs/status_builder.h"
 #include "proto/mutex.h"
 
@@ -39,8 +40,27 @@ struct TimelineCommand {
   double seconds = 0;
   uint64_t cycles = 0;
 };
-using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand>;
-using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>>;
+// Node 0 of a many-node job: node `node`'s daemon was restarted and joins again (the rendezvous
+// asks): reach it at `address` and take the node back into the job that goes on. Reply: RejoinAnswer.
+struct RejoinCommand {
+  uint32_t node = 0;
+  std::string address;
+  int32_t pid = 0;
+  std::string host;           // its machine
+  int32_t same_host_pid = 0;  // its pid when it runs on this host, else 0
+};
+struct RejoinAnswer {
+  Status status;
+  uint64_t job = 0;  // 0: no job goes on (the new daemon starts as at the first rendezvous)
+  uint32_t local_size = 0;
+  JobResume resume;
+};
+// A restarted daemon: start job `job` where node 0 has it (RejoinAnswer). Reply: a Status.
+struct ResumeJobCommand {
+  RejoinAnswer where;
+};
+using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand>;
+using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>, RejoinAnswer>;
 
 class CommandQueue {
  public:

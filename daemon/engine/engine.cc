@@ -480,22 +480,6 @@ std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) cons
   return builder_.Build(std::move(*std::get<std::shared_ptr<EngineFacts>>(*reply)));
 }
 
-void Engine::RunCommands() {
-  for (CommandQueue::Entry& e : commands_.TakeAll()) {
-    if (std::holds_alternative<FactsCommand>(e.command)) {
-      e.reply.set_value(CaptureFacts());
-    } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
-      // A report of a job that ended meanwhile is dropped (the next one is of the new job).
-      if (job_ && transport_ && job_->id() == h->job) job_->SendHealth(h->mine);
-      e.reply.set_value(Status::Ok());
-    } else {
-      const TimelineCommand& c = std::get<TimelineCommand>(e.command);
-      if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
-      else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
-    }
-  }
-}
-
 void Engine::Observe() {
   uint64_t next_report = 0;
   std::unique_lock<std::mutex> lock(observer_mu_);

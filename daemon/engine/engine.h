@@ -136,7 +136,8 @@ class Engine {
   // what the previous job left and tells the other nodes. BeginJob: the job's global process set,
   // its coordination afresh on many nodes.
   void EndJob(uint64_t next_job);
-  void BeginJob(uint64_t job);
+  // `resume`: a daemon restarted under job `job` starts it where node 0 has it.
+  void BeginJob(uint64_t job, const JobResume* resume = nullptr);
   // The job's membership (Job::membership) into the node page when it changed (returns whether
   // it did); a request of a rank that has not acknowledged it is refused (why, or OK).
   bool PublishMembership();
@@ -205,7 +206,9 @@ class Engine {
   std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
   DrainResult drain_result_;       // engine thread until finished_, then read-only
   mutable CommandQueue commands_;  // the control plane's and the observer's commands (Ask)
-  void RunCommands();
+  void RunCommands();  // commands.cc
+  RejoinAnswer TakeNodeBack(const RejoinCommand& c);
+  Status ResumeJob(const RejoinAnswer& where);
   std::thread observer_;
   std::mutex observer_mu_;
   std::condition_variable observer_wake_;

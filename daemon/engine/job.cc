@@ -30,11 +30,13 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
     else if (m.kind == ControlMessage::Kind::kNodeBack) back_asked_.push_back(node);
     else if (m.kind == ControlMessage::Kind::kNodeJoin)
       node_joins_.push_back({uint32_t(strtoul(m.text.c_str(), nullptr, 10)), uint32_t(m.cycle), uint32_t(m.code)});
+    else if (m.kind == ControlMessage::Kind::kNodeRestarted || m.kind == ControlMessage::Kind::kNodeAddress)
+      ReceiveRestart(m);
     else if (others) others(node, m);
   };
   // A node to take back stops a cycle's blocking: the set it blocks in is about to be made afresh.
   set_hooks_.keep_blocking = [this, outer = std::move(set_hooks_.keep_blocking)](uint64_t blocked_ns) {
-    return back_asked_.empty() && node_joins_.empty() && (!outer || outer(blocked_ns));
+    return back_asked_.empty() && node_joins_.empty() && restarts_.empty() && (!outer || outer(blocked_ns));
   };
   PointToPoint::Links p2p;
   p2p.transport = links_.transport;
@@ -47,6 +49,10 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
     return it != sets_.end() && it->second->Started();
   };
   p2p_.BeginJob(std::move(p2p));
+  if (links_.resume != nullptr) {
+    Resume(*links_.resume);
+    return;
+  }
   ProcessSetPlace global =
       ProcessSetPlace::Global(id, local_size_, config_.nodes, config_.node_rank, links_.transport, links_.gpu);
   set_info_[0] = SetInfo{global.ranks, 0, nullptr};
@@ -112,6 +118,7 @@ bool Job::Poll(uint64_t now_ns) {
   }
   if (!health_out_.empty() || !health_in_.empty()) did |= PollHealth();
   if (back_pending_ || !back_asked_.empty() || !node_joins_.empty()) did |= ApplyNodeBack();
+  if (!restarts_.empty()) did |= ApplyRestarts(now_ns);
   return did;
 }
 

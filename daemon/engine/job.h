@@ -81,6 +81,13 @@ struct LostRank {
   double lost_unix_s = 0;
 };
 
+// Where a job stands, for a daemon restarted under it (node_back.cc): it starts the job there.
+struct JobResume {
+  uint32_t membership = 0;
+  uint32_t slot = 0;                 // the global set's tag slot
+  std::vector<uint32_t> lost_nodes;  // nodes the job went on without
+};
+
 // When a rank of this node last called syncd (the stall messages say so).
 struct RankActivity {
   uint32_t rank = 0;
@@ -97,6 +104,9 @@ class Job {
     // set changes (change_sets) and the health reports among the notices; the other notices go on
     // to `hooks.on_notice`.
     ProcessSetHooks hooks;
+    // A daemon restarted under the job: the job as node 0 has it (the global set on its slot, this
+    // node's ranks stood in for until ranks attach in their place); nullptr: the job's start.
+    const JobResume* resume = nullptr;
   };
   Job(const Config& config, uint64_t id, uint32_t local_size, Links links);
   ~Job();
@@ -145,6 +155,28 @@ class Job {
   uint32_t membership() const { return membership_; }
   const std::string& membership_why() const { return membership_why_; }
   const std::vector<StatusSnapshot::MembershipChange>& membership_changes() const { return membership_changes_; }
+
+  // A daemon restarted under the job (restarted_node.cc), node 0 of the global set's part: the
+  // tag slot the global set takes when node `node` comes back (Transport::Reconnect keeps what
+  // arrives on it), then the node taken back (its ranks stood in for by its new daemon until ranks
+  // attach in their place): the other nodes told where it is (`tell_others`), the global set made
+  // afresh with it, the membership + 1. Returns where the job now stands, for the new daemon.
+  uint32_t NextGlobalSlot() { return FreeSlot(/*except_set=*/0); }
+  struct RestartedNode {
+    uint32_t node = 0, membership = 0, slot = 0;
+    std::string address, host;  // its UCX worker address, its machine
+    int32_t pid = 0;
+    bool tell_others = false;
+    // The other nodes, while node 0's notices come in (kNodeRestarted, kNodeAddress).
+    uint32_t chunks = 0, got = 0;
+    uint64_t deadline_ns = 0;  // to see the old daemon lost here
+  };
+  JobResume TakeRestartedNodeBack(const RestartedNode& n);
+  // Whether the global set runs here, so that the other nodes can be told (TellNodes).
+  bool GlobalSetRuns() const {
+    const auto it = sets_.find(0);
+    return it != sets_.end() && it->second->CanTellNodes();
+  }
 
   // The ranks of set `id` a request names (nullptr: not a set of this job).
   const std::vector<uint32_t>* SetRanksOf(int32_t id) const;
@@ -222,6 +254,12 @@ class Job {
   // Applied from Poll, once the sets are polled (the notices arrive inside them).
   void RequestNodeBack();
   bool ApplyNodeBack();  // whether it took a node back
+  // The restarted daemon's part: the job started where `resume` says.
+  void Resume(const JobResume& resume);
+  // The other nodes' part: node 0's notices of a restarted daemon; once its address is whole and
+  // the old daemon is seen lost here, reconnect and take the node back. Returns whether it did.
+  void ReceiveRestart(const ControlMessage& m);
+  bool ApplyRestarts(uint64_t now_ns);
   void TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot);
   uint32_t GlobalLeader() const { return global_nodes_.empty() ? 0 : global_nodes_.front(); }
   // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
@@ -278,6 +316,7 @@ class Job {
     uint32_t node, membership, slot;
   };
   std::vector<NodeJoin> node_joins_;  // node 0's answers, to apply
+  std::vector<RestartedNode> restarts_;  // node 0's notices of restarted daemons, to apply
   std::vector<StatusSnapshot::MembershipChange> membership_changes_;
   uint64_t loss_seq_ = 0;
   JobHealth health_;

@@ -114,7 +114,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
 bool ProcessSet::Started() const { return !negotiator_ || negotiator_->joined(); }
 
 bool ProcessSet::TellNodes(ControlMessage m, int32_t node) {
-  if (!negotiator_ || !negotiator_->joined() || negotiator_->broken()) return false;
+  if (!CanTellNodes()) return false;
   negotiator_->Tell(node, std::move(m));
   return true;
 }

@@ -141,6 +141,7 @@ class ProcessSet {
   // Sends `m` on the control channel to node `node` of the set, or to every other node with -1,
   // once every node has started the job and while it runs; returns whether it did.
   bool TellNodes(ControlMessage m, int32_t node = -1);
+  bool CanTellNodes() const { return negotiator_ && negotiator_->joined() && !negotiator_->broken(); }
   // Waits (until the deadline) for what TellNodes sent to leave: the set is about to go.
   bool FlushNotices(uint64_t deadline_ns) { return !negotiator_ || negotiator_->FlushControl(deadline_ns); }
   // Whether every node has started the job (the start handshake, coord/job_join.h, is done): what

@@ -32,6 +32,8 @@ struct ControlMessage {
     kClockPong = 'U',      // ... its answer: `cycle` echoed, `text` the answering node's clock
     kNodeBack = 'B',  // a node whose every rank was lost has a replacement: take it back (to the global set's node 0)
     kNodeJoin = 'J',  // ... the answer to every node: `text` the node, `cycle` the membership, `code` the slot
+    kNodeRestarted = 'D',  // node 0: a node's daemon was restarted (`text` "node pid pieces host", as kNodeJoin)
+    kNodeAddress = 'K',    // ... its new UCX address, in hex: `cycle` the node, `code` the piece, `text` it
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "daemon/base/status.h"
 #include "daemon/transport/tag_space.h"
@@ -78,6 +79,11 @@ class Transport {
   virtual std::optional<Status> PeerFailure() const = 0;
   // Whether this peer is known to be lost.
   virtual bool PeerLost(uint32_t peer) const = 0;
+  // Node `peer`'s daemon, lost, came back as a new process (UcxTransport::Reconnect says how).
+  virtual Status Reconnect(uint32_t peer, const std::string& address, int32_t same_host_pid, uint32_t keep_slot) {
+    (void)address, (void)same_host_pid, (void)keep_slot;
+    return Status(SYNCD_ERR_INVALID, "node " + std::to_string(peer) + ": this transport cannot reach a peer again");
+  }
 };
 
 // Bits of the epoch on the wire (above the 48 tag bits, tag_space.h), and the largest job the source rank's

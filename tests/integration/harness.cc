@@ -129,25 +129,36 @@ Daemon::Daemon(int local_size, std::vector<std::string> args, bool wait_ready) {
   addr.sun_family = AF_UNIX;
   snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify.c_str());
   EXPECT_EQ(bind(notify_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  std::vector<std::string> argv = {BinDir() + "/syncd", "--run-dir", run_dir_, "--local-size",
-                                   std::to_string(local_size), "--log-level", "warn", "--cores", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
+  argv_ = {BinDir() + "/syncd", "--run-dir", run_dir_, "--local-size", std::to_string(local_size),
+           "--log-level", "warn", "--cores", "none"};
+  argv_.insert(argv_.end(), args.begin(), args.end());
   log_path_ = run_dir_ + ".log";
+  Start(notify, O_TRUNC);
+  if (wait_ready) {
+    EXPECT_TRUE(WaitReady(30'000)) << "syncd did not become ready in " << run_dir_;
+  }
+}
+
+void Daemon::Start(const std::string& notify, int log_flags) {
   pid_ = fork();
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     setenv("NOTIFY_SOCKET", notify.c_str(), 1);
-    const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | log_flags | O_CLOEXEC, 0600);
     if (log >= 0) dup2(log, STDERR_FILENO);
     std::vector<char*> a;
-    for (auto& s : argv) a.push_back(s.data());
+    for (auto& s : argv_) a.push_back(s.data());
     a.push_back(nullptr);
     execv(a[0], a.data());
     _exit(127);
   }
-  if (wait_ready) {
-    EXPECT_TRUE(WaitReady(30'000)) << "syncd did not become ready in " << run_dir_;
-  }
+}
+
+bool Daemon::Restart(int timeout_ms) {
+  Kill(SIGKILL);
+  if (Wait(5000) == -1) return false;
+  Start(run_dir_ + "/notify.sock", O_APPEND);
+  return WaitReady(timeout_ms);
 }
 
 bool Daemon::WaitReady(int timeout_ms) {

@@ -35,6 +35,9 @@ class Daemon {
   const std::string& run_dir() const { return run_dir_; }
   pid_t pid() const { return pid_; }
   void Kill(int sig);
+  // SIGKILLs it and starts it again as it was started (the same run directory and arguments, as
+  // systemd's Restart= does); returns whether the new one became ready.
+  bool Restart(int timeout_ms = 30'000);
   // Waits for exit; returns the exit status as from waitpid, or -1 on timeout.
   int Wait(int timeout_ms);
   // Output of `syncctl --run-dir <dir> status --json` (empty on failure).
@@ -43,6 +46,9 @@ class Daemon {
   std::string Log() const;
 
  private:
+  void Start(const std::string& notify, int log_flags);
+
+  std::vector<std::string> argv_;
   std::string run_dir_;
   std::string log_path_;
   pid_t pid_ = -1;

@@ -50,7 +50,7 @@ class UcxTransport final : public Transport {
   // never taken is dropped, except on set slot `keep_slot`: the slot the new process starts its
   // first set on, whose messages may be here already (it sends them as soon as it has an
   // endpoint to this node, which may be before this node hears that it is back).
-  Status Reconnect(uint32_t peer, const std::string& address, int32_t same_host_pid, uint32_t keep_slot);
+  Status Reconnect(uint32_t peer, const std::string& address, int32_t same_host_pid, uint32_t keep_slot) override;
   // How node `peer`'s failures are detected: "ucx" (endpoint error handling), "pidfd", "pidfd+ucx"
   // or "none".
   const char* failure_detection(uint32_t peer) const;

@@ -1,0 +1,88 @@
+// The control plane's commands on the engine thread (commands.h): the facts for the status, a
+// health report to send, the timeline, and a daemon restarted under its job (node 0 takes its node
+// back: TakeNodeBack; the new daemon starts the job where node 0 has it: ResumeJob).
+#include <spdlog/spdlog.h>
+
+#include "daemon/engine/engine.h"
+
+namespace syncd {
+
+void Engine::RunCommands() {
+  for (CommandQueue::Entry& e : commands_.TakeAll()) {
+    if (std::holds_alternative<FactsCommand>(e.command)) {
+      e.reply.set_value(CaptureFacts());
+    } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
+      // A report of a job that ended meanwhile is dropped (the next one is of the new job).
+      if (job_ && transport_ && job_->id() == h->job) job_->SendHealth(h->mine);
+      e.reply.set_value(Status::Ok());
+    } else if (auto* r = std::get_if<RejoinCommand>(&e.command)) {
+      e.reply.set_value(TakeNodeBack(*r));
+    } else if (auto* j = std::get_if<ResumeJobCommand>(&e.command)) {
+      e.reply.set_value(ResumeJob(j->where));
+    } else {
+      const TimelineCommand& c = std::get<TimelineCommand>(e.command);
+      if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
+      else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
+    }
+  }
+}
+
+RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
+  RejoinAnswer a;
+  const std::string who = "node " + std::to_string(c.node) + "'s daemon";
+  if (!transport_ || c.node >= config_.nodes || c.node == config_.node_rank) {
+    a.status = InvalidArgument(who + " cannot join again: not a peer of this node");
+    return a;
+  }
+  if (!transport_->PeerLost(c.node)) {
+    a.status = Status(SYNCD_IN_PROGRESS, who + " is not known lost here (yet)");
+    return a;
+  }
+  // The job goes on without the node (continue, restore): the new daemon joins it. Otherwise the
+  // job ended with the loss and the new daemon serves the next one.
+  const bool goes_on = job_ && config_.on_loss != OnLoss::kFail;
+  if (config_.nodes > 2 && !(goes_on && job_->GlobalSetRuns())) {
+    a.status = Status(SYNCD_ERR_INVALID, who + " was restarted when no job went on (--on-loss fail, or its job "
+                                             "ended): in a job of more than 2 nodes the other nodes learn its new "
+                                             "address only from a job that goes on; restart every daemon of the job");
+    return a;
+  }
+  const uint32_t slot = goes_on ? job_->NextGlobalSlot() : 0;
+  if (Status st = transport_->Reconnect(c.node, c.address, c.same_host_pid, slot); !st.ok()) {
+    a.status = st;
+    return a;
+  }
+  a.status = Status::Ok();
+  if (!goes_on) {
+    spdlog::info("{} was restarted and is reached again; it serves the next job", who);
+    return a;
+  }
+  a.job = job_->id();
+  a.local_size = local_size_;
+  Job::RestartedNode n;
+  n.node = c.node;
+  n.membership = job_->membership() + 1;
+  n.slot = slot;
+  n.address = c.address;
+  n.host = c.host;
+  n.pid = c.pid;
+  n.tell_others = true;
+  a.resume = job_->TakeRestartedNodeBack(n);
+  PublishMembership();
+  return a;
+}
+
+Status Engine::ResumeJob(const RejoinAnswer& where) {
+  if (job_) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
+  if (config_.local_size == 0 && where.local_size != 0) {
+    local_size_ = where.local_size;
+    world_size_ = local_size_ * config_.nodes;
+  }
+  BeginJob(where.job, &where.resume);
+  PublishMembership();
+  spdlog::info("restarted under job {:#x}: membership {}, its ranks stood in for until ranks attach in their place",
+               where.job, where.resume.membership);
+  return Status::Ok();
+}
+
+}  // namespace syncd

@@ -1,0 +1,150 @@
+// A daemon restarted under its job (--on-loss continue and restore): job.h, TakeRestartedNodeBack,
+// Resume, ApplyRestarts.
+//
+// Its node was lost first (lost_nodes.cc). The new daemon joins node 0's rendezvous again; node 0's
+// engine reaches it at its new address (Transport::Reconnect) and takes the node back: the global
+// set made afresh with it on a new tag slot, the membership + 1, the node's ranks stood in for by
+// the new daemon until ranks attach in their place (then node_back.cc takes the node back once
+// more, its ranks taking part). The new daemon starts the job where node 0 has it (Resume).
+//
+// The other nodes must reach the new daemon too: node 0 tells them (kNodeRestarted: the node, its
+// pid and host, the membership and slot) with its address after it in hex (kNodeAddress, as many as
+// it takes: a UCX worker address is a few hundred bytes). Each, once it has the whole address and
+// has seen the old daemon lost itself (for up to 10 s; a node that never does cannot reconnect),
+// reconnects and takes the node back the same way.
+//
+// Engine thread only.
+#include <spdlog/spdlog.h>
+
+#include "daemon/engine/job.h"
+
+namespace syncd {
+namespace {
+
+constexpr uint64_t kFlushNs = 200'000'000;           // as node_back.cc
+constexpr uint64_t kSeeLostNs = 10'000'000'000ull;    // for the old daemon to be seen lost here
+constexpr size_t kHexPerMessage = kControlTextBytes / 2 * 2;
+
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+std::string Unhex(const std::string& hex) {
+  auto value = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(char(value(hex[i]) << 4 | value(hex[i + 1])));
+  return out;
+}
+
+}  // namespace
+
+JobResume Job::TakeRestartedNodeBack(const RestartedNode& n) {
+  const uint32_t membership = std::max(membership_ + 1, n.membership);
+  if (n.tell_others && global_nodes_.size() > 1) {
+    // The other nodes of the old global set (the restarted node is not in it) reach it too.
+    const std::string hex = Hex(n.address);
+    const size_t chunks = (hex.size() + kHexPerMessage - 1) / kHexPerMessage;
+    bool told = TellNodes(ControlMessage{ControlMessage::Kind::kNodeRestarted, id_, membership,
+                                         std::to_string(n.node) + " " + std::to_string(n.pid) + " " +
+                                             std::to_string(chunks) + " " + n.host,
+                                         int32_t(n.slot)},
+                          -1);
+    for (size_t i = 0; told && i < chunks; ++i)
+      told = TellNodes(ControlMessage{ControlMessage::Kind::kNodeAddress, id_, n.node,
+                                      hex.substr(i * kHexPerMessage, kHexPerMessage), int32_t(i)},
+                       -1);
+    if (!told) spdlog::error("node {}'s restarted daemon: the other nodes could not be told", n.node);
+    else sets_[0]->FlushNotices(abi::MonotonicNs() + kFlushNs);
+  }
+  if (n.node < nodes_lost_.size()) nodes_lost_[n.node] = false;
+  EndGlobalSet(membership, "node " + std::to_string(n.node) + "'s daemon was restarted: the node is back, its ranks "
+                           "stood in for until ranks attach in their place (membership " +
+                               std::to_string(membership) + ")");
+  last_slot_ = n.slot;
+  MakeGlobalSet(n.slot);
+  Mark(-1, membership_why_);
+  CompleteTransfers();
+  if (set_hooks_.flush) set_hooks_.flush();
+  JobResume resume{membership_, n.slot, {}};
+  for (uint32_t node = 0; node < nodes_lost_.size(); ++node)
+    if (nodes_lost_[node]) resume.lost_nodes.push_back(node);
+  return resume;
+}
+
+void Job::ReceiveRestart(const ControlMessage& m) {
+  if (m.kind == ControlMessage::Kind::kNodeRestarted) {
+    RestartedNode n;
+    char host[kControlTextBytes + 1] = {};
+    unsigned chunks = 0;
+    if (sscanf(m.text.c_str(), "%u %d %u %360s", &n.node, &n.pid, &chunks, host) < 3) {
+      spdlog::error("a restarted daemon's notice could not be read: '{}'", m.text);
+      return;
+    }
+    n.host = host;
+    n.membership = uint32_t(m.cycle);
+    n.slot = uint32_t(m.code);
+    n.chunks = chunks;
+    n.deadline_ns = abi::MonotonicNs() + kSeeLostNs;
+    restarts_.push_back(std::move(n));
+    return;
+  }
+  for (RestartedNode& n : restarts_)  // kNodeAddress: the next piece of a restarted node's address
+    if (n.node == m.cycle && n.got < n.chunks) {
+      if (uint32_t(m.code) != n.got) spdlog::error("node {}'s new address: piece {} came as {}", n.node, n.got, m.code);
+      n.address += Unhex(m.text);
+      ++n.got;
+      return;
+    }
+}
+
+bool Job::ApplyRestarts(uint64_t now_ns) {
+  bool did = false;
+  for (auto it = restarts_.begin(); it != restarts_.end();) {
+    const RestartedNode& n = *it;
+    Transport* t = links_.transport;
+    if (n.got < n.chunks || (!t->PeerLost(n.node) && now_ns < n.deadline_ns)) {
+      ++it;
+      continue;
+    }
+    Status st = t->Reconnect(n.node, n.address, n.host == host_ ? n.pid : 0, n.slot);
+    if (st.ok()) {
+      TakeRestartedNodeBack(n);
+      did = true;
+    } else {
+      spdlog::error("node {}'s restarted daemon cannot be reached from here: {}", n.node, st.message());
+    }
+    it = restarts_.erase(it);
+  }
+  return did;
+}
+
+void Job::Resume(const JobResume& resume) {
+  if (links_.transport != nullptr) {
+    nodes_lost_.assign(links_.transport->size(), false);
+    for (uint32_t n : resume.lost_nodes)
+      if (n < nodes_lost_.size()) nodes_lost_[n] = true;
+  }
+  membership_ = resume.membership;
+  membership_why_ = "this daemon was restarted under job " + std::to_string(id_) + " (membership " +
+                    std::to_string(membership_) + "): its ranks take part again once ranks attach in their place";
+  spdlog::warn("{}", membership_why_);
+  membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
+  for (uint32_t lr = 0; lr < local_size_; ++lr) {
+    LostRank& lost = lost_[lr] = LostRank{0, "rank " + std::to_string(config_.node_rank * local_size_ + lr) +
+                                                 " was lost with its daemon, restarted since",
+                                          false, ++loss_seq_};
+    lost.continued = true;
+    lost.lost_unix_s = UnixSeconds();
+  }
+  last_slot_ = resume.slot;
+  MakeGlobalSet(resume.slot);
+}
+
+}  // namespace syncd
