@@ -3,6 +3,7 @@
 #include <array>
 #include <memory>
 
+#include "daemon/base/hex.h"
 #include "daemon/coord/wire.h"
 
 namespace syncd {
@@ -26,28 +27,6 @@ StatusOr<bool> IsFor(const Message& in, ControlMessage::Kind kind, uint64_t job,
 
 // The `cycle` of a HELLO or READY: what it says of the GPUs.
 constexpr uint64_t kGpuRebuild = 1;  // HELLO: rebuild, please; node 0's READY: the id is in the text
-
-std::string Hex(const std::string& bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-StatusOr<std::string> Unhex(const std::string& text) {
-  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  if (text.size() % 2 != 0) return Status(SYNCD_ERR_PROTOCOL, "node 0 sent an NCCL id of odd length");
-  std::string out;
-  for (size_t i = 0; i < text.size(); i += 2) {
-    const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
-    if (hi < 0 || lo < 0) return Status(SYNCD_ERR_PROTOCOL, "node 0 sent an NCCL id that is not hexadecimal");
-    out += char(hi << 4 | lo);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -121,7 +100,7 @@ CommTask JoinJob(Transport* t, uint64_t job, std::vector<bool>* joined, GpuResta
     if (!ours.ok()) co_return ours.status();
     if (!*ours) co_return Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " is ready for another job");
     if (p == 0 && says == kGpuRebuild && gpu != nullptr) {
-      StatusOr<std::string> id = Unhex(text);
+      StatusOr<std::string> id = Unhex(text, "node 0 sent an NCCL id");
       if (!id.ok()) co_return id.status();
       gpu->nccl_id = std::move(*id);
     } else if (p == 0 && rebuild && gpu != nullptr) {

@@ -261,6 +261,11 @@ class Job {
   void ReceiveRestart(const ControlMessage& m);
   bool ApplyRestarts(uint64_t now_ns);
   void TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot);
+  // EndGlobalSet, then MakeGlobalSet on `slot` (node 0's choice, which every node continues from).
+  void RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string& what);
+  // How long node 0 waits for its notices to leave before the old global set goes (its sends are
+  // cancelled with it). The peers are alive: a 384-byte message leaves in microseconds.
+  static constexpr uint64_t kNoticeFlushNs = 200'000'000;
   uint32_t GlobalLeader() const { return global_nodes_.empty() ? 0 : global_nodes_.front(); }
   // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
   // order agreed once the sets are polled: every node makes the same ones at the same point.

@@ -24,13 +24,6 @@
 #include "daemon/engine/job.h"
 
 namespace syncd {
-namespace {
-
-// How long node 0 waits for its answer to leave before the old set goes (the sends would be
-// cancelled with it). The peers are alive: a 384-byte message leaves in microseconds.
-constexpr uint64_t kFlushNs = 200'000'000;
-
-}  // namespace
 
 void Job::RequestNodeBack() {
   if (!back_pending_ || back_sent_) return;
@@ -63,7 +56,7 @@ bool Job::ApplyNodeBack() {
         back_retry_.push_back(node);
         continue;
       }
-      sets_[0]->FlushNotices(abi::MonotonicNs() + kFlushNs);
+      sets_[0]->FlushNotices(abi::MonotonicNs() + kNoticeFlushNs);
     }
     node_joins_.push_back({node, membership, slot});
     back_retry_.insert(back_retry_.end(), asked.begin() + ptrdiff_t(i) + 1, asked.end());  // on the set made afresh
@@ -78,13 +71,19 @@ bool Job::ApplyNodeBack() {
 
 void Job::TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot) {
   membership = std::max(membership_ + 1, membership);
-  EndGlobalSet(membership, "node " + std::to_string(node) + " is back: a replacement attached there, and the job's "
-                           "collectives start afresh with it (membership " + std::to_string(membership) + ")");
+  // The replacements here take part in the set made afresh (MakeGlobalSet stands in for none of them).
+  RemakeGlobalSet(membership, slot, "node " + std::to_string(node) + " is back: a replacement attached there, and "
+                                    "the job's collectives start afresh with it (membership " +
+                                        std::to_string(membership) + ")");
   if (node == config_.node_rank) {
     for (auto it = lost_.begin(); it != lost_.end();)
       it = it->second.awaiting_node_back ? lost_.erase(it) : std::next(it);
     back_pending_ = back_sent_ = false;
   }
+}
+
+void Job::RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string& what) {
+  EndGlobalSet(membership, what);
   last_slot_ = slot;  // every node goes on choosing slots from the same point (FreeSlot)
   MakeGlobalSet(slot);
   Mark(-1, membership_why_);

@@ -16,33 +16,14 @@
 // Engine thread only.
 #include <spdlog/spdlog.h>
 
+#include "daemon/base/hex.h"
 #include "daemon/engine/job.h"
 
 namespace syncd {
 namespace {
 
-constexpr uint64_t kFlushNs = 200'000'000;           // as node_back.cc
-constexpr uint64_t kSeeLostNs = 10'000'000'000ull;    // for the old daemon to be seen lost here
+constexpr uint64_t kSeeLostNs = 10'000'000'000ull;  // for the old daemon to be seen lost here
 constexpr size_t kHexPerMessage = kControlTextBytes / 2 * 2;
-
-std::string Hex(const std::string& bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
-
-std::string Unhex(const std::string& hex) {
-  auto value = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(char(value(hex[i]) << 4 | value(hex[i + 1])));
-  return out;
-}
-
 }  // namespace
 
 JobResume Job::TakeRestartedNodeBack(const RestartedNode& n) {
@@ -61,17 +42,12 @@ JobResume Job::TakeRestartedNodeBack(const RestartedNode& n) {
                                       hex.substr(i * kHexPerMessage, kHexPerMessage), int32_t(i)},
                        -1);
     if (!told) spdlog::error("node {}'s restarted daemon: the other nodes could not be told", n.node);
-    else sets_[0]->FlushNotices(abi::MonotonicNs() + kFlushNs);
+    else sets_[0]->FlushNotices(abi::MonotonicNs() + kNoticeFlushNs);
   }
   if (n.node < nodes_lost_.size()) nodes_lost_[n.node] = false;
-  EndGlobalSet(membership, "node " + std::to_string(n.node) + "'s daemon was restarted: the node is back, its ranks "
-                           "stood in for until ranks attach in their place (membership " +
-                               std::to_string(membership) + ")");
-  last_slot_ = n.slot;
-  MakeGlobalSet(n.slot);
-  Mark(-1, membership_why_);
-  CompleteTransfers();
-  if (set_hooks_.flush) set_hooks_.flush();
+  RemakeGlobalSet(membership, n.slot, "node " + std::to_string(n.node) + "'s daemon was restarted: the node is back, "
+                                      "its ranks stood in for until ranks attach in their place (membership " +
+                                          std::to_string(membership) + ")");
   JobResume resume{membership_, n.slot, {}};
   for (uint32_t node = 0; node < nodes_lost_.size(); ++node)
     if (nodes_lost_[node]) resume.lost_nodes.push_back(node);
@@ -98,7 +74,10 @@ void Job::ReceiveRestart(const ControlMessage& m) {
   for (RestartedNode& n : restarts_)  // kNodeAddress: the next piece of a restarted node's address
     if (n.node == m.cycle && n.got < n.chunks) {
       if (uint32_t(m.code) != n.got) spdlog::error("node {}'s new address: piece {} came as {}", n.node, n.got, m.code);
-      n.address += Unhex(m.text);
+      StatusOr<std::string> piece =
+          Unhex(m.text, "node 0 sent a piece of node " + std::to_string(n.node) + "'s address");
+      if (!piece.ok()) spdlog::error("{}", piece.status().message());
+      else n.address += *piece;
       ++n.got;
       return;
     }
