@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
                  "With --elastic: how many times the job may change its ranks (each rank lost and each replacement "
                  "started counts one) before syncrun stops it, as horovodrun --reset-limit (default: no limit)")
       ->check(CLI::Range(0, 1000000));
+  app.add_flag("--restart-daemons", opts.restart_daemons,
+               "With --elastic: start a node's syncd that dies again, with the same arguments (up to 3 times; not "
+               "node 0's), as systemd's Restart= would; the node's ranks wait for it (SYNCD_REATTACH_S) and "
+               "hvd.elastic.run attaches them again; the job takes the node back");
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
   app.add_flag("--netns", opts.netns,
@@ -73,9 +77,10 @@ int main(int argc, char** argv) {
   }
   opts.bind_workers = !no_bind;
   if (elastic && opts.on_loss.empty()) opts.on_loss = "restore";
-  if ((opts.min_np > 1 || opts.respawn || opts.reset_limit >= 0) && (opts.on_loss.empty() || opts.on_loss == "fail")) {
-    fprintf(stderr,
-            "syncrun: --min-np, --respawn and --reset-limit need --elastic (or --on-loss continue or restore)\n");
+  if ((opts.min_np > 1 || opts.respawn || opts.reset_limit >= 0 || opts.restart_daemons) &&
+      (opts.on_loss.empty() || opts.on_loss == "fail")) {
+    fprintf(stderr, "syncrun: --min-np, --respawn, --reset-limit and --restart-daemons need --elastic (or --on-loss "
+                    "continue or restore)\n");
     return 2;
   }
   if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);

@@ -21,8 +21,8 @@ void NotifyService(const std::string& state) {
   if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
   const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
-  sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
-         socklen_t(offsetof(sockaddr_un, sun_path) + len));
+  sendto(fd, state.data(), state.size(), MSG_NOSIGNAL | MSG_DONTWAIT,  // never blocks the daemon
+         reinterpret_cast<sockaddr*>(&addr), socklen_t(offsetof(sockaddr_un, sun_path) + len));
   close(fd);
 }
 

@@ -33,6 +33,8 @@ constexpr int kTermGraceMs = 3000;
 // --respawn: how many replacements one rank gets.
 constexpr int kMaxRespawns = 3;
 constexpr uint64_t kReplacementGraceNs = 10'000'000'000;
+// --restart-daemons: how long a rank whose daemon died waits for it to come back (SYNCD_REATTACH_S).
+constexpr int kReattachS = 30;
 
 void Say(const std::string& msg) { fprintf(stderr, "syncrun: %s\n", msg.c_str()); }
 
@@ -106,6 +108,8 @@ class Job {
     CoreSet worker_cores;      // where its ranks run (empty: unbound)
   };
   bool StartDaemon(int node);
+  void DaemonDied(int node, int status);
+  bool Elastic() const { return opts_.on_loss == "continue" || opts_.on_loss == "restore"; }
   void StartNetworkCommand();
   bool WaitReady();
   void StartWorkers();
@@ -129,6 +133,7 @@ class Job {
   int finished_well_ = 0;  // ranks that exited 0
   int lost_code_ = 0;      // --on-loss continue or restore: the first lost rank's exit code
   std::map<int, int> respawns_;  // --respawn: replacements started, by rank
+  std::map<int, int> restarts_;  // --restart-daemons: daemons started again, by node
   int resets_ = 0;               // --reset-limit: ranks lost and replacements started so far
   // --respawn: the replacements running, by pid (value 0 once stopped as late), and since when
   // they alone are left while other ranks have finished (StopLateReplacements).
@@ -146,6 +151,7 @@ bool Job::StartDaemon(int node) {
   std::filesystem::create_directories(d.run_dir, ec);
   chmod(d.run_dir.c_str(), 0700);
   const std::string notify_path = d.run_dir + "/notify.sock";
+  if (d.notify_fd >= 0) close(d.notify_fd);  // started again (--restart-daemons)
   d.notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -268,6 +274,7 @@ void Job::StartWorker(int rank) {
     if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
     const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
     if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
+    if (opts_.restart_daemons) setenv("SYNCD_REATTACH_S", std::to_string(kReattachS).c_str(), 0);
     Exec(net_ ? net_->Inside(node, opts_.command) : opts_.command);
   }
   if (pid < 0) {
@@ -311,16 +318,7 @@ void Job::Reap() {
       if (daemons_[i].pid != pid) continue;
       was_daemon = true;
       daemons_[i].alive = false;
-      if (!workers_.empty() && !failed_) {
-        const bool elastic = opts_.on_loss == "continue" || opts_.on_loss == "restore";
-        // Elastic: the other nodes go on without it; its ranks fail and count as lost ranks.
-        Say("syncd of node " + std::to_string(i) + " " + Describe(status) + " while the job was running" +
-            (elastic ? "; the job goes on without the node (--on-loss " + opts_.on_loss + ")" : ""));
-        if (!elastic) {
-          failed_ = true;
-          result_ = 1;
-        }
-      }
+      if (!workers_.empty() && !failed_) DaemonDied(int(i), status);
     }
     if (was_daemon) continue;
     auto it = workers_.find(pid);
@@ -335,7 +333,7 @@ void Job::Reap() {
     }
     const int code = ExitCodeOf(status);
     if (code == 0) ++finished_well_;
-    if (code != 0 && !failed_ && (opts_.on_loss == "continue" || opts_.on_loss == "restore")) {
+    if (code != 0 && !failed_ && Elastic()) {
       // The daemons go on without it; the job fails only if no rank finishes well.
       if (lost_code_ == 0) lost_code_ = code;
       const int left = int(workers_.size()) + finished_well_;
@@ -376,6 +374,42 @@ void Job::Reap() {
       result_ = code;
     }
   }
+}
+
+// A node's daemon died while ranks run. Elastic: the other nodes go on without it; its ranks fail
+// and count as lost ranks, or, with --restart-daemons, wait for it to come back and attach again.
+void Job::DaemonDied(int node, int status) {
+  const std::string what = "syncd of node " + std::to_string(node) + " " + Describe(status) + " while the job was running";
+  if (!Elastic()) {
+    Say(what);
+    failed_ = true;
+    result_ = 1;
+    return;
+  }
+  std::string why_not;  // --restart-daemons: why it is not started again
+  if (node == 0) why_not = "node 0's daemon serves the job's rendezvous, which a new daemon cannot take over";
+  else if (restarts_[node] >= kMaxRespawns) why_not = "it was started again " + std::to_string(kMaxRespawns) + " times";
+  if (!opts_.restart_daemons || !why_not.empty()) {
+    Say(what + "; the job goes on without the node (--on-loss " + opts_.on_loss + ")" +
+        (opts_.restart_daemons ? "; not started again: " + why_not + "; stopping its ranks" : ""));
+    // Its ranks would wait SYNCD_REATTACH_S for a daemon that does not come.
+    if (opts_.restart_daemons)
+      for (const auto& [pid, rank] : workers_)
+        if (rank / (opts_.ranks / opts_.nodes) == node) kill(-pid, SIGKILL);
+    return;
+  }
+  resets_ += 2;  // the node's ranks leave, and come back
+  if (opts_.reset_limit >= 0 && resets_ > opts_.reset_limit) {
+    Say(what + "; " + std::to_string(resets_) + " changes of the job's ranks, more than --reset-limit " +
+        std::to_string(opts_.reset_limit) + " allows; stopping the job");
+    failed_ = true;
+    result_ = 1;
+    return;
+  }
+  ++restarts_[node];
+  Say(what + "; starting it again (--restart-daemons, " + std::to_string(restarts_[node]) + " of " +
+      std::to_string(kMaxRespawns) + "); the node's ranks attach to it again");
+  if (!StartDaemon(node)) Say("syncd of node " + std::to_string(node) + " could not be started again");
 }
 
 void Job::Supervise() {

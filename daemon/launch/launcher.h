@@ -40,6 +40,11 @@ struct LaunchOptions {
   // replacement started counts one: every rank's hvd.elastic.run resets for it) before syncrun
   // stops it, as horovodrun --reset-limit does; -1: no limit.
   int reset_limit = -1;
+  // "continue", "restore": a node's daemon that dies while the job runs is started again with the
+  // same arguments (up to three times per node; not node 0's, whose daemon serves the rendezvous),
+  // as systemd's Restart= would; the node's ranks get SYNCD_REATTACH_S, so hvd.elastic.run attaches
+  // them to it again, and the job takes the node back.
+  bool restart_daemons = false;
   // Each node in a network namespace of its own, behind a link (launch/netns.h), limited to
   // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
   bool netns = false;

@@ -208,6 +208,45 @@ def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(
     assert 0 < joined_s < 10, joined_s
 
 
+@pytest.mark.parametrize("nodes,victim,mode,policy", [(2, 2, "negotiate", "restore"), (2, 3, "topo", "continue"),
+                                                      (4, 3, "negotiate", "restore"), (4, 1, "nbcs", "continue")])
+def test_horovods_elastic_synthetic_benchmark_attaches_again_under_restart_daemons(nodes, victim, mode, policy):
+    """syncrun --elastic --restart-daemons (systemd's Restart= role): a rank SIGKILLs its node's
+    daemon mid-backward; syncrun starts it again with the same arguments; the node's ranks (the
+    same processes) attach to it again inside hvd.elastic.run and the job takes the node back:
+    every rank ends with its launch rank, size 4, the learning rate scaled back to 4 ranks and the
+    same parameters, and syncrun exits 0."""
+    launcher = ["--elastic", "--restart-daemons"] + (["--on-loss", "continue"] if policy == "continue" else [])
+    p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3",
+                         "--num-iters", "12", "--sleep-ms", "50", "--kill-daemon", syncd_args=["--coord=%s" % mode],
+                         launcher_args=launcher, timeout=180)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    node = victim // (4 // nodes)
+    assert "syncd of node %d killed by signal Killed while the job was running; starting it again " \
+           "(--restart-daemons, 1 of 3)" % node in out, out
+    ranks = ranks_of(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(r, r, 4) for r in range(4)], out
+    assert [r["attached_again"] for r in ranks] == [r // (4 // nodes) == node for r in range(4)], ranks
+    assert all(abs(r["lr"] - 0.04) < 1e-12 and r["iters"] >= 12 for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the ranks' parameters differ"
+
+
+def test_restart_daemons_does_not_restart_node_0_and_stops_its_ranks():
+    """Node 0's daemon serves the job's rendezvous: syncrun --restart-daemons does not start it
+    again, says why, and stops its ranks at once (they would wait SYNCD_REATTACH_S for it); the
+    other node's ranks go on as without --restart-daemons."""
+    p, results = syncrun(2, 4, "elastic_synthetic.py", "--die-rank", "0", "--die-at-iter", "3", "--kill-daemon",
+                         launcher_args=["--elastic", "--restart-daemons"], timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "not started again: node 0's daemon serves the job's rendezvous" in out, out
+    assert "rank 1 killed by signal Killed" in out, out
+    ranks = ranks_of(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(0, 2, 2), (1, 3, 2)], out
+    assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
+
+
 @pytest.mark.parametrize("limit", [1, 2])
 def test_syncrun_stops_an_elastic_job_past_its_reset_limit(limit):
     """syncrun --elastic --respawn --reset-limit N (horovodrun's --reset-limit): rank 1 killed

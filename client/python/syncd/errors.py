@@ -2,8 +2,8 @@
 
 
 class SyncdError(RuntimeError):
-    """A collective or the daemon failed. `status` is the C client's status name, e.g.
-    'SYNCD_ERR_MISMATCH' or 'SYNCD_ERR_RANK_LOST'."""
+    """A collective or the daemon failed. `status` is the C client's status name
+    (syncd_status_name), e.g. 'MISMATCH', 'RANK_LOST' or 'DAEMON_LOST'."""
 
     def __init__(self, message, status=None):
         super().__init__(message)

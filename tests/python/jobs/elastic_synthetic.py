@@ -2,11 +2,12 @@
 rewritten to the same API with `import syncd.torch as hvd`, small enough for a CPU test, and with
 a rank that SIGKILLs itself in the middle of its backward pass at an iteration (--die-rank,
 --die-at-iter; with --kill-daemon it SIGKILLs its node's daemon instead, and so loses every rank
-of its node). Under syncrun --respawn the dead rank's replacement (the same script again) joins the
-others at their next commit: it does not die, and reports too. The victim writes the time of its
-death to killed.txt beside the results. Every rank that finishes reports as JSON: its rank and size after the job, its
-launch rank, the learning rate the reset callback set, how many resets it saw, the iterations it
-timed and the digest of its parameters."""
+of its node; under syncrun --restart-daemons they attach to the daemon started in its place).
+Under syncrun --respawn the dead rank's replacement (the same script again) joins the others at
+their next commit: it does not die, and reports too. The victim writes the time of its death to
+killed.txt beside the results. Every rank that finishes reports as JSON: its rank and size after
+the job, its launch rank, the learning rate the reset callback set, how many resets it saw, the
+iterations it timed and the digest of its parameters."""
 import argparse
 import hashlib
 import json
@@ -134,5 +135,7 @@ run_benchmark(state)
 digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.state_dict().values())).hexdigest()
 report(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "launch_rank": launch_rank, "resets": resets,
                    "lr": optimizer.param_groups[0]["lr"], "iters": len(state.img_secs), "digest": digest,
-                   "replacement": replacement, "first_step_at": first_step_at[0]}))
+                   "replacement": replacement, "first_step_at": first_step_at[0],
+                   # attached again to its restarted daemon (syncrun --restart-daemons)
+                   "attached_again": basics.client().replaces_lost_rank() and not replacement}))
 hvd.shutdown()

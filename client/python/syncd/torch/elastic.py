@@ -30,7 +30,12 @@ last commit as well.
 A lost node: what was in flight fails on every rank left (HorovodInternalError); `run` rolls back,
 acknowledges the job's new membership (the daemons made the global set afresh without the node;
 calls fail until then) and renumbers, as above. A rank whose own daemon is gone cannot go on: the
-SyncdError (DAEMON_LOST) leaves `run`.
+SyncdError (DAEMON_LOST) leaves `run`, unless SYNCD_REATTACH_S (seconds; `syncrun
+--restart-daemons` sets it) gives the daemon time to come back (systemd's Restart=, an upgrade):
+`run` then detaches (hvd.shutdown(): the gradient buffers move to ordinary memory, calls in flight
+are dropped), attaches to the new daemon as soon as it serves the job (hvd.init() again, up to
+that many seconds) and goes on as a replacement does (below), from the state rank 0 has. Process
+sets added before are gone with the old attachment, as after any hvd.shutdown().
 
 A replacement (`syncrun --elastic --respawn`: the same rank started again on the same node): its
 first call is the members' allgather, which the others' next commit takes part in; they see it
@@ -46,13 +51,16 @@ renumbered view (they take launch ranks).
 import copy
 import functools
 import math
+import os
 import random
+import time
 
 import torch
 
 from syncd.torch import basics, requests
 from syncd.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from syncd.torch.gather_scatter import allgather
+from syncd.errors import SyncdError
 from syncd.torch.requests import HorovodInternalError
 
 
@@ -65,10 +73,20 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-def _members():
-    """The launch ranks alive now, ascending: every rank's own, allgathered (a lost rank adds no row)."""
-    mine = torch.tensor([basics.client().rank], dtype=torch.int64)
-    return sorted(int(r) for r in allgather(mine, name="syncd.elastic.members"))
+# Why a rank takes part in the members' allgather: at a commit (check_host_updates), while it
+# resets, or as a replacement's first call. Every rank calls it at the same points, but a
+# replacement's first call meets whichever comes next: the others' commit (they then see it and
+# reset, with it) or the others' reset (they were recovering from a failure: it resets with them
+# there and then).
+_AT_COMMIT, _RESETTING, _JOINING = 0, 1, 2
+
+
+def _members(why=_AT_COMMIT):
+    """The launch ranks alive now, ascending (every rank's own, allgathered: a lost rank adds no
+    row), and whether any rank called it while resetting."""
+    mine = torch.tensor([[basics.client().rank, why]], dtype=torch.int64)
+    rows = allgather(mine, name="syncd.elastic.members")
+    return sorted(int(r) for r in rows[:, 0]), bool((rows[:, 1] == _RESETTING).any())
 
 
 class State:
@@ -96,7 +114,7 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        members = _members()
+        members, _ = _members()
         if self._members is None:
             self._members = members
         if members != self._members:
@@ -307,46 +325,108 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
-def _reset(state):
+def _reset(state, members=None):
     """After a change of ranks: number the survivors 0..n-1 (the daemons went on without the lost
     ones; nothing to detach or attach again). After a lost node, the rank's requests fail until it
     acknowledges the job's new membership (its calls in flight are done by now); a rank whose own
-    daemon is gone raises here (SyncdError, DAEMON_LOST) and cannot go on."""
-    basics.client().acknowledge_membership()
-    state._members = _members()
-    basics.set_view(state._members)
+    daemon is gone raises here (SyncdError, DAEMON_LOST): `run` attaches again or lets it leave.
+    `members`: a replacement's first call met the others' reset and returned them. Returns whether
+    a rank is new among the members (a replacement): every rank then syncs from rank 0."""
+    if members is None:
+        basics.client().acknowledge_membership()
+        members, _ = _members(_RESETTING)
+    added = state._members is None or not set(members) <= set(state._members)
+    state._members = members
+    basics.set_view(members)
+    return added
+
+
+def _reattach_seconds():
+    """SYNCD_REATTACH_S: how long a rank whose daemon is gone waits for it to come back (0: not)."""
+    value = os.environ.get("SYNCD_REATTACH_S", "0")
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        raise ValueError("SYNCD_REATTACH_S=%r: not a number of seconds" % value) from None
+
+
+def _daemon_lost(error):
+    return getattr(error, "status", None) == "DAEMON_LOST"
+
+
+def _reattach(wait_s):
+    """Detaches from the daemon that is gone and attaches to the one started in its place, which
+    takes the rank back as a replacement; raises SyncdError naming the rank and the run directory
+    if none serves the job within `wait_s` seconds."""
+    launch_rank = basics.client().rank
+    basics.shutdown()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            basics.init()
+            return
+        except SyncdError as e:
+            if time.monotonic() >= deadline:
+                raise SyncdError("rank %d: its node's syncd (%s) is gone and none came back within %g s "
+                                 "(SYNCD_REATTACH_S): %s" % (launch_rank, os.environ.get("SYNCD_RUN_DIR", "?"),
+                                                              wait_s, e), e.status) from e
+            time.sleep(0.02)
+
+
+def _join_as_replacement():
+    """A replacement's first call: the members' allgather, which the others' next commit takes
+    part in (they see the replacement and reset: it resets with them), or their reset when they
+    are recovering from a failure (it has reset with them: the members are returned). On a node
+    whose every rank was lost it is refused until the daemons have taken the node back (which
+    fails what the others had in flight: they roll back and reset, it with them)."""
+    try:
+        members, others_resetting = _members(_JOINING)
+    except HorovodInternalError:
+        requests.wait_all()
+        return None
+    return members if others_resetting else None
 
 
 def run(func):
     """Horovod's hvd.elastic.run: calls func(state, ...) until it returns; a change of ranks
     (HostsUpdatedInterrupt) resets and goes on, a failed collective (HorovodInternalError)
     restores the last commit, resets and syncs from rank 0 first. A failure while resetting or
-    syncing (another loss) starts the recovery again."""
+    syncing (another loss) starts the recovery again. With SYNCD_REATTACH_S, a rank whose daemon is
+    gone attaches to the one started in its place and rejoins as a replacement."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        skip_sync, reset = False, False
-        if basics.client().replaces_lost_rank():
-            # A replacement (syncrun --respawn): the others learn of it at their next commit, from
-            # the members' allgather this call takes part in, and reset; it resets with them and
-            # gets the state from rank 0. On a node whose every rank was lost the call is refused:
-            # the daemons take the node back first, which fails what the others had in flight
-            # (they roll back), and it resets with them.
-            try:
-                _members()
-            except HorovodInternalError:
-                requests.wait_all()
-            reset = True
+        skip_sync, reset, reattach = False, False, False
+        reattach_s = _reattach_seconds()
+        # A replacement (syncrun --respawn, or this rank attached again to its restarted daemon):
+        # the others learn of it at their next commit and reset; it resets with them and gets the
+        # state from rank 0.
+        join = basics.client().replaces_lost_rank()
         while True:
+            if reattach:
+                _reattach(reattach_s)  # none came back in time: the SyncdError leaves run
+                reattach, join = False, True
             try:
+                members = None
+                if join:
+                    join, reset, skip_sync = False, True, False
+                    members = _join_as_replacement()
                 if reset:
-                    _reset(state)
+                    # Someone new among the members (a replacement): every rank syncs from rank 0.
+                    added = _reset(state, members)
+                    skip_sync = skip_sync and not added
                     state.on_reset()
                     reset = False
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
-            except HorovodInternalError:
+            except SyncdError as e:
+                if _daemon_lost(e) and reattach_s > 0:
+                    state.restore()
+                    skip_sync, reset, reattach = False, False, True
+                    continue
+                if not isinstance(e, HorovodInternalError):
+                    raise
                 # The calls still in flight complete among the survivors first: their names are
                 # free again, their buffers no longer written.
                 requests.wait_all()
