@@ -90,12 +90,17 @@ inline constexpr char kTopoPlanName[] = "syncd.topo_plan";
 // eventfd (the engine's doorbell rings it: the engine sleeps on it beside its network's
 // descriptors, which a futex could not share a wait with).
 inline constexpr int kAttachFds = 3;
+// AttachRequest::flags. kHandBack (syncd_reattach): the client's daemon is gone and it hands the
+// segment the old daemon made back to the one serving its run directory now, its arena as it is
+// (the segment's descriptor travels with the request's bytes, SCM_RIGHTS); the reply sends it
+// back as the first descriptor.
+inline constexpr uint32_t kAttachHandBack = 1u;
 struct AttachRequest {
   uint32_t magic;
   uint32_t version;
   int32_t rank, size, local_rank, local_size;
   int32_t pid;
-  uint32_t reserved;
+  uint32_t flags;   // kAttachHandBack, else 0
   uint64_t job_id;  // 0: unspecified (matches any job)
 };
 

@@ -14,6 +14,7 @@
 
 #include "client/src/client_impl.h"
 #include "proto/doorbell.h"
+#include "proto/fd_passing.h"
 
 namespace syncd::client {
 namespace {
@@ -105,6 +106,14 @@ bool SendAll(int fd, const void* buf, size_t n) {
   return true;
 }
 
+// Sends the request; `pass_fd` (>= 0: a segment handed back) travels with its bytes (SCM_RIGHTS).
+bool SendRequest(int fd, const abi::AttachRequest& req, int pass_fd) {
+  if (pass_fd < 0) return SendAll(fd, &req, sizeof(req));
+  const ssize_t w = abi::SendWithFd(fd, &req, sizeof(req), pass_fd);
+  if (w <= 0) return false;
+  return SendAll(fd, reinterpret_cast<const char*>(&req) + w, sizeof(req) - size_t(w));
+}
+
 // Receives the reply and up to abi::kAttachFds descriptors passed with SCM_RIGHTS.
 bool RecvReply(int fd, abi::AttachReply* reply, int fds[abi::kAttachFds]) {
   std::fill(fds, fds + abi::kAttachFds, -1);
@@ -137,10 +146,10 @@ void CloseAll(int fds[abi::kAttachFds]) {
 // error (the daemon's refusal, no answer in time, another protocol version) the descriptors that
 // came are closed and the error is the client's.
 int Handshake(int sock, const abi::AttachRequest& req, const std::string& socket_path, int timeout_ms,
-              abi::AttachReply* reply, int fds[abi::kAttachFds]) {
+              abi::AttachReply* reply, int fds[abi::kAttachFds], int pass_fd = -1) {
   // A daemon that refuses early (wrong uid) replies and closes before reading the request: even
   // when the send fails, the reply says why.
-  const bool sent = SendAll(sock, &req, sizeof(req));
+  const bool sent = SendRequest(sock, req, pass_fd);
   const int send_errno = errno;
   if (!RecvReply(sock, reply, fds)) {
     if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -214,8 +223,9 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   if (int rc = Connect(socket_path, deadline, timeout_ms, &c->sock_); rc != SYNCD_OK) return rc;
   SetSocketTimeouts(c->sock_, Remaining(deadline));
 
+  id.job_id = JobIdOf(opts);
   abi::AttachRequest req{abi::kMagic, abi::kVersion, id.rank, id.size, id.local_rank, id.local_size,
-                         int32_t(getpid()), 0, JobIdOf(opts)};
+                         int32_t(getpid()), 0, id.job_id};
   abi::AttachReply reply{};
   int fds[abi::kAttachFds];
   if (int rc = Handshake(c->sock_, req, socket_path, timeout_ms, &reply, fds); rc != SYNCD_OK) return rc;
@@ -234,7 +244,7 @@ int Client::MapShared(const abi::AttachReply& reply, int fds[abi::kAttachFds]) {
   node_bytes_ = reply.node_page_bytes;
   segment_ = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
   node_map_ = mmap(nullptr, node_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
-  close(fds[0]);
+  segment_fd_ = fds[0];  // kept: syncd_reattach hands it to the next daemon
   close(fds[1]);
   engine_wake_fd_ = fds[2];
   if (segment_ == MAP_FAILED || node_map_ == MAP_FAILED) {
@@ -275,6 +285,78 @@ Client::~Client() {
   if (segment_) munmap(segment_, segment_bytes_);
   if (node_map_) munmap(node_map_, node_bytes_);
   if (engine_wake_fd_ >= 0) close(engine_wake_fd_);
+  if (segment_fd_ >= 0) close(segment_fd_);
+}
+
+int Client::Reattach(int timeout_ms) {
+  MutexLock lock(&mu_);
+  const std::string who = "rank " + std::to_string(id_.rank);
+  if (DaemonAlive())
+    return Fail(SYNCD_ERR_INVALID, "syncd_reattach: " + who + "'s daemon at " + id_.run_dir +
+                                       " is still serving it: there is nothing to attach to again");
+  const uint64_t deadline = abi::MonotonicNs() + uint64_t(std::max(timeout_ms, 0)) * 1'000'000ull;
+  const std::string socket_path = id_.run_dir + "/attach.sock";
+  int sock = -1;
+  if (int rc = Connect(socket_path, deadline, timeout_ms, &sock); rc != SYNCD_OK) return rc;
+  SetSocketTimeouts(sock, Remaining(deadline));
+  const abi::AttachRequest req{abi::kMagic, abi::kVersion, id_.rank, id_.size, id_.local_rank, id_.local_size,
+                               int32_t(getpid()), abi::kAttachHandBack, id_.job_id};
+  abi::AttachReply reply{};
+  int fds[abi::kAttachFds];
+  if (int rc = Handshake(sock, req, socket_path, timeout_ms, &reply, fds, segment_fd_); rc != SYNCD_OK) {
+    close(sock);
+    return rc;
+  }
+  void* node_map = reply.segment_bytes == segment_bytes_
+                       ? mmap(nullptr, reply.node_page_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0)
+                       : MAP_FAILED;
+  close(fds[0]);  // this client's own segment, sent back
+  close(fds[1]);
+  if (node_map == MAP_FAILED) {
+    close(fds[2]);
+    close(sock);
+    return Fail(SYNCD_ERR_PROTOCOL, "syncd_reattach: the daemon's reply does not fit the segment handed back");
+  }
+  SetSocketTimeouts(sock, 0);
+  close(std::exchange(sock_, sock));
+  munmap(node_map_, node_bytes_);
+  node_map_ = node_map;
+  node_bytes_ = reply.node_page_bytes;
+  node_ = static_cast<abi::NodePage*>(node_map_);
+  close(std::exchange(engine_wake_fd_, fds[2]));
+  id_.node_rank = reply.node_rank;
+  id_.node_count = reply.node_count;
+  id_.coord_mode = reply.coord_mode < std::size(abi::kCoordModeNames) ? reply.coord_mode : 0;
+  spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", int(reply.client_spin_us))) * 1000;
+  ForgetOldDaemon();
+  return SYNCD_OK;
+}
+
+void Client::ForgetOldDaemon() {
+  // The daemon emptied both rings (abi::kAttachHandBack); the views start over with them.
+  char* base = static_cast<char*>(segment_);
+  submit_ = abi::RingView<abi::SubmitEntry>(
+      &header_->submit, reinterpret_cast<abi::SubmitEntry*>(base + header_->submit_ring_offset), header_->ring_entries);
+  completion_ = abi::RingView<abi::CompletionEntry>(
+      &header_->completion, reinterpret_cast<abi::CompletionEntry*>(base + header_->completion_ring_offset),
+      header_->ring_entries);
+  // What the old daemon held fails (results it wrote are in a result area the new one reuses), its
+  // names free at once and its arena blocks freed; the slots wait to be waited for.
+  for (Slot& s : slots_) {
+    if (s.state == SlotState::kFree || (s.state == SlotState::kDone && s.result_offset == abi::kNoResult)) continue;
+    s.state = SlotState::kDone;
+    s.status = SYNCD_ERR_DAEMON_LOST;
+    s.message = "tensor '" + s.name + "': the daemon that held it is gone (rank " + std::to_string(id_.rank) +
+                " attached again to the one serving " + id_.run_dir + ")";
+    s.result_offset = abi::kNoResult;
+    in_flight_names_.erase(std::exchange(s.key, std::string()));
+    if (s.staged) arena_alloc_->Free(s.staging_offset);
+    if (s.aux_offset >= 0) arena_alloc_->Free(uint64_t(s.aux_offset));
+    s.staged = false;
+    s.aux_offset = -1;
+  }
+  sets_.clear();  // the new daemon has none of the old one's process sets
+  daemon_lost_ = false;
 }
 
 }  // namespace syncd::client

@@ -24,6 +24,7 @@ struct Identity {
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
   int node_rank = 0, node_count = 1;
   uint32_t coord_mode = 0;  // abi::CoordMode
+  uint64_t job_id = 0;      // as attached (0: whichever the daemon serves)
 };
 
 // What some kinds take besides the tensor: alltoall's splits, where allgather and alltoall
@@ -58,6 +59,9 @@ class Client {
   static int Attach(const syncd_init_options& opts, Client** out);
 
   const Identity& identity() const { return id_; }
+  // syncd_reattach: this client's daemon is gone; hands the segment to the daemon serving the run
+  // directory now (abi::kAttachHandBack), keeping the arena and this object.
+  int Reattach(int timeout_ms);
 
   void* Alloc(size_t bytes);
   void Free(void* ptr);
@@ -137,13 +141,16 @@ class Client {
   int Finish(Slot* slot, std::string* reply = nullptr) SYNCD_REQUIRES(mu_);  // *reply: the completion's text
   bool DaemonAlive() SYNCD_REQUIRES(mu_);  // may block for a zero-timeout poll(2) on the socket
   int DaemonLostError() const;
-  // Attach's last step: maps the segment and node page the daemon sent (closing both
-  // descriptors; the engine's wake-up eventfd is kept), checks the header and sets up the rings,
-  // arena and result area.
+  // Attach's last step: maps the segment and node page the daemon sent (closing the node page's
+  // descriptor; the segment's, for syncd_reattach, and the engine's wake-up eventfd are kept),
+  // checks the header and sets up the rings, arena and result area.
   int MapShared(const abi::AttachReply& reply, int fds[abi::kAttachFds]);
+  // Reattach's last step: the rings start over, what the old daemon held fails (DAEMON_LOST).
+  void ForgetOldDaemon() SYNCD_REQUIRES(mu_);
 
   Identity id_;
   int sock_ = -1;
+  int segment_fd_ = -1;  // the segment's memfd (syncd_reattach hands it on)
   void* segment_ = nullptr;
   uint64_t segment_bytes_ = 0;
   void* node_map_ = nullptr;

@@ -12,6 +12,8 @@ Status CheckAttachRequest(const abi::AttachRequest& req, int32_t pid, const Atta
                                           std::to_string(req.version) + " (magic " + std::to_string(req.magic) +
                                           "); this daemon speaks version " + std::to_string(abi::kVersion));
   const std::string who = AttachingRank(req, pid);
+  if ((req.flags & ~abi::kAttachHandBack) != 0)
+    return Status(SYNCD_ERR_PROTOCOL, who + ": attach flags " + std::to_string(req.flags) + " are not known here");
   if (!rules.accepting)
     return Status(SYNCD_ERR_REFUSED, who + ": syncd at " + rules.run_dir + " is draining and takes no new clients");
   if (req.local_size <= 0 || uint32_t(req.local_size) > kMaxLocalSize || req.local_rank < 0 ||

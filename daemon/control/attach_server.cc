@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iterator>
 #include <thread>
+#include <utility>
 
 #include "daemon/base/affinity.h"
 #include "daemon/control/attach_handshake.h"
@@ -257,11 +258,28 @@ int AttachServer::ExpireHandshakes(int cap_ms) {
 }
 
 void AttachServer::ReadHandshake(int fd, Connection& conn, uint32_t events) {
-  char* at = reinterpret_cast<char*>(&conn.request) + conn.received;
+  iovec iov{reinterpret_cast<char*>(&conn.request) + conn.received, sizeof(conn.request) - conn.received};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
   ssize_t r;
-  do r = recv(fd, at, sizeof(conn.request) - conn.received, MSG_DONTWAIT);
+  do r = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   while (r < 0 && errno == EINTR);
   if (r > 0) conn.received += size_t(r);
+  // A segment handed back (abi::kAttachHandBack): the first descriptor is kept, any other closed.
+  for (cmsghdr* c = r > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; ++i) {
+      int passed;
+      memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (conn.handed_fd < 0) conn.handed_fd = passed;
+      else close(passed);
+    }
+  }
   if (conn.received == sizeof(conn.request)) return CompleteHandshake(fd, conn);
   if (r == 0 || (r < 0 && errno != EAGAIN) || (events & (EPOLLHUP | EPOLLERR))) {
     spdlog::info("attach: pid {} closed its connection after {} of {} handshake bytes", conn.pid, conn.received,
@@ -311,9 +329,18 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
                                              " is already attached (pid " +
                                              std::to_string(connections_[it->second].pid) + ")");
   const uint32_t ls = uint32_t(req.local_size);
+  const bool hand_back = (req.flags & abi::kAttachHandBack) != 0;
+  if (hand_back && conn.handed_fd < 0)
+    return Refuse(fd, SYNCD_ERR_INVALID, who + " hands its segment back but sent no descriptor with its request");
   const uint32_t id = next_client_id_++;
-  auto segment = ClientSegment::Create(id, config_.ring_entries, config_.arena_bytes, config_.result_bytes);
-  if (!segment.ok()) return Refuse(fd, segment.status().code(), who + ": " + segment.status().message());
+  auto segment = hand_back ? ClientSegment::Adopt(std::exchange(conn.handed_fd, -1), id, config_.ring_entries,
+                                                  config_.arena_bytes, config_.result_bytes)
+                           : ClientSegment::Create(id, config_.ring_entries, config_.arena_bytes, config_.result_bytes);
+  if (!segment.ok())
+    return Refuse(fd, segment.status().code(),
+                  who + (hand_back ? ": its segment handed back: " : ": ") + segment.status().message());
+  if (hand_back) spdlog::info("{} handed back its segment: its arena is kept", who);
+  if (conn.handed_fd >= 0) close(std::exchange(conn.handed_fd, -1));  // sent without the flag
 
   abi::AttachReply reply{};
   reply.magic = abi::kMagic;
@@ -360,6 +387,7 @@ void AttachServer::Forget(int fd) {
   if (it == connections_.end()) return;
   if (!it->second.attached) --handshakes_;
   else fd_by_local_rank_.erase(it->second.local_rank);
+  if (it->second.handed_fd >= 0) close(it->second.handed_fd);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
   connections_.erase(it);

@@ -53,6 +53,7 @@ class AttachServer {
     abi::AttachRequest request{};
     size_t received = 0;
     uint64_t deadline_ns = 0;
+    int handed_fd = -1;  // abi::kAttachHandBack: the segment's descriptor, as it came with the request
     // Once attached.
     uint32_t client_id = 0;
     uint32_t local_rank = 0;

@@ -6,15 +6,11 @@
 
 namespace syncd {
 
-StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
-                                              uint64_t result_bytes) {
-  const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes, result_bytes);
-  ClientSegment s;
-  SYNCD_ASSIGN_OR_RETURN(SharedMapping mapping,
-                         SharedMapping::Create("syncd-client-" + std::to_string(client_id), layout.total_bytes));
-  s.mapping_ = std::make_shared<SharedMapping>(std::move(mapping));
-  char* base = s.mapping_->data();
-  auto* h = new (base) abi::SegmentHeader();
+namespace {
+
+// Writes the header Create makes for `layout` at `at` (the rings empty).
+abi::SegmentHeader* WriteHeader(void* at, const abi::SegmentLayout& layout, uint32_t client_id, uint32_t ring_entries) {
+  auto* h = new (at) abi::SegmentHeader();
   h->magic = abi::kMagic;
   h->version = abi::kVersion;
   h->segment_bytes = layout.total_bytes;
@@ -27,6 +23,52 @@ StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_
   h->arena_bytes = layout.result_offset - layout.arena_offset;
   h->result_offset = layout.result_offset;
   h->result_bytes = layout.total_bytes - layout.result_offset;
+  return h;
+}
+
+// Whether the header at `base` (copied first: its client may write it meanwhile) has the layout
+// WriteHeader writes for `layout`.
+bool HasLayout(const char* base, const abi::SegmentLayout& layout, uint32_t ring_entries) {
+  alignas(abi::SegmentHeader) unsigned char seen_bytes[sizeof(abi::SegmentHeader)];
+  alignas(abi::SegmentHeader) unsigned char want_bytes[sizeof(abi::SegmentHeader)];
+  memcpy(seen_bytes, base, sizeof(seen_bytes));
+  const auto& h = *reinterpret_cast<const abi::SegmentHeader*>(seen_bytes);
+  const auto& w = *WriteHeader(want_bytes, layout, 0, ring_entries);
+  return h.magic == w.magic && h.version == w.version && h.segment_bytes == w.segment_bytes &&
+         h.ring_entries == w.ring_entries && h.submit_ring_offset == w.submit_ring_offset &&
+         h.completion_ring_offset == w.completion_ring_offset && h.message_offset == w.message_offset &&
+         h.arena_offset == w.arena_offset && h.arena_bytes == w.arena_bytes && h.result_offset == w.result_offset &&
+         h.result_bytes == w.result_bytes;
+}
+
+}  // namespace
+
+StatusOr<ClientSegment> ClientSegment::Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
+                                              uint64_t result_bytes) {
+  const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes, result_bytes);
+  SYNCD_ASSIGN_OR_RETURN(SharedMapping mapping,
+                         SharedMapping::Create("syncd-client-" + std::to_string(client_id), layout.total_bytes));
+  WriteHeader(mapping.data(), layout, client_id, ring_entries);
+  return Over(std::move(mapping), layout, ring_entries);
+}
+
+StatusOr<ClientSegment> ClientSegment::Adopt(int fd, uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
+                                             uint64_t result_bytes) {
+  const abi::SegmentLayout layout = abi::ComputeLayout(ring_entries, arena_bytes, result_bytes);
+  SYNCD_ASSIGN_OR_RETURN(SharedMapping mapping, SharedMapping::Adopt(fd, layout.total_bytes));
+  if (!HasLayout(mapping.data(), layout, ring_entries))
+    return Status(SYNCD_ERR_INVALID, "the segment handed back has another layout than this daemon makes (its "
+                                     "--ring-entries, --arena-size or --result-area-size differ); attach afresh");
+  // The rings start empty, the header as Create leaves it; the arena is left as it is.
+  WriteHeader(mapping.data(), layout, client_id, ring_entries);
+  return Over(std::move(mapping), layout, ring_entries);
+}
+
+ClientSegment ClientSegment::Over(SharedMapping mapping, const abi::SegmentLayout& layout, uint32_t ring_entries) {
+  ClientSegment s;
+  s.mapping_ = std::make_shared<SharedMapping>(std::move(mapping));
+  char* base = s.mapping_->data();
+  auto* h = reinterpret_cast<abi::SegmentHeader*>(base);
   s.submit_ = abi::RingView<abi::SubmitEntry>(
       &h->submit, reinterpret_cast<abi::SubmitEntry*>(base + layout.submit_ring_offset), ring_entries);
   s.completion_ = abi::RingView<abi::CompletionEntry>(

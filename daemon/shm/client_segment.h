@@ -26,6 +26,11 @@ class ClientSegment {
  public:
   static StatusOr<ClientSegment> Create(uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
                                        uint64_t result_bytes);
+  // A segment a previous daemon made, handed back by its client (abi::kAttachHandBack; `fd` is
+  // taken over): its layout must be the one Create would make here; the rings start empty, the
+  // arena keeps what the client has in it. The result area starts afresh (nothing points into it).
+  static StatusOr<ClientSegment> Adopt(int fd, uint32_t client_id, uint32_t ring_entries, uint64_t arena_bytes,
+                                      uint64_t result_bytes);
 
   int fd() const { return mapping_->fd(); }
   uint64_t size() const { return mapping_->size(); }
@@ -69,6 +74,8 @@ class ClientSegment {
     uint64_t result_offset;
   };
   abi::SegmentHeader* header() const { return reinterpret_cast<abi::SegmentHeader*>(mapping_->data()); }
+  // The daemon's view over a mapping whose header is written.
+  static ClientSegment Over(SharedMapping mapping, const abi::SegmentLayout& layout, uint32_t ring_entries);
 
   std::shared_ptr<SharedMapping> mapping_;
   abi::RingView<abi::SubmitEntry> submit_;

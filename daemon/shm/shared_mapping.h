@@ -20,6 +20,10 @@ class SharedMapping {
   // A zero-filled mapping of `bytes` (pages are allocated on first touch). The file is sealed
   // against resizing so a client cannot shrink it under the daemon.
   static StatusOr<SharedMapping> Create(const std::string& name, uint64_t bytes);
+  // Maps `fd` (taken over: closed on failure too), a file Create made, as another process handed
+  // it back: it must be a memfd of exactly `bytes`, sealed against resizing (so it cannot shrink
+  // under this process).
+  static StatusOr<SharedMapping> Adopt(int fd, uint64_t bytes);
 
   char* data() const { return data_; }
   uint64_t size() const { return size_; }

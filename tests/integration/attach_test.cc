@@ -1,7 +1,9 @@
 // The attach socket under bad and hostile input: clients that say nothing, say too little, lie
 // about who they are, or come faster than the engine takes them. Each gets an answer (or is
 // dropped) without delaying anyone else, and the daemon keeps serving.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -116,6 +118,71 @@ TEST(Attach, RanksOutOfRangeAreRefusedNamingTheRank) {
     EXPECT_TRUE(Contains(reply.message, "rank " + std::to_string(rank))) << reply.message;
   }
   EXPECT_LT(ExpectDaemonServes(d, 2), 2.0);
+}
+
+// A segment handed back (abi::kAttachHandBack, syncd_reattach) is mapped only when it is what
+// this daemon would make: a memfd sealed against resizing (it could not shrink under the daemon),
+// of the size and layout this daemon's options give. Anything else is refused naming why, the
+// descriptor closed, and the daemon serves on.
+TEST(Attach, ASegmentHandedBackIsMappedOnlyWhenItIsWhatTheDaemonWouldMake) {
+  Daemon d(0);
+  uint64_t bytes = 0;
+  {
+    RawClient probe(d.run_dir());
+    bytes = probe.header()->segment_bytes;
+  }
+  auto hand_back = [&](int pass_fd, uint32_t flags = abi::kAttachHandBack) {
+    const int fd = RawConnect(d.run_dir());
+    abi::AttachRequest req = RawAttachRequest(0, 1);
+    req.flags = flags;
+    int fds[abi::kAttachFds];
+    abi::AttachReply reply = RawAttach(fd, req, fds, pass_fd);
+    close(fd);
+    for (int f : fds)
+      if (f >= 0) close(f);
+    EXPECT_NE(reply.status, SYNCD_OK);
+    return std::string(reply.message);
+  };
+  auto memfd = [](uint64_t size, bool sealed) {
+    const int fd = memfd_create("handed-back", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    EXPECT_EQ(ftruncate(fd, off_t(size)), 0);
+    if (sealed) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    return fd;
+  };
+  EXPECT_TRUE(Contains(hand_back(-1), "hands its segment back but sent no descriptor")) << hand_back(-1);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const std::string pipe_msg = hand_back(pipe_fds[0]);
+  EXPECT_TRUE(Contains(pipe_msg, "not a sealed shared-memory file")) << pipe_msg;
+  const int unsealed = memfd(bytes, false), wrong_size = memfd(bytes - 4096, true), zeros = memfd(bytes, true);
+  const std::string unsealed_msg = hand_back(unsealed), size_msg = hand_back(wrong_size), zeros_msg = hand_back(zeros);
+  EXPECT_TRUE(Contains(unsealed_msg, "not sealed against resizing")) << unsealed_msg;
+  EXPECT_TRUE(Contains(size_msg, "holds " + std::to_string(bytes - 4096) + " bytes, not " + std::to_string(bytes)))
+      << size_msg;
+  EXPECT_TRUE(Contains(zeros_msg, "another layout than this daemon makes")) << zeros_msg;
+  const std::string flags_msg = hand_back(-1, 4);
+  EXPECT_TRUE(Contains(flags_msg, "attach flags 4 are not known")) << flags_msg;
+  for (int fd : {pipe_fds[0], pipe_fds[1], unsealed, wrong_size, zeros}) close(fd);
+  EXPECT_LT(ExpectDaemonServes(d, 2), 2.0);
+}
+
+// syncd_reattach is for a client whose daemon is gone: while it serves, it is refused and the
+// client goes on as it was.
+TEST(Attach, ReattachingWhileTheDaemonServesIsRefusedAndChangesNothing) {
+  Daemon d(0);
+  syncd_client* c = AttachAs(d.run_dir(), 0, 1, 0, 1);
+  ASSERT_NE(c, nullptr) << syncd_last_error();
+  EXPECT_EQ(syncd_reattach(c, 100), SYNCD_ERR_INVALID);
+  EXPECT_TRUE(Contains(syncd_last_error(), "is still serving it")) << syncd_last_error();
+  float* x = static_cast<float*>(syncd_alloc(c, 16));
+  for (int i = 0; i < 4; ++i) x[i] = 1.f;
+  const int64_t shape[1] = {4};
+  syncd_tensor t{"after.reattach", x, SYNCD_FLOAT32, 1, shape};
+  syncd_handle h;
+  ASSERT_EQ(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h), SYNCD_OK) << syncd_last_error();
+  EXPECT_EQ(syncd_wait(c, h, 5000), SYNCD_OK) << syncd_last_error();
+  EXPECT_EQ(x[0], 1.f);
+  syncd_shutdown(c);
 }
 
 // The client side of bug 5: a daemon that accepts but never answers must not hang the client.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "proto/fd_passing.h"
 #include "tests/integration/harness.h"
 
 namespace syncd::testing {
@@ -25,8 +26,12 @@ int RawConnect(const std::string& run_dir) {
   return fd;
 }
 
-abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachFds]) {
-  EXPECT_EQ(send(fd, &req, sizeof(req), 0), ssize_t(sizeof(req)));
+abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachFds], int pass_fd) {
+  if (pass_fd < 0) {
+    EXPECT_EQ(send(fd, &req, sizeof(req), 0), ssize_t(sizeof(req)));
+  } else {
+    EXPECT_EQ(abi::SendWithFd(fd, &req, sizeof(req), pass_fd), ssize_t(sizeof(req)));
+  }
   abi::AttachReply reply{};
   iovec iov{&reply, sizeof(reply)};
   alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];

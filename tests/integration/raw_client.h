@@ -15,8 +15,9 @@ namespace syncd::testing {
 
 // A connected socket to the daemon's attach.sock, or -1.
 int RawConnect(const std::string& run_dir);
-// Sends `req`, returns the reply; fds receive the segment and node page (or -1).
-abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachFds]);
+// Sends `req` (with `pass_fd`, when >= 0, as a segment handed back), returns the reply; fds
+// receive the segment and node page (or -1).
+abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachFds], int pass_fd = -1);
 abi::AttachRequest RawAttachRequest(int rank, int size);
 
 class RawClient {

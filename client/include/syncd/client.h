@@ -101,6 +101,16 @@ SYNCD_API int syncd_init(const syncd_init_options* opts, syncd_client** out);
 /* Detaches. Requests still in flight are abandoned (the daemon fails them on the other ranks). */
 SYNCD_API void syncd_shutdown(syncd_client* c);
 
+/* This client's daemon is gone (SYNCD_ERR_DAEMON_LOST) and another was started in its place
+ * (systemd's Restart=, an upgrade, syncrun --restart-daemons): attaches to it, handing it this
+ * client's segment. The client stays the same object, and its arena keeps what it holds: pointers
+ * from syncd_alloc stay valid, with their contents. Requests the old daemon held fail with
+ * SYNCD_ERR_DAEMON_LOST when waited for; process sets must be added again. The daemon takes the
+ * rank back as a replacement (syncd_replaces_lost_rank). Waits up to timeout_ms for a daemon to
+ * answer in the run directory: SYNCD_ERR_DAEMON_LOST if none does; SYNCD_ERR_INVALID while the
+ * daemon is alive. No other call on this client may run meanwhile. */
+SYNCD_API int syncd_reattach(syncd_client* c, int timeout_ms);
+
 /* Elastic jobs (--on-loss continue or restore): once the job has lost a node, every request of
  * this rank fails (SYNCD_ERR_RANK_LOST) until it acknowledges the job's new membership here,
  * after its calls in flight completed (hvd.elastic.run does it when it resets). *membership (may

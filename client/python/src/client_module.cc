@@ -195,6 +195,16 @@ class PyClient {
     return h;
   }
 
+  // syncd_reattach: the same client, its segment handed to the daemon serving the run directory now.
+  void Reattach(int timeout_ms) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = syncd_reattach(get(), timeout_ms);
+    }
+    Check(rc);
+  }
+
   // syncd_acknowledge_membership: how many times the job's membership changed.
   uint32_t AcknowledgeMembership() {
     uint32_t membership = 0;
@@ -379,6 +389,7 @@ PYBIND11_MODULE(_client, m) {
       .def("barrier_async", &PyClient::Barrier, py::arg("process_set") = 0)
       .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"), py::arg("process_set") = 0)
       .def("acknowledge_membership", &PyClient::AcknowledgeMembership)
+      .def("reattach", &PyClient::Reattach, py::arg("timeout_ms"))
       .def("replaces_lost_rank", [](PyClient& c) {
         int replaces = 0;
         Check(syncd_replaces_lost_rank(c.get(), &replaces));

@@ -4,11 +4,13 @@ One client per process, as in Horovod: init() attaches to the node's syncd (the 
 by syncrun, the Slurm prolog or srun says where), shutdown() detaches, and init() may follow again.
 """
 import os
+import time
 import weakref
 
 import torch
 
 from syncd import _client
+from syncd.errors import SyncdError
 
 # Reduction ops, named as in horovod.torch.
 Sum = _client.SUM
@@ -37,6 +39,7 @@ _client_obj = None
 _arena_owners = weakref.WeakSet()
 _shutdown_hooks = []
 _init_hooks = []
+_reattach_hooks = []
 # The elastic view (syncd.torch.elastic): once a job that lost ranks has reset, the survivors are
 # numbered 0..n-1 in their launch order, as Horovod elastic renumbers them: rank(), size() and the
 # roots this module's calls take follow it. None: the launch numbering.
@@ -79,6 +82,31 @@ def shutdown():
     c, _client_obj = _client_obj, None
     set_view(None)
     c.close()
+
+
+def reattach(wait_s):
+    """syncd extension: this process's daemon is gone (SyncdError, status 'DAEMON_LOST') and
+    another was started in its place (systemd's Restart=, an upgrade, syncrun --restart-daemons):
+    attaches to it, handing it this process's shared segment, so tensors in the arena
+    (DistributedOptimizer's gradient buffers) stay where they are, with their contents. Requests
+    in flight are dropped and process sets must be added again; the daemon takes the rank back as
+    a replacement (hvd.elastic.run rejoins the others). Tries for up to `wait_s` seconds; past
+    them raises SyncdError naming the rank and the run directory."""
+    c = client()
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            c.reattach(int(min(max(left, 0.001), 1.0) * 1000))
+            break
+        except SyncdError as e:
+            if time.monotonic() >= deadline:
+                raise SyncdError("rank %d: its node's syncd (%s) is gone and none took it back within %g s: %s" %
+                                 (c.rank, os.environ.get("SYNCD_RUN_DIR", "?"), wait_s, e), e.status) from e
+            time.sleep(0.02)
+    set_view(None)
+    for hook in list(_reattach_hooks):
+        hook()
 
 
 def start_timeline(file_path, mark_cycles=False):

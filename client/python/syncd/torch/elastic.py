@@ -32,10 +32,10 @@ acknowledges the job's new membership (the daemons made the global set afresh wi
 calls fail until then) and renumbers, as above. A rank whose own daemon is gone cannot go on: the
 SyncdError (DAEMON_LOST) leaves `run`, unless SYNCD_REATTACH_S (seconds; `syncrun
 --restart-daemons` sets it) gives the daemon time to come back (systemd's Restart=, an upgrade):
-`run` then detaches (hvd.shutdown(): the gradient buffers move to ordinary memory, calls in flight
-are dropped), attaches to the new daemon as soon as it serves the job (hvd.init() again, up to
-that many seconds) and goes on as a replacement does (below), from the state rank 0 has. Process
-sets added before are gone with the old attachment, as after any hvd.shutdown().
+`run` then attaches to the new daemon as soon as it serves the job (basics.reattach, up to that
+many seconds: it hands the daemon this process's segment, so gradient buffers in the arena stay
+where they are; calls in flight are dropped) and goes on as a replacement does (below), from the
+state rank 0 has. Process sets added before are gone with the old daemon.
 
 A replacement (`syncrun --elastic --respawn`: the same rank started again on the same node): its
 first call is the members' allgather, which the others' next commit takes part in; they see it
@@ -53,7 +53,6 @@ import functools
 import math
 import os
 import random
-import time
 
 import torch
 
@@ -354,25 +353,6 @@ def _daemon_lost(error):
     return getattr(error, "status", None) == "DAEMON_LOST"
 
 
-def _reattach(wait_s):
-    """Detaches from the daemon that is gone and attaches to the one started in its place, which
-    takes the rank back as a replacement; raises SyncdError naming the rank and the run directory
-    if none serves the job within `wait_s` seconds."""
-    launch_rank = basics.client().rank
-    basics.shutdown()
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            basics.init()
-            return
-        except SyncdError as e:
-            if time.monotonic() >= deadline:
-                raise SyncdError("rank %d: its node's syncd (%s) is gone and none came back within %g s "
-                                 "(SYNCD_REATTACH_S): %s" % (launch_rank, os.environ.get("SYNCD_RUN_DIR", "?"),
-                                                              wait_s, e), e.status) from e
-            time.sleep(0.02)
-
-
 def _join_as_replacement():
     """A replacement's first call: the members' allgather, which the others' next commit takes
     part in (they see the replacement and reset: it resets with them), or their reset when they
@@ -404,7 +384,7 @@ def run(func):
         join = basics.client().replaces_lost_rank()
         while True:
             if reattach:
-                _reattach(reattach_s)  # none came back in time: the SyncdError leaves run
+                basics.reattach(reattach_s)  # none came back in time: the SyncdError leaves run
                 reattach, join = False, True
             try:
                 members = None

@@ -67,8 +67,15 @@ def _on_shutdown():
     _sets.clear()
 
 
+def _on_reattach():
+    # The new daemon has none of the old one's process sets.
+    _on_shutdown()
+    _on_init()
+
+
 basics._init_hooks.append(_on_init)
 basics._shutdown_hooks.append(_on_shutdown)
+basics._reattach_hooks.append(_on_reattach)
 
 
 def init(comm=None, process_sets=None):

@@ -70,7 +70,26 @@ def _reap_refused():
             _refused.remove(h)
 
 
+def _drop_old_daemons_handles():
+    # After basics.reattach: what the old daemon held has failed (DAEMON_LOST); waiting for each
+    # returns at once and lets the client reuse its slots.
+    c = client()
+    for req in list(_handles.values()):
+        for part in req.parts:
+            try:
+                c.wait(part.handle)
+            except SyncdError:
+                pass
+    for h in _refused:
+        try:
+            c.wait(h)
+        except SyncdError:
+            pass
+    _forget_handles()
+
+
 basics._shutdown_hooks.append(_forget_handles)
+basics._reattach_hooks.append(_drop_old_daemons_handles)
 
 
 class _Part:
