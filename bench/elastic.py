@@ -14,6 +14,11 @@ SIGKILLs itself in the middle of its backward pass at step --kill-step:
             starts (a new Python process), joins the others at their next commit and gets the
             state from rank 0; the figure is the time from the kill to the end of the
             replacement's first step, and its parameters must equal the others' at the end.
+  daemon    syncrun --elastic --restart-daemons, the same elastic job: rank 3 SIGKILLs its node's
+            syncd instead (node 1 of 2 x 2, node 3 of 4 x 1); syncrun starts it again, the node's
+            ranks (the same processes) hand their segments to it and rejoin; the figure is the time
+            from the kill to the moment every rank, the node's included, has completed a step after
+            it. Not in the default --policies.
   restart   the usual recovery, measured in the same run: syncrun (--on-loss fail) stops every
             rank, and the job is launched again at once (new daemons, new Python processes) from
             the checkpoint rank 0 wrote after every step; the figure is the time from the kill to
@@ -21,7 +26,7 @@ SIGKILLs itself in the middle of its backward pass at step --kill-step:
 Prints a table and, last, one JSON line. Every rank and daemon shares this machine's cores.
 
     bench/elastic.sh [--shapes 2x2,4x1] [--trials 3] [--steps 25] [--kill-step 10] [--model cnn|resnet18]
-                     [--policies continue,restore,respawn,restart] [--respawn-steps N] [--build build]
+                     [--policies continue,restore,respawn,daemon,restart] [--respawn-steps N] [--build build]
 """
 import argparse
 import json
@@ -115,6 +120,22 @@ def trial_respawn(nodes):
         return new["ends"][0] - t_kill, step_ms(survivors, t_kill), 0
 
 
+def trial_daemon(nodes):
+    victim = 3  # on a node other than node 0, whose daemon serves the rendezvous
+    with tempfile.TemporaryDirectory() as out:
+        p = syncrun(nodes, out, "--steps", str(a.steps), "--victim", str(victim), "--kill-step", str(a.kill_step),
+                    "--elastic", "--kill-daemon", launcher=["--elastic", "--restart-daemons"])
+        if p.returncode != 0:
+            sys.exit("elastic.sh: the job under --restart-daemons failed (exit %d):\n%s%s" %
+                     (p.returncode, p.stdout, p.stderr))
+        t_kill = killed_at(out, p)
+        ranks = ranks_of(out)
+        if sorted(r["rank"] for r in ranks) != [0, 1, 2, 3] or len({r["digest"] for r in ranks}) != 1:
+            sys.exit("elastic.sh: after the daemon's restart the ranks differ:\n" + p.stdout + p.stderr)
+        after = [min(t for t in r["ends"] if t > t_kill) for r in ranks]
+        return max(after) - t_kill, step_ms(ranks, t_kill), max(len(r["steps"]) - len(set(r["steps"])) for r in ranks)
+
+
 def trial_restart(nodes):
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as out2:
         ck = os.path.join(out, "checkpoint.pt")
@@ -137,7 +158,7 @@ for shape in a.shapes.split(","):
     nodes, local = (int(x) for x in shape.split("x"))
     assert nodes * local == 4, "four ranks: 2x2 or 4x1"
     for policy, fn in (("continue", trial_continue), ("restore", trial_restore), ("respawn", trial_respawn),
-                       ("restart", trial_restart)):
+                       ("daemon", trial_daemon), ("restart", trial_restart)):
         if policy not in a.policies.split(","):
             continue
         results = [fn(nodes) for _ in range(a.trials)]
@@ -156,7 +177,7 @@ for r in rows:
                                               "%.1f" % r["step_ms"] if r["step_ms"] else "-", r["steps_redone"]))
 for shape in a.shapes.split(","):
     s = next((r for r in rows if r["shape"] == shape and r["policy"] == "restart"), None)
-    for policy in ("continue", "restore", "respawn"):
+    for policy in ("continue", "restore", "respawn", "daemon"):
         c = next((r for r in rows if r["shape"] == shape and r["policy"] == policy), None)
         if s is None or c is None:
             continue

@@ -10,13 +10,15 @@ temporary file, then renamed, as a careful user does); with --resume every rank 
 parameters are broadcast, and training goes on from the step after it. With --elastic the loop is
 Horovod's elastic one (hvd.elastic.run over a TorchState of the model, the optimizer and the step,
 committed after every step); under syncrun --respawn the victim's replacement (this script again,
-which then does not die) joins at the others' next commit. Each surviving rank writes OUT/rank<r>.json (r: its launch rank): its
+which then does not die) joins at the others' next commit. With --kill-daemon the victim SIGKILLs
+its node's syncd instead (under syncrun --restart-daemons the node's ranks attach to the new one). Each surviving rank writes OUT/rank<r>.json (r: its launch rank): its
 step numbers and their end times, and (with --resume) when it started."""
 import argparse
 import hashlib
 import json
 import os
 import signal
+import sys
 import time
 
 t_start = time.time()  # before torch loads: a restart's cost includes the import
@@ -34,6 +36,7 @@ p.add_argument("--checkpoint")
 p.add_argument("--resume", action="store_true")
 p.add_argument("--elastic", action="store_true")
 p.add_argument("--model", default="cnn", choices=["cnn", "resnet18"])
+p.add_argument("--kill-daemon", action="store_true", help="the victim SIGKILLs its node's syncd instead of itself")
 a = p.parse_args()
 
 hvd.init()
@@ -64,11 +67,29 @@ if not a.elastic:  # hvd.elastic.run syncs the state from rank 0 itself (a repla
 step = first
 
 
+def node_daemon():
+    """The pid of the syncd serving this rank's run directory (its command line names it)."""
+    wanted = os.environ["SYNCD_RUN_DIR"].encode()
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"/syncd") and wanted in argv:
+            return int(pid)
+    sys.exit("elastic_job.py: no syncd serves %s" % wanted.decode())
+
+
+killed = []
+
+
 def die_mid_backward(grad):
-    if launch_rank == a.victim and step == a.kill_step and not replacement:
+    # Once: with --kill-daemon the victim lives on, rolls back and passes the kill step again.
+    if launch_rank == a.victim and step == a.kill_step and not replacement and not killed:
+        killed.append(True)
         with open(os.path.join(a.out, "killed"), "w") as f:
             f.write(repr(time.time()))
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(node_daemon() if a.kill_daemon else os.getpid(), signal.SIGKILL)
     return grad
 
 
