@@ -7,6 +7,35 @@
 
 #include "daemon/launch/launcher.h"
 
+namespace {
+
+// --on-loss, --elastic and what goes with them (Horovod's elastic jobs).
+void AddElasticOptions(CLI::App* app, syncd::LaunchOptions* opts, bool* elastic) {
+  app->add_option("--on-loss", opts->on_loss,
+                 "What the job does when a rank dies: fail (syncrun stops every rank, as mpirun does), continue "
+                 "(the survivors train on without it) or restore (as continue, but the collective in flight fails "
+                 "on every survivor, so hvd.elastic.run rolls back to the last commit); passed to every syncd")
+      ->check(CLI::IsMember({"fail", "continue", "restore"}));
+  app->add_flag("--elastic", *elastic,
+               "An elastic job (Horovod's hvd.elastic): --on-loss restore unless told otherwise; the job stops only "
+               "when fewer than --min-np ranks are left");
+  app->add_option("--min-np", opts->min_np, "With --elastic: the fewest ranks the job may go on with (default 1)")
+      ->check(CLI::Range(1, 1024));
+  app->add_flag("--respawn", opts->respawn,
+               "With --elastic: start a rank that dies again (up to 3 times, while its node's daemon lives); the "
+               "replacement joins the others at their next state.commit() and gets the state from rank 0");
+  app->add_option("--reset-limit", opts->reset_limit,
+                 "With --elastic: how many times the job may change its ranks (each rank lost and each replacement "
+                 "started counts one) before syncrun stops it, as horovodrun --reset-limit (default: no limit)")
+      ->check(CLI::Range(0, 1000000));
+  app->add_flag("--restart-daemons", opts->restart_daemons,
+               "With --elastic: start a node's syncd that dies again, with the same arguments (up to 3 times; not "
+               "node 0's), as systemd's Restart= would; the node's ranks wait for it (SYNCD_REATTACH_S) and "
+               "hvd.elastic.run attaches them again; the job takes the node back");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"syncrun: launch a local syncd and N ranks of a command"};
   syncd::LaunchOptions opts;
@@ -18,28 +47,8 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", opts.run_dir, "Run directory (default: a fresh one, removed at exit)");
   app.add_option("--cores", cores, "Daemon cores (passed to syncd --cores)");
   app.add_option("--syncd-arg", opts.daemon_args, "Extra flag for syncd (repeatable), e.g. --syncd-arg=--spin-us=50");
-  app.add_option("--on-loss", opts.on_loss,
-                 "What the job does when a rank dies: fail (syncrun stops every rank, as mpirun does), continue "
-                 "(the survivors train on without it) or restore (as continue, but the collective in flight fails "
-                 "on every survivor, so hvd.elastic.run rolls back to the last commit); passed to every syncd")
-      ->check(CLI::IsMember({"fail", "continue", "restore"}));
   bool elastic = false;
-  app.add_flag("--elastic", elastic,
-               "An elastic job (Horovod's hvd.elastic): --on-loss restore unless told otherwise; the job stops only "
-               "when fewer than --min-np ranks are left");
-  app.add_option("--min-np", opts.min_np, "With --elastic: the fewest ranks the job may go on with (default 1)")
-      ->check(CLI::Range(1, 1024));
-  app.add_flag("--respawn", opts.respawn,
-               "With --elastic: start a rank that dies again (up to 3 times, while its node's daemon lives); the "
-               "replacement joins the others at their next state.commit() and gets the state from rank 0");
-  app.add_option("--reset-limit", opts.reset_limit,
-                 "With --elastic: how many times the job may change its ranks (each rank lost and each replacement "
-                 "started counts one) before syncrun stops it, as horovodrun --reset-limit (default: no limit)")
-      ->check(CLI::Range(0, 1000000));
-  app.add_flag("--restart-daemons", opts.restart_daemons,
-               "With --elastic: start a node's syncd that dies again, with the same arguments (up to 3 times; not "
-               "node 0's), as systemd's Restart= would; the node's ranks wait for it (SYNCD_REATTACH_S) and "
-               "hvd.elastic.run attaches them again; the job takes the node back");
+  AddElasticOptions(&app, &opts, &elastic);
   app.add_flag("--no-bind", no_bind, "Do not pin ranks to the cores the daemon leaves free");
   app.add_option("--ready-timeout", opts.ready_timeout_s, "Seconds to wait for the daemon");
   app.add_flag("--netns", opts.netns,
