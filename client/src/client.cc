@@ -538,7 +538,9 @@ int Client::Wait(syncd_handle h, int64_t timeout_ms, std::string* reply) {
       DrainCompletions();
       if (s->state == SlotState::kDone) return Finish(s, reply);
       const uint64_t now = abi::MonotonicNs();
-      if (now - last_check >= kSleepSliceNs) {
+      // Also at the deadline: a caller that waits in short slices (the c10d backend's progress
+      // thread: 20 ms) would otherwise never reach a check, and wait forever on a dead daemon.
+      if (now - last_check >= kSleepSliceNs || now >= deadline) {
         last_check = now;
         if (!DaemonAlive()) {
           s->state = SlotState::kDone;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "proto/doorbell.h"
@@ -250,7 +251,9 @@ TEST(Errors, StallsAreReportedNamingTheTensorAndTheMissingRank) {
   ExpectAllSucceeded(st);
 }
 
-TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
+// A request pending when the daemon is SIGKILLed: `wait` waits for it (rank 1 never comes).
+using WaitFor = std::function<int(syncd_client*, syncd_handle)>;
+void ExpectKilledDaemonFailsPendingWaitAndNextCallWithinOneSecond(const WaitFor& wait) {
   Daemon d(2);
   auto* t_kill = static_cast<std::atomic<double>*>(
       mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
@@ -261,7 +264,7 @@ TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
     int64_t shape = 4;
     syncd_handle h;
     CHILD_CHECK(Submit(c, "pending", a, SYNCD_FLOAT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
-    const int rc = syncd_wait(c, h, 20'000);  // rank 1 never comes; the daemon dies meanwhile
+    const int rc = wait(c, h);  // rank 1 never comes; the daemon dies meanwhile
     const double wait_delay = NowS() - t_kill->load();
     CHILD_CHECK(rc == SYNCD_ERR_DAEMON_LOST, "wait: %s: %s", syncd_status_name(rc), syncd_last_error());
     CHILD_CHECK(wait_delay < 1.0, "pending wait failed %.2f s after the kill", wait_delay);
@@ -280,6 +283,24 @@ TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
   const int status = WaitChild(client, 10'000);
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   munmap(t_kill, 4096);
+}
+
+TEST(Errors, KilledDaemonFailsPendingWaitAndNextCallWithinOneSecond) {
+  ExpectKilledDaemonFailsPendingWaitAndNextCallWithinOneSecond(
+      [](syncd_client* c, syncd_handle h) { return syncd_wait(c, h, 20'000); });
+}
+
+// As torch.distributed's progress thread waits (c10d_backend.cc): 20 ms at a time, shorter than
+// the client's 50 ms between checks of the daemon. Each wait used to time out before any check,
+// so the thread waited on a dead daemon for ever (DDP's backward with it).
+TEST(Errors, KilledDaemonFailsAWaitInShortSlicesWithinOneSecond) {
+  ExpectKilledDaemonFailsPendingWaitAndNextCallWithinOneSecond([](syncd_client* c, syncd_handle h) {
+    int rc;
+    const double t0 = NowS();
+    while ((rc = syncd_wait(c, h, 20)) == SYNCD_ERR_TIMEOUT && NowS() - t0 < 20) {
+    }
+    return rc;
+  });
 }
 
 TEST(Errors, WrongProtocolVersionIsRefusedWithBothVersions) {
