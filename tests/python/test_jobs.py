@@ -22,7 +22,8 @@ def syncrun(nodes, ranks, script, *args, syncd_args=(), env=None, timeout=240, s
     cmd += ["--"] + (shell_prefix or []) + [sys.executable, os.path.join(JOBS, script)] + list(args)
     with tempfile.TemporaryDirectory() as results_dir:
         full_env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"), SYNCD_BIN_DIR=BIN,
-                        SYNCD_TEST_RESULTS=results_dir, **(env or {}))
+                        SYNCD_TEST_RESULTS=results_dir)
+        full_env.update(env or {})
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
         results = []
         for f in sorted(os.listdir(results_dir)):
@@ -382,6 +383,107 @@ def test_slurm_environment_is_enough_for_torch_distributed():
     p, results = syncrun(1, 3, "c10d_slurm_env.py", shell_prefix=prefix, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(results) == ["%d 3 localhost 6.0" % r for r in range(3)], results
+
+
+def c10d_reports(results):
+    return sorted((r for r in map(json.loads, results) if "rank" in r), key=lambda r: r["rank"])
+
+
+C10D_OPS = ["broadcast", "all_reduce", "all_gather", "reduce", "gather", "scatter", "reduce_scatter",
+            "all_to_all_single", "send_recv", "recv_any_source"]
+
+
+def steps_averaged_right(report, policy):
+    """Every step's gradient was the mean over the group's ranks of the time; under continue the
+    step in flight at the loss (no rollback) sums the survivors over the old world size."""
+    return all(ok for _, ok, settled in report["checked"] if settled or policy == "restore")
+
+
+@pytest.mark.parametrize("nodes,victim,policy", [(2, 1, "restore"), (2, 3, "continue"), (1, 0, "restore"),
+                                                 (4, 1, "continue"), (4, 0, "restore")])
+def test_torch_distributed_elastic_group_made_again_over_the_survivors(nodes, victim, policy):
+    """DDP over the syncd backend (init_method="syncd://"); a rank SIGKILLs itself mid-backward.
+    The survivors (restore: their backward raises; continue: ranks_changed() says so at the step's
+    end) destroy the default group and make it again: renumbered 0..2 in launch order, world size
+    3, DDP's average over the three from then on, every torch.distributed operation right in the
+    new numbering, the same parameters everywhere; syncrun exits 0."""
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(nodes, 4, "c10d_elastic.py", "--die-rank", str(victim), "--die-at-step", "4", "--ops",
+                         launcher_args=POLICIES[policy], timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    ranks = c10d_reports(results)
+    left = [r for r in range(4) if r != victim]
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(i, r, 3) for i, r in enumerate(left)], out
+    assert all(r["reinits"] == 1 and r["steps"] == 12 for r in ranks), ranks
+    assert all(steps_averaged_right(r, policy) for r in ranks), ranks
+    assert all(r["ops"] == {op: True for op in C10D_OPS} for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
+
+
+@pytest.mark.parametrize("nodes,victim,policy", [(2, 3, "restore"), (4, 0, "continue")])
+def test_torch_distributed_elastic_group_made_again_after_a_lost_node(nodes, victim, policy):
+    """The same job; the victim SIGKILLs its node's daemon. That node's ranks fail (their daemon is
+    gone) and leave; the other nodes' ranks make the group again over themselves. scatter and
+    all_to_all are refused there on every rank, naming why; every other operation is right."""
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    p, results = syncrun(nodes, 4, "c10d_elastic.py", "--die-rank", str(victim), "--die-at-step", "4", "--ops",
+                         "--kill-daemon", launcher_args=POLICIES[policy], timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    lost_node = victim // (4 // nodes)
+    left = [r for r in range(4) if r // (4 // nodes) != lost_node]
+    ranks = c10d_reports(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == \
+        [(i, r, len(left)) for i, r in enumerate(left)], out
+    assert all(r["reinits"] == 1 and steps_averaged_right(r, "restore") for r in ranks), ranks
+    refused = "is not supported yet in a group made after the job lost a node"
+    for r in ranks:
+        assert all(r["ops"][op] is True for op in C10D_OPS if op not in ("scatter", "all_to_all_single")), r
+        assert refused in r["ops"]["scatter"] and refused in r["ops"]["all_to_all_single"], r
+    assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
+
+
+@pytest.mark.parametrize("nodes,policy", [(2, "restore"), (2, "continue"), (4, "restore")])
+def test_torch_distributed_group_takes_a_replacement_under_respawn(nodes, policy):
+    """syncrun --elastic --respawn: rank 1 killed mid-backward; the survivors make the group again
+    over three, then the replacement's init_process_group("syncd", init_method="syncd://") meets
+    their next ranks_changed(): all four make it again at world size 4, the replacement gets rank
+    0's parameters (DDP's broadcast) and step; all end with the same parameters and the right
+    average in every step since."""
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    launcher = ["--elastic", "--respawn"] + (["--on-loss", "continue"] if policy == "continue" else [])
+    p, results = syncrun(nodes, 4, "c10d_elastic.py", "--die-rank", "1", "--die-at-step", "4", "--steps", "60",
+                         "--sleep-ms", "50", "--ops", launcher_args=launcher, timeout=180)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    ranks = c10d_reports(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(r, r, 4) for r in range(4)], out
+    assert [r["replacement"] for r in ranks] == [False, True, False, False], ranks
+    assert [r["reinits"] for r in ranks] == [2, 0, 2, 2], ranks
+    assert all(steps_averaged_right(r, policy) and r["steps"] == 60 for r in ranks), ranks
+    assert all(r["ops"] == {op: True for op in C10D_OPS} for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the replacement's parameters differ from the others'"
+
+
+def test_torch_distributed_syncd_rendezvous_refuses_a_rank_it_would_not_give(tmp_path):
+    pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    script = tmp_path / "wrong_rank.py"
+    script.write_text("import torch.distributed as dist, syncd.torch.distributed\n"
+                      "from report import report\n"
+                      "import os\n"
+                      "asked = 1 - int(os.environ['SYNCD_RANK'])  # rank 0 asks for 1; rank 1 leaves it out\n"
+                      "try:\n"
+                      "    dist.init_process_group('syncd', init_method='syncd://',\n"
+                      "                            **({'rank': 1, 'world_size': 2} if asked else {}))\n"
+                      "except ValueError as e:\n"
+                      "    report(str(e))\n")
+    p, results = syncrun(1, 2, str(script), env={"PYTHONPATH": os.pathsep.join([os.path.join(BUILD, "python"), JOBS])},
+                         timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # Both ranks raise (rank 1 asked for nothing wrong), naming rank 0's request.
+    assert len(results) == 2 and all("syncd:// rendezvous: rank=1 was asked for, but the job's live ranks [0, 1] "
+                                     "make launch rank 0 rank 0 of 2" in r for r in results), results
 
 
 # Horovod's even/odd process-set pattern (every rank's DistributedOptimizer restricted to the

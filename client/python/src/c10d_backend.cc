@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include "client/python/src/c10d_ranks.h"
 #include "client/python/src/c10d_sparse.h"
 #include "client/python/src/c10d_work.h"
 
@@ -47,25 +48,18 @@ namespace {
 
 class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
  public:
-  // process_set 0: the whole job; else the syncd process set of `ranks` (new_group's, sorted),
-  // which every rank of the job added (syncd/torch/distributed.py).
+  // The group's ranks as syncd numbers them (c10d_ranks.h): the job as launched (process_set 0,
+  // no ranks), the job's live ranks after a loss (process_set 0, `ranks`: launch ranks, ascending)
+  // or the syncd process set of `ranks` (new_group's, sorted), which every rank of the job added
+  // (syncd/torch/distributed.py). `nodes_changed`: see GroupRanks.
   ProcessGroupSyncd(py::object store, int rank, int size, std::chrono::milliseconds timeout, uintptr_t client,
-                    py::object keep_alive, int process_set, std::vector<int> ranks, std::string group)
+                    py::object keep_alive, int process_set, std::vector<int> ranks, std::string group,
+                    bool nodes_changed)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), keep_alive_(std::move(keep_alive)),
         client_(reinterpret_cast<syncd_client*>(client)), timeout_ms_(int64_t(timeout.count())),
-        group_(std::move(group)), process_set_(process_set), ranks_(std::move(ranks)) {
+        group_(std::move(group)), ranks_(process_set, std::move(ranks), nodes_changed), process_set_(process_set) {
     TORCH_CHECK(client_ != nullptr, "syncd backend: no syncd client (is this rank attached to a daemon?)");
-    if (process_set_ == 0) {
-      TORCH_CHECK(rank == syncd_rank(client_) && size == syncd_size(client_), "syncd backend: torch.distributed says rank ",
-                  rank, " of ", size, " but the daemon serves this process as rank ", syncd_rank(client_), " of ",
-                  syncd_size(client_), " (set RANK and WORLD_SIZE as syncrun does, or leave them unset)");
-    } else {
-      TORCH_CHECK(int(ranks_.size()) == size && syncd_process_set_rank(client_, process_set_) == rank &&
-                      syncd_process_set_size(client_, process_set_) == size,
-                  "syncd backend: group rank ", rank, " of ", size, " does not match syncd process set ", process_set_,
-                  " (rank ", syncd_process_set_rank(client_, process_set_), " of ",
-                  syncd_process_set_size(client_, process_set_), ")");
-    }
+    ranks_.Check(client_, rank, size);
   }
 
   ~ProcessGroupSyncd() override {
@@ -192,6 +186,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                                          const c10d::ScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == 1, "syncd backend: scatter takes one output tensor per process");
     CheckRoot(opts.rootRank, "scatter");
+    ranks_.CheckSetIsLaunch("scatter");
     const int n = getSize(), r = getRank();
     const bool root = int(opts.rootRank) == r;
     at::Tensor out = outputs[0];
@@ -206,7 +201,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                     "syncd backend: scatter's inputs must match the output's size and dtype");
         flat.push_back(t.flatten());
       }
-      all = at::cat(flat);
+      all = at::cat(ranks_.SetPieces(std::move(flat), syncd_size(client_)));
     } else {
       TORCH_CHECK(inputs.empty() || inputs[0].empty(), "syncd backend: scatter's input list is for its root only");
     }
@@ -260,6 +255,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     // Rows of `row` elements: syncd's alltoall sends whole rows.
     std::vector<int64_t> elems;
     for (int64_t s : splits) elems.push_back(s * row);
+    elems = ranks_.SetCounts(elems, syncd_size(client_));
     std::vector<at::Tensor> outs = {output};
     return Flat(input.flatten(), outs, c10d::OpType::ALLTOALL_BASE, "alltoall_base",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
@@ -279,6 +275,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       flat.push_back(t.flatten());
       elems.push_back(t.numel());
     }
+    elems = ranks_.SetCounts(elems, syncd_size(client_));
     std::vector<at::Tensor> outs = outputs;
     return Flat(at::cat(flat), outs, c10d::OpType::ALLTOALL, "alltoall",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
@@ -402,11 +399,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     const bool recv = type != c10d::OpType::SEND;
     auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, tensors, timeout_ms_);
     work->set_group(this);
-    if (process_set_ != 0) {
-      work->set_source_map([ranks = ranks_](int global) {
-        return int(std::lower_bound(ranks.begin(), ranks.end(), global) - ranks.begin());
-      });
-    }
+    if (auto group_of = ranks_.GroupOf()) work->set_source_map(std::move(group_of));
     const at::Tensor& t = tensors[0];
     SyncdWork::Request& r = work->requests().emplace_back();
     r.recv = recv;
@@ -456,7 +449,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   }
 
   // A group rank as syncd names it: a global rank (roots of a process set are global ranks).
-  int GlobalRank(int64_t group_rank) const { return process_set_ == 0 ? int(group_rank) : ranks_[size_t(group_rank)]; }
+  int GlobalRank(int64_t group_rank) const { return ranks_.Global(group_rank); }
 
   void CheckRoot(int64_t root, const char* op) const {
     TORCH_CHECK(root >= 0 && root < getSize(), "syncd backend: ", op, " root ", root, " out of range (size ", getSize(),
@@ -508,7 +501,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     const syncd_reduce_op rop = ReduceOpOf(opts.reduceOp, op);
     const int64_t piece = output.numel();
     std::vector<at::Tensor> outs = {output};
-    if (rop == SYNCD_SUM || rop == SYNCD_AVERAGE) {
+    if ((rop == SYNCD_SUM || rop == SYNCD_AVERAGE) && ranks_.PerRankRows()) {
       // syncd's reducescatter over rows of `piece` elements, one per rank: this rank's row lands
       // at the start of the staging buffer.
       return Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
@@ -519,7 +512,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
         return syncd_reducescatter_async(client_, &rows, rop, 1.0, 1.0, h);
       }, 0);
     }
-    // MIN, MAX, PRODUCT: the whole allreduce, then this rank's part.
+    // MIN, MAX, PRODUCT (and the live ranks' view): the whole allreduce, then this rank's part.
     return Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
       return syncd_allreduce_async(client_, &t, rop, 1.0, 1.0, h);
     }, piece * getRank());
@@ -555,8 +548,8 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   syncd_client* client_;
   int64_t timeout_ms_;
   std::string group_;  // torch's group name: the same on every member rank
+  GroupRanks ranks_;
   int process_set_;
-  std::vector<int> ranks_;
   uint64_t seq_ = 0;
   uint64_t p2p_seq_ = 0;
   std::shared_ptr<StagingStats> stats_ = std::make_shared<StagingStats>();
@@ -576,14 +569,15 @@ PYBIND11_MODULE(_c10d, m) {
   py::module_::import("torch.distributed");  // registers c10d::ProcessGroup with pybind11 first
   py::class_<ProcessGroupSyncd, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSyncd>>(m, "ProcessGroupSyncd")
       .def(py::init([](py::object store, int rank, int size, std::chrono::milliseconds timeout, uintptr_t client,
-                       py::object keep_alive, int process_set, std::vector<int> ranks, std::string group) {
+                       py::object keep_alive, int process_set, std::vector<int> ranks, std::string group,
+                       bool nodes_changed) {
              return c10::make_intrusive<ProcessGroupSyncd>(std::move(store), rank, size, timeout, client,
                                                            std::move(keep_alive), process_set, std::move(ranks),
-                                                           std::move(group));
+                                                           std::move(group), nodes_changed);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("client"),
            py::arg("keep_alive"), py::arg("process_set") = 0, py::arg("ranks") = std::vector<int>{},
-           py::arg("group") = "default")
+           py::arg("group") = "default", py::arg("nodes_changed") = false)
       .def_property_readonly("process_set", &ProcessGroupSyncd::process_set)
       // What staging through the arena cost this group so far (bench/torch_synthetic.py).
       .def("staging_stats", [](const ProcessGroupSyncd& pg) {

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 import syncd.torch as hvd
+from node_daemon import daemon_pid
 from report import report
 from syncd.torch import basics
 
@@ -56,22 +57,6 @@ optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_par
 data = torch.randn(args.batch_size, 3, 32, 32, generator=torch.Generator().manual_seed(launch_rank))
 target = torch.LongTensor(args.batch_size).random_(generator=torch.Generator().manual_seed(launch_rank)) % 10
 current_iter = -1
-
-
-def daemon_pid():
-    """This node's syncd: the process serving SYNCD_RUN_DIR."""
-    run_dir = os.environ["SYNCD_RUN_DIR"].encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if os.path.basename(argv[0]) == b"syncd" and run_dir in argv:
-            return int(pid)
-    raise RuntimeError("no syncd serves %s" % run_dir)
-
-
 killed = [False]
 
 
