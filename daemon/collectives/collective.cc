@@ -81,10 +81,26 @@ bool PlaceEveryRank(const ReadyTensor& t, Collective::Placement* p) {
   return true;
 }
 
-StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local) {
+StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local, bool lost) {
   const Collective* kind = FindCollective(like.kind);
   const std::string what = "tensor '" + like.name + "'";
-  if (kind == nullptr) return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined");
+  if (lost && abi::IsSetChange(like.kind)) {
+    Request r = like;  // the ranks added or the set removed, no data
+    r.client_id = kNoClient;
+    r.rank = rank;
+    r.set_rank = set_rank;
+    r.local_rank = local;
+    r.handle = 0;
+    r.received_ns = 0;
+    r.data = nullptr;
+    r.memory = nullptr;
+    return r;
+  }
+  if (kind == nullptr)
+    return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined" +
+                           (abi::IsSetChange(like.kind) ? " or its node lost every rank: process sets cannot be added or "
+                                                          "removed without it"
+                                                        : ""));
   if (like.gpu)
     return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined, and joined ranks take part in host "
                                   "collectives only");

@@ -157,8 +157,11 @@ uint64_t RowBytes(const Request& r);
 // A rank that has joined (abi::OpKind::kJoin) takes part in the others' collectives with nothing
 // of its own: a request like `like` for it, with no client, by its kind's rule (zeros to reduce,
 // no rows to gather or send), or an error naming the tensor (it is a broadcast's root, or the
-// tensor lives on GPUs).
-StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local);
+// tensor lives on GPUs). A rank lost for good (`lost`, --on-loss continue/restore) also stands in
+// for a process set's addition or removal (the same as `like`: the others go on changing sets
+// without it); a rank that joined does not (it would miss the change when it comes back).
+StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local,
+                                bool lost = false);
 
 // The kind's unit, or nullptr for graph registration and failure notices (and unknown kinds).
 const Collective* FindCollective(abi::OpKind kind);

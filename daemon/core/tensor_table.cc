@@ -75,7 +75,7 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
       if (e.present[l]) like = &requests[l];
     for (uint32_t l = 0; l < local_size_ && agreement.ok(); ++l) {
       if (e.present[l]) continue;
-      StatusOr<Request> stand_in = join_(*like, joined_[l].rank, joined_[l].set_rank, l);
+      StatusOr<Request> stand_in = join_(*like, joined_[l].rank, joined_[l].set_rank, l, joined_[l].lost);
       if (stand_in.ok()) {
         requests[l] = std::move(stand_in.value());
         requests[l].absent = joined_[l].lost;

@@ -54,7 +54,8 @@ struct FailedTensor {
 using AgreementCheck = Status (*)(const std::vector<Request>& requests);
 // The stand-in of a joined rank (global `rank`, `set_rank`, local index `local`) in a collective
 // like `like`: collectives/collective.h JoinedRequest, which knows each kind's rule.
-using JoinFill = StatusOr<Request> (*)(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local);
+using JoinFill = StatusOr<Request> (*)(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local,
+                                       bool lost);
 
 class TensorTable {
  public:

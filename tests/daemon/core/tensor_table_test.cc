@@ -185,5 +185,45 @@ TEST(TensorTable, ALostRankStandsInUntilItsReplacementSubmitsANameItself) {
   EXPECT_TRUE(failed.empty());
 }
 
+// A process set added after a loss: the lost rank stands in with the same ranks (no client to
+// answer); a rank that only joined (hvd.join) cannot, and the addition fails on the others,
+// naming it (it would miss the change when it comes back).
+TEST(TensorTable, ALostRankStandsInForAProcessSetsAdditionAJoinedOneDoesNot) {
+  for (const bool lost : {true, false}) {
+    TensorTable t(2, CheckAgreement, JoinedRequest);
+    std::vector<ReadyTensor> ready;
+    std::vector<FailedTensor> failed;
+    Request join = Req(1, abi::kJoinName);
+    join.kind = abi::OpKind::kJoin;
+    if (lost) {
+      join.client_id = kNoClient;
+      join.absent = true;
+      t.MarkLost(1, join);
+    } else {
+      ASSERT_TRUE(t.Add(join).ok());
+    }
+    Request add = Req(0, "syncd.process_set.0", {});
+    add.kind = abi::OpKind::kAddProcessSet;
+    add.bytes = 0;
+    add.splits = {0, 2};
+    ASSERT_TRUE(t.Add(add).ok());
+    t.TakeCompleted(&ready, &failed);
+    if (lost) {
+      ASSERT_EQ(ready.size(), 1u);
+      ASSERT_TRUE(failed.empty()) << failed[0].error.message();
+      const Request& stand_in = ready[0].requests[1];
+      EXPECT_EQ(stand_in.kind, abi::OpKind::kAddProcessSet);
+      EXPECT_EQ(stand_in.splits, add.splits);
+      EXPECT_EQ(stand_in.client_id, kNoClient);
+      EXPECT_EQ(stand_in.rank, 1u);
+      EXPECT_TRUE(stand_in.absent);
+    } else {
+      ASSERT_EQ(failed.size(), 1u);
+      EXPECT_NE(failed[0].error.message().find("rank 1 has joined"), std::string::npos) << failed[0].error.message();
+      EXPECT_EQ(failed[0].requests.size(), 1u);  // only rank 0's own request fails
+    }
+  }
+}
+
 }  // namespace
 }  // namespace syncd

@@ -139,7 +139,7 @@ def check_ops():
     def check(name, op):
         try:
             results[name] = op()
-        except RuntimeError as e:
+        except (RuntimeError, ValueError) as e:
             results[name] = str(e)
 
     def broadcast():
@@ -195,8 +195,20 @@ def check_ops():
         got = torch.zeros(1)
         return sorted(dist.recv(got) for _ in range(n - 1)) == list(range(1, n))
 
+    def new_group():
+        # Group ranks 0 and n-1 (a syncd process set of their launch ranks): a sum and a broadcast
+        # from its second rank.
+        ends = dist.new_group([0, n - 1], backend="syncd")
+        if rank not in (0, n - 1):
+            return True
+        t = torch.tensor([me + 1])
+        dist.all_reduce(t, group=ends)
+        b = torch.tensor([me])
+        dist.broadcast(b, src=n - 1, group=ends)
+        return t.item() == lr[0] + lr[n - 1] + 2 and b.item() == lr[n - 1]
+
     for op in (broadcast, all_reduce, all_gather, reduce, gather, scatter, reduce_scatter, all_to_all_single,
-               send_recv, recv_any_source):
+               send_recv, recv_any_source, new_group):
         check(op.__name__, op)
     dist.barrier()
     return results
