@@ -57,7 +57,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                     bool nodes_changed)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), keep_alive_(std::move(keep_alive)),
         client_(reinterpret_cast<syncd_client*>(client)), timeout_ms_(int64_t(timeout.count())),
-        group_(std::move(group)), ranks_(process_set, std::move(ranks), nodes_changed), process_set_(process_set) {
+        group_(std::move(group)), ranks_(process_set, std::move(ranks), nodes_changed) {
     TORCH_CHECK(client_ != nullptr, "syncd backend: no syncd client (is this rank attached to a daemon?)");
     ranks_.Check(client_, rank, size);
   }
@@ -72,7 +72,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   }
 
   const std::string getBackendName() const override { return "syncd"; }
-  int process_set() const { return process_set_; }
+  int process_set() const { return ranks_.process_set(); }
   const StagingStats& staging() const { return *stats_; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -288,7 +288,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                                                timeout_ms_);
     work->set_group(this);
     SyncdWork::Request r;
-    if (syncd_barrier_set_async(client_, process_set_, &r.handle) != SYNCD_OK) {
+    if (syncd_barrier_set_async(client_, ranks_.process_set(), &r.handle) != SYNCD_OK) {
       work->FailNow(std::string("syncd backend: barrier failed: ") + syncd_last_error());
       return work;
     }
@@ -373,7 +373,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       if (!StageIn(t, work.get(), op, &r, /*in_place=*/true)) return work;
       const std::string name = base + "." + std::to_string(i);
       const int64_t count = t.numel();
-      syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, process_set_};
+      syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, ranks_.process_set()};
       if (submit(st, &r.handle) != SYNCD_OK) {
         if (r.owned) syncd_free(client_, r.buffer);
         work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
@@ -409,7 +409,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     }
     const std::string name = "c10d." + group_ + ".p2p." + std::to_string(p2p_seq_++);
     const int64_t count = t.numel();
-    syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, process_set_};
+    syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, ranks_.process_set()};
     const int rc = recv ? syncd_recv_async(client_, &st, peer, tag, &r.handle)
                         : syncd_send_async(client_, &st, peer, tag, &r.handle);
     if (rc != SYNCD_OK) {
@@ -437,7 +437,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     const at::Tensor blob = SparseBlob(t);
     void* buffer = StageIn(blob, work.get(), "allreduce");
     if (buffer != nullptr) SubmitSparseSum(client_, work.get(), t, buffer, blob.numel(), NextName("allreduce") + ".0",
-                                           process_set_);
+                                           ranks_.process_set());
     return work;
   }
 
@@ -471,7 +471,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     r.buffer = buffer;
     const std::string name = NextName(op);
     const int64_t count = flat.numel();
-    syncd_tensor st{name.c_str(), buffer, DtypeOf(flat, op), 1, &count, process_set_};
+    syncd_tensor st{name.c_str(), buffer, DtypeOf(flat, op), 1, &count, ranks_.process_set()};
     if (submit(st, &r.handle, &r.result) != SYNCD_OK) {
       syncd_free(client_, buffer);
       work->requests().pop_back();
@@ -548,8 +548,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   syncd_client* client_;
   int64_t timeout_ms_;
   std::string group_;  // torch's group name: the same on every member rank
-  GroupRanks ranks_;
-  int process_set_;
+  GroupRanks ranks_;  // the group's ranks as syncd numbers them, and its process set
   uint64_t seq_ = 0;
   uint64_t p2p_seq_ = 0;
   std::shared_ptr<StagingStats> stats_ = std::make_shared<StagingStats>();
