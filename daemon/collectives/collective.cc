@@ -96,11 +96,12 @@ StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set
     r.memory = nullptr;
     return r;
   }
-  if (kind == nullptr)
-    return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined" +
-                           (abi::IsSetChange(like.kind) ? " or its node lost every rank: process sets cannot be added or "
-                                                          "removed without it"
-                                                        : ""));
+  if (kind == nullptr) {
+    const char* why = abi::IsSetChange(like.kind)
+                          ? " or its node lost every rank: process sets cannot be added or removed without it"
+                          : "";
+    return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined" + why);
+  }
   if (like.gpu)
     return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined, and joined ranks take part in host "
                                   "collectives only");
