@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import time
+import types
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,8 @@ parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-step", type=int, default=-1)
 parser.add_argument("--kill-daemon", action="store_true", help="the victim SIGKILLs its node's syncd instead")
 parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each step (room for a replacement)")
+parser.add_argument("--wait-for-size", type=int, default=0,
+                    help="past --steps, go on (up to 120 s from the start) until the group has this many ranks")
 parser.add_argument("--ops", action="store_true", help="check every operation among the renumbered ranks")
 args = parser.parse_args()
 
@@ -104,9 +107,21 @@ def again():
     take_step_from_rank_0()
 
 
+def more_steps():
+    """Below --steps; past them while a replacement is awaited (rank 0 decides for every rank, so
+    that all stop at the same step)."""
+    if step < args.steps:
+        return True
+    if dist.get_world_size() >= args.wait_for_size:
+        return False
+    go_on = [time.time() - started_at < 120]
+    dist.broadcast_object_list(go_on, src=0)
+    return go_on[0]
+
+
 if replacement:
     take_step_from_rank_0()  # its init met the others' check: they made the group again, with it
-while step < args.steps:
+while more_steps():
     current_step = step
     try:
         ok = train_step(step)
@@ -127,89 +142,95 @@ while step < args.steps:
         again()
 
 
+# Every operation among the renumbered ranks, each checked against what the live ranks'
+# numbering says it must give; `g`: this rank's view (rank, n, the live launch ranks lr, its own
+# launch rank as a float me, the roots' rank root).
+def op_broadcast(g):
+    t = torch.tensor([g.me])
+    dist.broadcast(t, src=g.root)
+    return t.item() == g.lr[g.root]
+
+
+def op_all_reduce(g):
+    t = torch.tensor([g.me + 1])
+    dist.all_reduce(t)
+    return t.item() == sum(r + 1 for r in g.lr)
+
+
+def op_all_gather(g):
+    outs = [torch.zeros(2) for _ in range(g.n)]
+    dist.all_gather(outs, torch.tensor([g.me, g.me]))
+    return [o[0].item() for o in outs] == g.lr
+
+
+def op_reduce(g):
+    t = torch.tensor([g.me + 1])
+    dist.reduce(t, dst=g.root, op=dist.ReduceOp.MAX)
+    return g.rank != g.root or t.item() == max(g.lr) + 1
+
+
+def op_gather(g):
+    gathered = [torch.zeros(1) for _ in range(g.n)] if g.rank == g.root else None
+    dist.gather(torch.tensor([g.me]), gathered, dst=g.root)
+    return g.rank != g.root or [x.item() for x in gathered] == g.lr
+
+
+def op_scatter(g):
+    out = torch.zeros(1)
+    dist.scatter(out, [torch.tensor([float(r * 10)]) for r in g.lr] if g.rank == g.root else None, src=g.root)
+    return out.item() == g.me * 10
+
+
+def op_reduce_scatter(g):
+    out = torch.zeros(1)
+    dist.reduce_scatter(out, [torch.tensor([g.me + 100 * q]) for q in range(g.n)])
+    return out.item() == sum(g.lr) + 100 * g.rank * g.n
+
+
+def op_all_to_all_single(g):
+    out = torch.zeros(g.n)
+    dist.all_to_all_single(out, torch.tensor([g.me * 10 + q for q in range(g.n)], dtype=torch.float32))
+    return out.tolist() == [r * 10 + g.rank for r in g.lr]
+
+
+def op_send_recv(g):
+    got = torch.zeros(1)
+    for w in [dist.isend(torch.tensor([g.me]), (g.rank + 1) % g.n), dist.irecv(got, (g.rank - 1) % g.n)]:
+        w.wait()
+    return got.item() == g.lr[(g.rank - 1) % g.n]
+
+
+def op_recv_any_source(g):
+    if g.rank != 0:
+        dist.send(torch.tensor([g.me]), 0)
+        return True
+    got = torch.zeros(1)
+    return sorted(dist.recv(got) for _ in range(g.n - 1)) == list(range(1, g.n))
+
+
+def op_new_group(g):
+    # Group ranks 0 and n-1 (a syncd process set of their launch ranks): a sum and a broadcast
+    # from its second rank.
+    ends = dist.new_group([0, g.n - 1], backend="syncd")
+    if g.rank not in (0, g.n - 1):
+        return True
+    t = torch.tensor([g.me + 1])
+    dist.all_reduce(t, group=ends)
+    b = torch.tensor([g.me])
+    dist.broadcast(b, src=g.n - 1, group=ends)
+    return t.item() == g.lr[0] + g.lr[g.n - 1] + 2 and b.item() == g.lr[g.n - 1]
+
+
 def check_ops():
-    """Every operation among the renumbered ranks: what each rank gets, against what the live
-    ranks' numbering says it must (or the error it raised)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    lr = live_launch_ranks()
-    me = float(launch_rank)
-    root = n - 1
+    """Each op_ above by name: True, False, or the error it raised."""
+    n = dist.get_world_size()
+    g = types.SimpleNamespace(rank=dist.get_rank(), n=n, lr=live_launch_ranks(), me=float(launch_rank), root=n - 1)
     results = {}
-
-    def check(name, op):
+    for name, op in [(k, v) for k, v in globals().items() if k.startswith("op_")]:
         try:
-            results[name] = op()
+            results[name[3:]] = op(g)
         except (RuntimeError, ValueError) as e:
-            results[name] = str(e)
-
-    def broadcast():
-        t = torch.tensor([me])
-        dist.broadcast(t, src=root)
-        return t.item() == lr[root]
-
-    def all_reduce():
-        t = torch.tensor([me + 1])
-        dist.all_reduce(t)
-        return t.item() == sum(r + 1 for r in lr)
-
-    def all_gather():
-        outs = [torch.zeros(2) for _ in range(n)]
-        dist.all_gather(outs, torch.tensor([me, me]))
-        return [o[0].item() for o in outs] == lr
-
-    def reduce():
-        t = torch.tensor([me + 1])
-        dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
-        return rank != root or t.item() == max(lr) + 1
-
-    def gather():
-        gathered = [torch.zeros(1) for _ in range(n)] if rank == root else None
-        dist.gather(torch.tensor([me]), gathered, dst=root)
-        return rank != root or [g.item() for g in gathered] == lr
-
-    def scatter():
-        out = torch.zeros(1)
-        dist.scatter(out, [torch.tensor([float(r * 10)]) for r in lr] if rank == root else None, src=root)
-        return out.item() == launch_rank * 10
-
-    def reduce_scatter():
-        out = torch.zeros(1)
-        dist.reduce_scatter(out, [torch.tensor([me + 100 * q]) for q in range(n)])
-        return out.item() == sum(lr) + 100 * rank * n
-
-    def all_to_all_single():
-        out = torch.zeros(n)
-        dist.all_to_all_single(out, torch.tensor([me * 10 + q for q in range(n)], dtype=torch.float32))
-        return out.tolist() == [r * 10 + rank for r in lr]
-
-    def send_recv():
-        got = torch.zeros(1)
-        for w in [dist.isend(torch.tensor([me]), (rank + 1) % n), dist.irecv(got, (rank - 1) % n)]:
-            w.wait()
-        return got.item() == lr[(rank - 1) % n]
-
-    def recv_any_source():
-        if rank != 0:
-            dist.send(torch.tensor([me]), 0)
-            return True
-        got = torch.zeros(1)
-        return sorted(dist.recv(got) for _ in range(n - 1)) == list(range(1, n))
-
-    def new_group():
-        # Group ranks 0 and n-1 (a syncd process set of their launch ranks): a sum and a broadcast
-        # from its second rank.
-        ends = dist.new_group([0, n - 1], backend="syncd")
-        if rank not in (0, n - 1):
-            return True
-        t = torch.tensor([me + 1])
-        dist.all_reduce(t, group=ends)
-        b = torch.tensor([me])
-        dist.broadcast(b, src=n - 1, group=ends)
-        return t.item() == lr[0] + lr[n - 1] + 2 and b.item() == lr[n - 1]
-
-    for op in (broadcast, all_reduce, all_gather, reduce, gather, scatter, reduce_scatter, all_to_all_single,
-               send_recv, recv_any_source, new_group):
-        check(op.__name__, op)
+            results[name[3:]] = str(e)
     dist.barrier()
     return results
 
