@@ -33,7 +33,10 @@ parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-epoch", type=int, default=-1)
 parser.add_argument("--die-at-batch", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each batch (room for a replacement)")
+parser.add_argument("--wait-for-size", type=int, default=0,
+                    help="before the last epoch, wait (up to 120 s from the start) until the job has this many ranks")
 args = parser.parse_args()
+started_at = time.time()
 
 hvd.init()
 launch_rank = hvd.rank()
@@ -95,10 +98,20 @@ def metric_average(val, name):
     return hvd.allreduce(torch.tensor(val), name=name).item()
 
 
+def wait_for_replacement(state):
+    """Checks for new ranks every 100 ms while the job is smaller than --wait-for-size (rank 0's
+    clock decides when to give up, so every rank stops waiting at the same check)."""
+    while hvd.size() < args.wait_for_size and hvd.broadcast_object(time.time() - started_at < 120, root_rank=0):
+        time.sleep(0.1)
+        state.check_host_updates()
+
+
 @hvd.elastic.run
 def train(state):
     for state.epoch in range(state.epoch, args.epochs + 1):
         state.model.train()
+        if state.epoch == args.epochs and state.batch == 0:
+            wait_for_replacement(state)
         if state.batch == 0:  # a new epoch (after a reset mid-epoch the sampler holds what is left of it)
             state.train_sampler.set_epoch(state.epoch)
         for i, (data, target) in enumerate(train_loader):
