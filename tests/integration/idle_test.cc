@@ -89,7 +89,9 @@ class WaitingEngine : public ::testing::TestWithParam<const char*> {};
 // descriptor instead of spinning sched_yield (which took whatever the ranks left: 100 % of a
 // core in negotiate mode). In nbcs and topo the wait falls mostly between cycles, asleep.
 // Measured here in a release build: negotiate 3 %, gs 5 %, nbcs 16-19 %, topo 3 %; a sanitizer
-// build runs the same cycles slower (nbcs 21-22 % under ASan), hence its margin.
+// build runs the same cycles slower (nbcs 21-22 % under ASan), and so does a release build beside
+// a loaded neighbour (nbcs 22 % in CI, ctest -j2): 30 % either way. An engine spinning while it
+// waits uses 60 % or more.
 TEST_P(WaitingEngine, AnEngineWaitingForALateNodeLeavesItsRanksTheirCore) {
   Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--coord", GetParam()});
   const pid_t node0 = cluster.node(0).pid();
@@ -105,8 +107,7 @@ TEST_P(WaitingEngine, AnEngineWaitingForALateNodeLeavesItsRanksTheirCore) {
       const pid_t watcher = Spawn([&] {
         usleep(500'000);
         const double pct = CpuPercent(node0, 2.5);
-        const double bound = kSanitized ? 30.0 : 20.0;
-        CHILD_CHECK(pct >= 0 && pct < bound, "node 0's daemon used %.2f %% of a core waiting for node 1", pct);
+        CHILD_CHECK(pct >= 0 && pct < 30.0, "node 0's daemon used %.2f %% of a core waiting for node 1", pct);
         return 0;
       });
       CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK, "submit: %s", syncd_last_error());
