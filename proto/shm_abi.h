@@ -19,7 +19,7 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 14;
+inline constexpr uint32_t kVersion = 15;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
@@ -148,9 +148,11 @@ struct SubmitEntry {
   int32_t process_set;  // 0: the global set
   uint32_t partial_mode;  // kPartialAllreduce: syncd_partial_mode
   int64_t tag;            // kSend, kRecv: the user's tag
+  uint32_t compression;   // kAllreduce: syncd_compression (0, DEFAULT, for every other kind)
+  uint32_t reserved;      // 0
   char name[kNameBytes];
 };
-static_assert(sizeof(SubmitEntry) == 352);
+static_assert(sizeof(SubmitEntry) == 360);
 
 // SubmitEntry::flags.
 inline constexpr uint32_t kSubmitGpu = 1;  // the tensor is in GPU memory, described by a GpuDescriptor

@@ -47,6 +47,12 @@ inline const char* ReduceOpName(uint32_t op) {
   return op < SYNCD_REDUCE_OP_COUNT ? kNames[op] : "invalid-op";
 }
 
+// syncd_compression as --compression spells it.
+inline const char* CompressionName(uint32_t c) {
+  static const char* const kNames[] = {"default", "none", "fp16", "bf16"};
+  return c < SYNCD_COMPRESSION_COUNT ? kNames[c] : "invalid-compression";
+}
+
 }  // namespace syncd::abi
 
 #endif  // SYNCD_PROTO_STATUS_NAMES_H_

@@ -69,6 +69,12 @@ int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_o
                           double prescale, double postscale, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out);
 }
+int syncd_allreduce_compressed_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op, double prescale,
+                                     double postscale, syncd_compression compression, syncd_handle* out) {
+  syncd::client::SubmitExtra extra;
+  extra.compression = uint32_t(compression);
+  return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, false, nullptr, extra);
+}
 int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, syncd_handle* out) {
   return Unwrap(c)->Submit(abi::OpKind::kBroadcast, t, SYNCD_SUM, root, 1.0, 1.0, out, false, nullptr,
                            Rooted("broadcast"));

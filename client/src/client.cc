@@ -265,6 +265,9 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   entry.postscale = postscale;
   entry.bytes = bytes;
   entry.tag = extra.tag;
+  entry.compression = extra.compression;
+  if (extra.compression >= SYNCD_COMPRESSION_COUNT)
+    return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': unknown compression " + std::to_string(extra.compression));
   if (abi::IsPointToPoint(kind) && extra.tag < 0)
     return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': tag " + std::to_string(extra.tag) + " is negative");
   if (kind != abi::OpKind::kBarrier && kind != abi::OpKind::kJoin)

@@ -36,6 +36,7 @@ struct SubmitExtra {
   int process_set = 0;  // a barrier's (a tensor names its own)
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode (the quorum travels as the root)
   int tag = 0;                // kSend, kRecv (the peer travels as the root)
+  uint32_t compression = SYNCD_COMPRESSION_DEFAULT;  // kAllreduce: syncd_compression
   // The kind's name when the call names a root rank (checked to be a rank of the set here).
   const char* root_kind = nullptr;
 };

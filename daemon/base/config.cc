@@ -135,6 +135,17 @@ std::vector<ConfigEntry> NodeEntries() {
                           {{"auto", HostAllreduce::kAuto}, {"rd", HostAllreduce::kRecursiveDoubling},
                            {"halving", HostAllreduce::kRecursiveHalving}, {"ring", HostAllreduce::kRing},
                            {"tree", HostAllreduce::kTree}})},
+    {"compression", "SYNCD_COMPRESSION", "none",
+     "How an allreduce's inter-node hop travels when its ranks leave the choice to the daemon (the default of "
+     "syncd_allreduce_async and hvd.allreduce): none, fp16 or bf16 (cast by the daemon after the node's exact "
+     "reduction, summed in that type between nodes, cast back); float32 and float64 host tensors only. Every "
+     "daemon of the job must have the same",
+     OneOf<syncd_compression>(&Config::compression, "compression",
+                              {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
+                               {"bf16", SYNCD_COMPRESSION_BF16}})},
+    {"compression-min-bytes", "SYNCD_COMPRESSION_MIN_BYTES", "64K",
+     "Tensors smaller than this go uncompressed under --compression (a rank's explicit choice always applies)",
+     Bytes(&Config::compression_min_bytes, "compression-min-bytes")},
   };
 }
 
@@ -284,6 +295,9 @@ StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
     return InvalidArgument("node-rank " + std::to_string(c.node_rank) + " is not below nodes " + std::to_string(c.nodes));
   if (c.nodes > 1 && c.local_size == 0)
     return InvalidArgument("local-size is required when nodes > 1 (every node must run the same number of ranks)");
+  if (c.coord == abi::CoordMode::kTopo && c.compression != SYNCD_COMPRESSION_NONE)
+    return InvalidArgument("compression: TOPO plans do not carry a compression yet; use --compression none with "
+                           "--coord topo");
   return c;
 }
 

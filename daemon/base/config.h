@@ -39,6 +39,8 @@ struct Config {
   uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
   NetworkWait network_wait = NetworkWait::kPoll;  // data on the network: polled, or slept on
   HostAllreduce host_allreduce = HostAllreduce::kAuto;
+  syncd_compression compression = SYNCD_COMPRESSION_NONE;  // --compression: the default for allreduces
+  uint64_t compression_min_bytes = 0;                       // --compression-min-bytes
   std::string log_level;
   uint32_t nodes = 1;         // daemons in the job (one per node)
   uint32_t node_rank = 0;

@@ -16,7 +16,7 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // reports through a tree in bundles (kHealthTag); 5 picks a host allreduce's algorithm by node
 // count as well as size (recursive halving, the tree) and counts each partial allreduce name's
 // rounds on a coordinator of its own, its run messages down a tree.
-inline constexpr uint32_t kWireVersion = 5;
+inline constexpr uint32_t kWireVersion = 6;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

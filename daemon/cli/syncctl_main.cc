@@ -234,6 +234,9 @@ void PrintTable(const syncd::control::StatusReply& s) {
   printf(" errors %lu\n", (unsigned long)s.ops().errors());
   printf("fusion     %lu fused ops, %.2f tensors each, threshold %s   reduced %s\n", (unsigned long)s.fused_ops(),
          s.mean_tensors_per_fusion(), Bytes(s.fusion_threshold_bytes()).c_str(), Bytes(s.bytes_reduced()).c_str());
+  if (s.compression() != "none" && !s.compression().empty())
+    printf("compression %s between nodes for allreduces from %s that leave it to the daemon\n", s.compression().c_str(),
+           Bytes(s.compression_min_bytes()).c_str());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
   printf("requests   %lu in flight", (unsigned long)s.open_requests());

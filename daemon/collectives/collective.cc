@@ -33,6 +33,12 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
   return Status::Ok();
 }
 
+void ResolveCompression(uint32_t fallback, uint64_t min_bytes, bool gpu, Request* r) {
+  if (r->compression == SYNCD_COMPRESSION_DEFAULT)
+    r->compression = uint8_t(r->bytes >= min_bytes ? fallback : uint32_t(SYNCD_COMPRESSION_NONE));
+  if (gpu || (r->dtype != SYNCD_FLOAT32 && r->dtype != SYNCD_FLOAT64)) r->compression = SYNCD_COMPRESSION_NONE;
+}
+
 std::string Collective::Disagreement(const std::vector<Request>& requests) const { return SameShape(requests); }
 
 std::optional<FusionKey> Collective::FusionKeyOf(const Request&) const { return std::nullopt; }
@@ -117,6 +123,7 @@ StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set
   r.root = like.root;
   r.prescale = like.prescale;
   r.postscale = like.postscale;
+  r.compression = like.compression;
   r.shape = like.shape;
   r.splits = like.splits;
   // From the shape: `like` may be the coordinator's description of another node's request.

@@ -83,6 +83,11 @@ struct SetRanks {
 Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, const char* kind_name,
                  Request* r);
 
+// An allreduce's compression as it will run (Request::compression, after the kind's Parse): the
+// request's, or for DEFAULT `fallback` (the daemon's --compression) when the tensor has at least
+// `min_bytes`; NONE for GPU tensors and for dtypes other than float32 and float64.
+void ResolveCompression(uint32_t fallback, uint64_t min_bytes, bool gpu, Request* r);
+
 // What a GPU execution runs with.
 struct OnGpus {
   GpuExecutor* gpu = nullptr;

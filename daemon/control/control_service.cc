@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "daemon/base/version.h"
+#include "proto/status_names.h"
 
 namespace syncd {
 
@@ -255,6 +256,8 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_local_size(s->local_size);
   FillClients(*s, r);
   FillThroughput(*s, config_.fusion_threshold, r);
+  r->set_compression(abi::CompressionName(config_.compression));
+  r->set_compression_min_bytes(config_.compression_min_bytes);
   if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache, r->mutable_gpu());
   for (const ProcessSetSnapshot& p : s->process_sets) FillProcessSet(p, s->coord_mode, r->add_process_sets());
   // The global set's sections, where they were before there were sets.

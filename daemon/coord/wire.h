@@ -27,6 +27,7 @@ struct TensorMeta {
   // coordinator's answer, the last rank to join. 0 for the other kinds.
   int32_t arg = 0;
   double prescale = 1, postscale = 1;
+  uint32_t compression = 0;  // an allreduce's inter-node hop: syncd_compression as resolved (never DEFAULT)
   Shape shape;  // up to 4 dimensions inline
   // Kinds whose ranks' shapes differ (Collective::shapes_vary): each rank's first dimension and
   // (alltoall) splits, concatenated. A node announces its own ranks'; the coordinator answers

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "daemon/core/float_casts.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -90,6 +91,20 @@ template <> struct Acc<Bf16> {
   static Bf16 Out(float v) { return Bf16{FloatToBfloat16(v)}; }
 };
 
+// Whole chunks to and from the accumulator type (half precision: float_casts.h's vectorised casts).
+template <typename T, typename A>
+void Load(const T* in, A* out, size_t count) {
+  if constexpr (std::is_same_v<T, Half>) HalfToFloats(reinterpret_cast<const uint16_t*>(in), out, count);
+  else if constexpr (std::is_same_v<T, Bf16>) Bfloat16ToFloats(reinterpret_cast<const uint16_t*>(in), out, count);
+  else for (size_t k = 0; k < count; ++k) out[k] = Acc<T>::In(in[k]);
+}
+template <typename A, typename T>
+void Store(const A* in, T* out, size_t count) {
+  if constexpr (std::is_same_v<T, Half>) FloatsToHalf(in, reinterpret_cast<uint16_t*>(out), count);
+  else if constexpr (std::is_same_v<T, Bf16>) FloatsToBfloat16(in, reinterpret_cast<uint16_t*>(out), count);
+  else for (size_t k = 0; k < count; ++k) out[k] = Acc<T>::Out(in[k]);
+}
+
 // Integer sum/product wrap: compute in the unsigned type to avoid signed-overflow UB.
 template <typename A>
 A Add(A a, A b) {
@@ -168,14 +183,23 @@ void Kernel(const ReduceSpec& spec, const void* const* inputs, size_t n, void* o
       return;
     }
   }
+  constexpr bool kConverted = !std::is_same_v<A, T>;
   A acc[kReduceChunkElements];
-  const T* in0 = static_cast<const T*>(inputs[0]);
-  for (size_t k = 0; k < count; ++k) acc[k] = prescaled ? Scale(Acc<T>::In(in0[k]), spec.prescale) : Acc<T>::In(in0[k]);
+  A converted[kConverted ? kReduceChunkElements : 1];  // an input in the accumulator's type
+  Load(static_cast<const T*>(inputs[0]), acc, count);
+  if (prescaled)
+    for (size_t k = 0; k < count; ++k) acc[k] = Scale(acc[k], spec.prescale);
   for (size_t i = 1; i < n; ++i) {
-    const T* in = static_cast<const T*>(inputs[i]);
+    const A* in;
+    if constexpr (kConverted) {
+      Load(static_cast<const T*>(inputs[i]), converted, count);
+      in = converted;
+    } else {
+      in = static_cast<const T*>(inputs[i]);
+    }
     if (prescaled) {
       for (size_t k = 0; k < count; ++k) {
-        const A v = Scale(Acc<T>::In(in[k]), spec.prescale);
+        const A v = Scale(in[k], spec.prescale);
         if constexpr (Op == SYNCD_SUM) acc[k] = Add(acc[k], v);
         else if constexpr (Op == SYNCD_MIN) acc[k] = std::min(acc[k], v);
         else if constexpr (Op == SYNCD_MAX) acc[k] = std::max(acc[k], v);
@@ -183,7 +207,7 @@ void Kernel(const ReduceSpec& spec, const void* const* inputs, size_t n, void* o
       }
     } else {
       for (size_t k = 0; k < count; ++k) {
-        const A v = Acc<T>::In(in[k]);
+        const A v = in[k];
         if constexpr (Op == SYNCD_SUM) acc[k] = Add(acc[k], v);
         else if constexpr (Op == SYNCD_MIN) acc[k] = std::min(acc[k], v);
         else if constexpr (Op == SYNCD_MAX) acc[k] = std::max(acc[k], v);
@@ -192,7 +216,7 @@ void Kernel(const ReduceSpec& spec, const void* const* inputs, size_t n, void* o
     }
   }
   Finish(spec, acc, count);
-  for (size_t k = 0; k < count; ++k) o[k] = Acc<T>::Out(acc[k]);
+  Store(acc, o, count);
 }
 
 template <typename T>

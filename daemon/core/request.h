@@ -80,6 +80,9 @@ struct Request {
   int32_t removed_set = 0;    // kRemoveProcessSet: the set to remove
   double prescale = 1.0;
   double postscale = 1.0;
+  // kAllreduce: how its inter-node hop travels (syncd_compression, as submitted, then resolved by
+  // ResolveCompression: NONE, FP16 or BF16).
+  uint8_t compression = 0;
   Shape shape;
   uint64_t bytes = 0;
   std::vector<int64_t> splits;  // kAlltoall: the rows this rank sends to each rank of the set

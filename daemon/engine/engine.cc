@@ -293,9 +293,15 @@ void Engine::Take(Request r) {
 }
 
 std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& e) {
-  const Submitter who{c.info->client_id, c.info->rank,          c.info->local_rank,
-                      &c.info->segment,  world_size_,            config_.fusion_threshold,
-                      job_ ? job_->SetRanksOf(e.process_set) : nullptr};
+  const Submitter who{c.info->client_id,
+                      c.info->rank,
+                      c.info->local_rank,
+                      &c.info->segment,
+                      world_size_,
+                      config_.fusion_threshold,
+                      job_ ? job_->SetRanksOf(e.process_set) : nullptr,
+                      uint32_t(config_.compression),
+                      config_.compression_min_bytes};
   std::optional<abi::GpuDescriptor> gpu;
   StatusOr<Request> r = ParseSubmission(e, who, &gpu, request_pool_.Take());
   Status error = r.status();

@@ -25,6 +25,10 @@ struct Submitter {
   uint64_t fusion_threshold = 0;  // for the plan of a registered graph
   // The global ranks of the process set the entry names (nullptr: a set this job does not have).
   const std::vector<uint32_t>* set_ranks = nullptr;
+  // An allreduce that asks for the daemon's default compression: --compression (syncd_compression)
+  // for tensors of at least --compression-min-bytes.
+  uint32_t compression = SYNCD_COMPRESSION_NONE;
+  uint64_t compression_min_bytes = 0;
 };
 
 // A checked request, or the error (with its status code) the submitter's request fails with.

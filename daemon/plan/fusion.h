@@ -25,6 +25,7 @@ struct FusionKey {
   double postscale = 1.0;
   bool gpu = false;  // GPU tensors fuse only with GPU tensors, host with host
   int32_t root = 0;  // kinds with a root rank fuse only with requests of the same root
+  uint8_t compression = 0;  // allreduce: the inter-node hop's (syncd_compression)
   bool operator==(const FusionKey&) const = default;
 };
 

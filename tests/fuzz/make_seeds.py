@@ -40,7 +40,7 @@ def attach_request(rank, size, local_rank, local_size, job=0):
     return struct.pack("<IIiiiiiIQ", MAGIC, VERSION, rank, size, local_rank, local_size, 4321, 0, job)
 
 
-def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=0, handle=1, tag=0):
+def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=0, handle=1, tag=0, compression=0):
     sizes = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
     count = 1
     for d in shape:
@@ -50,8 +50,9 @@ def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=
     entry = struct.pack("<QIIIiddQQII", handle, kind, dtype, op, root, 1.0, 1.0, offset, nbytes, len(shape), flags)
     entry += struct.pack("<8q", *dims)
     entry += struct.pack("<QQiIq", 0, 0, 0, 0, tag)  # aux range, process set, partial mode, tag
-    entry += name.encode().ljust(352 - len(entry), b"\0")  # abi::SubmitEntry
-    assert len(entry) == 352
+    entry += struct.pack("<II", compression, 0)
+    entry += name.encode().ljust(360 - len(entry), b"\0")  # abi::SubmitEntry
+    assert len(entry) == 360
     return entry
 
 
@@ -68,9 +69,10 @@ def graph():
     return out + struct.pack("<I", 4)
 
 
-def meta(kind=1, dtype=6, op=1, gpu=0, root=0, shape=(4, 4)):
+def meta(kind=1, dtype=6, op=1, gpu=0, root=0, shape=(4, 4), compression=1):
     # ... then each rank's rows and splits (none: this kind's shapes agree).
-    return struct.pack("<IIIIidd", kind, dtype, op, gpu, root, 1.0, 1.0) + struct.pack("<I", len(shape)) + \
+    return struct.pack("<IIIIiddI", kind, dtype, op, gpu, root, 1.0, 1.0, compression) + \
+        struct.pack("<I", len(shape)) + \
         b"".join(struct.pack("<q", d) for d in shape) + struct.pack("<II", 0, 0)
 
 
@@ -114,6 +116,8 @@ def main():
     write("attach_handshake", "draining", bytes([0x80, 0, 1]) + attach_request(0, 1, 0, 1))
     # submission: the entry, then the arena's first bytes.
     write("submission", "allreduce", submit_entry(1, "grad.w", dtype=6, op=1, shape=(2, 2)) + b"\0" * 16)
+    write("submission", "allreduce-fp16",
+          submit_entry(1, "grad.c", dtype=6, op=1, shape=(4,), compression=2) + b"\0" * 16)
     write("submission", "broadcast", submit_entry(2, "params", dtype=3, root=2, shape=(3,)) + b"\0" * 24)
     write("submission", "barrier", submit_entry(3, "barrier.1", shape=()))
     write("submission", "empty-tensor", submit_entry(1, "empty", dtype=4, shape=(0, 5)))

@@ -1,5 +1,5 @@
 // Ring entries (submission.h): a SubmitEntry and the arena it points into are all the client's.
-// The first 352 bytes (sizeof(SubmitEntry)) are the entry, the rest is written at the start of a 1 MiB arena (graphs,
+// The first 360 bytes (sizeof(SubmitEntry)) are the entry, the rest is written at the start of a 1 MiB arena (graphs,
 // GPU descriptors and tensor data live there).
 #include <cstring>
 #include <optional>

@@ -479,6 +479,57 @@ def test_fp16_compression():
     assert torch.allclose(y, torch.full((6,), 0.5 * sum(range(1, hvd.size() + 1))))
 
 
+def compressible(r, n=4096):
+    """Rank r's float32 values: exact in neither half precision nor bfloat16."""
+    return 1.0 + torch.arange(n, dtype=torch.float64) % 1000 * 1e-3 + r * 0.3333
+
+
+def daemon_compressed_sum(wire):
+    """What the daemons make of a Sum with Compression.fp16/bf16: each node's sum exact (float32,
+    its ranks in order), cast to `wire`, summed in it between the nodes, back to float32. The model
+    is exact for one or two nodes (the two halves add once, in float, rounded once)."""
+    per_node = [torch.zeros(4096, dtype=torch.float32) for _ in range(hvd.cross_size())]
+    for r in range(hvd.size()):
+        per_node[r // hvd.local_size()] += compressible(r).float()
+    if len(per_node) == 1:
+        return per_node[0]
+    return (per_node[0].to(wire).float() + per_node[1].to(wire).float()).to(wire).float()
+
+
+def test_fp16_and_bf16_compression_is_the_daemons_on_the_inter_node_hop():
+    """Compression.fp16 and .bf16 of a float32 tensor: the daemons cast each node's exact sum,
+    the nodes add in half precision; the framework process never casts (one node: exact). The
+    grouped form and DistributedOptimizer do the same."""
+    x = compressible(hvd.rank()).float()
+    fp16 = hvd.allreduce(x, name="compressed.fp16", op=hvd.Sum, compression=hvd.Compression.fp16)
+    bf16 = hvd.allreduce(x, name="compressed.bf16", op=hvd.Sum, compression=hvd.Compression.bf16)
+    grouped = hvd.grouped_allreduce([x, x.double()], name="compressed.grouped", op=hvd.Sum,
+                                    compression=hvd.Compression.fp16)
+    model = torch.nn.Linear(4096, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), compression=hvd.Compression.fp16,
+                                   named_parameters=model.named_parameters(), op=hvd.Sum)
+    model(x.unsqueeze(0)).sum().backward()  # the gradient of w . x is x
+    opt.synchronize()
+    grad = model.weight.grad.reshape(-1).clone()
+    with opt.skip_synchronize():
+        opt.step()
+    exact = sum(compressible(r) for r in range(hvd.size()))
+    fp16_bound, bf16_bound = 2 * hvd.cross_size() * 2.0 ** -11, 2 * hvd.cross_size() * 2.0 ** -8
+    assert fp16.dtype == torch.float32 and grouped[1].dtype == torch.float64
+    assert torch.allclose(grouped[1], exact, rtol=fp16_bound, atol=0)
+    assert torch.allclose(fp16.double(), exact, rtol=fp16_bound, atol=0)
+    assert torch.allclose(bf16.double(), exact, rtol=bf16_bound, atol=0)
+    if hvd.cross_size() <= 2:  # the model is exact
+        assert torch.equal(fp16, daemon_compressed_sum(torch.float16))
+        assert torch.equal(bf16, daemon_compressed_sum(torch.bfloat16))
+        assert torch.equal(grouped[0], daemon_compressed_sum(torch.float16))
+        assert torch.equal(grad, daemon_compressed_sum(torch.float16))
+    if hvd.cross_size() > 1:
+        assert (fp16.double() != exact.float().double()).sum() > 2048  # it did cross in half precision
+
+
 def test_elastic_state_saves_on_commit_restores_and_syncs_from_rank_0():
     """hvd.elastic.TorchState as Horovod's: commit() saves (and, with every rank alive, does not
     interrupt), restore() brings back the last commit, sync() makes every rank rank 0's."""

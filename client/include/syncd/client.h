@@ -154,6 +154,23 @@ SYNCD_API int syncd_allreduce_async(syncd_client* c, const syncd_tensor* t, sync
                                     double prescale, double postscale, syncd_handle* out);
 SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root,
                                     syncd_handle* out);
+/* Compression of an allreduce's inter-node hop, done by the daemons on their own cores: the ranks
+ * of a node reduce exactly, what travels between nodes is compressed (fp16, bf16: cast, and summed
+ * in that type between nodes, as Horovod's Compression.fp16 sums). For host tensors of float32 or
+ * float64; other dtypes travel as they are. Every rank of the collective must ask for the same: a
+ * mismatch fails on every rank, naming the tensor and the ranks. DEFAULT: the daemon's
+ * --compression, for tensors of at least --compression-min-bytes (syncd_allreduce_async asks for
+ * it). Not yet part of TOPO plans (--coord topo refuses a compressed tensor). */
+typedef enum syncd_compression {
+  SYNCD_COMPRESSION_DEFAULT = 0,
+  SYNCD_COMPRESSION_NONE = 1,
+  SYNCD_COMPRESSION_FP16 = 2, /* IEEE half */
+  SYNCD_COMPRESSION_BF16 = 3, /* bfloat16: float32's range, 8 bits of mantissa */
+  SYNCD_COMPRESSION_COUNT
+} syncd_compression;
+SYNCD_API int syncd_allreduce_compressed_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                                               double prescale, double postscale, syncd_compression compression,
+                                               syncd_handle* out);
 /* Reduces every rank's tensor as syncd_allreduce_async does (op, scale factors, AVERAGE dividing by
  * the set's size) into the tensor of `root` (a global rank of t->process_set), in place; the
  * other ranks' tensors are left as they were. Host tensors. */

@@ -99,15 +99,17 @@ class PyClient {
   }
 
   // `stream`: None for host memory; for CUDA memory the cudaStream_t (as an integer, 0 for the
-  // default stream) whose queued work produces the tensor.
+  // default stream) whose queued work produces the tensor. `compression`: syncd_compression (host).
   uint64_t Allreduce(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
-                     double prescale, double postscale, std::optional<uintptr_t> stream, int process_set) {
+                     double prescale, double postscale, std::optional<uintptr_t> stream, int process_set,
+                     int compression) {
     const syncd_tensor t = Tensor(name, addr, dtype, shape, process_set);
     syncd_handle h = 0;
     if (stream)
       Check(syncd_allreduce_gpu_async(get(), &t, syncd_reduce_op(op), prescale, postscale, reinterpret_cast<void*>(*stream), &h));
     else
-      Check(syncd_allreduce_async(get(), &t, syncd_reduce_op(op), prescale, postscale, &h));
+      Check(syncd_allreduce_compressed_async(get(), &t, syncd_reduce_op(op), prescale, postscale,
+                                             syncd_compression(compression), &h));
     return h;
   }
 
@@ -365,7 +367,7 @@ PYBIND11_MODULE(_client, m) {
       .def("view", &PyClient::View, py::arg("addr"), py::arg("nbytes"))
       .def("allreduce_async", &PyClient::Allreduce, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
-           py::arg("stream") = py::none(), py::arg("process_set") = 0)
+           py::arg("stream") = py::none(), py::arg("process_set") = 0, py::arg("compression") = 0)
       .def("broadcast_async", &PyClient::Broadcast, py::arg("name"), py::arg("addr"), py::arg("dtype"),
            py::arg("shape"), py::arg("root"), py::arg("stream") = py::none(), py::arg("process_set") = 0)
       .def("allgather_async", &PyClient::Allgather, py::arg("name"), py::arg("addr"), py::arg("dtype"),

@@ -1,13 +1,15 @@
 // Allreduce: every rank ends with op(prescale * every rank's tensor) * postscale (AVERAGE divides
 // by the world size). Fuses with allreduces of the same dtype, op, scale factors and memory.
 // Across nodes on the host path: hierarchical and pipelined (local reduce, inter-node allreduce,
-// local scatter, one segment at a time).
+// local scatter, one segment at a time); the inter-node allreduce compressed on request
+// (Request::compression: cast to fp16 or bf16 and summed in it between nodes).
 #include <absl/container/inlined_vector.h>
 
 #include <algorithm>
 
 #include "daemon/collectives/agreement.h"
 #include "daemon/collectives/collective.h"
+#include "daemon/core/float_casts.h"
 #include "daemon/transport/host_collectives.h"
 #include "proto/doorbell.h"
 #include "proto/status_names.h"
@@ -41,13 +43,27 @@ class AllreduceCollective final : public Collective {
     r->op = syncd_reduce_op(e.op);
     r->prescale = e.prescale;
     r->postscale = e.postscale;
+    if (e.compression >= SYNCD_COMPRESSION_COUNT)
+      return ProtocolError("malformed ring entry: " + what + " has unknown compression " +
+                           std::to_string(e.compression));
+    if ((e.flags & abi::kSubmitGpu) && e.compression > SYNCD_COMPRESSION_NONE)
+      return InvalidArgument(what + ": " + abi::CompressionName(e.compression) +
+                             " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
+    r->compression = uint8_t(e.compression);  // DEFAULT: ResolveCompression, with the daemon's setting
     return CheckDtypeAndOp(r->dtype, r->op, r->prescale, r->postscale, what);
   }
 
-  std::string Disagreement(const std::vector<Request>& rs) const override { return SameReduction(rs); }
+  std::string Disagreement(const std::vector<Request>& rs) const override {
+    std::string msg = SameReduction(rs);
+    if (msg.empty())
+      msg = DisagreementBy(
+          rs, "compression", [](const Request& r) { return r.compression; },
+          [](const Request& r) { return std::string(abi::CompressionName(r.compression)); });
+    return msg;
+  }
 
   std::optional<FusionKey> FusionKeyOf(const Request& r) const override {
-    return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu};
+    return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu, 0, r.compression};
   }
 
   void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override { host.Allreduce(group); }
@@ -58,7 +74,9 @@ class AllreduceCollective final : public Collective {
 
   // Pipelined in segments: while segment k is on the wire, k+1 is reduced locally and k-1 is
   // scattered back. The stages cycle through kPipelineDepth segment slots, so the working set
-  // stays in cache however large the fused group is.
+  // stays in cache however large the fused group is. Compressed (fp16, bf16): each segment is
+  // cast into a wire slot of its own after its local reduction, crosses the nodes in that type,
+  // and is cast back before the scatter.
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     const Request& f = group.front()->first();
     uint64_t bytes = 0;
@@ -67,11 +85,16 @@ class AllreduceCollective final : public Collective {
     const size_t count = bytes / esize;
     const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
     const size_t slot_bytes = seg * esize;
-    const HostBuffer::Block fusion = run.buffer->Reserve(slot_bytes * kPipelineDepth);
+    const syncd_dtype wire = WireDtype(f.compression, f.dtype);
+    const size_t wire_esize = abi::DtypeSize(wire);
+    const size_t wire_slot_bytes = wire != f.dtype ? seg * wire_esize : 0;
+    const HostBuffer::Block fusion = run.buffer->Reserve((slot_bytes + wire_slot_bytes) * kPipelineDepth);
+    char* const wire_slots = fusion->data() + slot_bytes * kPipelineDepth;
     struct Stage {
       CommTask task;
       size_t begin, end;
       char* slot;
+      char* on_wire;  // the slot itself, uncompressed
       uint64_t posted_ns;
       uint32_t slot_index;
     };
@@ -83,7 +106,7 @@ class AllreduceCollective final : public Collective {
       e.t0 = t0;
       e.t1 = abi::MonotonicNs();
       e.set = run.set;
-      e.bytes = elements * esize;
+      e.bytes = elements * (what == TraceKind::kNetwork ? wire_esize : esize);
       e.count = slot_index;
       e.op_kind = uint8_t(abi::OpKind::kAllreduce);
       tl->Record(e);
@@ -100,12 +123,15 @@ class AllreduceCollective final : public Collective {
       while (next < count && inflight.size() < kPipelineDepth) {
         const size_t end = std::min(count, next + seg);
         char* slot = fusion->data() + (segment % kPipelineDepth) * slot_bytes;
+        char* on_wire = wire != f.dtype ? wire_slots + (segment % kPipelineDepth) * wire_slot_bytes : slot;
         const uint64_t reduce_ns = tl ? abi::MonotonicNs() : 0;
         run.host->ReduceRange(group, next, end, slot);
+        if (on_wire != slot) CastToWire(f.dtype, wire, slot, on_wire, end - next);
         if (tl) record(TraceKind::kReduce, reduce_ns, end - next, 0);
-        inflight.push_back(Stage{syncd::Allreduce(run.transport, run.tag | (segment % 4096), slot, fusion, end - next,
-                                                  f.dtype, f.op, opts),
-                                 next, end, slot, tl ? abi::MonotonicNs() : 0, uint32_t(segment % kPipelineDepth)});
+        inflight.push_back(Stage{syncd::Allreduce(run.transport, run.tag | (segment % 4096), on_wire, fusion,
+                                                  end - next, wire, f.op, opts),
+                                 next, end, slot, on_wire, tl ? abi::MonotonicNs() : 0,
+                                 uint32_t(segment % kPipelineDepth)});
         ++segment;
         next = end;
       }
@@ -116,6 +142,7 @@ class AllreduceCollective final : public Collective {
       const Stage& done = inflight.front();
       if (tl) record(TraceKind::kNetwork, done.posted_ns, done.end - done.begin, done.slot_index);
       const uint64_t scatter_ns = tl ? abi::MonotonicNs() : 0;
+      if (done.on_wire != done.slot) CastFromWire(wire, f.dtype, done.on_wire, done.slot, done.end - done.begin);
       run.host->ScatterRange(group, done.begin, done.end, done.slot,
                              absent != nullptr ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>());
       if (tl) record(TraceKind::kScatter, scatter_ns, done.end - done.begin, 0);

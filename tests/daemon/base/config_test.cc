@@ -69,6 +69,23 @@ TEST(Config, EveryOtherModeIsParsedOnceIntoItsValue) {
   EXPECT_EQ(bad.status().message(), "from SYNCD_UCX_PEER_ERRORS: ucx-peer-errors: expected auto, on or off, got 'sometimes'");
 }
 
+TEST(Config, CompressionIsParsedWithItsMinimumAndRefusedUnderTopo) {
+  auto def = BuildConfig({}, {});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->compression, SYNCD_COMPRESSION_NONE);
+  EXPECT_EQ(def->compression_min_bytes, 64u << 10);
+  auto c = BuildConfig({{"compression", "bf16"}, {"compression-min-bytes", "1M"}}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->compression, SYNCD_COMPRESSION_BF16);
+  EXPECT_EQ(c->compression_min_bytes, 1u << 20);
+  auto bad = BuildConfig({{"compression", "int8"}}, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16 or bf16, got 'int8'");
+  auto topo = BuildConfig({{"compression", "fp16"}, {"coord", "topo"}}, {});
+  ASSERT_FALSE(topo.ok());
+  EXPECT_NE(topo.status().message().find("TOPO plans do not carry a compression yet"), std::string::npos);
+}
+
 TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {
   for (const ConfigEntry& e : ConfigTable()) {
     EXPECT_FALSE(e.name.empty());

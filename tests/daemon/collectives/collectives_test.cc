@@ -109,6 +109,61 @@ TEST(Collectives, AgreementAppliesTheKindsRules) {
   EXPECT_NE(CheckAgreement(rs).message().find("mismatched reduce op"), std::string::npos);
 }
 
+// An allreduce's compression: parsed (GPU tensors refused), resolved against the daemon's default,
+// agreed by every rank and part of what fuses.
+TEST(Collectives, AllreduceCompressionIsParsedResolvedAgreedAndFused) {
+  const Collective& ar = *FindCollective(abi::OpKind::kAllreduce);
+  abi::SubmitEntry e{};
+  e.op = SYNCD_SUM;
+  e.prescale = e.postscale = 1.0;
+  e.compression = SYNCD_COMPRESSION_FP16;
+  std::vector<float> d(64);
+  Request r = Tensor(abi::OpKind::kAllreduce, 0, &d);
+  ASSERT_TRUE(ar.Parse(e, 4, "w", &r).ok());
+  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_FP16);
+  e.flags = abi::kSubmitGpu;
+  Status st = ar.Parse(e, 4, "tensor 'g' from rank 0", &r);
+  EXPECT_EQ(st.code(), SYNCD_ERR_INVALID);
+  EXPECT_EQ(st.message(), "tensor 'g' from rank 0: fp16 compression of GPU tensors is not supported yet (NCCL moves "
+                          "them as they are)");
+  e.flags = 0;
+  e.compression = SYNCD_COMPRESSION_COUNT;
+  EXPECT_EQ(ar.Parse(e, 4, "w", &r).code(), SYNCD_ERR_PROTOCOL);
+
+  // DEFAULT takes the daemon's setting from its minimum size on; other dtypes and GPU tensors never compress.
+  r.compression = SYNCD_COMPRESSION_DEFAULT;
+  ResolveCompression(SYNCD_COMPRESSION_BF16, 256, false, &r);
+  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_BF16);
+  r.compression = SYNCD_COMPRESSION_DEFAULT;
+  ResolveCompression(SYNCD_COMPRESSION_BF16, 257, false, &r);
+  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_NONE);
+  r.compression = SYNCD_COMPRESSION_FP16;
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, true, &r);
+  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_NONE);
+  r.compression = SYNCD_COMPRESSION_FP16;
+  r.dtype = SYNCD_INT32;
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, false, &r);
+  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_NONE);
+
+  std::vector<float> d0(2), d1(2);
+  std::vector<Request> rs = {Tensor(abi::OpKind::kAllreduce, 0, &d0), Tensor(abi::OpKind::kAllreduce, 1, &d1)};
+  rs[0].compression = SYNCD_COMPRESSION_FP16;
+  rs[1].compression = SYNCD_COMPRESSION_NONE;
+  st = CheckAgreement(rs);
+  EXPECT_EQ(st.code(), SYNCD_ERR_MISMATCH);
+  EXPECT_NE(st.message().find("mismatched compression across ranks: fp16 on rank 0; none on rank 1"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(ar.FusionKeyOf(rs[0]), ar.FusionKeyOf(rs[1]));
+  rs[1].compression = SYNCD_COMPRESSION_FP16;
+  EXPECT_TRUE(CheckAgreement(rs).ok());
+  EXPECT_EQ(ar.FusionKeyOf(rs[0]), ar.FusionKeyOf(rs[1]));
+  // A joined or lost rank's stand-in asks for what the others ask for.
+  StatusOr<Request> stand_in = JoinedRequest(rs[0], 2, 2, 0, true);
+  ASSERT_TRUE(stand_in.ok()) << stand_in.status().ToString();
+  EXPECT_EQ(stand_in->compression, SYNCD_COMPRESSION_FP16);
+}
+
 // A rank's request as another node announced it (the coordinator's input, off the wire) may
 // have no dimension: every rooted and row-splitting kind refuses it by name, without reading a
 // first dimension that is not there (found by fuzz_coord_wire).

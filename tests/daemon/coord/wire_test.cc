@@ -19,6 +19,7 @@ NameRequest Announced(const std::string& name) {
   r.meta.kind = 1;
   r.meta.dtype = SYNCD_FLOAT32;
   r.meta.shape = {4, 2};
+  r.meta.compression = SYNCD_COMPRESSION_BF16;  // travels, and is compared with the rest
   r.error = "";
   r.waited_ns = 42;
   return r;
@@ -82,6 +83,7 @@ TEST(Wire, NegotiationListsRoundTripAndRefuseAnotherProtocol) {
   ASSERT_EQ(got->size(), 2u);
   EXPECT_EQ((*got)[1].name, "b");
   EXPECT_EQ((*got)[1].meta, Announced("b").meta);
+  EXPECT_EQ(RequestOf((*got)[1].meta, "b", 1, 0).compression, SYNCD_COMPRESSION_BF16);
 
   NameResponse resp;
   resp.name = "a";

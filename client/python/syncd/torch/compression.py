@@ -1,8 +1,21 @@
-"""Gradient compression for allreduce, as horovod.torch.Compression."""
+"""Gradient compression for allreduce, as horovod.torch.Compression.
+
+Compression.fp16 and Compression.bf16 on host float32/float64 tensors are done by the daemons, on
+their own cores and on the inter-node hop only: the ranks of a node reduce exactly, the sum
+crosses the nodes in half precision and comes back in the tensor's dtype. Elsewhere (CUDA tensors,
+other dtypes, --coord topo) the framework process casts before and after, as Horovod does."""
 import torch
+
+from syncd.torch import basics
+
+# syncd_compression (syncd/client.h).
+DAEMON_DEFAULT, NONE, FP16, BF16 = 0, 1, 2, 3
 
 
 class Compressor:
+    # The syncd_compression the daemon applies in its place, or None: compress/decompress run here.
+    daemon = None
+
     @staticmethod
     def compress(tensor):
         raise NotImplementedError
@@ -22,13 +35,14 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-class FP16Compressor(Compressor):
-    """Floating-point tensors travel as float16 and come back in their own dtype."""
+class _CastCompressor(Compressor):
+    """Floating-point tensors travel as `wire` and come back in their own dtype."""
+    wire = None
 
-    @staticmethod
-    def compress(tensor):
+    @classmethod
+    def compress(cls, tensor):
         if tensor.dtype.is_floating_point:
-            return tensor.type(torch.float16), tensor.dtype
+            return tensor.type(cls.wire), tensor.dtype
         return tensor, tensor.dtype
 
     @staticmethod
@@ -36,6 +50,27 @@ class FP16Compressor(Compressor):
         return tensor.type(ctx) if ctx is not None and ctx.is_floating_point else tensor
 
 
+class FP16Compressor(_CastCompressor):
+    wire = torch.float16
+    daemon = FP16
+
+
+class BF16Compressor(_CastCompressor):
+    wire = torch.bfloat16
+    daemon = BF16
+
+
 class Compression:
     none = NoneCompressor
     fp16 = FP16Compressor
+    bf16 = BF16Compressor
+
+
+def daemon_compression(compression, tensor):
+    """The syncd_compression the daemons apply to an allreduce of `tensor`, or DAEMON_DEFAULT (the
+    daemon's --compression) where `compression` runs in this process (compress/decompress) or is
+    none."""
+    if (getattr(compression, "daemon", None) is None or tensor.is_cuda
+            or tensor.dtype not in (torch.float32, torch.float64) or basics.coord_mode() == "topo"):
+        return DAEMON_DEFAULT
+    return compression.daemon

@@ -12,7 +12,7 @@ import torch
 from syncd.errors import NotSupportedError, SyncdError
 from syncd.torch import basics
 from syncd.torch.basics import Adasum, Average, Sum, client, dtype_code
-from syncd.torch.compression import Compression
+from syncd.torch.compression import Compression, daemon_compression
 from syncd.torch.process_sets import global_process_set, set_id
 from syncd.torch.requests import (HorovodInternalError, _abandon, _name, _ps, _refuse, _register, _Request,
                                   _submitting, synchronize)
@@ -40,7 +40,7 @@ def _stage(part, tensor, output):
     return part.block if nbytes > 0 else 0
 
 
-def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0, ps=None):
+def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0, root=0, ps=None, compression=0):
     c = client()
     with _submitting(req, name, ps) as part:
         code = dtype_code(tensor, "tensor '%s'" % name)
@@ -49,7 +49,8 @@ def _submit(req, kind, name, tensor, output, op=Sum, prescale=1.0, postscale=1.0
         stream = torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda and tensor.numel() > 0 else None
         if kind == "allreduce":
             part.handle = c.allreduce_async(name, addr, code, list(tensor.shape), op, float(prescale),
-                                            float(postscale), stream=stream, process_set=set_id(ps))
+                                            float(postscale), stream=stream, process_set=set_id(ps),
+                                            compression=compression)
         else:
             part.handle = c.broadcast_async(name, addr, code, list(tensor.shape), int(root), stream=stream,
                                             process_set=set_id(ps))
@@ -70,10 +71,11 @@ def _resolve_op(op, average):
     return op
 
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, ps):
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, ps, compression=0):
+    """`compression`: the syncd_compression the daemons apply (compression.daemon_compression)."""
     req = _Request(output, keep=tensor)
     _submit(req, "allreduce", _name("allreduce", name, ps), tensor, output, op, prescale_factor, postscale_factor,
-            ps=ps)
+            ps=ps, compression=compression)
     return _register(req)
 
 
@@ -94,15 +96,16 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps, compression):
         ctx.op, ctx.prescale_factor, ctx.postscale_factor, ctx.ps = op, prescale_factor, postscale_factor, ps
-        return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale_factor,
-                                           postscale_factor=postscale_factor, process_set=ps))
+        output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        return synchronize(_allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, ps,
+                                            compression))
 
     @staticmethod
     def backward(ctx, grad_output):
         return allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
-                         postscale_factor=ctx.postscale_factor, process_set=ctx.ps), None, None, None, None, None
+                         postscale_factor=ctx.postscale_factor, process_set=ctx.ps), None, None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -110,8 +113,11 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over the set's ranks (Average by default) and returns the result.
     Differentiable: the gradient of an allreduce is the allreduce of the gradient."""
     op = _resolve_op(op, average)
+    on_daemon = daemon_compression(compression, tensor)
+    if on_daemon:
+        return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, _ps(process_set), on_daemon)
     compressed, ctx = compression.compress(tensor)
-    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, _ps(process_set))
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, _ps(process_set), 0)
     return compression.decompress(reduced, ctx)
 
 
@@ -121,7 +127,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
-def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, ps):
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, ps, compressions=None):
+    """`compressions`: each tensor's syncd_compression (None: the daemon's default for all)."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
@@ -130,7 +137,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     req = _Request(outputs, keep=tensors)
     for i, (t, out) in enumerate(zip(tensors, outputs)):
         try:
-            _submit(req, "allreduce", names[i], t, out, op, prescale_factor, postscale_factor, ps=ps)
+            _submit(req, "allreduce", names[i], t, out, op, prescale_factor, postscale_factor, ps=ps,
+                    compression=compressions[i] if compressions else 0)
         except BaseException as e:
             _refuse(names[i + 1:], e, ps)  # the parts after it never come from this rank either
             _abandon(req)
@@ -155,25 +163,28 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, ps, *tensors):
+    def forward(ctx, name, op, prescale_factor, postscale_factor, ps, compressions, *tensors):
         ctx.op, ctx.prescale_factor, ctx.postscale_factor, ctx.ps = op, prescale_factor, postscale_factor, ps
-        return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
-                                                         prescale_factor=prescale_factor,
-                                                         postscale_factor=postscale_factor, process_set=ps)))
+        outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+        return tuple(synchronize(_grouped_allreduce_async(list(tensors), outputs, name, op, prescale_factor,
+                                                          postscale_factor, ps, compressions)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         grads = grouped_allreduce(list(grad_outputs), op=ctx.op, prescale_factor=ctx.prescale_factor,
                                   postscale_factor=ctx.postscale_factor, process_set=ctx.ps)
-        return (None, None, None, None, None) + tuple(grads)
+        return (None, None, None, None, None, None) + tuple(grads)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(op, average)
-    compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, _ps(process_set), *compressed)
-    return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
+    on_daemon = [daemon_compression(compression, t) for t in tensors]
+    pairs = [(t, None) if d else compression.compress(t) for t, d in zip(tensors, on_daemon)]
+    compressed, ctxs = zip(*pairs) if tensors else ((), ())
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, _ps(process_set), on_daemon,
+                                      *compressed)
+    return [t if d else compression.decompress(t, c) for t, c, d in zip(reduced, ctxs, on_daemon)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

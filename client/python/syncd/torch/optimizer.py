@@ -23,12 +23,12 @@ import torch
 from syncd.errors import NotSupportedError
 from syncd.torch import basics
 from syncd.torch.basics import Average
-from syncd.torch.compression import Compression
+from syncd.torch.compression import Compression, daemon_compression
 from syncd.torch.gather_scatter import sparse_allreduce_async
-from syncd.torch.inplace_ops import _resolve_op, allreduce_async_
+from syncd.torch.inplace_ops import _allreduce_async, _resolve_op, allreduce_async_
 from syncd.torch.partial import _MODES, partial_allreduce_async_
 from syncd.torch.process_sets import global_process_set, is_member
-from syncd.torch.requests import synchronize
+from syncd.torch.requests import _ps, synchronize
 from syncd.torch.topo import GraphRecorder
 
 
@@ -207,13 +207,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 # As horovod.torch: the indices and values of every rank, gathered.
                 return sparse_allreduce_async(grad, name, self.op, process_set=self.process_set), None
-        compressed, ctx = self._compression.compress(grad)
+        on_daemon = daemon_compression(self._compression, grad)  # else compressed here, as Horovod does
+        compressed, ctx = (grad, None) if on_daemon else self._compression.compress(grad)
         if self.op == Average:
             prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
             prescale, postscale = 1.0, 1.0
-        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
-                                  postscale_factor=postscale, process_set=self.process_set)
+        handle = _allreduce_async(compressed, compressed, name, self.op, prescale, postscale,
+                                  _ps(self.process_set), on_daemon)
         if self._recorder is not None:
             self._recorder.submitted(p, "allreduce." + name, compressed)
         return handle, ctx
