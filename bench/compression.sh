@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Gradient compression on emulated links (issue 38): 2 nodes x 2 ranks, each node a network
+# namespace behind a rate-limited link (syncrun --netns --link-gbit), a training step over the
+# gradient set of ResNet-18 and ResNet-50 (bench/compression.py: every gradient produced by a
+# trivial backward, exchanged, an SGD step), every method in the same run, alternating, --repeats
+# times: syncd uncompressed; syncd with fp16 and bf16 done by the daemons; Horovod's fp16 (cast in
+# the framework process); DDP over gloo, and DDP over gloo with torch's PowerSGD hook. Reports per
+# link, model and method the median step time, its speed-up over uncompressed syncd and the ranks'
+# CPU time per step; the last line is one JSON object with every run. Root (network namespaces).
+#   bench/compression.sh [--links 2.5,10] [--models resnet18,resnet50] [--methods ...] [--repeats 2]
+#                        [--steps 5] [--warmup 3] [--build build]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+links=2.5,10 models=resnet18,resnet50 methods=none,fp16,bf16,fp16-framework,ddp,ddp-powersgd repeats=2 steps=5 warmup=3
+build="$here/../build"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --links) links=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --methods) methods=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    *) echo "compression.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+out=$(mktemp)
+trap 'rm -f "$out" "$out.err"' EXIT
+run() {  # $1 link Gbit/s, $2 model, $3 method
+  local gbit=$1 model=$2 method=$3 line
+  local job=(/usr/bin/python3 "$here/compression.py" --method "$method" --model "$model" --steps "$steps"
+             --warmup "$warmup" --label "$gbit")
+  if [[ $method == ddp* ]]; then
+    line=$("$build/bin/syncrun" --netns --link-gbit "$gbit" -N 2 --network-only -- \
+      "$here/peers/on_links.sh" gloo 4 "${job[@]}" 2>"$out.err" | grep '^{' || true)
+  else
+    line=$("$build/bin/syncrun" --netns --link-gbit "$gbit" -N 2 -n 4 --syncd-arg=--log-level=warn \
+      --syncd-arg=--arena-size=1G -- "${job[@]}" 2>"$out.err" | grep '^{' || true)
+  fi
+  if [ -z "$line" ]; then
+    tail -20 "$out.err" >&2
+    echo "compression.sh: $method on $model at $gbit Gbit/s produced no result" >&2
+    exit 1
+  fi
+  echo "$line" >>"$out"
+}
+for gbit in ${links//,/ }; do
+  for model in ${models//,/ }; do
+    for _ in $(seq "$repeats"); do
+      for method in ${methods//,/ }; do run "$gbit" "$model" "$method"; done
+    done
+  done
+done
+/usr/bin/python3 - "$out" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+print("# 2 nodes x 2 ranks on emulated links; median step ms over the repeats (each a median of its steps)")
+print(f"{'link':>6} {'model':>9} {'method':>15} {'MiB':>6} {'step ms':>9} {'vs none':>8} {'rank CPU ms':>12}")
+table = []
+for key in dict.fromkeys((r["label"], r["model"]) for r in runs):
+    rows = [r for r in runs if (r["label"], r["model"]) == key]
+    base = statistics.median(r["step_ms"] for r in rows if r["method"] == "none") if any(
+        r["method"] == "none" for r in rows) else None
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        step = statistics.median(r["step_ms"] for r in mine)
+        cpu = statistics.median(r["rank_cpu_ms"] for r in mine)
+        speedup = base / step if base else None
+        table.append({"link_gbit": float(key[0]), "model": key[1], "method": method, "step_ms": step,
+                      "speedup_vs_none": round(speedup, 3) if speedup else None, "rank_cpu_ms": cpu,
+                      "runs": [r["step_ms"] for r in mine]})
+        print(f"{key[0]:>6} {key[1]:>9} {method:>15} {mine[0]['gradient_bytes'] / 2**20:6.1f} {step:9.1f} "
+              f"{(f'{speedup:.2f}x' if speedup else '-'):>8} {cpu:12.1f}")
+print(json.dumps({"bench": "compression", "results": table}))
+PY
