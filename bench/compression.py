@@ -79,7 +79,7 @@ def ddp_step_fn(net):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo")
-    model = DDP(net)
+    model = DDP(net, bucket_cap_mb=4096) if args.method == "ddp-powersgd" else DDP(net)
     if args.method == "ddp-powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
