@@ -121,9 +121,13 @@ def more_steps():
 
 if replacement:
     take_step_from_rank_0()  # its init met the others' check: they made the group again, with it
-while more_steps():
-    current_step = step
+while True:
     try:
+        # Past --steps the wait's broadcast may be what a replacement's node coming back fails (4 x 1:
+        # its node lost every rank, and taking it back fails what is in flight on every rank).
+        if not more_steps():
+            break
+        current_step = step
         ok = train_step(step)
         time.sleep(args.sleep_ms / 1e3)
         if sdist.ranks_changed():
@@ -135,7 +139,8 @@ while more_steps():
         checked.append((step, ok, True))
         step += 1
         committed = copy.deepcopy(model.state_dict())
-    except RuntimeError as e:  # restore: a collective without the lost rank failed on every survivor
+    except RuntimeError as e:  # restore: a collective without the lost rank failed on every survivor;
+        # continue: a lost node taken back failed the collective in flight
         if "syncd" not in str(e):
             raise
         model.load_state_dict(committed)
