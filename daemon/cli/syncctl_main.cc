@@ -237,6 +237,9 @@ void PrintTable(const syncd::control::StatusReply& s) {
   if (s.compression() != "none" && !s.compression().empty())
     printf("compression %s between nodes for allreduces from %s that leave it to the daemon\n", s.compression().c_str(),
            Bytes(s.compression_min_bytes()).c_str());
+  for (const auto& c : s.compressed())
+    printf("compressed %lu allreduce tensors crossed the nodes in %s: %s as %s\n", (unsigned long)c.tensors(),
+           c.compression().c_str(), Bytes(c.tensor_bytes()).c_str(), Bytes(c.wire_bytes()).c_str());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
   printf("requests   %lu in flight", (unsigned long)s.open_requests());

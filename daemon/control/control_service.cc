@@ -258,6 +258,15 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   FillThroughput(*s, config_.fusion_threshold, r);
   r->set_compression(abi::CompressionName(config_.compression));
   r->set_compression_min_bytes(config_.compression_min_bytes);
+  for (uint32_t c = SYNCD_COMPRESSION_FP16; c < SYNCD_COMPRESSION_COUNT; ++c) {
+    const StatusSnapshot::Compressed& n = s->compressed[c];
+    if (n.tensors == 0) continue;
+    control::CompressedBytes* o = r->add_compressed();
+    o->set_compression(abi::CompressionName(c));
+    o->set_tensors(n.tensors);
+    o->set_tensor_bytes(n.tensor_bytes);
+    o->set_wire_bytes(n.wire_bytes);
+  }
   if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache, r->mutable_gpu());
   for (const ProcessSetSnapshot& p : s->process_sets) FillProcessSet(p, s->coord_mode, r->add_process_sets());
   // The global set's sections, where they were before there were sets.

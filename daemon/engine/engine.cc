@@ -547,6 +547,7 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->health_bytes = counters_.health_bytes;
   s->fused_tensors = counters_.fused_tensors;
   s->fusion_sizes = counters_.fusion_sizes;
+  s->compressed = counters_.compressed;
   s->stall_warnings = stall_warnings_;
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();

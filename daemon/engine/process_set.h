@@ -52,6 +52,8 @@ struct ExecutionCounters {
   FusionHistogram fusion_sizes;
   // Health reports this daemon sent to the others (engine/health.cc): messages and their bytes.
   uint64_t health_messages = 0, health_bytes = 0;
+  // By syncd_compression: allreduces whose inter-node hop ran compressed.
+  std::array<StatusSnapshot::Compressed, SYNCD_COMPRESSION_COUNT> compressed{};
 };
 
 // What a set needs from the engine that runs it.
@@ -254,7 +256,8 @@ class ProcessSet {
   // One node: enqueues GPU group `g`; its requests complete when the GPUs are done (PollGpu).
   void ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   StatusOr<uint64_t> EnqueueGpu(std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // `across`: the group ran across nodes (RunAcross), where a compressed allreduce casts.
+  void CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g, bool across = false);
   // The timeline: a group starts (its requests learn when and their group's number, returned);
   // a group ran from `t0` to now (`what`: kGroup, or kGpu from enqueue to done).
   uint32_t StartGroup(std::vector<ReadyTensor>& ready, const FusionGroup& g);

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "daemon/core/float_casts.h"
 #include "daemon/transport/host_collectives.h"
+#include "proto/status_names.h"
 
 namespace syncd {
 namespace {
@@ -133,7 +135,7 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       if (!st.ok()) co_return st;
       RecordGroup(ready, g, t0, id);
     }
-    CountExecuted(ready, g);
+    CountExecuted(ready, g, !f.gpu);
     CompleteRan(ready, g);
     for (size_t i : g) Recycle(ready[i].requests);  // done: nothing left to fail should the job break later
     hooks_.flush();
@@ -250,7 +252,7 @@ bool ProcessSet::PollGpu() {
   return did;
 }
 
-void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const FusionGroup& g, bool across) {
   if (ready[g.front()].requests.empty()) return;  // completed by whoever ran it (a registration)
   const Request& f = ready[g.front()].first();
   const Collective* kind = FindCollective(f.kind);
@@ -262,6 +264,16 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
     ++counters_->fused_ops;
     counters_->fused_tensors += g.size();
     counters_->fusion_sizes.Observe(kFusionBounds, double(g.size()));
+  }
+  // A group fuses one compression (FusionKey); its members crossed the nodes in the wire's dtype.
+  const syncd_dtype wire = WireDtype(f.compression, f.dtype);
+  if (!across || wire == f.dtype || f.compression >= SYNCD_COMPRESSION_COUNT) return;
+  StatusSnapshot::Compressed& c = counters_->compressed[f.compression];
+  for (size_t i : g) {
+    const uint64_t bytes = ready[i].first().bytes;
+    ++c.tensors;
+    c.tensor_bytes += bytes;
+    c.wire_bytes += bytes / abi::DtypeSize(f.dtype) * abi::DtypeSize(wire);
   }
 }
 

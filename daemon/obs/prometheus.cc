@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "daemon/base/version.h"
+#include "proto/status_names.h"
 
 namespace syncd {
 namespace {
@@ -150,6 +151,24 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
     }
   e->Family("syncd_fusion_group_tensors", "histogram", "Tensors per executed group of a kind that fuses.");
   e->Histogram("syncd_fusion_group_tensors", {}, kFusionBounds, s.fusion_sizes);
+  // fp16 and bf16 (NONE and DEFAULT never cast): whoever asked, a rank or --compression.
+  const struct {
+    const char* name;
+    const char* help;
+    uint64_t StatusSnapshot::Compressed::*field;
+  } compressed[] = {
+      {"syncd_compressed_tensors_total", "Allreduce tensors whose node's sum crossed the nodes compressed.",
+       &StatusSnapshot::Compressed::tensors},
+      {"syncd_compressed_tensor_bytes_total", "Those tensors' bytes at their own dtype (once per tensor).",
+       &StatusSnapshot::Compressed::tensor_bytes},
+      {"syncd_compressed_wire_bytes_total", "The same elements at the dtype they crossed the nodes in.",
+       &StatusSnapshot::Compressed::wire_bytes},
+  };
+  for (const auto& m : compressed) {
+    e->Family(m.name, "counter", m.help);
+    for (uint32_t c = SYNCD_COMPRESSION_FP16; c < SYNCD_COMPRESSION_COUNT; ++c)
+      e->Sample(m.name, {{"compression", abi::CompressionName(c)}}, s.compressed[c].*m.field);
+  }
   e->Metric("syncd_stalled_tensors", "gauge",
             "Tensors some ranks submitted and others not, and sends and receives waiting for their peer, for longer "
             "than --stall-warning-s.",

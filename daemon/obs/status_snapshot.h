@@ -3,6 +3,7 @@
 #ifndef SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
 #define SYNCD_DAEMON_OBS_STATUS_SNAPSHOT_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -17,6 +18,7 @@
 #include "daemon/obs/metrics.h"
 #include "daemon/obs/stragglers.h"
 #include "daemon/obs/timeline_writer.h"
+#include "syncd/client.h"
 
 namespace syncd {
 
@@ -132,6 +134,11 @@ struct StatusSnapshot {
 
   bool has_gpu = false;
   GpuStats gpu;
+  // By syncd_compression: allreduces whose inter-node hop ran compressed (ExecutionCounters).
+  struct Compressed {
+    uint64_t tensors = 0, tensor_bytes = 0, wire_bytes = 0;
+  };
+  std::array<Compressed, SYNCD_COMPRESSION_COUNT> compressed{};
 };
 
 }  // namespace syncd

@@ -24,6 +24,15 @@ int AllreduceAs(syncd_client* c, const std::string& name, void* data, syncd_dtyp
   return syncd_wait(c, h, 60'000);
 }
 
+// syncctl status's JSON entry for what a daemon compressed: `tensors` tensors, their float32 and
+// float64 bytes, and the bytes they crossed the nodes as.
+std::string CompressedEntry(const char* compression, uint64_t tensors, uint64_t f32_bytes, uint64_t f64_bytes,
+                            uint64_t wire_bytes) {
+  return std::string("{\"compression\":\"") + compression + "\",\"tensors\":\"" + std::to_string(tensors) +
+         "\",\"tensor_bytes\":\"" + std::to_string(f32_bytes + f64_bytes) + "\",\"wire_bytes\":\"" +
+         std::to_string(wire_bytes) + "\"}";
+}
+
 float ThroughWire(float v, syncd_compression compression) {
   return compression == SYNCD_COMPRESSION_FP16 ? HalfToFloat(FloatToHalf(v)) : Bfloat16ToFloat(FloatToBfloat16(v));
 }
@@ -86,6 +95,16 @@ TEST_P(Compressed, TheSumCrossesNodesInHalfPrecisionAndTheNodesReduceExactly) {
     return 0;
   });
   ExpectAllSucceeded(st);
+  // Each daemon counts the tensors whose sum it sent compressed: a float32 and a float64 tensor of
+  // 300,001 elements per compression, each as 300,001 halves; on one node, none.
+  const std::string status = SyncctlStatusJson(cluster.node(k.nodes - 1).run_dir());
+  if (k.nodes == 1) {
+    EXPECT_TRUE(Contains(status, "\"compressed\":[]")) << status;
+  } else {
+    for (const char* compression : {"fp16", "bf16"})
+      EXPECT_TRUE(Contains(status, CompressedEntry(compression, 2, 300'001 * 4, 300'001 * 8, 2 * 300'001 * 2)))
+          << compression << ": " << status;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Compressed,
@@ -161,6 +180,8 @@ TEST(Compression, TheDaemonsDefaultAppliesFromItsMinimumSizeOnAndAnExplicitChoic
   // syncctl status says so.
   const std::string status = SyncctlStatusJson(cluster.node(1).run_dir());
   EXPECT_TRUE(Contains(status, "\"compression\":\"bf16\",\"compression_min_bytes\":\"4096\"")) << status;
+  // Only "default.big" crossed compressed: 1,024 float32 as 1,024 bfloat16.
+  EXPECT_TRUE(Contains(status, "\"compressed\":[" + CompressedEntry("bf16", 1, 4096, 0, 2048) + "]")) << status;
 }
 
 }  // namespace

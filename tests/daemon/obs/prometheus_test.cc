@@ -87,6 +87,21 @@ TEST(PrometheusTest, RequestsInFlightByStateCarryTheSetAndTheState) {
   EXPECT_EQ(ValueOf(text, "syncd_request_oldest_seconds" + at + "\"executing\"}"), "0.25");
 }
 
+// fp16 and bf16 each: tensors, their bytes and the bytes they crossed the nodes as (zero included,
+// so that a dashboard's rate has a series from the start); NONE and DEFAULT never appear.
+TEST(PrometheusTest, CompressedBytesByCompression) {
+  StatusSnapshot s = Snapshot();
+  s.compressed[SYNCD_COMPRESSION_BF16] = {3, 12'000, 6'000};
+  const std::string text = RenderPrometheus(s);
+  const std::string node = "{job_id=\"42\",node=\"1\",compression=";
+  EXPECT_EQ(ValueOf(text, "syncd_compressed_tensors_total" + node + "\"bf16\"}"), "3");
+  EXPECT_EQ(ValueOf(text, "syncd_compressed_tensor_bytes_total" + node + "\"bf16\"}"), "12000");
+  EXPECT_EQ(ValueOf(text, "syncd_compressed_wire_bytes_total" + node + "\"bf16\"}"), "6000");
+  EXPECT_EQ(ValueOf(text, "syncd_compressed_wire_bytes_total" + node + "\"fp16\"}"), "0");
+  EXPECT_EQ(text.find("compression=\"none\""), std::string::npos);
+  EXPECT_EQ(text.find("compression=\"default\""), std::string::npos);
+}
+
 TEST(PrometheusTest, HistogramBucketsAreCumulativeAndEndAtCount) {
   const std::string text = RenderPrometheus(Snapshot());
   const std::string series = "syncd_collective_latency_seconds_bucket{job_id=\"42\",node=\"1\",process_set=\"0\",kind=\"allreduce\",";
