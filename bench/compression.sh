@@ -6,12 +6,17 @@
 # times: syncd uncompressed; syncd with fp16 and bf16 done by the daemons; Horovod's fp16 (cast in
 # the framework process); DDP over gloo, and DDP over gloo with torch's PowerSGD hook. Reports per
 # link, model and method the median step time, its speed-up over uncompressed syncd and the ranks'
-# CPU time per step; the last line is one JSON object with every run. Root (network namespaces).
+# CPU time per step. Then what compression does to training (--accuracy-epochs, 0: skip): the
+# quickstart's digits network (deploy/local/train_digits.py) trained on 2 nodes x 2 ranks over
+# loopback, uncompressed and with fp16 and bf16 by the daemons, from each of --accuracy-seeds'
+# initial parameters: held-out accuracy and final training loss. The last line is one JSON object with every run. Root (network namespaces).
 #   bench/compression.sh [--links 2.5,10] [--models resnet18,resnet50] [--methods ...] [--repeats 2]
-#                        [--steps 5] [--warmup 3] [--build build]
+#                        [--steps 5] [--warmup 3] [--accuracy-epochs 12]
+#                        [--accuracy-seeds 1234,1,2] [--build build]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 links=2.5,10 models=resnet18,resnet50 methods=none,fp16,bf16,fp16-framework,ddp,ddp-powersgd repeats=2 steps=5 warmup=3
+accuracy_epochs=12 accuracy_seeds=1234,1,2
 build="$here/../build"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -21,13 +26,15 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --accuracy-epochs) accuracy_epochs=$2; shift 2 ;;
+    --accuracy-seeds) accuracy_seeds=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) echo "compression.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
 out=$(mktemp)
-trap 'rm -f "$out" "$out.err" "$out.crashes"' EXIT
+trap 'rm -f "$out" "$out.err" "$out.crashes" "$out.accuracy"' EXIT
 run() {  # $1 link Gbit/s, $2 model, $3 method
   local gbit=$1 model=$2 method=$3 line
   local job=(/usr/bin/python3 "$here/compression.py" --method "$method" --model "$model" --steps "$steps"
@@ -61,11 +68,25 @@ for gbit in ${links//,/ }; do
     done
   done
 done
-touch "$out.crashes"
-/usr/bin/python3 - "$out" "$out.crashes" <<'PY'
+touch "$out.crashes" "$out.accuracy"
+for seed in $([ "$accuracy_epochs" -gt 0 ] && echo "${accuracy_seeds//,/ }"); do
+  for compression in none fp16 bf16; do
+    line=$("$build/bin/syncrun" -N 2 -n 4 --syncd-arg=--log-level=warn -- /usr/bin/python3 \
+      "$here/../deploy/local/train_digits.py" --compression "$compression" --epochs "$accuracy_epochs" \
+      --seed "$seed" --json --no-status --min-accuracy 0 2>"$out.err" | grep '^{' || true)
+    if [ -z "$line" ]; then
+      tail -20 "$out.err" >&2
+      echo "compression.sh: training the digits network with $compression (seed $seed) produced no result" >&2
+      exit 1
+    fi
+    echo "$line" >>"$out.accuracy"
+  done
+done
+/usr/bin/python3 - "$out" "$out.crashes" "$out.accuracy" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 crashes = [l.split() for l in open(sys.argv[2]) if l.strip()]
+trained = [json.loads(l) for l in open(sys.argv[3])]
 print("# 2 nodes x 2 ranks on emulated links; median step ms over the repeats (each a median of its steps)")
 print(f"{'link':>6} {'model':>9} {'method':>15} {'MiB':>6} {'step ms':>9} {'vs none':>8} {'rank CPU ms':>12}")
 table = []
@@ -85,5 +106,18 @@ for key in dict.fromkeys((r["label"], r["model"]) for r in runs):
               f"{(f'{speedup:.2f}x' if speedup else '-'):>8} {cpu:12.1f}")
 if crashes:
     print(f"# peer runs that crashed and were tried again: {len(crashes)} ({', '.join(c[0] for c in crashes)})")
-print(json.dumps({"bench": "compression", "results": table, "peer_crashes": [" ".join(c) for c in crashes]}))
+accuracy = [{k: t[k] for k in ("compression", "seed", "epochs", "steps", "accuracy_pct", "final_loss", "step_ms")}
+            for t in trained]
+if accuracy:
+    seeds = list(dict.fromkeys(a["seed"] for a in accuracy))
+    print(f"# the digits network, 2 nodes x 2 ranks over loopback, {accuracy[0]['epochs']} epochs; "
+          f"held-out accuracy and final training loss per seed ({', '.join(map(str, seeds))}), then their mean")
+    print(f"{'compression':>11} {'accuracy %':>24} {'mean':>6} {'final loss':>24} {'mean':>7}")
+    for c in dict.fromkeys(a["compression"] for a in accuracy):
+        mine = [a for a in accuracy if a["compression"] == c]
+        acc, loss = [a["accuracy_pct"] for a in mine], [a["final_loss"] for a in mine]
+        print(f"{c:>11} {' '.join(f'{v:.2f}' for v in acc):>24} {statistics.mean(acc):6.2f} "
+              f"{' '.join(f'{v:.4f}' for v in loss):>24} {statistics.mean(loss):7.4f}")
+print(json.dumps({"bench": "compression", "results": table, "peer_crashes": [" ".join(c) for c in crashes],
+                  "accuracy": accuracy}))
 PY

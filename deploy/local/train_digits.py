@@ -10,6 +10,8 @@ rank 0 prints per-epoch loss, held-out accuracy and samples/s. At the end each d
 Under load imbalance (--delay-ms 50,200: each step one rank, drawn with a seed every rank shares,
 sleeps that long) compare synchronous training with eager-SGD's partial allreduce:
     --partial solo|majority [--full-sync-every N]   (bench/partial_training.sh runs all three)
+With --compression fp16|bf16 the gradients' inter-node hop is compressed by the daemons
+(bench/compression.sh compares the held-out accuracy).
 """
 import argparse
 import json
@@ -53,6 +55,9 @@ def main():
     parser.add_argument("--full-sync-every", type=int, default=0, help="with --partial: average the models every N steps")
     parser.add_argument("--delay-ms", default="", help="LO,HI: each step one rank (the same on every rank) sleeps "
                                                        "uniformly LO..HI ms before its forward pass")
+    parser.add_argument("--compression", choices=["none", "fp16", "bf16"], default="none",
+                        help="the DistributedOptimizer's compression (hvd.Compression)")
+    parser.add_argument("--seed", type=int, default=1234, help="the model's initial parameters")
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
     parser.add_argument("--no-status", action="store_true", help="do not show syncctl status at the end")
     args = parser.parse_args()
@@ -60,7 +65,7 @@ def main():
 
     hvd.init()
     torch.set_num_threads(1)
-    torch.manual_seed(1234)
+    torch.manual_seed(args.seed)
     digits = load_digits()
     x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     y = torch.tensor(digits.target, dtype=torch.int64)
@@ -71,6 +76,7 @@ def main():
     model = DigitsNet()
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum),
                                          named_parameters=model.named_parameters(), partial=args.partial,
+                                         compression=getattr(hvd.Compression, args.compression),
                                          full_sync_every=args.full_sync_every if args.partial else 0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -79,7 +85,7 @@ def main():
               (hvd.size(), hvd.cross_size(), hvd.coord_mode(), len(y) - len(y_test), len(y_test)), flush=True)
         print("%5s %10s %10s %12s" % ("epoch", "loss", "accuracy", "samples/s"), flush=True)
 
-    accuracy, steps, train_s, naps, skipped = 0.0, 0, 0.0, [], 0
+    accuracy, loss, steps, train_s, naps, skipped = 0.0, 0.0, 0, 0.0, [], 0
     straggler = random.Random(4321)  # the same draws on every rank
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -110,9 +116,9 @@ def main():
             correct = (model(x_test).argmax(1) == y_test).sum().item()
         totals = hvd.allreduce(torch.tensor([loss_sum, seen, elapsed], dtype=torch.float64), op=hvd.Sum,
                                name="epoch_stats")
-        accuracy = correct / len(y_test)
+        accuracy, loss = correct / len(y_test), (totals[0] / totals[1]).item()
         if hvd.rank() == 0:
-            print("%5d %10.4f %9.2f%% %12.0f" % (epoch, totals[0] / totals[1], 100 * accuracy,
+            print("%5d %10.4f %9.2f%% %12.0f" % (epoch, loss, 100 * accuracy,
                                                  totals[1] / (totals[2] / hvd.size())), flush=True)
 
     # Each daemon's status while its ranks are attached, node by node.
@@ -131,6 +137,7 @@ def main():
             print(json.dumps({"bench": "digits", "mode": args.partial or "synchronous", "ranks": hvd.size(),
                               "nodes": hvd.cross_size(), "epochs": args.epochs, "steps": steps,
                               "step_ms": round(step_ms.item(), 2), "accuracy_pct": round(100 * accuracy, 2),
+                              "final_loss": round(loss, 5), "compression": args.compression, "seed": args.seed,
                               "mean_nap": round(sum(naps) / len(naps), 2) if naps else hvd.size(),
                               "delay_ms": args.delay_ms, "full_sync_every": args.full_sync_every,
                               "rounds_skipped_rank0": skipped}), flush=True)
