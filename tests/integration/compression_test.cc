@@ -109,7 +109,8 @@ TEST_P(Compressed, TheSumCrossesNodesInHalfPrecisionAndTheNodesReduceExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Compressed,
                          ::testing::Values(Case{2, 2, "negotiate"}, Case{2, 2, "gs"}, Case{2, 2, "nbcs"},
-                                           Case{3, 1, "negotiate"}, Case{1, 3, "negotiate"}),
+                                           Case{3, 1, "negotiate"}, Case{3, 1, "gs"}, Case{3, 1, "nbcs"},
+                                           Case{1, 3, "negotiate"}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local) + "_" +
                                   i.param.coord;
