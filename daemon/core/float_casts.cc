@@ -1,6 +1,7 @@
 #include "daemon/core/float_casts.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -13,11 +14,16 @@ namespace syncd {
 namespace {
 
 #if defined(__x86_64__)
-// Asked once (the CPU's feature bits are initialised first: this may run before constructors).
+// Asked once, of CPUID itself (clang 14's __builtin_cpu_supports knows no "f16c"): F16C and AVX,
+// and the OS saving the YMM registers (XGETBV: XMM and YMM state enabled).
 bool HasF16c() {
   static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    if (!(c & bit_F16C) || !(c & bit_AVX) || !(c & bit_OSXSAVE)) return false;
+    uint32_t lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 0x6u) == 0x6u;
   }();
   return has;
 }

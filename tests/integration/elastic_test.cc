@@ -567,9 +567,11 @@ INSTANTIATE_TEST_SUITE_P(Policies, DaemonRestart,
                          });
 
 // Under --on-loss fail the job ended with the loss; the restarted daemon joins the rendezvous again
-// all the same (node 0 reaches it at its new address) and the next job runs on every rank.
+// all the same (node 0 reaches it at its new address) and the next job runs on every rank. (Info
+// logs: in about one run of 40 beside a loaded neighbour the next job's tensor stayed in flight on
+// every rank; the logs, printed on failure, are what is needed to find why.)
 TEST(DaemonRestartOnLossFail, TheNextJobRunsWithTheRestartedDaemon) {
-  Cluster cluster(2, 2, {"--log-level", "error"});
+  Cluster cluster(2, 2, {"--log-level", "info"});
   ExpectTheNextJobSumsEveryRank(cluster);
   ASSERT_TRUE(cluster.node(1).Restart()) << cluster.node(1).Log();
   ExpectTheNextJobSumsEveryRank(cluster);
