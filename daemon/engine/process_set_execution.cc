@@ -266,8 +266,9 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
     counters_->fusion_sizes.Observe(kFusionBounds, double(g.size()));
   }
   // A group fuses one compression (FusionKey); its members crossed the nodes in the wire's dtype.
+  if (!across || f.compression <= SYNCD_COMPRESSION_NONE || f.compression >= SYNCD_COMPRESSION_COUNT) return;
   const syncd_dtype wire = WireDtype(f.compression, f.dtype);
-  if (!across || wire == f.dtype || f.compression >= SYNCD_COMPRESSION_COUNT) return;
+  if (wire == f.dtype) return;
   StatusSnapshot::Compressed& c = counters_->compressed[f.compression];
   for (size_t i : g) {
     const uint64_t bytes = ready[i].first().bytes;
