@@ -115,6 +115,9 @@ Status JoinPeers(const Config& config, JobLinks* job) {
   for (uint32_t n = 0; n < config.nodes; ++n)
     if (n != config.node_rank && n < table.hostnames.size() && table.hostnames[n] == host && n < table.pids.size())
       same_host_pids[n] = table.pids[n];
+  // A restarted daemon's predecessor may have left a peer's shared-memory FIFO unusable.
+  if (table.rejoined)
+    for (uint32_t n = 0; n < config.nodes; ++n) job->transport->AvoidSharedMemoryWith(n);
   SYNCD_RETURN_IF_ERROR(job->transport->Connect(table.ucx_addresses, same_host_pids));
   job->gpus_per_node = table.gpus;
   job->nccl_id = table.nccl_id;
@@ -161,6 +164,7 @@ RendezvousService::RejoinFn RejoinHook(Engine* engine) {
       reply->set_rejoin_slot(a.resume.slot);
       reply->set_rejoin_local_size(a.local_size);
       for (uint32_t n : a.resume.lost_nodes) reply->add_rejoin_lost_nodes(n);
+      reply->set_rejoined(true);
       return grpc::Status::OK;
     }
   };

@@ -145,6 +145,7 @@ StatusOr<JobTable> JoinJob(const std::string& rendezvous, const control::JoinReq
   table.rejoin_slot = reply.rejoin_slot();
   table.rejoin_local_size = reply.rejoin_local_size();
   table.rejoin_lost_nodes.assign(reply.rejoin_lost_nodes().begin(), reply.rejoin_lost_nodes().end());
+  table.rejoined = reply.rejoined();
   return table;
 }
 

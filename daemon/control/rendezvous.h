@@ -73,6 +73,7 @@ struct JobTable {
   uint64_t rejoin_job = 0;
   uint32_t rejoin_membership = 0, rejoin_slot = 0, rejoin_local_size = 0;
   std::vector<uint32_t> rejoin_lost_nodes;
+  bool rejoined = false;  // node 0 took this node back (JoinReply.rejoined)
 };
 
 // NCCL takes each GPU once per communicator, so a job whose daemons share a GPU (several

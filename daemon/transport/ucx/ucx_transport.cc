@@ -80,6 +80,7 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint
   if (ucp_worker_get_efd(t->worker_, &t->efd_) != UCS_OK) t->efd_ = -1;
   ucp_worker_release_address(t->worker_, addr);
   t->peer_lost_.assign(size, false);
+  t->no_shared_memory_.assign(size, false);
   t->peer_why_.assign(size, Status::Ok());
   return t;
 }
@@ -101,7 +102,8 @@ Status UcxTransport::ConnectPeer(uint32_t p, const std::string& address, int32_t
   // which would rule out shared memory (unless shared memory is ruled out anyway).
   const bool watched = options_.detect_peer_failure && !options_.peer_errors_everywhere && same_host_pid > 0 &&
                        watch_.Watch(p, same_host_pid);
-  const bool ucx_errors = options_.detect_peer_failure && (!watched || !options_.same_host_shared_memory);
+  const bool ucx_errors =
+      no_shared_memory_[p] || (options_.detect_peer_failure && (!watched || !options_.same_host_shared_memory));
   detection_[p] = uint8_t((watched ? 2 : 0) | (ucx_errors ? 1 : 0));
   peer_contexts_.push_back(std::make_unique<PeerContext>(PeerContext{this, p}));
   ucp_ep_params_t ep{};
@@ -122,6 +124,9 @@ Status UcxTransport::Reconnect(uint32_t peer, const std::string& address, int32_
                            std::to_string(rank_));
   if (!peer_lost_[peer])
     return Status(SYNCD_ERR_INVALID, "reconnect to node " + std::to_string(peer) + ": it was not lost");
+  // The old process may have died writing into this node's shared-memory FIFO, which then
+  // delivers nothing more: the new one is reached (and reaches this node) over TCP.
+  if (detection_[peer] == 2) AvoidSharedMemoryWith(peer);
   // What was posted for the old process ends (its owners saw the loss already).
   for (Slot& s : slots_)
     if (s.in_use && s.peer == peer && s.request != nullptr) {
@@ -154,6 +159,10 @@ Status UcxTransport::Reconnect(uint32_t peer, const std::string& address, int32_
   for (uint32_t p = 0; p < size_ && !peer_failure_; ++p)
     if (peer_lost_[p]) peer_failure_ = peer_why_[p];
   return ConnectPeer(peer, address, same_host_pid);
+}
+
+void UcxTransport::AvoidSharedMemoryWith(uint32_t peer) {
+  if (peer < no_shared_memory_.size()) no_shared_memory_[peer] = true;
 }
 
 void UcxTransport::StartClose() {

@@ -51,6 +51,11 @@ class UcxTransport final : public Transport {
   // first set on, whose messages may be here already (it sends them as soon as it has an
   // endpoint to this node, which may be before this node hears that it is back).
   Status Reconnect(uint32_t peer, const std::string& address, int32_t same_host_pid, uint32_t keep_slot) override;
+  // Endpoints to node `peer` made from now on never use shared memory (UCX error handling: TCP).
+  // A daemon killed while it wrote into a peer's shared-memory FIFO leaves a slot reserved and never
+  // filled, after which that peer receives nothing more through the FIFO: the daemon that replaces
+  // it (a rejoin) reaches its peers without it, and Reconnect does the same toward it.
+  void AvoidSharedMemoryWith(uint32_t peer);
   // How node `peer`'s failures are detected: "ucx" (endpoint error handling), "pidfd", "pidfd+ucx"
   // or "none".
   const char* failure_detection(uint32_t peer) const;
@@ -131,6 +136,7 @@ class UcxTransport final : public Transport {
   std::vector<std::unique_ptr<PeerContext>> peer_contexts_;
   std::vector<bool> peer_lost_;
   std::vector<uint8_t> detection_;  // per peer: 0 none, 1 ucx, 2 pidfd, 3 both
+  std::vector<bool> no_shared_memory_;  // per peer: AvoidSharedMemoryWith
   std::vector<bool> force_closed_;  // per peer, by StartClose
   ProcessWatch watch_;
   uint64_t next_watch_check_ns_ = 0;

@@ -521,16 +521,20 @@ TEST(LoopbackTransport, OnePollRunsATaskThroughWaitsThatAreAlreadySatisfied) {
 // on after losing a daemon (--on-loss continue|restore): a daemon killed while it wrote into a
 // peer's shared-memory FIFO leaves that FIFO blocked for good (the survivors of a 3-node job hung,
 // 1 run in about 150), so such peers talk over TCP, with UCX's error handling besides the pidfd.
+// The same between a restarted daemon and the node that took it back (AvoidSharedMemoryWith),
+// whatever the job's policy: its predecessor may have left that node's FIFO blocked.
 TEST(UcxTransport, SameHostPeersUseSharedMemoryOnlyWhereALostPeerCannotBlockIt) {
-  for (const bool shared_memory : {true, false}) {
-    SCOPED_TRACE(shared_memory ? "shared memory allowed" : "shared memory ruled out");
+  for (const int how : {0, 1, 2}) {
+    const bool shared_memory = how == 0;
+    SCOPED_TRACE(how == 0 ? "shared memory allowed" : how == 1 ? "shared memory ruled out" : "a restarted peer");
     UcxOptions options;
-    options.same_host_shared_memory = shared_memory;
+    options.same_host_shared_memory = how != 1;
     Group g;
     std::vector<std::string> addrs;
     for (uint32_t r = 0; r < 2; ++r) {
       auto t = UcxTransport::Create(r, 2, options);
       ASSERT_TRUE(t.ok()) << t.status().ToString();
+      if (how == 2) (*t)->AvoidSharedMemoryWith(1 - r);
       addrs.push_back((*t)->address());
       g.ucx.push_back(t->get());
       g.members.push_back(std::move(t.value()));
