@@ -61,7 +61,11 @@ int Client::RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* pl
     if (op.tensor != nullptr && op.memory != SYNCD_MEMORY_HOST && op.memory != SYNCD_MEMORY_GPU)
       return Fail(SYNCD_ERR_INVALID, "graph: tensor '" + tensor + "': unknown memory kind " + std::to_string(int(op.memory)) +
                                          " (SYNCD_MEMORY_HOST or SYNCD_MEMORY_GPU)");
-    w.Op(op.tensor != nullptr, op.dtype, op.op, op.count, name, tensor, op.tensor != nullptr ? uint32_t(op.memory) : 0);
+    if (op.tensor != nullptr && (op.compression < 0 || op.compression >= SYNCD_COMPRESSION_COUNT))
+      return Fail(SYNCD_ERR_INVALID, "graph: tensor '" + tensor + "': unknown compression " +
+                                         std::to_string(int(op.compression)));
+    w.Op(op.tensor != nullptr, op.dtype, op.op, op.count, name, tensor, op.tensor != nullptr ? uint32_t(op.memory) : 0,
+         op.tensor != nullptr ? uint32_t(op.compression) : 0);
   }
   for (size_t i = 0; i < g->num_edges; ++i) w.Edge(g->edges[2 * i], g->edges[2 * i + 1]);
   for (size_t i = 0; i < g->num_fetches; ++i) w.Fetch(g->fetches[i]);

@@ -295,9 +295,6 @@ StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
     return InvalidArgument("node-rank " + std::to_string(c.node_rank) + " is not below nodes " + std::to_string(c.nodes));
   if (c.nodes > 1 && c.local_size == 0)
     return InvalidArgument("local-size is required when nodes > 1 (every node must run the same number of ranks)");
-  if (c.coord == abi::CoordMode::kTopo && c.compression != SYNCD_COMPRESSION_NONE)
-    return InvalidArgument("compression: TOPO plans do not carry a compression yet; use --compression none with "
-                           "--coord topo");
   return c;
 }
 

@@ -33,10 +33,15 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
   return Status::Ok();
 }
 
+uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_bytes, uint64_t bytes, bool gpu,
+                            syncd_dtype dtype) {
+  if (gpu || (dtype != SYNCD_FLOAT32 && dtype != SYNCD_FLOAT64)) return SYNCD_COMPRESSION_NONE;
+  if (asked == SYNCD_COMPRESSION_DEFAULT) return uint8_t(bytes >= min_bytes ? fallback : uint32_t(SYNCD_COMPRESSION_NONE));
+  return uint8_t(asked);
+}
+
 void ResolveCompression(uint32_t fallback, uint64_t min_bytes, bool gpu, Request* r) {
-  if (r->compression == SYNCD_COMPRESSION_DEFAULT)
-    r->compression = uint8_t(r->bytes >= min_bytes ? fallback : uint32_t(SYNCD_COMPRESSION_NONE));
-  if (gpu || (r->dtype != SYNCD_FLOAT32 && r->dtype != SYNCD_FLOAT64)) r->compression = SYNCD_COMPRESSION_NONE;
+  r->compression = ResolvedCompression(r->compression, fallback, min_bytes, r->bytes, gpu, r->dtype);
 }
 
 std::string Collective::Disagreement(const std::vector<Request>& requests) const { return SameShape(requests); }

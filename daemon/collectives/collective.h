@@ -87,6 +87,9 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
 // request's, or for DEFAULT `fallback` (the daemon's --compression) when the tensor has at least
 // `min_bytes`; NONE for GPU tensors and for dtypes other than float32 and float64.
 void ResolveCompression(uint32_t fallback, uint64_t min_bytes, bool gpu, Request* r);
+// The same for a tensor of `bytes` that asked for `asked` (a TOPO graph's collective).
+uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_bytes, uint64_t bytes, bool gpu,
+                            syncd_dtype dtype);
 
 // What a GPU execution runs with.
 struct OnGpus {

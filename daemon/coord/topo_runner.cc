@@ -35,8 +35,9 @@ Status TopoRunner::Add(ReadyTensor* t) {
     why = std::string("reduce op ") + abi::ReduceOpName(r.op) + ", the plan says " + abi::ReduceOpName(p.op);
   else if (r.gpu != p.gpu)
     why = std::string(r.gpu ? "GPU" : "host") + " memory, the plan says " + (p.gpu ? "GPU" : "host") + " memory";
-  else if (r.compression > SYNCD_COMPRESSION_NONE)
-    why = std::string(abi::CompressionName(r.compression)) + " compression, which TOPO plans do not carry yet";
+  else if (r.compression != p.compression)
+    why = std::string("compression ") + abi::CompressionName(r.compression) + ", the plan says " +
+          abi::CompressionName(p.compression);
   else if (held_[i])
     why = "it was submitted again before its group ran";
   if (!why.empty())

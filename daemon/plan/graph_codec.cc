@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "proto/graph_wire.h"
+#include "proto/status_names.h"
 
 namespace syncd {
 namespace {
@@ -54,10 +55,11 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
   g.ops.resize(ops);
   for (uint32_t i = 0; i < ops; ++i) {
     GraphOp& op = g.ops[i];
-    uint8_t collective = 0, dtype = 0, reduce = 0, memory = 0;
+    uint8_t collective = 0, dtype = 0, reduce = 0, memory = 0, compression = 0;
     uint16_t name_len = 0, tensor_len = 0;
-    if (!rd.Get(&collective) || !rd.Get(&dtype) || !rd.Get(&reduce) || !rd.Get(&memory) || !rd.Get(&op.count) ||
-        !rd.Get(&name_len) || !rd.Get(&tensor_len) || !rd.Text(name_len, &op.name) || !rd.Text(tensor_len, &op.tensor))
+    if (!rd.Get(&collective) || !rd.Get(&dtype) || !rd.Get(&reduce) || !rd.Get(&memory) || !rd.Get(&compression) ||
+        !rd.Get(&op.count) || !rd.Get(&name_len) || !rd.Get(&tensor_len) || !rd.Text(name_len, &op.name) ||
+        !rd.Text(tensor_len, &op.tensor))
       return Bad("truncated at operation " + std::to_string(i));
     const std::string what = "operation " + std::to_string(i) + (op.name.empty() ? "" : " ('" + op.name + "')");
     if (collective > 1) return Bad(what + ": collective flag " + std::to_string(collective));
@@ -65,6 +67,7 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
     if (!op.collective) {
       if (!op.tensor.empty()) return Bad(what + " names tensor '" + op.tensor + "' but is not a collective");
       if (memory != 0) return Bad(what + " names a memory kind but is not a collective");
+      if (compression != 0) return Bad(what + " names a compression but is not a collective");
       continue;
     }
     if (memory > 1) return Bad(what + ": unknown memory kind " + std::to_string(memory) + " (0 host, 1 GPU)");
@@ -75,6 +78,11 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
       return Bad(what + ": tensor name must have 1.." + std::to_string(SYNCD_MAX_NAME) + " bytes and no NUL");
     op.dtype = syncd_dtype(dtype);
     op.op = syncd_reduce_op(reduce);
+    if (compression >= SYNCD_COMPRESSION_COUNT) return Bad(what + ": unknown compression " + std::to_string(compression));
+    if (op.gpu && compression > SYNCD_COMPRESSION_NONE)
+      return Bad(what + ": " + abi::CompressionName(compression) +
+                 " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
+    op.compression = compression;  // as asked: the daemon resolves DEFAULT as for a submission
   }
   g.edges.resize(edges);
   for (uint32_t i = 0; i < edges; ++i)

@@ -57,13 +57,16 @@ def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=
 
 
 def graph():
-    # (collective, dtype, op, memory: 0 host 1 GPU, count, name, tensor); proto/graph_wire.h version 2
-    ops = [(0, 6, 0, 0, 0, "forward", ""), (0, 6, 0, 0, 0, "backward", ""), (1, 6, 1, 0, 1000, "allreduce.w", "grad.w"),
-           (1, 6, 1, 1, 10, "allreduce.b", "grad.b"), (0, 6, 0, 0, 0, "step", "")]
+    # (collective, dtype, op, memory: 0 host 1 GPU, compression, count, name, tensor); proto/graph_wire.h
+    # version 3
+    ops = [(0, 6, 0, 0, 0, 0, "forward", ""), (0, 6, 0, 0, 0, 0, "backward", ""),
+           (1, 6, 1, 0, 2, 1000, "allreduce.w", "grad.w"), (1, 6, 1, 1, 0, 10, "allreduce.b", "grad.b"),
+           (0, 6, 0, 0, 0, 0, "step", "")]
     edges = [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4)]
-    out = struct.pack("<6I", 0x47504F54, 2, len(ops), len(edges), 1, 0)
-    for coll, dt, op, memory, count, name, tensor in ops:
-        out += struct.pack("<BBBBQHH", coll, dt, op, memory, count, len(name), len(tensor)) + name.encode() + tensor.encode()
+    out = struct.pack("<6I", 0x47504F54, 3, len(ops), len(edges), 1, 0)
+    for coll, dt, op, memory, compression, count, name, tensor in ops:
+        out += struct.pack("<BBBBBQHH", coll, dt, op, memory, compression, count, len(name), len(tensor)) + \
+            name.encode() + tensor.encode()
     for p, c in edges:
         out += struct.pack("<II", p, c)
     return out + struct.pack("<I", 4)

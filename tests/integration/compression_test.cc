@@ -9,6 +9,7 @@
 
 #include "daemon/core/reduce_kernels.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/model_graph.h"
 
 namespace syncd::testing {
 namespace {
@@ -183,6 +184,79 @@ TEST(Compression, TheDaemonsDefaultAppliesFromItsMinimumSizeOnAndAnExplicitChoic
   EXPECT_TRUE(Contains(status, "\"compression\":\"bf16\",\"compression_min_bytes\":\"4096\"")) << status;
   // Only "default.big" crossed compressed: 1,024 float32 as 1,024 bfloat16.
   EXPECT_TRUE(Contains(status, "\"compressed\":[" + CompressedEntry("bf16", 1, 4096, 0, 2048) + "]")) << status;
+}
+
+// --coord topo: the registered graph carries each gradient's compression (fp16, bf16, none here);
+// plan-driven steps cast exactly as negotiated ones (the two-node model), a group never mixes
+// compressions, and no tensor falls back to negotiation.
+TEST(Compression, TopoPlansCarryEachTensorsCompression) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--coord", "topo", "--fusion-threshold", "1M"});
+  static const std::vector<int64_t> kCounts = {300'001, 1'000, 5'000};
+  static const syncd_compression kAsked[] = {SYNCD_COMPRESSION_FP16, SYNCD_COMPRESSION_BF16, SYNCD_COMPRESSION_NONE};
+  constexpr int kSteps = 3;
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    ModelGraph model(kCounts, SYNCD_FLOAT32);
+    const size_t first_allreduce = 2 * kCounts.size() + 1;  // ModelGraph's op numbering
+    for (size_t i = 0; i < kCounts.size(); ++i) model.ops[first_allreduce + i].compression = kAsked[i];
+    CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: %s", rank,
+                syncd_last_error());
+    std::vector<std::vector<float>> grads(kCounts.size());
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<syncd_handle> hs(kCounts.size());
+      for (size_t i = kCounts.size(); i-- > 0;) {  // backward: the last layer's first
+        grads[i].resize(size_t(kCounts[i]));
+        for (size_t k = 0; k < grads[i].size(); ++k) grads[i][k] = float(Input(rank, k + size_t(step)));
+        const std::string name = "grad." + std::to_string(i);
+        syncd_tensor t{name.c_str(), grads[i].data(), SYNCD_FLOAT32, 1, &kCounts[i], 0};
+        CHILD_CHECK(syncd_allreduce_compressed_async(c, &t, SYNCD_SUM, 1.0, 1.0, kAsked[i], &hs[i]) == SYNCD_OK, "%s",
+                    syncd_last_error());
+      }
+      for (size_t i = 0; i < kCounts.size(); ++i) {
+        CHILD_CHECK(syncd_wait(c, hs[i], 60'000) == SYNCD_OK, "step %d grad.%zu: %s", step, i, syncd_last_error());
+        for (size_t k = 0; k < grads[i].size(); ++k) {
+          const size_t e = k + size_t(step);
+          const float want = kAsked[i] == SYNCD_COMPRESSION_NONE
+                                 ? (float(Input(0, e)) + float(Input(1, e))) + (float(Input(2, e)) + float(Input(3, e)))
+                                 : TwoNodeSum(e, 2, kAsked[i]);
+          CHILD_CHECK(grads[i][k] == want, "step %d grad.%zu[%zu]: got %.9g, want %.9g", step, i, k, grads[i][k], want);
+        }
+      }
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  const std::string status = SyncctlStatusJson(cluster.node(1).run_dir());
+  EXPECT_TRUE(Contains(status, "\"in_use\":true")) << status;
+  EXPECT_EQ(JsonNumber(status, "fallback_tensors"), 0u) << status;
+  EXPECT_EQ(JsonNumber(status, "plan_groups"), 3u) << "grad.1 and grad.2 fit in one 1 MiB group but for compression";
+  EXPECT_TRUE(Contains(status, CompressedEntry("fp16", kSteps, kSteps * 300'001 * 4, 0, kSteps * 300'001 * 2))) << status;
+  EXPECT_TRUE(Contains(status, CompressedEntry("bf16", kSteps, kSteps * 1'000 * 4, 0, kSteps * 1'000 * 2))) << status;
+}
+
+// A tensor submitted with another compression than the plan's fails every rank, naming both.
+TEST(Compression, ATensorAskingForAnotherCompressionThanThePlanFailsEveryRank) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    static const std::vector<int64_t> kCounts = {1'000};
+    ModelGraph model(kCounts, SYNCD_FLOAT32);
+    model.ops[3].compression = SYNCD_COMPRESSION_FP16;  // the one allreduce (2L + 1)
+    int rc = syncd_register_graph(c, &model.graph, 30'000, nullptr);
+    if (rc == SYNCD_OK) {  // else node 1 aborted the job before node 0's registration finished
+      std::vector<float> v(1'000, 1.0f);
+      syncd_tensor t{"grad.0", v.data(), SYNCD_FLOAT32, 1, &kCounts[0], 0};
+      syncd_handle h;
+      rc = syncd_allreduce_compressed_async(c, &t, SYNCD_SUM, 1.0, 1.0,
+                                            rank == 1 ? SYNCD_COMPRESSION_BF16 : SYNCD_COMPRESSION_FP16, &h);
+      if (rc == SYNCD_OK) rc = syncd_wait(c, h, 20'000);
+    }
+    CHILD_CHECK(rc != SYNCD_OK, "rank %d: a tensor against the plan ran", rank);
+    CHILD_CHECK(Contains(syncd_last_error(), "grad.0") && Contains(syncd_last_error(), "TOPO plan"), "rank %d: %s",
+                rank, syncd_last_error());
+    if (rank == 1)
+      CHILD_CHECK(Contains(syncd_last_error(), "compression bf16, the plan says fp16"), "%s", syncd_last_error());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
 }
 
 }  // namespace

@@ -352,6 +352,9 @@ typedef struct syncd_graph_op {
   uint64_t count; /* elements */
   syncd_reduce_op op;
   syncd_memory memory; /* a collective's tensor; 0 (zero-initialised): host */
+  /* a host float32/float64 collective's inter-node hop, as its submissions ask
+   * (syncd_allreduce_compressed_async); 0 (zero-initialised): DEFAULT, the daemon's --compression */
+  syncd_compression compression;
 } syncd_graph_op;
 
 typedef struct syncd_graph {

@@ -289,16 +289,17 @@ class PyClient {
     return true;
   }
 
-  // ops: (name, tensor or None, dtype, count, op, gpu); edges: (producer, consumer).
+  // ops: (name, tensor or None, dtype, count, op, gpu, compression); edges: (producer, consumer).
   uint64_t RegisterGraph(
-      const std::vector<std::tuple<std::string, std::optional<std::string>, int, uint64_t, int, bool>>& ops,
+      const std::vector<std::tuple<std::string, std::optional<std::string>, int, uint64_t, int, bool, int>>& ops,
       const std::vector<std::pair<uint32_t, uint32_t>>& edges, const std::vector<uint32_t>& fetches,
       int64_t timeout_ms) {
     std::vector<syncd_graph_op> gops(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
-      const auto& [name, tensor, dtype, count, op, gpu] = ops[i];
+      const auto& [name, tensor, dtype, count, op, gpu, compression] = ops[i];
       gops[i] = syncd_graph_op{name.c_str(), tensor ? tensor->c_str() : nullptr, syncd_dtype(dtype), count,
-                               syncd_reduce_op(op), gpu ? SYNCD_MEMORY_GPU : SYNCD_MEMORY_HOST};
+                               syncd_reduce_op(op), gpu ? SYNCD_MEMORY_GPU : SYNCD_MEMORY_HOST,
+                               syncd_compression(compression)};
     }
     std::vector<uint32_t> flat;
     flat.reserve(2 * edges.size());

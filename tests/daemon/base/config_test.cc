@@ -69,7 +69,7 @@ TEST(Config, EveryOtherModeIsParsedOnceIntoItsValue) {
   EXPECT_EQ(bad.status().message(), "from SYNCD_UCX_PEER_ERRORS: ucx-peer-errors: expected auto, on or off, got 'sometimes'");
 }
 
-TEST(Config, CompressionIsParsedWithItsMinimumAndRefusedUnderTopo) {
+TEST(Config, CompressionIsParsedWithItsMinimumAndTakenUnderTopo) {
   auto def = BuildConfig({}, {});
   ASSERT_TRUE(def.ok()) << def.status().ToString();
   EXPECT_EQ(def->compression, SYNCD_COMPRESSION_NONE);
@@ -81,9 +81,10 @@ TEST(Config, CompressionIsParsedWithItsMinimumAndRefusedUnderTopo) {
   auto bad = BuildConfig({{"compression", "int8"}}, {});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "compression: expected none, fp16 or bf16, got 'int8'");
+  // TOPO plans carry each tensor's compression, the daemon's default resolved as for a submission.
   auto topo = BuildConfig({{"compression", "fp16"}, {"coord", "topo"}}, {});
-  ASSERT_FALSE(topo.ok());
-  EXPECT_NE(topo.status().message().find("TOPO plans do not carry a compression yet"), std::string::npos);
+  ASSERT_TRUE(topo.ok()) << topo.status().ToString();
+  EXPECT_EQ(topo->compression, SYNCD_COMPRESSION_FP16);
 }
 
 TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {

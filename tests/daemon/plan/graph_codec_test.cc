@@ -7,10 +7,10 @@
 namespace syncd {
 namespace {
 
-std::string SmallGraph(uint32_t memory = 0) {
+std::string SmallGraph(uint32_t memory = 0, uint32_t compression = 0) {
   abi::GraphWriter w(3, 2, 1);
   w.Op(false, 0, 0, 0, "backward", "");
-  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w", memory);
+  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w", memory, compression);
   w.Op(false, 0, 0, 0, "apply", "");
   w.Edge(0, 1);
   w.Edge(1, 2);
@@ -53,7 +53,37 @@ TEST(GraphCodec, ACollectiveNamesItsTensorsMemory) {
   // Version 1 had no memory byte: a client that old is refused, not read as host memory.
   std::string v1 = SmallGraph();
   v1[4] = 1;
-  EXPECT_EQ(DecodeGraph(v1.data(), v1.size()).status().message(), "graph: encoding version 1, this daemon reads 2");
+  EXPECT_EQ(DecodeGraph(v1.data(), v1.size()).status().message(), "graph: encoding version 1, this daemon reads 3");
+}
+
+// Version 3: a collective says what its submissions ask for (DEFAULT kept: the daemon resolves
+// it as for a submission); a compressed GPU tensor, an unknown compression and a compression on
+// an operation that is no collective are refused, named. Version 2 (no compression byte) is refused.
+TEST(GraphCodec, ACollectiveNamesItsCompression) {
+  for (uint32_t c = SYNCD_COMPRESSION_DEFAULT; c < SYNCD_COMPRESSION_COUNT; ++c) {
+    const std::string bytes = SmallGraph(0, c);
+    StatusOr<Graph> g = DecodeGraph(bytes.data(), bytes.size());
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    EXPECT_EQ(g->ops[1].compression, c);
+    EXPECT_EQ(g->ops[0].compression, SYNCD_COMPRESSION_NONE);
+  }
+  const std::string gpu = SmallGraph(1, SYNCD_COMPRESSION_FP16);
+  EXPECT_EQ(DecodeGraph(gpu.data(), gpu.size()).status().message(),
+            "graph: operation 1 ('allreduce_w'): fp16 compression of GPU tensors is not supported yet (NCCL moves "
+            "them as they are)");
+  const std::string gpu_none = SmallGraph(1, SYNCD_COMPRESSION_NONE);
+  EXPECT_TRUE(DecodeGraph(gpu_none.data(), gpu_none.size()).ok());
+  const std::string unknown = SmallGraph(0, SYNCD_COMPRESSION_COUNT);
+  EXPECT_EQ(DecodeGraph(unknown.data(), unknown.size()).status().message(),
+            "graph: operation 1 ('allreduce_w'): unknown compression 4");
+  abi::GraphWriter w(1, 0, 1);
+  w.Op(false, 0, 0, 0, "relu", "", 0, SYNCD_COMPRESSION_BF16);
+  w.Fetch(0);
+  EXPECT_EQ(DecodeGraph(w.bytes().data(), w.bytes().size()).status().message(),
+            "graph: operation 0 ('relu') names a compression but is not a collective");
+  std::string v2 = SmallGraph();
+  v2[4] = 2;
+  EXPECT_EQ(DecodeGraph(v2.data(), v2.size()).status().message(), "graph: encoding version 2, this daemon reads 3");
 }
 
 TEST(GraphCodec, EveryTruncationFailsCleanly) {

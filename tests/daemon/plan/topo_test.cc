@@ -136,6 +136,29 @@ TEST(PlanTopo, MemoryCutsGroupsAndIsInTheHashAndTheDescription) {
   EXPECT_EQ(DescribePlan({int64_t(gpu->hash)}), std::string("plan ") + hex);
 }
 
+// A group fuses one compression (the fusion key's): b compressed alone cuts it; the plan carries
+// each tensor's, and the hash tells a compressed plan from an uncompressed one.
+TEST(PlanTopo, CompressionCutsGroupsAndIsInTheHash) {
+  Graph g = ThreeTensors(true);
+  auto plain = PlanTopo(g, 1000);
+  g.ops[1].compression = SYNCD_COMPRESSION_FP16;  // b
+  auto fp16 = PlanTopo(g, 1000);
+  ASSERT_TRUE(plain.ok() && fp16.ok());
+  EXPECT_EQ(plain->group_begin, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(Names(*fp16), (std::vector<std::string>{"a", "b", "d"}));
+  EXPECT_EQ(fp16->group_begin, (std::vector<uint32_t>{0, 1, 2})) << "b is compressed: alone, and d follows it";
+  EXPECT_EQ(fp16->tensors[1].compression, SYNCD_COMPRESSION_FP16);
+  EXPECT_EQ(fp16->tensors[0].compression, SYNCD_COMPRESSION_NONE);
+  for (PlannedTensor& t : fp16->tensors) t.compression = SYNCD_COMPRESSION_NONE;
+  fp16->group_begin = plain->group_begin;
+  EXPECT_EQ(PlanHash(*fp16), plain->hash) << "the same plan but for b's compression";
+  g.ops[0].compression = g.ops[1].compression = g.ops[3].compression = SYNCD_COMPRESSION_BF16;  // a, b, d
+  auto bf16 = PlanTopo(g, 1000);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(bf16->group_begin, plain->group_begin) << "all alike: one group again";
+  EXPECT_NE(bf16->hash, plain->hash);
+}
+
 TEST(PlanTopo, OpsNoFetchNeedsAreLeftOut) {
   Graph g;
   const uint32_t used = AddCollective(g, "used");

@@ -1,9 +1,9 @@
 """One rank of a small training job; writes its final parameters to <out>/rank<r>.pt.
 
-    train_steps.py OUT STEPS [cuda] [metric]
+    train_steps.py OUT STEPS [cuda] [metric] [fp16]
 
 cuda: the model and its gradients on the GPU (deterministic kernels). metric: each step also
-averages the loss, a tensor outside the TOPO plan. Used by test_jobs.py to compare --coord modes:
+averages the loss, a tensor outside the TOPO plan. fp16: DistributedOptimizer(compression=fp16). Used by test_jobs.py to compare --coord modes:
 the same job must end bit-identical."""
 import json
 import os
@@ -20,6 +20,7 @@ out = sys.argv[1]
 steps = int(sys.argv[2])
 cuda = "cuda" in sys.argv[3:]
 metric = "metric" in sys.argv[3:]
+compression = hvd.Compression.fp16 if "fp16" in sys.argv[3:] else hvd.Compression.none
 hvd.init()
 torch.manual_seed(0)
 device = torch.device("cuda") if cuda else torch.device("cpu")
@@ -29,7 +30,7 @@ if cuda:
 model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
                             torch.nn.Linear(4 * 6 * 6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)).to(device)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters(), compression=compression)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 for step in range(steps):
     g = torch.Generator().manual_seed(step * 100 + hvd.rank())

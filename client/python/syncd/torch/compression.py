@@ -2,11 +2,11 @@
 
 Compression.fp16 and Compression.bf16 on host float32/float64 tensors are done by the daemons, on
 their own cores and on the inter-node hop only: the ranks of a node reduce exactly, the sum
-crosses the nodes in half precision and comes back in the tensor's dtype. Elsewhere (CUDA tensors,
-other dtypes, --coord topo) the framework process casts before and after, as Horovod does."""
+crosses the nodes in half precision and comes back in the tensor's dtype (under --coord topo too:
+the plan carries each tensor's compression). Elsewhere (CUDA tensors, other dtypes) the framework
+process casts before and after, as Horovod does."""
 import torch
 
-from syncd.torch import basics
 
 # syncd_compression (syncd/client.h).
 DAEMON_DEFAULT, NONE, FP16, BF16 = 0, 1, 2, 3
@@ -71,6 +71,6 @@ def daemon_compression(compression, tensor):
     daemon's --compression) where `compression` runs in this process (compress/decompress) or is
     none."""
     if (getattr(compression, "daemon", None) is None or tensor.is_cuda
-            or tensor.dtype not in (torch.float32, torch.float64) or basics.coord_mode() == "topo"):
+            or tensor.dtype not in (torch.float32, torch.float64)):
         return DAEMON_DEFAULT
     return compression.daemon

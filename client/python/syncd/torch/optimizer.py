@@ -216,7 +216,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         handle = _allreduce_async(compressed, compressed, name, self.op, prescale, postscale,
                                   _ps(self.process_set), on_daemon)
         if self._recorder is not None:
-            self._recorder.submitted(p, "allreduce." + name, compressed)
+            self._recorder.submitted(p, "allreduce." + name, compressed, on_daemon)
         return handle, ctx
 
     def _make_hook(self, p):

@@ -4,7 +4,7 @@ Under `syncd --coord topo`, DistributedOptimizer records its first step:
 - the graph autograd will run, taken from the loss handed to the first backward() (walking
   grad_fn.next_functions; each AccumulateGrad node is mapped to its parameter), and
 - each gradient's allreduce as it was submitted (name, dtype after compression, elements, op,
-  host or GPU memory), in the order gradients became ready.
+  host or GPU memory, the compression the daemons apply), in the order gradients became ready.
 At the end of that step it registers the graph with the daemon (syncd_register_graph). Every
 rank records the same model, so every daemon computes the same plan; from the second step on the
 daemons issue the planned fusion groups in plan order with no negotiation.
@@ -75,11 +75,12 @@ class GraphRecorder:
             self._nodes.append(node)
         return i
 
-    def submitted(self, p, name, tensor):
+    def submitted(self, p, name, tensor, compression=0):
+        """`compression`: the syncd_compression the allreduce asked the daemons for."""
         if self.registered or p in self._submissions:
             return
         self._submissions[p] = (name, basics._DTYPES[tensor.dtype], tensor.numel(), self._optimizer.op,
-                                tensor.is_cuda)
+                                tensor.is_cuda, compression)
         self._ready.append(p)
 
     def step_done(self):
@@ -103,7 +104,7 @@ class GraphRecorder:
         for node in self._nodes:
             p = param_of.get(node)
             if p is None:
-                ops.append((node.name(), None, 0, 0, 0, False))
+                ops.append((node.name(), None, 0, 0, 0, False, 0))
             else:
                 ops.append((node.name(),) + self._submissions[p])
         edges = list(self._edges)
