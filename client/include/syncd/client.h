@@ -160,7 +160,8 @@ SYNCD_API int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int 
  * float64; other dtypes travel as they are. Every rank of the collective must ask for the same: a
  * mismatch fails on every rank, naming the tensor and the ranks. DEFAULT: the daemon's
  * --compression, for tensors of at least --compression-min-bytes (syncd_allreduce_async asks for
- * it). Not yet part of TOPO plans (--coord topo refuses a compressed tensor). */
+ * it). Under --coord topo the registered graph carries each tensor's (syncd_graph_op.compression)
+ * and a submission must ask for the same. */
 typedef enum syncd_compression {
   SYNCD_COMPRESSION_DEFAULT = 0,
   SYNCD_COMPRESSION_NONE = 1,
