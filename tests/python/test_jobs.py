@@ -220,7 +220,8 @@ def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(
     had lost its every rank: the daemons take the node back (the others roll back once more)."""
     launcher = ["--elastic", "--respawn"] + (["--on-loss", "continue"] if policy == "continue" else [])
     p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", "1", "--die-at-iter", "3", "--num-iters", "30",
-                         "--sleep-ms", "50", syncd_args=["--coord=%s" % mode], launcher_args=launcher, timeout=180)
+                         "--sleep-ms", "50", "--wait-for-size", "4", syncd_args=["--coord=%s" % mode],
+                         launcher_args=launcher, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "a replacement starts (--respawn, 1 of 3)" in p.stdout + p.stderr
     killed_at = next(r["killed_at"] for r in map(json.loads, results) if "killed_at" in r)
@@ -278,8 +279,9 @@ def test_syncrun_stops_an_elastic_job_past_its_reset_limit(limit):
     mid-run; its loss and its replacement change the job's ranks twice. Limit 1: syncrun stops the
     job before any replacement starts and exits non-zero, saying why; limit 2: the job ends well,
     the replacement in it."""
+    wait = ["--wait-for-size", "4"] if limit == 2 else []  # CI once started the replacement after the last step
     p, results = syncrun(2, 4, "elastic_synthetic.py", "--die-rank", "1", "--die-at-iter", "3", "--num-iters", "30",
-                         "--sleep-ms", "50", launcher_args=["--elastic", "--respawn", "--reset-limit", str(limit)],
+                         "--sleep-ms", "50", *wait, launcher_args=["--elastic", "--respawn", "--reset-limit", str(limit)],
                          timeout=180)
     out = p.stdout + p.stderr
     if limit == 1:

@@ -35,7 +35,10 @@ parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-iter", type=int, default=-1)
 parser.add_argument("--kill-daemon", action="store_true")
 parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each step (room for a replacement)")
+parser.add_argument("--wait-for-size", type=int, default=0,
+                    help="before the last iteration, wait (up to 120 s from the start) until the job has this many ranks")
 args = parser.parse_args()
+started_at = time.time()
 
 hvd.init()
 launch_rank = hvd.rank()
@@ -89,6 +92,15 @@ def benchmark_step(state):
         state.commit()
 
 
+def wait_for_replacement(state):
+    """Checks for new ranks every 100 ms while the job is smaller than --wait-for-size (rank 0's
+    clock decides when to give up, so every rank stops waiting at the same check). A loaded
+    machine may start a replacement only after the survivors' last iteration."""
+    while hvd.size() < args.wait_for_size and hvd.broadcast_object(time.time() - started_at < 120, root_rank=0):
+        time.sleep(0.1)
+        state.check_host_updates()
+
+
 @hvd.elastic.run
 def run_benchmark(state):
     global current_iter
@@ -98,6 +110,8 @@ def run_benchmark(state):
         state.commit()
     for x in range(state.iter, args.num_iters):
         current_iter = x
+        if x == args.num_iters - 1:
+            wait_for_replacement(state)
         time = timeit.timeit(lambda: benchmark_step(state), number=args.num_batches_per_iter)
         state.img_secs.append(args.batch_size * args.num_batches_per_iter / time)
         state.iter = x
