@@ -10,6 +10,8 @@ step (SGD). So the step time is the exchange plus a small, equal amount of compu
 Methods (--method):
   none            syncd.torch DistributedOptimizer, Compression.none (gradients in the arena)
   fp16, bf16      the same, Compression.fp16 / .bf16: cast by the daemons on the inter-node hop
+  topk, randomk   syncd's Compression.topk / .randomk at --ratio, error feedback in the daemons
+  onebit          syncd's Compression.onebit (sign and scale), error feedback in the daemons
   fp16-framework  Horovod's fp16: cast in this process before and after (a Compressor the daemon
                   does not take over), the half-precision gradients allreduced by syncd
   ddp             torch DistributedDataParallel over gloo (launched by bench/peers/on_links.sh)
@@ -29,7 +31,9 @@ import torchvision
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--method", required=True,
-                    choices=["none", "fp16", "bf16", "fp16-framework", "ddp", "ddp-powersgd"])
+                    choices=["none", "fp16", "bf16", "topk", "randomk", "onebit", "fp16-framework", "ddp",
+                             "ddp-powersgd"])
+parser.add_argument("--ratio", type=float, default=0.01, help="top-k's and random-k's share of the elements")
 parser.add_argument("--model", default="resnet18", choices=["resnet18", "resnet50"])
 parser.add_argument("--steps", type=int, default=5)
 parser.add_argument("--warmup", type=int, default=3)
@@ -57,7 +61,9 @@ def syncd_step_fn(net):
     import syncd.torch as hvd
 
     hvd.init()
-    compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16, "bf16": hvd.Compression.bf16}
+    compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16, "bf16": hvd.Compression.bf16,
+                   "topk": hvd.Compression.topk(args.ratio), "randomk": hvd.Compression.randomk(args.ratio),
+                   "onebit": hvd.Compression.onebit}
     if args.method == "fp16-framework":
         class FrameworkFP16(hvd.Compression.fp16):  # Horovod's: compress() here, nothing for the daemon
             daemon = None

@@ -149,7 +149,7 @@ struct SubmitEntry {
   uint32_t partial_mode;  // kPartialAllreduce: syncd_partial_mode
   int64_t tag;            // kSend, kRecv: the user's tag
   uint32_t compression;   // kAllreduce: syncd_compression (0, DEFAULT, for every other kind)
-  uint32_t reserved;      // 0
+  uint32_t compression_ppm;  // kAllreduce, top-k and random-k: the ratio in parts per million (0: the daemon's)
   char name[kNameBytes];
 };
 static_assert(sizeof(SubmitEntry) == 360);

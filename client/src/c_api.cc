@@ -1,4 +1,7 @@
 // The exported C functions: argument checks and forwarding to Client.
+#include <algorithm>
+#include <cmath>
+
 #include "client/src/client_impl.h"
 #include "proto/status_names.h"
 
@@ -73,6 +76,17 @@ int syncd_allreduce_compressed_async(syncd_client* c, const syncd_tensor* t, syn
                                      double postscale, syncd_compression compression, syncd_handle* out) {
   syncd::client::SubmitExtra extra;
   extra.compression = uint32_t(compression);
+  return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, false, nullptr, extra);
+}
+int syncd_allreduce_compressed_ratio_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                                           double prescale, double postscale, syncd_compression compression,
+                                           double ratio, syncd_handle* out) {
+  if (!(ratio >= 0 && ratio <= 1))
+    return Fail(SYNCD_ERR_INVALID, "tensor '" + std::string(t != nullptr && t->name ? t->name : "") +
+                                       "': compression ratio " + std::to_string(ratio) + " is not in (0, 1]");
+  syncd::client::SubmitExtra extra;
+  extra.compression = uint32_t(compression);
+  extra.compression_ppm = ratio == 0 ? 0 : std::max(1u, uint32_t(std::lround(ratio * 1e6)));
   return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, false, nullptr, extra);
 }
 int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, syncd_handle* out) {

@@ -37,6 +37,7 @@ struct SubmitExtra {
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode (the quorum travels as the root)
   int tag = 0;                // kSend, kRecv (the peer travels as the root)
   uint32_t compression = SYNCD_COMPRESSION_DEFAULT;  // kAllreduce: syncd_compression
+  uint32_t compression_ppm = 0;                      // kAllreduce, top-k and random-k (0: the daemon's)
   // The kind's name when the call names a root rank (checked to be a rank of the set here).
   const char* root_kind = nullptr;
 };

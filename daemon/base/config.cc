@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -29,6 +30,18 @@ std::function<Status(Config&, const std::string&)> Unsigned(T Config::*field, co
     if (!v.ok()) return v.status();
     if (*v < min) return InvalidArgument(name + ": must be at least " + std::to_string(min));
     c.*field = T(*v);
+    return Status::Ok();
+  };
+}
+
+// A ratio in (0, 1], kept in parts per million.
+std::function<Status(Config&, const std::string&)> Ratio(uint32_t Config::*field, const std::string& name) {
+  return [field, name](Config& c, const std::string& text) -> Status {
+    char* end = nullptr;
+    const double v = strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(v > 0 && v <= 1))
+      return InvalidArgument(name + ": expected a ratio in (0, 1], got '" + text + "'");
+    c.*field = std::max(1u, uint32_t(std::lround(v * 1e6)));
     return Status::Ok();
   };
 }
@@ -138,11 +151,20 @@ std::vector<ConfigEntry> NodeEntries() {
     {"compression", "SYNCD_COMPRESSION", "none",
      "How an allreduce's inter-node hop travels when its ranks leave the choice to the daemon (the default of "
      "syncd_allreduce_async and hvd.allreduce): none, fp16 or bf16 (cast by the daemon after the node's exact "
-     "reduction, summed in that type between nodes, cast back); float32 and float64 host tensors only. Every "
-     "daemon of the job must have the same",
+     "reduction, summed in that type between nodes, cast back), or with error feedback topk, randomk (at "
+     "--compression-ratio) or onebit; float32 and float64 host tensors only. Every daemon of the job must have the "
+     "same",
      OneOf<syncd_compression>(&Config::compression, "compression",
                               {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
-                               {"bf16", SYNCD_COMPRESSION_BF16}})},
+                               {"bf16", SYNCD_COMPRESSION_BF16}, {"topk", SYNCD_COMPRESSION_TOPK},
+                               {"randomk", SYNCD_COMPRESSION_RANDOMK}, {"onebit", SYNCD_COMPRESSION_ONEBIT}})},
+    {"compression-ratio", "SYNCD_COMPRESSION_RATIO", "0.01",
+     "Top-k's and random-k's share of the elements that cross the nodes, when the ranks do not say (0 < ratio <= 1)",
+     Ratio(&Config::compression_ppm, "compression-ratio")},
+    {"compression-residual-bytes", "SYNCD_COMPRESSION_RESIDUAL_BYTES", "1G",
+     "The most memory the error-feedback residuals of top-k, random-k and 1-bit take (per tensor, what compression "
+     "left out so far); beyond it the least recently used are dropped",
+     Bytes(&Config::compression_residual_bytes, "compression-residual-bytes")},
     {"compression-min-bytes", "SYNCD_COMPRESSION_MIN_BYTES", "64K",
      "Tensors smaller than this go uncompressed under --compression (a rank's explicit choice always applies)",
      Bytes(&Config::compression_min_bytes, "compression-min-bytes")},

@@ -15,8 +15,9 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // shapes vary by rank (allgather, alltoall, reducescatter), with every rank's rows; 4 sends health
 // reports through a tree in bundles (kHealthTag); 5 picks a host allreduce's algorithm by node
 // count as well as size (recursive halving, the tree) and counts each partial allreduce name's
-// rounds on a coordinator of its own, its run messages down a tree.
-inline constexpr uint32_t kWireVersion = 6;
+// rounds on a coordinator of its own, its run messages down a tree; 7 adds an allreduce's
+// compression ratio (top-k, random-k) to what the nodes agree on.
+inline constexpr uint32_t kWireVersion = 7;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

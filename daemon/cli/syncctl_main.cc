@@ -240,6 +240,10 @@ void PrintTable(const syncd::control::StatusReply& s) {
   for (const auto& c : s.compressed())
     printf("compressed %lu allreduce tensors crossed the nodes in %s: %s as %s\n", (unsigned long)c.tensors(),
            c.compression().c_str(), Bytes(c.tensor_bytes()).c_str(), Bytes(c.wire_bytes()).c_str());
+  if (const auto& r = s.residuals(); r.tensors() + r.evicted() + r.refused() + r.cleared() > 0)
+    printf("residuals  %lu tensors' error feedback, %s of %s   evicted %lu, refused %lu, cleared %lu\n",
+           (unsigned long)r.tensors(), Bytes(r.bytes()).c_str(), Bytes(r.capacity_bytes()).c_str(),
+           (unsigned long)r.evicted(), (unsigned long)r.refused(), (unsigned long)r.cleared());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
   printf("requests   %lu in flight", (unsigned long)s.open_requests());

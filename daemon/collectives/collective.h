@@ -41,6 +41,8 @@
 
 namespace syncd {
 
+class ResidualStore;
+
 // One fused group: its members share the kind's fusion key (a kind that never fuses: one member).
 using CollectiveGroup = TensorGroup;
 
@@ -63,6 +65,8 @@ struct AcrossNodes {
   // (Request::absent), per member, summed over every node (the same on every node); nullptr: none
   // counted (no loss policy, or a kind that needs no count). AVERAGE divides by the tensors summed.
   std::shared_ptr<const std::vector<int64_t>> absent;
+  // Top-k, random-k and 1-bit: this daemon's error-feedback residuals (nullptr: none kept).
+  ResidualStore* residuals = nullptr;
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank
@@ -86,7 +90,11 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
 // An allreduce's compression as it will run (Request::compression, after the kind's Parse): the
 // request's, or for DEFAULT `fallback` (the daemon's --compression) when the tensor has at least
 // `min_bytes`; NONE for GPU tensors and for dtypes other than float32 and float64.
-void ResolveCompression(uint32_t fallback, uint64_t min_bytes, bool gpu, Request* r);
+// Top-k and random-k: the ratio asked (Request::compression_ppm), else `fallback_ppm`; the
+// others: 0.
+void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, bool gpu, Request* r);
+// "fp16", "topk (ratio 0.01)": for messages.
+std::string CompressionText(uint32_t compression, uint32_t ppm);
 // The same for a tensor of `bytes` that asked for `asked` (a TOPO graph's collective).
 uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_bytes, uint64_t bytes, bool gpu,
                             syncd_dtype dtype);

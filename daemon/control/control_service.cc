@@ -267,6 +267,14 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
     o->set_tensor_bytes(n.tensor_bytes);
     o->set_wire_bytes(n.wire_bytes);
   }
+  const ResidualStats& rs = s->residuals;
+  control::Residuals* residuals = r->mutable_residuals();
+  residuals->set_tensors(rs.tensors);
+  residuals->set_bytes(rs.bytes);
+  residuals->set_capacity_bytes(rs.capacity);
+  residuals->set_evicted(rs.evicted);
+  residuals->set_refused(rs.refused);
+  residuals->set_cleared(rs.cleared);
   if (s->has_gpu) FillGpu(*s, config_.gpu_ipc_cache, r->mutable_gpu());
   for (const ProcessSetSnapshot& p : s->process_sets) FillProcessSet(p, s->coord_mode, r->add_process_sets());
   // The global set's sections, where they were before there were sets.

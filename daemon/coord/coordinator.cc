@@ -35,7 +35,7 @@ bool Negotiator::CachedMatches(const TensorMeta& cached, const TensorMeta& mine)
   // the same on every rank (the dimensions after the first).
   if (cached.kind != mine.kind || cached.dtype != mine.dtype || cached.op != mine.op || cached.gpu != mine.gpu ||
       cached.arg != mine.arg || cached.prescale != mine.prescale || cached.postscale != mine.postscale ||
-      cached.compression != mine.compression ||
+      cached.compression != mine.compression || cached.compression_ppm != mine.compression_ppm ||
       cached.shape.size() != mine.shape.size() ||
       (!mine.shape.empty() && !std::equal(mine.shape.begin() + 1, mine.shape.end(), cached.shape.begin() + 1)))
     return false;

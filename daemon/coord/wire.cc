@@ -28,6 +28,7 @@ class Writer {
     Put(m.prescale);
     Put(m.postscale);
     Put(m.compression);
+    Put(m.compression_ppm);
     Put<uint32_t>(uint32_t(m.shape.size()));
     for (int64_t d : m.shape) Put(d);
     Ints(m.rows);
@@ -63,12 +64,13 @@ class Reader {
   bool Meta(TensorMeta* m) {
     uint32_t dims;
     if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->gpu) && Get(&m->arg) && Get(&m->prescale) &&
-          Get(&m->postscale) && Get(&m->compression) && Get(&dims)) || dims > abi::kMaxDims)
+          Get(&m->postscale) && Get(&m->compression) && Get(&m->compression_ppm) && Get(&dims)) ||
+        dims > abi::kMaxDims)
       return false;
     // Only what a daemon's own checks let through (submission.h): anything else is not ours.
     if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > abi::kOpKindLast ||
         m->dtype >= SYNCD_DTYPE_COUNT || m->op >= SYNCD_REDUCE_OP_COUNT || m->gpu > 1 ||
-        m->compression >= SYNCD_COMPRESSION_COUNT)
+        m->compression >= SYNCD_COMPRESSION_COUNT || m->compression_ppm > 1'000'000)
       return false;
     m->shape.resize(dims);
     for (auto& d : m->shape)
@@ -112,6 +114,7 @@ void TensorMeta::Fill(const ReadyTensor& t, TensorMeta* out) {
   m.prescale = r.prescale;
   m.postscale = r.postscale;
   m.compression = r.compression;
+  m.compression_ppm = r.compression_ppm;
   m.shape.assign(r.shape.begin(), r.shape.end());
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
     RankRowsInto(t, &m.rows);  // the meta's own vectors, their room reused
@@ -151,6 +154,7 @@ Request RequestOf(const TensorMeta& meta, const std::string& name, uint32_t rank
   r.prescale = meta.prescale;
   r.postscale = meta.postscale;
   r.compression = uint8_t(meta.compression);
+  r.compression_ppm = meta.compression_ppm;
   r.shape.assign(meta.shape.begin(), meta.shape.end());
   if (index < meta.rows.size()) {
     if (!r.shape.empty()) r.shape[0] = meta.rows[index];

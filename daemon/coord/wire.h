@@ -28,6 +28,7 @@ struct TensorMeta {
   int32_t arg = 0;
   double prescale = 1, postscale = 1;
   uint32_t compression = 0;  // an allreduce's inter-node hop: syncd_compression as resolved (never DEFAULT)
+  uint32_t compression_ppm = 0;  // and top-k's or random-k's ratio (parts per million; 0 for the others)
   Shape shape;  // up to 4 dimensions inline
   // Kinds whose ranks' shapes differ (Collective::shapes_vary): each rank's first dimension and
   // (alltoall) splits, concatenated. A node announces its own ranks'; the coordinator answers

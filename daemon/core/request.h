@@ -81,8 +81,10 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   // kAllreduce: how its inter-node hop travels (syncd_compression, as submitted, then resolved by
-  // ResolveCompression: NONE, FP16 or BF16).
+  // ResolveCompression: NONE or a method) and, for top-k and random-k, the ratio in parts per
+  // million (resolved: never 0).
   uint8_t compression = 0;
+  uint32_t compression_ppm = 0;
   Shape shape;
   uint64_t bytes = 0;
   std::vector<int64_t> splits;  // kAlltoall: the rows this rank sends to each rank of the set

@@ -36,11 +36,13 @@ void Engine::EndJob(uint64_t next_job) {
   // job's first request. GPU work already enqueued still completes (to nobody, its ranks are gone).
   job_->Retire(&retired_);
   job_.reset();
+  residuals_.Clear();  // the job's sums are over
 }
 
 bool Engine::PublishMembership() {
   if (job_->membership() == published_membership_) return false;
   published_membership_ = job_->membership();
+  residuals_.Clear();  // what they left out belongs to sums over another membership
   node_page_->page()->membership.store(published_membership_, std::memory_order_release);
   return true;
 }
@@ -85,6 +87,7 @@ void Engine::BeginJob(uint64_t job, const JobResume* resume) {
   hooks.timeline = timeline_.recorder();
   hooks.pool = &request_pool_;
   hooks.ledger = &ledger_;
+  hooks.residuals = &residuals_;
   job_ = std::make_unique<Job>(config_, job, local_size_, std::move(links));
   published_membership_ = 0;
   node_page_->page()->membership.store(0, std::memory_order_release);

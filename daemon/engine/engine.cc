@@ -301,7 +301,8 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
                       config_.fusion_threshold,
                       job_ ? job_->SetRanksOf(e.process_set) : nullptr,
                       uint32_t(config_.compression),
-                      config_.compression_min_bytes};
+                      config_.compression_min_bytes,
+                      config_.compression_ppm};
   std::optional<abi::GpuDescriptor> gpu;
   StatusOr<Request> r = ParseSubmission(e, who, &gpu, request_pool_.Take());
   Status error = r.status();
@@ -548,6 +549,7 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->fused_tensors = counters_.fused_tensors;
   s->fusion_sizes = counters_.fusion_sizes;
   s->compressed = counters_.compressed;
+  s->residuals = residuals_.stats();
   s->stall_warnings = stall_warnings_;
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();

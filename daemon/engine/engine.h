@@ -192,6 +192,8 @@ class Engine {
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   RequestLedger ledger_;  // every request read off a ring until its one completion
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
+  // Top-k, random-k, 1-bit: dropped when a job ends and when its membership changes.
+  ResidualStore residuals_{config_.compression_residual_bytes};
   ExecutionCounters counters_;
   CompletionLog completions_;  // Count()'s events, folded by the status builder
   mutable StatusBuilder builder_{&completions_};  // off the engine thread (FreshSnapshot, the observer)

@@ -29,6 +29,7 @@
 #include "daemon/base/config.h"
 #include "daemon/collectives/collective.h"
 #include "daemon/collectives/partial/runner.h"
+#include "daemon/core/residual_store.h"
 #include "daemon/coord/gpu_order.h"
 #include "daemon/coord/negotiator.h"
 #include "daemon/coord/topo_runner.h"
@@ -77,6 +78,8 @@ struct ProcessSetHooks {
   // Where each request stands (core/request_ledger.h; nullptr: nowhere): the set says when its
   // requests are handed to coordination, agreed and started.
   RequestLedger* ledger = nullptr;
+  // The error-feedback residuals of compressed allreduces (core/residual_store.h; nullptr: none).
+  ResidualStore* residuals = nullptr;
 };
 
 // Where a set runs and with what.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "daemon/collectives/allreduce/feedback.h"
 #include "daemon/core/float_casts.h"
 #include "daemon/transport/host_collectives.h"
 #include "proto/status_names.h"
@@ -128,7 +129,7 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
         }
       }
       AcrossNodes across{place_.comm, &host_, buffer, group_tag, &place_.offsets, &place_.ranks, place_.node_rank,
-                         hooks_.timeline, place_.id, config_.host_allreduce, stand_ins};
+                         hooks_.timeline, place_.id, config_.host_allreduce, stand_ins, hooks_.residuals};
       PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), std::move(across));
       Status st = co_await Await(&run);
@@ -267,9 +268,18 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
   }
   // A group fuses one compression (FusionKey); its members crossed the nodes in the wire's dtype.
   if (!across || f.compression <= SYNCD_COMPRESSION_NONE || f.compression >= SYNCD_COMPRESSION_COUNT) return;
+  StatusSnapshot::Compressed& c = counters_->compressed[f.compression];
+  if (IsFeedbackCompression(f.compression)) {  // the group's segments, as each node sent them
+    const size_t esize = abi::DtypeSize(f.dtype);
+    uint64_t bytes = 0;
+    for (size_t i : g) bytes += ready[i].first().bytes;
+    c.tensors += g.size();
+    c.tensor_bytes += bytes;
+    c.wire_bytes += FeedbackWireBytes(f.compression, f.compression_ppm, bytes / esize, esize);
+    return;
+  }
   const syncd_dtype wire = WireDtype(f.compression, f.dtype);
   if (wire == f.dtype) return;
-  StatusSnapshot::Compressed& c = counters_->compressed[f.compression];
   for (size_t i : g) {
     const uint64_t bytes = ready[i].first().bytes;
     ++c.tensors;

@@ -29,6 +29,7 @@ struct Submitter {
   // for tensors of at least --compression-min-bytes.
   uint32_t compression = SYNCD_COMPRESSION_NONE;
   uint64_t compression_min_bytes = 0;
+  uint32_t compression_ppm = 10'000;  // --compression-ratio: top-k's and random-k's when not asked
 };
 
 // A checked request, or the error (with its status code) the submitter's request fails with.

@@ -169,6 +169,16 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
     for (uint32_t c = SYNCD_COMPRESSION_FP16; c < SYNCD_COMPRESSION_COUNT; ++c)
       e->Sample(m.name, {{"compression", abi::CompressionName(c)}}, s.compressed[c].*m.field);
   }
+  const ResidualStats& rs = s.residuals;
+  e->Metric("syncd_residual_tensors", "gauge", "Tensors whose error-feedback residual this daemon holds.", rs.tensors);
+  e->Metric("syncd_residual_bytes", "gauge", "Memory of those residuals (bounded by --compression-residual-bytes).",
+            rs.bytes);
+  e->Metric("syncd_residuals_evicted_total", "counter", "Residuals dropped to make room, least recently used first.",
+            rs.evicted);
+  e->Metric("syncd_residuals_refused_total", "counter",
+            "Times a tensor went without error feedback: its residual did not fit.", rs.refused);
+  e->Metric("syncd_residuals_cleared_total", "counter", "Residuals dropped when a job ended or its membership changed.",
+            rs.cleared);
   e->Metric("syncd_stalled_tensors", "gauge",
             "Tensors some ranks submitted and others not, and sends and receives waiting for their peer, for longer "
             "than --stall-warning-s.",

@@ -14,6 +14,7 @@
 #include "daemon/coord/negotiation_stats.h"
 #include "daemon/collectives/partial/stats.h"
 #include "daemon/coord/topo_stats.h"
+#include "daemon/core/residual_store.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/metrics.h"
 #include "daemon/obs/stragglers.h"
@@ -139,6 +140,7 @@ struct StatusSnapshot {
     uint64_t tensors = 0, tensor_bytes = 0, wire_bytes = 0;
   };
   std::array<Compressed, SYNCD_COMPRESSION_COUNT> compressed{};
+  ResidualStats residuals;  // the error-feedback residuals (core/residual_store.h)
 };
 
 }  // namespace syncd

@@ -26,6 +26,7 @@ struct FusionKey {
   bool gpu = false;  // GPU tensors fuse only with GPU tensors, host with host
   int32_t root = 0;  // kinds with a root rank fuse only with requests of the same root
   uint8_t compression = 0;  // allreduce: the inter-node hop's (syncd_compression)
+  uint32_t compression_ppm = 0;  // and its ratio (top-k, random-k)
   bool operator==(const FusionKey&) const = default;
 };
 

@@ -55,8 +55,9 @@ def main():
     parser.add_argument("--full-sync-every", type=int, default=0, help="with --partial: average the models every N steps")
     parser.add_argument("--delay-ms", default="", help="LO,HI: each step one rank (the same on every rank) sleeps "
                                                        "uniformly LO..HI ms before its forward pass")
-    parser.add_argument("--compression", choices=["none", "fp16", "bf16"], default="none",
+    parser.add_argument("--compression", choices=["none", "fp16", "bf16", "topk", "randomk", "onebit"], default="none",
                         help="the DistributedOptimizer's compression (hvd.Compression)")
+    parser.add_argument("--ratio", type=float, default=0.01, help="top-k's and random-k's share of the elements")
     parser.add_argument("--seed", type=int, default=1234, help="the model's initial parameters")
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
     parser.add_argument("--no-status", action="store_true", help="do not show syncctl status at the end")
@@ -74,9 +75,12 @@ def main():
     x_train, y_train = x_train[shard], y_train[shard]
 
     model = DigitsNet()
+    compression = getattr(hvd.Compression, args.compression)
+    if args.compression in ("topk", "randomk"):
+        compression = compression(args.ratio)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum),
                                          named_parameters=model.named_parameters(), partial=args.partial,
-                                         compression=getattr(hvd.Compression, args.compression),
+                                         compression=compression,
                                          full_sync_every=args.full_sync_every if args.partial else 0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)

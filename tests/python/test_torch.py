@@ -530,6 +530,32 @@ def test_fp16_and_bf16_compression_is_the_daemons_on_the_inter_node_hop():
         assert (fp16.double() != exact.float().double()).sum() > 2048  # it did cross in half precision
 
 
+def test_topk_randomk_and_onebit_keep_error_feedback_in_the_daemons():
+    """syncd's Compression.topk(ratio), .randomk(ratio) and .onebit: done by the daemons with error
+    feedback. Integer gradients for 4 steps, then zeros: top-k at 1/4 hands every residual over in 4
+    more steps, so the results sum to the gradients exactly (one node: exact every step); 1-bit's
+    residuals shrink (within 1e-4 after 30 zero steps). A bad ratio is refused by name."""
+    n = 5000
+
+    def grad(step, r):
+        return (torch.arange(n, dtype=torch.float64) % 7 + 1) * (r + 1) * (step + 3) % 11 - 5
+
+    for name, compression, drain, exact in (("topk", hvd.Compression.topk(0.25), 4, True),
+                                            ("randomk", hvd.Compression.randomk(0.5), 48, True),
+                                            ("onebit", hvd.Compression.onebit, 30, False)):
+        applied = torch.zeros(n, dtype=torch.float64)
+        for step in range(4 + drain):
+            g = grad(step, hvd.rank()) if step < 4 else torch.zeros(n, dtype=torch.float64)
+            applied += hvd.allreduce(g, name="feedback." + name, op=hvd.Sum, compression=compression)
+        want = sum(grad(step, r) for step in range(4) for r in range(hvd.size()))
+        if exact or hvd.cross_size() == 1:
+            assert torch.equal(applied, want), name
+        else:
+            assert (applied - want).norm() <= 1e-4 * want.norm(), name
+    with pytest.raises(ValueError, match="ratio"):
+        hvd.Compression.topk(1.5)
+
+
 def test_elastic_state_saves_on_commit_restores_and_syncs_from_rank_0():
     """hvd.elastic.TorchState as Horovod's: commit() saves (and, with every rank alive, does not
     interrupt), restore() brings back the last commit, sync() makes every rank rank 0's."""

@@ -167,11 +167,23 @@ typedef enum syncd_compression {
   SYNCD_COMPRESSION_NONE = 1,
   SYNCD_COMPRESSION_FP16 = 2, /* IEEE half */
   SYNCD_COMPRESSION_BF16 = 3, /* bfloat16: float32's range, 8 bits of mantissa */
+  /* With error feedback: each node keeps, per tensor name, what compression left out of its sums
+   * and adds it to the tensor's next sum (bounded by syncd --compression-residual-bytes; dropped
+   * at the job's end and when its membership changes). */
+  SYNCD_COMPRESSION_TOPK = 4,    /* each node's largest `ratio` of the elements, by magnitude */
+  SYNCD_COMPRESSION_RANDOMK = 5, /* `ratio` of the elements, the same random ones on every node */
+  SYNCD_COMPRESSION_ONEBIT = 6,  /* each element's sign, times the mean magnitude */
   SYNCD_COMPRESSION_COUNT
 } syncd_compression;
 SYNCD_API int syncd_allreduce_compressed_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
                                                double prescale, double postscale, syncd_compression compression,
                                                syncd_handle* out);
+/* The same with top-k's and random-k's `ratio` (0 < ratio <= 1, in steps of 1e-6; 0: the daemon's
+ * --compression-ratio). Every rank must ask for the same ratio. */
+SYNCD_API int syncd_allreduce_compressed_ratio_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
+                                                     double prescale, double postscale,
+                                                     syncd_compression compression, double ratio,
+                                                     syncd_handle* out);
 /* Reduces every rank's tensor as syncd_allreduce_async does (op, scale factors, AVERAGE dividing by
  * the set's size) into the tensor of `root` (a global rank of t->process_set), in place; the
  * other ranks' tensors are left as they were. Host tensors. */

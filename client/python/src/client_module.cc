@@ -99,7 +99,8 @@ class PyClient {
   }
 
   // `stream`: None for host memory; for CUDA memory the cudaStream_t (as an integer, 0 for the
-  // default stream) whose queued work produces the tensor. `compression`: syncd_compression (host).
+  // default stream) whose queued work produces the tensor. `compression`: syncd_compression (host)
+  // in the low 8 bits, top-k's and random-k's ratio in parts per million above them (0: the daemon's).
   uint64_t Allreduce(const std::string& name, uintptr_t addr, int dtype, const std::vector<int64_t>& shape, int op,
                      double prescale, double postscale, std::optional<uintptr_t> stream, int process_set,
                      int compression) {
@@ -108,8 +109,8 @@ class PyClient {
     if (stream)
       Check(syncd_allreduce_gpu_async(get(), &t, syncd_reduce_op(op), prescale, postscale, reinterpret_cast<void*>(*stream), &h));
     else
-      Check(syncd_allreduce_compressed_async(get(), &t, syncd_reduce_op(op), prescale, postscale,
-                                             syncd_compression(compression), &h));
+      Check(syncd_allreduce_compressed_ratio_async(get(), &t, syncd_reduce_op(op), prescale, postscale,
+                                                   syncd_compression(compression & 0xff), (compression >> 8) / 1e6, &h));
     return h;
   }
 

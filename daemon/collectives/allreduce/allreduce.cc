@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "daemon/collectives/agreement.h"
+#include "daemon/collectives/allreduce/feedback.h"
 #include "daemon/collectives/collective.h"
 #include "daemon/core/float_casts.h"
 #include "daemon/transport/host_collectives.h"
@@ -49,7 +50,10 @@ class AllreduceCollective final : public Collective {
     if ((e.flags & abi::kSubmitGpu) && e.compression > SYNCD_COMPRESSION_NONE)
       return InvalidArgument(what + ": " + abi::CompressionName(e.compression) +
                              " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
+    if (e.compression_ppm > 1'000'000)
+      return InvalidArgument(what + ": compression ratio " + std::to_string(e.compression_ppm / 1e6) + " is above 1");
     r->compression = uint8_t(e.compression);  // DEFAULT: ResolveCompression, with the daemon's setting
+    r->compression_ppm = e.compression_ppm;
     return CheckDtypeAndOp(r->dtype, r->op, r->prescale, r->postscale, what);
   }
 
@@ -57,13 +61,13 @@ class AllreduceCollective final : public Collective {
     std::string msg = SameReduction(rs);
     if (msg.empty())
       msg = DisagreementBy(
-          rs, "compression", [](const Request& r) { return r.compression; },
-          [](const Request& r) { return std::string(abi::CompressionName(r.compression)); });
+          rs, "compression", [](const Request& r) { return uint64_t(r.compression) << 32 | r.compression_ppm; },
+          [](const Request& r) { return CompressionText(r.compression, r.compression_ppm); });
     return msg;
   }
 
   std::optional<FusionKey> FusionKeyOf(const Request& r) const override {
-    return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu, 0, r.compression};
+    return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu, 0, r.compression, r.compression_ppm};
   }
 
   void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override { host.Allreduce(group); }
@@ -72,12 +76,20 @@ class AllreduceCollective final : public Collective {
     return run.gpu->Allreduce(group, run.world_size);
   }
 
+  // Top-k, random-k and 1-bit: feedback.h. The others: RunPipelined.
+  CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
+    if (IsFeedbackCompression(group.front()->first().compression))
+      return RunAcrossWithFeedback(std::move(group), std::move(run));
+    return RunPipelined(std::move(group), std::move(run));
+  }
+
+ private:
   // Pipelined in segments: while segment k is on the wire, k+1 is reduced locally and k-1 is
   // scattered back. The stages cycle through kPipelineDepth segment slots, so the working set
   // stays in cache however large the fused group is. Compressed (fp16, bf16): each segment is
   // cast into a wire slot of its own after its local reduction, crosses the nodes in that type,
   // and is cast back before the scatter.
-  CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
+  static CommTask RunPipelined(CollectiveGroup group, AcrossNodes run) {
     const Request& f = group.front()->first();
     uint64_t bytes = 0;
     for (const ReadyTensor* t : group) bytes += t->first().bytes;

@@ -80,11 +80,29 @@ TEST(Config, CompressionIsParsedWithItsMinimumAndTakenUnderTopo) {
   EXPECT_EQ(c->compression_min_bytes, 1u << 20);
   auto bad = BuildConfig({{"compression", "int8"}}, {});
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16 or bf16, got 'int8'");
+  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16, bf16, topk, randomk or onebit, got 'int8'");
   // TOPO plans carry each tensor's compression, the daemon's default resolved as for a submission.
   auto topo = BuildConfig({{"compression", "fp16"}, {"coord", "topo"}}, {});
   ASSERT_TRUE(topo.ok()) << topo.status().ToString();
   EXPECT_EQ(topo->compression, SYNCD_COMPRESSION_FP16);
+}
+
+TEST(Config, TopKsRatioAndTheResidualBoundAreParsed) {
+  auto def = BuildConfig({}, {});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->compression_ppm, 10'000u);  // 1 %
+  EXPECT_EQ(def->compression_residual_bytes, 1ull << 30);
+  auto c = BuildConfig({{"compression", "topk"}, {"compression-ratio", "0.001"}, {"compression-residual-bytes", "64M"}},
+                       {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->compression, SYNCD_COMPRESSION_TOPK);
+  EXPECT_EQ(c->compression_ppm, 1'000u);
+  EXPECT_EQ(c->compression_residual_bytes, 64ull << 20);
+  for (const char* bad : {"0", "1.5", "-0.1", "x"}) {
+    auto b = BuildConfig({{"compression-ratio", bad}}, {});
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().message(), std::string("compression-ratio: expected a ratio in (0, 1], got '") + bad + "'");
+  }
 }
 
 TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {

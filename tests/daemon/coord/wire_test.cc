@@ -109,8 +109,8 @@ TEST(Wire, NegotiationListsRoundTripAndRefuseAnotherProtocol) {
 // decodes, so the fuzzer starts from messages that get past the version check.
 TEST(Wire, TheFuzzSeedsDecode) {
   const std::string dir = std::string(SYNCD_SOURCE_DIR) + "/tests/fuzz/corpus/coord_wire/";
-  // make_seeds.py writes all but the last, a crash input kept as a seed (its version is the one
-  // thing to raise by hand with kWireVersion: this test fails until it is).
+  // make_seeds.py writes all but the last, a crash input kept as a seed (its version, and a field
+  // added to TensorMeta, are raised by hand with kWireVersion: this test fails until they are).
   for (const char* seed : {"requests", "responses", "abort", "cycle", "hello", "health", "scatter-scalar-from-the-wire"}) {
     std::ifstream in(dir + seed, std::ios::binary);
     ASSERT_TRUE(in) << dir + seed;

@@ -4,12 +4,13 @@ Compression.fp16 and Compression.bf16 on host float32/float64 tensors are done b
 their own cores and on the inter-node hop only: the ranks of a node reduce exactly, the sum
 crosses the nodes in half precision and comes back in the tensor's dtype (under --coord topo too:
 the plan carries each tensor's compression). Elsewhere (CUDA tensors, other dtypes) the framework
-process casts before and after, as Horovod does."""
+process casts before and after, as Horovod does. Compression.topk(ratio), Compression.randomk(ratio)
+and Compression.onebit (syncd's) keep error feedback in the daemons: host float tensors only."""
 import torch
 
 
 # syncd_compression (syncd/client.h).
-DAEMON_DEFAULT, NONE, FP16, BF16 = 0, 1, 2, 3
+DAEMON_DEFAULT, NONE, FP16, BF16, TOPK, RANDOMK, ONEBIT = 0, 1, 2, 3, 4, 5, 6
 
 
 class Compressor:
@@ -60,10 +61,43 @@ class BF16Compressor(_CastCompressor):
     daemon = BF16
 
 
+class _FeedbackCompressor(NoneCompressor):
+    """Error feedback needs the daemons' residuals: done by them on host float32/float64 tensors
+    only; anywhere else the tensor travels uncompressed."""
+
+
+def _feedback(name, method, ratio):
+    if ratio is None:
+        ppm = 0  # the daemons' --compression-ratio
+    elif not 0 < ratio <= 1:
+        raise ValueError("Compression.%s(ratio=%r): the ratio must be in (0, 1]" % (name, ratio))
+    else:
+        ppm = max(1, round(ratio * 1e6))
+    # The binding's encoding: the method in the low 8 bits, the ratio in parts per million above.
+    return type("%sCompressor" % name, (_FeedbackCompressor,), {"daemon": method | (ppm << 8), "ratio": ratio})
+
+
+class OneBitCompressor(_FeedbackCompressor):
+    daemon = ONEBIT
+
+
 class Compression:
     none = NoneCompressor
     fp16 = FP16Compressor
     bf16 = BF16Compressor
+    # syncd's, with error feedback kept by the daemons (per tensor name, bounded by
+    # --compression-residual-bytes, dropped when the job ends or its membership changes).
+    onebit = OneBitCompressor
+
+    @staticmethod
+    def topk(ratio=None):
+        """Each node sends its largest `ratio` of the elements (default: the daemons' --compression-ratio)."""
+        return _feedback("topk", TOPK, ratio)
+
+    @staticmethod
+    def randomk(ratio=None):
+        """The same random `ratio` of the elements from every node, drawn afresh each step."""
+        return _feedback("randomk", RANDOMK, ratio)
 
 
 def daemon_compression(compression, tensor):

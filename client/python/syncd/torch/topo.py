@@ -80,7 +80,7 @@ class GraphRecorder:
         if self.registered or p in self._submissions:
             return
         self._submissions[p] = (name, basics._DTYPES[tensor.dtype], tensor.numel(), self._optimizer.op,
-                                tensor.is_cuda, compression)
+                                tensor.is_cuda, compression & 0xff)
         self._ready.append(p)
 
     def step_done(self):

@@ -1,0 +1,31 @@
+// The inter-node hop of an allreduce compressed with error feedback (top-k, random-k, 1-bit),
+// one segment at a time: each node's exact local sum plus the residual it kept for each member
+// tensor (AcrossNodes::residuals, by name) is compressed (daemon/core/sparsify.h), what stays is
+// kept as the new residual, and the nodes' compressed segments are summed in node order, so that
+// every node ends with the same values:
+//   top-k    each node's k largest (indices and values) to every node (AllgatherBlocks);
+//   random-k the same k indices on every node (drawn from the group's tag and the segment), their
+//            values summed by a plain allreduce;
+//   1-bit    each node's scale and sign bits to every node (AllgatherBlocks).
+// k is the segment's elements times Request::compression_ppm (SparseCount). A member whose
+// residual the store refused goes without feedback that time.
+#ifndef SYNCD_DAEMON_COLLECTIVES_ALLREDUCE_FEEDBACK_H_
+#define SYNCD_DAEMON_COLLECTIVES_ALLREDUCE_FEEDBACK_H_
+
+#include "daemon/collectives/collective.h"
+
+namespace syncd {
+
+// Whether `compression` (syncd_compression) is one of the error-feedback methods.
+bool IsFeedbackCompression(uint32_t compression);
+
+// The group's inter-node hop as above; the local reduction and the scatter as the uncompressed
+// hop does them (ReduceRange, ScatterRange).
+CommTask RunAcrossWithFeedback(CollectiveGroup group, AcrossNodes run);
+
+// The bytes one node sends per segment of `elements` (for the counters of what crossed).
+uint64_t FeedbackWireBytes(uint32_t compression, uint32_t ratio_ppm, size_t elements, size_t element_bytes);
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_COLLECTIVES_ALLREDUCE_FEEDBACK_H_

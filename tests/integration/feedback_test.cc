@@ -1,0 +1,185 @@
+// Compression with error feedback (top-k, random-k, 1-bit): each node keeps what compression left
+// out of its sums and adds it to the next. What the ranks see: over any number of steps, what was
+// applied plus what the daemons still hold is every gradient; once the gradients stop (zeros), top-k
+// and random-k hand over the rest, so the sum of every result equals the sum of every gradient,
+// exactly (float64, integer gradients).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+namespace syncd::testing {
+namespace {
+
+// Rank r's gradient at step t, element i: small integers, different on every rank and step.
+double Grad(int rank, int step, size_t i) { return double(int64_t((rank + 1) * (i % 7 + 1) * (step + 3)) % 11 - 5); }
+
+// Two float64 tensors submitted together (one fused group: the residual of each is its own), the
+// second longer than a pipeline segment.
+const std::vector<int64_t> kCounts = {3'000, 200'000};
+
+struct Case {
+  int nodes, local;
+  const char* coord;
+  syncd_compression method;
+  double ratio;
+  int drain_steps;  // zero gradients after the real ones, for the residuals to cross
+};
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.nodes << "x" << c.local << "_" << c.coord << "_" << int(c.method);
+}
+
+constexpr int kSteps = 5;
+
+// Runs kSteps steps of gradients and `drain_steps` of zeros; returns in `applied` the sum of every
+// result, per element of the two tensors laid end to end.
+int Train(syncd_client* c, int rank, const Case& k, std::vector<double>* applied) {
+  std::vector<std::vector<double>> v(kCounts.size());
+  for (size_t t = 0; t < kCounts.size(); ++t) v[t].resize(size_t(kCounts[t]));
+  applied->assign(size_t(kCounts[0] + kCounts[1]), 0.0);
+  for (int step = 0; step < kSteps + k.drain_steps; ++step) {
+    syncd_handle h[2];
+    for (size_t t = 0; t < kCounts.size(); ++t) {
+      const size_t base = t == 0 ? 0 : size_t(kCounts[0]);
+      for (size_t i = 0; i < v[t].size(); ++i) v[t][i] = step < kSteps ? Grad(rank, step, base + i) : 0.0;
+      const std::string name = "ef." + std::to_string(t);
+      syncd_tensor tensor{name.c_str(), v[t].data(), SYNCD_FLOAT64, 1, &kCounts[t], 0};
+      CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &tensor, SYNCD_SUM, 1.0, 1.0, k.method, k.ratio, &h[t]) ==
+                      SYNCD_OK,
+                  "rank %d step %d: %s", rank, step, syncd_last_error());
+    }
+    for (size_t t = 0; t < kCounts.size(); ++t) {
+      CHILD_CHECK(syncd_wait(c, h[t], 60'000) == SYNCD_OK, "rank %d step %d: %s", rank, step, syncd_last_error());
+      const size_t base = t == 0 ? 0 : size_t(kCounts[0]);
+      for (size_t i = 0; i < v[t].size(); ++i) (*applied)[base + i] += v[t][i];
+    }
+  }
+  return 0;
+}
+
+std::string FeedbackName(const ::testing::TestParamInfo<Case>& i) {
+  const char* method = i.param.method == SYNCD_COMPRESSION_TOPK      ? "topk"
+                       : i.param.method == SYNCD_COMPRESSION_RANDOMK ? "randomk"
+                                                                      : "onebit";
+  return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local) + "_" + i.param.coord + "_" + method;
+}
+
+class Feedback : public ::testing::TestWithParam<Case> {};
+
+// Top-k and random-k: after the drain, every rank's sum of results is every rank's sum of
+// gradients, exactly. 1-bit: its residuals shrink step by step without reaching zero; after 30
+// zero steps the sum is within 1e-4 of the gradients' in norm (a model of the daemons' arithmetic
+// says 8e-7 on 2 x 2; before the drain, 0.40).
+TEST_P(Feedback, WhatWasAppliedPlusTheResidualsIsEveryGradient) {
+  const Case k = GetParam();
+  Cluster cluster(k.nodes, k.local, {"--cores", "none", "--log-level", "warn", "--coord", k.coord});
+  auto st = RunClusterRanks(cluster, [k](syncd_client* c, int rank, int n) {
+    std::vector<double> applied;
+    if (Train(c, rank, k, &applied) != 0) return 1;
+    double error = 0, norm = 0;
+    for (size_t i = 0; i < applied.size(); ++i) {
+      double want = 0;
+      for (int step = 0; step < kSteps; ++step)
+        for (int r = 0; r < n; ++r) want += Grad(r, step, i);
+      if (k.method != SYNCD_COMPRESSION_ONEBIT || k.nodes == 1)
+        CHILD_CHECK(applied[i] == want, "rank %d element %zu: applied %.17g, the gradients sum to %.17g", rank, i,
+                    applied[i], want);
+      error += (applied[i] - want) * (applied[i] - want);
+      norm += want * want;
+    }
+    CHILD_CHECK(std::sqrt(error) <= 1e-4 * std::sqrt(norm), "rank %d: error %.6g of %.6g", rank, std::sqrt(error),
+                std::sqrt(norm));
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  const std::string status = SyncctlStatusJson(cluster.node(0).run_dir());
+  if (k.nodes > 1) {  // the two tensors' residuals are held (top-k and random-k: all zero by now)
+    EXPECT_TRUE(Contains(status, "\"residuals\":{\"tensors\":\"2\",\"bytes\":\"" +
+                                     std::to_string((kCounts[0] + kCounts[1]) * 8) + "\""))
+        << status;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, Feedback,
+    ::testing::Values(Case{2, 2, "negotiate", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{2, 2, "gs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{2, 2, "nbcs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{3, 1, "negotiate", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{3, 1, "gs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{3, 1, "nbcs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{2, 2, "negotiate", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
+                      Case{3, 1, "nbcs", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
+                      Case{2, 2, "negotiate", SYNCD_COMPRESSION_ONEBIT, 0, 30},
+                      Case{3, 1, "gs", SYNCD_COMPRESSION_ONEBIT, 0, 30},
+                      Case{1, 3, "negotiate", SYNCD_COMPRESSION_TOPK, 0.01, 0}),
+    FeedbackName);
+
+// Ranks that ask for another method, or top-k at another ratio, fail the tensor on every rank,
+// named; the job goes on.
+TEST(Feedback, AMethodOrRatioMismatchFailsOnEveryRankNamingTheTensor) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    std::vector<float> v(1000, 1.0f);
+    int64_t count = 1000;
+    auto run = [&](const char* name, syncd_compression method, double ratio) {
+      syncd_tensor t{name, v.data(), SYNCD_FLOAT32, 1, &count, 0};
+      syncd_handle h;
+      int rc = syncd_allreduce_compressed_ratio_async(c, &t, SYNCD_SUM, 1.0, 1.0, method, ratio, &h);
+      return rc == SYNCD_OK ? syncd_wait(c, h, 60'000) : rc;
+    };
+    int rc = run("method", rank >= 2 ? SYNCD_COMPRESSION_RANDOMK : SYNCD_COMPRESSION_TOPK, 0.1);
+    std::string why = syncd_last_error();
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH && Contains(why, "'method'") && Contains(why, "randomk (ratio 0.1)"),
+                "rank %d: rc %d: %s", rank, rc, why.c_str());
+    rc = run("ratio", SYNCD_COMPRESSION_TOPK, rank == 1 ? 0.02 : 0.01);
+    why = syncd_last_error();
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH && Contains(why, "'ratio'") && Contains(why, "topk (ratio 0.02)"),
+                "rank %d: rc %d: %s", rank, rc, why.c_str());
+    CHILD_CHECK(run("bad.ratio", SYNCD_COMPRESSION_TOPK, 1.5) == SYNCD_ERR_INVALID &&
+                    Contains(syncd_last_error(), "ratio"),
+                "rank %d: %s", rank, syncd_last_error());
+    std::fill(v.begin(), v.end(), 1.0f);
+    CHILD_CHECK(run("after", SYNCD_COMPRESSION_TOPK, 1.0) == SYNCD_OK, "%s", syncd_last_error());
+    CHILD_CHECK(v[0] == float(n) && v[999] == float(n), "after: got %g", v[0]);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+// --compression-residual-bytes bounds the residuals: a tensor whose residual does not fit goes
+// without feedback (counted), others evict the least recently used; the next job starts with none.
+TEST(Feedback, ResidualsStayWithinTheirBoundAndGoWithTheJob) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--compression-residual-bytes", "100K"});
+  auto job = [&](const std::vector<std::pair<std::string, int64_t>>& tensors) {
+    return RunClusterRanks(cluster, [tensors](syncd_client* c, int rank, int) {
+      for (const auto& [name, count] : tensors) {
+        std::vector<float> v(size_t(count), float(rank + 1));
+        syncd_tensor t{name.c_str(), v.data(), SYNCD_FLOAT32, 1, &count, 0};
+        syncd_handle h;
+        CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &t, SYNCD_SUM, 1.0, 1.0, SYNCD_COMPRESSION_TOPK, 0.5,
+                                                           &h) == SYNCD_OK &&
+                        syncd_wait(c, h, 60'000) == SYNCD_OK,
+                    "%s: %s", name.c_str(), syncd_last_error());
+      }
+      return 0;
+    });
+  };
+  // 40 000 B, 40 000 B, then 40 000 B again: the third evicts the first; 400 000 B never fits.
+  ExpectAllSucceeded(job({{"a", 10'000}, {"b", 10'000}, {"c", 10'000}, {"huge", 100'000}}));
+  std::string status = SyncctlStatusJson(cluster.node(0).run_dir());
+  EXPECT_TRUE(Contains(status, "\"residuals\":{\"tensors\":\"2\",\"bytes\":\"80000\",\"capacity_bytes\":\"102400\","
+                               "\"evicted\":\"1\",\"refused\":\"1\""))
+      << status;
+  ExpectAllSucceeded(job({{"d", 10}}));
+  status = SyncctlStatusJson(cluster.node(0).run_dir());
+  EXPECT_TRUE(Contains(status, "\"tensors\":\"1\",\"bytes\":\"40\"")) << status;
+  EXPECT_TRUE(Contains(status, "\"cleared\":\"2\"")) << status;
+  EXPECT_TRUE(Contains(SyncctlStatus(cluster.node(0).run_dir()), "residuals  1 tensors' error feedback"));
+}
+
+}  // namespace
+}  // namespace syncd::testing
