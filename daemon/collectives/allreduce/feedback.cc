@@ -17,12 +17,16 @@ constexpr size_t kSegmentBytes = 1 << 20;
 
 constexpr size_t Align8(size_t n) { return (n + 7) & ~size_t{7}; }
 
-// One node's compressed segment of `m` elements, `k` of them sent (top-k, random-k): its bytes.
+// 1-bit's block for `n` elements of one tensor: their scale (8 bytes), their bits.
+size_t OneBitBytes(size_t n) { return 8 + Align8((n + 7) / 8); }
+
+// One node's compressed segment of `m` elements of one tensor, `k` of them sent (top-k,
+// random-k): its bytes.
 size_t BlockBytes(uint32_t compression, size_t m, size_t k, size_t esize) {
   switch (compression) {
     case SYNCD_COMPRESSION_TOPK: return Align8(k * 4) + Align8(k * esize);
     case SYNCD_COMPRESSION_RANDOMK: return Align8(k * esize);
-    default: return 8 + Align8((m + 7) / 8);  // 1-bit: the scale (8 bytes), the bits
+    default: return OneBitBytes(m);
   }
 }
 
@@ -60,6 +64,24 @@ void WithResiduals(Members& m, size_t begin, size_t end, T* segment, bool add) {
   }
 }
 
+// fn(lo, hi) for each member's part of [begin, end) of the concatenation, in order (the same parts
+// on every node: the group is).
+template <typename Fn>
+void ForEachPart(const Members& m, size_t begin, size_t end, Fn fn) {
+  for (size_t i = 0; i + 1 < m.begin.size(); ++i) {
+    const size_t lo = std::max(begin, m.begin[i]), hi = std::min(end, m.begin[i + 1]);
+    if (lo < hi) fn(lo, hi);
+  }
+}
+
+// 1-bit's block of [begin, end): a scale for each member's part (a fused group's tensors differ in
+// magnitude; one scale across them would drown the small ones).
+size_t OneBitSegmentBytes(const Members& m, size_t begin, size_t end) {
+  size_t bytes = 0;
+  ForEachPart(m, begin, end, [&](size_t lo, size_t hi) { bytes += OneBitBytes(hi - lo); });
+  return bytes;
+}
+
 // A seed every node draws the same random-k indices from: the group's tag (the same on every
 // node, unique in the job) and the segment.
 uint64_t Seed(uint64_t tag, uint64_t segment) { return tag * 0x9E3779B97F4A7C15ull + segment; }
@@ -70,7 +92,9 @@ CommTask Run(CollectiveGroup group, AcrossNodes run) {
   const uint32_t nodes = run.transport->size(), method = f.compression;
   Members members = PinResiduals(group, run, sizeof(T));
   const size_t count = members.begin.back(), seg = kSegmentBytes / sizeof(T);
-  const size_t kmax = SparseCount(seg, f.compression_ppm), block_max = BlockBytes(method, seg, kmax, sizeof(T));
+  const size_t kmax = SparseCount(seg, f.compression_ppm);
+  const size_t block_max = method == SYNCD_COMPRESSION_ONEBIT ? Align8((seg + 7) / 8) + 16 * group.size()
+                                                               : BlockBytes(method, seg, kmax, sizeof(T));
   // The segment, every node's block, the selection's scratch (top-k: an index per element;
   // random-k: the indices and their bitmap).
   const size_t slot_bytes = Align8(seg * sizeof(T)), gather_bytes = nodes * block_max;
@@ -83,7 +107,8 @@ CommTask Run(CollectiveGroup group, AcrossNodes run) {
   uint64_t segment = 0;
   for (size_t begin = 0; begin < count; ++segment) {
     const size_t end = std::min(count, begin + seg), m = end - begin, k = SparseCount(m, f.compression_ppm);
-    const size_t block = BlockBytes(method, m, k, sizeof(T));
+    const size_t block = method == SYNCD_COMPRESSION_ONEBIT ? OneBitSegmentBytes(members, begin, end)
+                                                            : BlockBytes(method, m, k, sizeof(T));
     run.host->ReduceRange(group, begin, end, reinterpret_cast<char*>(slot));
     WithResiduals(members, begin, end, slot, /*add=*/true);
     char* const mine = gather + run.node_rank * block;
@@ -96,9 +121,12 @@ CommTask Run(CollectiveGroup group, AcrossNodes run) {
                     reinterpret_cast<uint64_t*>(scratch + Align8(kmax * 4)));
       TakeAt(slot, idx, k, val);
     } else {
-      uint8_t* bits = reinterpret_cast<uint8_t*>(mine + 8);
-      const double scale = double(TakeScaledSign(slot, m, bits));
-      memcpy(mine, &scale, 8);
+      char* part = mine;
+      ForEachPart(members, begin, end, [&](size_t lo, size_t hi) {
+        const double scale = double(TakeScaledSign(slot + (lo - begin), hi - lo, reinterpret_cast<uint8_t*>(part + 8)));
+        memcpy(part, &scale, 8);
+        part += OneBitBytes(hi - lo);
+      });
     }
     WithResiduals(members, begin, end, slot, /*add=*/false);  // what stayed
     CommTask step;
@@ -122,9 +150,12 @@ CommTask Run(CollectiveGroup group, AcrossNodes run) {
           AddAt(reinterpret_cast<const uint32_t*>(theirs), reinterpret_cast<const T*>(theirs + Align8(k * 4)), k,
                 slot);
         } else {
-          double scale;
-          memcpy(&scale, theirs, 8);
-          AddScaledSign(reinterpret_cast<const uint8_t*>(theirs + 8), T(scale), m, slot);
+          ForEachPart(members, begin, end, [&](size_t lo, size_t hi) {
+            double scale;
+            memcpy(&scale, theirs, 8);
+            AddScaledSign(reinterpret_cast<const uint8_t*>(theirs + 8), T(scale), hi - lo, slot + (lo - begin));
+            theirs += OneBitBytes(hi - lo);
+          });
         }
       }
     }
