@@ -50,7 +50,13 @@ inline const char* ReduceOpName(uint32_t op) {
 // syncd_compression as --compression spells it.
 inline const char* CompressionName(uint32_t c) {
   static const char* const kNames[] = {"default", "none", "fp16", "bf16", "topk", "randomk", "onebit"};
-  return c < SYNCD_COMPRESSION_COUNT ? kNames[c] : "invalid-compression";
+  return c < SYNCD_COMPRESSION_COUNT ? kNames[c] : c == SYNCD_COMPRESSION_DEFAULT_CAST ? "default-cast"
+                                                                                       : "invalid-compression";
+}
+
+// What a rank may ask of an allreduce: a method or one of the two defaults.
+inline bool IsCompressionRequest(uint32_t c) {
+  return c < SYNCD_COMPRESSION_COUNT || c == SYNCD_COMPRESSION_DEFAULT_CAST;
 }
 
 }  // namespace syncd::abi

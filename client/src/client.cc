@@ -267,7 +267,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
   entry.tag = extra.tag;
   entry.compression = extra.compression;
   entry.compression_ppm = extra.compression_ppm;
-  if (extra.compression >= SYNCD_COMPRESSION_COUNT)
+  if (!abi::IsCompressionRequest(extra.compression))
     return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': unknown compression " + std::to_string(extra.compression));
   if (abi::IsPointToPoint(kind) && extra.tag < 0)
     return Fail(SYNCD_ERR_INVALID, "tensor '" + name + "': tag " + std::to_string(extra.tag) + " is negative");

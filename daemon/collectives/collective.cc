@@ -37,6 +37,9 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
 uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_bytes, uint64_t bytes, bool gpu,
                             syncd_dtype dtype) {
   if (gpu || (dtype != SYNCD_FLOAT32 && dtype != SYNCD_FLOAT64)) return SYNCD_COMPRESSION_NONE;
+  if (asked == SYNCD_COMPRESSION_DEFAULT_CAST)
+    asked = fallback == SYNCD_COMPRESSION_FP16 || fallback == SYNCD_COMPRESSION_BF16 ? SYNCD_COMPRESSION_DEFAULT
+                                                                                       : SYNCD_COMPRESSION_NONE;
   if (asked == SYNCD_COMPRESSION_DEFAULT) return uint8_t(bytes >= min_bytes ? fallback : uint32_t(SYNCD_COMPRESSION_NONE));
   return uint8_t(asked);
 }

@@ -145,8 +145,9 @@ TEST(Compression, AMismatchFailsOnEveryRankNamingTheTensorAndTheJobGoesOn) {
   ExpectAllSucceeded(st);
 }
 
-// --compression: what the ranks leave to the daemon (DEFAULT) is compressed from
-// --compression-min-bytes on; smaller tensors, an explicit NONE and integers travel exactly.
+// --compression: what the ranks leave to the daemon (DEFAULT, and DEFAULT_CAST where the daemon's
+// choice is a cast) is compressed from --compression-min-bytes on; smaller tensors, an explicit
+// NONE and integers travel exactly.
 TEST(Compression, TheDaemonsDefaultAppliesFromItsMinimumSizeOnAndAnExplicitChoiceWins) {
   Cluster cluster(2, 2,
                   {"--cores", "none", "--log-level", "warn", "--compression", "bf16", "--compression-min-bytes", "4K"});
@@ -167,6 +168,7 @@ TEST(Compression, TheDaemonsDefaultAppliesFromItsMinimumSizeOnAndAnExplicitChoic
     };
     if (run("default.big", 1024, SYNCD_COMPRESSION_DEFAULT, true)) return 1;  // 4 KiB: compressed
     if (run("default.small", 1023, SYNCD_COMPRESSION_DEFAULT, false)) return 1;
+    if (run("default_cast.big", 1024, SYNCD_COMPRESSION_DEFAULT_CAST, true)) return 1;
     if (run("explicit.none", 4096, SYNCD_COMPRESSION_NONE, false)) return 1;
     std::vector<int32_t> ints(4096, rank + 1);
     int64_t count = 4096;
@@ -182,8 +184,8 @@ TEST(Compression, TheDaemonsDefaultAppliesFromItsMinimumSizeOnAndAnExplicitChoic
   // syncctl status says so.
   const std::string status = SyncctlStatusJson(cluster.node(1).run_dir());
   EXPECT_TRUE(Contains(status, "\"compression\":\"bf16\",\"compression_min_bytes\":\"4096\"")) << status;
-  // Only "default.big" crossed compressed: 1,024 float32 as 1,024 bfloat16.
-  EXPECT_TRUE(Contains(status, "\"compressed\":[" + CompressedEntry("bf16", 1, 4096, 0, 2048) + "]")) << status;
+  // Only "default.big" and "default_cast.big" crossed compressed: 1,024 float32 as 1,024 bfloat16 each.
+  EXPECT_TRUE(Contains(status, "\"compressed\":[" + CompressedEntry("bf16", 2, 8192, 0, 4096) + "]")) << status;
 }
 
 // --coord topo: the registered graph carries each gradient's compression (fp16, bf16, none here);

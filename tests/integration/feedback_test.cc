@@ -150,6 +150,36 @@ TEST(Feedback, AMethodOrRatioMismatchFailsOnEveryRankNamingTheTensor) {
   ExpectAllSucceeded(st);
 }
 
+// Under --compression topk, what leaves the choice to the daemon (DEFAULT) gets top-k and a residual;
+// DEFAULT_CAST (the torch.distributed backend's numbered collectives, whose names never recur) travels
+// exactly and leaves no residual behind.
+TEST(Feedback, DefaultCastLeavesTheDaemonsFeedbackMethodOut) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--compression", "topk", "--compression-ratio",
+                         "0.1", "--compression-min-bytes", "0"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    auto run = [&](const char* name, syncd_compression compression, bool exact) {
+      std::vector<float> v(1000);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = float(Grad(rank, 0, i));
+      int64_t count = int64_t(v.size());
+      syncd_tensor t{name, v.data(), SYNCD_FLOAT32, 1, &count, 0};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_compressed_async(c, &t, SYNCD_SUM, 1.0, 1.0, compression, &h) == SYNCD_OK &&
+                      syncd_wait(c, h, 60'000) == SYNCD_OK,
+                  "%s: %s", name, syncd_last_error());
+      size_t differ = 0;
+      for (size_t i = 0; i < v.size(); ++i) differ += v[i] != float(Grad(0, 0, i) + Grad(1, 0, i));
+      CHILD_CHECK(exact ? differ == 0 : differ > 500, "%s: %zu of 1000 elements differ from the exact sum", name,
+                  differ);
+      return 0;
+    };
+    if (run("cast.only", SYNCD_COMPRESSION_DEFAULT_CAST, true)) return 1;
+    return run("default", SYNCD_COMPRESSION_DEFAULT, false);
+  });
+  ExpectAllSucceeded(st);
+  const std::string status = SyncctlStatusJson(cluster.node(0).run_dir());
+  EXPECT_TRUE(Contains(status, "\"residuals\":{\"tensors\":\"1\",\"bytes\":\"4000\"")) << status;
+}
+
 // --compression-residual-bytes bounds the residuals: a tensor whose residual does not fit goes
 // without feedback (counted), others evict the least recently used; the next job starts with none.
 TEST(Feedback, ResidualsStayWithinTheirBoundAndGoWithTheJob) {

@@ -173,7 +173,11 @@ typedef enum syncd_compression {
   SYNCD_COMPRESSION_TOPK = 4,    /* each node's largest `ratio` of the elements, by magnitude */
   SYNCD_COMPRESSION_RANDOMK = 5, /* `ratio` of the elements, the same random ones on every node */
   SYNCD_COMPRESSION_ONEBIT = 6,  /* each element's sign, times the mean magnitude */
-  SYNCD_COMPRESSION_COUNT
+  SYNCD_COMPRESSION_COUNT,
+  /* Not a method, a request: DEFAULT where the daemon's --compression is a cast (fp16, bf16), NONE
+   * where it keeps error feedback. For tensors whose names do not recur step after step (the
+   * torch.distributed backend numbers its collectives): their residuals would never be fed back. */
+  SYNCD_COMPRESSION_DEFAULT_CAST = 0x40
 } syncd_compression;
 SYNCD_API int syncd_allreduce_compressed_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
                                                double prescale, double postscale, syncd_compression compression,

@@ -44,10 +44,10 @@ class AllreduceCollective final : public Collective {
     r->op = syncd_reduce_op(e.op);
     r->prescale = e.prescale;
     r->postscale = e.postscale;
-    if (e.compression >= SYNCD_COMPRESSION_COUNT)
+    if (!abi::IsCompressionRequest(e.compression))
       return ProtocolError("malformed ring entry: " + what + " has unknown compression " +
                            std::to_string(e.compression));
-    if ((e.flags & abi::kSubmitGpu) && e.compression > SYNCD_COMPRESSION_NONE)
+    if ((e.flags & abi::kSubmitGpu) && e.compression > SYNCD_COMPRESSION_NONE && e.compression < SYNCD_COMPRESSION_COUNT)
       return InvalidArgument(what + ": " + abi::CompressionName(e.compression) +
                              " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
     if (e.compression_ppm > 1'000'000)
