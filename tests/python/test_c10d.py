@@ -16,6 +16,8 @@ import torch.nn as nn
 
 pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
 import syncd.torch.distributed  # noqa: F401,E402  registers the backend
+from syncd.torch import Compression  # noqa: E402
+from syncd.torch.distributed import CompressionState, compression_hook  # noqa: E402
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
           torch.float32, torch.float64, torch.bool]
@@ -311,7 +313,8 @@ class WithUnused(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-@pytest.mark.parametrize("variant", ["plain", "find_unused_parameters", "no_sync", "fp16_compress_hook"])
+@pytest.mark.parametrize("variant", ["plain", "find_unused_parameters", "no_sync", "fp16_compress_hook",
+                                     "syncd_compression_hook_fp16"])
 def test_ddp_trains_to_the_same_parameters_as_ddp_over_gloo(variant):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     torch.manual_seed(0)
@@ -324,13 +327,60 @@ def test_ddp_trains_to_the_same_parameters_as_ddp_over_gloo(variant):
     if variant == "fp16_compress_hook":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         ref.register_comm_hook(GLOO, default_hooks.fp16_compress_hook)
+    if variant == "syncd_compression_hook_fp16":  # the daemons cast, between nodes only
+        ddp.register_comm_hook(Compression.fp16, compression_hook)
+        ref.register_comm_hook(GLOO, default_hooks.fp16_compress_hook)
     seed = 100 + dist.get_rank()
     train(ddp, 6, seed, no_sync_every=2 if variant == "no_sync" else 0)
     train(ref, 6, seed, no_sync_every=2 if variant == "no_sync" else 0)
     # fp16 gradients: the daemon and gloo add the halves in different orders (2e-5 apart here).
-    atol = 1e-4 if variant == "fp16_compress_hook" else 1e-6
+    atol = 1e-4 if "fp16" in variant else 1e-6
     for (name, a), b in zip(model.named_parameters(), twin.parameters()):
         assert torch.allclose(a, b, atol=atol, rtol=1e-5), (variant, name, (a - b).abs().max())
+
+
+class Dot(nn.Module):
+    """loss = w . x: its gradient is x, whatever w is."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(n, dtype=torch.float64))
+
+    def forward(self, x):
+        return (self.w * x).sum()
+
+
+@pytest.mark.parametrize("method", ["none", "topk", "randomk"])
+def test_ddp_compression_hook_keeps_error_feedback_per_bucket(method):
+    """ddp.register_comm_hook(Compression.topk(0.25), compression_hook): each bucket averaged by the
+    daemons, top-k (random-k) with error feedback between nodes. Integer gradients for 4 steps, then
+    zeros until the residuals have crossed: SGD at lr 1 from zeros ends at minus the average of every
+    rank's gradients, exactly, as uncompressed (a residual lost would leave most of it out)."""
+    n, steps = 5000, 4
+    compression, drain = {"none": (Compression.none, 0), "topk": (Compression.topk(0.25), 4),
+                          "randomk": (CompressionState(Compression.randomk(0.5)), 48)}[method]
+    model = Dot(n)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(compression, compression_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+
+    def grad(step, r):
+        return (torch.arange(n, dtype=torch.float64) % 7 + 1) * (r + 1) * (step + 3) % 11 - 5
+
+    for step in range(steps + drain):
+        opt.zero_grad()
+        ddp(grad(step, dist.get_rank()) if step < steps else torch.zeros(n, dtype=torch.float64)).backward()
+        opt.step()
+    want = -sum(grad(step, r) for step in range(steps) for r in range(dist.get_world_size())) / dist.get_world_size()
+    assert torch.equal(model.w.detach(), want), (method, (model.w.detach() - want).abs().max())
+
+
+def test_compression_hook_refuses_a_group_of_another_backend():
+    model = Dot(10)
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=GLOO)
+    ddp.register_comm_hook(CompressionState(Compression.fp16, GLOO), compression_hook)
+    with pytest.raises(Exception, match="needs a process group of the 'syncd' backend"):
+        ddp(torch.ones(10, dtype=torch.float64)).backward()
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.float32], ids=str)

@@ -5,11 +5,13 @@
 // Tensors are staged through the client's shared-memory arena: a copy in before the request and
 // one out when it completes; none for a contiguous tensor already in the arena where the op's
 // result is the tensor itself or the op only reads it (allreduce, broadcast, send, recv);
-// staging_stats() counts the copies. send and recv use the daemons' point-to-point path
-// (daemon/engine/point_to_point.h). Collectives are named after the process group (torch's group
-// name, the same on every member rank) and a per-group sequence number: c10d has every rank call
-// a group's collectives in one order, so the names agree without a negotiation of our own. The
-// Work objects are in c10d_work.h.
+// staging_stats() counts the copies (c10d_stager.h). send and recv use the daemons' point-to-point
+// path (daemon/engine/point_to_point.h). Collectives are named after the process group (torch's
+// group name, the same on every member rank) and a per-group sequence number: c10d has every rank
+// call a group's collectives in one order, so the names agree without a negotiation of our own.
+// Names that never recur leave error feedback out: their allreduces take the daemon's
+// --compression only where it is a cast; allreduce_named (DDP's compression_hook) names a bucket
+// the same way every step and takes any compression. The Work objects are in c10d_work.h.
 //
 // Completion: Work::wait() and isCompleted() drive the requests on the caller's thread. A Work's
 // future (getFuture(), which DDP's reducer and communication hooks wait on) needs a thread to
@@ -25,6 +27,7 @@
 
 #include "client/python/src/c10d_ranks.h"
 #include "client/python/src/c10d_sparse.h"
+#include "client/python/src/c10d_stager.h"
 #include "client/python/src/c10d_work.h"
 
 #include <algorithm>
@@ -57,7 +60,8 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                     bool nodes_changed)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), keep_alive_(std::move(keep_alive)),
         client_(reinterpret_cast<syncd_client*>(client)), timeout_ms_(int64_t(timeout.count())),
-        group_(std::move(group)), ranks_(process_set, std::move(ranks), nodes_changed) {
+        ranks_(process_set, std::move(ranks), nodes_changed),
+        stager_(client_, rank, timeout_ms_, std::move(group), &ranks_, this) {
     TORCH_CHECK(client_ != nullptr, "syncd backend: no syncd client (is this rank attached to a daemon?)");
     ranks_.Check(client_, rank, size);
   }
@@ -73,7 +77,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
 
   const std::string getBackendName() const override { return "syncd"; }
   int process_set() const { return ranks_.process_set(); }
-  const StagingStats& staging() const { return *stats_; }
+  const StagingStats& staging() const { return stager_.stats(); }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
@@ -93,7 +97,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: broadcast takes one tensor per process, got ", tensors.size());
     TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "syncd backend: broadcast root ", opts.rootRank,
                 " out of range (size ", getSize(), ")");
-    auto work = Stage(tensors, c10d::OpType::BROADCAST, "broadcast",
+    auto work = stager_.Stage(tensors, c10d::OpType::BROADCAST, "broadcast",
                       [&](const syncd_tensor& t, syncd_handle* h) {
                         return syncd_broadcast_async(client_, &t, GlobalRank(opts.rootRank), h);
                       });
@@ -156,7 +160,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     // syncd's reduce: only the root's tensor changes.
     const bool root = int(opts.rootRank) == getRank();
     std::vector<at::Tensor> outs = root ? tensors : std::vector<at::Tensor>{};
-    return Flat(tensors[0].flatten(), outs, c10d::OpType::REDUCE, "reduce",
+    return stager_.Flat(tensors[0].flatten(), outs, c10d::OpType::REDUCE, "reduce",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
                   return syncd_reduce_async(client_, &t, op, GlobalRank(opts.rootRank), 1.0, 1.0, h);
                 }, 0);
@@ -176,7 +180,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       TORCH_CHECK(outputs.empty() || outputs[0].empty(), "syncd backend: gather's output list is for its root only");
     }
     // syncd's gather: only the root receives.
-    return Flat(inputs[0].flatten(), outs, c10d::OpType::GATHER, "gather",
+    return stager_.Flat(inputs[0].flatten(), outs, c10d::OpType::GATHER, "gather",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
                   return syncd_gather_async(client_, &t, GlobalRank(opts.rootRank), res, h);
                 }, -1);
@@ -206,7 +210,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       TORCH_CHECK(inputs.empty() || inputs[0].empty(), "syncd backend: scatter's input list is for its root only");
     }
     std::vector<at::Tensor> outs = {out};
-    return Flat(all, outs, c10d::OpType::SCATTER, "scatter",
+    return stager_.Flat(all, outs, c10d::OpType::SCATTER, "scatter",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
                   return syncd_scatter_async(client_, &t, GlobalRank(opts.rootRank), res, h);
                 }, -1);
@@ -257,7 +261,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     for (int64_t s : splits) elems.push_back(s * row);
     elems = ranks_.SetCounts(elems, syncd_size(client_));
     std::vector<at::Tensor> outs = {output};
-    return Flat(input.flatten(), outs, c10d::OpType::ALLTOALL_BASE, "alltoall_base",
+    return stager_.Flat(input.flatten(), outs, c10d::OpType::ALLTOALL_BASE, "alltoall_base",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
                   return syncd_alltoall_async(client_, &t, elems.data(), int(elems.size()), res, h);
                 }, -1);
@@ -277,16 +281,14 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     }
     elems = ranks_.SetCounts(elems, syncd_size(client_));
     std::vector<at::Tensor> outs = outputs;
-    return Flat(at::cat(flat), outs, c10d::OpType::ALLTOALL, "alltoall",
+    return stager_.Flat(at::cat(flat), outs, c10d::OpType::ALLTOALL, "alltoall",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
                   return syncd_alltoall_async(client_, &t, elems.data(), int(elems.size()), res, h);
                 }, -1);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
-    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), c10d::OpType::BARRIER, std::vector<at::Tensor>{},
-                                               timeout_ms_);
-    work->set_group(this);
+    auto work = stager_.NewWork(c10d::OpType::BARRIER, {});
     SyncdWork::Request r;
     if (syncd_barrier_set_async(client_, ranks_.process_set(), &r.handle) != SYNCD_OK) {
       work->FailNow(std::string("syncd backend: barrier failed: ") + syncd_last_error());
@@ -296,22 +298,35 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     return work;
   }
 
-  // Point to point: not collective, so named apart from the group's (numbered alike everywhere).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: send takes one tensor, got ", tensors.size());
     CheckRoot(dst, "send");
-    return PointToPoint(tensors, c10d::OpType::SEND, "send", GlobalRank(dst), tag);
+    return stager_.PointToPoint(tensors, c10d::OpType::SEND, "send", GlobalRank(dst), tag);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: recv takes one tensor, got ", tensors.size());
     CheckRoot(src, "recv");
-    return PointToPoint(tensors, c10d::OpType::RECV, "recv", GlobalRank(src), tag);
+    return stager_.PointToPoint(tensors, c10d::OpType::RECV, "recv", GlobalRank(src), tag);
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "syncd backend: recv takes one tensor, got ", tensors.size());
-    return PointToPoint(tensors, c10d::OpType::RECVANYSOURCE, "recv", SYNCD_ANY_SOURCE, tag);
+    return stager_.PointToPoint(tensors, c10d::OpType::RECVANYSOURCE, "recv", SYNCD_ANY_SOURCE, tag);
+  }
+
+  // An average of `t` over the group under `name` (the same on every rank, and step after step:
+  // the daemons keep error feedback per name), compressed as `compression` asks (syncd_compression
+  // in the low 8 bits, top-k's and random-k's ratio in parts per million above; 0: the daemon's
+  // --compression). DDP's communication hook (syncd.torch.distributed.compression_hook).
+  c10::intrusive_ptr<c10d::Work> allreduce_named(at::Tensor& t, const std::string& name, int compression) {
+    TORCH_CHECK(!name.empty(), "syncd backend: allreduce_named needs a name");
+    TORCH_CHECK(!t.is_sparse(), "syncd backend: allreduce_named takes dense tensors");
+    std::vector<at::Tensor> tensors = {t};
+    return stager_.Stage(tensors, c10d::OpType::ALLREDUCE, "allreduce", [&](const syncd_tensor& st, syncd_handle* h) {
+      return syncd_allreduce_compressed_ratio_async(client_, &st, SYNCD_AVERAGE, 1.0, 1.0,
+                                                    syncd_compression(compression & 0xff), (compression >> 8) / 1e6, h);
+    }, stager_.NamedAs(name));
   }
 
   // Completion thread (for futures): started on the first getFuture().
@@ -323,128 +338,25 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   }
 
  private:
-  std::string NextName(const char* op) { return "c10d." + group_ + "." + op + "." + std::to_string(seq_++); }
-
-  // Where request `r` of `t` runs: with `in_place` (the op's result is the tensor itself, or it
-  // only reads it) and `t` already in the arena, on the tensor's own memory; otherwise a fresh
-  // arena buffer (`copy`: holding `t`'s data). Sets r->buffer and r->owned; false (and the work
-  // failed) when the arena is full.
-  bool StageIn(const at::Tensor& t, SyncdWork* work, const char* op, SyncdWork::Request* r, bool in_place,
-               bool copy = true) {
-    const size_t bytes = size_t(t.numel()) * t.element_size();
-    if (in_place && bytes > 0 && t.is_contiguous() && syncd_in_arena(client_, t.data_ptr(), bytes)) {
-      r->buffer = t.data_ptr();
-      r->owned = false;
-      ++stats_->zero_copy;
-      return true;
-    }
-    r->buffer = StageIn(t, work, op, copy);
-    return r->buffer != nullptr;
-  }
-
-  // Copies `t` into a fresh arena buffer; nullptr (and the work failed) when the arena is full.
-  void* StageIn(const at::Tensor& t, SyncdWork* work, const char* op, bool copy = true) {
-    const size_t bytes = size_t(t.numel()) * t.element_size();
-    void* buf = syncd_alloc(client_, bytes == 0 ? 1 : bytes);
-    if (buf == nullptr) {
-      work->FailNow(std::string("syncd backend: ") + op + ": the shared arena has no room for " +
-                    std::to_string(bytes) + " bytes (raise syncd --arena-size)");
-      return nullptr;
-    }
-    if (!copy || bytes == 0) return buf;
-    const uint64_t t0 = NowNs();
-    const at::Tensor c = t.contiguous();
-    memcpy(buf, c.data_ptr(), bytes);
-    stats_->bytes_in += bytes;
-    stats_->ns_in += NowNs() - t0;
-    return buf;
-  }
-
-  template <typename Submit>
-  c10::intrusive_ptr<c10d::Work> Stage(std::vector<at::Tensor>& tensors, c10d::OpType type, const char* op,
-                                       Submit submit) {
-    for (const at::Tensor& t : tensors) CheckCpu(t, op);
-    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, tensors, timeout_ms_);
-    work->set_group(this);
-    const std::string base = NextName(op);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const at::Tensor& t = tensors[i];
-      SyncdWork::Request r;
-      if (!StageIn(t, work.get(), op, &r, /*in_place=*/true)) return work;
-      const std::string name = base + "." + std::to_string(i);
-      const int64_t count = t.numel();
-      syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, ranks_.process_set()};
-      if (submit(st, &r.handle) != SYNCD_OK) {
-        if (r.owned) syncd_free(client_, r.buffer);
-        work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
-        return work;
-      }
-      work->requests().push_back(r);
-    }
-    std::vector<at::Tensor> outs = tensors;
-    work->set_unstage([outs, stats = stats_](std::deque<SyncdWork::Request>& rs) mutable {
-      for (size_t i = 0; i < outs.size(); ++i) {
-        std::vector<at::Tensor> one = {outs[i]};
-        CopyOut(static_cast<const char*>(rs[i].buffer), one, stats.get());
-      }
-    });
-    return work;
-  }
-
-  // A send or receive of one tensor with a global rank (SYNCD_ANY_SOURCE: any).
-  c10::intrusive_ptr<c10d::Work> PointToPoint(std::vector<at::Tensor>& tensors, c10d::OpType type, const char* op,
-                                              int peer, int tag) {
-    CheckCpu(tensors[0], op);
-    TORCH_CHECK(tag >= 0, "syncd backend: ", op, " with tag ", tag, ": tags are 0 or more");
-    const bool recv = type != c10d::OpType::SEND;
-    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, tensors, timeout_ms_);
-    work->set_group(this);
-    if (auto group_of = ranks_.GroupOf()) work->set_source_map(std::move(group_of));
-    const at::Tensor& t = tensors[0];
-    SyncdWork::Request& r = work->requests().emplace_back();
-    r.recv = recv;
-    if (!StageIn(t, work.get(), op, &r, /*in_place=*/true, /*copy=*/!recv)) {
-      work->requests().pop_back();
-      return work;
-    }
-    const std::string name = "c10d." + group_ + ".p2p." + std::to_string(p2p_seq_++);
-    const int64_t count = t.numel();
-    syncd_tensor st{name.c_str(), r.buffer, DtypeOf(t, op), 1, &count, ranks_.process_set()};
-    const int rc = recv ? syncd_recv_async(client_, &st, peer, tag, &r.handle)
-                        : syncd_send_async(client_, &st, peer, tag, &r.handle);
-    if (rc != SYNCD_OK) {
-      if (r.owned) syncd_free(client_, r.buffer);
-      work->requests().pop_back();
-      work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
-      return work;
-    }
-    if (recv) {
-      std::vector<at::Tensor> outs = tensors;
-      work->set_unstage([outs, stats = stats_](std::deque<SyncdWork::Request>& rs) mutable {
-        CopyOut(static_cast<const char*>(rs[0].buffer), outs, stats.get());
-      });
-    }
-    return work;
-  }
-
   // gloo's sparse allreduce (c10d_sparse.h), under the name a dense one would have.
   c10::intrusive_ptr<c10d::Work> SparseAllreduce(at::Tensor& t, const c10d::AllreduceOptions& opts) {
     TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "syncd backend: allreduce of a sparse tensor takes ReduceOp.SUM "
                 "only (as gloo)");
-    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t},
-                                               timeout_ms_);
-    work->set_group(this);
+    auto work = stager_.NewWork(c10d::OpType::ALLREDUCE, {t});
     const at::Tensor blob = SparseBlob(t);
-    void* buffer = StageIn(blob, work.get(), "allreduce");
-    if (buffer != nullptr) SubmitSparseSum(client_, work.get(), t, buffer, blob.numel(), NextName("allreduce") + ".0",
-                                           ranks_.process_set());
+    void* buffer = stager_.StageIn(blob, work.get(), "allreduce");
+    if (buffer != nullptr)
+      SubmitSparseSum(client_, work.get(), t, buffer, blob.numel(), stager_.NextName("allreduce") + ".0",
+                      ranks_.process_set());
     return work;
   }
 
   c10::intrusive_ptr<c10d::Work> Reduce(std::vector<at::Tensor>& tensors, syncd_reduce_op op, c10d::OpType type,
                                         const char* what) {
-    return Stage(tensors, type, what, [&](const syncd_tensor& t, syncd_handle* h) {
-      return syncd_allreduce_async(client_, &t, op, 1.0, 1.0, h);
+    // The daemon's --compression if it is a cast: error feedback needs a name that recurs every
+    // step, and these are numbered (compression_hook names DDP's buckets for it).
+    return stager_.Stage(tensors, type, what, [&](const syncd_tensor& t, syncd_handle* h) {
+      return syncd_allreduce_compressed_async(client_, &t, op, 1.0, 1.0, SYNCD_COMPRESSION_DEFAULT_CAST, h);
     });
   }
 
@@ -454,44 +366,6 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   void CheckRoot(int64_t root, const char* op) const {
     TORCH_CHECK(root >= 0 && root < getSize(), "syncd backend: ", op, " root ", root, " out of range (size ", getSize(),
                 ")");
-  }
-
-  // One request on a 1-D staging copy of `flat`. On completion the elements from `offset` on
-  // (or, with offset -1, the request's result block) are copied into `outs` end to end.
-  template <typename Submit>
-  c10::intrusive_ptr<c10d::Work> Flat(const at::Tensor& flat, std::vector<at::Tensor>& outs, c10d::OpType type,
-                                      const char* op, Submit submit, int64_t offset) {
-    CheckCpu(flat, op);
-    for (const at::Tensor& o : outs) CheckCpu(o, op);
-    auto work = c10::make_intrusive<SyncdWork>(client_, getRank(), type, outs, timeout_ms_);
-    work->set_group(this);
-    void* buffer = StageIn(flat, work.get(), op);
-    if (buffer == nullptr) return work;
-    SyncdWork::Request& r = work->requests().emplace_back();
-    r.buffer = buffer;
-    const std::string name = NextName(op);
-    const int64_t count = flat.numel();
-    syncd_tensor st{name.c_str(), buffer, DtypeOf(flat, op), 1, &count, ranks_.process_set()};
-    if (submit(st, &r.handle, &r.result) != SYNCD_OK) {
-      syncd_free(client_, buffer);
-      work->requests().pop_back();
-      work->FailNow(std::string("syncd backend: ") + op + " failed: " + syncd_last_error());
-      return work;
-    }
-    r.has_result = offset < 0;
-    const size_t esize = flat.element_size();
-    const std::string what = op;
-    work->set_unstage([outs, offset, esize, what, stats = stats_](std::deque<SyncdWork::Request>& rs) mutable {
-      const char* data = offset < 0 ? static_cast<const char*>(rs[0].result.data)
-                                    : static_cast<const char*>(rs[0].buffer) + size_t(offset) * esize;
-      size_t total = 0;
-      for (const at::Tensor& o : outs) total += size_t(o.numel()) * o.element_size();
-      // (No outputs: a gather's rank that is not its root.)
-      TORCH_CHECK(offset >= 0 || outs.empty() || rs[0].result.bytes == total, "syncd backend: ", what, " received ",
-                  rs[0].result.bytes, " bytes where the outputs hold ", total);
-      CopyOut(data, outs, stats.get());
-    });
-    return work;
   }
 
   // `all` holds every rank's share end to end (size x the output); this rank keeps its reduction.
@@ -504,7 +378,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     if ((rop == SYNCD_SUM || rop == SYNCD_AVERAGE) && ranks_.PerRankRows()) {
       // syncd's reducescatter over rows of `piece` elements, one per rank: this rank's row lands
       // at the start of the staging buffer.
-      return Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
+      return stager_.Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
         syncd_tensor rows = t;
         const int64_t dims[2] = {getSize(), piece};
         rows.ndim = 2;
@@ -513,15 +387,15 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       }, 0);
     }
     // MIN, MAX, PRODUCT (and the live ranks' view): the whole allreduce, then this rank's part.
-    return Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
-      return syncd_allreduce_async(client_, &t, rop, 1.0, 1.0, h);
+    return stager_.Flat(all, outs, type, op, [&, rop](const syncd_tensor& t, syncd_handle* h, syncd_result*) {
+      return syncd_allreduce_compressed_async(client_, &t, rop, 1.0, 1.0, SYNCD_COMPRESSION_DEFAULT_CAST, h);
     }, piece * getRank());
   }
 
   // Allgather of `input` into `outs`: one tensor of size x the input, or a tensor per rank.
   c10::intrusive_ptr<c10d::Work> Gather(const at::Tensor& input, std::vector<at::Tensor>& outs, c10d::OpType type,
                                         const char* op) {
-    return Flat(input.flatten(), outs, type, op,
+    return stager_.Flat(input.flatten(), outs, type, op,
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
                   return syncd_allgather_async(client_, &t, res, h);
                 }, -1);
@@ -547,11 +421,8 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   py::object keep_alive_;  // the Python client that owns syncd_client
   syncd_client* client_;
   int64_t timeout_ms_;
-  std::string group_;  // torch's group name: the same on every member rank
   GroupRanks ranks_;  // the group's ranks as syncd numbers them, and its process set
-  uint64_t seq_ = 0;
-  uint64_t p2p_seq_ = 0;
-  std::shared_ptr<StagingStats> stats_ = std::make_shared<StagingStats>();
+  Stager stager_;     // group named after torch's group name: the same on every member rank
   std::mutex progress_mu_;
   std::condition_variable progress_cv_;
   std::deque<c10::intrusive_ptr<SyncdWork>> tracked_;
@@ -578,6 +449,8 @@ PYBIND11_MODULE(_c10d, m) {
            py::arg("keep_alive"), py::arg("process_set") = 0, py::arg("ranks") = std::vector<int>{},
            py::arg("group") = "default", py::arg("nodes_changed") = false)
       .def_property_readonly("process_set", &ProcessGroupSyncd::process_set)
+      .def("allreduce_named", &ProcessGroupSyncd::allreduce_named, py::arg("tensor"), py::arg("name"),
+           py::arg("compression") = 0, py::call_guard<py::gil_scoped_release>())
       // What staging through the arena cost this group so far (bench/torch_synthetic.py).
       .def("staging_stats", [](const ProcessGroupSyncd& pg) {
         const auto& s = pg.staging();

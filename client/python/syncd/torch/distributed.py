@@ -25,6 +25,9 @@ world size; DDP built on it averages over them:
 Under `continue` nothing fails: `ranks_changed()`, called by every rank at the same point (a step
 boundary), says whether ranks were lost or a replacement (`syncrun --respawn`) waits to join; the
 replacement's own `init_process_group("syncd", init_method="syncd://")` meets it there.
+
+DDP's gradients compressed by the daemons (fp16, bf16, top-k, random-k, 1-bit with error feedback):
+`ddp.register_comm_hook(Compression.topk(0.01), compression_hook)` (syncd/torch/ddp_hooks.py).
 """
 import os
 import socket
@@ -36,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from syncd.torch import basics, requests
+from syncd.torch.ddp_hooks import CompressionState, compression_hook  # noqa: F401  (DDP's comm hook)
 from syncd.torch.functions import allgather_object, broadcast_object
 from syncd.torch.gather_scatter import allgather
 from syncd.torch.requests import HorovodInternalError
