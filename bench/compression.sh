@@ -4,7 +4,7 @@
 # gradient set of ResNet-18 and ResNet-50 (bench/compression.py: every gradient produced by a
 # trivial backward, exchanged, an SGD step), every method in the same run, alternating, --repeats
 # times: syncd uncompressed; syncd with fp16 and bf16 done by the daemons; syncd's top-k, random-k
-# (ratio 0.01) and 1-bit with error feedback in the daemons; Horovod's fp16 (cast in
+# (at --ratio, 0.01 unless told) and 1-bit with error feedback in the daemons; Horovod's fp16 (cast in
 # the framework process); DDP over gloo, and DDP over gloo with torch's PowerSGD hook. Reports per
 # link, model and method the median step time, its speed-up over uncompressed syncd and the ranks'
 # CPU time per step. Then what compression does to training (--accuracy-epochs, 0: skip): the
@@ -13,11 +13,11 @@
 # initial parameters: held-out accuracy and final training loss. The last line is one JSON object with every run. Root (network namespaces).
 #   bench/compression.sh [--links 2.5,10] [--models resnet18,resnet50] [--methods ...] [--repeats 2]
 #                        [--steps 5] [--warmup 3] [--accuracy-epochs 12]
-#                        [--accuracy-seeds 1234,1,2] [--build build]
+#                        [--accuracy-seeds 1234,1,2] [--ratio 0.01] [--build build]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 links=2.5,10 models=resnet18,resnet50 methods=none,fp16,bf16,topk,randomk,onebit,fp16-framework,ddp,ddp-powersgd repeats=2 steps=5 warmup=3
-accuracy_epochs=12 accuracy_seeds=1234,1,2
+accuracy_epochs=12 accuracy_seeds=1234,1,2 ratio=0.01
 build="$here/../build"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --accuracy-epochs) accuracy_epochs=$2; shift 2 ;;
     --accuracy-seeds) accuracy_seeds=$2; shift 2 ;;
+    --ratio) ratio=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) echo "compression.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -39,7 +40,7 @@ trap 'rm -f "$out" "$out.err" "$out.crashes" "$out.accuracy"' EXIT
 run() {  # $1 link Gbit/s, $2 model, $3 method
   local gbit=$1 model=$2 method=$3 line
   local job=(/usr/bin/python3 "$here/compression.py" --method "$method" --model "$model" --steps "$steps"
-             --warmup "$warmup" --label "$gbit")
+             --warmup "$warmup" --label "$gbit" --ratio "$ratio")
   if [[ $method == ddp* ]]; then
     # torch 1.13's PowerSGD hook over gloo crashes now and then on these links (gloo: "enforce fail
     # at pair.cc:510 op.preamble.length <= op.nbytes", one rank aborts): the peer gets five tries,
@@ -74,7 +75,7 @@ for seed in $([ "$accuracy_epochs" -gt 0 ] && echo "${accuracy_seeds//,/ }"); do
   for compression in none fp16 bf16 topk randomk onebit; do
     line=$("$build/bin/syncrun" -N 2 -n 4 --syncd-arg=--log-level=warn -- /usr/bin/python3 \
       "$here/../deploy/local/train_digits.py" --compression "$compression" --epochs "$accuracy_epochs" \
-      --seed "$seed" --json --no-status --min-accuracy 0 2>"$out.err" | grep '^{' || true)
+      --seed "$seed" --ratio "$ratio" --json --no-status --min-accuracy 0 2>"$out.err" | grep '^{' || true)
     if [ -z "$line" ]; then
       tail -20 "$out.err" >&2
       echo "compression.sh: training the digits network with $compression (seed $seed) produced no result" >&2
@@ -83,12 +84,14 @@ for seed in $([ "$accuracy_epochs" -gt 0 ] && echo "${accuracy_seeds//,/ }"); do
     echo "$line" >>"$out.accuracy"
   done
 done
-/usr/bin/python3 - "$out" "$out.crashes" "$out.accuracy" <<'PY'
+/usr/bin/python3 - "$out" "$out.crashes" "$out.accuracy" "$ratio" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 crashes = [l.split() for l in open(sys.argv[2]) if l.strip()]
 trained = [json.loads(l) for l in open(sys.argv[3])]
-print("# 2 nodes x 2 ranks on emulated links; median step ms over the repeats (each a median of its steps)")
+ratio = float(sys.argv[4])
+print(f"# 2 nodes x 2 ranks on emulated links; median step ms over the repeats (each a median of its steps); "
+      f"top-k and random-k at ratio {ratio:g}")
 print(f"{'link':>6} {'model':>9} {'method':>15} {'MiB':>6} {'step ms':>9} {'vs none':>8} {'rank CPU ms':>12}")
 table = []
 for key in dict.fromkeys((r["label"], r["model"]) for r in runs):
@@ -113,12 +116,19 @@ if accuracy:
     seeds = list(dict.fromkeys(a["seed"] for a in accuracy))
     print(f"# the digits network, 2 nodes x 2 ranks over loopback, {accuracy[0]['epochs']} epochs; "
           f"held-out accuracy and final training loss per seed ({', '.join(map(str, seeds))}), then their mean")
-    print(f"{'compression':>11} {'accuracy %':>24} {'mean':>6} {'final loss':>24} {'mean':>7}")
-    for c in dict.fromkeys(a["compression"] for a in accuracy):
+    print(f"{'compression':>11} {'accuracy %':>24} {'mean':>6} {'vs none':>8} {'final loss':>24} {'mean':>7}")
+    means = {c: statistics.mean(a["accuracy_pct"] for a in accuracy if a["compression"] == c)
+             for c in dict.fromkeys(a["compression"] for a in accuracy)}
+    for c, mean in means.items():
         mine = [a for a in accuracy if a["compression"] == c]
         acc, loss = [a["accuracy_pct"] for a in mine], [a["final_loss"] for a in mine]
-        print(f"{c:>11} {' '.join(f'{v:.2f}' for v in acc):>24} {statistics.mean(acc):6.2f} "
+        change = f"{mean - means['none']:+.2f}" if "none" in means else "-"
+        print(f"{c:>11} {' '.join(f'{v:.2f}' for v in acc):>24} {mean:6.2f} {change:>8} "
               f"{' '.join(f'{v:.4f}' for v in loss):>24} {statistics.mean(loss):7.4f}")
-print(json.dumps({"bench": "compression", "results": table, "peer_crashes": [" ".join(c) for c in crashes],
-                  "accuracy": accuracy}))
+    # Each method's step rows carry its accuracy change in points (the mean over the seeds).
+    for row in table:
+        if row["method"] in means and "none" in means:
+            row["accuracy_change_pts"] = round(means[row["method"]] - means["none"], 2)
+print(json.dumps({"bench": "compression", "ratio": ratio, "results": table,
+                  "peer_crashes": [" ".join(c) for c in crashes], "accuracy": accuracy}))
 PY
