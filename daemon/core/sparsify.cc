@@ -30,32 +30,63 @@ double SampledThreshold(const T* v, size_t n, size_t k) {
   return sample[at];
 }
 
+// The k-th largest key among the candidates `cand[0, m)` (k <= m), by nth_element over their keys
+// copied into `keys` (contiguous, so the selection runs on values, not through indices).
+template <typename T>
+double KthKey(const T* v, const uint32_t* cand, size_t m, size_t k, T* keys) {
+  for (size_t j = 0; j < m; ++j) keys[j] = T(Key(v[cand[j]]));
+  std::nth_element(keys, keys + ptrdiff_t(k - 1), keys + m, std::greater<T>());
+  return double(keys[k - 1]);
+}
+
 template <typename T>
 void TopK(T* v, size_t n, size_t k, uint32_t* idx, T* val, uint32_t* scratch) {
   k = std::min(k, n);
   if (k == 0) return;
-  // Candidates: every element at or above the threshold. With at least k of them, the top k are
-  // all among them (an element left out is below every candidate); otherwise all are ordered.
+  // Candidates, ascending: every element at or above the threshold. With at least k of them, the
+  // top k are all among them (an element left out is below every candidate); otherwise all are.
   size_t m = 0;
   if (const double t = SampledThreshold(v, n, k); t > 0) {
-    for (size_t i = 0; i < n; ++i)
-      if (Key(v[i]) >= t) scratch[m++] = uint32_t(i);
+    // Without a branch (a fifth of the elements pass, unpredictably): a NaN is not below `t`.
+    const T at_least = T(t);
+    for (size_t i = 0; i < n; ++i) {
+      scratch[m] = uint32_t(i);
+      m += !(std::fabs(v[i]) < at_least);
+    }
     if (m < k) m = 0;
   }
   if (m == 0) {
     for (size_t i = 0; i < n; ++i) scratch[i] = uint32_t(i);
     m = n;
   }
-  const auto before = [v](uint32_t a, uint32_t b) {
-    const double ka = Key(v[a]), kb = Key(v[b]);
-    return ka > kb || (ka == kb && a < b);
-  };
-  if (k < m) std::nth_element(scratch, scratch + k, scratch + m, before);
-  std::sort(scratch, scratch + k);
-  for (size_t i = 0; i < k; ++i) {
-    idx[i] = scratch[i];
-    val[i] = v[scratch[i]];
-    v[scratch[i]] = T(0);
+  // The candidates' keys go after them in `scratch` where they fit; the k-th largest is the cut:
+  // every candidate above it, then those equal to it in index order until there are k.
+  const size_t key_at = (m * 4 + sizeof(T) - 1) / sizeof(T) * sizeof(T);
+  double cut;
+  if (key_at + m * sizeof(T) <= n * 4) {
+    cut = KthKey(v, scratch, m, k, reinterpret_cast<T*>(reinterpret_cast<char*>(scratch) + key_at));
+  } else {  // (too many candidates for their keys to fit: ordered through their indices)
+    const auto before = [v](uint32_t a, uint32_t b) { return Key(v[a]) > Key(v[b]); };
+    std::nth_element(scratch, scratch + ptrdiff_t(k - 1), scratch + m, before);
+    cut = Key(v[scratch[k - 1]]);
+    m = n;  // the pass below then goes over every element, in order
+    for (size_t i = 0; i < n; ++i) scratch[i] = uint32_t(i);
+  }
+  size_t above = 0;
+  for (size_t j = 0; j < m; ++j) above += Key(v[scratch[j]]) > cut;
+  // Without branches (about half the candidates are taken): each is written at the next place and
+  // kept there only when taken.
+  size_t equal = k - above, taken = 0;  // (at least 1: the cut itself)
+  for (size_t j = 0; j < m && taken < k; ++j) {
+    const uint32_t i = scratch[j];
+    const T x = v[i];
+    const double key = Key(x);
+    const bool tie = key == cut && equal > 0, take = key > cut || tie;
+    idx[taken] = i;
+    val[taken] = x;
+    v[i] = take ? T(0) : x;
+    taken += take;
+    equal -= tie;
   }
 }
 

@@ -19,7 +19,8 @@ size_t SparseCount(size_t n, uint32_t ratio_ppm);
 // Top-k: the `k` elements of largest magnitude (a NaN counts as the largest, so that it crosses as
 // an uncompressed sum would carry it; ties go to the lower index), their indices ascending into
 // `idx` and their values into `val`; those elements of `v` become 0. `scratch`: `n` entries. A
-// sample of the magnitudes picks a threshold first, so only the elements above it are ordered.
+// sample of the magnitudes picks a threshold first; the k-th largest magnitude among the elements
+// above it (nth_element over their magnitudes, copied side by side) is the cut.
 void TakeTopK(float* v, size_t n, size_t k, uint32_t* idx, float* val, uint32_t* scratch);
 void TakeTopK(double* v, size_t n, size_t k, uint32_t* idx, double* val, uint32_t* scratch);
 
