@@ -86,82 +86,132 @@ size_t OneBitSegmentBytes(const Members& m, size_t begin, size_t end) {
 // node, unique in the job) and the segment.
 uint64_t Seed(uint64_t tag, uint64_t segment) { return tag * 0x9E3779B97F4A7C15ull + segment; }
 
+// Two segments in flight: while one crosses the nodes the next is reduced and compressed.
+constexpr size_t kDepth = 2;
+
+// One segment of [begin, end): its node sum (then the nodes'), every node's block (this node's
+// at node_rank) and random-k's indices (top-k's travel in the block).
+template <typename T>
+struct Segment {
+  CommTask task;
+  size_t begin = 0, end = 0, k = 0, block = 0;
+  T* slot = nullptr;
+  char* gather = nullptr;
+  uint32_t* idx = nullptr;
+};
+
+// What a group's segments share: its members and residuals, the method, the selection's scratch.
+struct Shared {
+  Members members;
+  uint32_t method = 0, ppm = 0, nodes = 0;
+  syncd_dtype dtype = SYNCD_FLOAT32;
+  char* scratch = nullptr;
+  size_t kmax = 0;
+};
+
+// Reduces segment [s->begin, s->end) locally, adds the members' residuals, compresses this node's
+// block, keeps what stayed as the residuals and posts the exchange.
+template <typename T>
+void Post(const CollectiveGroup& group, const AcrossNodes& run, Shared& sh, const HostBuffer::Block& buffer,
+          uint64_t segment, Segment<T>* s) {
+  const size_t m = s->end - s->begin;
+  s->k = SparseCount(m, sh.ppm);
+  s->block = sh.method == SYNCD_COMPRESSION_ONEBIT ? OneBitSegmentBytes(sh.members, s->begin, s->end)
+                                                   : BlockBytes(sh.method, m, s->k, sizeof(T));
+  run.host->ReduceRange(group, s->begin, s->end, reinterpret_cast<char*>(s->slot));
+  WithResiduals(sh.members, s->begin, s->end, s->slot, /*add=*/true);
+  char* const mine = s->gather + run.node_rank * s->block;
+  T* const val = reinterpret_cast<T*>(sh.method == SYNCD_COMPRESSION_TOPK ? mine + Align8(s->k * 4) : s->gather);
+  if (sh.method == SYNCD_COMPRESSION_TOPK) {
+    TakeTopK(s->slot, m, s->k, reinterpret_cast<uint32_t*>(mine), val, reinterpret_cast<uint32_t*>(sh.scratch));
+  } else if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
+    RandomIndices(Seed(run.tag, segment), m, s->k, s->idx, reinterpret_cast<uint64_t*>(sh.scratch));
+    TakeAt(s->slot, s->idx, s->k, val);
+  } else {
+    char* part = mine;
+    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi) {
+      uint8_t* const bits = reinterpret_cast<uint8_t*>(part + 8);
+      const double scale = double(TakeScaledSign(s->slot + (lo - s->begin), hi - lo, bits));
+      memcpy(part, &scale, 8);
+      part += OneBitBytes(hi - lo);
+    });
+  }
+  WithResiduals(sh.members, s->begin, s->end, s->slot, /*add=*/false);  // what stayed
+  const uint64_t tag = run.tag | (segment % 4096);
+  if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
+    s->task = Allreduce(run.transport, tag, val, buffer, s->k, sh.dtype, SYNCD_SUM);
+  } else {
+    BlockBounds bounds(sh.nodes + 1, 0);
+    for (uint32_t n = 0; n < sh.nodes; ++n) bounds[n + 1] = bounds[n] + s->block;
+    s->task = AllgatherBlocks(run.transport, tag, s->gather, buffer, bounds);
+  }
+}
+
+// The nodes' blocks of an exchanged segment summed into its slot, in node order (the same sum on
+// every node).
+template <typename T>
+void SumNodes(const Shared& sh, Segment<T>* s) {
+  const size_t m = s->end - s->begin;
+  std::fill(s->slot, s->slot + m, T(0));
+  if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
+    AddAt(s->idx, reinterpret_cast<const T*>(s->gather), s->k, s->slot);
+    return;
+  }
+  for (uint32_t n = 0; n < sh.nodes; ++n) {
+    const char* theirs = s->gather + n * s->block;
+    if (sh.method == SYNCD_COMPRESSION_TOPK) {
+      AddAt(reinterpret_cast<const uint32_t*>(theirs), reinterpret_cast<const T*>(theirs + Align8(s->k * 4)), s->k,
+            s->slot);
+      continue;
+    }
+    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi) {
+      double scale;
+      memcpy(&scale, theirs, 8);
+      AddScaledSign(reinterpret_cast<const uint8_t*>(theirs + 8), T(scale), hi - lo, s->slot + (lo - s->begin));
+      theirs += OneBitBytes(hi - lo);
+    });
+  }
+}
+
 template <typename T>
 CommTask Run(CollectiveGroup group, AcrossNodes run) {
   const Request& f = group.front()->first();
-  const uint32_t nodes = run.transport->size(), method = f.compression;
-  Members members = PinResiduals(group, run, sizeof(T));
-  const size_t count = members.begin.back(), seg = kSegmentBytes / sizeof(T);
-  const size_t kmax = SparseCount(seg, f.compression_ppm);
-  const size_t block_max = method == SYNCD_COMPRESSION_ONEBIT ? Align8((seg + 7) / 8) + 16 * group.size()
-                                                               : BlockBytes(method, seg, kmax, sizeof(T));
-  // The segment, every node's block, the selection's scratch (top-k: an index per element;
-  // random-k: the indices and their bitmap).
-  const size_t slot_bytes = Align8(seg * sizeof(T)), gather_bytes = nodes * block_max;
-  const size_t scratch_bytes = std::max(seg * 4, Align8(kmax * 4) + Align8((seg + 63) / 64 * 8));
-  const HostBuffer::Block buffer = run.buffer->Reserve(slot_bytes + gather_bytes + scratch_bytes);
-  T* const slot = reinterpret_cast<T*>(buffer->data());
-  char* const gather = buffer->data() + slot_bytes;
-  char* const scratch = gather + gather_bytes;
+  Shared sh{PinResiduals(group, run, sizeof(T)), f.compression, f.compression_ppm, run.transport->size(), f.dtype};
+  const size_t count = sh.members.begin.back(), seg = kSegmentBytes / sizeof(T);
+  sh.kmax = SparseCount(seg, sh.ppm);
+  const size_t block_max = sh.method == SYNCD_COMPRESSION_ONEBIT ? Align8((seg + 7) / 8) + 16 * group.size()
+                                                                 : BlockBytes(sh.method, seg, sh.kmax, sizeof(T));
+  // Per segment in flight: its slot, every node's block, random-k's indices; shared: the
+  // selection's scratch (top-k: an index per element; random-k: the bitmap).
+  const size_t slot_bytes = Align8(seg * sizeof(T)), gather_bytes = sh.nodes * block_max;
+  const size_t idx_bytes = Align8(sh.kmax * 4), stage_bytes = slot_bytes + gather_bytes + idx_bytes;
+  const size_t scratch_bytes = std::max(seg * 4, Align8((seg + 63) / 64 * 8));
+  const HostBuffer::Block buffer = run.buffer->Reserve(stage_bytes * kDepth + scratch_bytes);
+  sh.scratch = buffer->data() + stage_bytes * kDepth;
   const std::vector<int64_t>* absent = f.op == SYNCD_AVERAGE ? run.absent.get() : nullptr;
+  absl::InlinedVector<Segment<T>, kDepth> inflight;  // oldest first
+  size_t next = 0;
   uint64_t segment = 0;
-  for (size_t begin = 0; begin < count; ++segment) {
-    const size_t end = std::min(count, begin + seg), m = end - begin, k = SparseCount(m, f.compression_ppm);
-    const size_t block = method == SYNCD_COMPRESSION_ONEBIT ? OneBitSegmentBytes(members, begin, end)
-                                                            : BlockBytes(method, m, k, sizeof(T));
-    run.host->ReduceRange(group, begin, end, reinterpret_cast<char*>(slot));
-    WithResiduals(members, begin, end, slot, /*add=*/true);
-    char* const mine = gather + run.node_rank * block;
-    uint32_t* const idx = reinterpret_cast<uint32_t*>(method == SYNCD_COMPRESSION_TOPK ? mine : scratch);
-    T* const val = reinterpret_cast<T*>(method == SYNCD_COMPRESSION_TOPK ? mine + Align8(k * 4) : gather);
-    if (method == SYNCD_COMPRESSION_TOPK) {
-      TakeTopK(slot, m, k, idx, val, reinterpret_cast<uint32_t*>(scratch));
-    } else if (method == SYNCD_COMPRESSION_RANDOMK) {
-      RandomIndices(Seed(run.tag, segment), m, k, idx,
-                    reinterpret_cast<uint64_t*>(scratch + Align8(kmax * 4)));
-      TakeAt(slot, idx, k, val);
-    } else {
-      char* part = mine;
-      ForEachPart(members, begin, end, [&](size_t lo, size_t hi) {
-        const double scale = double(TakeScaledSign(slot + (lo - begin), hi - lo, reinterpret_cast<uint8_t*>(part + 8)));
-        memcpy(part, &scale, 8);
-        part += OneBitBytes(hi - lo);
-      });
+  while (next < count || !inflight.empty()) {
+    while (next < count && inflight.size() < kDepth) {
+      Segment<T>& s = inflight.emplace_back();
+      char* const at = buffer->data() + (segment % kDepth) * stage_bytes;
+      s.slot = reinterpret_cast<T*>(at);
+      s.gather = at + slot_bytes;
+      s.idx = reinterpret_cast<uint32_t*>(at + slot_bytes + gather_bytes);
+      s.begin = next;
+      s.end = next = std::min(count, next + seg);
+      Post(group, run, sh, buffer, segment++, &s);
     }
-    WithResiduals(members, begin, end, slot, /*add=*/false);  // what stayed
-    CommTask step;
-    const uint64_t tag = run.tag | (segment % 4096);
-    if (method == SYNCD_COMPRESSION_RANDOMK) {
-      step = Allreduce(run.transport, tag, val, buffer, k, f.dtype, SYNCD_SUM);
-    } else {
-      BlockBounds bounds(nodes + 1, 0);
-      for (uint32_t n = 0; n < nodes; ++n) bounds[n + 1] = bounds[n] + block;
-      step = AllgatherBlocks(run.transport, tag, gather, buffer, bounds);
-    }
-    Status st = co_await Await(&step);
+    CommTasks stages;  // the younger segment keeps moving while the oldest is awaited
+    for (Segment<T>& s : inflight) stages.push_back(&s.task);
+    Status st = co_await AwaitFirst(stages);
     if (!st.ok()) co_return st;
-    std::fill(slot, slot + m, T(0));
-    if (method == SYNCD_COMPRESSION_RANDOMK) {
-      AddAt(idx, val, k, slot);
-    } else {
-      for (uint32_t n = 0; n < nodes; ++n) {  // in node order: the same sum on every node
-        const char* theirs = gather + n * block;
-        if (method == SYNCD_COMPRESSION_TOPK) {
-          AddAt(reinterpret_cast<const uint32_t*>(theirs), reinterpret_cast<const T*>(theirs + Align8(k * 4)), k,
-                slot);
-        } else {
-          ForEachPart(members, begin, end, [&](size_t lo, size_t hi) {
-            double scale;
-            memcpy(&scale, theirs, 8);
-            AddScaledSign(reinterpret_cast<const uint8_t*>(theirs + 8), T(scale), hi - lo, slot + (lo - begin));
-            theirs += OneBitBytes(hi - lo);
-          });
-        }
-      }
-    }
-    run.host->ScatterRange(group, begin, end, reinterpret_cast<char*>(slot),
+    Segment<T>& oldest = inflight.front();
+    SumNodes(sh, &oldest);
+    run.host->ScatterRange(group, oldest.begin, oldest.end, reinterpret_cast<char*>(oldest.slot),
                            absent != nullptr ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>());
-    begin = end;
+    inflight.erase(inflight.begin());
   }
   co_return Status::Ok();
 }

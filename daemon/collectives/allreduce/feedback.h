@@ -1,5 +1,5 @@
 // The inter-node hop of an allreduce compressed with error feedback (top-k, random-k, 1-bit),
-// one segment at a time: each node's exact local sum plus the residual it kept for each member
+// in segments, two in flight (one crosses the nodes while the next is compressed): each node's exact local sum plus the residual it kept for each member
 // tensor (AcrossNodes::residuals, by name) is compressed (daemon/core/sparsify.h), what stays is
 // kept as the new residual, and the nodes' compressed segments are summed in node order, so that
 // every node ends with the same values:
