@@ -48,12 +48,21 @@ Members PinResiduals(const CollectiveGroup& group, const AcrossNodes& run, size_
   return m;
 }
 
+// fn(lo, hi, i) for each member i's part [lo, hi) of [begin, end) of the concatenation, in order
+// (the same parts on every node: the group is).
+template <typename Fn>
+void ForEachPart(const Members& m, size_t begin, size_t end, Fn fn) {
+  for (size_t i = 0; i + 1 < m.begin.size(); ++i) {
+    const size_t lo = std::max(begin, m.begin[i]), hi = std::min(end, m.begin[i + 1]);
+    if (lo < hi) fn(lo, hi, i);
+  }
+}
+
 // segment[i] += residual (add) or residual = segment[i] (!add), over [begin, end) of the concatenation.
 template <typename T>
 void WithResiduals(Members& m, size_t begin, size_t end, T* segment, bool add) {
-  for (size_t i = 0; i + 1 < m.begin.size(); ++i) {
-    const size_t lo = std::max(begin, m.begin[i]), hi = std::min(end, m.begin[i + 1]);
-    if (lo >= hi || !m.residual[i]) continue;
+  ForEachPart(m, begin, end, [&](size_t lo, size_t hi, size_t i) {
+    if (!m.residual[i]) return;
     T* r = reinterpret_cast<T*>(m.residual[i].data()) + (lo - m.begin[i]);
     T* s = segment + (lo - begin);
     if (add) {
@@ -61,24 +70,14 @@ void WithResiduals(Members& m, size_t begin, size_t end, T* segment, bool add) {
     } else {
       memcpy(r, s, (hi - lo) * sizeof(T));
     }
-  }
-}
-
-// fn(lo, hi) for each member's part of [begin, end) of the concatenation, in order (the same parts
-// on every node: the group is).
-template <typename Fn>
-void ForEachPart(const Members& m, size_t begin, size_t end, Fn fn) {
-  for (size_t i = 0; i + 1 < m.begin.size(); ++i) {
-    const size_t lo = std::max(begin, m.begin[i]), hi = std::min(end, m.begin[i + 1]);
-    if (lo < hi) fn(lo, hi);
-  }
+  });
 }
 
 // 1-bit's block of [begin, end): a scale for each member's part (a fused group's tensors differ in
 // magnitude; one scale across them would drown the small ones).
 size_t OneBitSegmentBytes(const Members& m, size_t begin, size_t end) {
   size_t bytes = 0;
-  ForEachPart(m, begin, end, [&](size_t lo, size_t hi) { bytes += OneBitBytes(hi - lo); });
+  ForEachPart(m, begin, end, [&](size_t lo, size_t hi, size_t) { bytes += OneBitBytes(hi - lo); });
   return bytes;
 }
 
@@ -129,7 +128,7 @@ void Post(const CollectiveGroup& group, const AcrossNodes& run, Shared& sh, cons
     TakeAt(s->slot, s->idx, s->k, val);
   } else {
     char* part = mine;
-    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi) {
+    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t) {
       uint8_t* const bits = reinterpret_cast<uint8_t*>(part + 8);
       const double scale = double(TakeScaledSign(s->slot + (lo - s->begin), hi - lo, bits));
       memcpy(part, &scale, 8);
@@ -164,7 +163,7 @@ void SumNodes(const Shared& sh, Segment<T>* s) {
             s->slot);
       continue;
     }
-    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi) {
+    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t) {
       double scale;
       memcpy(&scale, theirs, 8);
       AddScaledSign(reinterpret_cast<const uint8_t*>(theirs + 8), T(scale), hi - lo, s->slot + (lo - s->begin));
