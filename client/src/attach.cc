@@ -288,9 +288,21 @@ Client::~Client() {
   if (segment_fd_ >= 0) close(segment_fd_);
 }
 
+void Client::Leave() {
+  MutexLock lock(&mu_);
+  left_.store(true, std::memory_order_relaxed);
+  daemon_lost_ = true;  // every call that needs the daemon fails from now on (DaemonLostError says why)
+  if (sock_ < 0) return;
+  send(sock_, &abi::kGoodbyeByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  close(sock_);
+  sock_ = -1;
+}
+
 int Client::Reattach(int timeout_ms) {
   MutexLock lock(&mu_);
   const std::string who = "rank " + std::to_string(id_.rank);
+  if (left_.load(std::memory_order_relaxed))
+    return Fail(SYNCD_ERR_INVALID, "syncd_reattach: " + who + " has left the job (syncd_leave)");
   if (DaemonAlive())
     return Fail(SYNCD_ERR_INVALID, "syncd_reattach: " + who + "'s daemon at " + id_.run_dir +
                                        " is still serving it: there is nothing to attach to again");

@@ -46,6 +46,8 @@ int syncd_init(const syncd_init_options* opts, syncd_client** out) {
 
 void syncd_shutdown(syncd_client* c) { delete Unwrap(c); }
 
+void syncd_leave(syncd_client* c) { Unwrap(c)->Leave(); }
+
 int syncd_reattach(syncd_client* c, int timeout_ms) { return Unwrap(c)->Reattach(timeout_ms); }
 
 int syncd_acknowledge_membership(syncd_client* c, uint32_t* membership) {

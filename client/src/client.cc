@@ -60,6 +60,9 @@ bool Client::InArena(const void* ptr, size_t bytes) const {
 }
 
 int Client::DaemonLostError() const {
+  if (left_.load(std::memory_order_relaxed))
+    return Fail(SYNCD_ERR_INVALID, "rank " + std::to_string(id_.rank) +
+                                       " has left the job (syncd_leave: its process is exiting)");
   return Fail(SYNCD_ERR_DAEMON_LOST,
               "syncd daemon at " + id_.run_dir + " is gone (rank " + std::to_string(id_.rank) + ")");
 }

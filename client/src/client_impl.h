@@ -64,6 +64,8 @@ class Client {
   // syncd_reattach: this client's daemon is gone; hands the segment to the daemon serving the run
   // directory now (abi::kAttachHandBack), keeping the arena and this object.
   int Reattach(int timeout_ms);
+  // syncd_leave: the goodbye syncd_shutdown sends, the mappings kept; later calls fail.
+  void Leave();
 
   void* Alloc(size_t bytes);
   void Free(void* ptr);
@@ -178,6 +180,7 @@ class Client {
   std::map<int, std::vector<int>> sets_ SYNCD_GUARDED_BY(mu_);  // the job's process sets but the global one
   uint64_t set_change_seq_ SYNCD_GUARDED_BY(mu_) = 0;
   bool daemon_lost_ SYNCD_GUARDED_BY(mu_) = false;
+  std::atomic<bool> left_{false};  // syncd_leave was called: the daemon has let this rank go
 };
 
 }  // namespace syncd::client

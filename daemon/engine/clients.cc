@@ -142,6 +142,10 @@ bool Engine::DrainEvents() {
 void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clean) {
   auto it = clients_.find(client_id);
   if (it == clients_.end()) return;
+  // A goodbye may overtake the rank's last submissions (the socket is read by another thread, the
+  // ring here): what it submitted before leaving counts as in flight, and as abandoned.
+  bool did = false;
+  if (clean) (void)DrainSubmissions(it->second, &did);
   const AttachedClient& info = *it->second.info;
   const std::string who = RankName(info.rank, info.pid);
   if (clean) spdlog::info("{} {}", who, reason);

@@ -283,6 +283,10 @@ class Job {
   // A stall in words, with how long each missing rank has not called syncd (`here`: this node's
   // ranks; other nodes' as their daemons' latest reports say).
   std::string DescribeStall(const StallSnapshot& s, uint64_t now_ns, const std::vector<RankActivity>& here) const;
+  // The ranks a stall waits for that have left the job ("rank 2", "ranks 2,3"; "" if none): this
+  // node's that departed and are past their rejoin grace, other nodes' that their daemons' latest
+  // reports say are not attached.
+  std::string DepartedRanks(const StallSnapshot& s, uint64_t now_ns) const;
   void StartHealth(uint64_t now_ns);
   void ReceiveHealth(uint32_t from, const ControlMessage& m);
   void DeliverHealth(uint32_t from, bool down, const std::string& text);

@@ -16,6 +16,9 @@ namespace {
 using engine_timing::kStallCheckPeriodNs;
 constexpr uint64_t kNsPerS = 1'000'000'000;
 constexpr size_t kStallsNamed = 3;  // in the shutdown message
+// A tensor waiting this long for ranks that left the job ends it (past the 2 s rejoin grace and
+// the other nodes' next health report).
+constexpr uint64_t kDepartedStallNs = 3'500'000'000;
 
 // "rank 3", "ranks 0-63,65": ranges keep a big job's list short.
 std::string FormatRanks(std::vector<uint32_t> ranks) {
@@ -53,7 +56,38 @@ std::vector<StallSnapshot> Job::Stalls(uint64_t now_ns, uint64_t min_age_ns, boo
   return out;
 }
 
+std::string Job::DepartedRanks(const StallSnapshot& s, uint64_t now_ns) const {
+  std::vector<NodeHealth> others;
+  std::vector<uint32_t> gone;
+  for (uint32_t rank : s.missing_ranks) {
+    if (rank / local_size_ == config_.node_rank) {
+      const auto it = lost_.find(rank % local_size_);
+      if (it != lost_.end() && !it->second.continued && it->second.rejoin_deadline_ns == 0) gone.push_back(rank);
+      continue;
+    }
+    if (links_.transport == nullptr) continue;
+    if (others.empty()) others = health_.Peers(now_ns, std::vector<bool>(links_.transport->size(), false));
+    for (const NodeHealth& n : others)
+      for (const RankHealth& r : n.ranks)
+        if (r.rank == rank && !r.attached && n.state == "ok") gone.push_back(rank);
+  }
+  return gone.empty() ? "" : FormatRanks(gone);
+}
+
 uint64_t Job::CheckStalls(uint64_t now_ns, const std::vector<RankActivity>& here) {
+  // Under --on-loss fail, a tensor that has waited past the rejoin grace for ranks that left the
+  // job (they detached, or their processes exited saying goodbye, and did not attach again) will
+  // never complete: the job ends now, naming them, not after --stall-shutdown-s. (A node whose
+  // every rank left has no one to fail its departed ranks' tensors for; the other nodes do it.)
+  if (config_.on_loss == OnLoss::kFail)
+    for (const StallSnapshot& s : Stalls(now_ns, kDepartedStallNs, /*transfers=*/false))
+      if (const std::string gone = DepartedRanks(s, now_ns); !gone.empty()) {
+        const Status why(SYNCD_ERR_RANK_LOST, Describe(s) + ": " + gone + " left the job (detached) and did not " +
+                                                  "attach again");
+        spdlog::error("{}", why.message());
+        End(EndScope::Job(ProcessSet::Reach::kJob), why);
+        return 0;
+      }
   uint64_t warnings = 0;
   const double period_s = double(config_.stall_warning_s);
   for (const StallSnapshot& s : Stalls(now_ns, uint64_t(config_.stall_warning_s) * kNsPerS)) {

@@ -267,6 +267,105 @@ TEST(Faults, AClientThatExitsWithoutDetachingFailsItsPeersAtOnce) {
   ExpectClusterServesANewJob(cluster);
 }
 
+// Rank `rank` of a 2 x 1 job (node `rank`), attached and through the job's first allreduce
+// ("step.0"); nullptr (syncd_last_error says why) if either failed.
+syncd_client* AttachedPastTheFirstStep(Cluster& cluster, int rank) {
+  syncd_client* c = AttachAs(cluster.node(rank).run_dir(), rank, 2, 0, 1);
+  int32_t v = 1;
+  if (c != nullptr && Allreduce(c, "step.0", &v, 1) != SYNCD_OK) {
+    fprintf(stderr, "[child %d] step.0: %s\n", getpid(), syncd_last_error());
+    return nullptr;
+  }
+  return c;
+}
+
+// syncd_leave (syncd.torch's atexit) with a request in flight: the daemon lets the rank go as a
+// detach, not a death, but what it abandoned fails on its peers, named; its own later calls say it
+// left; syncd_shutdown then frees it; the daemons serve the next job.
+TEST(Faults, AClientThatLeavesWithARequestInFlightFailsItsPeersAndItsLaterCallsSayItLeft) {
+  Cluster cluster(2, 1, {"--log-level", "info"});
+  Shared* shared = MapShared();
+  NextJob();
+  pid_t leaver = Spawn([&] {
+    syncd_client* c = AttachedPastTheFirstStep(cluster, 1);
+    CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+    int32_t v = 1;
+    int64_t shape = 1;
+    syncd_tensor t{"step.1", &v, SYNCD_INT32, 1, &shape, 0};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK, "%s", syncd_last_error());
+    syncd_leave(c);
+    shared->t_kill.store(NowS());
+    int rc = syncd_wait(c, h, 5'000);
+    CHILD_CHECK(rc == SYNCD_ERR_INVALID && Contains(syncd_last_error(), "rank 1 has left the job"), "wait: %s: %s",
+                syncd_status_name(rc), syncd_last_error());
+    rc = Allreduce(c, "step.2", &v, 1);
+    CHILD_CHECK(rc == SYNCD_ERR_INVALID && Contains(syncd_last_error(), "has left the job"), "submit: %s: %s",
+                syncd_status_name(rc), syncd_last_error());
+    syncd_shutdown(c);
+    return 0;
+  });
+  pid_t waiter = Spawn([&] {
+    syncd_client* c = AttachedPastTheFirstStep(cluster, 0);
+    CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+    int32_t v = 1;
+    while (shared->steps[0].load() == 0) usleep(1000);  // node 1 has let rank 1 go
+    const int rc = Allreduce(c, "step.1", &v, 1);
+    CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST && Contains(syncd_last_error(), "rank 1"), "%s: %s", syncd_status_name(rc),
+                syncd_last_error());
+    CHILD_CHECK(NowS() - shared->t_kill.load() < 2.0, "error %.2f s after the leave", NowS() - shared->t_kill.load());
+    syncd_shutdown(c);
+    return 0;
+  });
+  // Rank 0 submits its part only once node 1 has seen the goodbye: otherwise the collective may
+  // complete first, as it may for any rank that leaves with requests in flight.
+  for (int i = 0; i < 10'000 && !Contains(cluster.node(1).Log(), ") detached"); ++i) usleep(1000);
+  shared->steps[0].store(1);
+  const int l = WaitChild(leaver, 10'000);
+  EXPECT_TRUE(l != -1 && WIFEXITED(l) && WEXITSTATUS(l) == 0) << "status " << l;
+  const int s = WaitChild(waiter, 20'000);
+  EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+  const std::string log = cluster.node(1).Log();
+  EXPECT_TRUE(Contains(log, "rank 1 (pid " + std::to_string(leaver) + ") detached")) << log;
+  EXPECT_FALSE(Contains(log, "without detaching")) << log;
+  ExpectClusterServesANewJob(cluster);
+}
+
+// Under --on-loss fail a node whose every rank detached (hvd.shutdown(), or an exit that said
+// goodbye) has no one to fail what the other nodes submit for them: the others see the ranks gone
+// in the job's health reports, and a tensor waiting past the rejoin grace for them fails, naming
+// them, within seconds (it waited for --stall-shutdown-s, 300 s, before).
+TEST(Faults, ATensorWaitingForANodeWhoseRanksAllDetachedFailsWithinSeconds) {
+  Cluster cluster(2, 1, {"--log-level", "info"});
+  Shared* shared = MapShared();
+  NextJob();
+  pid_t leaver = Spawn([&] {
+    syncd_client* c = AttachedPastTheFirstStep(cluster, 1);
+    CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+    syncd_shutdown(c);
+    shared->t_kill.store(NowS());
+    return 0;
+  });
+  pid_t waiter = Spawn([&] {
+    syncd_client* c = AttachedPastTheFirstStep(cluster, 0);
+    CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+    int32_t v = 1;
+    while (shared->t_kill.load() == 0) usleep(1000);
+    const int rc = Allreduce(c, "step.1", &v, 1);
+    CHILD_CHECK(rc == SYNCD_ERR_RANK_LOST && Contains(syncd_last_error(), "step.1") &&
+                    Contains(syncd_last_error(), "rank 1 left the job"),
+                "%s: %s", syncd_status_name(rc), syncd_last_error());
+    CHILD_CHECK(NowS() - shared->t_kill.load() < 8.0, "error %.2f s after the detach", NowS() - shared->t_kill.load());
+    syncd_shutdown(c);
+    return 0;
+  });
+  const int l = WaitChild(leaver, 10'000);
+  EXPECT_TRUE(l != -1 && WIFEXITED(l) && WEXITSTATUS(l) == 0) << "status " << l;
+  const int s = WaitChild(waiter, 30'000);
+  EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s << "\n" << cluster.node(0).Log();
+  ExpectClusterServesANewJob(cluster);
+}
+
 // A client that submits and never reads its completions (its completion ring fills): the daemon
 // keeps the rest for it (none lost, in order), serves the other ranks meanwhile, and answers
 // syncctl; when the client reads at last, every completion is there.

@@ -539,3 +539,13 @@ def test_an_optimizer_restricted_to_a_process_set_lets_the_other_ranks_train_alo
             assert got["seconds"] < 1.0, (info["rank"], what, got)
             assert "rank %d is not in" % info["rank"] in got["message"], got
             assert "ranks=%s" % info["outside"] in got["message"], got
+
+
+def test_ranks_that_exit_without_shutdown_leave_and_the_others_go_on():
+    """Node 1's ranks end without hvd.shutdown(), their client held past the interpreter's end;
+    node 0's ranks then allreduce over a process set of their own: it completes, and the daemons
+    log no rank that died and no aborted job."""
+    p, results = syncrun(2, 4, "exit_without_shutdown.py", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert results == ["sum 3", "sum 3"], p.stdout + p.stderr
+    assert "exited without detaching" not in p.stderr and "aborted" not in p.stderr, p.stderr

@@ -100,6 +100,12 @@ SYNCD_API void syncd_init_options_default(syncd_init_options* opts);
 SYNCD_API int syncd_init(const syncd_init_options* opts, syncd_client** out);
 /* Detaches. Requests still in flight are abandoned (the daemon fails them on the other ranks). */
 SYNCD_API void syncd_shutdown(syncd_client* c);
+/* Tells the daemon this process is done with the job, as syncd_shutdown does, but keeps the shared
+ * memory mapped: for runtimes whose objects may still point into the arena while the process
+ * exits (syncd.torch calls it from Python's atexit, as Horovod shuts down there). Without it, a
+ * process that exits without syncd_shutdown is to the daemon a rank that died. Requests still in
+ * flight are abandoned; every later call but syncd_shutdown fails with SYNCD_ERR_INVALID. */
+SYNCD_API void syncd_leave(syncd_client* c);
 
 /* This client's daemon is gone (SYNCD_ERR_DAEMON_LOST) and another was started in its place
  * (systemd's Restart=, an upgrade, syncrun --restart-daemons): attaches to it, handing it this

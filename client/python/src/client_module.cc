@@ -69,6 +69,10 @@ class PyClient {
     partial_.clear();
   }
   bool closed() const { return c_ == nullptr; }
+  // syncd_leave: the daemon lets this rank go; the mappings stay for whatever still points into them.
+  void Leave() {
+    if (c_ != nullptr) syncd_leave(c_);
+  }
 
   syncd_client* get() const {
     if (c_ == nullptr) RaiseSyncdError("syncd client is shut down", SYNCD_ERR_INVALID);
@@ -351,6 +355,7 @@ PYBIND11_MODULE(_client, m) {
            py::arg("rank") = -1, py::arg("size") = -1, py::arg("local_rank") = -1, py::arg("local_size") = -1,
            py::arg("attach_timeout_ms") = -1, py::arg("job_id") = 0)
       .def("close", &PyClient::Close)
+      .def("leave", &PyClient::Leave)
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("rank", [](const PyClient& c) { return syncd_rank(c.get()); })
       // The syncd_client* for syncd._c10d (the torch.distributed backend shares this attachment).

@@ -3,6 +3,7 @@
 One client per process, as in Horovod: init() attaches to the node's syncd (the environment set
 by syncrun, the Slurm prolog or srun says where), shutdown() detaches, and init() may follow again.
 """
+import atexit
 import os
 import time
 import weakref
@@ -82,6 +83,16 @@ def shutdown():
     c, _client_obj = _client_obj, None
     set_view(None)
     c.close()
+
+
+@atexit.register
+def _leave_at_exit():
+    # As Horovod shuts down at exit: a script that ends without hvd.shutdown() (or with a
+    # torch.distributed group or DDP still holding this process's client, which then outlives the
+    # interpreter) says goodbye, so the daemon sees a rank that left, not one that died and aborts
+    # the job for the others. The mappings stay: objects torn down after this may point into them.
+    if _client_obj is not None:
+        _client_obj.leave()
 
 
 def reattach(wait_s):
