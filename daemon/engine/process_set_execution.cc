@@ -3,6 +3,7 @@
 // nodes run what every daemon agreed, in the same order everywhere.
 #include "daemon/engine/process_set.h"
 
+#include <absl/container/inlined_vector.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -270,12 +271,11 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
   if (!across || f.compression <= SYNCD_COMPRESSION_NONE || f.compression >= SYNCD_COMPRESSION_COUNT) return;
   StatusSnapshot::Compressed& c = counters_->compressed[f.compression];
   if (IsFeedbackCompression(f.compression)) {  // the group's segments, as each node sent them
-    const size_t esize = abi::DtypeSize(f.dtype);
-    uint64_t bytes = 0;
-    for (size_t i : g) bytes += ready[i].first().bytes;
+    absl::InlinedVector<uint64_t, 8> bytes;
+    for (size_t i : g) bytes.push_back(ready[i].first().bytes);
     c.tensors += g.size();
-    c.tensor_bytes += bytes;
-    c.wire_bytes += FeedbackWireBytes(f.compression, f.compression_ppm, bytes / esize, esize);
+    for (uint64_t b : bytes) c.tensor_bytes += b;
+    c.wire_bytes += FeedbackWireBytes(f.compression, f.compression_ppm, bytes, abi::DtypeSize(f.dtype));
     return;
   }
   const syncd_dtype wire = WireDtype(f.compression, f.dtype);

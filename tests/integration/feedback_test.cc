@@ -180,6 +180,45 @@ TEST(Feedback, DefaultCastLeavesTheDaemonsFeedbackMethodOut) {
   EXPECT_TRUE(Contains(status, "\"residuals\":{\"tensors\":\"1\",\"bytes\":\"4000\"")) << status;
 }
 
+// Top-k takes each tensor's own share, fused or not: a tensor of small gradients fused with one of
+// large gradients still sends its k largest on the first step (one selection across the group
+// would take the large one's only), and what crossed counts each tensor's k.
+TEST(Feedback, TopKTakesEachFusedTensorsOwnShare) {
+  // Cycles on a 200 ms timer only: the two submissions meet in one cycle and fuse.
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "warn", "--cycle-start", "timer", "--cycle-time-us", "200000"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int, int) {
+    std::vector<float> big(10'001), small(999);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = 1000.f + float(i % 97);
+    for (size_t i = 0; i < small.size(); ++i) small[i] = 1.f + float(i) / 1000.f;
+    const int64_t counts[2] = {int64_t(big.size()), int64_t(small.size())};
+    syncd_tensor t[2] = {{"share.big", big.data(), SYNCD_FLOAT32, 1, &counts[0], 0},
+                         {"share.small", small.data(), SYNCD_FLOAT32, 1, &counts[1], 0}};
+    syncd_handle h[2];
+    for (int i = 0; i < 2; ++i)
+      CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &t[i], SYNCD_SUM, 1.0, 1.0, SYNCD_COMPRESSION_TOPK, 0.1,
+                                                         &h[i]) == SYNCD_OK,
+                  "%s", syncd_last_error());
+    for (int i = 0; i < 2; ++i) CHILD_CHECK(syncd_wait(c, h[i], 60'000) == SYNCD_OK, "%s", syncd_last_error());
+    size_t sent = 0;
+    for (size_t i = 0; i < small.size(); ++i) {
+      const bool largest = i >= small.size() - 100;  // the 100 largest, the same on both nodes
+      const float want = largest ? 2.f * (1.f + float(i) / 1000.f) : 0.f;
+      CHILD_CHECK(small[i] == want, "share.small[%zu] = %g, want %g", i, small[i], want);
+      sent += largest;
+    }
+    size_t big_sent = 0;
+    for (float v : big) big_sent += v != 0;
+    CHILD_CHECK(sent == 100 && big_sent == 1001, "sent %zu of share.small, %zu of share.big", sent, big_sent);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+  // 1001 + 100 elements as indices and values, each array padded to 8 bytes: 2 x 4408.
+  const std::string status = SyncctlStatusJson(cluster.node(0).run_dir());
+  EXPECT_TRUE(Contains(status, "{\"compression\":\"topk\",\"tensors\":\"2\",\"tensor_bytes\":\"44000\","
+                               "\"wire_bytes\":\"8816\"}"))
+      << status;
+}
+
 // --compression-residual-bytes bounds the residuals: a tensor whose residual does not fit goes
 // without feedback (counted), others evict the least recently used; the next job starts with none.
 TEST(Feedback, ResidualsStayWithinTheirBoundAndGoWithTheJob) {

@@ -20,16 +20,6 @@ constexpr size_t Align8(size_t n) { return (n + 7) & ~size_t{7}; }
 // 1-bit's block for `n` elements of one tensor: their scale (8 bytes), their bits.
 size_t OneBitBytes(size_t n) { return 8 + Align8((n + 7) / 8); }
 
-// One node's compressed segment of `m` elements of one tensor, `k` of them sent (top-k,
-// random-k): its bytes.
-size_t BlockBytes(uint32_t compression, size_t m, size_t k, size_t esize) {
-  switch (compression) {
-    case SYNCD_COMPRESSION_TOPK: return Align8(k * 4) + Align8(k * esize);
-    case SYNCD_COMPRESSION_RANDOMK: return Align8(k * esize);
-    default: return OneBitBytes(m);
-  }
-}
-
 // The group's members laid end to end, and each one's residual (empty: none this time).
 struct Members {
   absl::InlinedVector<size_t, 4> begin;  // element offset in the concatenation, then the end
@@ -73,12 +63,25 @@ void WithResiduals(Members& m, size_t begin, size_t end, T* segment, bool add) {
   });
 }
 
-// 1-bit's block of [begin, end): a scale for each member's part (a fused group's tensors differ in
-// magnitude; one scale across them would drown the small ones).
-size_t OneBitSegmentBytes(const Members& m, size_t begin, size_t end) {
+// What one node sends of segment [begin, end): its bytes, and *k the elements (top-k, random-k).
+// A fused group's tensors differ in magnitude, so top-k takes each member's part's own k largest
+// and 1-bit gives each part its own scale: one selection or one scale across them would starve or
+// drown the small ones (and make a tensor's result depend on what it was fused with).
+size_t SegmentBlockBytes(uint32_t method, uint32_t ppm, const Members& m, size_t begin, size_t end, size_t esize,
+                         size_t* k) {
+  *k = 0;
   size_t bytes = 0;
-  ForEachPart(m, begin, end, [&](size_t lo, size_t hi, size_t) { bytes += OneBitBytes(hi - lo); });
-  return bytes;
+  switch (method) {
+    case SYNCD_COMPRESSION_TOPK:
+      ForEachPart(m, begin, end, [&](size_t lo, size_t hi, size_t) { *k += SparseCount(hi - lo, ppm); });
+      return Align8(*k * 4) + Align8(*k * esize);
+    case SYNCD_COMPRESSION_RANDOMK:
+      *k = SparseCount(end - begin, ppm);
+      return Align8(*k * esize);
+    default:
+      ForEachPart(m, begin, end, [&](size_t lo, size_t hi, size_t) { bytes += OneBitBytes(hi - lo); });
+      return bytes;
+  }
 }
 
 // A seed every node draws the same random-k indices from: the group's tag (the same on every
@@ -113,18 +116,22 @@ struct Shared {
 template <typename T>
 void Post(const CollectiveGroup& group, const AcrossNodes& run, Shared& sh, const HostBuffer::Block& buffer,
           uint64_t segment, Segment<T>* s) {
-  const size_t m = s->end - s->begin;
-  s->k = SparseCount(m, sh.ppm);
-  s->block = sh.method == SYNCD_COMPRESSION_ONEBIT ? OneBitSegmentBytes(sh.members, s->begin, s->end)
-                                                   : BlockBytes(sh.method, m, s->k, sizeof(T));
+  s->block = SegmentBlockBytes(sh.method, sh.ppm, sh.members, s->begin, s->end, sizeof(T), &s->k);
   run.host->ReduceRange(group, s->begin, s->end, reinterpret_cast<char*>(s->slot));
   WithResiduals(sh.members, s->begin, s->end, s->slot, /*add=*/true);
   char* const mine = s->gather + run.node_rank * s->block;
   T* const val = reinterpret_cast<T*>(sh.method == SYNCD_COMPRESSION_TOPK ? mine + Align8(s->k * 4) : s->gather);
   if (sh.method == SYNCD_COMPRESSION_TOPK) {
-    TakeTopK(s->slot, m, s->k, reinterpret_cast<uint32_t*>(mine), val, reinterpret_cast<uint32_t*>(sh.scratch));
+    uint32_t* const idx = reinterpret_cast<uint32_t*>(mine);
+    size_t taken = 0;
+    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t) {
+      const size_t k = SparseCount(hi - lo, sh.ppm), at = lo - s->begin;
+      TakeTopK(s->slot + at, hi - lo, k, idx + taken, val + taken, reinterpret_cast<uint32_t*>(sh.scratch));
+      for (size_t j = taken; j < taken + k; ++j) idx[j] += uint32_t(at);  // segment-relative
+      taken += k;
+    });
   } else if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
-    RandomIndices(Seed(run.tag, segment), m, s->k, s->idx, reinterpret_cast<uint64_t*>(sh.scratch));
+    RandomIndices(Seed(run.tag, segment), s->end - s->begin, s->k, s->idx, reinterpret_cast<uint64_t*>(sh.scratch));
     TakeAt(s->slot, s->idx, s->k, val);
   } else {
     char* part = mine;
@@ -177,9 +184,13 @@ CommTask Run(CollectiveGroup group, AcrossNodes run) {
   const Request& f = group.front()->first();
   Shared sh{PinResiduals(group, run, sizeof(T)), f.compression, f.compression_ppm, run.transport->size(), f.dtype};
   const size_t count = sh.members.begin.back(), seg = kSegmentBytes / sizeof(T);
-  sh.kmax = SparseCount(seg, sh.ppm);
-  const size_t block_max = sh.method == SYNCD_COMPRESSION_ONEBIT ? Align8((seg + 7) / 8) + 16 * group.size()
-                                                                 : BlockBytes(sh.method, seg, sh.kmax, sizeof(T));
+  size_t block_max = 0;
+  for (size_t begin = 0; begin < count; begin += seg) {
+    size_t k;
+    block_max = std::max(block_max, SegmentBlockBytes(sh.method, sh.ppm, sh.members, begin,
+                                                      std::min(count, begin + seg), sizeof(T), &k));
+    sh.kmax = std::max(sh.kmax, k);
+  }
   // Per segment in flight: its slot, every node's block, random-k's indices; shared: the
   // selection's scratch (top-k: an index per element; random-k: the bitmap).
   const size_t slot_bytes = Align8(seg * sizeof(T)), gather_bytes = sh.nodes * block_max;
@@ -227,12 +238,16 @@ CommTask RunAcrossWithFeedback(CollectiveGroup group, AcrossNodes run) {
   return Run<float>(std::move(group), std::move(run));
 }
 
-uint64_t FeedbackWireBytes(uint32_t compression, uint32_t ratio_ppm, size_t elements, size_t element_bytes) {
+uint64_t FeedbackWireBytes(uint32_t compression, uint32_t ratio_ppm, absl::Span<const uint64_t> member_bytes,
+                           size_t element_bytes) {
+  Members m;
+  m.begin.push_back(0);
+  for (uint64_t b : member_bytes) m.begin.push_back(m.begin.back() + b / element_bytes);
   uint64_t bytes = 0;
-  const size_t seg = kSegmentBytes / element_bytes;
-  for (size_t begin = 0; begin < elements; begin += seg) {
-    const size_t m = std::min(seg, elements - begin);
-    bytes += BlockBytes(compression, m, SparseCount(m, ratio_ppm), element_bytes);
+  const size_t count = m.begin.back(), seg = kSegmentBytes / element_bytes;
+  for (size_t begin = 0; begin < count; begin += seg) {
+    size_t k;
+    bytes += SegmentBlockBytes(compression, ratio_ppm, m, begin, std::min(count, begin + seg), element_bytes, &k);
   }
   return bytes;
 }

@@ -3,14 +3,17 @@
 // tensor (AcrossNodes::residuals, by name) is compressed (daemon/core/sparsify.h), what stays is
 // kept as the new residual, and the nodes' compressed segments are summed in node order, so that
 // every node ends with the same values:
-//   top-k    each node's k largest (indices and values) to every node (AllgatherBlocks);
+//   top-k    each node's k largest of each member tensor's part (indices and values) to every
+//            node (AllgatherBlocks);
 //   random-k the same k indices on every node (drawn from the group's tag and the segment), their
 //            values summed by a plain allreduce;
-//   1-bit    each node's scale and sign bits to every node (AllgatherBlocks).
-// k is the segment's elements times Request::compression_ppm (SparseCount). A member whose
+//   1-bit    each node's scale (one per member's part) and sign bits to every node (AllgatherBlocks).
+// k is the elements (top-k: of each member's part) times Request::compression_ppm (SparseCount). A member whose
 // residual the store refused goes without feedback that time.
 #ifndef SYNCD_DAEMON_COLLECTIVES_ALLREDUCE_FEEDBACK_H_
 #define SYNCD_DAEMON_COLLECTIVES_ALLREDUCE_FEEDBACK_H_
+
+#include <absl/types/span.h>
 
 #include "daemon/collectives/collective.h"
 
@@ -23,8 +26,10 @@ bool IsFeedbackCompression(uint32_t compression);
 // hop does them (ReduceRange, ScatterRange).
 CommTask RunAcrossWithFeedback(CollectiveGroup group, AcrossNodes run);
 
-// The bytes one node sends per segment of `elements` (for the counters of what crossed).
-uint64_t FeedbackWireBytes(uint32_t compression, uint32_t ratio_ppm, size_t elements, size_t element_bytes);
+// The bytes one node sends for a group whose members have `member_bytes` (for the counters of
+// what crossed).
+uint64_t FeedbackWireBytes(uint32_t compression, uint32_t ratio_ppm, absl::Span<const uint64_t> member_bytes,
+                           size_t element_bytes);
 
 }  // namespace syncd
 
