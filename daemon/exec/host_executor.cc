@@ -60,19 +60,20 @@ void HostExecutor::ForEachPiece(const TensorGroup& group, size_t begin, size_t e
   }
 }
 
-void HostExecutor::ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment) {
+void HostExecutor::ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment, bool accumulate) {
   const Request& head = group.front()->first();
   const ReduceSpec spec{head.dtype, head.op == SYNCD_AVERAGE ? SYNCD_SUM : head.op, head.prescale, 1.0, 1};
   const size_t esize = abi::DtypeSize(head.dtype);
-  const size_t n = group.front()->requests.size();
+  const size_t n = group.front()->requests.size(), first_rank = accumulate ? 1 : 0;
   std::vector<const void*>& in = inputs_;
-  in.resize(n);
+  in.resize(n + first_rank);
   ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t pos) {
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
-      for (size_t r = 0; r < n; ++r) in[r] = t.requests[r].data + (first + off) * esize;
       void* out[1] = {segment + (pos - begin + off) * esize};
-      ReduceChunk(spec, in.data(), n, out, 1, m);
+      if (accumulate) in[0] = out[0];  // the output may be the first input (ReduceChunk)
+      for (size_t r = 0; r < n; ++r) in[first_rank + r] = t.requests[r].data + (first + off) * esize;
+      ReduceChunk(spec, in.data(), n + first_rank, out, 1, m);
     }
   });
 }

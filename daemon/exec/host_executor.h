@@ -28,7 +28,9 @@ class HostExecutor {
   // the segment in place by postscale / divisor and copies it into every local rank's tensor.
   // `absent`: per member tensor, how many of the set's ranks stood in for a lost rank
   // (Request::absent) on every node; AVERAGE divides by the others. Empty: none did.
-  void ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment);
+  // With `accumulate` the segment is added to as one more input (its own values, not prescaled:
+  // for a group whose prescale is 1).
+  void ReduceRange(const TensorGroup& group, size_t begin, size_t end, char* segment, bool accumulate = false);
   void ScatterRange(const TensorGroup& group, size_t begin, size_t end, char* segment,
                     absl::Span<const int64_t> absent = {});
   // Copies `buffer` into every local rank's tensor except the root's.

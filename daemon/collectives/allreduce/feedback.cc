@@ -48,19 +48,31 @@ void ForEachPart(const Members& m, size_t begin, size_t end, Fn fn) {
   }
 }
 
-// segment[i] += residual (add) or residual = segment[i] (!add), over [begin, end) of the concatenation.
+// Member i's residual from element `lo` of the concatenation on.
 template <typename T>
-void WithResiduals(Members& m, size_t begin, size_t end, T* segment, bool add) {
-  ForEachPart(m, begin, end, [&](size_t lo, size_t hi, size_t i) {
-    if (!m.residual[i]) return;
-    T* r = reinterpret_cast<T*>(m.residual[i].data()) + (lo - m.begin[i]);
-    T* s = segment + (lo - begin);
-    if (add) {
-      for (size_t j = 0; j < hi - lo; ++j) s[j] += r[j];
-    } else {
-      memcpy(r, s, (hi - lo) * sizeof(T));
-    }
-  });
+T* ResidualAt(const Members& m, size_t i, size_t lo) {
+  return reinterpret_cast<T*>(m.residual[i].data()) + (lo - m.begin[i]);
+}
+
+// Member i's part [lo, hi): its node sum plus its residual, made where it is then compressed.
+// With a residual and no prescale, in the residual itself: the ranks' tensors are reduced into it
+// in one pass, and what compression leaves there is the new residual. Otherwise in `slot` (the
+// residual added; the caller copies what stays back).
+template <typename T>
+T* NodeSumAt(const CollectiveGroup& group, const AcrossNodes& run, const Members& m, size_t lo, size_t hi, size_t i,
+             T* slot) {
+  if (!m.residual[i]) {
+    run.host->ReduceRange(group, lo, hi, reinterpret_cast<char*>(slot));
+    return slot;
+  }
+  T* const r = ResidualAt<T>(m, i, lo);
+  if (group.front()->first().prescale == 1.0) {
+    run.host->ReduceRange(group, lo, hi, reinterpret_cast<char*>(r), /*accumulate=*/true);
+    return r;
+  }
+  run.host->ReduceRange(group, lo, hi, reinterpret_cast<char*>(slot));
+  for (size_t j = 0; j < hi - lo; ++j) slot[j] += r[j];
+  return slot;
 }
 
 // What one node sends of segment [begin, end): its bytes, and *k the elements (top-k, random-k).
@@ -111,38 +123,39 @@ struct Shared {
   size_t kmax = 0;
 };
 
-// Reduces segment [s->begin, s->end) locally, adds the members' residuals, compresses this node's
-// block, keeps what stayed as the residuals and posts the exchange.
+// Reduces segment [s->begin, s->end) locally with the members' residuals, compresses this node's
+// block part by part, keeps what stayed as the residuals and posts the exchange.
 template <typename T>
 void Post(const CollectiveGroup& group, const AcrossNodes& run, Shared& sh, const HostBuffer::Block& buffer,
           uint64_t segment, Segment<T>* s) {
   s->block = SegmentBlockBytes(sh.method, sh.ppm, sh.members, s->begin, s->end, sizeof(T), &s->k);
-  run.host->ReduceRange(group, s->begin, s->end, reinterpret_cast<char*>(s->slot));
-  WithResiduals(sh.members, s->begin, s->end, s->slot, /*add=*/true);
   char* const mine = s->gather + run.node_rank * s->block;
   T* const val = reinterpret_cast<T*>(sh.method == SYNCD_COMPRESSION_TOPK ? mine + Align8(s->k * 4) : s->gather);
-  if (sh.method == SYNCD_COMPRESSION_TOPK) {
-    uint32_t* const idx = reinterpret_cast<uint32_t*>(mine);
-    size_t taken = 0;
-    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t) {
-      const size_t k = SparseCount(hi - lo, sh.ppm), at = lo - s->begin;
-      TakeTopK(s->slot + at, hi - lo, k, idx + taken, val + taken, reinterpret_cast<uint32_t*>(sh.scratch));
+  uint32_t* const idx = sh.method == SYNCD_COMPRESSION_TOPK ? reinterpret_cast<uint32_t*>(mine) : s->idx;
+  if (sh.method == SYNCD_COMPRESSION_RANDOMK)
+    RandomIndices(Seed(run.tag, segment), s->end - s->begin, s->k, idx, reinterpret_cast<uint64_t*>(sh.scratch));
+  size_t taken = 0;  // top-k, random-k: the block's elements so far
+  char* part = mine;  // 1-bit: this part's scale and bits
+  ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t i) {
+    const size_t at = lo - s->begin, n = hi - lo;
+    T* const v = NodeSumAt(group, run, sh.members, lo, hi, i, s->slot + at);
+    if (sh.method == SYNCD_COMPRESSION_TOPK) {
+      const size_t k = SparseCount(n, sh.ppm);
+      TakeTopK(v, n, k, idx + taken, val + taken, reinterpret_cast<uint32_t*>(sh.scratch));
       for (size_t j = taken; j < taken + k; ++j) idx[j] += uint32_t(at);  // segment-relative
       taken += k;
-    });
-  } else if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
-    RandomIndices(Seed(run.tag, segment), s->end - s->begin, s->k, s->idx, reinterpret_cast<uint64_t*>(sh.scratch));
-    TakeAt(s->slot, s->idx, s->k, val);
-  } else {
-    char* part = mine;
-    ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t) {
-      uint8_t* const bits = reinterpret_cast<uint8_t*>(part + 8);
-      const double scale = double(TakeScaledSign(s->slot + (lo - s->begin), hi - lo, bits));
+    } else if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
+      for (; taken < s->k && idx[taken] < at + n; ++taken) {  // this part's share of the indices
+        val[taken] = v[idx[taken] - at];
+        v[idx[taken] - at] = T(0);
+      }
+    } else {
+      const double scale = double(TakeScaledSign(v, n, reinterpret_cast<uint8_t*>(part + 8)));
       memcpy(part, &scale, 8);
-      part += OneBitBytes(hi - lo);
-    });
-  }
-  WithResiduals(sh.members, s->begin, s->end, s->slot, /*add=*/false);  // what stayed
+      part += OneBitBytes(n);
+    }
+    if (v == s->slot + at && sh.members.residual[i]) memcpy(ResidualAt<T>(sh.members, i, lo), v, n * sizeof(T));
+  });
   const uint64_t tag = run.tag | (segment % 4096);
   if (sh.method == SYNCD_COMPRESSION_RANDOMK) {
     s->task = Allreduce(run.transport, tag, val, buffer, s->k, sh.dtype, SYNCD_SUM);
