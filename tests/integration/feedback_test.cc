@@ -27,6 +27,7 @@ struct Case {
   syncd_compression method;
   double ratio;
   int drain_steps;  // zero gradients after the real ones, for the residuals to cross
+  double prescale = 1.0;  // not 1: the node sums are made outside the residuals (NodeSumAt)
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.nodes << "x" << c.local << "_" << c.coord << "_" << int(c.method);
@@ -47,7 +48,7 @@ int Train(syncd_client* c, int rank, const Case& k, std::vector<double>* applied
       for (size_t i = 0; i < v[t].size(); ++i) v[t][i] = step < kSteps ? Grad(rank, step, base + i) : 0.0;
       const std::string name = "ef." + std::to_string(t);
       syncd_tensor tensor{name.c_str(), v[t].data(), SYNCD_FLOAT64, 1, &kCounts[t], 0};
-      CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &tensor, SYNCD_SUM, 1.0, 1.0, k.method, k.ratio, &h[t]) ==
+      CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &tensor, SYNCD_SUM, k.prescale, 1.0, k.method, k.ratio, &h[t]) ==
                       SYNCD_OK,
                   "rank %d step %d: %s", rank, step, syncd_last_error());
     }
@@ -64,7 +65,8 @@ std::string FeedbackName(const ::testing::TestParamInfo<Case>& i) {
   const char* method = i.param.method == SYNCD_COMPRESSION_TOPK      ? "topk"
                        : i.param.method == SYNCD_COMPRESSION_RANDOMK ? "randomk"
                                                                       : "onebit";
-  return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local) + "_" + i.param.coord + "_" + method;
+  return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local) + "_" + i.param.coord + "_" + method +
+         (i.param.prescale != 1.0 ? "_prescaled" : "");
 }
 
 class Feedback : public ::testing::TestWithParam<Case> {};
@@ -83,7 +85,7 @@ TEST_P(Feedback, WhatWasAppliedPlusTheResidualsIsEveryGradient) {
     for (size_t i = 0; i < applied.size(); ++i) {
       double want = 0;
       for (int step = 0; step < kSteps; ++step)
-        for (int r = 0; r < n; ++r) want += Grad(r, step, i);
+        for (int r = 0; r < n; ++r) want += k.prescale * Grad(r, step, i);
       if (k.method != SYNCD_COMPRESSION_ONEBIT || k.nodes == 1)
         CHILD_CHECK(applied[i] == want, "rank %d element %zu: applied %.17g, the gradients sum to %.17g", rank, i,
                     applied[i], want);
@@ -111,6 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, 1, "negotiate", SYNCD_COMPRESSION_TOPK, 0.25, 4},
                       Case{3, 1, "gs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
                       Case{3, 1, "nbcs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{2, 2, "negotiate", SYNCD_COMPRESSION_TOPK, 0.25, 4, 0.5},
                       Case{2, 2, "negotiate", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
                       Case{3, 1, "nbcs", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
                       Case{2, 2, "negotiate", SYNCD_COMPRESSION_ONEBIT, 0, 30},
