@@ -279,7 +279,7 @@ int Client::MapShared(const abi::AttachReply& reply, int fds[abi::kAttachFds]) {
 
 Client::~Client() {
   if (sock_ >= 0) {
-    send(sock_, &abi::kGoodbyeByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (getpid() == owner_) send(sock_, &abi::kGoodbyeByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     close(sock_);
   }
   if (segment_) munmap(segment_, segment_bytes_);
@@ -293,7 +293,7 @@ void Client::Leave() {
   left_.store(true, std::memory_order_relaxed);
   daemon_lost_ = true;  // every call that needs the daemon fails from now on (DaemonLostError says why)
   if (sock_ < 0) return;
-  send(sock_, &abi::kGoodbyeByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (getpid() == owner_) send(sock_, &abi::kGoodbyeByte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   close(sock_);
   sock_ = -1;
 }

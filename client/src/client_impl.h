@@ -3,6 +3,9 @@
 #ifndef SYNCD_CLIENT_CLIENT_IMPL_H_
 #define SYNCD_CLIENT_CLIENT_IMPL_H_
 
+#include <unistd.h>
+
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -153,6 +156,9 @@ class Client {
   void ForgetOldDaemon() SYNCD_REQUIRES(mu_);
 
   Identity id_;
+  // The process that attached: a forked child's copy of this client shares its socket, so it never
+  // says goodbye on it (that would detach the parent).
+  const pid_t owner_ = getpid();
   int sock_ = -1;
   int segment_fd_ = -1;  // the segment's memfd (syncd_reattach hands it on)
   void* segment_ = nullptr;

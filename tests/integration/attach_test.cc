@@ -185,6 +185,37 @@ TEST(Attach, ReattachingWhileTheDaemonServesIsRefusedAndChangesNothing) {
   syncd_shutdown(c);
 }
 
+// A forked child's copy of the client (os.fork() in a training script, a worker that exits
+// through sys.exit and runs syncd.torch's atexit) says nothing to the daemon when it leaves or
+// shuts down: the socket is the parent's. A goodbye from the child would make the parent's later
+// death look like a clean detach (its peers would then wait out the rejoin grace).
+TEST(Attach, AForkedChildsLeaveAndShutdownSayNothingForTheParent) {
+  Daemon d(0, {"--log-level", "info"});
+  const pid_t parent = Spawn([&] {
+    syncd_client* c = AttachAs(d.run_dir(), 0, 1, 0, 1);
+    CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+    const pid_t child = Spawn([c] {
+      syncd_leave(c);
+      syncd_shutdown(c);
+      return 0;
+    });
+    const int st = WaitChild(child, 10'000);
+    CHILD_CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+    float x[4] = {1.f, 2.f, 3.f, 4.f};
+    const int64_t shape[1] = {4};
+    syncd_tensor t{"after.fork", x, SYNCD_FLOAT32, 1, shape, 0};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 5000) == SYNCD_OK,
+                "%s", syncd_last_error());
+    _exit(0);  // the parent dies without a goodbye
+  });
+  const int st = WaitChild(parent, 20'000);
+  ASSERT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+  std::string log;
+  for (int i = 0; i < 200 && !Contains(log = d.Log(), " detach"); ++i) usleep(10'000);
+  EXPECT_TRUE(Contains(log, "rank 0 (pid " + std::to_string(parent) + ") exited without detaching")) << log;
+}
+
 // The client side of bug 5: a daemon that accepts but never answers must not hang the client.
 TEST(Attach, TheClientGivesUpOnADaemonThatNeverAnswers) {
   char templ[] = "/tmp/syncd-mute-XXXXXX";

@@ -104,7 +104,9 @@ SYNCD_API void syncd_shutdown(syncd_client* c);
  * memory mapped: for runtimes whose objects may still point into the arena while the process
  * exits (syncd.torch calls it from Python's atexit, as Horovod shuts down there). Without it, a
  * process that exits without syncd_shutdown is to the daemon a rank that died. Requests still in
- * flight are abandoned; every later call but syncd_shutdown fails with SYNCD_ERR_INVALID. */
+ * flight are abandoned; every later call but syncd_shutdown fails with SYNCD_ERR_INVALID. In a
+ * forked child (its copy of the client) neither this nor syncd_shutdown says anything to the
+ * daemon: the parent stays attached. */
 SYNCD_API void syncd_leave(syncd_client* c);
 
 /* This client's daemon is gone (SYNCD_ERR_DAEMON_LOST) and another was started in its place
