@@ -11,6 +11,8 @@ inline constexpr uint64_t kStallCheckPeriodNs = 1'000'000'000;
 // How long a daemon that leaves a job (it stops, or its ranks start another) tries to tell the
 // other nodes before it goes on without them knowing.
 inline constexpr uint64_t kLeaveNoticeNs = 500'000'000;
+// How long requests wait for a rank that detached cleanly between collectives to attach again.
+inline constexpr uint64_t kRejoinGraceNs = 2'000'000'000;
 
 }  // namespace syncd::engine_timing
 

@@ -8,15 +8,12 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "daemon/engine/engine_timing.h"
 #include "daemon/transport/set_transport.h"
 
 namespace syncd {
-namespace {
 
-// How long requests wait for a rank that detached cleanly between collectives to attach again.
-constexpr uint64_t kRejoinGraceNs = 2'000'000'000;
-
-}  // namespace
+using engine_timing::kRejoinGraceNs;
 
 Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
     : config_(config), id_(id), local_size_(local_size), links_(std::move(links)) {

@@ -16,9 +16,9 @@ namespace {
 using engine_timing::kStallCheckPeriodNs;
 constexpr uint64_t kNsPerS = 1'000'000'000;
 constexpr size_t kStallsNamed = 3;  // in the shutdown message
-// A tensor waiting this long for ranks that left the job ends it (past the 2 s rejoin grace and
-// the other nodes' next health report).
-constexpr uint64_t kDepartedStallNs = 3'500'000'000;
+// A tensor waiting this long for ranks that left the job ends it: past the rejoin grace and the
+// other nodes' next health report.
+constexpr uint64_t kDepartedStallNs = engine_timing::kRejoinGraceNs + 1'500'000'000;
 
 // "rank 3", "ranks 0-63,65": ranges keep a big job's list short.
 std::string FormatRanks(std::vector<uint32_t> ranks) {
