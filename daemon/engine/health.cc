@@ -171,6 +171,14 @@ std::vector<NodeHealth> Job::PeerHealth(uint64_t now_ns) const {
   return links_.transport ? health_.Peers(now_ns, LostNodes()) : std::vector<NodeHealth>{};
 }
 
+bool Job::PeersAttached(uint64_t now_ns) const {
+  for (const NodeHealth& n : PeerHealth(now_ns))
+    if (n.state == "ok")
+      for (const RankHealth& r : n.ranks)
+        if (r.attached) return true;
+  return false;
+}
+
 uint64_t Job::PendingTensors() const {
   uint64_t pending = 0;
   for (const auto& [id, set] : sets_) pending += set->pending_tensors();

@@ -221,8 +221,10 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
   if (job_over)
     for (auto& [lr, l] : lost_) l.blocking = false;
   // A clean detach between collectives (Horovod's shutdown() then init() again, on every rank):
-  // requests that need this rank wait for it to attach again, for a grace period.
-  if (clean && !abandoned && !job_over) {
+  // requests that need this rank wait for it to attach again, for a grace period. Under --on-loss
+  // continue or restore the last rank of the node waits too: if the other nodes' ranks go on past
+  // it, the node's ranks left mid-job (ExpireDepartures).
+  if (clean && !abandoned && (!job_over || config_.on_loss != OnLoss::kFail)) {
     lost.blocking = false;
     lost.rejoin_deadline_ns = abi::MonotonicNs() + kRejoinGraceNs;
     return false;
@@ -251,7 +253,19 @@ void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
     lost.reason += " and did not attach again within " + std::to_string(kRejoinGraceNs / 1'000'000'000) + " s";
     expired += (expired.empty() ? "" : "; ") + lost.reason;
   }
-  if (expired.empty() || !any_attached) return;
+  if (expired.empty()) return;
+  if (!any_attached) {
+    // Every rank of this node has left. While other nodes' ranks are still attached (as their
+    // health reports say), they left mid-job (an exception's exit says goodbye too): under
+    // --on-loss continue or restore the job goes on without them, the node standing in for them.
+    // Otherwise this is the job's end here.
+    if (config_.on_loss == OnLoss::kFail || !PeersAttached(now_ns)) return;
+    std::vector<uint32_t> gone;
+    for (const auto& [lr, lost] : lost_)
+      if (!lost.continued) gone.push_back(lr);
+    for (uint32_t lr : gone) ContinueWithout(lr, config_.node_rank * local_size_ + lr, lost_[lr].reason);
+    return;
+  }
   if (config_.on_loss != OnLoss::kFail) {
     for (uint32_t lr : expired_ranks) ContinueWithout(lr, config_.node_rank * local_size_ + lr, lost_[lr].reason);
     return;

@@ -208,6 +208,8 @@ class Job {
   // waiting here for some of this node's ranks.
   void SendHealth(const NodeHealth& mine);
   std::vector<NodeHealth> PeerHealth(uint64_t now_ns) const;
+  // Whether another node's latest health report (a fresh one) shows a rank of its attached.
+  bool PeersAttached(uint64_t now_ns) const;
   const std::string& host() const { return host_; }
   uint64_t PendingTensors() const;
 

@@ -33,16 +33,20 @@ struct NodeCase {
   const char* policy;
   const char* coord;
   int nodes, local, lost;
+  // Instead of its daemon being killed, the node's ranks leave mid-job (clean exits, as Python's
+  // on an exception: syncd.torch says goodbye at exit) while the other nodes' ranks train on.
+  bool leave = false;
 };
 std::string NodeCaseName(const ::testing::TestParamInfo<NodeCase>& info) {
   const NodeCase& k = info.param;
   return std::string(k.policy) + "_" + k.coord + "_" + std::to_string(k.nodes) + "x" + std::to_string(k.local) +
-         "_node" + std::to_string(k.lost);
+         "_node" + std::to_string(k.lost) + (k.leave ? "_ranks_leave" : "");
 }
 
 const std::vector<int64_t> kLayers = {1000, 3};  // int32 gradients, the TOPO plan's
 constexpr int64_t kAverageCount = 5;
 constexpr int kStepsAfterLoss = 15;
+constexpr int kStepsBeforeLeaving = 5;  // NodeCase::leave
 
 int TrainThroughANodeLoss(const std::string& dir, const NodeCase& k, int rank, bool topo, Shared* shared) {
   const int n = k.nodes * k.local;
@@ -66,6 +70,13 @@ int TrainThroughANodeLoss(const std::string& dir, const NodeCase& k, int rank, b
     CHILD_CHECK(NowS() - t_start < 60, "rank %d: not %d steps without node %d in 60 s (step %d)", rank,
                 kStepsAfterLoss, k.lost, step);
     shared->steps[rank].store(step);
+    if (doomed && k.leave && step == kStepsBeforeLeaving) {
+      syncd_shutdown(c);
+      double t = 0, now = NowS();  // the last of the node's ranks to leave
+      while (!shared->t_kill.compare_exchange_weak(t, std::max(t, now))) {
+      }
+      return 0;
+    }
     std::vector<syncd_handle> hs;
     int rc = SubmitPowerOfTwoStep(c, rank, kLayers, grads, avg, kAverageCount, &hs);
     if (doomed && rc == SYNCD_ERR_DAEMON_LOST) return 0;
@@ -139,10 +150,14 @@ TEST_P(LostNode, TheRanksLeftGoOnSummingExactlyThemselves) {
     const std::string dir = cluster.node(r / k.local).run_dir();
     pids.push_back(Spawn([=] { return TrainThroughANodeLoss(dir, k, r, topo, shared); }));
   }
-  PauseAtARandomMoment(shared->steps, n, rng);
-  shared->t_kill.store(NowS());
-  cluster.node(k.lost).Kill(SIGKILL);
-  const double bound_s = std::string(k.policy) == "continue" ? 2.0 : 5.0;
+  if (!k.leave) {
+    PauseAtARandomMoment(shared->steps, n, rng);
+    shared->t_kill.store(NowS());
+    cluster.node(k.lost).Kill(SIGKILL);
+  }
+  // Ranks that leave may come back for a while (kRejoinGraceNs, 2 s), then the node's next stall
+  // check (each second) sees the other nodes' ranks still attached.
+  const double bound_s = k.leave ? 4.0 : std::string(k.policy) == "continue" ? 2.0 : 5.0;
   double slowest = 0;
   for (int r = 0; r < n; ++r) {
     const int s = WaitChild(pids[size_t(r)], 90'000);
@@ -153,8 +168,16 @@ TEST_P(LostNode, TheRanksLeftGoOnSummingExactlyThemselves) {
                                                        << k.lost << " " << recovered << " s after the kill";
     slowest = std::max(slowest, recovered);
   }
-  std::printf("node %d's daemon killed (--on-loss %s): the ranks left completed a step without it %.3f s after\n",
-              k.lost, k.policy, slowest);
+  std::printf("node %d's %s (--on-loss %s): the ranks left completed a step without it %.3f s after\n", k.lost,
+              k.leave ? "ranks left" : "daemon killed", k.policy, slowest);
+  if (k.leave) {  // the node whose ranks left says so, as a user reads it
+    const std::string table = SyncctlStatus(cluster.node(k.lost).run_dir());
+    for (int r = k.lost * k.local; r < (k.lost + 1) * k.local; ++r)
+      EXPECT_TRUE(Contains(table, "LOST rank " + std::to_string(r) + " at ")) << table;
+    EXPECT_TRUE(Contains(table, "the job went on without it (--on-loss continue or restore)")) << table;
+    std::printf("%s\n", table.c_str());
+    return;
+  }
   // A node left says what happened, as a user reads it.
   const int asked = k.lost == 0 ? 1 : 0;
   std::string table = SyncctlStatus(cluster.node(asked).run_dir());
@@ -180,7 +203,9 @@ INSTANTIATE_TEST_SUITE_P(
                       NodeCase{"restore", "topo", 2, 2, 1}, NodeCase{"continue", "negotiate", 2, 2, 1},
                       NodeCase{"continue", "topo", 2, 2, 0}, NodeCase{"restore", "negotiate", 3, 1, 1},
                       NodeCase{"restore", "topo", 3, 2, 0}, NodeCase{"continue", "gs", 3, 1, 2},
-                      NodeCase{"continue", "nbcs", 3, 2, 1}),
+                      NodeCase{"continue", "nbcs", 3, 2, 1}, NodeCase{"continue", "negotiate", 2, 2, 1, true},
+                      NodeCase{"restore", "negotiate", 2, 2, 0, true}, NodeCase{"continue", "topo", 2, 2, 0, true},
+                      NodeCase{"restore", "topo", 3, 1, 1, true}),
     NodeCaseName);
 
 }  // namespace
