@@ -134,8 +134,10 @@ bool Negotiator::CheckAbortMessages() {
                                            m.status().message()));
       break;
     }
-    const bool partial = m->kind == ControlMessage::Kind::kPartialReport || m->kind == ControlMessage::Kind::kPartialRun;
-    if (partial || IsNotice(m->kind)) {  // the process set's and the engine's
+    using K = ControlMessage::Kind;
+    const bool set = m->kind == K::kPartialReport || m->kind == K::kPartialRun || m->kind == K::kTopoJoined ||
+                     m->kind == K::kTopoRun;
+    if (set || IsNotice(m->kind)) {  // the process set's and the engine's
       if (m->job == options_.job) notices_.push_back(ControlNotice{p, std::move(*m)});
       PostControlReceive(p);
       continue;

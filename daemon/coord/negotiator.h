@@ -155,6 +155,7 @@ class Negotiator {
   bool joined() const { return joined_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
+  bool HasPending(const std::string& name) const { return pending_.count(name) > 0; }
   bool cycle_running() const { return cycle_running_; }
   // Graceful drain, job-wide. Each cycle's agreement says whether any node still holds work
   // (`local_busy`: requests the engine holds outside the negotiator; names pending here count by

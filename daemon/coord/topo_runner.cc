@@ -4,11 +4,6 @@
 #include "proto/status_names.h"
 
 namespace syncd {
-namespace {
-
-
-}  // namespace
-
 TopoRunner::TopoRunner(std::shared_ptr<const TopoPlan> plan) : plan_(std::move(plan)) {
   for (uint32_t i = 0; i < plan_->tensors.size(); ++i) index_.emplace(plan_->tensors[i].name, i);
   held_.resize(plan_->tensors.size());
@@ -64,6 +59,16 @@ std::optional<AgreedWork> TopoRunner::Next() {
   running_tensors_ = work.tensors.size();
   issued_ns_ = abi::MonotonicNs();
   return work;
+}
+
+void TopoRunner::StandInForNext(const std::function<ReadyTensor(const PlannedTensor&)>& make) {
+  const uint32_t g = next_group_;
+  if (running_) return;
+  for (size_t i = plan_->group_begin[g]; i < plan_->group_end(g); ++i) {
+    if (held_[i]) continue;
+    if (ready_in_group_[g]++ == 0) first_ready_ns_[g] = abi::MonotonicNs();
+    held_[i] = make(plan_->tensors[i]);
+  }
 }
 
 void TopoRunner::Done(bool ok) {

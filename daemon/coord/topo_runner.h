@@ -13,6 +13,7 @@
 #ifndef SYNCD_DAEMON_COORD_TOPO_RUNNER_H_
 #define SYNCD_DAEMON_COORD_TOPO_RUNNER_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,13 @@ class TopoRunner {
   // The next group, when every local rank submitted all of it and no group runs: the caller runs
   // it (its tag has the low 24 bits free) and reports Done. nullopt otherwise.
   std::optional<AgreedWork> Next();
+  // A node whose every rank has joined (hvd.join, or lost for good) stands in for the next group
+  // when another node runs it: `make` gives the stand-in of each of its tensors no local rank
+  // submitted. Next() then returns it.
+  void StandInForNext(const std::function<ReadyTensor(const PlannedTensor&)>& make);
+  // The sequence number of the next group Next() returns (every node's are the same: groups run in
+  // the same order everywhere), and of the one it returned last.
+  uint64_t seq() const { return seq_; }
   // The group taken last ran (`ok`), or failed: the job is over (the caller fails what is left).
   void Done(bool ok);
   // The job failed: every held tensor's requests, each with its error ("tensor 'x': <why>"), for

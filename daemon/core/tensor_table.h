@@ -85,6 +85,7 @@ class TensorTable {
   void Replaced(uint32_t local);
   // Ranks standing in for good (MarkLost, until Replaced).
   uint32_t lost() const { return lost_count_; }
+  bool LostForGood(uint32_t local) const { return local < local_size_ && joined_[local].lost; }
 
   // Fails every pending tensor (a rank is gone): each is returned with `error`.
   void FailAll(const Status& error, std::vector<FailedTensor>* failed);

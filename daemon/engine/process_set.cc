@@ -171,7 +171,10 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   PollPartial(&did);
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
-  if (topo_) did |= RunTopo();
+  if (topo_) {
+    if (negotiator_) PollTopoJoin();
+    did |= RunTopo();
+  }
   for (ReadyTensor& t : local_ready) Recycle(t.requests);  // run and completed (Execute)
   ready.clear();
   failed.clear();
@@ -216,8 +219,10 @@ bool ProcessSet::RunTopo() {
   bool did = false;
   for (;;) {
     if (!topo_run_.active) {
+      StandInForTopoGroup();
       std::optional<AgreedWork> group = topo_->Next();
       if (!group) return did;
+      TellTopoStandIns(topo_->seq() - 1);
       if (hooks_.timeline->on()) {  // a marker: the plan's group issued (its execution follows as a group)
         TraceEvent e;
         e.kind = TraceKind::kPlanGroup;
@@ -274,6 +279,7 @@ void ProcessSet::Collect() {
   for (const ControlNotice& n : negotiator_->TakeNotices()) {
     const auto k = n.message.kind;
     if (k == ControlMessage::Kind::kPartialReport || k == ControlMessage::Kind::kPartialRun) partial_.Receive(n.from, n.message);
+    else if (k == ControlMessage::Kind::kTopoJoined || k == ControlMessage::Kind::kTopoRun) ReceiveTopoNotice(n);
     else if (place_.id == 0 && hooks_.on_notice) hooks_.on_notice(n.from, n.message);
   }
   // An agreement this node was running when the job broke: its tensors fail as the job's.

@@ -201,6 +201,13 @@ class ProcessSet {
   bool RunAgreed();
   // Takes the TOPO runner's next groups and runs them, one at a time.
   bool RunTopo();
+  // --coord topo on many nodes (topo_stand_in.cc): a node whose every rank joined (hvd.join, or
+  // lost for good) has no tensors of its own to start the plan's groups with; it tells the others,
+  // which tell it each group they run, and it stands in for it.
+  void PollTopoJoin();
+  void ReceiveTopoNotice(const ControlNotice& n);
+  void TellTopoStandIns(uint64_t seq);
+  void StandInForTopoGroup();
   // Stops `run` and fails each of its requests not completed yet with `why`, named per tensor.
   void FailRun(AgreedRun& run, const Status& why);
   // Fails the TOPO group running and every tensor held for a group.
@@ -316,6 +323,14 @@ class ProcessSet {
   uint64_t blocked_ns_ = 0;                  // inside Block
   AgreedRun cycle_run_;                      // a negotiated cycle's agreement being run
   AgreedRun topo_run_;                       // a TOPO plan group being run
+  struct TopoStandIn {
+    bool joined_here = false;        // every rank here joined, and the others were told
+    std::vector<bool> joined_nodes;  // by node of the set: they told us so (until our join)
+    bool wanted = false;             // another node ran group run `wanted_seq` while we stood in
+    uint64_t wanted_seq = 0;
+    uint64_t running_seq = 0;        // the group run issued here last
+  };
+  TopoStandIn topo_stand_in_;
   int64_t loss_stand_ins_[kStreams] = {};    // --on-loss restore: the last group's, see FailsForLoss
   // Storage reused turn after turn (no heap allocation per collective once sizes were seen):
   // Poll's tensors, Fuse's candidates, the one-node path's groups and members.

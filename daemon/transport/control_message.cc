@@ -24,7 +24,7 @@ StatusOr<ControlMessage> DecodeControl(const char* bytes, size_t n) {
                          std::to_string(kControlMessageBytes));
   ControlMessage m;
   m.kind = ControlMessage::Kind(bytes[0]);
-  if (std::string_view("ALCHRPQNXYTUBJDK").find(bytes[0]) == std::string_view::npos)
+  if (std::string_view("ALCHRPQNXYTUBJDKSG").find(bytes[0]) == std::string_view::npos)
     return ProtocolError("control message of unknown kind " + std::to_string(int(uint8_t(bytes[0]))));
   if (uint8_t(bytes[21]) != kWireVersion)
     return ProtocolError(WrongWireVersion("control message", uint8_t(bytes[21])));

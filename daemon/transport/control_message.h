@@ -34,6 +34,8 @@ struct ControlMessage {
     kNodeJoin = 'J',  // ... the answer to every node: `text` the node, `cycle` the membership, `code` the slot
     kNodeRestarted = 'D',  // node 0: a node's daemon was restarted (`text` "node pid pieces host", as kNodeJoin)
     kNodeAddress = 'K',    // ... its new UCX address, in hex: `cycle` the node, `code` the piece, `text` it
+    kTopoJoined = 'S',  // TOPO: every rank of this node has joined: tell it the groups you run
+    kTopoRun = 'G',     // ... to such a node: group run `cycle` (TopoRunner::seq) runs here
   };
   Kind kind = Kind::kAbort;
   uint64_t job = 0;
