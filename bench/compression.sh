@@ -4,7 +4,7 @@
 # gradient set of ResNet-18 and ResNet-50 (bench/compression.py: every gradient produced by a
 # trivial backward, exchanged, an SGD step), every method in the same run, alternating, --repeats
 # times: syncd uncompressed; syncd with fp16 and bf16 done by the daemons; syncd's top-k, random-k
-# (at --ratio, 0.01 unless told) and 1-bit with error feedback in the daemons; Horovod's fp16 (cast in
+# (at --ratio, 0.01 unless told), 1-bit and PowerSGD (rank 4) with error feedback in the daemons; Horovod's fp16 (cast in
 # the framework process); DDP over gloo, and DDP over gloo with torch's PowerSGD hook. Reports per
 # link, model and method the median step time, its speed-up over uncompressed syncd and the ranks'
 # CPU time per step. Then what compression does to training (--accuracy-epochs, 0: skip): the
@@ -16,7 +16,7 @@
 #                        [--accuracy-seeds 1234,1,2] [--ratio 0.01] [--build build]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-links=2.5,10 models=resnet18,resnet50 methods=none,fp16,bf16,topk,randomk,onebit,fp16-framework,ddp,ddp-powersgd repeats=2 steps=5 warmup=3
+links=2.5,10 models=resnet18,resnet50 methods=none,fp16,bf16,topk,randomk,onebit,powersgd,fp16-framework,ddp,ddp-powersgd repeats=2 steps=5 warmup=3
 accuracy_epochs=12 accuracy_seeds=1234,1,2 ratio=0.01
 build="$here/../build"
 while [ $# -gt 0 ]; do
@@ -72,7 +72,7 @@ for gbit in ${links//,/ }; do
 done
 touch "$out.crashes" "$out.accuracy"
 for seed in $([ "$accuracy_epochs" -gt 0 ] && echo "${accuracy_seeds//,/ }"); do
-  for compression in none fp16 bf16 topk randomk onebit; do
+  for compression in none fp16 bf16 topk randomk onebit powersgd; do
     line=$("$build/bin/syncrun" -N 2 -n 4 --syncd-arg=--log-level=warn -- /usr/bin/python3 \
       "$here/../deploy/local/train_digits.py" --compression "$compression" --epochs "$accuracy_epochs" \
       --seed "$seed" --ratio "$ratio" --json --no-status --min-accuracy 0 2>"$out.err" | grep '^{' || true)

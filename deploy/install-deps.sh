@@ -14,6 +14,8 @@ packages=(
   libcivetweb-dev prometheus-cpp-dev
   # plan hashes and partial round initiators; flat hash tables (the request ledger)
   libxxhash-dev libabsl-dev
+  # PowerSGD's matrix products in the daemon (header-only, one thread: the daemon's own core)
+  libeigen3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # python binding and peers (torch.distributed/gloo is the benchmark peer)

@@ -49,7 +49,7 @@ inline const char* ReduceOpName(uint32_t op) {
 
 // syncd_compression as --compression spells it.
 inline const char* CompressionName(uint32_t c) {
-  static const char* const kNames[] = {"default", "none", "fp16", "bf16", "topk", "randomk", "onebit"};
+  static const char* const kNames[] = {"default", "none", "fp16", "bf16", "topk", "randomk", "onebit", "powersgd"};
   return c < SYNCD_COMPRESSION_COUNT ? kNames[c] : c == SYNCD_COMPRESSION_DEFAULT_CAST ? "default-cast"
                                                                                        : "invalid-compression";
 }

@@ -24,9 +24,10 @@ StatusOr<uint64_t> ParseUnsigned(const std::string& name, const std::string& tex
 
 template <typename T>
 std::function<Status(Config&, const std::string&)> Unsigned(T Config::*field, const std::string& name,
-                                                             uint64_t min = 0) {
-  return [field, name, min](Config& c, const std::string& text) -> Status {
-    auto v = ParseUnsigned(name, text, std::numeric_limits<T>::max());
+                                                             uint64_t min = 0,
+                                                             uint64_t max = std::numeric_limits<T>::max()) {
+  return [field, name, min, max](Config& c, const std::string& text) -> Status {
+    auto v = ParseUnsigned(name, text, max);
     if (!v.ok()) return v.status();
     if (*v < min) return InvalidArgument(name + ": must be at least " + std::to_string(min));
     c.*field = T(*v);
@@ -152,18 +153,23 @@ std::vector<ConfigEntry> NodeEntries() {
      "How an allreduce's inter-node hop travels when its ranks leave the choice to the daemon (the default of "
      "syncd_allreduce_async and hvd.allreduce): none, fp16 or bf16 (cast by the daemon after the node's exact "
      "reduction, summed in that type between nodes, cast back), or with error feedback topk, randomk (at "
-     "--compression-ratio) or onebit; float32 and float64 host tensors only. Every daemon of the job must have the "
-     "same",
+     "--compression-ratio), onebit or powersgd (at --compression-rank); float32 and float64 host tensors only. Every "
+     "daemon of the job must have the same",
      OneOf<syncd_compression>(&Config::compression, "compression",
                               {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
                                {"bf16", SYNCD_COMPRESSION_BF16}, {"topk", SYNCD_COMPRESSION_TOPK},
-                               {"randomk", SYNCD_COMPRESSION_RANDOMK}, {"onebit", SYNCD_COMPRESSION_ONEBIT}})},
+                               {"randomk", SYNCD_COMPRESSION_RANDOMK}, {"onebit", SYNCD_COMPRESSION_ONEBIT},
+                               {"powersgd", SYNCD_COMPRESSION_POWERSGD}})},
     {"compression-ratio", "SYNCD_COMPRESSION_RATIO", "0.01",
      "Top-k's and random-k's share of the elements that cross the nodes, when the ranks do not say (0 < ratio <= 1)",
      Ratio(&Config::compression_ppm, "compression-ratio")},
+    {"compression-rank", "SYNCD_COMPRESSION_RANK", "4",
+     "PowerSGD's rank when the ranks do not say: the columns of the two factors a matrix travels as (1..1024)",
+     Unsigned(&Config::compression_rank, "compression-rank", 1, 1024)},
     {"compression-residual-bytes", "SYNCD_COMPRESSION_RESIDUAL_BYTES", "1G",
-     "The most memory the error-feedback residuals of top-k, random-k and 1-bit take (per tensor, what compression "
-     "left out so far); beyond it the least recently used are dropped",
+     "The most memory the error-feedback residuals of top-k, random-k, 1-bit and PowerSGD take (per tensor, what "
+     "compression left out so far, and PowerSGD's factor for the next step's warm start); beyond it the least "
+     "recently used are dropped",
      Bytes(&Config::compression_residual_bytes, "compression-residual-bytes")},
     {"compression-min-bytes", "SYNCD_COMPRESSION_MIN_BYTES", "64K",
      "Tensors smaller than this go uncompressed under --compression (a rank's explicit choice always applies)",

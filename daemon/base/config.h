@@ -42,6 +42,7 @@ struct Config {
   syncd_compression compression = SYNCD_COMPRESSION_NONE;  // --compression: the default for allreduces
   uint64_t compression_min_bytes = 0;                       // --compression-min-bytes
   uint32_t compression_ppm = 10'000;                        // --compression-ratio, parts per million
+  uint32_t compression_rank = 4;                            // --compression-rank (PowerSGD)
   uint64_t compression_residual_bytes = 0;                  // --compression-residual-bytes
   std::string log_level;
   uint32_t nodes = 1;         // daemons in the job (one per node)

@@ -44,15 +44,21 @@ uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_byte
   return uint8_t(asked);
 }
 
-void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, bool gpu, Request* r) {
+void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, uint32_t fallback_rank, bool gpu,
+                        Request* r) {
   r->compression = ResolvedCompression(r->compression, fallback, min_bytes, r->bytes, gpu, r->dtype);
   const bool ratio = r->compression == SYNCD_COMPRESSION_TOPK || r->compression == SYNCD_COMPRESSION_RANDOMK;
-  r->compression_ppm = !ratio ? 0 : r->compression_ppm != 0 ? r->compression_ppm : fallback_ppm;
+  if (r->compression == SYNCD_COMPRESSION_POWERSGD)
+    r->compression_ppm = r->compression_ppm != 0 ? r->compression_ppm : fallback_rank;
+  else
+    r->compression_ppm = !ratio ? 0 : r->compression_ppm != 0 ? r->compression_ppm : fallback_ppm;
 }
 
 std::string CompressionText(uint32_t compression, uint32_t ppm) {
   std::string text = abi::CompressionName(compression);
-  if (ppm != 0) {
+  if (compression == SYNCD_COMPRESSION_POWERSGD) {
+    text += " (rank " + std::to_string(ppm) + ")";
+  } else if (ppm != 0) {
     char ratio[32];
     snprintf(ratio, sizeof(ratio), " (ratio %g)", ppm / 1e6);
     text += ratio;

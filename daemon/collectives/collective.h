@@ -92,7 +92,8 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
 // `min_bytes`; NONE for GPU tensors and for dtypes other than float32 and float64.
 // Top-k and random-k: the ratio asked (Request::compression_ppm), else `fallback_ppm`; the
 // others: 0.
-void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, bool gpu, Request* r);
+void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, uint32_t fallback_rank, bool gpu,
+                        Request* r);
 // "fp16", "topk (ratio 0.01)": for messages.
 std::string CompressionText(uint32_t compression, uint32_t ppm);
 // The same for a tensor of `bytes` that asked for `asked` (a TOPO graph's collective).

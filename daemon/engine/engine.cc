@@ -302,7 +302,8 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
                       job_ ? job_->SetRanksOf(e.process_set) : nullptr,
                       uint32_t(config_.compression),
                       config_.compression_min_bytes,
-                      config_.compression_ppm};
+                      config_.compression_ppm,
+                      config_.compression_rank};
   std::optional<abi::GpuDescriptor> gpu;
   StatusOr<Request> r = ParseSubmission(e, who, &gpu, request_pool_.Take());
   Status error = r.status();

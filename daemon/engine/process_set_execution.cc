@@ -270,6 +270,15 @@ void ProcessSet::CountExecuted(const std::vector<ReadyTensor>& ready, const Fusi
   // A group fuses one compression (FusionKey); its members crossed the nodes in the wire's dtype.
   if (!across || f.compression <= SYNCD_COMPRESSION_NONE || f.compression >= SYNCD_COMPRESSION_COUNT) return;
   StatusSnapshot::Compressed& c = counters_->compressed[f.compression];
+  if (f.compression == SYNCD_COMPRESSION_POWERSGD) {  // each member's factors, or itself
+    for (size_t i : g) {
+      const Request& r = ready[i].first();
+      ++c.tensors;
+      c.tensor_bytes += r.bytes;
+      c.wire_bytes += PowerSgdWireBytes(r.compression_ppm, r.shape, r.bytes, abi::DtypeSize(r.dtype));
+    }
+    return;
+  }
   if (IsFeedbackCompression(f.compression)) {  // the group's segments, as each node sent them
     absl::InlinedVector<uint64_t, 8> bytes;
     for (size_t i : g) bytes.push_back(ready[i].first().bytes);

@@ -174,8 +174,8 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
     return Malformed(what + ": only an allreduce takes a compression");
   SYNCD_RETURN_IF_ERROR(kind->Parse(e, set, what, &r));
   if (r.kind == abi::OpKind::kAllreduce)
-    ResolveCompression(who.compression, who.compression_min_bytes, who.compression_ppm, (e.flags & abi::kSubmitGpu) != 0,
-                       &r);
+    ResolveCompression(who.compression, who.compression_min_bytes, who.compression_ppm, who.compression_rank,
+                       (e.flags & abi::kSubmitGpu) != 0, &r);
   if (kind->shapes_vary()) r.results = who.segment->results();
   if (e.flags & abi::kSubmitGpu) {
     r.gpu = true;

@@ -30,6 +30,7 @@ struct Submitter {
   uint32_t compression = SYNCD_COMPRESSION_NONE;
   uint64_t compression_min_bytes = 0;
   uint32_t compression_ppm = 10'000;  // --compression-ratio: top-k's and random-k's when not asked
+  uint32_t compression_rank = 4;      // --compression-rank: PowerSGD's when not asked
 };
 
 // A checked request, or the error (with its status code) the submitter's request fails with.

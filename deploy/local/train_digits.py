@@ -55,7 +55,8 @@ def main():
     parser.add_argument("--full-sync-every", type=int, default=0, help="with --partial: average the models every N steps")
     parser.add_argument("--delay-ms", default="", help="LO,HI: each step one rank (the same on every rank) sleeps "
                                                        "uniformly LO..HI ms before its forward pass")
-    parser.add_argument("--compression", choices=["none", "fp16", "bf16", "topk", "randomk", "onebit"], default="none",
+    parser.add_argument("--compression", choices=["none", "fp16", "bf16", "topk", "randomk", "onebit", "powersgd"],
+                        default="none",
                         help="the DistributedOptimizer's compression (hvd.Compression)")
     parser.add_argument("--ratio", type=float, default=0.01, help="top-k's and random-k's share of the elements")
     parser.add_argument("--seed", type=int, default=1234, help="the model's initial parameters")
@@ -78,6 +79,8 @@ def main():
     compression = getattr(hvd.Compression, args.compression)
     if args.compression in ("topk", "randomk"):
         compression = compression(args.ratio)
+    elif args.compression == "powersgd":
+        compression = compression(4)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum),
                                          named_parameters=model.named_parameters(), partial=args.partial,
                                          compression=compression,

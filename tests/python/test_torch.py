@@ -556,6 +556,33 @@ def test_topk_randomk_and_onebit_keep_error_feedback_in_the_daemons():
         hvd.Compression.topk(1.5)
 
 
+def test_powersgd_keeps_error_feedback_in_the_daemons():
+    """syncd's Compression.powersgd(rank): a matrix crosses the nodes as two rank-2 factors (one
+    node: exact every step), a bias as it is. Integer gradients for 4 steps, then one step of zeros
+    under top-k at ratio 1, which hands the daemons' residual over (it is the tensor name's): the
+    results sum to the gradients within 1e-12. A bad rank is refused by name."""
+    def grad(step, r, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return ((torch.arange(n, dtype=torch.float64) % 7 + 1) * (r + 1) * (step + 3) % 11 - 5).reshape(shape)
+
+    for name, shape in (("weight", (16, 40)), ("bias", (16,))):
+        applied = torch.zeros(shape, dtype=torch.float64)
+        for step in range(5):
+            g = grad(step, hvd.rank(), shape) if step < 4 else torch.zeros(shape, dtype=torch.float64)
+            compression = hvd.Compression.powersgd(rank=2) if step < 4 else hvd.Compression.topk(1.0)
+            out = hvd.allreduce(g, name="powersgd." + name, op=hvd.Sum, compression=compression)
+            if step == 0 and name == "weight" and hvd.cross_size() > 1:
+                assert not torch.equal(out, sum(grad(0, r, shape) for r in range(hvd.size())))  # it was factored
+            applied += out
+        want = sum(grad(step, r, shape) for step in range(4) for r in range(hvd.size()))
+        assert (applied - want).norm() <= 1e-12 * want.norm(), name
+    for bad in (0, 2.5, 2000):
+        with pytest.raises(ValueError, match="rank"):
+            hvd.Compression.powersgd(rank=bad)
+
+
 def test_elastic_state_saves_on_commit_restores_and_syncs_from_rank_0():
     """hvd.elastic.TorchState as Horovod's: commit() saves (and, with every rank alive, does not
     interrupt), restore() brings back the last commit, sync() makes every rank rank 0's."""

@@ -181,6 +181,11 @@ typedef enum syncd_compression {
   SYNCD_COMPRESSION_TOPK = 4,    /* each node's largest `ratio` of the elements, by magnitude */
   SYNCD_COMPRESSION_RANDOMK = 5, /* `ratio` of the elements, the same random ones on every node */
   SYNCD_COMPRESSION_ONEBIT = 6,  /* each element's sign, times the mean magnitude */
+  /* PowerSGD (Vogels et al.): a tensor of two or more dimensions, as a matrix of its first
+   * dimension's rows, travels as two thin factors of `rank` columns (one power iteration per step,
+   * warm-started from the last step's); other tensors, and those the factors would not make
+   * smaller, travel as they are. */
+  SYNCD_COMPRESSION_POWERSGD = 7,
   SYNCD_COMPRESSION_COUNT,
   /* Not a method, a request: DEFAULT where the daemon's --compression is a cast (fp16, bf16), NONE
    * where it keeps error feedback. For tensors whose names do not recur step after step (the
@@ -191,7 +196,8 @@ SYNCD_API int syncd_allreduce_compressed_async(syncd_client* c, const syncd_tens
                                                double prescale, double postscale, syncd_compression compression,
                                                syncd_handle* out);
 /* The same with top-k's and random-k's `ratio` (0 < ratio <= 1, in steps of 1e-6; 0: the daemon's
- * --compression-ratio). Every rank must ask for the same ratio. */
+ * --compression-ratio); for PowerSGD `ratio` is its rank instead (a whole number, 1..1024; 0: the
+ * daemon's --compression-rank). Every rank must ask for the same ratio or rank. */
 SYNCD_API int syncd_allreduce_compressed_ratio_async(syncd_client* c, const syncd_tensor* t, syncd_reduce_op op,
                                                      double prescale, double postscale,
                                                      syncd_compression compression, double ratio,

@@ -26,6 +26,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "client/python/src/c10d_ranks.h"
+#include "client/python/src/compression_code.h"
 #include "client/python/src/c10d_sparse.h"
 #include "client/python/src/c10d_stager.h"
 #include "client/python/src/c10d_work.h"
@@ -318,14 +319,21 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   // An average of `t` over the group under `name` (the same on every rank, and step after step:
   // the daemons keep error feedback per name), compressed as `compression` asks (syncd_compression
   // in the low 8 bits, top-k's and random-k's ratio in parts per million above; 0: the daemon's
-  // --compression). DDP's communication hook (syncd.torch.distributed.compression_hook).
+  // --compression). DDP's communication hook (syncd.torch.distributed.compression_hook). The tensor
+  // goes with its own shape (PowerSGD factors a matrix of its first dimension's rows).
   c10::intrusive_ptr<c10d::Work> allreduce_named(at::Tensor& t, const std::string& name, int compression) {
     TORCH_CHECK(!name.empty(), "syncd backend: allreduce_named needs a name");
     TORCH_CHECK(!t.is_sparse(), "syncd backend: allreduce_named takes dense tensors");
     std::vector<at::Tensor> tensors = {t};
-    return stager_.Stage(tensors, c10d::OpType::ALLREDUCE, "allreduce", [&](const syncd_tensor& st, syncd_handle* h) {
+    return stager_.Stage(tensors, c10d::OpType::ALLREDUCE, "allreduce", [&](const syncd_tensor& flat, syncd_handle* h) {
+      syncd_tensor st = flat;
+      if (t.dim() > 1) {
+        st.ndim = int(t.dim());
+        st.shape = t.sizes().data();
+      }
       return syncd_allreduce_compressed_ratio_async(client_, &st, SYNCD_AVERAGE, 1.0, 1.0,
-                                                    syncd_compression(compression & 0xff), (compression >> 8) / 1e6, h);
+                                                    syncd::python::CompressionMethod(compression),
+                                                    syncd::python::CompressionRatio(compression), h);
     }, stager_.NamedAs(name));
   }
 

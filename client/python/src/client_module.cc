@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/python/src/compression_code.h"
 #include "syncd/client.h"
 
 namespace py = pybind11;
@@ -114,7 +115,8 @@ class PyClient {
       Check(syncd_allreduce_gpu_async(get(), &t, syncd_reduce_op(op), prescale, postscale, reinterpret_cast<void*>(*stream), &h));
     else
       Check(syncd_allreduce_compressed_ratio_async(get(), &t, syncd_reduce_op(op), prescale, postscale,
-                                                   syncd_compression(compression & 0xff), (compression >> 8) / 1e6, &h));
+                                                   syncd::python::CompressionMethod(compression),
+                                                   syncd::python::CompressionRatio(compression), &h));
     return h;
   }
 

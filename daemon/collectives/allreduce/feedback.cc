@@ -243,10 +243,12 @@ CommTask Run(CollectiveGroup group, AcrossNodes run) {
 
 bool IsFeedbackCompression(uint32_t compression) {
   return compression == SYNCD_COMPRESSION_TOPK || compression == SYNCD_COMPRESSION_RANDOMK ||
-         compression == SYNCD_COMPRESSION_ONEBIT;
+         compression == SYNCD_COMPRESSION_ONEBIT || compression == SYNCD_COMPRESSION_POWERSGD;
 }
 
 CommTask RunAcrossWithFeedback(CollectiveGroup group, AcrossNodes run) {
+  if (group.front()->first().compression == SYNCD_COMPRESSION_POWERSGD)
+    return RunAcrossWithPowerSgd(std::move(group), std::move(run));
   if (group.front()->first().dtype == SYNCD_FLOAT64) return Run<double>(std::move(group), std::move(run));
   return Run<float>(std::move(group), std::move(run));
 }

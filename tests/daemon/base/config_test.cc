@@ -80,11 +80,26 @@ TEST(Config, CompressionIsParsedWithItsMinimumAndTakenUnderTopo) {
   EXPECT_EQ(c->compression_min_bytes, 1u << 20);
   auto bad = BuildConfig({{"compression", "int8"}}, {});
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16, bf16, topk, randomk or onebit, got 'int8'");
+  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16, bf16, topk, randomk, onebit or powersgd, got 'int8'");
   // TOPO plans carry each tensor's compression, the daemon's default resolved as for a submission.
   auto topo = BuildConfig({{"compression", "fp16"}, {"coord", "topo"}}, {});
   ASSERT_TRUE(topo.ok()) << topo.status().ToString();
   EXPECT_EQ(topo->compression, SYNCD_COMPRESSION_FP16);
+}
+
+TEST(Config, PowerSgdsRankIsParsedWithinItsBounds) {
+  auto def = BuildConfig({}, {});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->compression_rank, 4u);
+  auto c = BuildConfig({{"compression", "powersgd"}, {"compression-rank", "16"}}, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->compression, SYNCD_COMPRESSION_POWERSGD);
+  EXPECT_EQ(c->compression_rank, 16u);
+  for (const char* bad : {"0", "1025", "two"}) {
+    auto b = BuildConfig({{"compression-rank", bad}}, {});
+    EXPECT_FALSE(b.ok()) << bad;
+    if (!b.ok()) EXPECT_NE(b.status().message().find("compression-rank"), std::string::npos) << b.status().message();
+  }
 }
 
 TEST(Config, TopKsRatioAndTheResidualBoundAreParsed) {

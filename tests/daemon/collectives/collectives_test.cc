@@ -132,35 +132,43 @@ TEST(Collectives, AllreduceCompressionIsParsedResolvedAgreedAndFused) {
 
   // DEFAULT takes the daemon's setting from its minimum size on; other dtypes and GPU tensors never compress.
   r.compression = SYNCD_COMPRESSION_DEFAULT;
-  ResolveCompression(SYNCD_COMPRESSION_BF16, 256, 10'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_BF16, 256, 10'000, 4, false, &r);
   EXPECT_EQ(r.compression, SYNCD_COMPRESSION_BF16);
   r.compression = SYNCD_COMPRESSION_DEFAULT;
-  ResolveCompression(SYNCD_COMPRESSION_BF16, 257, 10'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_BF16, 257, 10'000, 4, false, &r);
   EXPECT_EQ(r.compression, SYNCD_COMPRESSION_NONE);
   r.compression = SYNCD_COMPRESSION_FP16;
-  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, true, &r);
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, 4, true, &r);
   EXPECT_EQ(r.compression, SYNCD_COMPRESSION_NONE);
   r.compression = SYNCD_COMPRESSION_FP16;
   r.dtype = SYNCD_INT32;
-  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, 4, false, &r);
   EXPECT_EQ(r.compression, SYNCD_COMPRESSION_NONE);
   // Top-k and random-k carry a ratio: the rank's, else the daemon's; the other methods none.
   r.dtype = SYNCD_FLOAT32;
   r.compression = SYNCD_COMPRESSION_TOPK;
   r.compression_ppm = 0;
-  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, 4, false, &r);
   EXPECT_EQ(r.compression_ppm, 10'000u);
   r.compression_ppm = 500;
-  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 10'000, 4, false, &r);
   EXPECT_EQ(r.compression_ppm, 500u);
   r.compression = SYNCD_COMPRESSION_DEFAULT;
   r.compression_ppm = 0;
-  ResolveCompression(SYNCD_COMPRESSION_RANDOMK, 0, 2'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_RANDOMK, 0, 2'000, 4, false, &r);
   EXPECT_EQ(r.compression, SYNCD_COMPRESSION_RANDOMK);
   EXPECT_EQ(r.compression_ppm, 2'000u);
   r.compression = SYNCD_COMPRESSION_ONEBIT;
-  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 2'000, false, &r);
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 2'000, 4, false, &r);
   EXPECT_EQ(r.compression_ppm, 0u);
+  // PowerSGD carries its rank in the same field: the rank's, else the daemon's --compression-rank.
+  r.compression = SYNCD_COMPRESSION_POWERSGD;
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 2'000, 8, false, &r);
+  EXPECT_EQ(r.compression_ppm, 8u);
+  EXPECT_EQ(CompressionText(r.compression, r.compression_ppm), "powersgd (rank 8)");
+  r.compression_ppm = 2;
+  ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 2'000, 8, false, &r);
+  EXPECT_EQ(r.compression_ppm, 2u);
 
   std::vector<float> d0(2), d1(2);
   std::vector<Request> rs = {Tensor(abi::OpKind::kAllreduce, 0, &d0), Tensor(abi::OpKind::kAllreduce, 1, &d1)};

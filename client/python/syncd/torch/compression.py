@@ -5,12 +5,13 @@ their own cores and on the inter-node hop only: the ranks of a node reduce exact
 crosses the nodes in half precision and comes back in the tensor's dtype (under --coord topo too:
 the plan carries each tensor's compression). Elsewhere (CUDA tensors, other dtypes) the framework
 process casts before and after, as Horovod does. Compression.topk(ratio), Compression.randomk(ratio)
-and Compression.onebit (syncd's) keep error feedback in the daemons: host float tensors only."""
+and Compression.onebit, Compression.powersgd(rank) (syncd's) keep error feedback in the daemons: host
+float tensors only."""
 import torch
 
 
 # syncd_compression (syncd/client.h).
-DAEMON_DEFAULT, NONE, FP16, BF16, TOPK, RANDOMK, ONEBIT = 0, 1, 2, 3, 4, 5, 6
+DAEMON_DEFAULT, NONE, FP16, BF16, TOPK, RANDOMK, ONEBIT, POWERSGD = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 class Compressor:
@@ -98,6 +99,19 @@ class Compression:
     def randomk(ratio=None):
         """The same random `ratio` of the elements from every node, drawn afresh each step."""
         return _feedback("randomk", RANDOMK, ratio)
+
+    @staticmethod
+    def powersgd(rank=None):
+        """PowerSGD: a tensor of two or more dimensions (its first dimension's rows by the rest)
+        travels as two factors of `rank` columns (default: the daemons' --compression-rank); others
+        as they are."""
+        if rank is None:
+            code = 0
+        elif isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 1024:
+            raise ValueError("Compression.powersgd(rank=%r): the rank must be a whole number in [1, 1024]" % (rank,))
+        else:
+            code = rank
+        return type("powersgdCompressor", (_FeedbackCompressor,), {"daemon": POWERSGD | (code << 8), "rank": rank})
 
 
 def daemon_compression(compression, tensor):

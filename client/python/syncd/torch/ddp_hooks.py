@@ -7,7 +7,8 @@
 
 Each bucket is averaged over the group by the daemons, the inter-node hop compressed as the state
 asks: `Compression.fp16`, `.bf16`, `.topk(ratio)`, `.randomk(ratio)`, `.onebit` (error feedback kept
-by the daemons, per bucket), `Compression.none` (the daemon's --compression). Unlike torch's
+by the daemons, per bucket), `.powersgd(rank)` (per gradient: each of two or more dimensions crosses
+as two factors, as torch's powerSGD_hook does), `Compression.none` (the daemon's --compression). Unlike torch's
 fp16_compress_hook and powerSGD_hook, nothing is cast or compressed in the training process, and
 no error-feedback buffer lives there. The state may also be a CompressionState naming a process
 group other than the default. Host float32 and float64 buckets are compressed; others travel as
@@ -16,7 +17,7 @@ they are.
 import torch
 import torch.distributed as dist
 
-from syncd.torch.compression import daemon_compression
+from syncd.torch.compression import POWERSGD, daemon_compression
 
 
 class CompressionState:
@@ -48,7 +49,16 @@ def compression_hook(state, bucket):
     pg = _syncd_group(group)
     tensor = bucket.buffer()
     name = "ddp.bucket.%d.%d" % (bucket.index(), tensor.numel())
-    work = pg.allreduce_named(tensor, name, daemon_compression(compression, tensor))
+    code = daemon_compression(compression, tensor)
+    if code & 0xff == POWERSGD:
+        # A matrix per gradient (views of the bucket, in its parameters' shapes), averaged in place,
+        # named by its place in the bucket and its size (stable once DDP has rebuilt its buckets
+        # after the first step, as torch's powerSGD_hook assumes).
+        works = [pg.allreduce_named(g, "%s.%d.%d" % (name, i, g.numel()), code)
+                 for i, g in enumerate(bucket.gradients())]
+        done = torch.futures.collect_all([w.get_future() for w in works])
+        return done.then(lambda fut: tensor)
+    work = pg.allreduce_named(tensor, name, code)
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
