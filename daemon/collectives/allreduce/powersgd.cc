@@ -11,9 +11,11 @@
 // as they are, in the first allreduce. The products run on the daemon's core with Eigen.
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "daemon/base/hash.h"
 #include "daemon/collectives/allreduce/feedback.h"
@@ -81,101 +83,125 @@ void FirstFactor(const std::string& name, T* q, size_t n) {
   }
 }
 
+// The group's members and the sizes of what it exchanges: the first allreduce (every member's P,
+// or its values), the second (every factored member's Q_i), the node sums made outside the
+// residuals, and the result slot (the largest factored member).
 template <typename T>
-CommTask Run(CollectiveGroup group, AcrossNodes run) {
+struct Layout {
+  std::vector<Member<T>> members;
+  size_t first = 0, second = 0, own_m = 0, result = 0;
+};
+
+template <typename T>
+Layout<T> LayOut(const CollectiveGroup& group, const AcrossNodes& run, uint32_t rank) {
   const Request& f = group.front()->first();
-  const uint32_t rank = RankOf(f);
-  std::vector<Member<T>> members(group.size());
-  size_t first_count = 0, second_count = 0, own_m = 0, result = 0, at = 0;
+  Layout<T> l;
+  l.members.resize(group.size());
+  size_t at = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const Request& r = group[i]->first();
-    Member<T>& m = members[i];
+    Member<T>& m = l.members[i];
     m.begin = at;
     m.end = at += r.bytes / sizeof(T);
     m.shape = ShapeOf(r.shape, m.end - m.begin, rank);
     if (!m.shape.factored) {
-      first_count += m.end - m.begin;
+      l.first += m.end - m.begin;
       continue;
     }
-    first_count += m.shape.rows * rank;
-    second_count += m.shape.cols * rank;
-    result = std::max(result, m.end - m.begin);
+    l.first += m.shape.rows * rank;
+    l.second += m.shape.cols * rank;
+    l.result = std::max(l.result, m.end - m.begin);
     if (run.residuals != nullptr) {
       m.residual = run.residuals->Acquire(run.set, r.name, r.bytes);
       m.factor = run.residuals->Acquire(run.set, FactorKey(r.name), m.shape.cols * rank * sizeof(T));
     }
     // In the residual itself where it can be (feedback.cc's NodeSumAt), else a slot of its own.
-    if (!m.residual || f.prescale != 1.0) own_m += m.end - m.begin;
+    if (!m.residual || f.prescale != 1.0) l.own_m += m.end - m.begin;
   }
-  const HostBuffer::Block buffer = run.buffer->Reserve((first_count + second_count + own_m + result) * sizeof(T));
+  return l;
+}
+
+// A factored member's node sum plus its residual, M (in the residual, or at *next_m), and
+// P = M Q from its warm start (last step's Q, kept by every node alike; else the first).
+template <typename T>
+void SumAndProject(const CollectiveGroup& group, const AcrossNodes& run, uint32_t rank, const std::string& name,
+                   Member<T>& m, T** next_m) {
+  const size_t n = m.end - m.begin;
+  T* const residual = m.residual ? reinterpret_cast<T*>(m.residual.data()) : nullptr;
+  if (residual != nullptr && group.front()->first().prescale == 1.0) {
+    m.m = residual;
+    run.host->ReduceRange(group, m.begin, m.end, reinterpret_cast<char*>(m.m), /*accumulate=*/true);
+  } else {
+    m.m = *next_m;
+    *next_m += n;
+    run.host->ReduceRange(group, m.begin, m.end, reinterpret_cast<char*>(m.m));
+    if (residual != nullptr)
+      for (size_t j = 0; j < n; ++j) m.m[j] += residual[j];
+  }
+  T* const warm = m.factor ? reinterpret_cast<T*>(m.factor.data()) : m.q;
+  const size_t qn = m.shape.cols * rank;
+  bool zero = true;
+  for (size_t j = 0; j < qn && zero; ++j) zero = warm[j] == T(0);
+  if (zero) FirstFactor(name, warm, qn);
+  const Eigen::Index rows = Eigen::Index(m.shape.rows), cols = Eigen::Index(m.shape.cols), r = Eigen::Index(rank);
+  Matrix<T>(m.p, rows, r).noalias() = Matrix<T>(m.m, rows, cols) * Matrix<T>(warm, cols, r);
+}
+
+// After the nodes' P are summed: P orthonormal, Q_i = M_i^T P, the residual M_i - P Q_i^T.
+template <typename T>
+void FactorAndKeepTheRest(Member<T>& m, uint32_t rank) {
+  const Eigen::Index rows = Eigen::Index(m.shape.rows), cols = Eigen::Index(m.shape.cols), r = Eigen::Index(rank);
+  Orthonormalise(m.p, m.shape.rows, rank);
+  Matrix<T> P(m.p, rows, r), Q(m.q, cols, r), M(m.m, rows, cols);
+  Q.noalias() = M.transpose() * P;
+  if (!m.residual) return;
+  M.noalias() -= P * Q.transpose();
+  if (m.m != reinterpret_cast<T*>(m.residual.data())) memcpy(m.residual.data(), m.m, (m.end - m.begin) * sizeof(T));
+}
+
+template <typename T>
+CommTask Run(CollectiveGroup group, AcrossNodes run) {
+  const Request& f = group.front()->first();
+  const uint32_t rank = RankOf(f);
+  Layout<T> l = LayOut<T>(group, run, rank);
+  const HostBuffer::Block buffer = run.buffer->Reserve((l.first + l.second + l.own_m + l.result) * sizeof(T));
   T* const first = reinterpret_cast<T*>(buffer->data());
-  T* const second = first + first_count;
-  T* next_m = second + second_count;
-  T* const slot = next_m + own_m;
-  // The node's sums; P_i = M_i Q.
+  T* const second = first + l.first;
+  T* next_m = second + l.second;
+  T* const slot = next_m + l.own_m;
+  // The node's sums (as they are, or P_i = M_i Q), laid end to end for the first exchange.
   T* p = first;
   T* q = second;
   for (size_t i = 0; i < group.size(); ++i) {
-    Member<T>& m = members[i];
-    const size_t n = m.end - m.begin;
+    Member<T>& m = l.members[i];
     m.p = p;
     if (!m.shape.factored) {
       run.host->ReduceRange(group, m.begin, m.end, reinterpret_cast<char*>(p));
-      p += n;
+      p += m.end - m.begin;
       continue;
     }
     m.q = q;
     q += m.shape.cols * rank;
     p += m.shape.rows * rank;
-    T* const residual = m.residual ? reinterpret_cast<T*>(m.residual.data()) : nullptr;
-    if (residual != nullptr && f.prescale == 1.0) {
-      m.m = residual;
-      run.host->ReduceRange(group, m.begin, m.end, reinterpret_cast<char*>(m.m), /*accumulate=*/true);
-    } else {
-      m.m = next_m;
-      next_m += n;
-      run.host->ReduceRange(group, m.begin, m.end, reinterpret_cast<char*>(m.m));
-      if (residual != nullptr)
-        for (size_t j = 0; j < n; ++j) m.m[j] += residual[j];
-    }
-    // The warm start: last step's Q (kept by every node alike), else the first.
-    T* const warm = m.factor ? reinterpret_cast<T*>(m.factor.data()) : m.q;
-    const size_t qn = m.shape.cols * rank;
-    bool zero = true;
-    for (size_t j = 0; j < qn && zero; ++j) zero = warm[j] == T(0);
-    if (zero) FirstFactor(group[i]->first().name, warm, qn);
-    const Eigen::Index rows = Eigen::Index(m.shape.rows), cols = Eigen::Index(m.shape.cols), r = Eigen::Index(rank);
-    Matrix<T>(m.p, rows, r).noalias() = Matrix<T>(m.m, rows, cols) * Matrix<T>(warm, cols, r);
+    SumAndProject(group, run, rank, group[i]->first().name, m, &next_m);
   }
   const std::vector<int64_t>* absent = f.op == SYNCD_AVERAGE ? run.absent.get() : nullptr;
   const absl::Span<const int64_t> absent_span =
       absent != nullptr ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>();
-  CommTask sums = Allreduce(run.transport, run.tag, first, buffer, first_count, f.dtype, SYNCD_SUM);
+  CommTask sums = Allreduce(run.transport, run.tag, first, buffer, l.first, f.dtype, SYNCD_SUM);
   Status st = co_await Await(&sums);
   if (!st.ok()) co_return st;
-  // Members that crossed as they are: done. The others: P orthonormal, Q_i = M_i^T P, the residual
-  // M_i - P Q_i^T.
-  for (Member<T>& m : members) {
-    if (!m.shape.factored) {
-      run.host->ScatterRange(group, m.begin, m.end, reinterpret_cast<char*>(m.p), absent_span);
-      continue;
-    }
-    const Eigen::Index rows = Eigen::Index(m.shape.rows), cols = Eigen::Index(m.shape.cols), r = Eigen::Index(rank);
-    Orthonormalise(m.p, m.shape.rows, rank);
-    Matrix<T> P(m.p, rows, r), Q(m.q, cols, r), M(m.m, rows, cols);
-    Q.noalias() = M.transpose() * P;
-    if (!m.residual) continue;
-    M.noalias() -= P * Q.transpose();
-    if (m.m != reinterpret_cast<T*>(m.residual.data()))
-      memcpy(m.residual.data(), m.m, (m.end - m.begin) * sizeof(T));
+  for (Member<T>& m : l.members) {
+    if (m.shape.factored) FactorAndKeepTheRest(m, rank);
+    else run.host->ScatterRange(group, m.begin, m.end, reinterpret_cast<char*>(m.p), absent_span);  // done
   }
-  if (second_count > 0) {
-    CommTask factors = Allreduce(run.transport, run.tag | 1, second, buffer, second_count, f.dtype, SYNCD_SUM);
+  if (l.second > 0) {
+    CommTask factors = Allreduce(run.transport, run.tag | 1, second, buffer, l.second, f.dtype, SYNCD_SUM);
     st = co_await Await(&factors);
     if (!st.ok()) co_return st;
   }
   // Every node's result, P Q^T; Q kept for the next step.
-  for (Member<T>& m : members) {
+  for (Member<T>& m : l.members) {
     if (!m.shape.factored) continue;
     const Eigen::Index rows = Eigen::Index(m.shape.rows), cols = Eigen::Index(m.shape.cols), r = Eigen::Index(rank);
     Matrix<T>(slot, rows, cols).noalias() = Matrix<T>(m.p, rows, r) * Matrix<T>(m.q, cols, r).transpose();
