@@ -89,7 +89,11 @@ def check(nodes, local_size):
             except (OSError, ValueError) as e:  # not ready yet
                 got = {"error": repr(e)}
                 continue
-            if got["ops"] == want_ops and got["gathers"] == {str(n): float(GATHERS) for n in range(nodes)}:
+            # The queries run one after another, so a scrape can land between them: wait until every
+            # answer has seen every daemon, not only the counters.
+            if (got["ops"] == want_ops and got["gathers"] == {str(n): float(GATHERS) for n in range(nodes)}
+                    and len(got["up"]) == nodes and len(got["ranks"]) == nodes * local_size
+                    and len(got["p99"]) == 1):
                 break
         print("prometheus saw:", got, flush=True)
         assert got.get("ops") == want_ops, "allreduces per node: %s, expected %s" % (got.get("ops"), want_ops)
