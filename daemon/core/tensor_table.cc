@@ -157,10 +157,20 @@ void TensorTable::MarkLost(uint32_t local, const Request& join) {
   joined_[local] = Joined{true, join.rank, join.set_rank, true};
   ++lost_count_;
   if (lost_count_ == local_size_) {
+    lost_join_ = join;
     auto it = pending_.find(join.name);
     if (it == pending_.end() || !it->second.present[local]) (void)Add(join);
   }
   for (auto& [name, e] : pending_) QueueIfReady(name, e);  // they wait for one rank less
+}
+
+void TensorTable::JoinCompleted() {
+  if (lost_count_ != local_size_ || local_size_ == 0) return;
+  auto it = pending_.find(lost_join_.name);
+  if (it != pending_.end() && it->second.present[lost_join_.local_rank]) return;
+  Request join = lost_join_;
+  join.received_ns = abi::MonotonicNs();
+  (void)Add(std::move(join));
 }
 
 }  // namespace syncd

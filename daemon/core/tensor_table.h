@@ -80,6 +80,10 @@ class TensorTable {
   // stand-in join: when no rank of this node is left, it is submitted for it, so that the node
   // joins and the other nodes' collectives go on without it. Requires a table whose ranks can join.
   void MarkLost(uint32_t local, const Request& join);
+  // A join of the whole job completed (every node's, this one's stand-in included): a node with
+  // no rank left joins again at once, so that the collectives after it, and the next join, go on
+  // without it too.
+  void JoinCompleted();
   // A replacement attached in the place of lost rank `local`: the first name taken with a request
   // of its own (not one the lost rank left) ends the stand-in; it takes part again from then on.
   void Replaced(uint32_t local);
@@ -136,6 +140,7 @@ class TensorTable {
   std::vector<Joined> joined_;  // by local rank
   uint32_t last_joined_ = 0;    // global rank
   uint32_t lost_count_ = 0;
+  Request lost_join_;  // MarkLost's, for the node once no rank is left
   std::unordered_map<std::string, Entry> pending_;
   // Names in the order their last rank arrived: the keys of pending_'s entries (a node's key
   // stays where it is until the node leaves the map).

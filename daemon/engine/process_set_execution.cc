@@ -355,6 +355,7 @@ void ProcessSet::CompleteRan(const std::vector<ReadyTensor>& ready, const Fusion
     if (rs.empty()) continue;
     const Collective* kind = FindCollective(rs.front().kind);
     const Status done(SYNCD_OK, kind != nullptr ? kind->CompletionText(ready[i]) : "");
+    if (rs.front().kind == abi::OpKind::kJoin) table_.JoinCompleted();
     if (std::none_of(rs.begin(), rs.end(), [](const Request& r) { return !r.failure.empty(); })) {
       CompleteAll(rs, done);
       continue;

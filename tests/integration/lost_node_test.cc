@@ -4,7 +4,7 @@
 // membership as hvd.elastic.run does, and go on: their next complete step comes within 2 s of the
 // kill (continue) or 5 s (restore), and from then on every collective sums exactly the ranks left
 // (each rank adds its own power of two) and averages over them. The lost node's ranks learn that
-// their daemon is gone; a final join completes among the ranks left.
+// their daemon is gone; a join, a step after it and a final join complete among the ranks left.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -125,11 +125,25 @@ int TrainThroughANodeLoss(const std::string& dir, const NodeCase& k, int rank, b
     if (without && complete_without++ == 0) shared->recovered_s[rank].store(NowS() - shared->t_kill.load());
   }
   CHILD_CHECK(!doomed, "rank %d: trained on although its daemon was killed", rank);
-  // hvd.join() at the end: it completes among the ranks left.
-  int last = -1;
-  const int rc = syncd_join(c, 30'000, &last);
-  CHILD_CHECK(rc == SYNCD_OK && last / k.local != k.lost, "rank %d: join: %s (last rank %d): %s", rank,
-              syncd_status_name(rc), last, syncd_last_error());
+  // hvd.join() (uneven data), a step after it, and a join at the end: each completes among the
+  // ranks left, and the step sums exactly them (a node whose ranks left stands in again after the
+  // first join).
+  for (int round = 0; round < 2; ++round) {
+    int last = -1;
+    const int rc = syncd_join(c, 30'000, &last);
+    CHILD_CHECK(rc == SYNCD_OK && last / k.local != k.lost, "rank %d: join %d: %s (last rank %d): %s", rank, round,
+                syncd_status_name(rc), last, syncd_last_error());
+    if (round == 1) break;
+    std::vector<syncd_handle> hs;
+    CHILD_CHECK(SubmitPowerOfTwoStep(c, rank, kLayers, grads, avg, kAverageCount, &hs) == SYNCD_OK, "rank %d: %s",
+                rank, syncd_last_error());
+    for (syncd_handle x : hs)
+      CHILD_CHECK(syncd_wait(c, x, 30'000) == SYNCD_OK, "rank %d: the step after the join: %s", rank,
+                  syncd_last_error());
+    for (size_t l = 0; l < kLayers.size(); ++l)
+      CHILD_CHECK(grads[l][0] == left, "rank %d: the step after the join, grad.%zu: %d, the ranks left %d", rank, l,
+                  grads[l][0], left);
+  }
   syncd_shutdown(c);
   return 0;
 }

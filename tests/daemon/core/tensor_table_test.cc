@@ -185,6 +185,43 @@ TEST(TensorTable, ALostRankStandsInUntilItsReplacementSubmitsANameItself) {
   EXPECT_TRUE(failed.empty());
 }
 
+// A node with no rank left joins for them (MarkLost's stand-in join), and again after each join of
+// the job completes: else the next join, and the job's collectives until it, would wait for it.
+TEST(TensorTable, ANodeWithNoRankLeftJoinsAgainAfterEachJoin) {
+  TensorTable t(2, CheckAgreement, JoinedRequest);
+  std::vector<ReadyTensor> ready;
+  std::vector<FailedTensor> failed;
+  for (uint32_t l = 0; l < 2; ++l) {
+    Request join = Req(l, abi::kJoinName, {});
+    join.kind = abi::OpKind::kJoin;
+    join.client_id = kNoClient;
+    join.absent = true;
+    t.MarkLost(l, join);
+  }
+  for (int round = 0; round < 3; ++round) {
+    ready.clear();
+    t.TakeCompleted(&ready, &failed);
+    ASSERT_EQ(ready.size(), 1u) << "round " << round << ": the node's join goes on to the other nodes";
+    EXPECT_EQ(ready[0].first().kind, abi::OpKind::kJoin);
+    EXPECT_TRUE(ready[0].requests[0].absent && ready[0].requests[1].absent);
+    ready.clear();
+    t.TakeCompleted(&ready, &failed);
+    EXPECT_TRUE(ready.empty()) << "no second join before the job's completed";
+    t.JoinCompleted();  // every node joined
+  }
+  EXPECT_TRUE(failed.empty());
+  // A node with a rank left does not join for it.
+  TensorTable one_left(2, CheckAgreement, JoinedRequest);
+  Request join = Req(1, abi::kJoinName, {});
+  join.kind = abi::OpKind::kJoin;
+  join.client_id = kNoClient;
+  one_left.MarkLost(1, join);
+  one_left.JoinCompleted();
+  ready.clear();
+  one_left.TakeCompleted(&ready, &failed);
+  EXPECT_TRUE(ready.empty());
+}
+
 // A process set added after a loss: the lost rank stands in with the same ranks (no client to
 // answer); a rank that only joined (hvd.join) cannot, and the addition fails on the others,
 // naming it (it would miss the change when it comes back).
