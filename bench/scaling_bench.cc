@@ -135,7 +135,7 @@ void RunScaling(syncd_client* c, const ScalingOptions& o, uint64_t init_start_ns
   // (no negotiation); the other modes check and agree the plan but negotiate.
   const syncd_graph_op op{"step",    "scaling.step",    SYNCD_FLOAT32,
                           2,         SYNCD_SUM,         SYNCD_MEMORY_HOST,
-                          SYNCD_COMPRESSION_DEFAULT};
+                          SYNCD_COMPRESSION_DEFAULT, 0};
   const uint32_t fetch = 0;
   const syncd_graph g{&op, 1, nullptr, 0, &fetch, 1};
   Check(syncd_register_graph(c, &g, -1, nullptr), "registering the step's graph");

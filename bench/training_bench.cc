@@ -80,7 +80,7 @@ void RegisterStepGraph(syncd_client* c, const std::vector<int64_t>& sizes, const
   const uint32_t n = uint32_t(sizes.size());
   const uint32_t loss = n, backward = n + 1, allreduce = 2 * n + 1, update = 3 * n + 1;
   std::vector<syncd_graph_op> ops(4 * n + 1, syncd_graph_op{nullptr, nullptr, SYNCD_FLOAT32, 0, SYNCD_AVERAGE, SYNCD_MEMORY_HOST,
-                                                                      SYNCD_COMPRESSION_DEFAULT});
+                                                                      SYNCD_COMPRESSION_DEFAULT, 0});
   std::vector<uint32_t> edges, fetches;
   auto edge = [&](uint32_t a, uint32_t b) { edges.insert(edges.end(), {a, b}); };
   for (uint32_t i = 0; i < n; ++i) {

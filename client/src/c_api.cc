@@ -86,15 +86,7 @@ int syncd_allreduce_compressed_ratio_async(syncd_client* c, const syncd_tensor* 
   const std::string what = "tensor '" + std::string(t != nullptr && t->name ? t->name : "") + "': ";
   syncd::client::SubmitExtra extra;
   extra.compression = uint32_t(compression);
-  if (compression == SYNCD_COMPRESSION_POWERSGD) {  // the rank
-    if (!(ratio >= 0 && ratio <= 1024 && ratio == std::floor(ratio)))
-      return Fail(SYNCD_ERR_INVALID, what + "PowerSGD rank " + std::to_string(ratio) + " is not a whole number in [1, 1024]");
-    extra.compression_ppm = uint32_t(ratio);
-  } else {
-    if (!(ratio >= 0 && ratio <= 1))
-      return Fail(SYNCD_ERR_INVALID, what + "compression ratio " + std::to_string(ratio) + " is not in (0, 1]");
-    extra.compression_ppm = ratio == 0 ? 0 : std::max(1u, uint32_t(std::lround(ratio * 1e6)));
-  }
+  if (int rc = syncd::client::CompressionPpm(compression, ratio, what, &extra.compression_ppm); rc != SYNCD_OK) return rc;
   return Unwrap(c)->Submit(abi::OpKind::kAllreduce, t, op, 0, prescale, postscale, out, false, nullptr, extra);
 }
 int syncd_broadcast_async(syncd_client* c, const syncd_tensor* t, int root, syncd_handle* out) {

@@ -22,6 +22,11 @@ namespace syncd::client {
 // Records the error text for syncd_last_error() and returns the code.
 int Fail(int status, std::string message);
 
+// syncd_allreduce_compressed_ratio_async's `ratio` as the ring entry carries it (top-k's and
+// random-k's in parts per million, PowerSGD's rank as it is; 0 stays 0: the daemon's), or the
+// error naming `what` (the tensor) when it is out of range.
+int CompressionPpm(syncd_compression compression, double ratio, const std::string& what, uint32_t* ppm);
+
 struct Identity {
   std::string run_dir;
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
@@ -40,7 +45,7 @@ struct SubmitExtra {
   uint32_t partial_mode = 0;  // kPartialAllreduce: syncd_partial_mode (the quorum travels as the root)
   int tag = 0;                // kSend, kRecv (the peer travels as the root)
   uint32_t compression = SYNCD_COMPRESSION_DEFAULT;  // kAllreduce: syncd_compression
-  uint32_t compression_ppm = 0;                      // kAllreduce, top-k and random-k (0: the daemon's)
+  uint32_t compression_ppm = 0;                      // kAllreduce: CompressionPpm (0: the daemon's)
   // The kind's name when the call names a root rank (checked to be a rank of the set here).
   const char* root_kind = nullptr;
 };

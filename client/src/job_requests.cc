@@ -3,6 +3,7 @@
 // (the last rank to join) and a partial allreduce (its round). All but the last are collectives
 // of the global set that the caller waits for.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -11,6 +12,19 @@
 #include "proto/status_names.h"
 
 namespace syncd::client {
+
+int CompressionPpm(syncd_compression compression, double ratio, const std::string& what, uint32_t* ppm) {
+  if (compression == SYNCD_COMPRESSION_POWERSGD) {  // the rank
+    if (!(ratio >= 0 && ratio <= 1024 && ratio == std::floor(ratio)))
+      return Fail(SYNCD_ERR_INVALID, what + "PowerSGD rank " + std::to_string(ratio) + " is not a whole number in [1, 1024]");
+    *ppm = uint32_t(ratio);
+    return SYNCD_OK;
+  }
+  if (!(ratio >= 0 && ratio <= 1))
+    return Fail(SYNCD_ERR_INVALID, what + "compression ratio " + std::to_string(ratio) + " is not in (0, 1]");
+  *ppm = ratio == 0 ? 0 : std::max(1u, uint32_t(std::lround(ratio * 1e6)));
+  return SYNCD_OK;
+}
 
 SetView Client::Set(int id) {
   MutexLock lock(&mu_);
@@ -64,8 +78,12 @@ int Client::RegisterGraph(const syncd_graph* g, int64_t timeout_ms, uint64_t* pl
     if (op.tensor != nullptr && (op.compression < 0 || op.compression >= SYNCD_COMPRESSION_COUNT))
       return Fail(SYNCD_ERR_INVALID, "graph: tensor '" + tensor + "': unknown compression " +
                                          std::to_string(int(op.compression)));
+    uint32_t ppm = 0;
+    if (op.tensor != nullptr)
+      if (int rc = CompressionPpm(op.compression, op.compression_ratio, "graph: tensor '" + tensor + "': ", &ppm); rc != SYNCD_OK)
+        return rc;
     w.Op(op.tensor != nullptr, op.dtype, op.op, op.count, name, tensor, op.tensor != nullptr ? uint32_t(op.memory) : 0,
-         op.tensor != nullptr ? uint32_t(op.compression) : 0);
+         op.tensor != nullptr ? uint32_t(op.compression) : 0, ppm);
   }
   for (size_t i = 0; i < g->num_edges; ++i) w.Edge(g->edges[2 * i], g->edges[2 * i + 1]);
   for (size_t i = 0; i < g->num_fetches; ++i) w.Fetch(g->fetches[i]);

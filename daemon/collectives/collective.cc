@@ -47,11 +47,13 @@ uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_byte
 void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, uint32_t fallback_rank, bool gpu,
                         Request* r) {
   r->compression = ResolvedCompression(r->compression, fallback, min_bytes, r->bytes, gpu, r->dtype);
-  const bool ratio = r->compression == SYNCD_COMPRESSION_TOPK || r->compression == SYNCD_COMPRESSION_RANDOMK;
-  if (r->compression == SYNCD_COMPRESSION_POWERSGD)
-    r->compression_ppm = r->compression_ppm != 0 ? r->compression_ppm : fallback_rank;
-  else
-    r->compression_ppm = !ratio ? 0 : r->compression_ppm != 0 ? r->compression_ppm : fallback_ppm;
+  r->compression_ppm = ResolvedCompressionPpm(r->compression, r->compression_ppm, fallback_ppm, fallback_rank);
+}
+
+uint32_t ResolvedCompressionPpm(uint8_t compression, uint32_t asked, uint32_t fallback_ppm, uint32_t fallback_rank) {
+  if (compression == SYNCD_COMPRESSION_POWERSGD) return asked != 0 ? asked : fallback_rank;
+  const bool ratio = compression == SYNCD_COMPRESSION_TOPK || compression == SYNCD_COMPRESSION_RANDOMK;
+  return !ratio ? 0 : asked != 0 ? asked : fallback_ppm;
 }
 
 std::string CompressionText(uint32_t compression, uint32_t ppm) {

@@ -1,5 +1,6 @@
 #include "daemon/coord/topo_runner.h"
 
+#include "daemon/collectives/collective.h"
 #include "proto/doorbell.h"
 #include "proto/status_names.h"
 
@@ -30,9 +31,9 @@ Status TopoRunner::Add(ReadyTensor* t) {
     why = std::string("reduce op ") + abi::ReduceOpName(r.op) + ", the plan says " + abi::ReduceOpName(p.op);
   else if (r.gpu != p.gpu)
     why = std::string(r.gpu ? "GPU" : "host") + " memory, the plan says " + (p.gpu ? "GPU" : "host") + " memory";
-  else if (r.compression != p.compression)
-    why = std::string("compression ") + abi::CompressionName(r.compression) + ", the plan says " +
-          abi::CompressionName(p.compression);
+  else if (r.compression != p.compression || r.compression_ppm != p.compression_ppm)
+    why = "compression " + CompressionText(r.compression, r.compression_ppm) + ", the plan says " +
+          CompressionText(p.compression, p.compression_ppm);
   else if (held_[i])
     why = "it was submitted again before its group ran";
   if (!why.empty())

@@ -6,8 +6,9 @@
 // waits for the other nodes. After the last group a step ends and the next one starts again at
 // group 0. The runner never runs a collective or completes a request.
 //
-// Tensors are checked against the plan (operation, dtype, element count, reduce op) as they
-// arrive: the plan is the agreement, so a deviation can only fail the whole job.
+// Tensors are checked against the plan (operation, dtype, element count, reduce op, memory,
+// compression with its ratio or rank) as they arrive: the plan is the agreement, so a deviation
+// can only fail the whole job.
 //
 // Threads: engine thread only. Nothing here blocks.
 #ifndef SYNCD_DAEMON_COORD_TOPO_RUNNER_H_

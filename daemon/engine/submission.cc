@@ -17,10 +17,13 @@ StatusOr<Request> ParseGraph(const abi::SubmitEntry& e, const Submitter& who, Re
   const std::string copy(bytes, e.bytes);
   StatusOr<Graph> graph = DecodeGraph(copy.data(), copy.size());
   if (!graph.ok()) return Status(graph.status().code(), "graph from " + rank + ": " + graph.status().message());
-  for (GraphOp& op : graph->ops)  // as each of the tensor's submissions will be
-    if (op.collective)
-      op.compression = ResolvedCompression(op.compression, who.compression, who.compression_min_bytes,
-                                           op.count * abi::DtypeSize(op.dtype), op.gpu, op.dtype);
+  for (GraphOp& op : graph->ops) {  // as each of the tensor's submissions will be
+    if (!op.collective) continue;
+    op.compression = ResolvedCompression(op.compression, who.compression, who.compression_min_bytes,
+                                         op.count * abi::DtypeSize(op.dtype), op.gpu, op.dtype);
+    op.compression_ppm =
+        ResolvedCompressionPpm(op.compression, op.compression_ppm, who.compression_ppm, who.compression_rank);
+  }
   StatusOr<TopoPlan> plan = PlanTopo(*graph, who.fusion_threshold);
   if (!plan.ok()) return Status(plan.status().code(), "graph from " + rank + ": " + plan.status().message());
   r.plan = std::make_shared<const TopoPlan>(std::move(plan.value()));

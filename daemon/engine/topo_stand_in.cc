@@ -86,6 +86,7 @@ void ProcessSet::StandInForTopoGroup() {
     like.dtype = p.dtype;
     like.op = p.op;
     like.compression = p.compression;
+    like.compression_ppm = p.compression_ppm;
     like.shape = {int64_t(p.count)};
     ReadyTensor t;
     for (uint32_t l = 0; l < place_.local_size(); ++l) {

@@ -58,7 +58,7 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
     uint8_t collective = 0, dtype = 0, reduce = 0, memory = 0, compression = 0;
     uint16_t name_len = 0, tensor_len = 0;
     if (!rd.Get(&collective) || !rd.Get(&dtype) || !rd.Get(&reduce) || !rd.Get(&memory) || !rd.Get(&compression) ||
-        !rd.Get(&op.count) || !rd.Get(&name_len) || !rd.Get(&tensor_len) || !rd.Text(name_len, &op.name) ||
+        !rd.Get(&op.compression_ppm) || !rd.Get(&op.count) || !rd.Get(&name_len) || !rd.Get(&tensor_len) || !rd.Text(name_len, &op.name) ||
         !rd.Text(tensor_len, &op.tensor))
       return Bad("truncated at operation " + std::to_string(i));
     const std::string what = "operation " + std::to_string(i) + (op.name.empty() ? "" : " ('" + op.name + "')");
@@ -67,7 +67,7 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
     if (!op.collective) {
       if (!op.tensor.empty()) return Bad(what + " names tensor '" + op.tensor + "' but is not a collective");
       if (memory != 0) return Bad(what + " names a memory kind but is not a collective");
-      if (compression != 0) return Bad(what + " names a compression but is not a collective");
+      if (compression != 0 || op.compression_ppm != 0) return Bad(what + " names a compression but is not a collective");
       continue;
     }
     if (memory > 1) return Bad(what + ": unknown memory kind " + std::to_string(memory) + " (0 host, 1 GPU)");
@@ -82,6 +82,9 @@ StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
     if (op.gpu && compression > SYNCD_COMPRESSION_NONE)
       return Bad(what + ": " + abi::CompressionName(compression) +
                  " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
+    if (op.compression_ppm > (compression == SYNCD_COMPRESSION_POWERSGD ? 1024u : 1'000'000u))
+      return Bad(what + ": compression " + (compression == SYNCD_COMPRESSION_POWERSGD ? "rank " : "ratio ") +
+                 std::to_string(op.compression_ppm) + (compression == SYNCD_COMPRESSION_POWERSGD ? " over 1024" : " ppm over 1"));
     op.compression = compression;  // as asked: the daemon resolves DEFAULT as for a submission
   }
   g.edges.resize(edges);

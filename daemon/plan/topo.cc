@@ -136,6 +136,7 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
     if (i > 0) {
       const GraphOp& head = graph.ops[collectives[plan.group_begin.back()]];
       joins = op.dtype == head.dtype && op.op == head.op && op.gpu == head.gpu && op.compression == head.compression &&
+              op.compression_ppm == head.compression_ppm &&
               group_bytes + bytes <= fusion_threshold;
       if (joins) {
         const size_t until = size_t(order.id[v]);
@@ -155,7 +156,8 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
     }
     reached[v] = group;
     group_bytes += bytes;
-    plan.tensors.push_back(PlannedTensor{op.tensor, op.dtype, op.count, op.op, op.gpu, op.compression});
+    plan.tensors.push_back(
+        PlannedTensor{op.tensor, op.dtype, op.count, op.op, op.gpu, op.compression, op.compression_ppm});
   }
   plan.hash = PlanHash(plan);
   return plan;
@@ -166,6 +168,7 @@ uint64_t PlanHash(const TopoPlan& plan) {
   for (const PlannedTensor& t : plan.tensors) {
     h.Add(t.name.data(), t.name.size() + 1);  // with the terminator: "ab","c" != "a","bc"
     h.Add(uint32_t(t.dtype)).Add(t.count).Add(uint32_t(t.op)).Add(uint8_t(t.gpu)).Add(t.compression);
+    h.Add(t.compression_ppm);
   }
   for (uint32_t b : plan.group_begin) h.Add(b);
   return h.Digest();

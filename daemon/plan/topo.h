@@ -11,7 +11,7 @@
 //    siblings follow insertion order, and parallel operations that are not siblings follow
 //    depth: a gradient computed earlier in the backward pass comes first.
 // 2. Fusion plan (PlanTopo): the collectives in id order, cut into groups of consecutive ones
-//    that share dtype, op, memory (host or GPU) and compression, stay within the fusion threshold
+//    that share dtype, op, memory (host or GPU) and compression (with its ratio or rank), stay within the fusion threshold
 //    and are logically concurrent: no member depends on another, however indirectly.
 //
 // Every daemon computes the plan from the same registered graph and compares PlanHash values.
@@ -36,9 +36,12 @@ struct GraphOp {
   uint64_t count = 0;  // elements
   syncd_reduce_op op = SYNCD_SUM;
   bool gpu = false;  // the tensor is in GPU memory
-  // syncd_compression: as decoded, what the rank asked for; planned, as it runs (NONE, FP16, BF16:
-  // ResolvedCompression, as for a submission of the tensor).
+  // syncd_compression: as decoded, what the rank asked for; planned, as it runs (ResolvedCompression,
+  // as for a submission of the tensor).
   uint8_t compression = SYNCD_COMPRESSION_NONE;
+  // Top-k's and random-k's ratio in parts per million or PowerSGD's rank: as decoded, as asked (0:
+  // the daemon's); planned, as it runs (ResolvedCompressionPpm), 0 for the other methods.
+  uint32_t compression_ppm = 0;
 };
 
 struct Graph {
@@ -59,7 +62,8 @@ struct PlannedTensor {
   uint64_t count;
   syncd_reduce_op op;
   bool gpu;
-  uint8_t compression;  // syncd_compression: NONE, FP16 or BF16
+  uint8_t compression;       // syncd_compression, resolved as for a submission
+  uint32_t compression_ppm;  // GraphOp::compression_ppm, resolved
 };
 
 struct TopoPlan {
@@ -77,7 +81,8 @@ StatusOr<LogicalOrder> ComputeLogicalOrder(const Graph& graph);
 // without a name or elements. `fusion_threshold` 0: every tensor alone.
 StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold);
 
-// FNV-1a over the tensors (name, dtype, count, op, memory, compression) and the group boundaries.
+// FNV-1a over the tensors (name, dtype, count, op, memory, compression and its ratio or rank) and
+// the group boundaries.
 uint64_t PlanHash(const TopoPlan& plan);
 
 // What ranks and nodes compare and show of a plan, carried as a registration request's shape:

@@ -56,16 +56,24 @@ def submit_entry(kind, name, dtype=6, op=0, root=0, shape=(4,), offset=0, flags=
     return entry
 
 
+def graph_version():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for line in open(os.path.join(here, "..", "..", "proto", "graph_wire.h")):
+        if "kGraphVersion" in line and "=" in line:
+            return int(line.split("=")[1].split(";")[0].strip(), 0)
+    raise SystemExit("kGraphVersion not found in proto/graph_wire.h")
+
+
 def graph():
-    # (collective, dtype, op, memory: 0 host 1 GPU, compression, count, name, tensor); proto/graph_wire.h
-    # version 3
-    ops = [(0, 6, 0, 0, 0, 0, "forward", ""), (0, 6, 0, 0, 0, 0, "backward", ""),
-           (1, 6, 1, 0, 2, 1000, "allreduce.w", "grad.w"), (1, 6, 1, 1, 0, 10, "allreduce.b", "grad.b"),
-           (0, 6, 0, 0, 0, 0, "step", "")]
+    # (collective, dtype, op, memory: 0 host 1 GPU, compression, compression ppm, count, name, tensor);
+    # proto/graph_wire.h
+    ops = [(0, 6, 0, 0, 0, 0, 0, "forward", ""), (0, 6, 0, 0, 0, 0, 0, "backward", ""),
+           (1, 6, 1, 0, 4, 10000, 1000, "allreduce.w", "grad.w"), (1, 6, 1, 1, 0, 0, 10, "allreduce.b", "grad.b"),
+           (0, 6, 0, 0, 0, 0, 0, "step", "")]
     edges = [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4)]
-    out = struct.pack("<6I", 0x47504F54, 3, len(ops), len(edges), 1, 0)
-    for coll, dt, op, memory, compression, count, name, tensor in ops:
-        out += struct.pack("<BBBBBQHH", coll, dt, op, memory, compression, count, len(name), len(tensor)) + \
+    out = struct.pack("<6I", 0x47504F54, graph_version(), len(ops), len(edges), 1, 0)
+    for coll, dt, op, memory, compression, ppm, count, name, tensor in ops:
+        out += struct.pack("<BBBBBIQHH", coll, dt, op, memory, compression, ppm, count, len(name), len(tensor)) + \
             name.encode() + tensor.encode()
     for p, c in edges:
         out += struct.pack("<II", p, c)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/integration/harness.h"
+#include "tests/integration/model_graph.h"
 
 namespace syncd::testing {
 namespace {
@@ -35,9 +36,24 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 constexpr int kSteps = 5;
 
+// Under --coord topo, the two tensors' graph (ModelGraph's "grad.0" and "grad.1", concurrent: one
+// group) with the case's method and ratio, as a framework binding registers it.
+int RegisterPlan(syncd_client* c, int rank, const Case& k) {
+  ModelGraph model(kCounts, SYNCD_FLOAT64);
+  for (size_t t = 0; t < kCounts.size(); ++t) {
+    syncd_graph_op& op = model.ops[2 * kCounts.size() + 1 + t];  // ModelGraph's op numbering
+    op.compression = k.method;
+    op.compression_ratio = k.ratio;
+  }
+  CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: %s", rank,
+              syncd_last_error());
+  return 0;
+}
+
 // Runs kSteps steps of gradients and `drain_steps` of zeros; returns in `applied` the sum of every
 // result, per element of the two tensors laid end to end.
 int Train(syncd_client* c, int rank, const Case& k, std::vector<double>* applied) {
+  if (std::string(k.coord) == "topo" && RegisterPlan(c, rank, k) != 0) return 1;
   std::vector<std::vector<double>> v(kCounts.size());
   for (size_t t = 0; t < kCounts.size(); ++t) v[t].resize(size_t(kCounts[t]));
   applied->assign(size_t(kCounts[0] + kCounts[1]), 0.0);
@@ -46,7 +62,7 @@ int Train(syncd_client* c, int rank, const Case& k, std::vector<double>* applied
     for (size_t t = 0; t < kCounts.size(); ++t) {
       const size_t base = t == 0 ? 0 : size_t(kCounts[0]);
       for (size_t i = 0; i < v[t].size(); ++i) v[t][i] = step < kSteps ? Grad(rank, step, base + i) : 0.0;
-      const std::string name = "ef." + std::to_string(t);
+      const std::string name = "grad." + std::to_string(t);
       syncd_tensor tensor{name.c_str(), v[t].data(), SYNCD_FLOAT64, 1, &kCounts[t], 0};
       CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &tensor, SYNCD_SUM, k.prescale, 1.0, k.method, k.ratio, &h[t]) ==
                       SYNCD_OK,
@@ -103,6 +119,10 @@ TEST_P(Feedback, WhatWasAppliedPlusTheResidualsIsEveryGradient) {
                                      std::to_string((kCounts[0] + kCounts[1]) * 8) + "\""))
         << status;
   }
+  if (std::string(k.coord) == "topo") {  // every step ran on the plan, at the plan's ratio
+    EXPECT_TRUE(Contains(status, "\"in_use\":true")) << status;
+    EXPECT_EQ(JsonNumber(status, "fallback_tensors"), 0u) << status;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -113,6 +133,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, 1, "negotiate", SYNCD_COMPRESSION_TOPK, 0.25, 4},
                       Case{3, 1, "gs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
                       Case{3, 1, "nbcs", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{2, 2, "topo", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{3, 1, "topo", SYNCD_COMPRESSION_TOPK, 0.25, 4},
+                      Case{2, 2, "topo", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
+                      Case{3, 1, "topo", SYNCD_COMPRESSION_ONEBIT, 0, 30},
                       Case{2, 2, "negotiate", SYNCD_COMPRESSION_TOPK, 0.25, 4, 0.5},
                       Case{2, 2, "negotiate", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
                       Case{3, 1, "nbcs", SYNCD_COMPRESSION_RANDOMK, 0.5, 48},
@@ -148,6 +172,58 @@ TEST(Feedback, AMethodOrRatioMismatchFailsOnEveryRankNamingTheTensor) {
     std::fill(v.begin(), v.end(), 1.0f);
     CHILD_CHECK(run("after", SYNCD_COMPRESSION_TOPK, 1.0) == SYNCD_OK, "%s", syncd_last_error());
     CHILD_CHECK(v[0] == float(n) && v[999] == float(n), "after: got %g", v[0]);
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+// --coord topo: the plan is the agreement, so it carries top-k's ratio. A plan that leaves it to the
+// daemon gets --compression-ratio; a submission asking for that ratio runs on the plan, one asking
+// for another fails every rank, naming the tensor and both ratios.
+TEST(Feedback, TopoPlansCarryTheRatioAndAMismatchFailsEveryRank) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "error", "--coord", "topo", "--compression-ratio", "0.1"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    static const std::vector<int64_t> kOne = {1'000};
+    ModelGraph model(kOne, SYNCD_FLOAT32);
+    model.ops[3].compression = SYNCD_COMPRESSION_TOPK;  // the one allreduce (2L + 1); ratio 0: the daemon's
+    CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: %s", rank,
+                syncd_last_error());
+    std::vector<float> v(1'000, 1.0f);
+    auto run = [&](double ratio) {
+      syncd_tensor t{"grad.0", v.data(), SYNCD_FLOAT32, 1, &kOne[0], 0};
+      syncd_handle h;
+      int rc = syncd_allreduce_compressed_ratio_async(c, &t, SYNCD_SUM, 1.0, 1.0, SYNCD_COMPRESSION_TOPK, ratio, &h);
+      return rc == SYNCD_OK ? syncd_wait(c, h, 20'000) : rc;
+    };
+    CHILD_CHECK(run(0.1) == SYNCD_OK, "rank %d: the plan's ratio, asked for by name: %s", rank, syncd_last_error());
+    const int rc = run(rank == 1 ? 0.02 : 0.1);
+    const std::string why = syncd_last_error();
+    CHILD_CHECK(rc != SYNCD_OK && Contains(why, "grad.0") && Contains(why, "TOPO plan"), "rank %d: %s", rank,
+                why.c_str());
+    if (rank == 1)
+      CHILD_CHECK(Contains(why, "compression topk (ratio 0.02), the plan says topk (ratio 0.1)"), "%s", why.c_str());
+    return 0;
+  });
+  ExpectAllSucceeded(st);
+}
+
+// Nodes whose graphs ask for another ratio (or PowerSGD rank) hold different plans: registration
+// fails, naming the nodes, instead of top-k's blocks differing in size across the nodes.
+TEST(Feedback, TopoPlansOfAnotherRatioDifferAcrossNodes) {
+  Cluster cluster(2, 1, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int) {
+    ModelGraph model(kCounts, SYNCD_FLOAT64);
+    for (size_t t = 0; t < kCounts.size(); ++t) {
+      model.ops[2 * kCounts.size() + 1 + t].compression = t == 0 ? SYNCD_COMPRESSION_TOPK : SYNCD_COMPRESSION_POWERSGD;
+      model.ops[2 * kCounts.size() + 1 + t].compression_ratio = t == 0 ? 0.01 : rank == 1 ? 2 : 4;
+    }
+    const int rc = syncd_register_graph(c, &model.graph, 30'000, nullptr);
+    CHILD_CHECK(rc == SYNCD_ERR_MISMATCH && Contains(syncd_last_error(), "TOPO plans differ across nodes"),
+                "rank %d: %s: %s", rank, syncd_status_name(rc), syncd_last_error());
+    model.ops[2 * kCounts.size() + 1].compression_ratio = 1.5;
+    CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_ERR_INVALID &&
+                    Contains(syncd_last_error(), "graph: tensor 'grad.0': compression ratio"),
+                "rank %d: %s", rank, syncd_last_error());
     return 0;
   });
   ExpectAllSucceeded(st);

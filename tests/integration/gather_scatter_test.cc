@@ -314,9 +314,9 @@ TEST(GatherScatterTopo, NewKindsOutsideARegisteredPlanAreNegotiatedOnDemand) {
   Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--coord", "topo"});
   auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
     const syncd_compression d = SYNCD_COMPRESSION_DEFAULT;
-    syncd_graph_op ops[3] = {{"fwd", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d},
-                             {"ar", "plan.grad", SYNCD_FLOAT32, 4, SYNCD_SUM, SYNCD_MEMORY_HOST, d},
-                             {"update", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d}};
+    syncd_graph_op ops[3] = {{"fwd", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d, 0},
+                             {"ar", "plan.grad", SYNCD_FLOAT32, 4, SYNCD_SUM, SYNCD_MEMORY_HOST, d, 0},
+                             {"update", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d, 0}};
     const uint32_t edges[4] = {0, 1, 1, 2};
     const uint32_t fetch = 2;
     syncd_graph g{ops, 3, edges, 2, &fetch, 1};

@@ -37,7 +37,7 @@ struct ModelGraph {
     for (uint32_t i = 0; i < L; ++i) names.push_back("apply" + std::to_string(i));
     for (uint32_t i = 0; i < L; ++i) tensors.push_back("grad." + std::to_string(i));
     for (uint32_t v = 0; v < names.size(); ++v) {
-      syncd_graph_op op{names[v].c_str(), nullptr, dtype, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, SYNCD_COMPRESSION_DEFAULT};
+      syncd_graph_op op{names[v].c_str(), nullptr, dtype, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, SYNCD_COMPRESSION_DEFAULT, 0};
       if (v >= 2 * L + 1 && v < 3 * L + 1) {
         op.tensor = tensors[v - 2 * L - 1].c_str();
         op.count = uint64_t(counts[v - 2 * L - 1]);

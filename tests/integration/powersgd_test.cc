@@ -8,12 +8,15 @@
 // matrices the factors would not shrink, cross as they are: exact at every step. A rank mismatch
 // fails on every rank, naming the tensor and both ranks.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "tests/integration/harness.h"
+#include "tests/integration/model_graph.h"
 
 namespace syncd::testing {
 namespace {
@@ -109,6 +112,75 @@ INSTANTIATE_TEST_SUITE_P(Modes, PowerSgd,
                            return std::to_string(i.param.nodes) + "x" + std::to_string(i.param.local) + "_" +
                                   i.param.coord;
                          });
+
+// --coord topo: the plan carries PowerSGD's rank (here 2, the daemons' default being 4) and every
+// step's result is the negotiated job's, bit for bit (the first factor comes from the tensor's
+// name, the work per member is the same whatever the grouping), so the property above holds
+// under TOPO too. (Its hand-over cannot be repeated here: a plan fixes each tensor's method.)
+TEST(PowerSgd, UnderTopoEveryStepIsTheNegotiatedJobsBitForBit) {
+  constexpr uint32_t kPlanRank = 2;
+  constexpr int kRanks = 4, kTopoSteps = kSteps + kZeroSteps;
+  size_t per_step = 0;
+  for (const Tensor& t : kTensors) per_step += size_t(t.shape.size() == 2 ? t.shape[0] * t.shape[1] : t.shape[0]);
+  const size_t per_mode = size_t(kRanks) * kTopoSteps * per_step;
+  const size_t bytes = 2 * per_mode * sizeof(double);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  double* results = static_cast<double*>(p);
+  for (int mode = 0; mode < 2; ++mode) {
+    const bool topo = mode == 1;
+    Cluster cluster(2, 2, {"--cores", "none", "--log-level", "warn", "--coord", topo ? "topo" : "negotiate"});
+    auto st = RunClusterRanks(cluster, [&](syncd_client* c, int rank, int) {
+      std::vector<int64_t> counts;
+      for (const Tensor& t : kTensors) counts.push_back(t.shape.size() == 2 ? t.shape[0] * t.shape[1] : t.shape[0]);
+      if (topo) {
+        ModelGraph model(counts, SYNCD_FLOAT64);
+        for (size_t t = 0; t < counts.size(); ++t) {
+          model.ops[2 * counts.size() + 1 + t].compression = SYNCD_COMPRESSION_POWERSGD;
+          model.ops[2 * counts.size() + 1 + t].compression_ratio = kPlanRank;
+        }
+        CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: %s", rank,
+                    syncd_last_error());
+      }
+      double* out = results + size_t(mode) * per_mode + size_t(rank) * kTopoSteps * per_step;
+      for (int step = 0; step < kTopoSteps; ++step) {
+        std::vector<syncd_handle> hs(kTensors.size());
+        for (size_t t = 0, at = 0; t < kTensors.size(); at += size_t(counts[t]), ++t) {
+          double* v = out + size_t(step) * per_step + at;
+          for (size_t i = 0; i < size_t(counts[t]); ++i) v[i] = step < kSteps ? Grad(rank, step, i) : 0.0;
+          const std::string name = "grad." + std::to_string(t);  // ModelGraph's names
+          syncd_tensor tensor{name.c_str(), v, SYNCD_FLOAT64, int(kTensors[t].shape.size()), kTensors[t].shape.data(), 0};
+          CHILD_CHECK(syncd_allreduce_compressed_ratio_async(c, &tensor, SYNCD_SUM, 1.0, 1.0, SYNCD_COMPRESSION_POWERSGD,
+                                                             kPlanRank, &hs[t]) == SYNCD_OK,
+                      "rank %d step %d: %s", rank, step, syncd_last_error());
+        }
+        for (syncd_handle h : hs)
+          CHILD_CHECK(syncd_wait(c, h, 60'000) == SYNCD_OK, "rank %d step %d: %s", rank, step, syncd_last_error());
+      }
+      return 0;
+    });
+    ExpectAllSucceeded(st);
+    if (!topo) continue;
+    const std::string status = SyncctlStatusJson(cluster.node(0).run_dir());
+    EXPECT_TRUE(Contains(status, "\"in_use\":true")) << status;
+    EXPECT_EQ(JsonNumber(status, "fallback_tensors"), 0u) << status;
+    const uint64_t wire_bytes = ((12 + 50) * kPlanRank + 12 + 12) * 8;  // the plan's rank crossed
+    EXPECT_TRUE(Contains(status, "\"wire_bytes\":\"" + std::to_string(wire_bytes * kTopoSteps) + "\"}")) << status;
+  }
+  size_t differ = 0, first = per_mode;
+  for (size_t i = 0; i < per_mode; ++i)
+    if (memcmp(&results[i], &results[per_mode + i], sizeof(double)) != 0 && differ++ == 0) first = i;
+  EXPECT_EQ(differ, 0u) << "first at " << first << ": negotiated " << results[first] << ", TOPO "
+                        << results[per_mode + first];
+  bool inexact = false;  // step 0's matrix crossed as factors: not the exact sum (rank 0's, topo's)
+  for (size_t i = 0; i < 12 * 50; ++i) {
+    double exact = 0;
+    for (int r = 0; r < kRanks; ++r) exact += Grad(r, 0, i);
+    inexact = inexact || std::fabs(results[per_mode + i] - exact) > 1e-6;
+  }
+  EXPECT_TRUE(inexact) << "nothing was compressed";
+  munmap(p, bytes);
+}
 
 // Ranks that ask for another rank fail the tensor on every rank, naming it and both ranks; a rank
 // outside 1..1024 is refused at once by the client.

@@ -181,8 +181,8 @@ TEST(TopoErrors, AGraphThePlannerRefusesFailsWithTheOperationNamed) {
   Daemon d(1, {"--cores", "none", "--log-level", "error", "--coord", "topo"});
   auto st = RunRanks(d.run_dir(), 1, [](syncd_client* c, int, int) {
     const syncd_compression d = SYNCD_COMPRESSION_DEFAULT;
-    syncd_graph_op ops[2] = {{"matmul", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d},
-                             {"relu", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d}};
+    syncd_graph_op ops[2] = {{"matmul", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d, 0},
+                             {"relu", nullptr, SYNCD_FLOAT32, 0, SYNCD_SUM, SYNCD_MEMORY_HOST, d, 0}};
     const uint32_t edges[4] = {0, 1, 1, 0};
     const uint32_t fetch = 1;
     syncd_graph g{ops, 2, edges, 2, &fetch, 1};

@@ -75,28 +75,33 @@ def test_topo_plan_is_registered_from_autograd_and_runs_every_later_step(trained
     assert all(not i["status"].get("topo", {}).get("in_use", False) for i in negotiate)
 
 
-def test_topo_carries_fp16_compression_and_is_bit_identical_to_negotiate(tmp_path):
-    """DistributedOptimizer(compression=fp16) under --coord topo: the plan recorded from autograd
-    carries each gradient's compression, the daemons cast every planned step's inter-node hop, and
-    the job ends bit-identical to the same job negotiated."""
+@pytest.mark.parametrize("method", ["fp16", "topk", "powersgd"])
+def test_topo_carries_each_compression_and_is_bit_identical_to_negotiate(tmp_path, method):
+    """DistributedOptimizer(compression=fp16, topk(0.05), powersgd(rank=2)) under --coord topo: the
+    plan recorded from autograd carries each gradient's compression with its ratio or rank, the
+    daemons compress every planned step's inter-node hop at it, and the job ends bit-identical to
+    the same job negotiated."""
     runs = {}
     for mode in ("negotiate", "topo"):
         out = tmp_path / mode
         out.mkdir()
-        p, results = syncrun(2, 4, "train_steps.py", str(out), "10", "fp16", syncd_args=["--coord=%s" % mode])
+        p, results = syncrun(2, 4, "train_steps.py", str(out), "10", method, syncd_args=["--coord=%s" % mode])
         assert p.returncode == 0, p.stdout + p.stderr
         runs[mode] = (out, [json.loads(r) for r in results])
     for r in range(4):
         a = torch.load(os.path.join(runs["negotiate"][0], "rank%d.pt" % r))
         b = torch.load(os.path.join(runs["topo"][0], "rank%d.pt" % r))
         assert all(torch.equal(a[k], b[k]) for k in a), "rank %d differs between negotiate and topo" % r
+    wire = {}
     for mode, (_, infos) in runs.items():
         for status in [i["status"] for i in infos if "status" in i]:
-            fp16 = [c for c in status["compressed"] if c["compression"] == "fp16"]
-            assert fp16 and int(fp16[0]["tensors"]) == 6 * 10, (mode, status["compressed"])  # 6 gradients, 10 steps
+            counted = [c for c in status["compressed"] if c["compression"] == method]
+            assert counted and int(counted[0]["tensors"]) == 6 * 10, (mode, status["compressed"])  # 6 gradients, 10 steps
+            wire.setdefault(mode, set()).add(int(counted[0]["wire_bytes"]))
             if mode == "topo":
                 assert status["topo"]["in_use"] is True and int(status["topo"]["fallback_tensors"]) == 0, status
                 assert int(status["topo"]["plan_tensors"]) == 6, status
+    assert wire["topo"] == wire["negotiate"], wire  # the same ratio or rank crossed the nodes
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")

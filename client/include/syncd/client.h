@@ -386,6 +386,9 @@ typedef struct syncd_graph_op {
   /* a host float32/float64 collective's inter-node hop, as its submissions ask
    * (syncd_allreduce_compressed_async); 0 (zero-initialised): DEFAULT, the daemon's --compression */
   syncd_compression compression;
+  /* top-k's and random-k's ratio or PowerSGD's rank, as its submissions ask
+   * (syncd_allreduce_compressed_ratio_async); 0: the daemon's */
+  double compression_ratio;
 } syncd_graph_op;
 
 typedef struct syncd_graph {

@@ -296,7 +296,8 @@ class PyClient {
     return true;
   }
 
-  // ops: (name, tensor or None, dtype, count, op, gpu, compression); edges: (producer, consumer).
+  // ops: (name, tensor or None, dtype, count, op, gpu, compression as compression_code.h codes it);
+  // edges: (producer, consumer).
   uint64_t RegisterGraph(
       const std::vector<std::tuple<std::string, std::optional<std::string>, int, uint64_t, int, bool, int>>& ops,
       const std::vector<std::pair<uint32_t, uint32_t>>& edges, const std::vector<uint32_t>& fetches,
@@ -306,7 +307,8 @@ class PyClient {
       const auto& [name, tensor, dtype, count, op, gpu, compression] = ops[i];
       gops[i] = syncd_graph_op{name.c_str(), tensor ? tensor->c_str() : nullptr, syncd_dtype(dtype), count,
                                syncd_reduce_op(op), gpu ? SYNCD_MEMORY_GPU : SYNCD_MEMORY_HOST,
-                               syncd_compression(compression)};
+                               syncd::python::CompressionMethod(compression),
+                               syncd::python::CompressionRatio(compression)};
     }
     std::vector<uint32_t> flat;
     flat.reserve(2 * edges.size());

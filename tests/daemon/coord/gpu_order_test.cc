@@ -70,7 +70,7 @@ ReadyTensor GpuTensor(const std::string& name) {
 // The plan: groups {g0}, {g1}, {g2}, GPU tensors.
 std::shared_ptr<const TopoPlan> Plan() {
   auto p = std::make_shared<TopoPlan>();
-  for (const char* n : {"g0", "g1", "g2"}) p->tensors.push_back({n, SYNCD_FLOAT32, 16, SYNCD_SUM, true, 0});
+  for (const char* n : {"g0", "g1", "g2"}) p->tensors.push_back({n, SYNCD_FLOAT32, 16, SYNCD_SUM, true, 0, 0});
   p->group_begin = {0, 1, 2};
   return p;
 }

@@ -13,7 +13,7 @@ namespace {
 // A plan of 4 int32 tensors in groups {a, b}, {c}, {d}.
 std::shared_ptr<const TopoPlan> Plan() {
   auto p = std::make_shared<TopoPlan>();
-  for (const char* n : {"a", "b", "c", "d"}) p->tensors.push_back({n, SYNCD_INT32, 4, SYNCD_SUM, false, 0});
+  for (const char* n : {"a", "b", "c", "d"}) p->tensors.push_back({n, SYNCD_INT32, 4, SYNCD_SUM, false, 0, 0});
   p->group_begin = {0, 2, 3};
   return p;
 }
@@ -91,6 +91,11 @@ TEST(TopoRunner, TensorsThatDifferFromThePlanAreRefusedByName) {
   for (Request& r : compressed.requests) r.compression = SYNCD_COMPRESSION_FP16;
   EXPECT_EQ(f.runner.Add(&compressed).message(),
             "tensor 'a' does not match the registered TOPO plan (rank 0): compression fp16, the plan says default");
+  ReadyTensor other_ratio = Tensor("a");
+  for (Request& r : other_ratio.requests) r.compression_ppm = 20'000;  // the plan's compression, another ratio
+  EXPECT_EQ(f.runner.Add(&other_ratio).message(),
+            "tensor 'a' does not match the registered TOPO plan (rank 0): compression default (ratio 0.02), the plan "
+            "says default");
   f.Add(Tensor("d"));
   ReadyTensor again = Tensor("d");
   EXPECT_NE(f.runner.Add(&again).message().find("submitted again before its group ran"), std::string::npos);

@@ -7,10 +7,10 @@
 namespace syncd {
 namespace {
 
-std::string SmallGraph(uint32_t memory = 0, uint32_t compression = 0) {
+std::string SmallGraph(uint32_t memory = 0, uint32_t compression = 0, uint32_t ppm = 0) {
   abi::GraphWriter w(3, 2, 1);
   w.Op(false, 0, 0, 0, "backward", "");
-  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w", memory, compression);
+  w.Op(true, SYNCD_FLOAT32, SYNCD_AVERAGE, 1000, "allreduce_w", "grad.w", memory, compression, ppm);
   w.Op(false, 0, 0, 0, "apply", "");
   w.Edge(0, 1);
   w.Edge(1, 2);
@@ -53,7 +53,7 @@ TEST(GraphCodec, ACollectiveNamesItsTensorsMemory) {
   // Version 1 had no memory byte: a client that old is refused, not read as host memory.
   std::string v1 = SmallGraph();
   v1[4] = 1;
-  EXPECT_EQ(DecodeGraph(v1.data(), v1.size()).status().message(), "graph: encoding version 1, this daemon reads 3");
+  EXPECT_EQ(DecodeGraph(v1.data(), v1.size()).status().message(), "graph: encoding version 1, this daemon reads 4");
 }
 
 // Version 3: a collective says what its submissions ask for (DEFAULT kept: the daemon resolves
@@ -83,7 +83,32 @@ TEST(GraphCodec, ACollectiveNamesItsCompression) {
             "graph: operation 0 ('relu') names a compression but is not a collective");
   std::string v2 = SmallGraph();
   v2[4] = 2;
-  EXPECT_EQ(DecodeGraph(v2.data(), v2.size()).status().message(), "graph: encoding version 2, this daemon reads 3");
+  EXPECT_EQ(DecodeGraph(v2.data(), v2.size()).status().message(), "graph: encoding version 2, this daemon reads 4");
+}
+
+// Version 4: a collective's top-k or random-k ratio (parts per million) or PowerSGD rank, as
+// asked (0: the daemon's); over 1 (over 1024 for a rank) and on an operation that is no
+// collective it is refused, named. Version 3 (no ratio) is refused.
+TEST(GraphCodec, ACollectiveNamesItsRatioOrRank) {
+  const std::string topk = SmallGraph(0, SYNCD_COMPRESSION_TOPK, 10'000);
+  StatusOr<Graph> g = DecodeGraph(topk.data(), topk.size());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->ops[1].compression_ppm, 10'000u);
+  EXPECT_EQ(g->ops[0].compression_ppm, 0u);
+  const std::string over = SmallGraph(0, SYNCD_COMPRESSION_TOPK, 1'000'001);
+  EXPECT_EQ(DecodeGraph(over.data(), over.size()).status().message(),
+            "graph: operation 1 ('allreduce_w'): compression ratio 1000001 ppm over 1");
+  const std::string rank = SmallGraph(0, SYNCD_COMPRESSION_POWERSGD, 1025);
+  EXPECT_EQ(DecodeGraph(rank.data(), rank.size()).status().message(),
+            "graph: operation 1 ('allreduce_w'): compression rank 1025 over 1024");
+  abi::GraphWriter w(1, 0, 1);
+  w.Op(false, 0, 0, 0, "relu", "", 0, 0, 5);
+  w.Fetch(0);
+  EXPECT_EQ(DecodeGraph(w.bytes().data(), w.bytes().size()).status().message(),
+            "graph: operation 0 ('relu') names a compression but is not a collective");
+  std::string v3 = SmallGraph();
+  v3[4] = 3;
+  EXPECT_EQ(DecodeGraph(v3.data(), v3.size()).status().message(), "graph: encoding version 3, this daemon reads 4");
 }
 
 TEST(GraphCodec, EveryTruncationFailsCleanly) {

@@ -159,6 +159,28 @@ TEST(PlanTopo, CompressionCutsGroupsAndIsInTheHash) {
   EXPECT_NE(bf16->hash, plain->hash);
 }
 
+// Top-k at two ratios cannot share a group (its blocks are cut at one ratio); the ratio (or
+// PowerSGD's rank) is in the hash, so nodes whose graphs ask for another one hold different plans.
+TEST(PlanTopo, TheRatioCutsGroupsAndIsInTheHash) {
+  Graph g = ThreeTensors(true);
+  for (GraphOp& op : g.ops) {
+    op.compression = op.collective ? SYNCD_COMPRESSION_TOPK : SYNCD_COMPRESSION_NONE;
+    op.compression_ppm = op.collective ? 10'000 : 0;
+  }
+  auto alike = PlanTopo(g, 1000);
+  g.ops[1].compression_ppm = 20'000;  // b
+  auto other = PlanTopo(g, 1000);
+  ASSERT_TRUE(alike.ok() && other.ok());
+  EXPECT_EQ(alike->group_begin, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(other->group_begin, (std::vector<uint32_t>{0, 1, 2})) << "b at another ratio: alone";
+  EXPECT_EQ(other->tensors[1].compression_ppm, 20'000u);
+  EXPECT_EQ(other->tensors[0].compression_ppm, 10'000u);
+  other->group_begin = alike->group_begin;
+  EXPECT_NE(PlanHash(*other), alike->hash) << "the same plan but for b's ratio";
+  other->tensors[1].compression_ppm = 10'000;
+  EXPECT_EQ(PlanHash(*other), alike->hash);
+}
+
 TEST(PlanTopo, OpsNoFetchNeedsAreLeftOut) {
   Graph g;
   const uint32_t used = AddCollective(g, "used");

@@ -1,10 +1,11 @@
 """One rank of a small training job; writes its final parameters to <out>/rank<r>.pt.
 
-    train_steps.py OUT STEPS [cuda] [metric] [fp16]
+    train_steps.py OUT STEPS [cuda] [metric] [fp16|topk|powersgd]
 
 cuda: the model and its gradients on the GPU (deterministic kernels). metric: each step also
-averages the loss, a tensor outside the TOPO plan. fp16: DistributedOptimizer(compression=fp16). Used by test_jobs.py to compare --coord modes:
-the same job must end bit-identical."""
+averages the loss, a tensor outside the TOPO plan. fp16, topk, powersgd: DistributedOptimizer(
+compression=Compression.fp16, .topk(0.05), .powersgd(rank=2)). Used by test_jobs.py to compare
+--coord modes: the same job must end bit-identical."""
 import json
 import os
 import subprocess
@@ -20,7 +21,9 @@ out = sys.argv[1]
 steps = int(sys.argv[2])
 cuda = "cuda" in sys.argv[3:]
 metric = "metric" in sys.argv[3:]
-compression = hvd.Compression.fp16 if "fp16" in sys.argv[3:] else hvd.Compression.none
+compression = {"fp16": hvd.Compression.fp16, "topk": hvd.Compression.topk(0.05),
+               "powersgd": hvd.Compression.powersgd(rank=2)}
+compression = next((compression[a] for a in sys.argv[3:] if a in compression), hvd.Compression.none)
 hvd.init()
 torch.manual_seed(0)
 device = torch.device("cuda") if cuda else torch.device("cpu")

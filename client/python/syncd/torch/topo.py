@@ -76,11 +76,12 @@ class GraphRecorder:
         return i
 
     def submitted(self, p, name, tensor, compression=0):
-        """`compression`: the syncd_compression the allreduce asked the daemons for."""
+        """`compression`: what the allreduce asked the daemons for (a Compression's code: the method
+        with its ratio or rank)."""
         if self.registered or p in self._submissions:
             return
         self._submissions[p] = (name, basics._DTYPES[tensor.dtype], tensor.numel(), self._optimizer.op,
-                                tensor.is_cuda, compression & 0xff)
+                                tensor.is_cuda, compression)
         self._ready.append(p)
 
     def step_done(self):
