@@ -101,7 +101,10 @@ def test_topo_carries_each_compression_and_is_bit_identical_to_negotiate(tmp_pat
             if mode == "topo":
                 assert status["topo"]["in_use"] is True and int(status["topo"]["fallback_tensors"]) == 0, status
                 assert int(status["topo"]["plan_tensors"]) == 6, status
-    assert wire["topo"] == wire["negotiate"], wire  # the same ratio or rank crossed the nodes
+    # The same ratio or rank crossed the nodes: fp16's and PowerSGD's bytes are each tensor's,
+    # top-k's each fused segment's (its blocks are rounded per segment, and the negotiated job's
+    # fusion follows timing): within 5 % (at the daemons' default ratio, 0.01, 5x fewer).
+    assert all(abs(t - n) <= (0.05 * n if method == "topk" else 0) for t in wire["topo"] for n in wire["negotiate"]), wire
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
