@@ -17,8 +17,10 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // count as well as size (recursive halving, the tree) and counts each partial allreduce name's
 // rounds on a coordinator of its own, its run messages down a tree; 7 adds an allreduce's
 // compression ratio (top-k, random-k) to what the nodes agree on; 8 lets a node whose every rank
-// joined stand in for TOPO groups (kTopoJoined, kTopoRun), and adds PowerSGD (compression 7).
-inline constexpr uint32_t kWireVersion = 8;
+// joined stand in for TOPO groups (kTopoJoined, kTopoRun), and adds PowerSGD (compression 7); 9
+// marks a join made for ranks the job goes on without (TensorMeta::absent: they stand in for
+// process set changes).
+inline constexpr uint32_t kWireVersion = 9;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

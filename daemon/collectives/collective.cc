@@ -133,7 +133,7 @@ StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set
   }
   if (kind == nullptr) {
     const char* why = abi::IsSetChange(like.kind)
-                          ? " or its node lost every rank: process sets cannot be added or removed without it"
+                          ? " (hvd.join): process sets cannot be added or removed while a rank waits in join"
                           : "";
     return InvalidArgument(what + ": rank " + std::to_string(rank) + " has joined" + why);
   }

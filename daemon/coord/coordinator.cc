@@ -18,11 +18,12 @@ ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta)
   const auto join = pending_.find(abi::kJoinName);
   ReadyTensor t;
   for (uint32_t l = 0; l < mine.size(); ++l) {
+    const bool absent = join != pending_.end() && l < join->second.tensor.requests.size() &&
+                        join->second.tensor.requests[l].absent;
     // The coordinator checked that these stand-ins are possible.
-    StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l);
+    StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l, absent);
     if (!r.ok()) continue;
-    if (join != pending_.end() && l < join->second.tensor.requests.size())
-      r->absent = join->second.tensor.requests[l].absent;
+    r->absent = absent;
     t.requests.push_back(std::move(r.value()));
   }
   t.agreed = SharedShapes(meta);
@@ -62,6 +63,11 @@ uint32_t Negotiator::FirstIndexOf(uint32_t node) const {
 bool Negotiator::NodeJoined(uint32_t node) const {
   auto it = coord_.find(abi::kJoinName);
   return it != coord_.end() && it->second.ready[node];
+}
+
+bool Negotiator::NodeJoinedForLostRanks(uint32_t node) const {
+  auto it = coord_.find(abi::kJoinName);
+  return it != coord_.end() && it->second.ready[node] && it->second.metas[node].absent == 1;
 }
 
 StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
@@ -137,7 +143,8 @@ Status Negotiator::RankRequests(const std::string& name, const Announcement& a, 
       }
       // A joined node's ranks stand in.
       StatusOr<Request> stand_in =
-          JoinedRequest(RequestOf(meta, name, node_ranks[l], 0), node_ranks[l], FirstIndexOf(node) + uint32_t(l), uint32_t(l));
+          JoinedRequest(RequestOf(meta, name, node_ranks[l], 0), node_ranks[l], FirstIndexOf(node) + uint32_t(l),
+                        uint32_t(l), NodeJoinedForLostRanks(node));
       if (!stand_in.ok()) return stand_in.status();
       ranks->push_back(std::move(stand_in.value()));
     }

@@ -244,6 +244,9 @@ class Negotiator {
   std::vector<uint32_t> RanksOf(uint32_t node) const;
   uint32_t FirstIndexOf(uint32_t node) const;
   bool NodeJoined(uint32_t node) const;
+  // It joined for ranks the job goes on without (TensorMeta::absent): they stand in for process
+  // set changes too.
+  bool NodeJoinedForLostRanks(uint32_t node) const;
   // This node's ranks all joined (the join waits here for the other nodes): they stand in for
   // the names other nodes run (JoinedRequest), as the coordinator agreed them.
   bool JoinedHere() const { return pending_.count(abi::kJoinName) > 0; }

@@ -29,6 +29,7 @@ class Writer {
     Put(m.postscale);
     Put(m.compression);
     Put(m.compression_ppm);
+    Put(m.absent);
     Put<uint32_t>(uint32_t(m.shape.size()));
     for (int64_t d : m.shape) Put(d);
     Ints(m.rows);
@@ -64,13 +65,14 @@ class Reader {
   bool Meta(TensorMeta* m) {
     uint32_t dims;
     if (!(Get(&m->kind) && Get(&m->dtype) && Get(&m->op) && Get(&m->gpu) && Get(&m->arg) && Get(&m->prescale) &&
-          Get(&m->postscale) && Get(&m->compression) && Get(&m->compression_ppm) && Get(&dims)) ||
+          Get(&m->postscale) && Get(&m->compression) && Get(&m->compression_ppm) && Get(&m->absent) && Get(&dims)) ||
         dims > abi::kMaxDims)
       return false;
     // Only what a daemon's own checks let through (submission.h): anything else is not ours.
     if (m->kind < uint32_t(abi::OpKind::kAllreduce) || m->kind > abi::kOpKindLast ||
         m->dtype >= SYNCD_DTYPE_COUNT || m->op >= SYNCD_REDUCE_OP_COUNT || m->gpu > 1 ||
-        m->compression >= SYNCD_COMPRESSION_COUNT || m->compression_ppm > 1'000'000)
+        m->compression >= SYNCD_COMPRESSION_COUNT || m->compression_ppm > 1'000'000 || m->absent > 1 ||
+        (m->absent == 1 && m->kind != uint32_t(abi::OpKind::kJoin)))
       return false;
     m->shape.resize(dims);
     for (auto& d : m->shape)
@@ -115,6 +117,8 @@ void TensorMeta::Fill(const ReadyTensor& t, TensorMeta* out) {
   m.postscale = r.postscale;
   m.compression = r.compression;
   m.compression_ppm = r.compression_ppm;
+  m.absent = r.kind == abi::OpKind::kJoin &&
+             std::all_of(t.requests.begin(), t.requests.end(), [](const Request& q) { return q.absent; });
   m.shape.assign(r.shape.begin(), r.shape.end());
   if (const Collective* kind = FindCollective(r.kind); kind != nullptr && kind->shapes_vary()) {
     RankRowsInto(t, &m.rows);  // the meta's own vectors, their room reused

@@ -29,6 +29,9 @@ struct TensorMeta {
   double prescale = 1, postscale = 1;
   uint32_t compression = 0;  // an allreduce's inter-node hop: syncd_compression as resolved (never DEFAULT)
   uint32_t compression_ppm = 0;  // and top-k's or random-k's ratio (parts per million; 0 for the others)
+  // A join's: 1 when the node joined for ranks the job goes on without (TensorTable::MarkLost):
+  // they stand in for process set changes too (JoinedRequest's `lost`). 0 for the other kinds.
+  uint32_t absent = 0;
   Shape shape;  // up to 4 dimensions inline
   // Kinds whose ranks' shapes differ (Collective::shapes_vary): each rank's first dimension and
   // (alltoall) splits, concatenated. A node announces its own ranks'; the coordinator answers

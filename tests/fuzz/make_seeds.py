@@ -80,9 +80,9 @@ def graph():
     return out + struct.pack("<I", 4)
 
 
-def meta(kind=1, dtype=6, op=1, gpu=0, root=0, shape=(4, 4), compression=1, compression_ppm=0):
+def meta(kind=1, dtype=6, op=1, gpu=0, root=0, shape=(4, 4), compression=1, compression_ppm=0, absent=0):
     # ... then each rank's rows and splits (none: this kind's shapes agree).
-    return struct.pack("<IIIIiddII", kind, dtype, op, gpu, root, 1.0, 1.0, compression, compression_ppm) + \
+    return struct.pack("<IIIIiddIII", kind, dtype, op, gpu, root, 1.0, 1.0, compression, compression_ppm, absent) + \
         struct.pack("<I", len(shape)) + \
         b"".join(struct.pack("<q", d) for d in shape) + struct.pack("<II", 0, 0)
 

@@ -4,7 +4,8 @@
 // membership as hvd.elastic.run does, and go on: their next complete step comes within 2 s of the
 // kill (continue) or 5 s (restore), and from then on every collective sums exactly the ranks left
 // (each rank adds its own power of two) and averages over them. The lost node's ranks learn that
-// their daemon is gone; a join, a step after it and a final join complete among the ranks left.
+// their daemon is gone; a join, a step after it, a final join and a process set of the ranks left
+// complete among them.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -144,6 +145,23 @@ int TrainThroughANodeLoss(const std::string& dir, const NodeCase& k, int rank, b
       CHILD_CHECK(grads[l][0] == left, "rank %d: the step after the join, grad.%zu: %d, the ranks left %d", rank, l,
                   grads[l][0], left);
   }
+  // A process set of the ranks left (syncd_add_process_set, torch's new_group), a sum in it and
+  // its removal: where the node's ranks left, its daemon stands in for the change.
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r)
+    if (r / k.local != k.lost) members.push_back(r);
+  int set = 0;
+  CHILD_CHECK(syncd_add_process_set(c, members.data(), int(members.size()), 30'000, &set) == SYNCD_OK,
+              "rank %d: add a process set of the ranks left: %s", rank, syncd_last_error());
+  int32_t mine = 1 << rank;
+  int64_t one = 1;
+  syncd_tensor t{"in.the.set", &mine, SYNCD_INT32, 1, &one, set};
+  syncd_handle h;
+  CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+              "rank %d: in process set %d: %s", rank, set, syncd_last_error());
+  CHILD_CHECK(mine == left, "rank %d: process set %d summed %d, the ranks left %d", rank, set, mine, left);
+  CHILD_CHECK(syncd_remove_process_set(c, set, 30'000) == SYNCD_OK, "rank %d: remove process set %d: %s", rank, set,
+              syncd_last_error());
   syncd_shutdown(c);
   return 0;
 }

@@ -44,6 +44,33 @@ TEST(Wire, TheAgreedArgumentIsTheKindsOwnField) {
   }
 }
 
+// A join made for ranks the job goes on without says so (TensorMeta::absent, from its requests):
+// the coordinator lets that node stand in for process set changes. Only a join may say it.
+TEST(Wire, AJoinOfLostRanksSaysSoAndNothingElseMay) {
+  ReadyTensor join;
+  for (uint32_t l = 0; l < 2; ++l) {
+    Request r;
+    r.kind = abi::OpKind::kJoin;
+    r.name = abi::kJoinName;
+    r.absent = true;
+    join.requests.push_back(r);
+  }
+  EXPECT_EQ(TensorMeta::Of(join).absent, 1u);
+  join.requests[1].absent = false;  // one rank joined itself (hvd.join): it would miss the change
+  EXPECT_EQ(TensorMeta::Of(join).absent, 0u);
+  join.requests[1].absent = true;
+
+  NameRequest r;
+  r.name = abi::kJoinName;
+  r.meta = TensorMeta::Of(join);
+  StatusOr<std::vector<NameRequest>> got = DecodeRequests(EncodeRequests({r}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)[0].meta.absent, 1u);
+  NameRequest other = Announced("a");
+  other.meta.absent = 1;  // an allreduce
+  EXPECT_FALSE(DecodeRequests(EncodeRequests({other})).ok());
+}
+
 TEST(Wire, ControlMessagesRoundTripWithTheirText) {
   ControlMessage m;
   m.kind = ControlMessage::Kind::kAbort;
