@@ -9,8 +9,8 @@
 
 namespace syncd {
 
-StatusOr<CoreSet> ParseCoreList(const std::string& text) {
-  CoreSet cores;
+StatusOr<std::vector<uint32_t>> ParseNumberList(const std::string& text, const std::string& what, uint64_t limit) {
+  std::vector<uint32_t> out;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
@@ -21,19 +21,21 @@ StatusOr<CoreSet> ParseCoreList(const std::string& text) {
     const std::string lo_text = token.substr(0, dash);
     const std::string hi_text = dash == std::string::npos ? lo_text : token.substr(dash + 1);
     if (lo_text.empty() || hi_text.empty())
-      return InvalidArgument("core list '" + text + "': empty entry");
+      return InvalidArgument(what + " '" + text + "': empty entry");
     unsigned long lo = strtoul(lo_text.c_str(), &end, 10);
-    if (*end != '\0') return InvalidArgument("core list '" + text + "': bad entry '" + token + "'");
+    if (*end != '\0') return InvalidArgument(what + " '" + text + "': bad entry '" + token + "'");
     unsigned long hi = strtoul(hi_text.c_str(), &end, 10);
-    if (*end != '\0' || hi < lo || hi >= CPU_SETSIZE)
-      return InvalidArgument("core list '" + text + "': bad entry '" + token + "'");
-    for (unsigned long c = lo; c <= hi; ++c) cores.push_back(uint32_t(c));
+    if (*end != '\0' || hi < lo || hi >= limit)
+      return InvalidArgument(what + " '" + text + "': bad entry '" + token + "'");
+    for (unsigned long c = lo; c <= hi; ++c) out.push_back(uint32_t(c));
     pos = comma + 1;
   }
-  std::sort(cores.begin(), cores.end());
-  cores.erase(std::unique(cores.begin(), cores.end()), cores.end());
-  return cores;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
+
+StatusOr<CoreSet> ParseCoreList(const std::string& text) { return ParseNumberList(text, "core list", CPU_SETSIZE); }
 
 std::string FormatCoreList(const CoreSet& cores) {
   std::string out;

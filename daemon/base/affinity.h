@@ -13,7 +13,10 @@ namespace syncd {
 
 using CoreSet = std::vector<uint32_t>;  // sorted, unique logical CPU ids
 
-// "1,3-4" -> {1,3,4}. Errors name the offending token.
+// "1,3-4" -> {1,3,4}, sorted and unique, each below `limit`. Errors name `what` ("core list") and
+// the offending token.
+StatusOr<std::vector<uint32_t>> ParseNumberList(const std::string& text, const std::string& what, uint64_t limit);
+// A number list of CPU ids.
 StatusOr<CoreSet> ParseCoreList(const std::string& text);
 // {1,3,4} -> "1,3-4"
 std::string FormatCoreList(const CoreSet& cores);

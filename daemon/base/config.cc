@@ -1,5 +1,7 @@
 #include "daemon/base/config.h"
 
+#include "daemon/base/affinity.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -177,6 +179,9 @@ std::vector<ConfigEntry> NodeEntries() {
   };
 }
 
+// --vacant-ranks: ranks are below this.
+constexpr uint64_t kMaxVacantRank = 1u << 24;
+
 // The job: its nodes, how they meet, how they stop.
 std::vector<ConfigEntry> JobEntries() {
   return {
@@ -201,6 +206,19 @@ std::vector<ConfigEntry> JobEntries() {
      "must have the same",
      OneOf<OnLoss>(&Config::on_loss, "on-loss",
                    {{"fail", OnLoss::kFail}, {"continue", OnLoss::kContinue}, {"restore", OnLoss::kRestore}})},
+    {"vacant-ranks", "SYNCD_VACANT_RANKS", "none",
+     "Ranks of the job (a list like 3,6-7) that no process holds when it starts, slots for ranks that come later "
+     "(syncrun --max-np): the job goes on without them, as --on-loss says, until a rank attaches in their place and "
+     "joins the others at their next commit. Needs --on-loss continue or restore; every node keeps a rank. Every "
+     "daemon of the job must have the same",
+     [](Config& c, const std::string& text) -> Status {
+       c.vacant_ranks.clear();
+       if (text == "none" || text.empty()) return Status::Ok();
+       auto ranks = ParseNumberList(text, "vacant-ranks", kMaxVacantRank);
+       if (!ranks.ok()) return ranks.status();
+       c.vacant_ranks = std::move(*ranks);
+       return Status::Ok();
+     }},
   };
 }
 
@@ -303,6 +321,33 @@ const std::vector<ConfigEntry>& ConfigTable() {
   return table;
 }
 
+namespace {
+
+// --vacant-ranks: only where the job can go on without ranks, within it, and never a whole node
+// (its daemon would have no rank to start the job with).
+Status CheckVacantRanks(const Config& c) {
+  if (c.vacant_ranks.empty()) return Status::Ok();
+  if (c.on_loss == OnLoss::kFail)
+    return InvalidArgument("vacant-ranks: needs --on-loss continue or restore (a job that fails on a loss cannot go on "
+                           "without ranks)");
+  if (c.local_size == 0) return Status::Ok();  // known at the first attach: the job checks then
+  const uint64_t size = uint64_t(c.nodes) * c.local_size;
+  if (c.vacant_ranks.back() >= size)
+    return InvalidArgument("vacant-ranks: rank " + std::to_string(c.vacant_ranks.back()) + " is not in the job (" +
+                           std::to_string(size) + " ranks: " + std::to_string(c.nodes) + " nodes of " +
+                           std::to_string(c.local_size) + ")");
+  for (uint32_t node = 0; node < c.nodes; ++node) {
+    const auto lo = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), node * c.local_size);
+    const auto hi = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), (node + 1) * c.local_size);
+    if (uint32_t(hi - lo) == c.local_size)
+      return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(node) +
+                             " is vacant; each node must start with a rank");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
                              const std::map<std::string, std::string>& env) {
   Config c;
@@ -323,6 +368,7 @@ StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
     return InvalidArgument("node-rank " + std::to_string(c.node_rank) + " is not below nodes " + std::to_string(c.nodes));
   if (c.nodes > 1 && c.local_size == 0)
     return InvalidArgument("local-size is required when nodes > 1 (every node must run the same number of ranks)");
+  SYNCD_RETURN_IF_ERROR(CheckVacantRanks(c));
   return c;
 }
 

@@ -52,6 +52,8 @@ struct Config {
   uint32_t join_timeout_s = 0;
   uint32_t drain_timeout_s = 0;
   OnLoss on_loss = OnLoss::kFail;  // --on-loss
+  // --vacant-ranks: the job's slots no rank holds at its start (syncrun --max-np), ascending.
+  std::vector<uint32_t> vacant_ranks;
   uint32_t cycle_time_us = 0;
   CycleStart cycle_start = CycleStart::kWork;  // kTimer: Horovod's timing
   uint32_t cache_capacity = 0;

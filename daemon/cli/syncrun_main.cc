@@ -28,6 +28,18 @@ void AddElasticOptions(CLI::App* app, syncd::LaunchOptions* opts, bool* elastic)
                  "With --elastic: how many times the job may change its ranks (each rank lost and each replacement "
                  "started counts one) before syncrun stops it, as horovodrun --reset-limit (default: no limit)")
       ->check(CLI::Range(0, 1000000));
+  app->add_option("--max-np", opts->max_np,
+                 "With --elastic: the most ranks the job may grow to (slots, spread evenly over the nodes: a "
+                 "multiple of -N); -n of them start, the others wait for --host-discovery-script to offer them")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--host-discovery-script", opts->discovery_script,
+                 "With --max-np: a command run every --discovery-interval seconds that prints the nodes with slots "
+                 "for ranks now, one per line as NODE or NODE:SLOTS (node0, node1, ...); syncrun starts a rank in "
+                 "each free slot it offers, which joins the others at their next state.commit() (horovodrun's "
+                 "host discovery)");
+  app->add_option("--discovery-interval", opts->discovery_interval_s,
+                 "Seconds between runs of --host-discovery-script (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
   app->add_flag("--restart-daemons", opts->restart_daemons,
                "With --elastic: start a node's syncd that dies again, with the same arguments (up to 3 times; not "
                "node 0's), as systemd's Restart= would; the node's ranks wait for it (SYNCD_REATTACH_S) and "
@@ -86,10 +98,16 @@ int main(int argc, char** argv) {
   }
   opts.bind_workers = !no_bind;
   if (elastic && opts.on_loss.empty()) opts.on_loss = "restore";
-  if ((opts.min_np > 1 || opts.respawn || opts.reset_limit >= 0 || opts.restart_daemons) &&
+  if ((opts.min_np > 1 || opts.respawn || opts.reset_limit >= 0 || opts.restart_daemons || opts.max_np > 0 ||
+       !opts.discovery_script.empty()) &&
       (opts.on_loss.empty() || opts.on_loss == "fail")) {
-    fprintf(stderr, "syncrun: --min-np, --respawn, --reset-limit and --restart-daemons need --elastic (or --on-loss "
-                    "continue or restore)\n");
+    fprintf(stderr, "syncrun: --min-np, --max-np, --host-discovery-script, --respawn, --reset-limit and "
+                    "--restart-daemons need --elastic (or --on-loss continue or restore)\n");
+    return 2;
+  }
+  if (opts.max_np > opts.ranks && opts.discovery_script.empty()) {
+    fprintf(stderr, "syncrun: --max-np %d above -n %d needs --host-discovery-script (it says when the other slots "
+                    "may take ranks)\n", opts.max_np, opts.ranks);
     return 2;
   }
   if (!cores.empty()) opts.daemon_args.push_back("--cores=" + cores);

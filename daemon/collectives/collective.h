@@ -177,8 +177,10 @@ uint64_t RowBytes(const Request& r);
 // of its own: a request like `like` for it, with no client, by its kind's rule (zeros to reduce,
 // no rows to gather or send), or an error naming the tensor (it is a broadcast's root, or the
 // tensor lives on GPUs). A rank lost for good (`lost`, --on-loss continue/restore) also stands in
-// for a process set's addition or removal (the same as `like`: the others go on changing sets
-// without it); a rank that joined does not (it would miss the change when it comes back).
+// for a process set's addition or removal and, beside a rank of its node that registers it, a TOPO
+// plan's registration (the same as `like`: the others go on changing sets or registering the plan
+// without it, a vacant slot from the job's start too); a rank that joined does not (it would miss
+// the change when it comes back).
 StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local,
                                 bool lost = false);
 

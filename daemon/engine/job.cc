@@ -54,6 +54,23 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
       ProcessSetPlace::Global(id, local_size_, config_.nodes, config_.node_rank, links_.transport, links_.gpu);
   set_info_[0] = SetInfo{global.ranks, 0, nullptr};
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(global), links_.counters, set_hooks_);
+  StartWithoutVacantRanks();
+}
+
+void Job::StartWithoutVacantRanks() {
+  const std::vector<uint32_t>& vacant = config_.vacant_ranks;
+  if (vacant.empty()) return;
+  sets_[0]->StartWithStandIns(int64_t(vacant.size()));
+  const uint32_t first = config_.node_rank * local_size_;
+  for (uint32_t rank : vacant) {
+    if (rank < first || rank >= first + local_size_) continue;
+    LostRank& slot = lost_[rank - first];
+    slot.reason = "rank " + std::to_string(rank) + " is a vacant slot (--vacant-ranks): no rank has attached in it yet";
+    slot.blocking = false;
+    slot.continued = slot.vacant = true;
+    slot.seq = ++loss_seq_;
+    sets_[0]->ContinueWithout(rank - first);
+  }
 }
 
 Job::~Job() {
@@ -191,9 +208,12 @@ bool Job::Attached(uint32_t local_rank) {
     RequestNodeBack();
     return true;
   }
-  const std::string why = "rank " + std::to_string(config_.node_rank * local_size_ + local_rank) +
-                          " is back: a replacement attached in its place; it takes part again from its first "
-                          "collective";
+  const std::string rank = std::to_string(config_.node_rank * local_size_ + local_rank);
+  const std::string why = it->second.vacant
+                              ? "rank " + rank + " joined: a new rank attached in its vacant slot; it takes part from "
+                                                 "its first collective"
+                              : "rank " + rank + " is back: a replacement attached in its place; it takes part again "
+                                                 "from its first collective";
   spdlog::info("{}", why);
   membership_changes_.push_back({membership_, UnixSeconds(), why});
   Mark(int32_t(config_.node_rank * local_size_ + local_rank), why);

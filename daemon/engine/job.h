@@ -78,6 +78,9 @@ struct LostRank {
   // Every rank of this node was lost and a replacement attached in this one's place: the global
   // set takes the node back (node_back.cc); until then its requests are refused.
   bool awaiting_node_back = false;
+  // A slot no rank held since the job started (--vacant-ranks): the rank that attaches in its
+  // place is new to the job, not a replacement.
+  bool vacant = false;
   double lost_unix_s = 0;
 };
 
@@ -280,6 +283,9 @@ class Job {
   // because `why`: transfers with it fail, the global set stands in for it (every other node's
   // collectives go on without it), and each process set holding it ends (they cannot).
   void ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string& why);
+  // --vacant-ranks: the job starts without this node's vacant ranks, as it goes on without lost
+  // ones (nothing logged, marked or counted as a loss).
+  void StartWithoutVacantRanks();
   // Why new requests must fail now (every blocking loss, first loss first), or "".
   std::string BlockingLosses() const;
   // A stall in words, with how long each missing rank has not called syncd (`here`: this node's

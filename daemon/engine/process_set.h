@@ -170,6 +170,11 @@ class ProcessSet {
   // A replacement attached in the place of local rank `local_rank` (global set): it takes part
   // again from the first name it submits itself (TensorTable::Replaced).
   void Replaced(uint32_t local_rank);
+  // --on-loss restore: `stand_ins` ranks of the job were never there (--vacant-ranks): a group
+  // standing in for that many fails nothing, only one with more (a rank lost since).
+  void StartWithStandIns(int64_t stand_ins) {
+    for (int64_t& s : loss_stand_ins_) s = stand_ins;
+  }
   // Requests held outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
   // Draining: whether the set is done everywhere (`idle_here`: the engine holds nothing and

@@ -22,6 +22,7 @@
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/net.h"
+#include "daemon/launch/discovery.h"
 #include "daemon/launch/exec.h"
 #include "daemon/launch/netns.h"
 #include "proto/doorbell.h"
@@ -35,6 +36,8 @@ constexpr int kMaxRespawns = 3;
 constexpr uint64_t kReplacementGraceNs = 10'000'000'000;
 // --restart-daemons: how long a rank whose daemon died waits for it to come back (SYNCD_REATTACH_S).
 constexpr int kReattachS = 30;
+// --host-discovery-script: how long one run of it may take.
+constexpr int kDiscoveryTimeoutMs = 10'000;
 
 void Say(const std::string& msg) { fprintf(stderr, "syncrun: %s\n", msg.c_str()); }
 
@@ -70,28 +73,6 @@ std::string RandomToken() {
   return out;
 }
 
-}  // namespace
-
-std::vector<SimulatedNodeCores> PlanSimulatedNodes(const CoreSet& allowed, int nodes) {
-  std::vector<SimulatedNodeCores> plan(size_t(std::max(nodes, 0)));
-  const size_t c = allowed.size(), n = plan.size();
-  if (c == 0) return plan;
-  for (size_t i = 0; i < n; ++i) {
-    SimulatedNodeCores& p = plan[i];
-    if (c >= n) {
-      // Contiguous groups; the engine takes each group's last core, the ranks the others.
-      const CoreSet group(allowed.begin() + ptrdiff_t(i * c / n), allowed.begin() + ptrdiff_t((i + 1) * c / n));
-      p.daemon = {group.back()};
-      p.workers = group.size() > 1 ? CoreSet(group.begin(), group.end() - 1) : group;
-    } else {
-      p.daemon = p.workers = {allowed[i % c]};  // more nodes than cores: nodes share cores
-    }
-  }
-  return plan;
-}
-
-namespace {
-
 class Job {
  public:
   explicit Job(const LaunchOptions& o) : opts_(o) {}
@@ -114,11 +95,16 @@ class Job {
   bool WaitReady();
   void StartWorkers();
   void StartWorker(int rank);
+  // --host-discovery-script: new ranks in the free slots the script offers (discovery.h).
+  void Grow();
   void Supervise();
   void StopAll();
   void Reap();
 
   const LaunchOptions& opts_;
+  SlotLayout layout_;  // where the ranks sit: opts_.ranks started in layout_.world slots
+  uint64_t next_discovery_ns_ = 0;
+  std::string discovery_error_;  // the script's last error, said once
   std::string run_dir_;
   bool own_run_dir_ = false;
   int signal_fd_ = -1;
@@ -161,8 +147,9 @@ bool Job::StartDaemon(int node) {
     Say("cannot create " + notify_path + ": " + strerror(errno));
     return false;
   }
-  const int local = opts_.ranks / opts_.nodes;
-  std::vector<std::string> argv = {opts_.syncd_path, "--run-dir", d.run_dir, "--local-size", std::to_string(local)};
+  std::vector<std::string> argv = {opts_.syncd_path, "--run-dir", d.run_dir, "--local-size",
+                                   std::to_string(layout_.slots_per_node)};
+  if (!layout_.vacant.empty()) argv.insert(argv.end(), {"--vacant-ranks", FormatRanks(layout_.vacant)});
   if (opts_.nodes > 1) {
     argv.insert(argv.end(), {"--nodes", std::to_string(opts_.nodes), "--node-rank", std::to_string(node),
                              "--rendezvous", rendezvous_, "--job-token", token_});
@@ -233,11 +220,12 @@ bool Job::WaitReady() {
 }
 
 void Job::StartWorkers() {
-  for (int rank = 0; rank < opts_.ranks && !failed_; ++rank) StartWorker(rank);
+  for (int rank : layout_.launched)
+    if (!failed_) StartWorker(rank);
 }
 
 void Job::StartWorker(int rank) {
-  const int local = opts_.ranks / opts_.nodes;
+  const int local = layout_.slots_per_node;
   // A rank that shares a core with an engine (its own or, with several daemons on this machine,
   // another node's) sleeps on its doorbell at once: polling there only delays the engine. The
   // daemon decides this for its own cores; only the launcher sees the other daemons' cores.
@@ -257,7 +245,10 @@ void Job::StartWorker(int rank) {
     PrepareChild(blocked_);
     setenv("SYNCD_RUN_DIR", d.run_dir.c_str(), 1);
     setenv("SYNCD_RANK", std::to_string(rank).c_str(), 1);
-    setenv("SYNCD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
+    setenv("SYNCD_SIZE", std::to_string(layout_.world).c_str(), 1);
+    // The ranks none held at launch: until the job's first change, hvd.size() and hvd.rank()
+    // count the others only (syncd.torch.basics).
+    if (!layout_.vacant.empty()) setenv("SYNCD_VACANT_RANKS", FormatRanks(layout_.vacant).c_str(), 1);
     setenv("SYNCD_LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
     setenv("SYNCD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
     setenv("SYNCD_CROSS_RANK", std::to_string(node).c_str(), 1);
@@ -265,12 +256,18 @@ void Job::StartWorker(int rank) {
     setenv("SYNCD_JOB_ID", job_id_.c_str(), 1);
     // torch.distributed's env:// variables, set as torchrun sets them (over whatever the
     // environment had, which may be an enclosing job's), for dist.init_process_group("syncd").
-    setenv("RANK", std::to_string(rank).c_str(), 1);
-    setenv("WORLD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
+    // With vacant slots env:// cannot work (its store waits for every slot): they stay unset, so
+    // that init_process_group says so at once; init_method="syncd://" takes the live ranks.
+    if (layout_.vacant.empty()) {
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(opts_.ranks).c_str(), 1);
+      setenv("MASTER_ADDR", net_ ? net_->Address(0).c_str() : "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(master_port_).c_str(), 1);
+    } else {
+      for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(v);
+    }
     setenv("LOCAL_RANK", std::to_string(rank % local).c_str(), 1);
     setenv("LOCAL_WORLD_SIZE", std::to_string(local).c_str(), 1);
-    setenv("MASTER_ADDR", net_ ? net_->Address(0).c_str() : "127.0.0.1", 1);
-    setenv("MASTER_PORT", std::to_string(master_port_).c_str(), 1);
     if (opts_.bind_workers && !d.worker_cores.empty()) (void)PinCurrentThread(d.worker_cores);
     const CoreSet& bound = opts_.bind_workers ? d.worker_cores : CoreSet{};
     if (opts_.nodes > 1 && shares_engine_core(bound)) setenv("SYNCD_CLIENT_SPIN_US", "0", 0);
@@ -337,7 +334,7 @@ void Job::Reap() {
       // The daemons go on without it; the job fails only if no rank finishes well.
       if (lost_code_ == 0) lost_code_ = code;
       const int left = int(workers_.size()) + finished_well_;
-      const Daemon& d = daemons_[size_t(rank / (opts_.ranks / opts_.nodes))];
+      const Daemon& d = daemons_[size_t(rank / layout_.slots_per_node)];
       const bool respawn = opts_.respawn && d.alive && respawns_[rank] < kMaxRespawns;
       resets_ += respawn ? 2 : 1;  // the loss, and the replacement's arrival
       if (opts_.reset_limit >= 0 && resets_ > opts_.reset_limit) {
@@ -395,7 +392,7 @@ void Job::DaemonDied(int node, int status) {
     // Its ranks would wait SYNCD_REATTACH_S for a daemon that does not come.
     if (opts_.restart_daemons)
       for (const auto& [pid, rank] : workers_)
-        if (rank / (opts_.ranks / opts_.nodes) == node) kill(-pid, SIGKILL);
+        if (rank / layout_.slots_per_node == node) kill(-pid, SIGKILL);
     return;
   }
   resets_ += 2;  // the node's ranks leave, and come back
@@ -422,6 +419,7 @@ void Job::Supervise() {
     if (term_sent != 0 && abi::MonotonicNs() - term_sent > uint64_t(kTermGraceMs) * 1'000'000ull)
       for (auto& [pid, rank] : workers_) kill(-pid, SIGKILL);
     StopLateReplacements();
+    Grow();
     pollfd p{signal_fd_, POLLIN, 0};
     if (poll(&p, 1, 100) > 0) {
       signalfd_siginfo si;
@@ -434,6 +432,38 @@ void Job::Supervise() {
       }
     }
     Reap();
+  }
+}
+
+void Job::Grow() {
+  const uint64_t now = abi::MonotonicNs();
+  if (opts_.discovery_script.empty() || failed_ || finished_well_ > 0 || now < next_discovery_ns_) return;
+  next_discovery_ns_ = now + uint64_t(opts_.discovery_interval_s * 1e9);
+  auto offered = RunDiscoveryScript(opts_.discovery_script, kDiscoveryTimeoutMs);
+  auto slots = offered.ok() ? ParseDiscoveredHosts(*offered, opts_.nodes, layout_.slots_per_node)
+                            : StatusOr<std::vector<int>>(offered.status());
+  if (!slots.ok()) {
+    if (slots.status().message() != discovery_error_) Say(slots.status().message() + "; the job keeps its ranks");
+    discovery_error_ = slots.status().message();
+    return;
+  }
+  discovery_error_.clear();
+  std::vector<bool> held(size_t(layout_.world), false);
+  for (const auto& [pid, rank] : workers_) held[size_t(rank)] = true;
+  for (int rank : SlotsToFill(*slots, held, layout_.slots_per_node)) {
+    const int node = rank / layout_.slots_per_node;
+    if (!daemons_[size_t(node)].alive) continue;
+    if (opts_.reset_limit >= 0 && resets_ + 1 > opts_.reset_limit) {
+      Say("host discovery offers more slots, but a new rank would pass --reset-limit " +
+          std::to_string(opts_.reset_limit) + "; not starting it");
+      return;
+    }
+    ++resets_;
+    Say("host discovery offers node " + std::to_string(node) + " " + std::to_string((*slots)[size_t(node)]) +
+        " slots; starting rank " + std::to_string(rank) + " (it joins the others at their next commit)");
+    StartWorker(rank);
+    for (const auto& [pid, r] : workers_)
+      if (r == rank) replacements_[pid] = 1;
   }
 }
 
@@ -483,11 +513,13 @@ void Job::StopAll() {
 }
 
 int Job::Run() {
-  if (opts_.nodes < 1 ||
-      (!opts_.network_only && (opts_.ranks < opts_.nodes || opts_.ranks % opts_.nodes != 0))) {
-    Say(std::to_string(opts_.ranks) + " ranks do not spread evenly over " + std::to_string(opts_.nodes) +
-        " nodes (ranks must be a multiple of nodes)");
-    return 2;
+  if (!opts_.network_only) {
+    auto layout = PlanSlots(opts_.nodes, opts_.ranks, opts_.max_np);
+    if (!layout.ok()) {
+      Say(layout.status().message());
+      return 2;
+    }
+    layout_ = std::move(*layout);
   }
   sigemptyset(&blocked_);
   sigaddset(&blocked_, SIGINT);

@@ -45,6 +45,13 @@ struct LaunchOptions {
   // as systemd's Restart= would; the node's ranks get SYNCD_REATTACH_S, so hvd.elastic.run attaches
   // them to it again, and the job takes the node back.
   bool restart_daemons = false;
+  // "continue", "restore" (horovodrun's --max-np and --host-discovery-script): the job has this many
+  // slots (0: -n), -n of them held at launch (launch/discovery.h); every `discovery_interval_s`
+  // syncrun runs `discovery_script` and starts a rank in a free slot of each node it offers more
+  // slots on than run there; the new rank joins the others at their next commit.
+  int max_np = 0;
+  std::string discovery_script;
+  double discovery_interval_s = 1.0;
   // Each node in a network namespace of its own, behind a link (launch/netns.h), limited to
   // `link_gbit` Gbit/s each way (0: as fast as the kernel moves it).
   bool netns = false;

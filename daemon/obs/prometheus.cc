@@ -78,13 +78,17 @@ class Exposition {
 double Seconds(uint64_t ns) { return double(ns) / 1e9; }
 
 void Clients(const StatusSnapshot& s, Exposition* e) {
-  uint64_t attached = 0, lost = 0;
-  for (const ClientSnapshot& c : s.clients) ++(c.state == "attached" ? attached : lost);
-  e->Family("syncd_clients", "gauge", "Ranks of this node by state: attached, or lost (exited or killed while attached).");
+  uint64_t attached = 0, lost = 0, vacant = 0, went_on = 0;
+  for (const ClientSnapshot& c : s.clients) {
+    ++(c.state == "attached" ? attached : c.state == "vacant" ? vacant : lost);
+    went_on += c.job_went_on && c.state == "lost";
+  }
+  e->Family("syncd_clients", "gauge",
+            "Ranks of this node by state: attached, lost (exited or killed while attached), or vacant (a slot no rank "
+            "has held yet, --vacant-ranks).");
   e->Sample("syncd_clients", {{"state", "attached"}}, attached);
   e->Sample("syncd_clients", {{"state", "lost"}}, lost);
-  uint64_t went_on = 0;
-  for (const ClientSnapshot& c : s.clients) went_on += c.job_went_on;
+  e->Sample("syncd_clients", {{"state", "vacant"}}, vacant);
   e->Family("syncd_ranks_lost_job_went_on", "gauge",
             "Ranks of this node the job lost and went on without (--on-loss continue), this job.");
   e->Sample("syncd_ranks_lost_job_went_on", {}, went_on);

@@ -32,6 +32,7 @@ NodeHealth LocalHealth(const StatusSnapshot& s, const EngineFacts& f, const Stra
   h.wait_p95_ms = wait.p95_ms;
   h.spread_p50_ms = wait.spread_p50_ms;
   for (const ClientSnapshot& c : s.clients) {
+    if (c.state == "vacant") continue;  // a slot, not a rank: nothing of it to report
     RankHealth r;
     r.rank = c.rank;
     r.pid = c.pid;

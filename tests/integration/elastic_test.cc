@@ -300,25 +300,11 @@ TEST(ContinueAfterLossPartial, MajorityRoundsWhoseInitiatorIsLostStillRun) {
     }
 }
 
-// The ranks alive, as every rank of a job sees them: an allgather of each one's own rank (a lost
-// rank's stand-in adds no row). -1 on failure (the child prints why).
-int Members(syncd_client* c, int rank) {
-  int32_t mine = rank;
-  int64_t one = 1;
-  syncd_tensor t{"members", &mine, SYNCD_INT32, 1, &one, 0};
-  syncd_result result{};
-  syncd_handle h;
-  if (syncd_allgather_async(c, &t, &result, &h) != SYNCD_OK || syncd_wait(c, h, 30'000) != SYNCD_OK) return -1;
-  const int n = int(result.bytes / 4);
-  syncd_release_result(c, &result);
-  return n;
-}
-
-// Members() again after the job's membership changed under this rank: acknowledges it and calls
+// AliveRanks() again after the job's membership changed under this rank: acknowledges it and calls
 // again (as hvd.elastic.run's reset), for up to 20 s.
 int MembersOnceAcknowledged(syncd_client* c, int rank) {
   for (int tries = 0; tries < 20'000; ++tries) {
-    const int n = Members(c, rank);
+    const int n = AliveRanks(c, rank);
     if (n != -1) return n;
     uint32_t membership = 0;
     if (syncd_acknowledge_membership(c, &membership) != SYNCD_OK) return -1;
@@ -349,7 +335,7 @@ void TrainThroughAReplacement(int nodes, const char* policy, int victim, bool no
     std::vector<int32_t*> grads;
     for (int64_t count : layers) grads.push_back(static_cast<int32_t*>(syncd_alloc(c, uint64_t(count) * 4)));
     auto* avg = static_cast<float*>(syncd_alloc(c, 4 * 4));
-    int members = !replacement ? 4 : node_back ? MembersOnceAcknowledged(c, rank) : Members(c, rank);
+    int members = !replacement ? 4 : node_back ? MembersOnceAcknowledged(c, rank) : AliveRanks(c, rank);
     int seen_three = replacement, together = 0;
     for (int step = 0; together < kStepsTogether; ++step) {
       CHILD_CHECK(step < 100'000, "rank %d: the replacement never joined", rank);
@@ -377,9 +363,9 @@ void TrainThroughAReplacement(int nodes, const char* policy, int victim, bool no
       if (node_back && together == 0) {
         members = MembersOnceAcknowledged(c, rank);
       } else {
-        members = Members(c, rank);
+        members = AliveRanks(c, rank);
         // restore: the first group without the victim fails on every rank, this one maybe.
-        if (members == -1 && restore && !seen_three && !failed) members = Members(c, rank);
+        if (members == -1 && restore && !seen_three && !failed) members = AliveRanks(c, rank);
       }
       CHILD_CHECK(members == 3 || members == 4, "rank %d step %d: members %d: %s", rank, step, members,
                   syncd_last_error());
@@ -540,7 +526,7 @@ TEST_P(DaemonRestart, TheNodesRanksAttachAgainAndEveryCollectiveSumsEveryRankAga
         CHILD_CHECK((grads[0][0] & ~node_bits) == (full & ~node_bits) && (grads[0][0] & ~full) == 0,
                     "rank %d step %d: %d", rank, step, grads[0][0]);
       }
-      members = together == 0 ? MembersOnceAcknowledged(c, rank) : Members(c, rank);
+      members = together == 0 ? MembersOnceAcknowledged(c, rank) : AliveRanks(c, rank);
       // The node's ranks attach one by one: the job may take the node back with some of them (the
       // others stood in for, adding no row) and the rest join as replacements after.
       CHILD_CHECK((members >= n - k.local && members <= n) || (members == -1 && restarted_node && together == 0),

@@ -83,6 +83,20 @@ inline int SubmitPowerOfTwoStep(syncd_client* c, int rank, const std::vector<int
   return SYNCD_OK;
 }
 
+// The ranks alive, as every rank of a job sees them: an allgather of each one's own rank (a lost
+// rank's stand-in adds no row). -1 on failure (the child prints why).
+inline int AliveRanks(syncd_client* c, int rank) {
+  int32_t mine = rank;
+  int64_t one = 1;
+  syncd_tensor t{"members", &mine, SYNCD_INT32, 1, &one, 0};
+  syncd_result result{};
+  syncd_handle h;
+  if (syncd_allgather_async(c, &t, &result, &h) != SYNCD_OK || syncd_wait(c, h, 30'000) != SYNCD_OK) return -1;
+  const int n = int(result.bytes / 4);
+  syncd_release_result(c, &result);
+  return n;
+}
+
 // The elastic tests' moment of a loss: once every one of the `n` ranks has begun its third step
 // (`steps`: each rank's current step), a random pause of up to 50 ms: between steps, between
 // gradients or inside an allreduce.

@@ -242,6 +242,51 @@ def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(
     assert 0 < joined_s < 10, joined_s
 
 
+@pytest.mark.parametrize("policy,mode", [("restore", "negotiate"), ("continue", "topo"), ("restore", "nbcs")])
+def test_horovods_elastic_synthetic_benchmark_grows_to_max_np_when_host_discovery_offers_slots(policy, mode):
+    """syncrun --elastic -N 2 -n 2 --max-np 4 --host-discovery-script: ranks 0 and 2 start (one per
+    node, numbered 0 and 1 of 2); at iteration 3 rank 0 has the script offer two slots per node;
+    syncrun starts ranks 1 and 3 in the vacant slots, they join the others at their next commit
+    (HostsUpdatedInterrupt, the state from rank 0), and all four end with size 4, their launch
+    ranks, the learning rate scaled to 4 and the same parameters; syncrun exits 0 and syncctl-style
+    status counted no loss."""
+    with tempfile.TemporaryDirectory() as d:
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write("node0:1\nnode1:1\n")
+        launcher = ["--elastic", "--max-np", "4", "--host-discovery-script", "cat " + hosts,
+                    "--discovery-interval", "0.2"] + (["--on-loss", "continue"] if policy == "continue" else [])
+        p, results = syncrun(2, 2, "elastic_synthetic.py", "--grow-file", hosts, "--grow-hosts", "node0:2,node1:2",
+                             "--grow-at-iter", "3", "--num-iters", "30", "--sleep-ms", "50", "--wait-for-size", "4",
+                             syncd_args=["--coord=%s" % mode], launcher_args=launcher, timeout=180)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "host discovery offers node 0 2 slots; starting rank 1" in out, out
+    assert "host discovery offers node 1 2 slots; starting rank 3" in out, out
+    assert "lost" not in out.lower(), out
+    ranks = ranks_of(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(r, r, 4) for r in range(4)], ranks
+    assert [r["replacement"] for r in ranks] == [False, True, False, True], ranks
+    assert [r["start_size"] for r in (ranks[0], ranks[2])] == [2, 2], ranks
+    assert all(abs(r["lr"] - 0.04) < 1e-12 for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the new ranks' parameters differ from the others'"
+    # A reset for each commit that saw new ranks (the two may come at one commit or at two); under
+    # restore the vacant slots failed nothing, so no more.
+    assert all(1 <= r["resets"] <= 2 for r in ranks), [r["resets"] for r in ranks]
+
+
+def test_syncrun_refuses_max_np_it_cannot_lay_out():
+    """--max-np that does not spread evenly over the nodes, or is below -n, or comes without a
+    host discovery script, is refused before anything starts, saying what to change."""
+    for args, why in ((["-N", "2", "-n", "2", "--max-np", "5"], "do not spread evenly over 2 nodes"),
+                      (["-N", "2", "-n", "4", "--max-np", "2"], "--max-np 2 is below -n 4"),
+                      (["-N", "2", "-n", "2", "--max-np", "4"], "needs --host-discovery-script")):
+        extra = [] if why.startswith("needs") else ["--host-discovery-script", "true"]
+        p = subprocess.run([os.path.join(BIN, "syncrun"), "--elastic"] + args + extra + ["--", "true"],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and why in p.stderr, (args, p.returncode, p.stderr)
+
+
 @pytest.mark.parametrize("nodes,victim,mode,policy", [(2, 2, "negotiate", "restore"), (2, 3, "topo", "continue"),
                                                       (4, 3, "negotiate", "restore"), (4, 1, "nbcs", "continue")])
 def test_horovods_elastic_synthetic_benchmark_attaches_again_under_restart_daemons(nodes, victim, mode, policy):

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <tuple>
+#include <vector>
+
 namespace syncd {
 namespace {
 
@@ -127,6 +131,27 @@ TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {
     EXPECT_FALSE(e.default_text.empty()) << e.name;
     EXPECT_FALSE(e.help.empty()) << e.name;
     EXPECT_NE(ConfigMarkdownTable().find("`--" + e.name + "`"), std::string::npos);
+  }
+}
+
+TEST(Config, VacantRanksAreRefusedWhereTheJobCannotGoOnWithoutThemOrANodeHasNone) {
+  const std::map<std::string, std::string> job = {{"nodes", "2"}, {"node-rank", "1"}, {"local-size", "2"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(job.begin(), job.end());
+    return BuildConfig(extra, {});
+  };
+  auto ok = with({{"vacant-ranks", "1,3"}, {"on-loss", "restore"}});
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->vacant_ranks, (std::vector<uint32_t>{1, 3}));
+  EXPECT_TRUE(with({{"vacant-ranks", "none"}}).ok());
+  for (const auto& [value, on_loss, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"1", "fail", "needs --on-loss continue or restore"},
+           {"2-3", "continue", "every rank of node 1 is vacant"},
+           {"7", "restore", "rank 7 is not in the job (4 ranks"},
+           {"1-x", "restore", "bad entry '1-x'"}}) {
+    auto c = with({{"vacant-ranks", value}, {"on-loss", on_loss}});
+    ASSERT_FALSE(c.ok()) << value;
+    EXPECT_NE(c.status().message().find(why), std::string::npos) << c.status().message();
   }
 }
 

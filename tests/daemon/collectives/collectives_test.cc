@@ -189,6 +189,25 @@ TEST(Collectives, AllreduceCompressionIsParsedResolvedAgreedAndFused) {
   EXPECT_EQ(stand_in->compression, SYNCD_COMPRESSION_FP16);
 }
 
+// A TOPO plan's registration: a lost rank (a vacant slot too) stands in beside a rank of its node
+// that registers it, with the same plan; not from the agreed name alone (no plan to run), and a
+// rank that joined (hvd.join) does not.
+TEST(Collectives, ALostRanksStandInRegistersThePlanOfItsNodesRanks) {
+  Request like;
+  like.kind = abi::OpKind::kRegisterGraph;
+  like.name = abi::kTopoPlanName;
+  like.plan = std::make_shared<TopoPlan>();
+  like.shape = {42};
+  StatusOr<Request> stand_in = JoinedRequest(like, 1, 1, 1, /*lost=*/true);
+  ASSERT_TRUE(stand_in.ok()) << stand_in.status().ToString();
+  EXPECT_EQ(stand_in->plan, like.plan);
+  EXPECT_EQ(stand_in->client_id, kNoClient);
+  EXPECT_EQ(stand_in->rank, 1u);
+  EXPECT_FALSE(JoinedRequest(like, 1, 1, 1, /*lost=*/false).ok());
+  like.plan = nullptr;  // as the coordinator knows it: the name and the hash
+  EXPECT_FALSE(JoinedRequest(like, 1, 1, 1, /*lost=*/true).ok());
+}
+
 // A rank's request as another node announced it (the coordinator's input, off the wire) may
 // have no dimension: every rooted and row-splitting kind refuses it by name, without reading a
 // first dimension that is not there (found by fuzz_coord_wire).

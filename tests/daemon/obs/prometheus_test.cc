@@ -51,6 +51,21 @@ StatusSnapshot Snapshot() {
   return s;
 }
 
+TEST(PrometheusTest, VacantSlotsAreCountedApartFromLostRanks) {
+  StatusSnapshot s = Snapshot();
+  ClientSnapshot vacant = s.clients[1];
+  vacant.rank = 4;
+  vacant.state = "vacant";
+  vacant.job_went_on = true;  // the job goes on without it, as it does without a lost rank
+  s.clients.push_back(vacant);
+  s.clients[1].job_went_on = true;
+  const std::string text = RenderPrometheus(s);
+  const std::string node = "job_id=\"42\",node=\"1\"";
+  EXPECT_EQ(ValueOf(text, "syncd_clients{" + node + ",state=\"lost\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_clients{" + node + ",state=\"vacant\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_ranks_lost_job_went_on{" + node + "}"), "1");
+}
+
 TEST(PrometheusTest, CountersCarryKindSetAndTheNodeLevelLabels) {
   const std::string text = RenderPrometheus(Snapshot());
   const std::string node = "job_id=\"42\",node=\"1\"";

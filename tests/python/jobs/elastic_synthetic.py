@@ -35,13 +35,18 @@ parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-iter", type=int, default=-1)
 parser.add_argument("--kill-daemon", action="store_true")
 parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each step (room for a replacement)")
+parser.add_argument("--grow-file", help="syncrun --host-discovery-script's hosts file: rank 0 writes --grow-hosts "
+                    "to it at --grow-at-iter (syncrun --max-np then starts ranks in the slots offered)")
+parser.add_argument("--grow-hosts", default="", help="comma-separated NODE:SLOTS")
+parser.add_argument("--grow-at-iter", type=int, default=-1)
 parser.add_argument("--wait-for-size", type=int, default=0,
                     help="before the last iteration, wait (up to 120 s from the start) until the job has this many ranks")
 args = parser.parse_args()
 started_at = time.time()
 
 hvd.init()
-launch_rank = hvd.rank()
+launch_rank = basics.client().rank
+start_size = hvd.size()
 replacement = basics.client().replaces_lost_rank()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -110,6 +115,10 @@ def run_benchmark(state):
         state.commit()
     for x in range(state.iter, args.num_iters):
         current_iter = x
+        if x == args.grow_at_iter and args.grow_file and launch_rank == 0 and not replacement:
+            with open(args.grow_file + ".tmp", "w") as f:
+                f.write("\n".join(args.grow_hosts.split(",")) + "\n")
+            os.replace(args.grow_file + ".tmp", args.grow_file)
         if x == args.num_iters - 1:
             wait_for_replacement(state)
         time = timeit.timeit(lambda: benchmark_step(state), number=args.num_batches_per_iter)
@@ -133,6 +142,7 @@ state.register_reset_callbacks([on_state_reset])
 run_benchmark(state)
 digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.state_dict().values())).hexdigest()
 report(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "launch_rank": launch_rank, "resets": resets,
+                   "start_size": start_size,
                    "lr": optimizer.param_groups[0]["lr"], "iters": len(state.img_secs), "digest": digest,
                    "replacement": replacement, "first_step_at": first_step_at[0],
                    # attached again to its restarted daemon (syncrun --restart-daemons)

@@ -66,8 +66,33 @@ def init(comm=None):
         raise ValueError("syncd.torch.init: MPI communicators are not supported; ranks come from syncrun/srun")
     if _client_obj is None:
         _client_obj = _client.Client()
+        _start_without_vacant_ranks()
         for hook in list(_init_hooks):
             hook()
+
+
+def _vacant_ranks():
+    """SYNCD_VACANT_RANKS (syncrun --max-np sets it, as the daemons' --vacant-ranks): the job's
+    slots none held at launch, as a list like "1,3-4"."""
+    text = os.environ.get("SYNCD_VACANT_RANKS", "").strip()
+    ranks = set()
+    for entry in filter(None, text.split(",")):
+        lo, _, hi = entry.partition("-")
+        try:
+            ranks.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ValueError("SYNCD_VACANT_RANKS=%r: expected ranks like 1,3-4" % text) from None
+    return ranks
+
+
+def _start_without_vacant_ranks():
+    # A job started with vacant slots (syncrun --max-np): its ranks are numbered 0..n-1 among those
+    # started, as Horovod elastic numbers the ranks it starts. A rank that starts in a vacant slot
+    # later is numbered when it joins the others (hvd.elastic.run).
+    vacant = _vacant_ranks()
+    c = _client_obj
+    if vacant and c.rank not in vacant and not c.replaces_lost_rank():
+        set_view([r for r in range(c.size) if r not in vacant])
 
 
 def shutdown():

@@ -45,8 +45,12 @@ node back into the job's collectives first: what was in flight fails on every ra
 (HorovodInternalError, under either policy), they roll back to the last commit, acknowledge the
 new membership and reset with the replacement, whose calls were refused until then.
 
-Not yet: new ranks beyond the launch's (--max-np), process sets and alltoall splits in the
-renumbered view (they take launch ranks).
+New ranks beyond the launch's (syncrun --max-np with --host-discovery-script): the job starts
+with vacant slots, which the ranks started do not count (basics numbers them 0..n-1 at init); a
+rank started in a vacant slot joins as a replacement does.
+
+Not yet: new nodes joining, process sets and alltoall splits in the renumbered view (they take
+launch ranks).
 """
 import copy
 import functools
