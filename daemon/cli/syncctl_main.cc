@@ -197,9 +197,10 @@ std::string ClockTime(double unix_s) {
 // Elastic jobs: the ranks lost, then each change of the job's membership (nodes lost, ranks back).
 void PrintLosses(const syncd::control::StatusReply& s) {
   for (const auto& c : s.clients()) {
-    if (c.state() != "lost" || c.lost_why().empty()) continue;
+    if ((c.state() != "lost" && c.state() != "left") || c.lost_why().empty()) continue;
     const std::string when = ClockTime(c.lost_unix_s());
-    printf("  LOST rank %u%s: %s; %s\n", c.rank(), when.empty() ? "" : (" at " + when).c_str(), c.lost_why().c_str(),
+    printf("  %s rank %u%s: %s; %s\n", c.state() == "left" ? "LEFT" : "LOST", c.rank(),
+           when.empty() ? "" : (" at " + when).c_str(), c.lost_why().c_str(),
            c.job_went_on() ? "the job went on without it (--on-loss continue or restore)" : "the job ended");
   }
   for (const auto& m : s.membership_changes())

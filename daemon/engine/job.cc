@@ -283,11 +283,11 @@ void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
     std::vector<uint32_t> gone;
     for (const auto& [lr, lost] : lost_)
       if (!lost.continued) gone.push_back(lr);
-    for (uint32_t lr : gone) ContinueWithout(lr, config_.node_rank * local_size_ + lr, lost_[lr].reason);
+    for (uint32_t lr : gone) GoOnWithoutDeparted(lr);
     return;
   }
   if (config_.on_loss != OnLoss::kFail) {
-    for (uint32_t lr : expired_ranks) ContinueWithout(lr, config_.node_rank * local_size_ + lr, lost_[lr].reason);
+    for (uint32_t lr : expired_ranks) GoOnWithoutDeparted(lr);
     return;
   }
   // They will not come: what waits for them fails, and when anything did, the job ends on every
@@ -301,13 +301,21 @@ void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
   End(EndScope::Client(expired_ranks.front(), waiting ? why : Status::Ok()), why);
 }
 
+void Job::GoOnWithoutDeparted(uint32_t local_rank) {
+  LostRank& lost = lost_[local_rank];
+  // A clean detach (hvd.shutdown, the interpreter's exit): the others may have finished their
+  // collectives with it already; should they call more, the node stands in. Not a loss.
+  lost.departed = true;
+  ContinueWithout(local_rank, config_.node_rank * local_size_ + local_rank, lost.reason);
+}
+
 void Job::ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string& why) {
   LostRank& lost = lost_[local_rank];
   lost.blocking = false;
   lost.rejoin_deadline_ns = 0;
   lost.continued = true;
-  spdlog::warn("{}; the job goes on without it (--on-loss {})", why,
-               config_.on_loss == OnLoss::kRestore ? "restore: what was in flight fails" : "continue");
+  spdlog::log(lost.departed ? spdlog::level::info : spdlog::level::warn, "{}; the job goes on without it (--on-loss {})",
+              why, config_.on_loss == OnLoss::kRestore ? "restore: what was in flight fails" : "continue");
   const Status gone(SYNCD_ERR_RANK_LOST, why);
   p2p_.EndRank(local_rank, rank, gone);
   for (auto& [id, set] : sets_)

@@ -81,6 +81,9 @@ struct LostRank {
   // A slot no rank held since the job started (--vacant-ranks): the rank that attaches in its
   // place is new to the job, not a replacement.
   bool vacant = false;
+  // It detached between collectives and did not attach again in time (ExpireDepartures): the job
+  // goes on without it, but it was not lost (ranks finishing apart at a job's end).
+  bool departed = false;
   double lost_unix_s = 0;
 };
 
@@ -283,6 +286,9 @@ class Job {
   // because `why`: transfers with it fail, the global set stands in for it (every other node's
   // collectives go on without it), and each process set holding it ends (they cannot).
   void ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string& why);
+  // ExpireDepartures under --on-loss continue or restore: ContinueWithout a rank that detached
+  // cleanly and did not come back, as one that left (LostRank::departed), not one lost.
+  void GoOnWithoutDeparted(uint32_t local_rank);
   // --vacant-ranks: the job starts without this node's vacant ranks, as it goes on without lost
   // ones (nothing logged, marked or counted as a loss).
   void StartWithoutVacantRanks();

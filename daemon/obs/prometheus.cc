@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "daemon/base/version.h"
@@ -78,17 +79,17 @@ class Exposition {
 double Seconds(uint64_t ns) { return double(ns) / 1e9; }
 
 void Clients(const StatusSnapshot& s, Exposition* e) {
-  uint64_t attached = 0, lost = 0, vacant = 0, went_on = 0;
+  std::map<std::string, uint64_t> by_state = {{"attached", 0}, {"lost", 0}, {"left", 0}, {"vacant", 0}};
+  uint64_t went_on = 0;
   for (const ClientSnapshot& c : s.clients) {
-    ++(c.state == "attached" ? attached : c.state == "vacant" ? vacant : lost);
+    ++by_state[by_state.count(c.state) ? c.state : "lost"];
     went_on += c.job_went_on && c.state == "lost";
   }
   e->Family("syncd_clients", "gauge",
-            "Ranks of this node by state: attached, lost (exited or killed while attached), or vacant (a slot no rank "
-            "has held yet, --vacant-ranks).");
-  e->Sample("syncd_clients", {{"state", "attached"}}, attached);
-  e->Sample("syncd_clients", {{"state", "lost"}}, lost);
-  e->Sample("syncd_clients", {{"state", "vacant"}}, vacant);
+            "Ranks of this node by state: attached, lost (exited or killed while attached), left (detached between "
+            "collectives and not back in time, the job going on: --on-loss continue or restore) or vacant (a slot no "
+            "rank has held yet, --vacant-ranks).");
+  for (const auto& [state, n] : by_state) e->Sample("syncd_clients", {{"state", state}}, n);
   e->Family("syncd_ranks_lost_job_went_on", "gauge",
             "Ranks of this node the job lost and went on without (--on-loss continue), this job.");
   e->Sample("syncd_ranks_lost_job_went_on", {}, went_on);

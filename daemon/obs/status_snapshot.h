@@ -26,7 +26,9 @@ namespace syncd {
 struct ClientSnapshot {
   uint32_t rank = 0, local_rank = 0;
   int32_t pid = 0;
-  std::string state;  // "attached", "lost" or "vacant" (--vacant-ranks)
+  // "attached", "lost", "left" (detached between collectives and not back in time, under
+  // --on-loss continue or restore) or "vacant" (--vacant-ranks)
+  std::string state;
   uint64_t ops = 0, bytes = 0, errors = 0;
   uint32_t submit_depth = 0, completion_depth = 0;
   double last_seen_s = -1;   // since its last submission (-1: none yet)

@@ -221,44 +221,6 @@ TEST(Collectives, StatusReportsClientsCoresAndCounters) {
   EXPECT_EQ(JsonNumber(json, "bytes_reduced"), 5u * 64 * 4);
 }
 
-// GET http://127.0.0.1:port/path over a plain socket (HTTP/1.0: the server closes when done):
-// the status line and the body, or "" when nothing answers.
-std::pair<std::string, std::string> HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, size_t(n));
-    }
-  }
-  close(fd);
-  const size_t head = reply.find("\r\n\r\n");
-  if (head == std::string::npos) return {};
-  return {reply.substr(0, reply.find("\r\n")), reply.substr(head + 4)};
-}
-
-// The value of the sample that starts with `prefix` (name and leading labels) and has `suffix`
-// right before its value, or -1.
-double Sample(const std::string& page, const std::string& prefix, const std::string& suffix) {
-  size_t at = 0;
-  while ((at = page.find(prefix, at)) != std::string::npos) {
-    const size_t end = page.find('\n', at);
-    const std::string line = page.substr(at, end - at);
-    const size_t brace = line.rfind("} ");
-    if (brace != std::string::npos && line.compare(0, prefix.size(), prefix) == 0 &&
-        brace >= suffix.size() && line.compare(brace - suffix.size(), suffix.size(), suffix) == 0)
-      return std::stod(line.substr(brace + 2));
-    at = end;
-  }
-  return -1;
-}
-
 // Scrapes run on civetweb's threads while the engine completes collectives: counts come out exact.
 TEST(Collectives, MetricsEndpointCountsWhileScrapedConcurrently) {
   Daemon d(2, {"--metrics-port", "0"});

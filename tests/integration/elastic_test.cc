@@ -640,5 +640,39 @@ INSTANTIATE_TEST_SUITE_P(Modes, RestoreAfterLoss,
                                            Case{"topo", 1, 4}),
                          CaseName);
 
+// Ranks that finish apart (one node's ranks save a checkpoint for a few seconds after the last
+// step, say) under an elastic policy: the early node's daemon sees its ranks detached between
+// collectives and not back within the 2 s grace while the other node's are still attached. It goes
+// on without them (should the others call more collectives it stands in), but they left; they
+// were not lost: no warning, `syncctl status` says LEFT, not LOST, and the metrics count them as
+// left, not among the ranks the job lost.
+TEST(ElasticJobEnd, RanksFinishingSecondsApartLeftTheJobTheyWereNotLost) {
+  Cluster cluster(2, 2, {"--on-loss", "continue", "--log-level", "info", "--metrics-port", "0"});
+  const std::vector<pid_t> pids = SpawnAttached2x2(cluster, [](syncd_client* c, int r) {
+    int32_t v = 1 << r;
+    const int64_t one = 1;
+    for (int step = 0; step < 5; ++step) {
+      v = 1 << r;
+      syncd_tensor t{"step", &v, SYNCD_INT32, 1, &one, 0};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK &&
+                      v == 15, "rank %d step %d: %d %s", r, step, v, syncd_last_error());
+    }
+    if (r >= 2) usleep(3'500'000);  // node 1's ranks finish 3.5 s after node 0's
+    return 0;
+  });
+  for (pid_t p : pids) {
+    const int s = WaitChild(p, 30'000);
+    EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
+  }
+  const std::string table = SyncctlStatus(cluster.node(0).run_dir());
+  EXPECT_TRUE(Contains(table, "LEFT rank 0")) << table;
+  EXPECT_FALSE(Contains(table, "LOST rank")) << table;
+  EXPECT_FALSE(Contains(cluster.node(0).Log(), "[warning]")) << cluster.node(0).Log();
+  const std::string page = MetricsPage(cluster.node(0).run_dir());
+  EXPECT_EQ(Sample(page, "syncd_clients{", "state=\"left\""), 2) << page;
+  EXPECT_EQ(Sample(page, "syncd_ranks_lost_job_went_on{", ""), 0) << page;
+}
+
 }  // namespace
 }  // namespace syncd::testing

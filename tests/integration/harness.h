@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,14 @@ int WaitChild(pid_t pid, int timeout_ms);
     }                                                                       \
   } while (0)
 
+// GET http://127.0.0.1:port/path over a plain socket (HTTP/1.0: the server closes when done):
+// the status line and the body, or "" when nothing answers.
+std::pair<std::string, std::string> HttpGet(int port, const std::string& path);
+// The daemon's /metrics page (it was started with --metrics-port), or "".
+std::string MetricsPage(const std::string& run_dir);
+// The value of the Prometheus sample that starts with `prefix` (name and leading labels) and has
+// `suffix` right before its value, or -1.
+double Sample(const std::string& page, const std::string& prefix, const std::string& suffix);
 bool Contains(const std::string& haystack, const std::string& needle);
 // Seconds on the monotonic clock.
 double NowS();

@@ -202,10 +202,10 @@ TEST_P(LostNode, TheRanksLeftGoOnSummingExactlyThemselves) {
   }
   std::printf("node %d's %s (--on-loss %s): the ranks left completed a step without it %.3f s after\n", k.lost,
               k.leave ? "ranks left" : "daemon killed", k.policy, slowest);
-  if (k.leave) {  // the node whose ranks left says so, as a user reads it
+  if (k.leave) {  // the node whose ranks left says so, as a user reads it: they left, cleanly
     const std::string table = SyncctlStatus(cluster.node(k.lost).run_dir());
     for (int r = k.lost * k.local; r < (k.lost + 1) * k.local; ++r)
-      EXPECT_TRUE(Contains(table, "LOST rank " + std::to_string(r) + " at ")) << table;
+      EXPECT_TRUE(Contains(table, "LEFT rank " + std::to_string(r) + " at ")) << table;
     EXPECT_TRUE(Contains(table, "the job went on without it (--on-loss continue or restore)")) << table;
     std::printf("%s\n", table.c_str());
     return;
