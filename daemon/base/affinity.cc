@@ -37,14 +37,14 @@ StatusOr<std::vector<uint32_t>> ParseNumberList(const std::string& text, const s
 
 StatusOr<CoreSet> ParseCoreList(const std::string& text) { return ParseNumberList(text, "core list", CPU_SETSIZE); }
 
-std::string FormatCoreList(const CoreSet& cores) {
+std::string FormatNumberList(const std::vector<uint32_t>& numbers) {
   std::string out;
-  for (size_t i = 0; i < cores.size();) {
+  for (size_t i = 0; i < numbers.size();) {
     size_t j = i;
-    while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
     if (!out.empty()) out += ',';
-    out += std::to_string(cores[i]);
-    if (j > i) out += "-" + std::to_string(cores[j]);
+    out += std::to_string(numbers[i]);
+    if (j > i) out += "-" + std::to_string(numbers[j]);
     i = j + 1;
   }
   return out;

@@ -18,8 +18,9 @@ using CoreSet = std::vector<uint32_t>;  // sorted, unique logical CPU ids
 StatusOr<std::vector<uint32_t>> ParseNumberList(const std::string& text, const std::string& what, uint64_t limit);
 // A number list of CPU ids.
 StatusOr<CoreSet> ParseCoreList(const std::string& text);
-// {1,3,4} -> "1,3-4"
-std::string FormatCoreList(const CoreSet& cores);
+// {1,3,4} -> "1,3-4" (ParseNumberList's form; ascending input).
+std::string FormatNumberList(const std::vector<uint32_t>& numbers);
+inline std::string FormatCoreList(const CoreSet& cores) { return FormatNumberList(cores); }
 
 // CPUs this process (or process `pid`) may run on now; empty when `pid` does not exist.
 CoreSet AllowedCores(int pid = 0);

@@ -366,16 +366,7 @@ Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
 }
 
 void ProcessSet::RegisterPlan(ReadyTensor& registration) {
-  // A lost rank's stand-in may come first, and carries no plan where it stood in from the agreed
-  // name alone: the plan is any of this node's ranks' (they agreed it is the same everywhere).
-  const auto with_plan = std::find_if(registration.requests.begin(), registration.requests.end(),
-                                      [](const Request& r) { return r.plan != nullptr; });
-  if (with_plan == registration.requests.end()) {
-    CompleteAll(registration.requests, Status(SYNCD_ERR_INTERNAL, "TOPO plan registration without a plan"));
-    registration.requests.clear();
-    return;
-  }
-  const std::shared_ptr<const TopoPlan> plan = with_plan->plan;
+  const std::shared_ptr<const TopoPlan>& plan = registration.first().plan;
   char hex[32];
   snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)plan->hash);
   Status result(SYNCD_OK, std::string("plan ") + hex);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "daemon/base/affinity.h"
 #include "daemon/launch/exec.h"
 #include "proto/doorbell.h"
 
@@ -40,14 +41,7 @@ StatusOr<SlotLayout> PlanSlots(int nodes, int ranks, int max_np) {
 }
 
 std::string FormatRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
-    i = j + 1;
-  }
-  return out;
+  return FormatNumberList(std::vector<uint32_t>(ranks.begin(), ranks.end()));
 }
 
 StatusOr<std::vector<int>> ParseDiscoveredHosts(const std::string& output, int nodes, int slots_per_node) {
