@@ -324,6 +324,10 @@ int Serve(const Config& config) {
     StatusOr<EngineReply> r = engine.Ask(ResumeJobCommand{job.rejoin}, 10'000);
     const Status st = r.ok() ? std::get<Status>(*r) : r.status();
     if (!st.ok()) spdlog::error("restarted under job {:#x}, cannot start it here: {}", job.rejoin.job, st.message());
+  } else if (NodeStartsVacant(config)) {
+    StatusOr<EngineReply> r = engine.Ask(StartVacantJobCommand{config.job_id}, 10'000);
+    const Status st = r.ok() ? std::get<Status>(*r) : r.status();
+    if (!st.ok()) spdlog::error("job {:#x}: cannot start it without a rank: {}", config.job_id, st.message());
   }
   if (job.rendezvous) job.rendezvous->set_rejoin(RejoinHook(&engine));
   std::thread attach_thread([&attach] { attach.Run(); });

@@ -209,14 +209,27 @@ std::vector<ConfigEntry> JobEntries() {
     {"vacant-ranks", "SYNCD_VACANT_RANKS", "none",
      "Ranks of the job (a list like 3,6-7) that no process holds when it starts, slots for ranks that come later "
      "(syncrun --max-np): the job goes on without them, as --on-loss says, until a rank attaches in their place and "
-     "joins the others at their next commit. Needs --on-loss continue or restore; every node keeps a rank. Every "
-     "daemon of the job must have the same",
+     "joins the others at their next commit. Needs --on-loss continue or restore. A node whose every rank is vacant "
+     "joins the job's collectives once a rank attaches there; its daemon starts the job without a rank, so it needs "
+     "--job-id. Every daemon of the job must have the same",
      [](Config& c, const std::string& text) -> Status {
        c.vacant_ranks.clear();
        if (text == "none" || text.empty()) return Status::Ok();
        auto ranks = ParseNumberList(text, "vacant-ranks", kMaxVacantRank);
        if (!ranks.ok()) return ranks.status();
        c.vacant_ranks = std::move(*ranks);
+       return Status::Ok();
+     }},
+    {"job-id", "SYNCD_JOB_ID", "0",
+     "The id of the job this daemon's ranks belong to (what they carry as SYNCD_JOB_ID, or Slurm's job id). Needed "
+     "only where --vacant-ranks leaves every rank of this node vacant: the daemon then starts the job before any "
+     "rank attaches. 0: none",
+     [](Config& c, const std::string& text) -> Status {
+       char* end = nullptr;
+       errno = 0;
+       c.job_id = strtoull(text.c_str(), &end, 0);
+       if (text.empty() || text[0] == '-' || errno != 0 || *end != '\0')
+         return InvalidArgument("job-id: '" + text + "' is not a job id (a number, decimal or 0x hex)");
        return Status::Ok();
      }},
   };
@@ -321,10 +334,19 @@ const std::vector<ConfigEntry>& ConfigTable() {
   return table;
 }
 
+bool NodeStartsVacant(const Config& c) {
+  if (c.vacant_ranks.empty() || c.local_size == 0) return false;
+  const uint32_t first = c.node_rank * c.local_size;
+  const auto lo = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), first);
+  const auto hi = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), first + c.local_size);
+  return uint32_t(hi - lo) == c.local_size;
+}
+
 namespace {
 
-// --vacant-ranks: only where the job can go on without ranks, within it, and never a whole node
-// (its daemon would have no rank to start the job with).
+// --vacant-ranks: only where the job can go on without ranks, within it, never every rank, and a
+// node wholly vacant only with --job-id where it is this one (its daemon starts the job without a
+// rank).
 Status CheckVacantRanks(const Config& c) {
   if (c.vacant_ranks.empty()) return Status::Ok();
   if (c.on_loss == OnLoss::kFail)
@@ -336,13 +358,24 @@ Status CheckVacantRanks(const Config& c) {
     return InvalidArgument("vacant-ranks: rank " + std::to_string(c.vacant_ranks.back()) + " is not in the job (" +
                            std::to_string(size) + " ranks: " + std::to_string(c.nodes) + " nodes of " +
                            std::to_string(c.local_size) + ")");
-  for (uint32_t node = 0; node < c.nodes; ++node) {
-    const auto lo = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), node * c.local_size);
-    const auto hi = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), (node + 1) * c.local_size);
-    if (uint32_t(hi - lo) == c.local_size)
-      return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(node) +
-                             " is vacant; each node must start with a rank");
+  if (c.vacant_ranks.size() == size)
+    return InvalidArgument("vacant-ranks: every rank of the job is vacant; it needs a rank to start with");
+  // A TOPO plan is registered by the ranks of every node; a node without one cannot stand in for
+  // the registration (it never saw the plan).
+  if (c.coord == abi::CoordMode::kTopo && c.nodes > 1) {
+    for (uint32_t node = 0; node < c.nodes; ++node) {
+      Config other = c;
+      other.node_rank = node;
+      if (NodeStartsVacant(other))
+        return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(node) +
+                               " is vacant, which --coord topo cannot take (the node has no rank to register the "
+                               "job's plan with the others); use --coord negotiate or nbcs, or give it a rank");
+    }
   }
+  if (NodeStartsVacant(c) && c.job_id == 0)
+    return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(c.node_rank) +
+                           " (this one) is vacant: its daemon starts the job before a rank attaches, which needs "
+                           "--job-id (the SYNCD_JOB_ID its ranks will carry)");
   return Status::Ok();
 }
 

@@ -54,6 +54,7 @@ struct Config {
   OnLoss on_loss = OnLoss::kFail;  // --on-loss
   // --vacant-ranks: the job's slots no rank holds at its start (syncrun --max-np), ascending.
   std::vector<uint32_t> vacant_ranks;
+  uint64_t job_id = 0;  // --job-id: the job its ranks belong to (0: unknown until one attaches)
   uint32_t cycle_time_us = 0;
   CycleStart cycle_start = CycleStart::kWork;  // kTimer: Horovod's timing
   uint32_t cache_capacity = 0;
@@ -88,6 +89,10 @@ StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
 std::map<std::string, std::string> ConfigEnvironment();
 
 std::string ConfigMarkdownTable();
+
+// Whether --vacant-ranks leaves every rank of this node vacant (its daemon starts the job itself,
+// from --job-id, before a rank attaches).
+bool NodeStartsVacant(const Config& c);
 
 // "64M", "64MiB", "1G", "4096" -> bytes.
 StatusOr<uint64_t> ParseBytes(const std::string& text);

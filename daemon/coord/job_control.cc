@@ -27,15 +27,15 @@ bool IsNotice(ControlMessage::Kind k) {
 
 }  // namespace
 
-void Negotiator::Break(Status why) { EndJob(std::move(why), /*tell_peers=*/false); }
+void Negotiator::Break(Status why, bool expected) { EndJob(std::move(why), /*tell_peers=*/false, expected); }
 
 void Negotiator::Abort(Status why) { EndJob(std::move(why), /*tell_peers=*/true); }
 
-void Negotiator::EndJob(Status why, bool tell_peers) {
+void Negotiator::EndJob(Status why, bool tell_peers, bool expected) {
   if (broken_) return;
   broken_ = true;
   failure_ = why;
-  spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
+  if (!expected) spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
   CancelCycle(why);
   if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message(), why.code()});
   for (const std::string& name : PendingNames())

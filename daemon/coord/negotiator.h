@@ -141,8 +141,10 @@ class Negotiator {
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
-  // As Abort, without telling the other nodes: for a failure every node sees by itself.
-  void Break(Status why);
+  // As Abort, without telling the other nodes: for a failure every node sees by itself. `expected`:
+  // the set goes at a point every node agreed (the job's membership changed; logged there), so
+  // this logs nothing of its own.
+  void Break(Status why, bool expected = false);
   // The daemon is stopping: fails what is pending here and tells the other nodes, so that they
   // end the job without reporting a lost node. Waits until the notices are sent or the deadline
   // passes; returns whether they were sent.
@@ -252,7 +254,7 @@ class Negotiator {
   bool JoinedHere() const { return pending_.count(abi::kJoinName) > 0; }
   ReadyTensor StandIn(const std::string& name, const TensorMeta& meta) const;
   void TakeAndFail(const std::string& name, const Status& st);
-  void EndJob(Status why, bool tell_peers);  // Abort and Break
+  void EndJob(Status why, bool tell_peers, bool expected = false);  // Abort and Break
   bool CheckAbortMessages();
   void PeerLeft(uint32_t node, const std::string& reason);
   void PostControlReceive(uint32_t peer);

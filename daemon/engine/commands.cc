@@ -1,6 +1,7 @@
 // The control plane's commands on the engine thread (commands.h): the facts for the status, a
 // health report to send, the timeline, and a daemon restarted under its job (node 0 takes its node
-// back: TakeNodeBack; the new daemon starts the job where node 0 has it: ResumeJob).
+// back: TakeNodeBack; the new daemon starts the job where node 0 has it: ResumeJob), and a node
+// whose every rank is vacant starting its job (StartVacantJob).
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine/engine.h"
@@ -19,6 +20,8 @@ void Engine::RunCommands() {
       e.reply.set_value(TakeNodeBack(*r));
     } else if (auto* j = std::get_if<ResumeJobCommand>(&e.command)) {
       e.reply.set_value(ResumeJob(j->where));
+    } else if (auto* v = std::get_if<StartVacantJobCommand>(&e.command)) {
+      e.reply.set_value(StartVacantJob(v->job));
     } else {
       const TimelineCommand& c = std::get<TimelineCommand>(e.command);
       if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
@@ -82,6 +85,15 @@ Status Engine::ResumeJob(const RejoinAnswer& where) {
   PublishMembership();
   spdlog::info("restarted under job {:#x}: membership {}, its ranks stood in for until ranks attach in their place",
                where.job, where.resume.membership);
+  return Status::Ok();
+}
+
+Status Engine::StartVacantJob(uint64_t job) {
+  if (job_) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
+  BeginJob(job);
+  spdlog::info("job {:#x} starts with every rank of this node vacant: the node joins its collectives once a rank "
+               "attaches here",
+               job);
   return Status::Ok();
 }
 

@@ -59,7 +59,13 @@ struct RejoinAnswer {
 struct ResumeJobCommand {
   RejoinAnswer where;
 };
-using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand>;
+// A node whose every rank is vacant (--vacant-ranks, --job-id): start job `job` before any rank
+// attaches, standing in for each of them. Reply: a Status.
+struct StartVacantJobCommand {
+  uint64_t job = 0;
+};
+using EngineCommand =
+    std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand, StartVacantJobCommand>;
 using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>, RejoinAnswer>;
 
 class CommandQueue {

@@ -360,7 +360,8 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
     for (const Request& r : requests) Complete(r, status);
     return;
   }
-  if (!status.ok()) {
+  // Only stand-ins (a lost or vacant rank's join): no rank waits for them, nothing to report.
+  if (!status.ok() && first != requests.end()) {
     ++error_ops_;
     spdlog::warn("{}", status.message());
   }

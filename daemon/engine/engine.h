@@ -211,6 +211,7 @@ class Engine {
   void RunCommands();  // commands.cc
   RejoinAnswer TakeNodeBack(const RejoinCommand& c);
   Status ResumeJob(const RejoinAnswer& where);
+  Status StartVacantJob(uint64_t job);
   std::thread observer_;
   std::mutex observer_mu_;
   std::condition_variable observer_wake_;

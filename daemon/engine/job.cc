@@ -24,9 +24,12 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
   set_hooks_.on_notice = [this, others = std::move(set_hooks_.on_notice)](uint32_t from, const ControlMessage& m) {
     const uint32_t node = global_nodes_.empty() ? from : global_nodes_[from];
     if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(node, m);
-    else if (m.kind == ControlMessage::Kind::kNodeBack) back_asked_.push_back(node);
-    else if (m.kind == ControlMessage::Kind::kNodeJoin)
-      node_joins_.push_back({uint32_t(strtoul(m.text.c_str(), nullptr, 10)), uint32_t(m.cycle), uint32_t(m.code)});
+    else if (m.kind == ControlMessage::Kind::kNodeBack) AskedBack(node, m.text == kJoinsWord);
+    else if (m.kind == ControlMessage::Kind::kNodeJoin) {
+      char* word = nullptr;
+      const uint32_t joiner = uint32_t(strtoul(m.text.c_str(), &word, 10));
+      node_joins_.push_back({joiner, uint32_t(m.cycle), uint32_t(m.code), std::string(word) == " " + std::string(kJoinsWord)});
+    }
     else if (m.kind == ControlMessage::Kind::kNodeRestarted || m.kind == ControlMessage::Kind::kNodeAddress)
       ReceiveRestart(m);
     else if (others) others(node, m);
@@ -194,15 +197,25 @@ bool Job::Attached(uint32_t local_rank) {
     lost_.erase(it);
     return false;
   }
-  size_t continued = 0;
-  for (const auto& [lr, l] : lost_) continued += l.continued;
+  size_t continued = 0, vacant = 0;
+  for (const auto& [lr, l] : lost_) {
+    continued += l.continued;
+    vacant += l.vacant;
+  }
   if (continued == local_size_ || it->second.awaiting_node_back || back_pending_) {
-    // The node stands in for every name: the job must take it back first (node_back.cc).
+    // The node stands in for every name: the job must take it back first (node_back.cc). A node
+    // whose every slot was vacant from the start joins rather than comes back.
+    if (!back_pending_) back_joins_ = vacant == local_size_;
     it->second.awaiting_node_back = true;
+    const std::string node = std::to_string(config_.node_rank);
     it->second.reason = "rank " + std::to_string(config_.node_rank * local_size_ + local_rank) +
-                        " is a replacement on node " + std::to_string(config_.node_rank) +
-                        ", whose every rank was lost: it takes part once the job has taken the node back "
-                        "(the membership then changes: acknowledge it and call again)";
+                        (back_joins_ ? " is a new rank on node " + node +
+                                           ", whose every slot was vacant: it takes part once the job has taken the "
+                                           "node in"
+                                     : " is a replacement on node " + node +
+                                           ", whose every rank was lost: it takes part once the job has taken the "
+                                           "node back") +
+                        " (the membership then changes: acknowledge it and call again)";
     membership_changes_.push_back({membership_, UnixSeconds(), it->second.reason});
     back_pending_ = true;
     RequestNodeBack();

@@ -250,7 +250,8 @@ class Job {
   void LoseNodes();
   // The job's membership changes to `membership` (`what` says why): the global set as it stands ends
   // (what it holds fails, RANK_LOST, as on every other node) and goes.
-  void EndGlobalSet(uint32_t membership, const std::string& what);
+  // `routine`: a node joining as planned (logged at info, not as a warning).
+  void EndGlobalSet(uint32_t membership, const std::string& what, bool routine = false);
   // The global set made afresh on tag slot `slot` over the nodes not lost, the ranks the job goes
   // on without stood in for again.
   void MakeGlobalSet(uint32_t slot);
@@ -262,15 +263,19 @@ class Job {
   // Applied from Poll, once the sets are polled (the notices arrive inside them).
   void RequestNodeBack();
   bool ApplyNodeBack();  // whether it took a node back
+  // Node 0 of the global set: node `node` asked (`joins`: its kNodeBack said kJoinsWord).
+  void AskedBack(uint32_t node, bool joins);
+  static constexpr const char* kJoinsWord = "joins";
   // The restarted daemon's part: the job started where `resume` says.
   void Resume(const JobResume& resume);
   // The other nodes' part: node 0's notices of a restarted daemon; once its address is whole and
   // the old daemon is seen lost here, reconnect and take the node back. Returns whether it did.
   void ReceiveRestart(const ControlMessage& m);
   bool ApplyRestarts(uint64_t now_ns);
-  void TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot);
+  // `joins`: the node's every slot was vacant since the job started (it joins, it is not back).
+  void TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot, bool joins);
   // EndGlobalSet, then MakeGlobalSet on `slot` (node 0's choice, which every node continues from).
-  void RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string& what);
+  void RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string& what, bool routine = false);
   // How long node 0 waits for its notices to leave before the old global set goes (its sends are
   // cancelled with it). The peers are alive: a 384-byte message leaves in microseconds.
   static constexpr uint64_t kNoticeFlushNs = 200'000'000;
@@ -332,11 +337,14 @@ class Job {
   uint32_t membership_ = 0;
   std::string membership_why_;
   bool back_pending_ = false;  // a replacement here waits for the node to be taken back
+  bool back_joins_ = false;    // ... a new rank: the node had only vacant slots, it joins
   bool back_sent_ = false;     // ... and node 0 of the global set was asked
   std::vector<uint32_t> back_asked_;  // node 0 of the global set: nodes asking to come back
+  std::vector<bool> joining_;         // ... by node: it asked to join (its slots were all vacant)
   std::vector<uint32_t> back_retry_;  // ... that it could not answer yet
   struct NodeJoin {
     uint32_t node, membership, slot;
+    bool joins;
   };
   std::vector<NodeJoin> node_joins_;  // node 0's answers, to apply
   std::vector<RestartedNode> restarts_;  // node 0's notices of restarted daemons, to apply

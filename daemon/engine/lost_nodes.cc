@@ -58,10 +58,10 @@ void Job::LoseNodes() {
   if (set_hooks_.flush) set_hooks_.flush();
 }
 
-void Job::EndGlobalSet(uint32_t membership, const std::string& what) {
+void Job::EndGlobalSet(uint32_t membership, const std::string& what, bool routine) {
   membership_ = membership;
   membership_why_ = what;
-  spdlog::warn("{}", membership_why_);
+  spdlog::log(routine ? spdlog::level::info : spdlog::level::warn, "{}", membership_why_);
   membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
   // What the old global set holds fails here, as on every other node.
   End(EndScope::Set(0, ProcessSet::Reach::kRemoved),
@@ -88,6 +88,8 @@ void Job::MakeGlobalSet(uint32_t slot) {
   set_info_[0] = std::move(info);
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
   global_nodes_ = std::move(nodes);
+  // The ranks stood in for now fail nothing more (the membership change failed what was in flight).
+  sets_[0]->StartWithStandIns(ProcessSet::kStandInsOfFirstGroup);
   for (const auto& [lr, l] : lost_)
     if (l.continued && !l.awaiting_node_back) sets_[0]->ContinueWithout(lr);
 }

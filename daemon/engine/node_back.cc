@@ -29,13 +29,21 @@ void Job::RequestNodeBack() {
   if (!back_pending_ || back_sent_) return;
   const uint32_t leader = GlobalLeader();
   if (leader == config_.node_rank) {
-    back_asked_.push_back(leader);
+    AskedBack(leader, back_joins_);
     back_sent_ = true;
     return;
   }
-  back_sent_ = TellNodes(ControlMessage{ControlMessage::Kind::kNodeBack, id_, membership_, ""}, int32_t(leader));
+  back_sent_ = TellNodes(
+      ControlMessage{ControlMessage::Kind::kNodeBack, id_, membership_, back_joins_ ? kJoinsWord : ""}, int32_t(leader));
   if (back_sent_)
-    spdlog::info("node {} asks node {} to take it back into the job's collectives", config_.node_rank, leader);
+    spdlog::info("node {} asks node {} to take it {} the job's collectives", config_.node_rank, leader,
+                 back_joins_ ? "into" : "back into");
+}
+
+void Job::AskedBack(uint32_t node, bool joins) {
+  back_asked_.push_back(node);
+  if (joining_.size() <= node) joining_.resize(node + 1, false);
+  joining_[node] = joins;
 }
 
 bool Job::ApplyNodeBack() {
@@ -49,8 +57,10 @@ bool Job::ApplyNodeBack() {
     if (GlobalLeader() != config_.node_rank || (node < nodes_lost_.size() && nodes_lost_[node])) continue;
     const uint32_t membership = membership_ + 1;
     const uint32_t slot = FreeSlot(/*except_set=*/0);
+    const bool joins = node < joining_.size() && joining_[node];
     if (global_nodes_.size() > 1 || (global_nodes_.empty() && links_.transport != nullptr)) {
-      ControlMessage join{ControlMessage::Kind::kNodeJoin, id_, membership, std::to_string(node), int32_t(slot)};
+      const std::string text = std::to_string(node) + (joins ? std::string(" ") + kJoinsWord : "");
+      ControlMessage join{ControlMessage::Kind::kNodeJoin, id_, membership, text, int32_t(slot)};
       if (!TellNodes(std::move(join), -1)) {
         spdlog::warn("node {} cannot be taken back now (the global set is not running); trying again", node);
         back_retry_.push_back(node);
@@ -58,32 +68,37 @@ bool Job::ApplyNodeBack() {
       }
       sets_[0]->FlushNotices(abi::MonotonicNs() + kNoticeFlushNs);
     }
-    node_joins_.push_back({node, membership, slot});
+    node_joins_.push_back({node, membership, slot, joins});
     back_retry_.insert(back_retry_.end(), asked.begin() + ptrdiff_t(i) + 1, asked.end());  // on the set made afresh
     break;
   }
   back_asked_.insert(back_asked_.end(), back_retry_.begin(), back_retry_.end());
   back_retry_.clear();
   const bool did = !node_joins_.empty();
-  for (const NodeJoin& j : std::exchange(node_joins_, {})) TakeNodeBack(j.node, j.membership, j.slot);
+  for (const NodeJoin& j : std::exchange(node_joins_, {})) TakeNodeBack(j.node, j.membership, j.slot, j.joins);
   return did;
 }
 
-void Job::TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot) {
+void Job::TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot, bool joins) {
   membership = std::max(membership_ + 1, membership);
-  // The replacements here take part in the set made afresh (MakeGlobalSet stands in for none of them).
-  RemakeGlobalSet(membership, slot, "node " + std::to_string(node) + " is back: a replacement attached there, and "
-                                    "the job's collectives start afresh with it (membership " +
-                                        std::to_string(membership) + ")");
+  const std::string afresh =
+      "the job's collectives start afresh with it (membership " + std::to_string(membership) + ")";
+  // The ranks attached there take part in the set made afresh (MakeGlobalSet stands in for none of them).
+  RemakeGlobalSet(membership, slot,
+                  "node " + std::to_string(node) +
+                      (joins ? " joins: a new rank attached in a vacant slot there, and " + afresh
+                             : " is back: a replacement attached there, and " + afresh),
+                  joins);
+  if (node < joining_.size()) joining_[node] = false;
   if (node == config_.node_rank) {
     for (auto it = lost_.begin(); it != lost_.end();)
       it = it->second.awaiting_node_back ? lost_.erase(it) : std::next(it);
-    back_pending_ = back_sent_ = false;
+    back_pending_ = back_sent_ = back_joins_ = false;
   }
 }
 
-void Job::RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string& what) {
-  EndGlobalSet(membership, what);
+void Job::RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string& what, bool routine) {
+  EndGlobalSet(membership, what, routine);
   last_slot_ = slot;  // every node goes on choosing slots from the same point (FreeSlot)
   MakeGlobalSet(slot);
   Mark(-1, membership_why_);

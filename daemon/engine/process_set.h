@@ -172,6 +172,9 @@ class ProcessSet {
   void Replaced(uint32_t local_rank);
   // --on-loss restore: `stand_ins` ranks of the job were never there (--vacant-ranks): a group
   // standing in for that many fails nothing, only one with more (a rank lost since).
+  // kStandInsOfFirstGroup: as many as the set's first group stands in for (a global set made
+  // afresh: what was in flight failed everywhere with the membership change already).
+  static constexpr int64_t kStandInsOfFirstGroup = -1;
   void StartWithStandIns(int64_t stand_ins) {
     for (int64_t& s : loss_stand_ins_) s = stand_ins;
   }

@@ -58,7 +58,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       const size_t waiting = table_.pending() + PartialInFlight();
       FailHeld(why);
       if (negotiator_ && (negotiator_->pending() > 0 || cycle_run_.active)) {  // else nothing to fail
-        negotiator_->Break(why);
+        negotiator_->Break(why, /*expected=*/true);
         Collect();
       }
       return waiting;

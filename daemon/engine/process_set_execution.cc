@@ -153,6 +153,10 @@ bool ProcessSet::CountsStandIns(const Request& first) const {
 bool ProcessSet::FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins,
                               Stream stream) {
   if (config_.on_loss != OnLoss::kRestore) return false;
+  if (loss_stand_ins_[stream] == kStandInsOfFirstGroup) {  // every node sees the same first group
+    loss_stand_ins_[stream] = stand_ins;
+    return false;
+  }
   // Fewer stand-ins (a replacement took a lost rank's place): a later loss fails again.
   const int64_t lost = stand_ins - std::exchange(loss_stand_ins_[stream], stand_ins);
   if (lost <= 0) return false;

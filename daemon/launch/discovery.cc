@@ -22,7 +22,9 @@ namespace syncd {
 
 StatusOr<SlotLayout> PlanSlots(int nodes, int ranks, int max_np) {
   const std::string given = std::to_string(ranks) + " ranks over " + std::to_string(nodes) + " nodes";
-  if (nodes < 1 || ranks < nodes) return InvalidArgument(given + ": every node needs a rank");
+  // With --max-np a node may start without a rank: it joins once the discovery script offers it.
+  if (nodes < 1 || ranks < 1 || (ranks < nodes && max_np <= 0))
+    return InvalidArgument(given + ": every node needs a rank (or give --max-np: nodes without one join later)");
   SlotLayout l;
   l.world = max_np > 0 ? max_np : ranks;
   if (max_np > 0 && max_np < ranks)

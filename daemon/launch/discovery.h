@@ -4,7 +4,9 @@
 // The job's ranks are slots, node-major: node k holds ranks k*S .. k*S+S-1, S = world / nodes
 // (the daemons number ranks so). With --max-np M the world is M slots; the -n ranks that start are
 // spread over the nodes as evenly as possible (the first nodes take one more), each node's from its
-// first slot, and the rest are vacant (syncd --vacant-ranks) until a rank starts in one.
+// first slot, and the rest are vacant (syncd --vacant-ranks) until a rank starts in one. Fewer
+// ranks than nodes leave the last nodes without one: they join the job's collectives once the
+// script offers them (their daemons start the job without a rank, syncd --job-id).
 #ifndef SYNCD_DAEMON_LAUNCH_DISCOVERY_H_
 #define SYNCD_DAEMON_LAUNCH_DISCOVERY_H_
 

@@ -149,7 +149,8 @@ bool Job::StartDaemon(int node) {
   }
   std::vector<std::string> argv = {opts_.syncd_path, "--run-dir", d.run_dir, "--local-size",
                                    std::to_string(layout_.slots_per_node)};
-  if (!layout_.vacant.empty()) argv.insert(argv.end(), {"--vacant-ranks", FormatRanks(layout_.vacant)});
+  if (!layout_.vacant.empty())
+    argv.insert(argv.end(), {"--vacant-ranks", FormatRanks(layout_.vacant), "--job-id", job_id_});
   if (opts_.nodes > 1) {
     argv.insert(argv.end(), {"--nodes", std::to_string(opts_.nodes), "--node-rank", std::to_string(node),
                              "--rendezvous", rendezvous_, "--job-token", token_});

@@ -300,19 +300,6 @@ TEST(ContinueAfterLossPartial, MajorityRoundsWhoseInitiatorIsLostStillRun) {
     }
 }
 
-// AliveRanks() again after the job's membership changed under this rank: acknowledges it and calls
-// again (as hvd.elastic.run's reset), for up to 20 s.
-int MembersOnceAcknowledged(syncd_client* c, int rank) {
-  for (int tries = 0; tries < 20'000; ++tries) {
-    const int n = AliveRanks(c, rank);
-    if (n != -1) return n;
-    uint32_t membership = 0;
-    if (syncd_acknowledge_membership(c, &membership) != SYNCD_OK) return -1;
-    usleep(1000);
-  }
-  return -1;
-}
-
 // A 4-rank job under `policy` whose rank `victim` dies at step 3 and is replaced once the others
 // train on without it (ReplacementRank, ReplacementOnLostNode). `node_back`: the victim's node had
 // no other rank, so the job takes the node back when the replacement attaches: what is in flight

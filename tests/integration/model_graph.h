@@ -97,6 +97,19 @@ inline int AliveRanks(syncd_client* c, int rank) {
   return n;
 }
 
+// AliveRanks() again after the job's membership changed under this rank: acknowledges it and calls
+// again (as hvd.elastic.run's reset), for up to 20 s.
+inline int MembersOnceAcknowledged(syncd_client* c, int rank) {
+  for (int tries = 0; tries < 20'000; ++tries) {
+    const int n = AliveRanks(c, rank);
+    if (n != -1) return n;
+    uint32_t membership = 0;
+    if (syncd_acknowledge_membership(c, &membership) != SYNCD_OK) return -1;
+    usleep(1000);
+  }
+  return -1;
+}
+
 // The elastic tests' moment of a loss: once every one of the `n` ranks has begun its third step
 // (`steps`: each rank's current step), a random pause of up to 50 ms: between steps, between
 // gradients or inside an allreduce.

@@ -2,7 +2,8 @@
 // ranks that start train on without the others from their first collective, under either elastic
 // policy, with nothing failed, logged or counted as a loss; ranks that attach in the vacant slots
 // later are new ranks of the job (syncd_replaces_lost_rank says so) and from their first
-// collective every sum counts every rank once.
+// collective every sum counts every rank once. A node whose every slot is vacant joins the job's
+// collectives when its first rank attaches.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,11 +20,26 @@ namespace {
 
 constexpr int kStepsEach = 8;  // steps with two ranks, then with four
 
-// Rank `rank` of a 2 x 2 job whose ranks 1 and 3 start vacant. The first two (`late` false) train
-// kStepsEach steps as the only ranks, then until four ranks are there (the allgather of the ranks
-// alive, as hvd.elastic's commit), then kStepsEach steps with four; the late ones start with that
-// allgather. Every sum must count the ranks there exactly once.
-int TrainFromVacantSlots(const std::string& dir, int rank, bool late) {
+// Which slots of a 2 x 2 job start vacant: ranks 1 and 3 (one on each node), or 2 and 3 (node 1
+// wholly vacant: its daemon starts the job without a rank, from --job-id, and the job takes the
+// node into its collectives when rank 2 attaches there, a membership change every rank
+// acknowledges, as after a lost node's return).
+struct VacantCase {
+  const char* policy;
+  int late[2];
+  bool node_joins() const { return late[0] / 2 == late[1] / 2; }
+};
+
+std::string VacantCaseName(const ::testing::TestParamInfo<VacantCase>& info) {
+  return std::string(info.param.policy) + (info.param.node_joins() ? "_node1_vacant" : "_rank1_rank3_vacant");
+}
+
+// Rank `rank` of the job. The two that start (`late` false) train kStepsEach steps as the only
+// ranks, then until four ranks are there (the allgather of the ranks alive, as hvd.elastic's
+// commit), then kStepsEach steps with four; the late ones start with that allgather. Every sum
+// must count the ranks there exactly once. Where the node joins, what is in flight then fails
+// once on every rank (RANK_LOST), which acknowledges the new membership and goes on.
+int TrainFromVacantSlots(const std::string& dir, const VacantCase& k, int rank, bool late) {
   syncd_client* c = AttachAs(dir, rank, 4, rank % 2, 2);
   CHILD_CHECK(c != nullptr, "rank %d: attach: %s", rank, syncd_last_error());
   int replaces = -1;
@@ -34,22 +50,36 @@ int TrainFromVacantSlots(const std::string& dir, int rank, bool late) {
   for (int64_t count : layers) grads.push_back(static_cast<int32_t*>(syncd_alloc(c, uint64_t(count) * 4)));
   const int64_t avg_count = 4;
   auto* avg = static_cast<float*>(syncd_alloc(c, avg_count * 4));
-  int members = late ? 0 : 2, steps_of_four = 0;
+  const int32_t full = 15, two = full - (1 << k.late[0]) - (1 << k.late[1]);
+  int members = late ? 0 : 2, steps_of_four = 0, membership_changes = 0;
   for (int step = 0; steps_of_four < kStepsEach; ++step) {
     CHILD_CHECK(step < 100'000, "rank %d: the late ranks never joined", rank);
     if (late || step >= kStepsEach) {
-      members = AliveRanks(c, rank);
+      members = k.node_joins() ? MembersOnceAcknowledged(c, rank) : AliveRanks(c, rank);
       CHILD_CHECK(members >= 2 && members <= 4, "rank %d step %d: %d ranks alive: %s", rank, step, members,
                   syncd_last_error());
     }
     std::vector<syncd_handle> hs;
     CHILD_CHECK(SubmitPowerOfTwoStep(c, rank, layers, grads, avg, avg_count, &hs) == SYNCD_OK, "rank %d: %s", rank,
                 syncd_last_error());
-    for (syncd_handle h : hs)
-      CHILD_CHECK(syncd_wait(c, h, 30'000) == SYNCD_OK, "rank %d step %d: %s", rank, step, syncd_last_error());
-    // Ranks 0 and 2 alone: 1 + 4; then 2 or 8 more as rank 1 or 3 joins; all four: 15.
+    bool failed = false;
+    for (syncd_handle h : hs) {
+      const int rc = syncd_wait(c, h, 30'000);
+      failed |= rc == SYNCD_ERR_RANK_LOST && k.node_joins();
+      CHILD_CHECK(rc == SYNCD_OK || failed, "rank %d step %d: %s", rank, step, syncd_last_error());
+    }
+    if (failed) {  // the node joined under this step: once, before every rank is there
+      CHILD_CHECK(++membership_changes == 1 && steps_of_four == 0, "rank %d step %d: failed again: %s", rank, step,
+                  syncd_last_error());
+      uint32_t membership = 0;
+      CHILD_CHECK(syncd_acknowledge_membership(c, &membership) == SYNCD_OK, "rank %d: %s", rank, syncd_last_error());
+      continue;
+    }
+    // The first two alone; then one late rank's bit more; all four: 15.
     const int32_t sum = grads[0][0];
-    const bool counted = members == 2 ? sum == 5 : members == 3 ? sum == 7 || sum == 13 : sum == 15;
+    const bool counted = members == 2   ? sum == two
+                         : members == 3 ? sum == two + (1 << k.late[0]) || sum == two + (1 << k.late[1])
+                                        : sum == full;
     for (size_t l = 0; l < layers.size(); ++l)
       CHILD_CHECK(counted && grads[l][0] == sum && grads[l][layers[l] - 1] == sum,
                   "rank %d step %d grad.%zu: %d with %d ranks alive", rank, step, l, grads[l][0], members);
@@ -62,34 +92,47 @@ int TrainFromVacantSlots(const std::string& dir, int rank, bool late) {
   return 0;
 }
 
-class VacantRanks : public ::testing::TestWithParam<const char*> {};
+class VacantRanks : public ::testing::TestWithParam<VacantCase> {};
 
 TEST_P(VacantRanks, TheJobStartsWithoutThemAndTakesRanksThatAttachInThem) {
-  Cluster cluster(2, 2, {"--on-loss", GetParam(), "--vacant-ranks", "1,3", "--log-level", "warn"});
+  const VacantCase k = GetParam();
   NextJob();
+  char job[32];
+  snprintf(job, sizeof(job), "%#llx", (unsigned long long)CurrentJobId());
+  const std::string vacant = std::to_string(k.late[0]) + "," + std::to_string(k.late[1]);
+  Cluster cluster(2, 2, {"--on-loss", k.policy, "--vacant-ranks", vacant, "--job-id", job, "--log-level", "warn"});
   std::vector<pid_t> pids;
-  for (int r : {0, 2}) {
+  for (int r = 0; r < 4; ++r) {
+    if (r == k.late[0] || r == k.late[1]) continue;
     const std::string dir = cluster.node(r / 2).run_dir();
-    pids.push_back(Spawn([=] { return TrainFromVacantSlots(dir, r, false); }));
+    pids.push_back(Spawn([=] { return TrainFromVacantSlots(dir, k, r, false); }));
   }
   const std::string before = SyncctlStatus(cluster.node(1).run_dir());
   EXPECT_TRUE(Contains(before, "vacant")) << before;
   EXPECT_FALSE(Contains(before, "LOST")) << before;
   usleep(300'000);  // the first two train alone a while
-  for (int r : {1, 3}) {
+  for (int r : k.late) {
     const std::string dir = cluster.node(r / 2).run_dir();
-    pids.push_back(Spawn([=] { return TrainFromVacantSlots(dir, r, true); }));
+    pids.push_back(Spawn([=] { return TrainFromVacantSlots(dir, k, r, true); }));
   }
   for (pid_t p : pids) {
     const int s = WaitChild(p, 60'000);
     EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;
   }
   const std::string after = SyncctlStatus(cluster.node(0).run_dir());
-  EXPECT_TRUE(Contains(after, "rank 1 joined: a new rank attached in its vacant slot")) << after;
+  if (k.node_joins()) {
+    EXPECT_TRUE(Contains(after, "node 1 joins: a new rank attached in a vacant slot there")) << after;
+  } else {
+    EXPECT_TRUE(Contains(after, "rank 1 joined: a new rank attached in its vacant slot")) << after;
+  }
   EXPECT_FALSE(Contains(after, "went on without")) << after;  // the ranks left at the end, none before
+  EXPECT_FALSE(Contains(after, "is back")) << after;
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, VacantRanks, ::testing::Values("continue", "restore"));
+INSTANTIATE_TEST_SUITE_P(Policies, VacantRanks,
+                         ::testing::Values(VacantCase{"continue", {1, 3}}, VacantCase{"restore", {1, 3}},
+                                           VacantCase{"continue", {2, 3}}, VacantCase{"restore", {2, 3}}),
+                         VacantCaseName);
 
 }  // namespace
 }  // namespace syncd::testing

@@ -242,6 +242,21 @@ def test_horovods_elastic_synthetic_benchmark_takes_a_replacement_under_respawn(
     assert 0 < joined_s < 10, joined_s
 
 
+def grow_to_max_np(nodes, ranks, max_np, grown, policy, mode, iters):
+    """Horovod's elastic synthetic benchmark under syncrun --elastic --max-np: the discovery script
+    offers one slot on each of nodes 0 and 1 until rank 0 writes `grown` at iteration 3."""
+    with tempfile.TemporaryDirectory() as d:
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write("node0:1\nnode1:1\n")
+        launcher = ["--elastic", "--max-np", str(max_np), "--host-discovery-script", "cat " + hosts,
+                    "--discovery-interval", "0.2"] + (["--on-loss", "continue"] if policy == "continue" else [])
+        return syncrun(nodes, ranks, "elastic_synthetic.py", "--grow-file", hosts, "--grow-hosts", grown,
+                       "--grow-at-iter", "3", "--num-iters", str(iters), "--sleep-ms", "50",
+                       "--wait-for-size", str(max_np), syncd_args=["--coord=%s" % mode], launcher_args=launcher,
+                       timeout=180)
+
+
 @pytest.mark.parametrize("policy,mode", [("restore", "negotiate"), ("continue", "topo"), ("restore", "nbcs")])
 def test_horovods_elastic_synthetic_benchmark_grows_to_max_np_when_host_discovery_offers_slots(policy, mode):
     """syncrun --elastic -N 2 -n 2 --max-np 4 --host-discovery-script: ranks 0 and 2 start (one per
@@ -250,15 +265,7 @@ def test_horovods_elastic_synthetic_benchmark_grows_to_max_np_when_host_discover
     (HostsUpdatedInterrupt, the state from rank 0), and all four end with size 4, their launch
     ranks, the learning rate scaled to 4 and the same parameters; syncrun exits 0 and syncctl-style
     status counted no loss."""
-    with tempfile.TemporaryDirectory() as d:
-        hosts = os.path.join(d, "hosts")
-        with open(hosts, "w") as f:
-            f.write("node0:1\nnode1:1\n")
-        launcher = ["--elastic", "--max-np", "4", "--host-discovery-script", "cat " + hosts,
-                    "--discovery-interval", "0.2"] + (["--on-loss", "continue"] if policy == "continue" else [])
-        p, results = syncrun(2, 2, "elastic_synthetic.py", "--grow-file", hosts, "--grow-hosts", "node0:2,node1:2",
-                             "--grow-at-iter", "3", "--num-iters", "30", "--sleep-ms", "50", "--wait-for-size", "4",
-                             syncd_args=["--coord=%s" % mode], launcher_args=launcher, timeout=180)
+    p, results = grow_to_max_np(2, 2, 4, "node0:2,node1:2", policy, mode, iters=30)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert "host discovery offers node 0 2 slots; starting rank 1" in out, out
@@ -275,12 +282,37 @@ def test_horovods_elastic_synthetic_benchmark_grows_to_max_np_when_host_discover
     assert all(1 <= r["resets"] <= 2 for r in ranks), [r["resets"] for r in ranks]
 
 
+@pytest.mark.parametrize("policy,mode", [("restore", "nbcs"), ("continue", "negotiate")])
+def test_a_node_started_without_ranks_joins_the_job_when_host_discovery_offers_it(policy, mode):
+    """syncrun --elastic -N 3 -n 2 --max-np 6: ranks 0 and 2 start on nodes 0 and 1; node 2 has no
+    rank (its daemon starts the job from --job-id and stands in for its slots). At iteration 3 the
+    script offers every slot; syncrun starts ranks 1, 3, 4 and 5; the daemons take node 2 into the
+    job's collectives when its first rank attaches (a membership change every rank acknowledges).
+    All six end with size 6, their launch ranks, the learning rate scaled to 6 and the same
+    parameters; nothing was lost, and the only warnings are the calls in flight failing for the join."""
+    p, results = grow_to_max_np(3, 2, 6, "node0:2,node1:2,node2:2", policy, mode, iters=20)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "host discovery offers node 2 2 slots; starting rank 4" in out, out
+    assert "[error]" not in out and "syncrun: rank" not in out, out
+    # What was in flight when node 2 joined failed (said once per tensor); nothing else warned.
+    warnings = [line for line in out.splitlines() if "[warning]" in line]
+    assert all("node 2 joins: a new rank attached in a vacant slot there" in w for w in warnings), warnings
+    ranks = ranks_of(results)
+    assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == [(r, r, 6) for r in range(6)], ranks
+    assert [r["replacement"] for r in ranks] == [False, True, False, True, True, True], ranks
+    assert [r["start_size"] for r in (ranks[0], ranks[2])] == [2, 2], ranks
+    assert all(abs(r["lr"] - 0.06) < 1e-12 for r in ranks), ranks
+    assert len({r["digest"] for r in ranks}) == 1, "the new ranks' parameters differ from the others'"
+
+
 def test_syncrun_refuses_max_np_it_cannot_lay_out():
     """--max-np that does not spread evenly over the nodes, or is below -n, or comes without a
     host discovery script, is refused before anything starts, saying what to change."""
     for args, why in ((["-N", "2", "-n", "2", "--max-np", "5"], "do not spread evenly over 2 nodes"),
                       (["-N", "2", "-n", "4", "--max-np", "2"], "--max-np 2 is below -n 4"),
-                      (["-N", "2", "-n", "2", "--max-np", "4"], "needs --host-discovery-script")):
+                      (["-N", "2", "-n", "2", "--max-np", "4"], "needs --host-discovery-script"),
+                      (["-N", "3", "-n", "2"], "every node needs a rank (or give --max-np")):
         extra = [] if why.startswith("needs") else ["--host-discovery-script", "true"]
         p = subprocess.run([os.path.join(BIN, "syncrun"), "--elastic"] + args + extra + ["--", "true"],
                            capture_output=True, text=True, timeout=30)

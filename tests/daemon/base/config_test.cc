@@ -134,7 +134,7 @@ TEST(Config, EveryEntryHasFlagEnvDefaultAndHelp) {
   }
 }
 
-TEST(Config, VacantRanksAreRefusedWhereTheJobCannotGoOnWithoutThemOrANodeHasNone) {
+TEST(Config, VacantRanksAreRefusedWhereTheJobCannotGoOnWithoutThem) {
   const std::map<std::string, std::string> job = {{"nodes", "2"}, {"node-rank", "1"}, {"local-size", "2"}};
   auto with = [&](std::map<std::string, std::string> extra) {
     extra.insert(job.begin(), job.end());
@@ -146,13 +146,38 @@ TEST(Config, VacantRanksAreRefusedWhereTheJobCannotGoOnWithoutThemOrANodeHasNone
   EXPECT_TRUE(with({{"vacant-ranks", "none"}}).ok());
   for (const auto& [value, on_loss, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"1", "fail", "needs --on-loss continue or restore"},
-           {"2-3", "continue", "every rank of node 1 is vacant"},
+           {"2-3", "continue", "every rank of node 1 (this one) is vacant: its daemon starts the job before a "
+                               "rank attaches, which needs --job-id"},
+           {"0-3", "continue", "every rank of the job is vacant"},
            {"7", "restore", "rank 7 is not in the job (4 ranks"},
            {"1-x", "restore", "bad entry '1-x'"}}) {
     auto c = with({{"vacant-ranks", value}, {"on-loss", on_loss}});
     ASSERT_FALSE(c.ok()) << value;
     EXPECT_NE(c.status().message().find(why), std::string::npos) << c.status().message();
   }
+}
+
+TEST(Config, ANodeWhollyVacantStartsItsJobFromJobIdButNotUnderTopo) {
+  std::map<std::string, std::string> flags = {{"nodes", "2"},        {"node-rank", "1"},         {"local-size", "2"},
+                                              {"on-loss", "continue"}, {"vacant-ranks", "2,3"}, {"job-id", "0x2a"}};
+  auto c = BuildConfig(flags, {});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->job_id, 42u);
+  EXPECT_TRUE(NodeStartsVacant(*c));
+  flags["node-rank"] = "0";  // node 0 keeps its ranks; node 1's vacancy needs nothing of it
+  flags.erase("job-id");
+  c = BuildConfig(flags, {});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(NodeStartsVacant(*c));
+  flags["coord"] = "topo";  // every node refuses: node 1 could not register the plan
+  c = BuildConfig(flags, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("every rank of node 1 is vacant, which --coord topo cannot take"),
+            std::string::npos)
+      << c.status().message();
+  EXPECT_NE(BuildConfig({{"job-id", "x1"}}, {}).status().message().find("job-id: 'x1' is not a job id"),
+            std::string::npos);
+  EXPECT_EQ(BuildConfig({}, {{"SYNCD_JOB_ID", "17"}})->job_id, 17u);
 }
 
 TEST(ParseBytes, UnitsAndErrors) {

@@ -16,12 +16,19 @@ TEST(PlanSlots, MaxNpSpreadsTheSlotsAndTheFirstRanksOverTheNodes) {
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->launched, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_TRUE(full->vacant.empty());
+  // Fewer ranks than nodes: the last nodes start without one (they join when offered).
+  auto few = PlanSlots(3, 2, 6);
+  ASSERT_TRUE(few.ok()) << few.status().message();
+  EXPECT_EQ(few->launched, (std::vector<int>{0, 2}));
+  EXPECT_EQ(few->vacant, (std::vector<int>{1, 3, 4, 5}));
 }
 
 TEST(PlanSlots, LayoutsTheDaemonsCannotNumberAreRefusedSayingWhatToChange) {
   EXPECT_NE(PlanSlots(2, 2, 5).status().message().find("make it a multiple of the nodes"), std::string::npos);
   EXPECT_NE(PlanSlots(2, 4, 2).status().message().find("--max-np 2 is below -n 4"), std::string::npos);
-  EXPECT_NE(PlanSlots(3, 2, 6).status().message().find("every node needs a rank"), std::string::npos);
+  EXPECT_NE(PlanSlots(3, 2, 0).status().message().find("every node needs a rank (or give --max-np"),
+            std::string::npos);
+  EXPECT_NE(PlanSlots(2, 0, 4).status().message().find("every node needs a rank"), std::string::npos);
   EXPECT_NE(PlanSlots(2, 3, 0).status().message().find("ranks must be a multiple of nodes"), std::string::npos);
 }
 
