@@ -203,7 +203,7 @@ void FillJob(const StatusSnapshot& s, control::StatusReply* r) {
       control::JobRank* x = o->add_ranks();
       x->set_rank(k.rank);
       x->set_pid(k.pid);
-      x->set_state(k.attached ? "attached" : "lost");
+      x->set_state(k.attached ? "attached" : k.left ? "left" : "lost");
       x->set_last_seen_s(k.last_seen_s);
       x->set_process(k.process);
       x->set_unresponsive(k.why);

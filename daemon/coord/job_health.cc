@@ -72,7 +72,7 @@ std::string JobHealth::EncodeReport(const NodeHealth& mine) {
   for (const RankHealth& r : mine.ranks) {
     char row[160];
     snprintf(row, sizeof(row), "%u %d %d %" PRId64 " %c %c %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %u\n", r.rank,
-             r.pid, int(r.attached), r.last_seen_s < 0 ? int64_t(-1) : int64_t(r.last_seen_s * 1e3),
+             r.pid, r.attached ? 1 : r.left ? 2 : 0, r.last_seen_s < 0 ? int64_t(-1) : int64_t(r.last_seen_s * 1e3),
              ProcessLetter(r.process), r.unresponsive == 0 ? '-' : r.unresponsive, r.collectives, r.last,
              uint64_t(r.mean_late_ms * 1e3), uint64_t(r.p95_late_ms * 1e3), unsigned(r.wait_share * 1e6));
     out += row;
@@ -103,9 +103,10 @@ StatusOr<NodeHealth> JobHealth::DecodeReport(uint32_t from, const std::string& t
     std::string extra;
     if (!(fields >> r.rank >> r.pid >> attached >> seen_ms >> process >> unresponsive >> r.collectives >> r.last >>
           mean_us >> p95_us >> share) ||
-        (fields >> extra))
+        (fields >> extra) || attached < 0 || attached > 2)
       return ProtocolError("rank row '" + row.substr(0, 80) + "'");
-    r.attached = attached != 0;
+    r.attached = attached == 1;  // 0 lost, 2 left
+    r.left = attached == 2;
     r.last_seen_s = seen_ms < 0 ? -1.0 : double(seen_ms) / 1e3;
     r.process = ProcessWords(process);
     r.unresponsive = unresponsive;

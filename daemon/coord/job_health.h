@@ -33,7 +33,8 @@ std::string UnresponsiveText(char code, double last_seen_s, const std::string& p
 struct RankHealth {
   uint32_t rank = 0;  // global
   int32_t pid = 0;
-  bool attached = true;      // false: the rank is gone (lost)
+  bool attached = true;      // false: the rank is gone (lost, or `left`)
+  bool left = false;         // it detached between collectives and the job went on without it
   double last_seen_s = -1;   // since its last submission (-1: none yet)
   std::string process;       // its process's state: "running", "sleeping", "stopped", ... ("": gone)
   char unresponsive = '-';   // UnresponsiveText's code

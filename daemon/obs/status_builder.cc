@@ -37,6 +37,7 @@ NodeHealth LocalHealth(const StatusSnapshot& s, const EngineFacts& f, const Stra
     r.rank = c.rank;
     r.pid = c.pid;
     r.attached = c.state == "attached";
+    r.left = c.state == "left";
     r.last_seen_s = c.last_seen_s;
     r.process = c.process;
     r.unresponsive = c.unresponsive_code;

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -631,8 +632,29 @@ INSTANTIATE_TEST_SUITE_P(Modes, RestoreAfterLoss,
 // step, say) under an elastic policy: the early node's daemon sees its ranks detached between
 // collectives and not back within the 2 s grace while the other node's are still attached. It goes
 // on without them (should the others call more collectives it stands in), but they left; they
-// were not lost: no warning, `syncctl status` says LEFT, not LOST, and the metrics count them as
-// left, not among the ranks the job lost.
+// were not lost: no warning, `syncctl status` says LEFT, not LOST (the other node's job-wide view
+// too), and the metrics count them as left, not among the ranks the job lost.
+// The state of rank `rank` in the job-wide view of `syncctl status` (its "ranks latest first"
+// table, from the daemons' health reports), or "" when it is not there.
+std::string JobViewState(const std::string& status, uint32_t rank) {
+  std::istringstream in(status);
+  std::string line;
+  bool table = false;
+  while (std::getline(in, line)) {
+    if (Contains(line, "ranks latest first")) {
+      table = true;
+      std::getline(in, line);  // the column names
+      continue;
+    }
+    std::istringstream row(line);
+    uint32_t r = 0, node = 0;
+    int32_t pid = 0;
+    std::string state;
+    if (table && row >> r >> node >> pid >> state && r == rank) return state;
+  }
+  return "";
+}
+
 TEST(ElasticJobEnd, RanksFinishingSecondsApartLeftTheJobTheyWereNotLost) {
   Cluster cluster(2, 2, {"--on-loss", "continue", "--log-level", "info", "--metrics-port", "0"});
   const std::vector<pid_t> pids = SpawnAttached2x2(cluster, [](syncd_client* c, int r) {
@@ -645,9 +667,18 @@ TEST(ElasticJobEnd, RanksFinishingSecondsApartLeftTheJobTheyWereNotLost) {
       CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK &&
                       v == 15, "rank %d step %d: %d %s", r, step, v, syncd_last_error());
     }
-    if (r >= 2) usleep(3'500'000);  // node 1's ranks finish 3.5 s after node 0's
+    if (r >= 2) usleep(4'500'000);  // node 1's ranks finish 4.5 s after node 0's
     return 0;
   });
+  // Node 1's job-wide view, from node 0's health reports, once rank 0's 2 s grace is over: left,
+  // not lost (during the grace node 0 shows it lost until it is known not to come back).
+  std::string state, shown;
+  for (int i = 0; i < 80 && state != "left"; ++i) {
+    usleep(50'000);
+    shown = SyncctlStatus(cluster.node(1).run_dir());
+    state = JobViewState(shown, 0);
+  }
+  EXPECT_EQ(state, "left") << shown;
   for (pid_t p : pids) {
     const int s = WaitChild(p, 30'000);
     EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s;

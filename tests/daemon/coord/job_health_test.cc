@@ -26,6 +26,8 @@ NodeHealth NodeWith(uint32_t node, uint32_t ranks) {
     r.pid = 5000 + int32_t(r.rank);
     r.last_seen_s = 0.25 * i;
     r.process = i % 2 ? "sleeping" : "running";
+    r.attached = i % 3 == 0;  // then lost, then left
+    r.left = i % 3 == 2;
     r.collectives = 100;
     r.last = i;
     r.mean_late_ms = 1.5 * i;
@@ -168,6 +170,8 @@ TEST(JobHealthTest, ANodesReportReachesTheOthersWithEveryRank) {
       EXPECT_EQ(r.pid, int32_t(5080 + i));
       EXPECT_NEAR(r.last_seen_s, 0.25 * i + got.report_age_s, 2e-3) << "aged by the report's age";
       EXPECT_EQ(r.process, i % 2 ? "sleeping" : "running");
+      EXPECT_EQ(r.attached, i % 3 == 0) << i;
+      EXPECT_EQ(r.left, i % 3 == 2) << i;
       EXPECT_EQ(r.last, i);
       EXPECT_NEAR(r.mean_late_ms, 1.5 * i, 1e-3);
       EXPECT_NEAR(r.p95_late_ms, 2.5 * i, 1e-3);
@@ -274,7 +278,8 @@ TEST(JobHealthTest, AMalformedBundleIsAnErrorNamingTheNodeAndNothingOfItIsKept) 
   const std::string good = "@2 10\n" + JobHealth::EncodeReport(NodeWith(2, 1));
   for (const std::string& bad : {std::string("host 1 2\n3 x\n"), std::string("@9 1\nh 1 2 3 4 5 6\n"),
                                  std::string("@2 x\nh 1 2 3 4 5 6\n"), good + "@1 5\nh 1 2\n",
-                                 good + "@1 5\nh 1 2 3 4 5 6\n1 2 3\n"}) {
+                                 good + "@1 5\nh 1 2 3 4 5 6\n1 2 3\n",
+                                 good + "@1 5\nh 1 2 3 4 5 6\n4 5 7 -1 r - 1 1 1 1 1\n"}) {  // state 7
     const Status st = viewer.Receive(1, false, bad, kSecond, {}, &out);
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find("node 1 sent a health report"), std::string::npos) << st.message();
