@@ -267,6 +267,20 @@ void AnnounceServing(const Config& config, const CorePartition& cores) {
                 "\nSYNCD_DAEMON_CORES=" + FormatCoreList(cores.daemon) + "\nMAINPID=" + std::to_string(getpid()));
 }
 
+// A job that starts before any rank attaches: the one a restarted daemon resumes, or this node's
+// when every slot of it is vacant (--vacant-ranks, --job-id).
+void StartJobBeforeRanks(const Config& config, const JobLinks& job, Engine* engine) {
+  const bool resume = job.rejoin.job != 0;
+  if (!resume && !NodeStartsVacant(config)) return;
+  const uint64_t id = resume ? job.rejoin.job : config.job_id;
+  StatusOr<EngineReply> r = resume ? engine->Ask(ResumeJobCommand{job.rejoin}, 10'000)
+                                   : engine->Ask(StartVacantJobCommand{id}, 10'000);
+  const Status st = r.ok() ? std::get<Status>(*r) : r.status();
+  if (!st.ok())
+    spdlog::error("job {:#x}: cannot start it here {}: {}", id,
+                  resume ? "(restarted under it)" : "without a rank", st.message());
+}
+
 int Serve(const Config& config) {
   sigset_t signals;
   auto cores = SetUpProcess(config, &signals);
@@ -320,15 +334,7 @@ int Serve(const Config& config) {
   if (!server.ok()) return Fail(server.status());
 
   std::thread engine_thread([&engine] { engine.Run(); });
-  if (job.rejoin.job != 0) {  // before any rank attaches
-    StatusOr<EngineReply> r = engine.Ask(ResumeJobCommand{job.rejoin}, 10'000);
-    const Status st = r.ok() ? std::get<Status>(*r) : r.status();
-    if (!st.ok()) spdlog::error("restarted under job {:#x}, cannot start it here: {}", job.rejoin.job, st.message());
-  } else if (NodeStartsVacant(config)) {
-    StatusOr<EngineReply> r = engine.Ask(StartVacantJobCommand{config.job_id}, 10'000);
-    const Status st = r.ok() ? std::get<Status>(*r) : r.status();
-    if (!st.ok()) spdlog::error("job {:#x}: cannot start it without a rank: {}", config.job_id, st.message());
-  }
+  StartJobBeforeRanks(config, job, &engine);
   if (job.rendezvous) job.rendezvous->set_rejoin(RejoinHook(&engine));
   std::thread attach_thread([&attach] { attach.Run(); });
   AnnounceServing(config, *cores);

@@ -334,9 +334,11 @@ const std::vector<ConfigEntry>& ConfigTable() {
   return table;
 }
 
-bool NodeStartsVacant(const Config& c) {
+bool NodeStartsVacant(const Config& c) { return NodeWhollyVacant(c, c.node_rank); }
+
+bool NodeWhollyVacant(const Config& c, uint32_t node) {
   if (c.vacant_ranks.empty() || c.local_size == 0) return false;
-  const uint32_t first = c.node_rank * c.local_size;
+  const uint32_t first = node * c.local_size;
   const auto lo = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), first);
   const auto hi = std::lower_bound(c.vacant_ranks.begin(), c.vacant_ranks.end(), first + c.local_size);
   return uint32_t(hi - lo) == c.local_size;
@@ -364,9 +366,7 @@ Status CheckVacantRanks(const Config& c) {
   // the registration (it never saw the plan).
   if (c.coord == abi::CoordMode::kTopo && c.nodes > 1) {
     for (uint32_t node = 0; node < c.nodes; ++node) {
-      Config other = c;
-      other.node_rank = node;
-      if (NodeStartsVacant(other))
+      if (NodeWhollyVacant(c, node))
         return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(node) +
                                " is vacant, which --coord topo cannot take (the node has no rank to register the "
                                "job's plan with the others); use --coord negotiate or nbcs, or give it a rank");

@@ -93,6 +93,8 @@ std::string ConfigMarkdownTable();
 // Whether --vacant-ranks leaves every rank of this node vacant (its daemon starts the job itself,
 // from --job-id, before a rank attaches).
 bool NodeStartsVacant(const Config& c);
+// Whether --vacant-ranks leaves every rank of node `node` vacant.
+bool NodeWhollyVacant(const Config& c, uint32_t node);
 
 // "64M", "64MiB", "1G", "4096" -> bytes.
 StatusOr<uint64_t> ParseBytes(const std::string& text);
