@@ -2,7 +2,11 @@
 # Heap allocations per iteration in the daemon: syncd-bench (one timed collective, a barrier and
 # one more per iteration) runs twice under an LD_PRELOAD malloc/calloc/realloc counter that
 # counts only in processes named syncd, with 2000 and 22000 iterations; the difference over
-# 20000 is the steady state (start-up and shutdown cancel out). Prints one JSON line.
+# 20000 is the steady state (start-up and shutdown cancel out). allocations_per_iteration counts
+# the engine threads (collectives run there); all_threads_per_iteration adds the observer's
+# status and health reports, which come a few times a second however many collectives run, so
+# on a loaded machine, where the 20000 iterations take longer, they count for more per
+# iteration. Prints one JSON line.
 #   bench/alloc_count.sh [--nodes 1] [--ranks 4] [--op allreduce] [--size 8] [--build build]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,44 +26,74 @@ trap 'rm -rf "$work"' EXIT
 cat >"$work/count.c" <<'C'
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
-static atomic_ulong count;
-void* malloc(size_t n) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_realloc(p, n); }
+// Every thread's count, and the engine thread's (the one that runs collectives): a thread adds
+// its own to it when it exits, named as it is then (the daemon joins its engine thread).
+static atomic_ulong count, engine;
+static __thread __attribute__((tls_model("initial-exec"))) unsigned long mine;
+static __thread __attribute__((tls_model("initial-exec"))) int registered;
+static pthread_key_t key;
+static int key_ready;
+static void thread_exit(void* unused) {
+  (void)unused;
+  char name[17] = {0};
+  prctl(PR_GET_NAME, name);
+  if (strcmp(name, "syncd-engine") == 0) atomic_fetch_add(&engine, mine);
+}
+__attribute__((constructor)) static void init(void) { key_ready = pthread_key_create(&key, thread_exit) == 0; }
+static void one(void) {
+  atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  ++mine;
+  if (!registered && key_ready) {
+    registered = 1;
+    pthread_setspecific(key, &registered);
+  }
+}
+void* malloc(size_t n) { one(); return __libc_malloc(n); }
+void* calloc(size_t a, size_t b) { one(); return __libc_calloc(a, b); }
+void* realloc(void* p, size_t n) { one(); return __libc_realloc(p, n); }
 __attribute__((destructor)) static void dump(void) {
   const char* dir = getenv("SYNCD_ALLOC_COUNT_DIR");
   if (dir == NULL || strcmp(program_invocation_short_name, "syncd") != 0) return;
   char path[4096];
   snprintf(path, sizeof path, "%s/%d", dir, (int)getpid());
   FILE* f = fopen(path, "w");
-  if (f != NULL) { fprintf(f, "%lu\n", (unsigned long)atomic_load(&count)); fclose(f); }
+  if (f != NULL) { fprintf(f, "%lu %lu\n", (unsigned long)atomic_load(&engine), (unsigned long)atomic_load(&count)); fclose(f); }
 }
 C
 gcc -O2 -shared -fPIC -o "$work/count.so" "$work/count.c"
-count() {  # total over the job's daemons
-  local dir="$work/run$1"
+count() {  # the engine threads' and every thread's, over the job's daemons, and the seconds taken
+  local dir="$work/run$1" t0 t1
   mkdir -p "$dir"
+  t0=$(date +%s.%N)
   SYNCD_ALLOC_COUNT_DIR=$dir LD_PRELOAD="$work/count.so" "$build/bin/syncrun" -N "$nodes" -n "$ranks" \
     --syncd-arg=--log-level=warn -- "$build/bin/syncd-bench" "$op" --sizes "$size" --iters "$1" --warmup 0 \
     --seconds 1000 >/dev/null
-  cat "$dir"/* | awk '{s += $1} END {print s}'
+  t1=$(date +%s.%N)
+  cat "$dir"/* | awk -v t0="$t0" -v t1="$t1" '{e += $1; a += $2} END {print e, a, t1 - t0}'
 }
 short=$(count 2000)
 long=$(count 22000)
 /usr/bin/python3 - "$short" "$long" "$nodes" "$ranks" "$op" "$size" <<'PY'
 import json, sys
-short, long_, nodes, ranks, op, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
-per = (long_ - short) / 20000
+short, long_ = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
+nodes, ranks, op, size = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+engine = (long_[0] - short[0]) / 20000
+every = (long_[1] - short[1]) / 20000
+seconds = long_[2] - short[2]
 print(f"# daemon heap allocations per iteration of syncd-bench {op} --sizes {size}, {nodes} node(s) x {ranks} ranks "
-      f"(all daemons): {per:.1f}")
+      f"(all daemons): {engine:.2f} in the engine threads, {every:.2f} in every thread "
+      f"(the 20000 more iterations took {seconds:.1f} s more, with their periodic status and health reports)")
 print(json.dumps({"bench": "alloc_count", "op": op, "size": size, "nodes": nodes, "ranks": ranks,
-                  "allocations_per_iteration": round(per, 2)}))
+                  "allocations_per_iteration": round(engine, 2), "all_threads_per_iteration": round(every, 2),
+                  "extra_seconds": round(seconds, 1)}))
 PY

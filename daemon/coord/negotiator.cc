@@ -250,7 +250,7 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
   return gpu_pending;
 }
 
-void Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* names) {
+size_t Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* names) {
   // Identical on every node: evict invalidated entries, collect hits in bit order. A name this
   // node meant to send as a hit but whose entry was just evicted goes uncached next cycle.
   AgreementView a(agree);
@@ -276,8 +276,8 @@ void Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::s
       run[hits++] = cache_.name(int32_t(bit));  // a string left from an earlier cycle keeps its room
     }
   }
-  run.resize(hits);
   stats_.cache_hits += hits;
+  return hits;  // run's strings past it are kept for their room
 }
 
 CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached,
@@ -310,7 +310,7 @@ CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> un
   co_return Status::Ok();
 }
 
-Status Negotiator::TakeAgreedNames(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
+Status Negotiator::TakeAgreedNames(std::span<const std::string> run, const std::vector<NameResponse>& responses,
                               std::vector<ReadyTensor>* ready) {
   auto take = [&](const std::string& name) {
     return std::move(Remove(pending_.find(name)).tensor);
@@ -375,7 +375,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   if (hold.order) hold.order->Agreed(agreed.gpu_position);
   // One cycle at a time: the names' storage is the negotiator's, reused cycle after cycle.
   std::vector<std::string>& run = run_names_;
-  ApplyAgreement(agree, &run);
+  const size_t hits = ApplyAgreement(agree, &run);
   std::vector<NameResponse> responses;
   if (agreed.flags & 1) {
     CommTask exchange = ExchangeUncached(base, std::move(uncached), &responses);
@@ -384,13 +384,19 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   }
   stats_.coordination_ns_total += abi::MonotonicNs() - start;
 
-  std::vector<ReadyTensor> ready = std::move(ready_spare_);  // empty, with room (Recycle)
-  ready.clear();
-  if (Status plan_mismatch = TakeAgreedNames(run, responses, &ready); !plan_mismatch.ok()) {
+  std::vector<ReadyTensor> ready;  // empty, with room (Recycle) once a cycle agreed before
+  if (!ready_spares_.empty()) {
+    ready = std::move(ready_spares_.back());
+    ready_spares_.pop_back();
+  }
+  if (Status plan_mismatch = TakeAgreedNames(std::span(run).first(hits), responses, &ready); !plan_mismatch.ok()) {
     failed_everywhere_ = true;
     co_return plan_mismatch;
   }
-  if (ready.empty()) co_return Status::Ok();
+  if (ready.empty()) {
+    Recycle(std::move(ready));
+    co_return Status::Ok();
+  }
   if (std::none_of(ready.begin(), ready.end(), [](const ReadyTensor& t) { return t.first().gpu; })) hold.Release();
   cycle_agreed_ = uint32_t(ready.size());
   // A fence: a plan registration or a set change (they change what later cycles agree on; no

@@ -28,6 +28,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -112,7 +113,7 @@ class Negotiator {
   // An agreement's tensor list, run and emptied: its room holds the next agreement's.
   void Recycle(std::vector<ReadyTensor>&& spent) {
     spent.clear();
-    ready_spare_ = std::move(spent);
+    if (ready_spares_.size() < kReadySpares && spent.capacity() > 0) ready_spares_.push_back(std::move(spent));
   }
   // Whether an agreement was taken and its outcome is not reported yet.
   bool executing() const { return executing_; }
@@ -233,9 +234,9 @@ class Negotiator {
   // the agreed names out of pending (failing those the coordinator refused); an error when the
   // nodes' TOPO plans differ.
   bool FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, std::vector<NameRequest>* uncached);
-  void ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* run);
+  size_t ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* run);
   CommTask ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached, std::vector<NameResponse>* responses);
-  Status TakeAgreedNames(const std::vector<std::string>& run, const std::vector<NameResponse>& responses,
+  Status TakeAgreedNames(std::span<const std::string> run, const std::vector<NameResponse>& responses,
                     std::vector<ReadyTensor>* ready);
   // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
   StatusOr<std::vector<NameResponse>> Coordinate(const std::vector<std::string>& all_requests);
@@ -313,7 +314,10 @@ class Negotiator {
   std::shared_ptr<std::vector<uint64_t>> agree_buffer_;
   std::vector<std::string> run_names_;
   TensorMeta meta_scratch_;  // FillAgreement's, one pending name at a time
-  std::vector<ReadyTensor> ready_spare_;  // Recycle's: the next agreement's list
+  // Recycle's: the next agreements' lists. More than one: the next cycle may agree while the
+  // last agreement runs (under load, most cycles), and an idle cycle's list comes back unused.
+  static constexpr size_t kReadySpares = 4;
+  std::vector<std::vector<ReadyTensor>> ready_spares_;
   std::optional<AgreedWork> agreed_;    // reached, not taken yet
   bool agreed_fence_ = false;            // agreed_ is a fence (see the top of this file)
   bool executing_ = false;               // taken, its outcome not reported yet

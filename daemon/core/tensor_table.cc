@@ -63,9 +63,9 @@ void TensorTable::QueueIfReady(const std::string& name, Entry& e) {
 }
 
 void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<FailedTensor>* failed) {
-  while (!completed_.empty()) {
-    auto it = pending_.find(*completed_.front());
-    completed_.pop_front();
+  // In the order the names completed; ResetJoined may complete more while this runs (at the end).
+  for (size_t i = 0; i < completed_.size(); ++i) {
+    auto it = pending_.find(*completed_[i]);
     Entry& e = it->second;
     std::vector<Request> requests = std::move(e.requests);
     Status agreement;
@@ -108,6 +108,7 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
       failed->push_back(FailedTensor{std::move(requests), std::move(agreement)});
     }
   }
+  completed_.clear();  // keeps its room: a deque let a block go every 64 names
 }
 
 std::vector<TensorTable::Stall> TensorTable::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {

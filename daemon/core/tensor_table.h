@@ -9,7 +9,6 @@
 
 #include <absl/container/inlined_vector.h>
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -144,7 +143,7 @@ class TensorTable {
   std::unordered_map<std::string, Entry> pending_;
   // Names in the order their last rank arrived: the keys of pending_'s entries (a node's key
   // stays where it is until the node leaves the map).
-  std::deque<const std::string*> completed_;
+  std::vector<const std::string*> completed_;
   // Entries that left pending_, kept (up to kSpareEntries) with their name's and flags' room
   // for the next names: a name submitted every step then costs no hash-node, key or flag
   // allocation (issue 35: a hot path without allocation).

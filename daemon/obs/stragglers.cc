@@ -33,12 +33,17 @@ std::vector<StragglerRank> StragglerWindow::Summary() const {
   uint64_t total_wait = 0;
   for (size_t i = 0; i < count_; ++i) {
     const Record_& r = records_[(next_ + window_ - count_ + i) % window_];
-    for (const auto& [rank, ns] : r.late_ns) late[rank].push_back(ns);
+    for (const auto& [rank, ns] : r.late_ns) {
+      std::vector<uint64_t>& v = late[rank];
+      if (v.empty()) v.reserve(count_);  // one allocation per rank, not one per doubling
+      v.push_back(ns);
+    }
     ++caused[r.last].first;
     caused[r.last].second += r.wait_ns;
     total_wait += r.wait_ns;
   }
   std::vector<StragglerRank> out;
+  out.reserve(late.size());
   for (auto& [rank, ns] : late) {
     StragglerRank s;
     s.rank = rank;
@@ -72,6 +77,8 @@ StragglerWindow::NodeWait StragglerWindow::node_wait() const {
   NodeWait w;
   if (node_waits_.empty()) return w;
   std::vector<uint64_t> v, spreads;
+  v.reserve(node_waits_.size());
+  spreads.reserve(node_waits_.size());
   double sum = 0;
   for (const auto& [ns, spread_ns] : node_waits_) {
     v.push_back(ns);
