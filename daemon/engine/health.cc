@@ -57,7 +57,7 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
     cs.rank = config_.node_rank * local_size_ + lr;
     cs.local_rank = lr;
     cs.pid = lost.pid;
-    cs.state = lost.vacant ? "vacant" : lost.departed ? "left" : "lost";
+    cs.state = lost.vacant ? "vacant" : lost.departed || lost.clean ? "left" : "lost";
     cs.lost_why = lost.reason;
     cs.lost_unix_s = lost.lost_unix_s;
     cs.job_went_on = lost.continued;

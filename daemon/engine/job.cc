@@ -242,6 +242,7 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
   for (const auto& [id, set] : sets_) abandoned = abandoned || set->Abandons(local_rank);
   abandoned = abandoned || p2p_.Holds(rank);
   LostRank& lost = lost_[local_rank] = LostRank{pid, who_why, true, ++loss_seq_};
+  lost.clean = clean && !abandoned;
   // The timeline marks a rank lost while the job runs (not the normal end of a job).
   if (!clean || abandoned)
     Mark(int32_t(rank), "rank " + std::to_string(rank) + " lost: " + who_why +

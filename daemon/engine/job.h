@@ -84,6 +84,9 @@ struct LostRank {
   // It detached between collectives and did not attach again in time (ExpireDepartures): the job
   // goes on without it, but it was not lost (ranks finishing apart at a job's end).
   bool departed = false;
+  // It detached between collectives with nothing in flight (hvd.shutdown(), the end of its
+  // script): status says it left, within its rejoin grace and at the job's end too.
+  bool clean = false;
   double lost_unix_s = 0;
 };
 

@@ -628,33 +628,33 @@ INSTANTIATE_TEST_SUITE_P(Modes, RestoreAfterLoss,
                                            Case{"topo", 1, 4}),
                          CaseName);
 
+// The state of rank `rank` in the first table of `syncctl status` after a line holding `title`,
+// or "": rows of rank, node or local rank, pid, state. "STATE": this node's clients; "ranks
+// latest first": the job-wide view (from the daemons' health reports).
+std::string StateInTable(const std::string& status, const std::string& title, uint32_t rank) {
+  std::istringstream in(status);
+  std::string line;
+  bool table = false;
+  while (std::getline(in, line)) {
+    if (!table) {
+      table = Contains(line, title);
+      continue;
+    }
+    std::istringstream row(line);
+    uint32_t r = 0, where = 0;
+    int32_t pid = 0;
+    std::string state;
+    if (row >> r >> where >> pid >> state && r == rank) return state;
+  }
+  return "";
+}
+
 // Ranks that finish apart (one node's ranks save a checkpoint for a few seconds after the last
 // step, say) under an elastic policy: the early node's daemon sees its ranks detached between
 // collectives and not back within the 2 s grace while the other node's are still attached. It goes
 // on without them (should the others call more collectives it stands in), but they left; they
 // were not lost: no warning, `syncctl status` says LEFT, not LOST (the other node's job-wide view
 // too), and the metrics count them as left, not among the ranks the job lost.
-// The state of rank `rank` in the job-wide view of `syncctl status` (its "ranks latest first"
-// table, from the daemons' health reports), or "" when it is not there.
-std::string JobViewState(const std::string& status, uint32_t rank) {
-  std::istringstream in(status);
-  std::string line;
-  bool table = false;
-  while (std::getline(in, line)) {
-    if (Contains(line, "ranks latest first")) {
-      table = true;
-      std::getline(in, line);  // the column names
-      continue;
-    }
-    std::istringstream row(line);
-    uint32_t r = 0, node = 0;
-    int32_t pid = 0;
-    std::string state;
-    if (table && row >> r >> node >> pid >> state && r == rank) return state;
-  }
-  return "";
-}
-
 TEST(ElasticJobEnd, RanksFinishingSecondsApartLeftTheJobTheyWereNotLost) {
   Cluster cluster(2, 2, {"--on-loss", "continue", "--log-level", "info", "--metrics-port", "0"});
   const std::vector<pid_t> pids = SpawnAttached2x2(cluster, [](syncd_client* c, int r) {
@@ -670,13 +670,20 @@ TEST(ElasticJobEnd, RanksFinishingSecondsApartLeftTheJobTheyWereNotLost) {
     if (r >= 2) usleep(4'500'000);  // node 1's ranks finish 4.5 s after node 0's
     return 0;
   });
-  // Node 1's job-wide view, from node 0's health reports, once rank 0's 2 s grace is over: left,
-  // not lost (during the grace node 0 shows it lost until it is known not to come back).
+  // Node 0's own status, once rank 0 detached: left, within its 2 s rejoin grace as after it.
+  std::string local, local_shown;
+  for (int i = 0; i < 200 && (local.empty() || local == "attached"); ++i) {
+    usleep(20'000);
+    local_shown = SyncctlStatus(cluster.node(0).run_dir());
+    local = StateInTable(local_shown, "STATE", 0);
+  }
+  EXPECT_EQ(local, "left") << local_shown;
+  // Node 1's job-wide view, from node 0's health reports: left, not lost.
   std::string state, shown;
   for (int i = 0; i < 80 && state != "left"; ++i) {
     usleep(50'000);
     shown = SyncctlStatus(cluster.node(1).run_dir());
-    state = JobViewState(shown, 0);
+    state = StateInTable(shown, "ranks latest first", 0);
   }
   EXPECT_EQ(state, "left") << shown;
   for (pid_t p : pids) {
