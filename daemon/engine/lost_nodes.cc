@@ -89,9 +89,13 @@ void Job::MakeGlobalSet(uint32_t slot) {
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
   global_nodes_ = std::move(nodes);
   // The ranks stood in for now fail nothing more (the membership change failed what was in flight).
-  sets_[0]->StartWithStandIns(ProcessSet::kStandInsOfFirstGroup);
+  int64_t stood_in = 0;
   for (const auto& [lr, l] : lost_)
-    if (l.continued && !l.awaiting_node_back) sets_[0]->ContinueWithout(lr);
+    if (l.continued && !l.awaiting_node_back) {
+      sets_[0]->ContinueWithout(lr);
+      ++stood_in;
+    }
+  sets_[0]->StartAfreshWithStandIns(stood_in);
 }
 
 }  // namespace syncd

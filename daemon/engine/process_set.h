@@ -172,11 +172,16 @@ class ProcessSet {
   void Replaced(uint32_t local_rank);
   // --on-loss restore: `stand_ins` ranks of the job were never there (--vacant-ranks): a group
   // standing in for that many fails nothing, only one with more (a rank lost since).
-  // kStandInsOfFirstGroup: as many as the set's first group stands in for (a global set made
-  // afresh: what was in flight failed everywhere with the membership change already).
-  static constexpr int64_t kStandInsOfFirstGroup = -1;
   void StartWithStandIns(int64_t stand_ins) {
     for (int64_t& s : loss_stand_ins_) s = stand_ins;
+  }
+  // A global set made afresh (a membership change failed what was in flight everywhere already):
+  // the `local` ranks of this node stood in for from its start fail nothing more, only ranks
+  // lost since, its first group included. Each node knows only its own: the groups sum them
+  // with their stand-in counts (FailsForLoss).
+  void StartAfreshWithStandIns(int64_t local) {
+    StartWithStandIns(0);
+    stand_in_baseline_ = local;
   }
   // Requests held outside the negotiator (waiting for local ranks, TOPO, GPU).
   size_t InFlight() const;
@@ -340,6 +345,7 @@ class ProcessSet {
   };
   TopoStandIn topo_stand_in_;
   int64_t loss_stand_ins_[kStreams] = {};    // --on-loss restore: the last group's, see FailsForLoss
+  int64_t stand_in_baseline_ = 0;            // StartAfreshWithStandIns's, this node's
   // Storage reused turn after turn (no heap allocation per collective once sizes were seen):
   // Poll's tensors, Fuse's candidates, the one-node path's groups and members.
   std::vector<ReadyTensor> ready_scratch_, local_ready_scratch_;

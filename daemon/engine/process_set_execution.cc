@@ -60,7 +60,7 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
     if (CountsStandIns(head.first())) {
       int64_t stand_ins = 0;
       for (size_t i : g) stand_ins = std::max<int64_t>(stand_ins, HostExecutor::AbsentIn(ready[i]));
-      if (FailsForLoss(ready, g, stand_ins, stream)) continue;
+      if (FailsForLoss(ready, g, stand_ins - stand_in_baseline_, stream)) continue;
     }
     const uint64_t t0 = abi::MonotonicNs();
     const uint32_t id = StartGroup(ready, g);
@@ -110,12 +110,14 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       RecordGroup(ready, g, t0, id, TraceKind::kGpu);
     } else if (const Collective* kind = FindCollective(f.kind)) {
       // Lost ranks' stand-ins may be on any node: each member's, summed over the nodes before any
-      // data moves (the last tag of the group's 4,096: the kind reaches it only after this).
+      // data moves (the last tag of the group's 4,096: the kind reaches it only after this), and
+      // after them the nodes' baselines (StartAfreshWithStandIns).
       // Owned by the network's operations too: a failure may cut the exchange off while they hold it.
       std::shared_ptr<std::vector<int64_t>> stand_ins;
       if (CountsStandIns(f)) {
         stand_ins = std::make_shared<std::vector<int64_t>>();
         for (size_t i : g) stand_ins->push_back(HostExecutor::AbsentIn(ready[i]));
+        stand_ins->push_back(stand_in_baseline_);
         AllreduceOptions opts;
         opts.slices = 1;
         opts.algorithm = config_.host_allreduce;
@@ -123,7 +125,8 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
                                            stand_ins->size(), SYNCD_INT64, SYNCD_SUM, opts);
         Status st = co_await Await(&counts);
         if (!st.ok()) co_return st;
-        if (FailsForLoss(ready, g, *std::max_element(stand_ins->begin(), stand_ins->end()), stream)) {
+        const int64_t most = *std::max_element(stand_ins->begin(), stand_ins->end() - 1);
+        if (FailsForLoss(ready, g, most - stand_ins->back(), stream)) {
           for (size_t i : g) Recycle(ready[i].requests);
           hooks_.flush();
           continue;
@@ -153,10 +156,6 @@ bool ProcessSet::CountsStandIns(const Request& first) const {
 bool ProcessSet::FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins,
                               Stream stream) {
   if (config_.on_loss != OnLoss::kRestore) return false;
-  if (loss_stand_ins_[stream] == kStandInsOfFirstGroup) {  // every node sees the same first group
-    loss_stand_ins_[stream] = stand_ins;
-    return false;
-  }
   // Fewer stand-ins (a replacement took a lost rank's place): a later loss fails again.
   const int64_t lost = stand_ins - std::exchange(loss_stand_ins_[stream], stand_ins);
   if (lost <= 0) return false;
