@@ -199,9 +199,13 @@ void PrintLosses(const syncd::control::StatusReply& s) {
   for (const auto& c : s.clients()) {
     if ((c.state() != "lost" && c.state() != "left") || c.lost_why().empty()) continue;
     const std::string when = ClockTime(c.lost_unix_s());
+    char grace[96];
+    snprintf(grace, sizeof(grace), "it may attach again within %.1f s (its rejoin grace)", c.rejoin_grace_left_s());
     printf("  %s rank %u%s: %s; %s\n", c.state() == "left" ? "LEFT" : "LOST", c.rank(),
            when.empty() ? "" : (" at " + when).c_str(), c.lost_why().c_str(),
-           c.job_went_on() ? "the job went on without it (--on-loss continue or restore)" : "the job ended");
+           c.job_went_on()                ? "the job went on without it (--on-loss continue or restore)"
+           : c.rejoin_grace_left_s() > 0 ? grace
+                                          : "the job ended");
   }
   for (const auto& m : s.membership_changes())
     printf("  MEMBERSHIP %u at %s: %s\n", m.membership(), ClockTime(m.unix_s()).c_str(), m.why().c_str());

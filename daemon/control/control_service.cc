@@ -40,6 +40,7 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
     out->set_lost_why(c.lost_why);
     out->set_lost_unix_s(c.lost_unix_s);
     out->set_job_went_on(c.job_went_on);
+    out->set_rejoin_grace_left_s(c.rejoin_grace_left_s);
   }
 }
 

@@ -61,6 +61,7 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
     cs.lost_why = lost.reason;
     cs.lost_unix_s = lost.lost_unix_s;
     cs.job_went_on = lost.continued;
+    if (lost.rejoin_deadline_ns > now_ns) cs.rejoin_grace_left_s = double(lost.rejoin_deadline_ns - now_ns) / 1e9;
     out.push_back(cs);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });

@@ -43,6 +43,7 @@ struct ClientSnapshot {
   std::string lost_why;
   double lost_unix_s = 0;
   bool job_went_on = false;
+  double rejoin_grace_left_s = 0;  // a clean detach within its rejoin grace: the seconds left
 };
 
 // A tensor some ranks submitted while others have not, for longer than the stall threshold.

@@ -678,6 +678,9 @@ TEST(ElasticJobEnd, RanksFinishingSecondsApartLeftTheJobTheyWereNotLost) {
     local = StateInTable(local_shown, "STATE", 0);
   }
   EXPECT_EQ(local, "left") << local_shown;
+  EXPECT_TRUE(Contains(local_shown, "LEFT rank 0") && Contains(local_shown, "(its rejoin grace)") &&
+              !Contains(local_shown, "the job ended"))
+      << local_shown;
   // Node 1's job-wide view, from node 0's health reports: left, not lost.
   std::string state, shown;
   for (int i = 0; i < 80 && state != "left"; ++i) {
