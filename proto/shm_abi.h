@@ -19,12 +19,13 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 15;
+inline constexpr uint32_t kVersion = 16;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
 inline constexpr size_t kMessageBytes = 480;
 inline constexpr size_t kArenaAlignment = 64;
+inline constexpr uint32_t kMaxListedNodes = 16384;  // NodePage::set_nodes
 
 // kRegisterGraph: the payload is a TOPO graph in the encoding of proto/graph_wire.h, named
 // kTopoPlanName; it completes once every daemon of the job holds the same plan.
@@ -246,7 +247,15 @@ struct NodePage {
   // each job's start. A client's requests fail until it acknowledges the latest
   // (SegmentHeader::membership_seen, syncd_acknowledge_membership).
   std::atomic<uint32_t> membership;
+  // The nodes of the job's global set (process set 0) under `membership`: every node of the job
+  // (job_nodes of them) until it loses one, then the nodes left, one bit each (node n: bit n % 64
+  // of set_nodes[n / 64]; nodes from kMaxListedNodes on are not listed). Written under a
+  // sequence lock with `membership`: odd while the daemon writes (syncd_job_set_ranks reads).
+  alignas(kCacheLine) std::atomic<uint32_t> set_nodes_seq;
+  std::atomic<uint32_t> job_nodes;
+  std::atomic<uint64_t> set_nodes[kMaxListedNodes / 64];
 };
+static_assert(sizeof(NodePage) <= 4096, "the node page is one page");
 
 // SegmentHeader::joined_as.
 inline constexpr uint32_t kJoinedAsMember = 1;

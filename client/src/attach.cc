@@ -235,6 +235,10 @@ int Client::Attach(const syncd_init_options& opts, Client** out) {
   c->spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", int(reply.client_spin_us))) * 1000;
   id.node_count = reply.node_count;
   id.coord_mode = reply.coord_mode < std::size(abi::kCoordModeNames) ? reply.coord_mode : 0;
+  {
+    MutexLock lock(&c->mu_);
+    if (int rc = c->RefreshGlobalSet(); rc != SYNCD_OK) return rc;
+  }
   *out = c.release();
   return SYNCD_OK;
 }
@@ -341,7 +345,7 @@ int Client::Reattach(int timeout_ms) {
   id_.coord_mode = reply.coord_mode < std::size(abi::kCoordModeNames) ? reply.coord_mode : 0;
   spin_ns_ = uint64_t(EnvInt("SYNCD_CLIENT_SPIN_US", int(reply.client_spin_us))) * 1000;
   ForgetOldDaemon();
-  return SYNCD_OK;
+  return RefreshGlobalSet();
 }
 
 void Client::ForgetOldDaemon() {

@@ -54,6 +54,10 @@ int syncd_acknowledge_membership(syncd_client* c, uint32_t* membership) {
   return Unwrap(c)->AcknowledgeMembership(membership);
 }
 
+int syncd_job_set_ranks(syncd_client* c, int* ranks, int capacity, int* count, uint32_t* membership) {
+  return Unwrap(c)->JobSetRanks(ranks, capacity, count, membership);
+}
+
 int syncd_replaces_lost_rank(syncd_client* c, int* replaces) { return Unwrap(c)->ReplacesLostRank(replaces); }
 
 int syncd_rank(const syncd_client* c) { return Unwrap(c)->identity().rank; }

@@ -67,34 +67,6 @@ int Client::DaemonLostError() const {
               "syncd daemon at " + id_.run_dir + " is gone (rank " + std::to_string(id_.rank) + ")");
 }
 
-int Client::AcknowledgeMembership(uint32_t* membership) {
-  MutexLock lock(&mu_);
-  if (!DaemonAlive()) return DaemonLostError();
-  const uint32_t now = node_->membership.load(std::memory_order_acquire);
-  header_->membership_seen.store(now, std::memory_order_release);
-  if (membership != nullptr) *membership = now;
-  return SYNCD_OK;
-}
-
-int Client::ReplacesLostRank(int* replaces) {
-  // The engine takes the client in a moment after the attach handshake: wait for it.
-  const uint64_t deadline = abi::MonotonicNs() + 10'000'000'000ull;
-  for (;;) {
-    const uint32_t how = header_->joined_as.load(std::memory_order_acquire);
-    if (how != 0) {
-      if (replaces != nullptr) *replaces = how == abi::kJoinedAsReplacement ? 1 : 0;
-      return SYNCD_OK;
-    }
-    {
-      MutexLock lock(&mu_);
-      if (!DaemonAlive()) return DaemonLostError();
-    }
-    if (abi::MonotonicNs() > deadline)
-      return Fail(SYNCD_ERR_TIMEOUT, "the daemon has not taken this rank in 10 s after its attach");
-    usleep(100);
-  }
-}
-
 bool Client::DaemonAlive() {
   if (daemon_lost_) return false;
   if (node_->daemon_state.load(std::memory_order_acquire) ==
@@ -242,7 +214,7 @@ int Client::Submit(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op op, 
     const std::string what = t != nullptr && t->name != nullptr ? "tensor '" + std::string(t->name) + "': " : "barrier: ";
     if (int rc = CheckSet(set_id, what, &set); rc != SYNCD_OK) return rc;
   } else {
-    set = SetView{0, id_.size, id_.rank, nullptr};
+    set = global_;
   }
   entry.process_set = set_id;
   if (kind == abi::OpKind::kBarrier) {

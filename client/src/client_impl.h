@@ -102,6 +102,7 @@ class Client {
   int Timeline(const std::string& path, int64_t timeout_ms);
   // syncd_acknowledge_membership.
   int AcknowledgeMembership(uint32_t* membership);
+  int JobSetRanks(int* ranks, int capacity, int* count, uint32_t* membership);  // syncd_job_set_ranks
   int ReplacesLostRank(int* replaces);  // syncd_replaces_lost_rank
 
  private:
@@ -159,6 +160,16 @@ class Client {
   int MapShared(const abi::AttachReply& reply, int fds[abi::kAttachFds]);
   // Reattach's last step: the rings start over, what the old daemon held fails (DAEMON_LOST).
   void ForgetOldDaemon() SYNCD_REQUIRES(mu_);
+  // The node page's membership and global set's nodes (abi::NodePage::set_nodes), read whole.
+  struct SetNodes {
+    uint32_t membership = 0, nodes = 0;
+    uint64_t words[abi::kMaxListedNodes / 64] = {};
+    bool In(uint32_t node) const { return node < nodes && (words[node / 64] >> (node % 64) & 1); }
+  };
+  int ReadSetNodes(SetNodes* out) SYNCD_REQUIRES(mu_);
+  // global_ from the node page: at attach and when the rank acknowledges a membership.
+  // `membership` (may be null): the membership it belongs to.
+  int RefreshGlobalSet(uint32_t* membership = nullptr) SYNCD_REQUIRES(mu_);
 
   Identity id_;
   // The process that attached: a forked child's copy of this client shares its socket, so it never
@@ -190,6 +201,9 @@ class Client {
   std::map<int, uint64_t> barrier_seqs_ SYNCD_GUARDED_BY(mu_);  // by process set
   std::map<int, std::vector<int>> sets_ SYNCD_GUARDED_BY(mu_);  // the job's process sets but the global one
   uint64_t set_change_seq_ SYNCD_GUARDED_BY(mu_) = 0;
+  // The global set as the daemon runs it under the membership this rank acknowledged: the job's
+  // launch ranks until it loses a node, then those of the nodes left (this rank's place among them).
+  SetView global_ SYNCD_GUARDED_BY(mu_);
   bool daemon_lost_ SYNCD_GUARDED_BY(mu_) = false;
   std::atomic<bool> left_{false};  // syncd_leave was called: the daemon has let this rank go
 };

@@ -36,7 +36,7 @@ SetView Client::Set(int id) {
 int Client::CheckSet(int id, const std::string& what, SetView* set) {
   set->id = id;
   if (id == 0) {
-    *set = SetView{0, id_.size, id_.rank, nullptr};
+    *set = global_;
     return SYNCD_OK;
   }
   auto it = sets_.find(id);

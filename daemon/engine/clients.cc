@@ -43,8 +43,12 @@ bool Engine::PublishMembership() {
   if (job_->membership() == published_membership_) return false;
   published_membership_ = job_->membership();
   residuals_.Clear();  // what they left out belongs to sums over another membership
-  node_page_->page()->membership.store(published_membership_, std::memory_order_release);
+  PublishSetNodes();
   return true;
+}
+
+void Engine::PublishSetNodes() const {
+  node_page_->PublishMembership(published_membership_, transport_ ? transport_->size() : 1, job_->global_nodes());
 }
 
 Status Engine::MembershipRefusal(const Request& r) const {
@@ -90,7 +94,7 @@ void Engine::BeginJob(uint64_t job, const JobResume* resume) {
   hooks.residuals = &residuals_;
   job_ = std::make_unique<Job>(config_, job, local_size_, std::move(links));
   published_membership_ = 0;
-  node_page_->page()->membership.store(0, std::memory_order_release);
+  PublishSetNodes();
   JobTimeline::Links timeline;
   timeline.transport = transport_.get();
   timeline.job = job;

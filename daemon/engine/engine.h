@@ -141,6 +141,8 @@ class Engine {
   // The job's membership (Job::membership) into the node page when it changed (returns whether
   // it did); a request of a rank that has not acknowledged it is refused (why, or OK).
   bool PublishMembership();
+  // The membership published and the global set's nodes, on the node page (syncd_job_set_ranks).
+  void PublishSetNodes() const;
   Status MembershipRefusal(const Request& r) const;
   bool HasWork();
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,

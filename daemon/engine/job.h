@@ -160,8 +160,10 @@ class Job {
 
   // Lost nodes (lost_nodes.cc), --on-loss continue and restore: how many times the job's
   // membership changed (0 until a node is lost), and why it last did. A rank's requests fail
-  // until it has acknowledged the latest (the engine checks: NodePage::membership).
+  // until it has acknowledged the latest (the engine checks: NodePage::membership). The global
+  // set's nodes, ascending; empty: every node of the job (it has lost none).
   uint32_t membership() const { return membership_; }
+  const std::vector<uint32_t>& global_nodes() const { return global_nodes_; }
   const std::string& membership_why() const { return membership_why_; }
   const std::vector<StatusSnapshot::MembershipChange>& membership_changes() const { return membership_changes_; }
 

@@ -537,26 +537,30 @@ def test_torch_distributed_elastic_group_made_again_over_the_survivors(nodes, vi
     assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
 
 
-@pytest.mark.parametrize("nodes,victim,policy", [(2, 3, "restore"), (4, 0, "continue")])
-def test_torch_distributed_elastic_group_made_again_after_a_lost_node(nodes, victim, policy):
+@pytest.mark.parametrize("nodes,victim,also,policy", [(2, 3, -1, "restore"), (4, 0, -1, "continue"),
+                                                      (4, 3, 1, "restore")], ids=["2x2", "4x1", "4x1_stand_in"])
+def test_torch_distributed_elastic_group_made_again_after_a_lost_node(nodes, victim, also, policy):
     """The same job; the victim SIGKILLs its node's daemon. That node's ranks fail (their daemon is
-    gone) and leave; the other nodes' ranks make the group again over themselves. scatter and
-    all_to_all are refused there on every rank, naming why; every other operation is right."""
+    gone) and leave; the other nodes' ranks make the group again over themselves, and every
+    operation is right there, scatter and all_to_all too: they share out among the ranks of the
+    job's global set, which the daemons made afresh over the nodes left. In 4x1_stand_in rank 1
+    dies first (its node's daemon stands in for it, so the set after node 3's loss holds launch
+    ranks 0, 1, 2 while the group is 0 and 2)."""
     pytest.importorskip("syncd._c10d", reason="syncd was built without libtorch-dev")
+    also_args = ["--also-die-rank", str(also), "--also-die-at-step", "2"] if also >= 0 else []
     p, results = syncrun(nodes, 4, "c10d_elastic.py", "--die-rank", str(victim), "--die-at-step", "4", "--ops",
-                         "--kill-daemon", launcher_args=POLICIES[policy], timeout=120)
+                         "--kill-daemon", *also_args, launcher_args=POLICIES[policy], timeout=120)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     lost_node = victim // (4 // nodes)
-    left = [r for r in range(4) if r // (4 // nodes) != lost_node]
+    left = [r for r in range(4) if r // (4 // nodes) != lost_node and r != also]
     ranks = c10d_reports(results)
     assert [(r["rank"], r["launch_rank"], r["size"]) for r in ranks] == \
         [(i, r, len(left)) for i, r in enumerate(left)], out
-    assert all(r["reinits"] == 1 and steps_averaged_right(r, "restore") for r in ranks), ranks
-    refused = "is not supported yet in a group made after the job lost a node"
+    assert all(r["reinits"] == (1 if also < 0 else 2) and steps_averaged_right(r, "restore") for r in ranks), ranks
     for r in ranks:
-        assert all(r["ops"][op] is True for op in C10D_OPS if op not in ("scatter", "all_to_all_single")), r
-        assert refused in r["ops"]["scatter"] and refused in r["ops"]["all_to_all_single"], r
+        assert r["ops"] == {op: True for op in C10D_OPS}, r
+        assert r["set_ranks"] == [q for q in range(4) if q // (4 // nodes) != lost_node], r
     assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
 
 

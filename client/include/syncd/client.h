@@ -125,6 +125,15 @@ SYNCD_API int syncd_reattach(syncd_client* c, int timeout_ms);
  * be NULL): how many times the membership changed. SYNCD_ERR_DAEMON_LOST: this rank's own daemon
  * is gone, the rank cannot go on. */
 SYNCD_API int syncd_acknowledge_membership(syncd_client* c, uint32_t* membership);
+/* The launch ranks of the job's global set (every rank's collectives), ascending, as the daemons
+ * run it now: every launch rank until the job loses a node; then (--on-loss continue or restore)
+ * those of the nodes left, ranks lost there included (their daemon stands in for them: they add
+ * nothing, receive nothing). What a collective takes per rank of the set (alltoall's splits, a
+ * scatter's shares) goes to these ranks in this order. Writes up to `capacity` ranks (`ranks` may
+ * be NULL with capacity 0), *count: how many there are, *membership (may be NULL): the membership
+ * they belong to (as syncd_acknowledge_membership counts; requests are refused under an older
+ * one). SYNCD_ERR_DAEMON_LOST: this rank's daemon is gone. */
+SYNCD_API int syncd_job_set_ranks(syncd_client* c, int* ranks, int capacity, int* count, uint32_t* membership);
 /* *replaces: 1 when this rank took the place of a rank the job had gone on without (a
  * replacement, e.g. syncrun --elastic --respawn): its daemon stood in for the lost rank until now,
  * and this rank takes part again from the first collective it submits (hvd.elastic.run joins the

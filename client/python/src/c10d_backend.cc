@@ -55,13 +55,12 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
   // The group's ranks as syncd numbers them (c10d_ranks.h): the job as launched (process_set 0,
   // no ranks), the job's live ranks after a loss (process_set 0, `ranks`: launch ranks, ascending)
   // or the syncd process set of `ranks` (new_group's, sorted), which every rank of the job added
-  // (syncd/torch/distributed.py). `nodes_changed`: see GroupRanks.
+  // (syncd/torch/distributed.py).
   ProcessGroupSyncd(py::object store, int rank, int size, std::chrono::milliseconds timeout, uintptr_t client,
-                    py::object keep_alive, int process_set, std::vector<int> ranks, std::string group,
-                    bool nodes_changed)
+                    py::object keep_alive, int process_set, std::vector<int> ranks, std::string group)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), keep_alive_(std::move(keep_alive)),
         client_(reinterpret_cast<syncd_client*>(client)), timeout_ms_(int64_t(timeout.count())),
-        ranks_(process_set, std::move(ranks), nodes_changed),
+        ranks_(process_set, std::move(ranks)),
         stager_(client_, rank, timeout_ms_, std::move(group), &ranks_, this) {
     TORCH_CHECK(client_ != nullptr, "syncd backend: no syncd client (is this rank attached to a daemon?)");
     ranks_.Check(client_, rank, size);
@@ -191,7 +190,6 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                                          const c10d::ScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == 1, "syncd backend: scatter takes one output tensor per process");
     CheckRoot(opts.rootRank, "scatter");
-    ranks_.CheckSetIsLaunch("scatter");
     const int n = getSize(), r = getRank();
     const bool root = int(opts.rootRank) == r;
     at::Tensor out = outputs[0];
@@ -206,7 +204,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
                     "syncd backend: scatter's inputs must match the output's size and dtype");
         flat.push_back(t.flatten());
       }
-      all = at::cat(ranks_.SetPieces(std::move(flat), syncd_size(client_)));
+      all = at::cat(ranks_.SetPieces(std::move(flat)));
     } else {
       TORCH_CHECK(inputs.empty() || inputs[0].empty(), "syncd backend: scatter's input list is for its root only");
     }
@@ -260,7 +258,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
     // Rows of `row` elements: syncd's alltoall sends whole rows.
     std::vector<int64_t> elems;
     for (int64_t s : splits) elems.push_back(s * row);
-    elems = ranks_.SetCounts(elems, syncd_size(client_));
+    elems = ranks_.SetCounts(elems);
     std::vector<at::Tensor> outs = {output};
     return stager_.Flat(input.flatten(), outs, c10d::OpType::ALLTOALL_BASE, "alltoall_base",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
@@ -280,7 +278,7 @@ class ProcessGroupSyncd : public c10d::ProcessGroup, public FutureTracker {
       flat.push_back(t.flatten());
       elems.push_back(t.numel());
     }
-    elems = ranks_.SetCounts(elems, syncd_size(client_));
+    elems = ranks_.SetCounts(elems);
     std::vector<at::Tensor> outs = outputs;
     return stager_.Flat(at::cat(flat), outs, c10d::OpType::ALLTOALL, "alltoall",
                 [&](const syncd_tensor& t, syncd_handle* h, syncd_result* res) {
@@ -447,15 +445,14 @@ PYBIND11_MODULE(_c10d, m) {
   py::module_::import("torch.distributed");  // registers c10d::ProcessGroup with pybind11 first
   py::class_<ProcessGroupSyncd, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSyncd>>(m, "ProcessGroupSyncd")
       .def(py::init([](py::object store, int rank, int size, std::chrono::milliseconds timeout, uintptr_t client,
-                       py::object keep_alive, int process_set, std::vector<int> ranks, std::string group,
-                       bool nodes_changed) {
+                       py::object keep_alive, int process_set, std::vector<int> ranks, std::string group) {
              return c10::make_intrusive<ProcessGroupSyncd>(std::move(store), rank, size, timeout, client,
                                                            std::move(keep_alive), process_set, std::move(ranks),
-                                                           std::move(group), nodes_changed);
+                                                           std::move(group));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("client"),
            py::arg("keep_alive"), py::arg("process_set") = 0, py::arg("ranks") = std::vector<int>{},
-           py::arg("group") = "default", py::arg("nodes_changed") = false)
+           py::arg("group") = "default")
       .def_property_readonly("process_set", &ProcessGroupSyncd::process_set)
       .def("allreduce_named", &ProcessGroupSyncd::allreduce_named, py::arg("tensor"), py::arg("name"),
            py::arg("compression") = 0, py::call_guard<py::gil_scoped_release>())

@@ -6,7 +6,9 @@
 //   survivors renumbered 0..n-1, as `init_method="syncd://"` numbers them): group rank r is
 //   launch rank ranks[r]. The daemons run the job's collectives without the lost ranks (their
 //   stand-ins add zeros and no rows), so only what names ranks needs translating: roots, peers,
-//   alltoall's splits (one per launch rank) and a reduce_scatter's rows (see PerRankRows);
+//   alltoall's splits and a scatter's pieces (one per rank of the job's global set:
+//   syncd_job_set_ranks, every launch rank until a node is lost) and a reduce_scatter's rows (see
+//   PerRankRows);
 // - a process set (new_group): group rank r is the set's rank r, global rank ranks[r].
 #pragma once
 
@@ -22,13 +24,11 @@ namespace syncd::c10d_backend {
 
 class GroupRanks {
  public:
-  // `nodes_changed`: the job's membership of nodes changed before the group was made (a node
-  // lost, or back): the daemons made the global set afresh, over ranks the client cannot list.
-  GroupRanks(int process_set, std::vector<int> ranks, bool nodes_changed)
-      : process_set_(process_set), ranks_(std::move(ranks)), nodes_changed_(nodes_changed) {}
+  GroupRanks(int process_set, std::vector<int> ranks) : process_set_(process_set), ranks_(std::move(ranks)) {}
 
-  // Refuses a group whose rank and size are not what the daemon serves this process as.
-  void Check(syncd_client* client, int rank, int size) const {
+  // Refuses a group whose rank and size are not what the daemon serves this process as; in the
+  // live ranks' view reads the job's global set.
+  void Check(syncd_client* client, int rank, int size) {
     if (process_set_ != 0) {
       TORCH_CHECK(int(ranks_.size()) == size && syncd_process_set_rank(client, process_set_) == rank &&
                       syncd_process_set_size(client, process_set_) == size,
@@ -51,6 +51,15 @@ class GroupRanks {
                 mine == ranks_.end() ? -1 : int(mine - ranks_.begin()), " of ", ranks_.size());
     TORCH_CHECK(std::is_sorted(ranks_.begin(), ranks_.end()) && ranks_.back() < syncd_size(client),
                 "syncd backend: the live ranks must be launch ranks in ascending order, below ", syncd_size(client));
+    // The global set the daemons run the group's collectives in, as the membership it joined has it.
+    set_.resize(size_t(syncd_size(client)));  // as many as it may hold
+    int count = 0;
+    TORCH_CHECK(syncd_job_set_ranks(client, set_.data(), int(set_.size()), &count, nullptr) == SYNCD_OK,
+                "syncd backend: ", syncd_last_error());
+    set_.resize(size_t(std::min(count, syncd_size(client))));
+    for (int r : ranks_)
+      TORCH_CHECK(std::binary_search(set_.begin(), set_.end(), r), "syncd backend: live rank ", r,
+                  " is not in the job's global set (its node was lost): make the group again (init_process_group)");
   }
 
   int process_set() const { return process_set_; }
@@ -67,39 +76,37 @@ class GroupRanks {
   }
 
   // alltoall's counts, one per group rank, as the daemon takes them: one per rank of the syncd
-  // set (the live ranks' view: one per launch rank, none to a lost one).
-  std::vector<int64_t> SetCounts(const std::vector<int64_t>& per_group, int launch_size) const {
+  // set (the live ranks' view: one per rank of the global set, none to a lost one).
+  std::vector<int64_t> SetCounts(const std::vector<int64_t>& per_group) const {
     if (process_set_ != 0 || ranks_.empty()) return per_group;
-    CheckSetIsLaunch("all_to_all");
-    std::vector<int64_t> counts(size_t(launch_size), 0);
-    for (size_t i = 0; i < ranks_.size(); ++i) counts[size_t(ranks_[i])] = per_group[i];
+    std::vector<int64_t> counts(set_.size(), 0);
+    for (size_t i = 0; i < ranks_.size(); ++i) counts[SetPosition(ranks_[i])] = per_group[i];
     return counts;
   }
 
   // Whether syncd's scatter and reducescatter hand out one share per group rank: not in the live
-  // ranks' view, where the daemon shares the rows among every launch rank, lost ones included.
+  // ranks' view, where the daemon shares the rows among every rank of the global set, lost ones
+  // included.
   bool PerRankRows() const { return process_set_ != 0 || ranks_.empty(); }
 
   // A scatter's pieces, one per group rank, in the order the daemon shares them out: one per
   // rank of the syncd set (in the live ranks' view zeros for a lost rank, which nobody receives).
-  std::vector<at::Tensor> SetPieces(std::vector<at::Tensor> per_group, int launch_size) const {
+  std::vector<at::Tensor> SetPieces(std::vector<at::Tensor> per_group) const {
     if (PerRankRows() || per_group.empty()) return per_group;
-    std::vector<at::Tensor> pieces(size_t(launch_size), at::zeros_like(per_group[0]));
-    for (size_t i = 0; i < ranks_.size(); ++i) pieces[size_t(ranks_[i])] = std::move(per_group[i]);
+    std::vector<at::Tensor> pieces(set_.size(), at::zeros_like(per_group[0]));
+    for (size_t i = 0; i < ranks_.size(); ++i) pieces[SetPosition(ranks_[i])] = std::move(per_group[i]);
     return pieces;
   }
 
-  // The live ranks' view shares out by launch rank: right while the global set is the job's
-  // launch ranks (lost ranks stood in for), not after a node was lost. Every rank checks.
-  void CheckSetIsLaunch(const char* op) const {
-    TORCH_CHECK(PerRankRows() || !nodes_changed_, "syncd backend: ", op, " is not supported yet in a group made after ",
-                "the job lost a node (the daemons made the job's set afresh without it; every other operation works)");
+ private:
+  // A live rank's position in the global set (Check made sure it is there).
+  size_t SetPosition(int launch_rank) const {
+    return size_t(std::lower_bound(set_.begin(), set_.end(), launch_rank) - set_.begin());
   }
 
- private:
   int process_set_;
   std::vector<int> ranks_;
-  bool nodes_changed_;
+  std::vector<int> set_;  // the live ranks' view: the launch ranks of the job's global set
 };
 
 }  // namespace syncd::c10d_backend

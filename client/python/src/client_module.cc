@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -221,6 +222,15 @@ class PyClient {
     return membership;
   }
 
+  // syncd_job_set_ranks: the launch ranks of the job's global set.
+  std::vector<int> JobSetRanks() {
+    std::vector<int> ranks(size_t(syncd_size(get())));
+    int count = 0;
+    Check(syncd_job_set_ranks(get(), ranks.data(), int(ranks.size()), &count, nullptr));
+    ranks.resize(std::min(ranks.size(), size_t(count)));
+    return ranks;
+  }
+
   // The job's timeline: blocks (GIL released) until this rank's daemon carried it out.
   void StartTimeline(const std::string& path) {
     int rc;
@@ -402,6 +412,7 @@ PYBIND11_MODULE(_client, m) {
       .def("barrier_async", &PyClient::Barrier, py::arg("process_set") = 0)
       .def("fail_async", &PyClient::Fail, py::arg("name"), py::arg("why"), py::arg("process_set") = 0)
       .def("acknowledge_membership", &PyClient::AcknowledgeMembership)
+      .def("job_set_ranks", &PyClient::JobSetRanks)
       .def("reattach", &PyClient::Reattach, py::arg("timeout_ms"))
       .def("replaces_lost_rank", [](PyClient& c) {
         int replaces = 0;

@@ -6,7 +6,8 @@ build DDP again on it (which broadcasts rank 0's parameters). Under restore the 
 rolled back to the parameters the ranks last agreed on.
 
 Rank --die-rank SIGKILLs itself (--kill-daemon: its node's syncd, so every rank of the node is
-lost) in its backward pass at step --die-at-step (not as a replacement).
+lost) in its backward pass at step --die-at-step (not as a replacement); --also-die-rank
+SIGKILLs itself at --also-die-at-step.
 Each rank's data is constant and its own: every element of rank r's input at step s is
 r + 1 + s, so the gradient DDP averages is known: batch x the members' mean of r + 1 + s. Every
 step records whether the gradient it applied is that mean over the group's ranks at the time
@@ -37,6 +38,8 @@ parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--die-rank", type=int, default=-1)
 parser.add_argument("--die-at-step", type=int, default=-1)
 parser.add_argument("--kill-daemon", action="store_true", help="the victim SIGKILLs its node's syncd instead")
+parser.add_argument("--also-die-rank", type=int, default=-1, help="another rank SIGKILLs itself (not its daemon)")
+parser.add_argument("--also-die-at-step", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0, help="a pause in each step (room for a replacement)")
 parser.add_argument("--wait-for-size", type=int, default=0,
                     help="past --steps, go on (up to 120 s from the start) until the group has this many ranks")
@@ -69,6 +72,8 @@ def die_mid_backward(grad):
         with open(os.path.join(os.environ["SYNCD_TEST_RESULTS"], "killed.txt"), "w") as f:
             f.write(json.dumps({"killed_at": time.time()}))
         os.kill(daemon_pid() if args.kill_daemon else os.getpid(), signal.SIGKILL)
+    if launch_rank == args.also_die_rank and current_step == args.also_die_at_step and not replacement:
+        os.kill(os.getpid(), signal.SIGKILL)
     return grad
 
 
@@ -245,6 +250,7 @@ digest = hashlib.sha256(model.weight.detach().numpy().tobytes()).hexdigest()
 report(json.dumps({"rank": dist.get_rank(), "size": dist.get_world_size(), "launch_rank": launch_rank,
                    "members": live_launch_ranks(), "reinits": reinits, "replacement": replacement,
                    "steps": step, "checked": checked, "digest": digest, "ops": ops,
+                   "set_ranks": basics.client().job_set_ranks(),
                    "started_at": started_at}))
 ddp = None  # DDP holds the group, the group this process's attachment: both go, and it detaches
 dist.destroy_process_group()

@@ -145,7 +145,7 @@ def _create(opts, pg_options=None):
         process_set = pending.pop(0)
     group = str(opts.group_id) if _generation <= 0 else "g%d.%s" % (_generation, opts.group_id)
     return _c10d.ProcessGroupSyncd(opts.store, opts.group_rank, opts.group_size, opts.timeout, client.address, client,
-                                   process_set, [] if ranks == job else ranks, group, _nodes_changed)
+                                   process_set, [] if ranks == job else ranks, group)
 
 
 # init_method="syncd://": the job's live ranks. Each rank says why it takes part in the members'
@@ -154,18 +154,15 @@ def _create(opts, pg_options=None):
 _AT_CHECK, _AT_INIT, _JOINING = 0, 1, 2
 _generation = -1  # the last syncd:// init's number (the highest any rank had, + 1): in group names from 1 on
 _members = None   # the launch ranks of the last syncd:// init
-_nodes_changed = False  # whether the job's nodes changed before it (a node lost or back: c10d_ranks.h)
 _joined = False   # whether this process has been through a syncd:// init
 
 
-def _live_ranks(why, membership=0):
+def _live_ranks(why):
     """The launch ranks alive now, ascending (a lost rank adds no row), whether any rank was at
-    an init, the highest generation any rank has seen and the highest count of changes of the
-    job's nodes any rank's daemon has told of."""
-    mine = torch.tensor([[basics.client().rank, why, _generation, membership]], dtype=torch.int64)
+    an init and the highest generation any rank has seen."""
+    mine = torch.tensor([[basics.client().rank, why, _generation]], dtype=torch.int64)
     rows = allgather(mine, name="syncd.c10d.members")
-    return (sorted(int(r) for r in rows[:, 0]), bool((rows[:, 1] == _AT_INIT).any()), int(rows[:, 2].max()),
-            int(rows[:, 3].max()))
+    return sorted(int(r) for r in rows[:, 0]), bool((rows[:, 1] == _AT_INIT).any()), int(rows[:, 2].max())
 
 
 def ranks_changed():
@@ -178,8 +175,7 @@ def ranks_changed():
 
 
 def _agree_on_members(timeout):
-    """Every live rank's syncd:// init: the members, the new generation and whether the job's
-    nodes changed. The allgather fails on every survivor alike where it is the first collective
+    """Every live rank's syncd:// init: the members and the new generation. The allgather fails on every survivor alike where it is the first collective
     without a lost rank (restore), and on a rank that acknowledged the job's membership a moment
     before its daemon told of a lost node: each tries again, until `timeout`."""
     global _joined
@@ -187,18 +183,19 @@ def _agree_on_members(timeout):
     if not _joined and client.replaces_lost_rank():
         _joined = True
         try:
-            members, others_at_init, generation, nodes = _live_ranks(_JOINING, client.acknowledge_membership())
+            client.acknowledge_membership()
+            members, others_at_init, generation = _live_ranks(_JOINING)
             if others_at_init:
-                return members, generation + 1, nodes > 0
+                return members, generation + 1
         except HorovodInternalError:  # its node is taken back first: the others fail and init again
             requests.wait_all()
     _joined = True
     deadline = time.monotonic() + timeout.total_seconds()
     while True:
-        membership = client.acknowledge_membership()
+        client.acknowledge_membership()
         try:
-            members, _, generation, nodes = _live_ranks(_AT_INIT, membership)
-            return members, generation + 1, nodes > 0
+            members, _, generation = _live_ranks(_AT_INIT)
+            return members, generation + 1
         except HorovodInternalError:
             requests.wait_all()
             if time.monotonic() >= deadline:
@@ -229,10 +226,10 @@ def _reachable_address():
 def _syncd_rendezvous(url, timeout=dist.default_pg_timeout, **kwargs):
     """torch's rendezvous handler for syncd://: (store, rank, world size) of this process among the
     job's live ranks. The store is new each time, held by the new rank 0 on a port of its own."""
-    global _generation, _members, _nodes_changed
+    global _generation, _members
     query = dict(parse_qsl(urlparse(url).query))
     client = _attach(int(query.get("rank", -1)), int(query.get("world_size", -1)))
-    members, generation, nodes_changed = _agree_on_members(timeout)
+    members, generation = _agree_on_members(timeout)
     basics.set_view(members)
     rank, size = basics.rank(), basics.size()
     refused = "; ".join(f"{key}={query[key]} was asked for, but the job's live ranks {members} make launch rank "
@@ -250,7 +247,7 @@ def _syncd_rendezvous(url, timeout=dist.default_pg_timeout, **kwargs):
         raise ValueError("syncd:// rendezvous: " + "; ".join(refusals) + " (leave rank and world_size out)")
     if rank != 0:
         store = dist.TCPStore(where[0], where[1], size, False, timeout)
-    _generation, _members, _nodes_changed = generation, members, nodes_changed
+    _generation, _members = generation, members
     yield store, rank, size
     raise RuntimeError("syncd:// rendezvous: call init_process_group again for another")
 
