@@ -177,6 +177,9 @@ def ranks_of(results):
 POLICIES = {"restore": ["--elastic"], "continue": ["--on-loss", "continue"]}
 
 
+ELASTIC_OPS = ["alltoall_splits", "alltoall_equal", "reducescatter", "allgather", "broadcast"]
+
+
 @pytest.mark.parametrize("nodes,victim,mode,policy", [(2, 1, "negotiate", "continue"), (4, 0, "negotiate", "continue"),
                                                       (2, 3, "topo", "continue"), (2, 1, "negotiate", "restore"),
                                                       (4, 0, "negotiate", "restore"), (2, 3, "topo", "restore")])
@@ -184,8 +187,9 @@ def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_rank_is_killed(nod
     """Horovod's pytorch_synthetic_benchmark_elastic.py (rewritten to the same API, small): a rank
     killed mid-backward; every survivor sees one reset, is renumbered 0..2 in launch order with
     hvd.size() == 3 (the reset callback scales the learning rate by it), ends with the same
-    parameters and exits 0, as does syncrun."""
-    p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3",
+    parameters and exits 0, as does syncrun. alltoall (splits, received splits), reducescatter,
+    allgather and broadcast then number the ranks as hvd.rank() does."""
+    p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3", "--ops",
                          syncd_args=["--coord=%s" % mode], launcher_args=POLICIES[policy], timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     ranks = ranks_of(results)
@@ -193,6 +197,7 @@ def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_rank_is_killed(nod
     assert [r["launch_rank"] for r in ranks] == [r for r in range(4) if r != victim]
     assert all(r["size"] == 3 and r["resets"] == 1 and abs(r["lr"] - 0.03) < 1e-12 for r in ranks), ranks
     assert all(r["iters"] >= 8 for r in ranks), ranks
+    assert all(r["ops"] == dict.fromkeys(ELASTIC_OPS, True) for r in ranks), ranks
     assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
 
 
@@ -202,9 +207,10 @@ def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_nodes_daemon_is_ki
     """The same benchmark; a rank SIGKILLs its node's daemon mid-backward (node 0's, the
     coordinator, on 4 x 1): that node's ranks cannot go on and exit; the others' calls in flight
     fail, hvd.elastic.run rolls back, acknowledges the job's new membership and renumbers them
-    0..n-1 in launch order; they end with the same parameters and syncrun exits 0."""
+    0..n-1 in launch order; they end with the same parameters and syncrun exits 0. The collectives
+    that name ranks number them as hvd.rank() does, over the job's global set made afresh."""
     p, results = syncrun(nodes, 4, "elastic_synthetic.py", "--die-rank", str(victim), "--die-at-iter", "3",
-                         "--kill-daemon", syncd_args=["--coord=%s" % mode], launcher_args=POLICIES[policy],
+                         "--ops", "--kill-daemon", syncd_args=["--coord=%s" % mode], launcher_args=POLICIES[policy],
                          timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     lost_node = victim // (4 // nodes)
@@ -214,6 +220,7 @@ def test_horovods_elastic_synthetic_benchmark_goes_on_after_a_nodes_daemon_is_ki
     assert [r["rank"] for r in ranks] == list(range(len(left)))
     assert all(r["size"] == len(left) and r["resets"] == 1 for r in ranks), ranks
     assert all(abs(r["lr"] - 0.01 * len(left)) < 1e-12 for r in ranks), ranks
+    assert all(r["ops"] == dict.fromkeys(ELASTIC_OPS, True) for r in ranks), ranks
     assert len({r["digest"] for r in ranks}) == 1, "the survivors' parameters differ"
     assert "the job goes on without the node" in p.stdout + p.stderr
 

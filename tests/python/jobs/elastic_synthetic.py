@@ -39,6 +39,8 @@ parser.add_argument("--grow-file", help="syncrun --host-discovery-script's hosts
                     "to it at --grow-at-iter (syncrun --max-np then starts ranks in the slots offered)")
 parser.add_argument("--grow-hosts", default="", help="comma-separated NODE:SLOTS")
 parser.add_argument("--grow-at-iter", type=int, default=-1)
+parser.add_argument("--ops", action="store_true", help="after training, check the collectives that take or give "
+                    "something per rank in the ranks' numbering since the reset")
 parser.add_argument("--wait-for-size", type=int, default=0,
                     help="before the last iteration, wait (up to 120 s from the start) until the job has this many ranks")
 args = parser.parse_args()
@@ -137,13 +139,56 @@ def on_state_reset():
         param_group["lr"] = lr * lr_scaler()
 
 
+def check_ops():
+    """Each collective that names ranks, as Horovod numbers them after the reset (rank r of n,
+    launch ranks lr): True, False, or the error it raised."""
+    n, r, lr = hvd.size(), hvd.rank(), [basics.launch_rank(q) for q in range(hvd.size())]
+    me = float(launch_rank)
+
+    def alltoall_splits():
+        # rank r sends q + 1 rows of value 100 * me + q to rank q; it gets r + 1 rows from each
+        t = torch.cat([torch.full((q + 1, 2), 100 * me + q) for q in range(n)])
+        out, got = hvd.alltoall(t, splits=[q + 1 for q in range(n)], name="ops.alltoall_splits")
+        want = torch.cat([torch.full((r + 1, 2), 100.0 * s + r) for s in lr])
+        return got.tolist() == [r + 1] * n and torch.equal(out, want)
+
+    def alltoall_equal():
+        out = hvd.alltoall(torch.tensor([10 * me + q for q in range(n)]), name="ops.alltoall_equal")
+        return out.tolist() == [10.0 * s + r for s in lr]
+
+    def reducescatter():
+        # 2n + 1 rows of row index + launch rank: rank r keeps its share (the first ranks one more)
+        t = torch.arange(2 * n + 1, dtype=torch.float32).unsqueeze(1) + me
+        out = hvd.reducescatter(t, op=hvd.Sum, name="ops.reducescatter")
+        first = sum(2 + (q < 1) for q in range(r))
+        rows = 2 + (r < 1)
+        return out.squeeze(1).tolist() == [n * i + sum(lr) for i in range(first, first + rows)]
+
+    def allgather():
+        return hvd.allgather(torch.tensor([me]), name="ops.allgather").tolist() == [float(s) for s in lr]
+
+    def broadcast():
+        return hvd.broadcast(torch.tensor([me]), root_rank=n - 1, name="ops.broadcast").item() == lr[n - 1]
+
+    results = {}
+    for name, op in [("alltoall_splits", alltoall_splits), ("alltoall_equal", alltoall_equal),
+                     ("reducescatter", reducescatter), ("allgather", allgather), ("broadcast", broadcast)]:
+        try:
+            results[name] = op()
+        except (RuntimeError, ValueError) as e:
+            results[name] = str(e)
+    return results
+
+
 state = hvd.elastic.TorchState(model, optimizer, img_secs=[], iter=0, batch=0, warm=False)
 state.register_reset_callbacks([on_state_reset])
 run_benchmark(state)
+ops = check_ops() if args.ops else {}
 digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.state_dict().values())).hexdigest()
 report(json.dumps({"rank": hvd.rank(), "size": hvd.size(), "launch_rank": launch_rank, "resets": resets,
                    "start_size": start_size,
                    "lr": optimizer.param_groups[0]["lr"], "iters": len(state.img_secs), "digest": digest,
+                   "ops": ops,
                    "replacement": replacement, "first_step_at": first_step_at[0],
                    # attached again to its restarted daemon (syncrun --restart-daemons)
                    "attached_again": basics.client().replaces_lost_rank() and not replacement}))

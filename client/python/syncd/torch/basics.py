@@ -182,6 +182,12 @@ def set_view(launch_ranks):
     _view_rank = _view.index(client().rank)
 
 
+def view():
+    """The launch ranks rank() numbers 0..n-1 since an elastic reset (a list), or None while it
+    numbers them as launched."""
+    return _view
+
+
 def launch_rank(r):
     """The launch rank of rank `r` as rank() numbers ranks (a root, say)."""
     return _view[r] if _view is not None and 0 <= r < len(_view) else r

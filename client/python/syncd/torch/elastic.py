@@ -49,8 +49,10 @@ New ranks beyond the launch's (syncrun --max-np with --host-discovery-script): t
 with vacant slots, which the ranks started do not count (basics numbers them 0..n-1 at init); a
 rank started in a vacant slot joins as a replacement does.
 
-Not yet: new nodes joining, process sets and alltoall splits in the renumbered view (they take
-launch ranks).
+In the renumbered view roots, alltoall's splits (sent and received) and reducescatter's shares
+follow rank() and size() (gather_scatter.py translates them to the job's global set, which a
+lost rank's daemon stands in for). Not yet: new nodes joining, process sets in the renumbered
+view (they take launch ranks).
 """
 import copy
 import functools

@@ -16,6 +16,8 @@ from syncd.torch.inplace_ops import allreduce, grouped_allreduce
 from syncd.torch.process_sets import global_process_set, set_id, set_rank, set_size
 from syncd.torch.requests import _abandon, _name, _ps, _refuse, _register, _Request, _submitting, synchronize
 
+_COMPRESSION_NONE = 1  # syncd_compression: a reducescatter's sum is exact, as the daemons' own is
+
 
 def _stage_input(part, tensor):
     """Arena memory holding a copy of `tensor`'s data, for kinds whose result is not the input
@@ -37,17 +39,68 @@ def _placed(part, like):
     return out.view((sum(part.rows),) + tuple(like.shape[1:])).to(like.device)
 
 
+def _set_splits(name, splits, rows, live):
+    """alltoall's splits as rank() numbers the ranks since an elastic reset (`live`: their launch
+    ranks) -> one per rank of the job's global set, as the daemons take them (none to a rank lost,
+    which its node's daemon stands in for), and the positions of the live ranks in that set."""
+    n = len(live)
+    if splits is None:
+        if rows % n:
+            raise ValueError("tensor '%s': alltoall without splits divides the first dimension equally, but %d rows "
+                             "do not divide among %d ranks; pass splits" % (name, rows, n))
+        splits = [rows // n] * n
+    if len(splits) != n:
+        raise ValueError("tensor '%s': alltoall has %d splits for %d ranks" % (name, len(splits), n))
+    members = client().job_set_ranks()
+    at = [members.index(r) for r in live]
+    per_member = [0] * len(members)
+    for i, s in zip(at, splits):
+        per_member[i] = s
+    return per_member, at
+
+
+def _submit_renumbered(part, kind, name, tensor, addr, code, op, prescale, postscale, splits, live):
+    """alltoall and reducescatter of the global set since an elastic reset: the daemons run them
+    over every rank of the job's global set, lost ranks included (their daemons stand in), so what
+    goes per rank is translated. A reducescatter is an allreduce of which this rank keeps its
+    share, shared among the live ranks as hvd.size() and hvd.rank() number them."""
+    c = client()
+    shape = list(tensor.shape)
+    if kind == "alltoall":
+        per_member, at = _set_splits(name, splits, tensor.shape[0], live)
+        part.handle = c.alltoall_async(name, addr, code, shape, per_member)
+        part.placed = True
+
+        def fetch():
+            out = _placed(part, tensor)  # stand-ins send no rows: the set's order is the live ranks'
+            part.rows = [part.rows[i] for i in at]
+            return out
+        part.fetch = fetch
+        return
+    part.handle = c.allreduce_async(name, addr, code, shape, op, float(prescale), float(postscale),
+                                    compression=_COMPRESSION_NONE)
+    n, me = len(live), basics.rank()
+    first = sum(c.reducescatter_rows(tensor.shape[0], n, q) for q in range(me))
+    rows = c.reducescatter_rows(tensor.shape[0], n, me)
+    row = tensor[0].numel() if tensor.shape[0] > 0 else 0
+    part.fetch = lambda: (part.staging[first * row:(first + rows) * row].clone()
+                          .view((rows,) + tuple(tensor.shape[1:])).to(tensor.device))
+
+
 def _submit_kind(req, kind, name, tensor, op=Average, prescale=1.0, postscale=1.0, splits=None, ps=None):
     """allgather, alltoall, reducescatter: the input is staged, the output built at completion."""
     c = client()
     pid = set_id(ps)
+    live = basics.view() if ps is None and kind != "allgather" else None
     with _submitting(req, name, ps) as part:
         code = dtype_code(tensor, "tensor '%s'" % name)
         if tensor.dim() == 0:
             raise ValueError("tensor '%s': %s needs a tensor of at least one dimension" % (name, kind))
         addr = _stage_input(part, tensor)
         shape = list(tensor.shape)
-        if kind == "allgather":
+        if live is not None:
+            _submit_renumbered(part, kind, name, tensor, addr, code, op, prescale, postscale, splits, live)
+        elif kind == "allgather":
             part.handle = c.allgather_async(name, addr, code, shape, process_set=pid)
             part.placed = True
             part.fetch = lambda: _placed(part, tensor)
