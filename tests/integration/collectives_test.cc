@@ -211,6 +211,18 @@ TEST(Collectives, StatusReportsClientsCoresAndCounters) {
     CHILD_CHECK(syncd_rank(c) == rank && syncd_size(c) == n && syncd_local_rank(c) == rank &&
                     syncd_local_size(c) == n && syncd_cross_rank(c) == 0 && syncd_cross_size(c) == 1,
                 "identity");
+    // The job's global set as launched: every rank, membership 0; a short buffer gets the count.
+    int set[2] = {-1, -1}, count = 0;
+    uint32_t membership = 7;
+    CHILD_CHECK(syncd_job_set_ranks(c, set, 2, &count, &membership) == SYNCD_OK && count == n && set[0] == 0 &&
+                    set[1] == 1 && membership == 0,
+                "job set: %d ranks, membership %u: %s", count, membership, syncd_last_error());
+    CHILD_CHECK(syncd_job_set_ranks(c, nullptr, 0, &count, nullptr) == SYNCD_OK && count == n, "count only");
+    CHILD_CHECK(syncd_job_set_ranks(c, set, 1, &count, nullptr) == SYNCD_OK && count == n, "a buffer of one");
+    CHILD_CHECK(syncd_job_set_ranks(c, set, 2, nullptr, nullptr) == SYNCD_ERR_INVALID &&
+                    syncd_job_set_ranks(c, set, -1, &count, nullptr) == SYNCD_ERR_INVALID &&
+                    syncd_job_set_ranks(c, nullptr, 2, &count, nullptr) == SYNCD_ERR_INVALID,
+                "bad arguments are refused");
     return ManyInFlight(c, rank, n, 5);
   });
   ExpectAllSucceeded(st);
