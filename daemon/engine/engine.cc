@@ -228,7 +228,10 @@ bool Engine::Poll() {
     kick_client_(id);
     did = true;
   }
-  if (job_) did |= job_->Poll(abi::MonotonicNs()) | PublishMembership();
+  if (job_) {
+    did |= job_->Poll(abi::MonotonicNs());
+    did |= PublishMembership();  // after the poll: a node lost in it changes the membership
+  }
   for (size_t i = 0; i < retired_.size();) {
     did |= retired_[i]->PollGpu();
     if (retired_[i]->gpu_busy()) ++i;

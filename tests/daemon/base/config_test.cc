@@ -102,7 +102,9 @@ TEST(Config, PowerSgdsRankIsParsedWithinItsBounds) {
   for (const char* bad : {"0", "1025", "two"}) {
     auto b = BuildConfig({{"compression-rank", bad}}, {});
     EXPECT_FALSE(b.ok()) << bad;
-    if (!b.ok()) EXPECT_NE(b.status().message().find("compression-rank"), std::string::npos) << b.status().message();
+    if (!b.ok()) {
+      EXPECT_NE(b.status().message().find("compression-rank"), std::string::npos) << b.status().message();
+    }
   }
 }
 
