@@ -146,7 +146,9 @@ TEST(Attach, ASegmentHandedBackIsMappedOnlyWhenItIsWhatTheDaemonWouldMake) {
   auto memfd = [](uint64_t size, bool sealed) {
     const int fd = memfd_create("handed-back", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     EXPECT_EQ(ftruncate(fd, off_t(size)), 0);
-    if (sealed) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    if (sealed) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    }
     return fd;
   };
   EXPECT_TRUE(Contains(hand_back(-1), "hands its segment back but sent no descriptor")) << hand_back(-1);
@@ -177,7 +179,7 @@ TEST(Attach, ReattachingWhileTheDaemonServesIsRefusedAndChangesNothing) {
   float* x = static_cast<float*>(syncd_alloc(c, 16));
   for (int i = 0; i < 4; ++i) x[i] = 1.f;
   const int64_t shape[1] = {4};
-  syncd_tensor t{"after.reattach", x, SYNCD_FLOAT32, 1, shape};
+  syncd_tensor t{"after.reattach", x, SYNCD_FLOAT32, 1, shape, 0};
   syncd_handle h;
   ASSERT_EQ(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h), SYNCD_OK) << syncd_last_error();
   EXPECT_EQ(syncd_wait(c, h, 5000), SYNCD_OK) << syncd_last_error();
