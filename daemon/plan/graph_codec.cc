@@ -1,42 +1,19 @@
 #include "daemon/plan/graph_codec.h"
 
-#include <cstring>
 
+#include "daemon/base/bytes.h"
 #include "proto/graph_wire.h"
 #include "proto/status_names.h"
 
 namespace syncd {
 namespace {
 
-class Reader {
- public:
-  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (size_t(end_ - p_) < sizeof(T)) return false;
-    memcpy(v, p_, sizeof(T));
-    p_ += sizeof(T);
-    return true;
-  }
-  bool Text(size_t n, std::string* out) {
-    if (size_t(end_ - p_) < n) return false;
-    out->assign(p_, n);
-    p_ += n;
-    return true;
-  }
-  size_t left() const { return size_t(end_ - p_); }
-
- private:
-  const char* p_;
-  const char* end_;
-};
-
 Status Bad(const std::string& why) { return Status(SYNCD_ERR_INVALID, "graph: " + why); }
 
 }  // namespace
 
 StatusOr<Graph> DecodeGraph(const char* data, size_t bytes) {
-  Reader rd(data, bytes);
+  ByteReader rd(data, bytes);
   uint32_t magic = 0, version = 0, ops = 0, edges = 0, fetches = 0, reserved = 0;
   if (!rd.Get(&magic) || !rd.Get(&version) || !rd.Get(&ops) || !rd.Get(&edges) || !rd.Get(&fetches) ||
       !rd.Get(&reserved))

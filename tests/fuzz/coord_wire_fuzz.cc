@@ -1,5 +1,6 @@
 // What one daemon sends another (coord/wire.h): the coordinator's request lists, its responses,
-// and control messages. The first byte picks the decoder. A list that decodes re-encodes to the
+// control messages, and a TOPO plan sent to a node without it (plan/plan_codec.h). The first byte
+// picks the decoder. A list that decodes re-encodes to the
 // same bytes, and what the coordinator then does with its metas (the agreement check) holds. A
 // health report (job_health.h) is read as node 1's by node 0 of a three-node job.
 #include <string>
@@ -7,11 +8,12 @@
 #include "daemon/collectives/agreement.h"
 #include "daemon/coord/job_health.h"
 #include "daemon/coord/wire.h"
+#include "daemon/plan/plan_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: {
       auto reqs = syncd::DecodeRequests(bytes);
       if (!reqs.ok()) return 0;
@@ -41,6 +43,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           syncd::CompareNodeWaits(&nodes);
         }
       }
+      break;
+    }
+    case 3: {
+      auto plan = syncd::DecodePlan(bytes.data(), bytes.size());
+      if (plan.ok() && (syncd::EncodePlan(*plan) != bytes || syncd::PlanHash(*plan) != plan->hash)) __builtin_trap();
       break;
     }
   }

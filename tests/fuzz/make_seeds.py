@@ -155,6 +155,13 @@ def main():
     write("coord_wire", "abort", b"\2" + control("A", 0x1234, code=13, text="the job was shut down after a stall"))
     write("coord_wire", "cycle", b"\2" + control("C", 0x1234, cycle=42))
     write("coord_wire", "hello", b"\2" + control("H", 0x1234))
+    write("coord_wire", "hello-with-plan", b"\2" + control("H", 0x1234, text="plan 00c0ffee00c0ffee"))
+    # A TOPO plan (plan/plan_codec.h): two float32 sums in one group, a third alone.
+    plan = struct.pack("<4I", 0x4E4C5054, 1, 3, 2)
+    for name, count in (("grad.w", 1000), ("grad.b", 10), ("grad.fc", 50)):
+        plan += struct.pack("<4BIQH", 6, 1, 0, 0, 0, count, len(name)) + name.encode()
+    plan += struct.pack("<2I", 0, 2)
+    write("coord_wire", "topo-plan", b"\3" + plan)
     # A health bundle going up, inline (cycle 0): node 1's report and node 2's, each "@node age_ms",
     # the header, then a row per rank.
     write("coord_wire", "health", b"\2" + control("N", 0x1234, cycle=0, text="@1 20\nnode-b 4242 1 10 50100 50900 200\n"
