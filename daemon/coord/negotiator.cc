@@ -60,7 +60,7 @@ Negotiator::Negotiator(Transport* transport, NegotiatorOptions options)
   const uint32_t n = t_->size();
   for (uint32_t p = 0; p < n; ++p) control_in_.push_back(std::make_shared<ControlBytes>());
   control_recvs_.assign(n, 0);
-  join_ = JoinJob(t_, options_.job, &joined_nodes_, options_.gpu_restart);
+  join_ = JoinJob(t_, options_.job, &joined_nodes_, options_.gpu_restart, options_.plan_carry);
 }
 
 bool Negotiator::PollJoin() {
@@ -128,7 +128,9 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
 bool Negotiator::Poll(uint64_t now_ns, bool may_start) {
   bool did = CheckAbortMessages();
   if (broken_) return did;
-  did |= PollJoin();
+  // The turn the start handshake completes starts no cycle: the set first applies what it carried
+  // (an NCCL id, a TOPO plan), as every node does before its first cycle.
+  if (PollJoin()) return true;
   if (!joined_ || broken_) return did;
   const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + Period(now_ns);
   const bool due = options_.on_demand

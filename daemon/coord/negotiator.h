@@ -77,6 +77,9 @@ struct NegotiatorOptions {
   // The job start's GPU part (job_join.h): whether this node's GPU path needs rebuilding, and
   // where the fresh NCCL id arrives. nullptr: not this set's business (only the global set's).
   GpuRestart* gpu_restart = nullptr;
+  // The job start's TOPO part (job_join.h): the plan this node holds, and the set's once joined.
+  // nullptr: not this set's business (only the global set's).
+  PlanCarry* plan_carry = nullptr;
   // Cycles that agreed on tensors are recorded here as set `set`'s (nullptr: none).
   Timeline* timeline = nullptr;
   int32_t set = 0;

@@ -65,6 +65,7 @@ inline constexpr uint64_t kJoinReadyTag = kTagMask - 2;  // job start, round 2
 inline constexpr uint64_t kTimelineTag = kTagMask - 3;   // timeline chunks to node 0 (engine/job_timeline.h)
 inline constexpr uint64_t kP2pHeaderTag = kTagMask - 4;  // point-to-point headers (engine/point_to_point.h)
 inline constexpr uint64_t kHealthTag = kTagMask - 5;     // health bundles past a control message (engine/health.cc)
+inline constexpr uint64_t kJoinPlanTag = kTagMask - 6;   // job start, round 3: a TOPO plan (coord/job_join.h)
 // ... and point-to-point data below them.
 inline constexpr uint64_t kP2pDataTagBase = uint64_t{63} << kSetSlotShift;
 inline constexpr uint64_t kP2pDataSeqMask = (uint64_t{1} << 40) - 1;
