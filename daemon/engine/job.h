@@ -341,6 +341,8 @@ class Job {
   std::vector<uint32_t> global_nodes_;
   uint32_t membership_ = 0;
   std::string membership_why_;
+  // The TOPO plan of the global set EndGlobalSet ended, for MakeGlobalSet to carry over.
+  std::shared_ptr<const TopoPlan> carried_plan_;
   bool back_pending_ = false;  // a replacement here waits for the node to be taken back
   bool back_joins_ = false;    // ... a new rank: the node had only vacant slots, it joins
   bool back_sent_ = false;     // ... and node 0 of the global set was asked

@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "daemon/engine/job.h"
 #include "daemon/transport/set_transport.h"
@@ -67,6 +68,7 @@ void Job::EndGlobalSet(uint32_t membership, const std::string& what, bool routin
   End(EndScope::Set(0, ProcessSet::Reach::kRemoved),
       Status(SYNCD_ERR_RANK_LOST, membership_why_ + ": what was in flight fails; each rank's calls fail until it "
                                                     "acknowledges the new membership (hvd.elastic.run does)"));
+  carried_plan_ = sets_.count(0) ? sets_[0]->plan() : nullptr;
   sets_.erase(0);
   set_info_.erase(0);
 }
@@ -86,7 +88,9 @@ void Job::MakeGlobalSet(uint32_t slot) {
   if (nodes.size() > 1) info.comm = std::make_unique<SetTransport>(t, nodes, slot);
   place.comm = info.comm.get();
   set_info_[0] = std::move(info);
-  sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_);
+  // Its TOPO plan: the old set's, where the nodes of the new one agree on it (coord/job_join.h).
+  sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_,
+                                          std::exchange(carried_plan_, nullptr));
   global_nodes_ = std::move(nodes);
   // The ranks stood in for now fail nothing more (the membership change failed what was in flight).
   int64_t stood_in = 0;

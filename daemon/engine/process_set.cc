@@ -43,7 +43,8 @@ PartialPlace PartialPlaceOf(const ProcessSetPlace& place, Timeline* timeline) {
 
 }  // namespace
 
-ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks)
+ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks,
+                       std::shared_ptr<const TopoPlan> carried_plan)
     : config_(config),
       place_(std::move(place)),
       world_size_(uint32_t(place_.ranks.size())),
@@ -54,6 +55,13 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       host_(world_size_),
       partial_(PartialPlaceOf(place_, hooks_.timeline)) {
   if (place_.id == 0 && place_.gpu != nullptr) PrepareGpu();
+  if (place_.id == 0 && place_.comm != nullptr) {
+    plan_carry_.plan = std::move(carried_plan);
+    plan_carry_pending_ = true;
+  } else if (carried_plan) {  // one node: nobody to agree with
+    plan_ = std::move(carried_plan);
+    if (config_.coord == abi::CoordMode::kTopo) topo_ = std::make_unique<TopoRunner>(plan_);
+  }
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
   // Only the global set blocks the engine in its cycles (as Horovod's). Two blocking sets spanning
   // the same nodes would each wait in its own cycle for a node that waits in the other's; the
@@ -108,6 +116,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   opts.timeline = hooks_.timeline;
   opts.set = place_.id;
   if (gpu_restart_pending_) opts.gpu_restart = &gpu_restart_;
+  if (plan_carry_pending_) opts.plan_carry = &plan_carry_;
   return std::make_unique<Negotiator>(place_.comm, std::move(opts));
 }
 
@@ -152,6 +161,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
     did |= negotiator_->Poll(now_ns);
     // Before anything of the job can run on the GPUs (agreements need every node's messages).
     if (gpu_restart_pending_ && negotiator_->joined()) RestartGpu();
+    if (plan_carry_pending_ && negotiator_->joined()) AdoptCarriedPlan();
     did |= RunAgreed();
     // Blocking modes: the engine takes nothing new while the global set's cycle is open.
     if (blocking_ && negotiator_->cycle_running()) did |= Block();
@@ -398,6 +408,15 @@ void ProcessSet::InstallPlan() {
     if (!st.ok() && deferred_failure_.ok())
       deferred_failure_ = Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
   }
+}
+
+void ProcessSet::AdoptCarriedPlan() {
+  plan_carry_pending_ = false;
+  if (!plan_carry_.error.ok()) spdlog::warn("job {}: {}", place_.job, plan_carry_.error.message());
+  if (!plan_carry_.plan || negotiator_->broken()) return;
+  plan_ = std::move(plan_carry_.plan);
+  spdlog::info("job {}: the global set made afresh goes on with TOPO {}", place_.job, DescribePlan(PlanShape(*plan_)));
+  if (config_.coord == abi::CoordMode::kTopo) InstallPlan();
 }
 
 size_t ProcessSet::FailWaiting(const Status& why) {

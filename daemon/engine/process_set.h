@@ -105,13 +105,19 @@ struct ProcessSetPlace {
 
 class ProcessSet {
  public:
-  ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks);
+  // `carried_plan` (global set only): a global set made afresh (a membership change) starts with
+  // the old set's registered plan, if its nodes agree on it (coord/job_join.h: nodes without one
+  // get it from one that has it); it is installed before the set's first cycle on every node.
+  ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCounters* counters, ProcessSetHooks hooks,
+             std::shared_ptr<const TopoPlan> carried_plan = nullptr);
   ~ProcessSet();
   ProcessSet(const ProcessSet&) = delete;
   ProcessSet& operator=(const ProcessSet&) = delete;
 
   int32_t id() const { return place_.id; }
   const ProcessSetPlace& place() const { return place_; }
+  // The TOPO plan the job registered in this set (null: none), whether it runs it or not.
+  const std::shared_ptr<const TopoPlan>& plan() const { return plan_; }
 
   // Intake. Why a new request must fail now (the set's job failed, here or on another node),
   // or OK. Then Add: fails (keeping nothing) for a name the rank already has in flight.
@@ -237,6 +243,8 @@ class ProcessSet {
   // (under --coord topo) and completes the registrations.
   void RegisterPlan(ReadyTensor& registration);
   void InstallPlan();
+  // What the start handshake of a global set made afresh agreed of the plan, once joined.
+  void AdoptCarriedPlan();
   // End's parts.
   size_t FailWaiting(const Status& why);
   void FailJob(const Status& why);
@@ -327,6 +335,10 @@ class ProcessSet {
   // once the negotiator has joined (gpu_restart_pending_).
   GpuRestart gpu_restart_;
   bool gpu_restart_pending_ = false;
+  // The global set of a many-node job: the job start's TOPO part (job_join.h), applied once the
+  // negotiator has joined (plan_carry_pending_), before its first cycle.
+  PlanCarry plan_carry_;
+  bool plan_carry_pending_ = false;
   std::unique_ptr<Negotiator> negotiator_;   // many nodes
   std::unique_ptr<TopoRunner> topo_;         // --coord topo, once a plan is registered
   std::shared_ptr<const TopoPlan> plan_;     // the set's registered plan (any mode)

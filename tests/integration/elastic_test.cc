@@ -435,21 +435,30 @@ struct RestartCase {
   // The node's ranks hand their segments to the new daemon (syncd_reattach: the same clients,
   // their arenas as they were) rather than attaching anew.
   bool hand_back = false;
+  // topo: every rank registers the training graph once, at the start; the new daemon gets the plan
+  // from a node that holds it, and every set made afresh runs it on.
+  const char* coord = "negotiate";
 };
 class DaemonRestart : public ::testing::TestWithParam<RestartCase> {};
 
 TEST_P(DaemonRestart, TheNodesRanksAttachAgainAndEveryCollectiveSumsEveryRankAgain) {
   const RestartCase k = GetParam();
   const int n = k.nodes * k.local;
-  Cluster cluster(k.nodes, k.local, {"--on-loss", k.policy, "--log-level", "error"});
+  Cluster cluster(k.nodes, k.local, {"--on-loss", k.policy, "--coord", k.coord, "--log-level", "error"});
   Shared* shared = MapShared();
   constexpr int kStepsTogether = 10;
   const std::vector<int64_t> layers = {1000, 3};
+  const bool topo = std::string(k.coord) == "topo";
   const int32_t full = (1 << n) - 1, without = full - (((1 << k.local) - 1) << (k.node * k.local));
   auto train = [&](const std::string& dir, int rank) {
     const bool restarted_node = rank / k.local == k.node;
     syncd_client* c = AttachAs(dir, rank, n, rank % k.local, k.local);
     CHILD_CHECK(c != nullptr, "attach: %s", syncd_last_error());
+    if (topo) {
+      ModelGraph model(layers);
+      CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: %s", rank,
+                  syncd_last_error());
+    }
     std::vector<int32_t*> grads;
     float* avg = nullptr;
     auto alloc = [&] {  // in the client's segment: again after each attach
@@ -538,8 +547,11 @@ TEST_P(DaemonRestart, TheNodesRanksAttachAgainAndEveryCollectiveSumsEveryRankAga
   }
   const std::string node = "node " + std::to_string(k.node);
   for (int other = 0; other < k.nodes; ++other) {
-    if (other == k.node) continue;
     const std::string table = SyncctlStatus(cluster.node(other).run_dir());
+    // Every set made afresh ran the plan on, the new daemon's too (it had none of its own): at
+    // least a group per step with every rank again.
+    if (topo) EXPECT_GE(PlanGroupsRun(table), kStepsTogether) << "node " << other << "\n" << table;
+    if (other == k.node) continue;
     EXPECT_TRUE(Contains(table, node + "'s daemon was restarted: the node is back")) << table;
     EXPECT_TRUE(Contains(table, node + " is back: a replacement attached there")) << table;
   }
@@ -550,11 +562,14 @@ INSTANTIATE_TEST_SUITE_P(Policies, DaemonRestart,
                          ::testing::Values(RestartCase{"continue", 2, 2, 1}, RestartCase{"restore", 2, 2, 1},
                                            RestartCase{"continue", 3, 1, 1}, RestartCase{"restore", 3, 1, 2},
                                            RestartCase{"continue", 4, 1, 3}, RestartCase{"continue", 2, 2, 1, true},
-                                           RestartCase{"restore", 4, 1, 3, true}),
+                                           RestartCase{"restore", 4, 1, 3, true},
+                                           RestartCase{"continue", 2, 2, 1, false, "topo"},
+                                           RestartCase{"restore", 3, 1, 2, false, "topo"}),
                          [](const ::testing::TestParamInfo<RestartCase>& info) {
                            return std::string(info.param.policy) + "_" + std::to_string(info.param.nodes) + "x" +
                                   std::to_string(info.param.local) + "_node" + std::to_string(info.param.node) +
-                                  (info.param.hand_back ? "_handing_its_segment_back" : "");
+                                  (info.param.hand_back ? "_handing_its_segment_back" : "") +
+                                  (std::string(info.param.coord) == "topo" ? "_topo" : "");
                          });
 
 // Under --on-loss fail the job ended with the loss; the restarted daemon joins the rendezvous again

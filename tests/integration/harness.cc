@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -226,6 +227,12 @@ std::string SyncctlStatus(const std::string& run_dir, const std::string& flags) 
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
   return pclose(f) == 0 ? out : "";
+}
+
+long long PlanGroupsRun(const std::string& table) {
+  static const std::regex kGroupsRun("([0-9]+) groups run");
+  std::smatch m;
+  return std::regex_search(table, m, kGroupsRun) ? std::stoll(m[1].str()) : -1;
 }
 
 syncd_client* Attach(const std::string& run_dir, int rank, int size) {

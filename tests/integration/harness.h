@@ -144,6 +144,10 @@ std::string SyncctlStatusJson(const std::string& run_dir);
 // `syncctl status` with `flags` (" --json", or "" for the table a user reads); "" on failure.
 std::string SyncctlStatus(const std::string& run_dir, const std::string& flags = "");
 
+// From `syncctl status`'s table: how many groups of the registered TOPO plan the first set that
+// runs one ran ("N groups run"); -1 when no set runs a plan.
+long long PlanGroupsRun(const std::string& table);
+
 // A number field of `syncctl status --json` output (uint64 fields come quoted); UINT64_MAX if absent.
 uint64_t JsonNumber(const std::string& json, const std::string& key);
 // The same for a floating-point field (NaN when absent).
