@@ -362,16 +362,6 @@ Status CheckVacantRanks(const Config& c) {
                            std::to_string(c.local_size) + ")");
   if (c.vacant_ranks.size() == size)
     return InvalidArgument("vacant-ranks: every rank of the job is vacant; it needs a rank to start with");
-  // A TOPO plan is registered by the ranks of every node; a node without one cannot stand in for
-  // the registration (it never saw the plan).
-  if (c.coord == abi::CoordMode::kTopo && c.nodes > 1) {
-    for (uint32_t node = 0; node < c.nodes; ++node) {
-      if (NodeWhollyVacant(c, node))
-        return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(node) +
-                               " is vacant, which --coord topo cannot take (the node has no rank to register the "
-                               "job's plan with the others); use --coord negotiate or nbcs, or give it a rank");
-    }
-  }
   if (NodeStartsVacant(c) && c.job_id == 0)
     return InvalidArgument("vacant-ranks: every rank of node " + std::to_string(c.node_rank) +
                            " (this one) is vacant: its daemon starts the job before a rank attaches, which needs "

@@ -119,9 +119,10 @@ bool PlaceEveryRank(const ReadyTensor& t, Collective::Placement* p) {
 StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set_rank, uint32_t local, bool lost) {
   const Collective* kind = FindCollective(like.kind);
   const std::string what = "tensor '" + like.name + "'";
-  // A TOPO plan: where a rank of the node registers it (`like` holds the plan), not from the
-  // agreed name alone (a node with no rank to register has no plan to run).
-  const bool plan = like.kind == abi::OpKind::kRegisterGraph && like.plan != nullptr;
+  // A TOPO plan: where a rank of the node registers it, `like` holds the plan; where none does
+  // (every rank of the node lost or vacant), `like` is the agreed name, with the plan's shape and
+  // no plan: the node gets the plan from another when the registration runs (ExecuteAgreed).
+  const bool plan = like.kind == abi::OpKind::kRegisterGraph;
   if (lost && (abi::IsSetChange(like.kind) || plan)) {
     Request r = like;  // the ranks added or the set removed, or the plan; no data
     r.client_id = kNoClient;

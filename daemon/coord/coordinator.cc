@@ -113,10 +113,12 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
 
 std::string Negotiator::PlanMismatch(const Announcement& a) const {
   // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
-  // ranks of one node already agreed.
+  // ranks of one node already agreed. A node not ready (its ranks lost or vacant: it stands in)
+  // has no plan of its own; it gets the others'.
   std::vector<int64_t> hashes;
   std::vector<std::string> groups;
   for (uint32_t node = 0; node < a.metas.size(); ++node) {
+    if (!a.ready[node]) continue;
     const Shape& plan = a.metas[node].shape;
     const int64_t h = plan.empty() ? 0 : plan[0];
     size_t i = std::find(hashes.begin(), hashes.end(), h) - hashes.begin();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 
@@ -32,7 +33,9 @@ StatusOr<bool> IsFor(const Message& in, ControlMessage::Kind kind, uint64_t job,
 // The `cycle` of a HELLO or READY: what it says of the GPUs.
 constexpr uint64_t kGpuRebuild = 1;  // HELLO: rebuild, please; node 0's READY: the id is in the text
 
-// A HELLO's text: "plan <hash in hex>" when the node holds one, empty otherwise.
+// A HELLO's text: "plan <hash in hex>" when the node holds one, empty otherwise; SharePlan sends
+// it alone, in kPlanWordBytes.
+constexpr size_t kPlanWordBytes = 32;
 std::string PlanWord(uint64_t hash) {
   char text[32];
   snprintf(text, sizeof(text), "plan %016llx", (unsigned long long)hash);
@@ -78,26 +81,26 @@ CarryDecision DecideCarry(const std::vector<std::optional<uint64_t>>& held) {
 // The largest plan a node takes: 2^24 tensors (kGraphMaxOps) of short names.
 constexpr uint64_t kMostPlanBytes = uint64_t{1} << 30;
 
-CommTask SendPlan(Transport* t, const CarryDecision& d, const TopoPlan& plan) {
+CommTask SendPlan(Transport* t, uint64_t tag, const CarryDecision& d, const TopoPlan& plan) {
   const auto bytes = std::make_shared<const std::string>(EncodePlan(plan));
   const auto size = std::make_shared<const uint64_t>(bytes->size());
   CommHandles handles;
   for (uint32_t p : d.to) {
-    handles.push_back(t->Send(p, kJoinPlanTag, size.get(), sizeof(uint64_t), size));
-    handles.push_back(t->Send(p, kJoinPlanTag, bytes->data(), bytes->size(), bytes));
+    handles.push_back(t->Send(p, tag, size.get(), sizeof(uint64_t), size));
+    handles.push_back(t->Send(p, tag, bytes->data(), bytes->size(), bytes));
   }
   co_return co_await Wait(t, std::move(handles));
 }
 
-CommTask ReceivePlan(Transport* t, const CarryDecision& d, PlanCarry* carry) {
+CommTask ReceivePlan(Transport* t, uint64_t tag, const CarryDecision& d, PlanCarry* carry) {
   const std::string from = "node " + std::to_string(d.from);
   const auto size = std::make_shared<uint64_t>(0);
-  Status st = co_await Wait(t, t->Recv(d.from, kJoinPlanTag, size.get(), sizeof(uint64_t), size));
+  Status st = co_await Wait(t, t->Recv(d.from, tag, size.get(), sizeof(uint64_t), size));
   if (!st.ok()) co_return st;
   if (*size == 0 || *size > kMostPlanBytes)
     co_return Status(SYNCD_ERR_PROTOCOL, from + " sends a TOPO plan of " + std::to_string(*size) + " bytes");
   const auto bytes = std::make_shared<std::string>(*size, '\0');
-  st = co_await Wait(t, t->Recv(d.from, kJoinPlanTag, bytes->data(), bytes->size(), bytes));
+  st = co_await Wait(t, t->Recv(d.from, tag, bytes->data(), bytes->size(), bytes));
   if (!st.ok()) co_return st;
   StatusOr<TopoPlan> plan = DecodePlan(bytes->data(), bytes->size());
   if (!plan.ok()) co_return plan.status();
@@ -105,6 +108,21 @@ CommTask ReceivePlan(Transport* t, const CarryDecision& d, PlanCarry* carry) {
     co_return Status(SYNCD_ERR_PROTOCOL, from + " named TOPO " + PlanWord(*d.hash) + " and sent " + PlanWord(plan->hash));
   carry->plan = std::make_shared<const TopoPlan>(std::move(*plan));
   co_return Status::Ok();
+}
+
+// The plan from the lowest holder to the nodes without it, as `d` decided (on `tag`).
+CommTask MovePlan(Transport* t, uint64_t tag, const CarryDecision& d, PlanCarry* carry) {
+  const uint32_t me = t->rank();
+  if (!d.conflict.empty()) {
+    carry->plan.reset();
+    carry->error = Status(SYNCD_ERR_INVALID, d.conflict);
+  }
+  if (!d.hash || d.to.empty()) co_return Status::Ok();
+  CommTask move;
+  if (me == d.from) move = SendPlan(t, tag, d, *carry->plan);
+  else if (std::find(d.to.begin(), d.to.end(), me) != d.to.end()) move = ReceivePlan(t, tag, d, carry);
+  else co_return Status::Ok();
+  co_return co_await Await(&move);
 }
 
 // Round 1: HELLO both ways; a receive that got another job's HELLO is posted again. `rebuild` and
@@ -217,17 +235,39 @@ CommTask JoinJob(Transport* t, uint64_t job, std::vector<bool>* joined, GpuResta
   if (Status st = co_await Await(&round); !st.ok()) co_return st;
 
   // Round 3: the plan to the nodes without it (nothing when no node holds one).
-  const CarryDecision d = DecideCarry(held);
   if (plan == nullptr) co_return Status::Ok();
-  if (!d.conflict.empty()) {
-    plan->plan.reset();
-    plan->error = Status(SYNCD_ERR_INVALID, d.conflict);
-  }
-  if (!d.hash || d.to.empty()) co_return Status::Ok();
-  if (me == d.from) round = SendPlan(t, d, *plan->plan);
-  else if (std::find(d.to.begin(), d.to.end(), me) != d.to.end()) round = ReceivePlan(t, d, plan);
-  else co_return Status::Ok();
+  const CarryDecision d = DecideCarry(held);
+  round = MovePlan(t, kJoinPlanTag, d, plan);
   co_return co_await Await(&round);
+}
+
+CommTask SharePlan(Transport* t, uint64_t tag, PlanCarry* plan) {
+  const uint32_t n = t->size(), me = t->rank();
+  std::vector<std::optional<uint64_t>> held(n);
+  if (plan->plan) held[me] = plan->plan->hash;
+  // Each node's word (a HELLO's text, fixed size) to every other.
+  const auto words = std::make_shared<std::vector<Message>>(n);
+  Message& mine = (*words)[me];
+  mine.fill('\0');
+  const std::string word = plan->plan ? PlanWord(plan->plan->hash) : "";
+  memcpy(mine.data(), word.data(), word.size());
+  CommHandles handles;
+  for (uint32_t p = 0; p < n; ++p)
+    if (p != me) {
+      handles.push_back(t->Recv(p, tag, (*words)[p].data(), kPlanWordBytes, words));
+      handles.push_back(t->Send(p, tag, mine.data(), kPlanWordBytes, words));
+    }
+  if (Status st = co_await Wait(t, std::move(handles)); !st.ok()) co_return st;
+  for (uint32_t p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const Message& in = (*words)[p];
+    StatusOr<std::optional<uint64_t>> h = ParsePlanWord(std::string(in.data(), strnlen(in.data(), kPlanWordBytes)), p);
+    if (!h.ok()) co_return h.status();
+    held[p] = *h;
+  }
+  const CarryDecision d = DecideCarry(held);
+  CommTask move = MovePlan(t, tag + 1, d, plan);
+  co_return co_await Await(&move);
 }
 
 }  // namespace syncd

@@ -62,6 +62,12 @@ struct PlanCarry {
 CommTask JoinJob(Transport* t, uint64_t job, std::vector<bool>* joined, GpuRestart* gpu = nullptr,
                  PlanCarry* plan = nullptr);
 
+// The TOPO part alone, outside a job's start: a plan registration agreed while some node had no
+// rank to register with (every rank of it lost, or vacant since the start) runs it on every node
+// of the set, so that such a node gets the plan the others registered. Each node names the plan
+// it holds (on `tag`), and the plan moves as in round 3 (on `tag + 1`).
+CommTask SharePlan(Transport* t, uint64_t tag, PlanCarry* plan);
+
 }  // namespace syncd
 
 #endif  // SYNCD_DAEMON_COORD_JOB_JOIN_H_

@@ -240,12 +240,16 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
     }
   }
   // Every rank here joined: any cached name the other nodes run, this one runs with stand-ins,
-  // except a kind whose shapes vary by rank: the cached rows count this node's ranks' rows, its
-  // stand-ins have none. Such a name is evicted and goes through the coordinator.
+  // except a kind whose shapes vary by rank (the cached rows count this node's ranks' rows, its
+  // stand-ins have none) and a TOPO plan's registration (whether a node stands in for one depends
+  // on whether each node's ranks are lost or joined, which only the coordinator sees: once every
+  // node joined, a cached one would run on some nodes only). Such a name is evicted and goes
+  // through the coordinator.
   if (JoinedHere())
     for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
       if (!cache_.used(int32_t(bit))) continue;
-      (cache_.meta(int32_t(bit)).rows.empty() ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
+      const bool stands_in = cache_.meta(int32_t(bit)).rows.empty() && cache_.name(int32_t(bit)) != abi::kTopoPlanName;
+      (stands_in ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
     }
   if (!uncached->empty()) a.flags |= 1;
   if (local_busy_ || !pending_.empty() || executing_) a.flags |= 2;
@@ -317,8 +321,9 @@ Status Negotiator::TakeAgreedNames(std::span<const std::string> run, const std::
   auto take = [&](const std::string& name) {
     return std::move(Remove(pending_.find(name)).tensor);
   };
-  // A joined node's stand-ins: none for what no collective kind runs (a TOPO plan's registration,
-  // agreed while this node's ranks have all joined, has nothing to stand in for).
+  // A joined node's stand-ins: none for what no collective kind runs, except a TOPO plan's
+  // registration where every rank of the node is lost or vacant (JoinedRequest): the node gets the
+  // plan when the registration runs.
   auto stand_in = [&](const std::string& name, const TensorMeta& meta) {
     ReadyTensor t = StandIn(name, meta);
     if (!t.requests.empty()) ready->push_back(std::move(t));

@@ -375,8 +375,12 @@ Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
   return Status::Ok();
 }
 
-void ProcessSet::RegisterPlan(ReadyTensor& registration) {
-  const std::shared_ptr<const TopoPlan>& plan = registration.first().plan;
+void ProcessSet::RegisterPlan(ReadyTensor& registration, std::shared_ptr<const TopoPlan> plan) {
+  if (!plan) {  // the coordinator checked that the nodes holding one agree: cannot happen
+    CompleteAll(registration.requests, Status(SYNCD_ERR_INTERNAL, "TOPO plan registration: no node has the plan"));
+    registration.requests.clear();
+    return;
+  }
   char hex[32];
   snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)plan->hash);
   Status result(SYNCD_OK, std::string("plan ") + hex);

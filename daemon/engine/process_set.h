@@ -239,9 +239,9 @@ class ProcessSet {
   // Hands a tensor every local rank submitted to the TOPO runner, the negotiator or `local_ready`.
   // An error means the set must fail (the tensor's requests were failed already).
   Status Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready);
-  // A TOPO graph every rank registered, agreed at this point on every node: installs its plan
+  // A TOPO graph every rank registered, agreed at this point on every node: installs its `plan`
   // (under --coord topo) and completes the registrations.
-  void RegisterPlan(ReadyTensor& registration);
+  void RegisterPlan(ReadyTensor& registration, std::shared_ptr<const TopoPlan> plan);
   void InstallPlan();
   // What the start handshake of a global set made afresh agreed of the plan, once joined.
   void AdoptCarriedPlan();

@@ -44,7 +44,7 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
   for (const FusionGroup& g : groups) {
     ReadyTensor& head = ready[g.front()];
     if (head.first().kind == abi::OpKind::kRegisterGraph) {
-      RegisterPlan(head);  // completes the registrations itself
+      RegisterPlan(head, head.first().plan);  // completes the registrations itself
       continue;
     }
     if (abi::IsSetChange(head.first().kind)) {
@@ -99,7 +99,11 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
     const uint64_t t0 = abi::MonotonicNs();
     const uint32_t id = StartGroup(ready, g);
     if (f.kind == abi::OpKind::kRegisterGraph) {
-      RegisterPlan(ready[g.front()]);  // completes the registrations itself
+      // A node with no rank to register (each lost or vacant) gets the plan from one that has it.
+      PlanCarry carry{f.plan, Status::Ok()};
+      CommTask share = SharePlan(place_.comm, SliceTag(group_tag), &carry);
+      if (Status st = co_await Await(&share); !st.ok()) co_return st;
+      RegisterPlan(ready[g.front()], carry.plan);  // completes the registrations itself
     } else if (abi::IsSetChange(f.kind)) {
       hooks_.change_sets(std::move(ready[g.front()]));  // the engine completes it
       ready[g.front()].requests.clear();

@@ -3,7 +3,7 @@
 // policy, with nothing failed, logged or counted as a loss; ranks that attach in the vacant slots
 // later are new ranks of the job (syncd_replaces_lost_rank says so) and from their first
 // collective every sum counts every rank once. A node whose every slot is vacant joins the job's
-// collectives when its first rank attaches.
+// collectives when its first rank attaches (under --coord topo too).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,14 +24,20 @@ constexpr int kStepsEach = 8;  // steps with two ranks, then with four
 // wholly vacant: its daemon starts the job without a rank, from --job-id, and the job takes the
 // node into its collectives when rank 2 attaches there, a membership change every rank
 // acknowledges, as after a lost node's return).
+// Under --coord topo the ranks that start register the training graph; a node whose every slot
+// is vacant gets the plan from the others when the registration runs, stands in for the plan's
+// groups, and once it joins, its ranks' gradients run in the plan's groups too.
 struct VacantCase {
   const char* policy;
   int late[2];
+  const char* coord = "negotiate";
   bool node_joins() const { return late[0] / 2 == late[1] / 2; }
+  bool topo() const { return std::string(coord) == "topo"; }
 };
 
 std::string VacantCaseName(const ::testing::TestParamInfo<VacantCase>& info) {
-  return std::string(info.param.policy) + (info.param.node_joins() ? "_node1_vacant" : "_rank1_rank3_vacant");
+  return std::string(info.param.policy) + (info.param.node_joins() ? "_node1_vacant" : "_rank1_rank3_vacant") +
+         (info.param.topo() ? "_topo" : "");
 }
 
 // Rank `rank` of the job. The two that start (`late` false) train kStepsEach steps as the only
@@ -46,6 +52,11 @@ int TrainFromVacantSlots(const std::string& dir, const VacantCase& k, int rank, 
   CHILD_CHECK(syncd_replaces_lost_rank(c, &replaces) == SYNCD_OK && replaces == (late ? 1 : 0),
               "rank %d: replaces a lost rank: %d", rank, replaces);
   const std::vector<int64_t> layers = {1000, 3};
+  if (k.topo() && !late) {  // a late rank finds the plan registered (the daemons hold it)
+    ModelGraph model(layers);
+    CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, nullptr) == SYNCD_OK, "rank %d: register: %s", rank,
+                syncd_last_error());
+  }
   std::vector<int32_t*> grads;
   for (int64_t count : layers) grads.push_back(static_cast<int32_t*>(syncd_alloc(c, uint64_t(count) * 4)));
   const int64_t avg_count = 4;
@@ -100,7 +111,8 @@ TEST_P(VacantRanks, TheJobStartsWithoutThemAndTakesRanksThatAttachInThem) {
   char job[32];
   snprintf(job, sizeof(job), "%#llx", (unsigned long long)CurrentJobId());
   const std::string vacant = std::to_string(k.late[0]) + "," + std::to_string(k.late[1]);
-  Cluster cluster(2, 2, {"--on-loss", k.policy, "--vacant-ranks", vacant, "--job-id", job, "--log-level", "warn"});
+  Cluster cluster(2, 2, {"--on-loss", k.policy, "--vacant-ranks", vacant, "--job-id", job, "--coord", k.coord,
+                         "--log-level", "warn"});
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r) {
     if (r == k.late[0] || r == k.late[1]) continue;
@@ -111,6 +123,12 @@ TEST_P(VacantRanks, TheJobStartsWithoutThemAndTakesRanksThatAttachInThem) {
   EXPECT_TRUE(Contains(before, "vacant")) << before;
   EXPECT_FALSE(Contains(before, "LOST")) << before;
   usleep(300'000);  // the first two train alone a while
+  if (k.topo() && k.node_joins()) {  // node 1, with no rank yet, got the plan and stands in for its groups
+    std::string table;
+    for (int i = 0; i < 50 && PlanGroupsRun(table) < 1; ++i, usleep(100'000))
+      table = SyncctlStatus(cluster.node(1).run_dir());
+    EXPECT_GE(PlanGroupsRun(table), 1) << "node 1 before a rank attached there\n" << table;
+  }
   for (int r : k.late) {
     const std::string dir = cluster.node(r / 2).run_dir();
     pids.push_back(Spawn([=] { return TrainFromVacantSlots(dir, k, r, true); }));
@@ -127,11 +145,19 @@ TEST_P(VacantRanks, TheJobStartsWithoutThemAndTakesRanksThatAttachInThem) {
   }
   EXPECT_FALSE(Contains(after, "went on without")) << after;  // the ranks left at the end, none before
   EXPECT_FALSE(Contains(after, "is back")) << after;
+  // Every node ran the plan's groups, at least for each step with every rank.
+  for (int node = 0; node < 2 && k.topo(); ++node) {
+    const std::string table = SyncctlStatus(cluster.node(node).run_dir());
+    EXPECT_GE(PlanGroupsRun(table), kStepsEach) << "node " << node << "\n" << table;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, VacantRanks,
                          ::testing::Values(VacantCase{"continue", {1, 3}}, VacantCase{"restore", {1, 3}},
-                                           VacantCase{"continue", {2, 3}}, VacantCase{"restore", {2, 3}}),
+                                           VacantCase{"continue", {2, 3}}, VacantCase{"restore", {2, 3}},
+                                           VacantCase{"continue", {1, 3}, "topo"},
+                                           VacantCase{"continue", {2, 3}, "topo"},
+                                           VacantCase{"restore", {2, 3}, "topo"}),
                          VacantCaseName);
 
 }  // namespace

@@ -289,7 +289,7 @@ def test_horovods_elastic_synthetic_benchmark_grows_to_max_np_when_host_discover
     assert all(1 <= r["resets"] <= 2 for r in ranks), [r["resets"] for r in ranks]
 
 
-@pytest.mark.parametrize("policy,mode", [("restore", "nbcs"), ("continue", "negotiate")])
+@pytest.mark.parametrize("policy,mode", [("restore", "nbcs"), ("continue", "negotiate"), ("continue", "topo")])
 def test_a_node_started_without_ranks_joins_the_job_when_host_discovery_offers_it(policy, mode):
     """syncrun --elastic -N 3 -n 2 --max-np 6: ranks 0 and 2 start on nodes 0 and 1; node 2 has no
     rank (its daemon starts the job from --job-id and stands in for its slots). At iteration 3 the

@@ -177,5 +177,24 @@ TEST(JobJoinPlan, ThePlanAndAGpuRebuildInOneHandshake) {
   EXPECT_EQ(nodes.restarts[1].nccl_id, FreshId());
 }
 
+TEST(SharePlan, ANodeWithNoRankToRegisterWithGetsThePlanTheOthersRegistered) {
+  // Node 1's ranks are all vacant when the registration runs: it holds no plan, the others do.
+  const std::shared_ptr<const TopoPlan> plan = Plan(40, 3);
+  LoopbackHub hub(3);
+  std::vector<std::unique_ptr<LoopbackTransport>> transports;
+  std::vector<PlanCarry> carries(3);
+  std::vector<CommTask> tasks;
+  carries[0].plan = carries[2].plan = plan;
+  for (uint32_t i = 0; i < 3; ++i) transports.push_back(std::make_unique<LoopbackTransport>(&hub, i));
+  for (uint32_t i = 0; i < 3; ++i) tasks.push_back(SharePlan(transports[i].get(), 0x500, &carries[i]));
+  const uint64_t end = abi::MonotonicNs() + 2'000'000'000ull;
+  for (bool all = false; !all && abi::MonotonicNs() < end;) {
+    all = true;
+    for (CommTask& t : tasks) all &= t.Poll();
+  }
+  for (CommTask& t : tasks) ASSERT_TRUE(t.done() && t.status().ok()) << t.status().message();
+  for (uint32_t n = 0; n < 3; ++n) ExpectSamePlan(carries[n], *plan, n);
+}
+
 }  // namespace
 }  // namespace syncd
