@@ -192,7 +192,7 @@ TEST(Collectives, AllreduceCompressionIsParsedResolvedAgreedAndFused) {
 // A TOPO plan's registration: a lost rank (a vacant slot too) stands in beside a rank of its node
 // that registers it, with the same plan; not from the agreed name alone (no plan to run), and a
 // rank that joined (hvd.join) does not.
-TEST(Collectives, ALostRanksStandInRegistersThePlanOfItsNodesRanks) {
+TEST(Collectives, ALostRanksStandInRegistersThePlanOfItsNodesRanksOrNoneWhereNoRankHasOne) {
   Request like;
   like.kind = abi::OpKind::kRegisterGraph;
   like.name = abi::kTopoPlanName;
@@ -204,8 +204,14 @@ TEST(Collectives, ALostRanksStandInRegistersThePlanOfItsNodesRanks) {
   EXPECT_EQ(stand_in->client_id, kNoClient);
   EXPECT_EQ(stand_in->rank, 1u);
   EXPECT_FALSE(JoinedRequest(like, 1, 1, 1, /*lost=*/false).ok());
-  like.plan = nullptr;  // as the coordinator knows it: the name and the hash
-  EXPECT_FALSE(JoinedRequest(like, 1, 1, 1, /*lost=*/true).ok());
+  // As the coordinator knows it (the name and the hash), and as a node whose every rank is lost
+  // or vacant stands in: no plan, the hash kept; the node gets the plan when the registration runs.
+  like.plan = nullptr;
+  stand_in = JoinedRequest(like, 1, 1, 1, /*lost=*/true);
+  ASSERT_TRUE(stand_in.ok()) << stand_in.status().ToString();
+  EXPECT_EQ(stand_in->plan, nullptr);
+  EXPECT_EQ(stand_in->shape, like.shape);
+  EXPECT_FALSE(JoinedRequest(like, 1, 1, 1, /*lost=*/false).ok());  // a rank in hvd.join registers nothing
 }
 
 // A rank's request as another node announced it (the coordinator's input, off the wire) may
