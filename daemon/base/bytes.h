@@ -1,6 +1,6 @@
-// Little-endian byte encodings the daemons exchange (plans, graphs): a writer that appends fixed-
-// size values and length-prefixed text, and a reader that trusts nothing (every Get says whether
-// the bytes held it).
+// Little-endian byte encodings the daemons exchange (plans, graphs): a writer that appends
+// fixed-size values and bytes, and a reader that trusts nothing (every Get says whether the
+// bytes held it).
 #ifndef SYNCD_DAEMON_BASE_BYTES_H_
 #define SYNCD_DAEMON_BASE_BYTES_H_
 

@@ -245,9 +245,10 @@ CommTask SharePlan(Transport* t, uint64_t tag, PlanCarry* plan) {
   const uint32_t n = t->size(), me = t->rank();
   std::vector<std::optional<uint64_t>> held(n);
   if (plan->plan) held[me] = plan->plan->hash;
-  // Each node's word (a HELLO's text, fixed size) to every other.
-  const auto words = std::make_shared<std::vector<Message>>(n);
-  Message& mine = (*words)[me];
+  // Each node's word (a HELLO's text, in kPlanWordBytes) to every other.
+  using Word = std::array<char, kPlanWordBytes>;
+  const auto words = std::make_shared<std::vector<Word>>(n);
+  Word& mine = (*words)[me];
   mine.fill('\0');
   const std::string word = plan->plan ? PlanWord(plan->plan->hash) : "";
   memcpy(mine.data(), word.data(), word.size());
@@ -260,7 +261,7 @@ CommTask SharePlan(Transport* t, uint64_t tag, PlanCarry* plan) {
   if (Status st = co_await Wait(t, std::move(handles)); !st.ok()) co_return st;
   for (uint32_t p = 0; p < n; ++p) {
     if (p == me) continue;
-    const Message& in = (*words)[p];
+    const Word& in = (*words)[p];
     StatusOr<std::optional<uint64_t>> h = ParsePlanWord(std::string(in.data(), strnlen(in.data(), kPlanWordBytes)), p);
     if (!h.ok()) co_return h.status();
     held[p] = *h;

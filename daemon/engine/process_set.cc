@@ -60,7 +60,7 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
     plan_carry_pending_ = true;
   } else if (carried_plan) {  // one node: nobody to agree with
     plan_ = std::move(carried_plan);
-    if (config_.coord == abi::CoordMode::kTopo) topo_ = std::make_unique<TopoRunner>(plan_);
+    if (config_.coord == abi::CoordMode::kTopo) InstallPlan();
   }
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
   // Only the global set blocks the engine in its cycles (as Horovod's). Two blocking sets spanning
