@@ -163,16 +163,28 @@ class Negotiator {
   size_t pending() const { return pending_.size(); }
   bool HasPending(const std::string& name) const { return pending_.count(name) > 0; }
   bool cycle_running() const { return cycle_running_; }
-  // Graceful drain, job-wide. Each cycle's agreement says whether any node still holds work
-  // (`local_busy`: requests the engine holds outside the negotiator; names pending here count by
-  // themselves). While draining, on-demand mode runs a cycle every cycle_ns so that this is known.
-  void SetDrain(bool draining, bool local_busy) {
-    draining_ = draining;
+  // Graceful drain, job-wide. Each cycle's agreement says whether any node holds work: names
+  // pending here, and what the process set holds outside the negotiator (`held`: told every turn,
+  // draining or not, since the node that drains first learns from the others' agreements).
+  void SetHeld(bool held) { held_ = held; }
+  // This node drains (`local_busy`: the engine holds work, as SetHeld and requests not taken in
+  // yet). While draining, on-demand mode runs a cycle every cycle_ns so that QuietSinceDrain
+  // is known.
+  void Drain(bool local_busy) {
+    // The second cycle to start here after the drain began is the first whose every part was
+    // filled after it: another node fills its part of a cycle once the one before it ended
+    // there, which needs this node's part of that one. The first may have been filled before,
+    // with a request that node had not taken in yet.
+    if (!draining_) quiet_from_ = cycle_seq_ + 2;
+    draining_ = true;
     local_busy_ = local_busy;
   }
+  // Whether a cycle filled everywhere after the drain began found no node holding work, and
+  // nothing came here since.
+  bool QuietSinceDrain() const {
+    return draining_ && pending_.empty() && !cycle_running_ && quiet_cycle_ == cycle_seq_ && quiet_cycle_ >= quiet_from_;
+  }
   uint64_t cycle_seq() const { return cycle_seq_; }
-  // The last cycle whose agreement found no node holding work (0: none yet).
-  uint64_t quiet_cycle() const { return quiet_cycle_; }
   NegotiationStats stats() const {
     NegotiationStats s = stats_;
     s.coordination_messages = counting_.sent();
@@ -348,8 +360,9 @@ class Negotiator {
   std::list<Outgoing> control_out_;  // control messages being sent
   NegotiationStats stats_;
 
-  bool draining_ = false, local_busy_ = false;
-  uint64_t quiet_cycle_ = 0;
+  bool draining_ = false, local_busy_ = false, held_ = false;
+  uint64_t quiet_cycle_ = 0;  // the last cycle whose agreement found no node holding work (0: none)
+  uint64_t quiet_from_ = 0;   // the first cycle that counts for QuietSinceDrain
 
   bool broken_ = false;
   Status failure_;

@@ -158,6 +158,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   for (ReadyTensor& t : ready)
     if (Status st = Route(std::move(t), &local_ready); !st.ok()) FailJob(st);
   if (negotiator_) {
+    negotiator_->SetHeld(InFlight() > 0);  // what this node holds, for a draining node's cycles
     did |= negotiator_->Poll(now_ns);
     // Before anything of the job can run on the GPUs (agreements need every node's messages).
     if (gpu_restart_pending_ && negotiator_->joined()) RestartGpu();
@@ -458,13 +459,10 @@ size_t ProcessSet::InFlight() const {
 
 bool ProcessSet::Drained(bool idle_here) {
   if (!negotiator_ || negotiator_->broken()) return idle_here;
-  // Many nodes: leave only once a cycle that began after the drain found no node holding work,
-  // so that a collective other nodes' ranks are still submitting is not cut off.
-  negotiator_->SetDrain(true, !idle_here);
-  if (drain_first_cycle_ == 0) drain_first_cycle_ = negotiator_->cycle_seq() + 1;
-  const uint64_t quiet = negotiator_->quiet_cycle();
-  return idle_here && negotiator_->pending() == 0 && !negotiator_->cycle_running() && !cycle_run_.active &&
-         quiet == negotiator_->cycle_seq() && quiet >= drain_first_cycle_;
+  // Many nodes: leave only once a cycle every node filled after the drain began found no node
+  // holding work, so that a collective other nodes' ranks are still submitting is not cut off.
+  negotiator_->Drain(!idle_here);
+  return idle_here && !cycle_run_.active && negotiator_->QuietSinceDrain();
 }
 
 std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_ns) const {

@@ -368,7 +368,6 @@ class ProcessSet {
   CollectiveGroup members_;
   Collective::Placement placement_;  // PlaceResults' (its rows' storage reused)
   uint64_t fallback_tensors_ = 0;            // names outside the plan while one was in use
-  uint64_t drain_first_cycle_ = 0;           // the first negotiation cycle of a drain
   // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.
   HostBuffer fusion_buffer_;
   HostBuffer topo_fusion_buffer_;

@@ -246,6 +246,56 @@ TEST(Negotiator, AFenceKeepsItsCycleOpenUntilItHasRun) {
   }
 }
 
+// Graceful drain (SIGTERM on every node, as a Slurm epilog does): node 1 leaves only once a
+// cycle found no node holding work. Node 0 started a cycle with nothing of its own, then its
+// rank submitted x, then node 1 began draining, its rank to submit its half of x afterwards:
+// that cycle's agreement (quiet) must not let node 1 go, whichever of its turns polls it.
+TEST(Negotiator, ADrainingNodeWaitsForWorkAnotherNodeTookInAfterItsPartOfACycle) {
+  Job job(2);
+  ASSERT_TRUE(PollOnly(job, 1'000'000, [&] { return EveryNode(job, &Negotiator::joined); }));
+  Negotiator& busy = *job.negotiators[0];
+  Negotiator& draining = *job.negotiators[1];
+  const uint64_t end = abi::MonotonicNs() + 1'000'000'000ull;
+  while (!busy.cycle_running() && abi::MonotonicNs() < end) busy.Poll(abi::MonotonicNs());
+  ASSERT_TRUE(busy.cycle_running());
+  ASSERT_EQ(draining.cycle_seq() + 1, busy.cycle_seq()) << "node 1 has not started that cycle";
+  busy.Add(Tensor("x", 0, false));
+  const uint64_t cycles = busy.stats().cycles;
+  for (int turn = 0; turn < 200'000 && busy.stats().cycles < cycles + 5; ++turn) {
+    draining.Drain(false);
+    ASSERT_FALSE(draining.QuietSinceDrain()) << "node 0 holds x: node 1 left in cycle " << draining.cycle_seq();
+    for (auto& n : job.negotiators) n->Poll(abi::MonotonicNs());
+  }
+  EXPECT_GE(busy.stats().cycles, cycles + 5);
+  // Node 1's rank submits its half: x runs on both nodes and the job is quiet.
+  draining.Add(Tensor("x", 1, false));
+  job.PollUntil([&] {
+    draining.Drain(false);
+    return job.executed.size() == 2 && draining.QuietSinceDrain();
+  });
+  EXPECT_EQ(job.executed.size(), 2u);
+  EXPECT_TRUE(draining.QuietSinceDrain());
+}
+
+// Work a node holds outside its negotiator (a collective waiting for another rank of that node,
+// TOPO tensors waiting for their group) keeps a draining node from leaving, though the holder is
+// not draining itself; once it holds nothing, the drain ends.
+TEST(Negotiator, WorkHeldOutsideTheNegotiatorOnANodeNotDrainingKeepsTheDrainOpen) {
+  Job job(2);
+  job.negotiators[0]->SetHeld(true);
+  for (int turn = 0; turn < 200'000 && job.negotiators[1]->stats().cycles < 10; ++turn) {
+    job.negotiators[1]->Drain(false);
+    ASSERT_FALSE(job.negotiators[1]->QuietSinceDrain());
+    for (auto& n : job.negotiators) n->Poll(abi::MonotonicNs());
+  }
+  EXPECT_GE(job.negotiators[1]->stats().cycles, 10u);
+  job.negotiators[0]->SetHeld(false);
+  EXPECT_TRUE(PollOnly(job, 1'000'000, [&] {
+    job.negotiators[1]->Drain(false);
+    return job.negotiators[1]->QuietSinceDrain();
+  }));
+}
+
 // A hostile or broken peer: node 0 runs a real negotiator, node 1 is the test writing bytes by
 // hand. Whatever node 1 sends, node 0 fails its job with an error naming node 1 (its pending
 // requests get it) and never crashes or waits for ever.
