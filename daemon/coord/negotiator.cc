@@ -252,7 +252,7 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
       (stands_in ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
     }
   if (!uncached->empty()) a.flags |= 1;
-  if (local_busy_ || held_ || !pending_.empty() || executing_) a.flags |= 2;
+  if (local_busy_ || !pending_.empty() || executing_ || (options_.holds_work && options_.holds_work())) a.flags |= 2;
   return gpu_pending;
 }
 

@@ -80,6 +80,10 @@ struct NegotiatorOptions {
   // The job start's TOPO part (job_join.h): the plan this node holds, and the set's once joined.
   // nullptr: not this set's business (only the global set's).
   PlanCarry* plan_carry = nullptr;
+  // Whether the set holds requests outside the negotiator (a collective waiting for another rank
+  // of this node, TOPO tensors waiting for their group): asked as each cycle starts, draining or
+  // not, since a draining node learns from the others' agreements (QuietSinceDrain).
+  std::function<bool()> holds_work;
   // Cycles that agreed on tensors are recorded here as set `set`'s (nullptr: none).
   Timeline* timeline = nullptr;
   int32_t set = 0;
@@ -164,12 +168,9 @@ class Negotiator {
   bool HasPending(const std::string& name) const { return pending_.count(name) > 0; }
   bool cycle_running() const { return cycle_running_; }
   // Graceful drain, job-wide. Each cycle's agreement says whether any node holds work: names
-  // pending here, and what the process set holds outside the negotiator (`held`: told every turn,
-  // draining or not, since the node that drains first learns from the others' agreements).
-  void SetHeld(bool held) { held_ = held; }
-  // This node drains (`local_busy`: the engine holds work, as SetHeld and requests not taken in
-  // yet). While draining, on-demand mode runs a cycle every cycle_ns so that QuietSinceDrain
-  // is known.
+  // pending here, what the set holds outside the negotiator (options' holds_work), and while
+  // this node drains, `local_busy` (the engine holds work: requests not taken in yet too).
+  // While draining, on-demand mode runs a cycle every cycle_ns so that QuietSinceDrain is known.
   void Drain(bool local_busy) {
     // The second cycle to start here after the drain began is the first whose every part was
     // filled after it: another node fills its part of a cycle once the one before it ended
@@ -360,7 +361,7 @@ class Negotiator {
   std::list<Outgoing> control_out_;  // control messages being sent
   NegotiationStats stats_;
 
-  bool draining_ = false, local_busy_ = false, held_ = false;
+  bool draining_ = false, local_busy_ = false;
   uint64_t quiet_cycle_ = 0;  // the last cycle whose agreement found no node holding work (0: none)
   uint64_t quiet_from_ = 0;   // the first cycle that counts for QuietSinceDrain
 

@@ -115,6 +115,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
   opts.timeline = hooks_.timeline;
   opts.set = place_.id;
+  opts.holds_work = [this] { return InFlight() > 0; };
   if (gpu_restart_pending_) opts.gpu_restart = &gpu_restart_;
   if (plan_carry_pending_) opts.plan_carry = &plan_carry_;
   return std::make_unique<Negotiator>(place_.comm, std::move(opts));
@@ -158,7 +159,6 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   for (ReadyTensor& t : ready)
     if (Status st = Route(std::move(t), &local_ready); !st.ok()) FailJob(st);
   if (negotiator_) {
-    negotiator_->SetHeld(InFlight() > 0);  // what this node holds, for a draining node's cycles
     did |= negotiator_->Poll(now_ns);
     // Before anything of the job can run on the GPUs (agreements need every node's messages).
     if (gpu_restart_pending_ && negotiator_->joined()) RestartGpu();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,11 +21,13 @@ namespace syncd {
 namespace {
 
 struct Job {
-  explicit Job(uint32_t nodes) : hub(nodes) {
+  // `holds`: what node n's set holds outside its negotiator (see NegotiatorOptions::holds_work).
+  explicit Job(uint32_t nodes, std::function<bool(uint32_t)> holds = nullptr) : hub(nodes) {
     for (uint32_t n = 0; n < nodes; ++n) {
       transports.push_back(std::make_unique<LoopbackTransport>(&hub, n));
       NegotiatorOptions opts;
       opts.cycle_ns = 100'000;
+      if (holds) opts.holds_work = [holds, n] { return holds(n); };
       negotiators.push_back(std::make_unique<Negotiator>(transports.back().get(), opts));
     }
   }
@@ -281,15 +284,15 @@ TEST(Negotiator, ADrainingNodeWaitsForWorkAnotherNodeTookInAfterItsPartOfACycle)
 // TOPO tensors waiting for their group) keeps a draining node from leaving, though the holder is
 // not draining itself; once it holds nothing, the drain ends.
 TEST(Negotiator, WorkHeldOutsideTheNegotiatorOnANodeNotDrainingKeepsTheDrainOpen) {
-  Job job(2);
-  job.negotiators[0]->SetHeld(true);
+  bool held = true;
+  Job job(2, [&](uint32_t n) { return n == 0 && held; });
   for (int turn = 0; turn < 200'000 && job.negotiators[1]->stats().cycles < 10; ++turn) {
     job.negotiators[1]->Drain(false);
     ASSERT_FALSE(job.negotiators[1]->QuietSinceDrain());
     for (auto& n : job.negotiators) n->Poll(abi::MonotonicNs());
   }
   EXPECT_GE(job.negotiators[1]->stats().cycles, 10u);
-  job.negotiators[0]->SetHeld(false);
+  held = false;
   EXPECT_TRUE(PollOnly(job, 1'000'000, [&] {
     job.negotiators[1]->Drain(false);
     return job.negotiators[1]->QuietSinceDrain();
