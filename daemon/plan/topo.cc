@@ -118,6 +118,11 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
                                            OpName(graph, it->second) + " and " + OpName(graph, v));
     collectives.push_back(v);
   }
+  // A plan with no collective would have every step run nothing: a graph of the wrong model, or
+  // one that never named its gradients.
+  if (collectives.empty())
+    return Status(SYNCD_ERR_INVALID, "graph: no operation is a collective (none names a tensor to allreduce), so a "
+                                     "TOPO plan would run nothing; register the training graph with its allreduces");
 
   TopoPlan plan;
   const Csr outputs = BuildCsr(n, graph.edges, /*reverse=*/false);
