@@ -243,17 +243,42 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
   // except a kind whose shapes vary by rank (the cached rows count this node's ranks' rows, its
   // stand-ins have none) and a TOPO plan's registration (whether a node stands in for one depends
   // on whether each node's ranks are lost or joined, which only the coordinator sees: once every
-  // node joined, a cached one would run on some nodes only). Such a name is evicted and goes
-  // through the coordinator.
+  // node joined, a cached one would run on some nodes only), and a name this node's ranks cannot
+  // stand in for (a root here, GPU memory: once every node joined it would run on the others only,
+  // and otherwise it must fail by the coordinator's word). Such a name is evicted and goes through
+  // the coordinator.
   if (JoinedHere())
     for (uint32_t bit = 0; bit < cache_.capacity(); ++bit) {
       if (!cache_.used(int32_t(bit))) continue;
-      const bool stands_in = cache_.meta(int32_t(bit)).rows.empty() && cache_.name(int32_t(bit)) != abi::kTopoPlanName;
+      const TensorMeta& meta = cache_.meta(int32_t(bit));
+      const bool stands_in = meta.rows.empty() && cache_.name(int32_t(bit)) != abi::kTopoPlanName && CanStandIn(meta);
       (stands_in ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
     }
   if (!uncached->empty()) a.flags |= 1;
-  if (local_busy_ || !pending_.empty() || executing_ || (options_.holds_work && options_.holds_work())) a.flags |= 2;
+  if (local_busy_ || PendingWork() || executing_ || (options_.holds_work && options_.holds_work())) a.flags |= 2;
   return gpu_pending;
+}
+
+bool Negotiator::CanStandIn(const TensorMeta& meta) const {
+  const Collective* kind = FindCollective(abi::OpKind(meta.kind));
+  if (kind == nullptr || meta.gpu != 0) return false;
+  Request probe;  // what JoinedRequest asks of the kind, without the data
+  probe.kind = abi::OpKind(meta.kind);
+  SetAgreedArg(&probe, meta.arg);
+  probe.shape = {1};
+  for (uint32_t rank : RanksOf(t_->rank())) {
+    probe.rank = rank;
+    if (!kind->Joined(&probe).ok()) return false;
+  }
+  return true;
+}
+
+bool Negotiator::PendingWork() const {
+  if (pending_.size() != 1) return !pending_.empty();
+  const auto& [name, p] = *pending_.begin();
+  if (name != abi::kJoinName) return true;
+  const std::vector<Request>& rs = p.tensor.requests;
+  return !std::all_of(rs.begin(), rs.end(), [](const Request& r) { return r.stands_in(); });
 }
 
 size_t Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std::string>* names) {

@@ -183,7 +183,7 @@ class Negotiator {
   // Whether a cycle filled everywhere after the drain began found no node holding work, and
   // nothing came here since.
   bool QuietSinceDrain() const {
-    return draining_ && pending_.empty() && !cycle_running_ && quiet_cycle_ == cycle_seq_ && quiet_cycle_ >= quiet_from_;
+    return draining_ && !PendingWork() && !cycle_running_ && quiet_cycle_ == cycle_seq_ && quiet_cycle_ >= quiet_from_;
   }
   uint64_t cycle_seq() const { return cycle_seq_; }
   NegotiationStats stats() const {
@@ -269,6 +269,13 @@ class Negotiator {
   // This node's ranks all joined (the join waits here for the other nodes): they stand in for
   // the names other nodes run (JoinedRequest), as the coordinator agreed them.
   bool JoinedHere() const { return pending_.count(abi::kJoinName) > 0; }
+  // Whether a pending name waits for work: any but a join of stand-ins only (the joins of lost and
+  // vacant ranks, made for them: they wait for the others' joins, nobody waits for them). A node
+  // whose every rank was lost would otherwise keep every drain of the job open.
+  bool PendingWork() const;
+  // Whether this node's ranks, all joined, can stand in for a cached name (Collective::Joined: not
+  // a root of theirs, not GPU memory, a collective kind).
+  bool CanStandIn(const TensorMeta& meta) const;
   ReadyTensor StandIn(const std::string& name, const TensorMeta& meta) const;
   void TakeAndFail(const std::string& name, const Status& st);
   void EndJob(Status why, bool tell_peers, bool expected = false);  // Abort and Break

@@ -114,6 +114,10 @@ struct Request {
   std::string text;
   // kRegisterGraph: the plan computed from the graph the rank sent; `shape` holds its hash.
   std::shared_ptr<const TopoPlan> plan;
+
+  // A stand-in (JoinedRequest: a joined, lost or vacant rank's, no client's): its data is the
+  // identity of its reduction, and reductions leave it out (its prescale with it).
+  bool stands_in() const { return client_id == kNoClient; }
 };
 
 }  // namespace syncd
