@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "daemon/collectives/agreement.h"
+#include "daemon/core/reduce_kernels.h"
 #include "proto/status_names.h"
 
 namespace syncd {
@@ -157,6 +158,7 @@ StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set
   r.prescale = like.prescale;
   r.postscale = like.postscale;
   r.compression = like.compression;
+  r.compression_ppm = like.compression_ppm;
   r.shape = like.shape;
   r.splits = like.splits;
   // From the shape: `like` may be the coordinator's description of another node's request.
@@ -164,9 +166,12 @@ StatusOr<Request> JoinedRequest(const Request& like, uint32_t rank, uint32_t set
   for (int64_t d : like.shape) r.bytes *= uint64_t(d);
   r.name = like.name;
   if (Status st = kind->Joined(&r); !st.ok()) return Status(st.code(), what + ": " + st.message());
-  auto zeros = std::make_shared<std::vector<char>>(r.bytes);
-  r.data = zeros->data();
-  r.memory = std::move(zeros);
+  // The identity of its reduction (zeros for the kinds that reduce nothing): whatever reads it adds
+  // nothing, though the host reductions leave stand-ins out anyway (Request::stands_in).
+  auto identity = std::make_shared<std::vector<char>>(r.bytes);
+  FillIdentity(r.dtype, r.op, identity->data(), r.bytes / std::max<size_t>(1, abi::DtypeSize(r.dtype)));
+  r.data = identity->data();
+  r.memory = std::move(identity);
   return r;
 }
 

@@ -142,7 +142,8 @@ class Collective {
   // The bytes local rank `i` gets back.
   virtual uint64_t ResultBytes(const ReadyTensor& t, size_t i) const { return t.requests[i].bytes; }
   // A joined rank's stand-in (see JoinedRequest), a copy of another rank's request: what this
-  // kind makes of it (the default: the same shape, zeros), or why it cannot stand in.
+  // kind makes of it (the default: the same shape, the identity of its reduction), or why it
+  // cannot stand in.
   virtual Status Joined(Request*) const { return Status::Ok(); }
   // The text a successful completion carries ("last rank 3" for a join), or "".
   virtual std::string CompletionText(const ReadyTensor&) const { return ""; }
@@ -174,8 +175,8 @@ bool PlaceEveryRank(const ReadyTensor& t, Collective::Placement* p);
 uint64_t RowBytes(const Request& r);
 
 // A rank that has joined (abi::OpKind::kJoin) takes part in the others' collectives with nothing
-// of its own: a request like `like` for it, with no client, by its kind's rule (zeros to reduce,
-// no rows to gather or send), or an error naming the tensor (it is a broadcast's root, or the
+// of its own: a request like `like` for it, with no client, by its kind's rule (the identity of
+// the reduction: reduce_kernels.h's ReductionIdentity; no rows to gather or send), or an error naming the tensor (it is a broadcast's root, or the
 // tensor lives on GPUs). A rank lost for good (`lost`, --on-loss continue/restore) also stands in
 // for a process set's addition or removal and, beside a rank of its node that registers it, a TOPO
 // plan's registration (the same as `like`: the others go on changing sets or registering the plan

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "daemon/core/float_casts.h"
@@ -231,7 +232,84 @@ void Dispatch(const ReduceSpec& spec, const void* const* inputs, size_t n, void*
   }
 }
 
+template <typename T>
+T IdentityOf(syncd_reduce_op op) {
+  using A = typename Acc<T>::type;
+  using Limits = std::numeric_limits<A>;
+  switch (op) {
+    case SYNCD_PRODUCT: return Acc<T>::Out(A(1));
+    case SYNCD_MIN: return Acc<T>::Out(Limits::has_infinity ? Limits::infinity() : Limits::max());
+    case SYNCD_MAX: return Acc<T>::Out(Limits::has_infinity ? -Limits::infinity() : Limits::lowest());
+    default: return Acc<T>::Out(A(0));
+  }
+}
+
+template <typename T>
+void Put(const T& v, void* element) {
+  memcpy(element, &v, sizeof(T));
+}
+
+// ReduceChunk's reduction of n >= 1 inputs into `first`.
+void ReduceInputs(const ReduceSpec& spec, const void* const* inputs, size_t n, void* first, size_t count) {
+  switch (spec.dtype) {
+    case SYNCD_INT8: Dispatch<int8_t>(spec, inputs, n, first, count); break;
+    case SYNCD_UINT8: Dispatch<uint8_t>(spec, inputs, n, first, count); break;
+    case SYNCD_INT32: Dispatch<int32_t>(spec, inputs, n, first, count); break;
+    case SYNCD_INT64: Dispatch<int64_t>(spec, inputs, n, first, count); break;
+    case SYNCD_FLOAT16: Dispatch<Half>(spec, inputs, n, first, count); break;
+    case SYNCD_BFLOAT16: Dispatch<Bf16>(spec, inputs, n, first, count); break;
+    case SYNCD_FLOAT32: Dispatch<float>(spec, inputs, n, first, count); break;
+    case SYNCD_FLOAT64: Dispatch<double>(spec, inputs, n, first, count); break;
+    case SYNCD_INT16: Dispatch<int16_t>(spec, inputs, n, first, count); break;
+    case SYNCD_BOOL: {
+      ReduceSpec logical = spec;
+      logical.op = LogicalOp(spec.op);
+      Dispatch<uint8_t>(logical, inputs, n, first, count);
+      break;
+    }
+    default: return;
+  }
+}
+
 }  // namespace
+
+void ReductionIdentity(syncd_dtype dtype, syncd_reduce_op op, void* element) {
+  switch (dtype) {
+    case SYNCD_INT8: return Put(IdentityOf<int8_t>(op), element);
+    case SYNCD_UINT8: return Put(IdentityOf<uint8_t>(op), element);
+    case SYNCD_INT16: return Put(IdentityOf<int16_t>(op), element);
+    case SYNCD_INT32: return Put(IdentityOf<int32_t>(op), element);
+    case SYNCD_INT64: return Put(IdentityOf<int64_t>(op), element);
+    case SYNCD_FLOAT16: return Put(IdentityOf<Half>(op), element);
+    case SYNCD_BFLOAT16: return Put(IdentityOf<Bf16>(op), element);
+    case SYNCD_FLOAT32: return Put(IdentityOf<float>(op), element);
+    case SYNCD_FLOAT64: return Put(IdentityOf<double>(op), element);
+    case SYNCD_BOOL: {  // 0/1 values: or's identity false, and's true
+      const uint8_t v = LogicalOp(op) == SYNCD_MIN ? 1 : 0;
+      return Put(v, element);
+    }
+    default: return;
+  }
+}
+
+void FillIdentity(syncd_dtype dtype, syncd_reduce_op op, void* data, size_t count) {
+  const size_t esize = abi::DtypeSize(dtype);
+  if (count == 0 || esize == 0) return;
+  char* out = static_cast<char*>(data);
+  ReductionIdentity(dtype, op, out);
+  bool zero = true;
+  for (size_t b = 0; b < esize; ++b) zero &= out[b] == 0;
+  if (zero) {
+    memset(out, 0, count * esize);
+    return;
+  }
+  // Doubling copies: log2(count) memcpy calls.
+  for (size_t have = 1; have < count;) {
+    const size_t n = std::min(have, count - have);
+    memcpy(out + have * esize, out, n * esize);
+    have += n;
+  }
+}
 
 void ReduceInto(syncd_dtype dtype, syncd_reduce_op op, char* acc, const char* other, size_t count) {
   const ReduceSpec spec{dtype, op == SYNCD_AVERAGE ? SYNCD_SUM : op};
@@ -279,23 +357,10 @@ void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, vo
                  size_t n_outputs, size_t count) {
   if (count == 0 || n_outputs == 0) return;
   void* first = outputs[0];
-  switch (spec.dtype) {
-    case SYNCD_INT8: Dispatch<int8_t>(spec, inputs, n, first, count); break;
-    case SYNCD_UINT8: Dispatch<uint8_t>(spec, inputs, n, first, count); break;
-    case SYNCD_INT32: Dispatch<int32_t>(spec, inputs, n, first, count); break;
-    case SYNCD_INT64: Dispatch<int64_t>(spec, inputs, n, first, count); break;
-    case SYNCD_FLOAT16: Dispatch<Half>(spec, inputs, n, first, count); break;
-    case SYNCD_BFLOAT16: Dispatch<Bf16>(spec, inputs, n, first, count); break;
-    case SYNCD_FLOAT32: Dispatch<float>(spec, inputs, n, first, count); break;
-    case SYNCD_FLOAT64: Dispatch<double>(spec, inputs, n, first, count); break;
-    case SYNCD_INT16: Dispatch<int16_t>(spec, inputs, n, first, count); break;
-    case SYNCD_BOOL: {
-      ReduceSpec logical = spec;
-      logical.op = LogicalOp(spec.op);
-      Dispatch<uint8_t>(logical, inputs, n, first, count);
-      break;
-    }
-    default: return;
+  if (n == 0) {
+    FillIdentity(spec.dtype, spec.op, first, count);
+  } else {
+    ReduceInputs(spec, inputs, n, first, count);
   }
   const size_t bytes = count * abi::DtypeSize(spec.dtype);
   for (size_t i = 1; i < n_outputs; ++i)

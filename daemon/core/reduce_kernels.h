@@ -29,10 +29,21 @@ struct ReduceSpec {
   uint64_t divisor = 1;
 };
 
+// The identity of `op` over `dtype`: what a rank that stands in for one that cannot contribute (a
+// joined, lost or vacant rank, a node without ranks) adds to a reduction without changing it. Sum
+// and Average 0, Product 1, Min the dtype's largest value (+inf for floating types), Max its lowest
+// (-inf); bool (LogicalOp) false for or, true for and. The one definition: the host reductions, the
+// stand-ins' data and the GPU path's fill (gpu_kernels.h) all take it from here.
+// ReductionIdentity writes one element (abi::DtypeSize(dtype) bytes) at `element`; FillIdentity
+// `count` elements at `data`.
+void ReductionIdentity(syncd_dtype dtype, syncd_reduce_op op, void* element);
+void FillIdentity(syncd_dtype dtype, syncd_reduce_op op, void* data, size_t count);
+
 // Elements processed per call of ReduceChunk by the executor; keeps the accumulator in L1/L2.
 inline constexpr size_t kReduceChunkElements = 4096;
 
-// Reduces `count` (<= kReduceChunkElements) elements of each of `n` inputs into every output.
+// Reduces `count` (<= kReduceChunkElements) elements of each of `n` inputs into every output. No
+// inputs (every rank stands in): every output gets the identity, unscaled.
 void ReduceChunk(const ReduceSpec& spec, const void* const* inputs, size_t n, void* const* outputs,
                  size_t n_outputs, size_t count);
 // acc = op(acc, other), element-wise over any number of elements (AVERAGE adds: whoever finishes

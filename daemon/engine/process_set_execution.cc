@@ -154,7 +154,11 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
 
 bool ProcessSet::CountsStandIns(const Request& first) const {
   if (place_.id != 0 || config_.on_loss == OnLoss::kFail || first.gpu) return false;
-  return config_.on_loss == OnLoss::kRestore || (first.kind == abi::OpKind::kAllreduce && first.op == SYNCD_AVERAGE);
+  // AVERAGE divides by the tensors summed: allreduce, reduce and reducescatter.
+  const bool averages = first.op == SYNCD_AVERAGE &&
+                        (first.kind == abi::OpKind::kAllreduce || first.kind == abi::OpKind::kReduce ||
+                         first.kind == abi::OpKind::kReducescatter);
+  return config_.on_loss == OnLoss::kRestore || averages;
 }
 
 bool ProcessSet::FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins,

@@ -229,7 +229,9 @@ class CudaGpuExecutor final : public GpuExecutor {
           }
           l.inputs[l.n++] = r.data;
         }
-        int e = l.n > 0 ? gpu::LaunchReduce(l, d.stream) : gpu::LaunchFillIdentity(out, count, dtype, op, d.stream);
+        uint64_t identity = 0;
+        if (l.n == 0) ReductionIdentity(dtype, op, &identity);
+        int e = l.n > 0 ? gpu::LaunchReduce(l, d.stream) : gpu::LaunchFill(out, count, dtype, identity, d.stream);
         if (e != 0) return AbortWith(Cuda(cudaError_t(e), "reduce kernel"));
         at += t->first().bytes;
       }

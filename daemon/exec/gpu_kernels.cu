@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -111,24 +112,12 @@ int FinishTyped(void* data, uint64_t count, double postscale, uint64_t divisor, 
   return int(cudaGetLastError());
 }
 
+// `element` holds one value of T (ReductionIdentity's bytes).
 template <typename T>
-T Identity(syncd_reduce_op op) {
-  using A = typename Acc<T>::type;
-  A v{};
-  switch (op) {
-    case SYNCD_PRODUCT: v = A(1); break;
-    case SYNCD_MIN: v = std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max(); break;
-    case SYNCD_MAX: v = std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(); break;
-    default: v = A(0); break;
-  }
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else return v;
-}
-
-template <typename T>
-int FillTyped(void* data, uint64_t count, syncd_reduce_op op, cudaStream_t s) {
-  Fill<T><<<Blocks(count), kThreads, 0, s>>>(static_cast<T*>(data), count, Identity<T>(op));
+int FillTyped(void* data, uint64_t count, uint64_t element, cudaStream_t s) {
+  T value;
+  memcpy(static_cast<void*>(&value), &element, sizeof(T));
+  Fill<T><<<Blocks(count), kThreads, 0, s>>>(static_cast<T*>(data), count, value);
   return int(cudaGetLastError());
 }
 
@@ -157,7 +146,7 @@ template <typename T> struct FinishOp {
   static int Run(void* d, uint64_t n, double p, uint64_t div, cudaStream_t s) { return FinishTyped<T>(d, n, p, div, s); }
 };
 template <typename T> struct FillOp {
-  static int Run(void* d, uint64_t n, syncd_reduce_op op, cudaStream_t s) { return FillTyped<T>(d, n, op, s); }
+  static int Run(void* d, uint64_t n, uint64_t element, cudaStream_t s) { return FillTyped<T>(d, n, element, s); }
 };
 
 }  // namespace
@@ -173,9 +162,9 @@ int LaunchFinish(void* data, uint64_t count, syncd_dtype dtype, double postscale
   return ByDtype<FinishOp>(dtype, data, count, postscale, divisor, static_cast<cudaStream_t>(stream));
 }
 
-int LaunchFillIdentity(void* data, uint64_t count, syncd_dtype dtype, syncd_reduce_op op, void* stream) {
+int LaunchFill(void* data, uint64_t count, syncd_dtype dtype, uint64_t element, void* stream) {
   if (count == 0) return 0;
-  return ByDtype<FillOp>(dtype, data, count, op, static_cast<cudaStream_t>(stream));
+  return ByDtype<FillOp>(dtype, data, count, element, static_cast<cudaStream_t>(stream));
 }
 
 int PreloadRaiseFlag() {

@@ -28,9 +28,10 @@ struct ReduceLaunch {
 int LaunchReduce(const ReduceLaunch& l, void* stream);
 // data[i] = data[i] / divisor * postscale (integers: divide, then scale; floats: one factor).
 int LaunchFinish(void* data, uint64_t count, syncd_dtype dtype, double postscale, uint64_t divisor, void* stream);
-// data[i] = the identity of `op` (0 for SUM, 1 for PRODUCT, the largest value for MIN, ...): a GPU
-// without local ranks in a collective still takes part in the NCCL call.
-int LaunchFillIdentity(void* data, uint64_t count, syncd_dtype dtype, syncd_reduce_op op, void* stream);
+// data[i] = `element` (one value of `dtype` in its low bytes): with core/reduce_kernels.h's
+// ReductionIdentity, the identity of a reduction, so that a GPU without local ranks in a collective
+// still takes part in the NCCL call adding nothing.
+int LaunchFill(void* data, uint64_t count, syncd_dtype dtype, uint64_t element, void* stream);
 // *flag = max(*flag, value), atomically: releases a stream that waits for the flag to reach
 // `value` (cuStreamWaitValue64) when whoever was to write it never will.
 int LaunchRaiseFlag(uint64_t* flag, uint64_t value, void* stream);

@@ -24,12 +24,13 @@ void HostExecutor::Allreduce(const TensorGroup& group) {
     const size_t count = t->first().bytes / esize;
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
+      size_t k = 0;  // the contributions (a stand-in adds the identity: left out)
       for (size_t r = 0; r < n; ++r) {
         char* p = t->requests[r].data + off * esize;
-        in[r] = p;
+        if (!t->requests[r].stands_in()) in[k++] = p;
         out[r] = p;
       }
-      ReduceChunk(spec, in.data(), n, out.data(), n, m);
+      ReduceChunk(spec, in.data(), k, out.data(), n, m);
     }
   }
 }
@@ -72,8 +73,8 @@ void HostExecutor::ReduceRange(const TensorGroup& group, size_t begin, size_t en
       const size_t m = std::min(kReduceChunkElements, count - off);
       void* out[1] = {segment + (pos - begin + off) * esize};
       if (accumulate) in[0] = out[0];  // the output may be the first input (ReduceChunk)
-      for (size_t r = 0; r < n; ++r) in[first_rank + r] = t.requests[r].data + (first + off) * esize;
-      ReduceChunk(spec, in.data(), n + first_rank, out, 1, m);
+      const size_t k = first_rank + Contributions(t, (first + off) * esize, in.data() + first_rank);
+      ReduceChunk(spec, in.data(), k, out, 1, m);
     }
   });
 }
@@ -135,7 +136,7 @@ void HostExecutor::CopyToResults(const ReadyTensor& t, const char* from, uint64_
 void HostExecutor::Reducescatter(const ReadyTensor& t, absl::Span<const uint64_t> bounds) {
   const Request& head = t.first();
   const ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale,
-                        head.op == SYNCD_AVERAGE ? world_size_ : 1u};
+                        head.op == SYNCD_AVERAGE ? Divisor(AbsentIn(t)) : 1u};
   const size_t esize = abi::DtypeSize(head.dtype);
   const size_t n = t.requests.size();
   absl::InlinedVector<const void*, 16> in(n);
@@ -145,11 +146,18 @@ void HostExecutor::Reducescatter(const ReadyTensor& t, absl::Span<const uint64_t
     const size_t count = bounds[d + 1] - bounds[d];
     for (size_t off = 0; off < count; off += kReduceChunkElements) {
       const size_t m = std::min(kReduceChunkElements, count - off);
-      for (size_t r = 0; r < n; ++r) in[r] = t.requests[r].data + (bounds[d] + off) * esize;
+      const size_t k = Contributions(t, (bounds[d] + off) * esize, in.data());
       void* out[1] = {t.requests[d].data + off * esize};
-      ReduceChunk(spec, in.data(), n, out, 1, m);
+      ReduceChunk(spec, in.data(), k, out, 1, m);
     }
   }
+}
+
+size_t HostExecutor::Contributions(const ReadyTensor& t, uint64_t offset, const void** in) {
+  size_t k = 0;
+  for (const Request& r : t.requests)
+    if (!r.stands_in()) in[k++] = r.data + offset;
+  return k;
 }
 
 uint32_t HostExecutor::AbsentIn(const ReadyTensor& t) {

@@ -24,7 +24,8 @@ class HostExecutor {
 
   // Hierarchical allreduce, around the inter-node step, one pipeline segment at a time: elements
   // [begin, end) of the group's concatenation, held in `segment` (element `begin` at segment[0]).
-  // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM); ScatterRange scales
+  // ReduceRange writes op(prescale * rank tensors) (AVERAGE reduces as SUM; stand-ins left out, the
+  // identity where every rank here stands in); ScatterRange scales
   // the segment in place by postscale / divisor and copies it into every local rank's tensor.
   // `absent`: per member tensor, how many of the set's ranks stood in for a lost rank
   // (Request::absent) on every node; AVERAGE divides by the others. Empty: none did.
@@ -51,6 +52,10 @@ class HostExecutor {
   void Finish(const Request& head, char* data, size_t count, uint32_t absent = 0);
   // This node's stand-ins for lost ranks in `t` (Request::absent).
   static uint32_t AbsentIn(const ReadyTensor& t);
+  // The data at byte `offset` of each of `t`'s contributions into `in` (room for every request):
+  // stand-ins (Request::stands_in) are left out, they add the identity. Returns how many; with
+  // none, ReduceChunk writes the identity.
+  static size_t Contributions(const ReadyTensor& t, uint64_t offset, const void** in);
 
  private:
   // Calls fn(tensor, first element in it, element count, position in the concatenation) for each

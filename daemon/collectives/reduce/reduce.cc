@@ -1,5 +1,5 @@
 // Reduce (torch.distributed's reduce, MPI_Reduce): the root ends with op(prescale * every rank's
-// tensor) * postscale (AVERAGE divides by the set's size), in place in its own tensor; every other
+// tensor) * postscale (AVERAGE divides by the tensors summed, as allreduce), in place in its own tensor; every other
 // rank's tensor is left as it was. Fuses with reduces of the same root, dtype, op and scale
 // factors. Across nodes on the host path: each node reduces its ranks' tensors into one buffer,
 // then the nodes reduce towards the root's node: up a binomial tree of nodes for small groups
@@ -113,7 +113,7 @@ class ReduceCollective final : public Collective {
     return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu, r.root};
   }
 
-  Status Joined(Request* r) const override {  // zeros to reduce, unless it is the root
+  Status Joined(Request* r) const override {  // the identity to reduce, unless it is the root
     if (int32_t(r->rank) == r->root)
       return InvalidArgument("its reduce root, rank " + std::to_string(r->rank) + ", has joined (hvd.join)");
     return Status::Ok();
@@ -131,11 +131,11 @@ class ReduceCollective final : public Collective {
       const size_t count = root->bytes / esize;
       for (size_t off = 0; off < count; off += kReduceChunkElements) {
         const size_t m = std::min(kReduceChunkElements, count - off);
-        for (size_t r = 0; r < n; ++r) in[r] = t->requests[r].data + off * esize;
+        const size_t k = HostExecutor::Contributions(*t, off * esize, in.data());
         void* out[1] = {root->data + off * esize};
-        ReduceChunk(spec, in.data(), n, out, 1, m);
+        ReduceChunk(spec, in.data(), k, out, 1, m);
       }
-      host.Finish(head, root->data, count);  // postscale and the average's divisor
+      host.Finish(head, root->data, count, HostExecutor::AbsentIn(*t));  // postscale and the average's divisor
     }
   }
 
@@ -154,9 +154,12 @@ class ReduceCollective final : public Collective {
                                                head.op, root_node);
     Status st = co_await Await(&inter);
     if (!st.ok() || run.node_rank != root_node) co_return st;
-    run.host->Finish(head, fusion->data(), count);
     uint64_t at = 0;
-    for (const ReadyTensor* t : group) {
+    for (size_t member = 0; member < group.size(); ++member) {
+      const ReadyTensor* t = group[member];
+      // The average divides by the tensors summed: lost ranks' stand-ins, counted on every node, not.
+      const uint32_t absent = run.absent != nullptr ? uint32_t((*run.absent)[member]) : 0;
+      run.host->Finish(head, fusion->data() + at, t->first().bytes / esize, absent);
       if (const Request* root = RootOf(*t); root != nullptr && root->bytes > 0)
         memcpy(root->data, fusion->data() + at, root->bytes);
       at += t->first().bytes;

@@ -65,7 +65,7 @@ class ReducescatterCollective final : public Collective {
       const uint32_t rank = run.first() + l;
       char* part = fusion->data() + parts[rank] * esize;
       const uint64_t elems = parts[rank + 1] - parts[rank];
-      run.host->Finish(f, part, elems);
+      run.host->Finish(f, part, elems, run.absent != nullptr ? uint32_t(run.absent->front()) : 0);
       if (elems > 0) memcpy(t.requests[l].data, part, elems * esize);
     }
     co_return Status::Ok();

@@ -187,6 +187,68 @@ TEST(ReduceChunk, OutputMayAliasAnyInput) {
   EXPECT_EQ(b, (std::vector<int64_t>{3, -5}));
 }
 
+// What a stand-in adds (a joined, lost or vacant rank): op(x, identity) == x for every dtype, op and
+// value, the extremes included; Min's identity is +inf for floating types.
+TEST(ReductionIdentity, LeavesEveryValueAsItIsForEveryDtypeAndOp) {
+  const std::vector<double> floats = {-128, -3.5, -1, 0, 1, 2.25, 127, 1e30, -1e30, INFINITY, -INFINITY};
+  const std::vector<double> ints = {-128, -1, 0, 1, 2, 127}, unsigned8 = {0, 1, 2, 255}, bools = {0, 1};
+  for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
+    for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op) {
+      if (dt == SYNCD_BOOL && op == SYNCD_AVERAGE) continue;
+      const bool floating = dt == SYNCD_FLOAT16 || dt == SYNCD_BFLOAT16 || dt == SYNCD_FLOAT32 || dt == SYNCD_FLOAT64;
+      const std::vector<double>& values =
+          floating ? floats : dt == SYNCD_UINT8 ? unsigned8 : dt == SYNCD_BOOL ? bools : ints;
+      for (double raw : values) {
+        std::vector<char> x(8), id(8);
+        syncd::testing::SetValue(x.data(), syncd_dtype(dt), 0, raw);
+        const double v = syncd::testing::GetValue(x.data(), syncd_dtype(dt), 0);  // as stored
+        if (std::isinf(v) && op == SYNCD_PRODUCT) continue;
+        ReductionIdentity(syncd_dtype(dt), syncd_reduce_op(op), id.data());
+        for (int order = 0; order < 2; ++order) {
+          std::vector<char> a = x, b = id;
+          if (order == 1) std::swap(a, b);
+          const void* in[2] = {a.data(), b.data()};
+          void* out[1] = {a.data()};
+          ReduceChunk({syncd_dtype(dt), syncd_reduce_op(op)}, in, 2, out, 1, 1);
+          EXPECT_EQ(syncd::testing::GetValue(a.data(), syncd_dtype(dt), 0), v)
+              << "dtype " << dt << " op " << op << " value " << raw << (order ? " (identity first)" : "");
+        }
+      }
+    }
+  float f;
+  ReductionIdentity(SYNCD_FLOAT32, SYNCD_MIN, &f);
+  EXPECT_EQ(f, INFINITY);
+  ReductionIdentity(SYNCD_FLOAT32, SYNCD_MAX, &f);
+  EXPECT_EQ(f, -INFINITY);
+  int8_t i8;
+  ReductionIdentity(SYNCD_INT8, SYNCD_MIN, &i8);
+  EXPECT_EQ(i8, 127);
+  uint8_t b;
+  ReductionIdentity(SYNCD_BOOL, SYNCD_PRODUCT, &b);  // logical and
+  EXPECT_EQ(b, 1);
+  ReductionIdentity(SYNCD_BOOL, SYNCD_SUM, &b);  // logical or
+  EXPECT_EQ(b, 0);
+}
+
+// Every rank stands in (a node whose ranks all joined or were lost): the node's part is the
+// identity, unscaled, in every output; FillIdentity fills any count.
+TEST(ReductionIdentity, NoInputsGiveTheIdentityUnscaledAndFillIdentityFillsAnyCount) {
+  std::vector<float> a(5, 7.0f), b(5, 7.0f);
+  void* out[2] = {a.data(), b.data()};
+  ReduceChunk({SYNCD_FLOAT32, SYNCD_PRODUCT, 2.0, 3.0, 1}, nullptr, 0, out, 2, 5);
+  EXPECT_EQ(a, std::vector<float>(5, 1.0f));
+  EXPECT_EQ(b, std::vector<float>(5, 1.0f));
+  for (size_t count : {size_t(0), size_t(1), size_t(3), size_t(1000), size_t(4097)}) {
+    std::vector<int16_t> v(count + 1, 42);
+    FillIdentity(SYNCD_INT16, SYNCD_MAX, v.data(), count);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], -32768) << i << " of " << count;
+    EXPECT_EQ(v[count], 42) << "past the end";
+    std::vector<double> z(count + 1, 5.0);
+    FillIdentity(SYNCD_FLOAT64, SYNCD_AVERAGE, z.data(), count);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(z[i], 0.0);
+  }
+}
+
 TEST(CopyStreaming, EveryAlignmentAndTail) {
   std::mt19937 rng(7);
   std::vector<unsigned char> src(kStreamingCopyMinBytes + 4096);
