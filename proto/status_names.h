@@ -54,6 +54,14 @@ inline const char* CompressionName(uint32_t c) {
                                                                                        : "invalid-compression";
 }
 
+// Whether method `c` can reduce with `op`: the casts (fp16, bf16) reduce in their type with any op;
+// top-k, random-k, 1-bit and PowerSGD sum what each node keeps (Sum and Average only).
+inline bool CompressionReduces(uint32_t c, uint32_t op) {
+  const bool sums = c == SYNCD_COMPRESSION_TOPK || c == SYNCD_COMPRESSION_RANDOMK || c == SYNCD_COMPRESSION_ONEBIT ||
+                    c == SYNCD_COMPRESSION_POWERSGD;
+  return !sums || op == SYNCD_SUM || op == SYNCD_AVERAGE;
+}
+
 // What a rank may ask of an allreduce: a method or one of the two defaults.
 inline bool IsCompressionRequest(uint32_t c) {
   return c < SYNCD_COMPRESSION_COUNT || c == SYNCD_COMPRESSION_DEFAULT_CAST;

@@ -36,8 +36,10 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
 }
 
 uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_bytes, uint64_t bytes, bool gpu,
-                            syncd_dtype dtype) {
+                            syncd_dtype dtype, syncd_reduce_op op) {
   if (gpu || (dtype != SYNCD_FLOAT32 && dtype != SYNCD_FLOAT64)) return SYNCD_COMPRESSION_NONE;
+  // The daemon's method where it cannot reduce with the op (Parse refused such a request).
+  if (!abi::CompressionReduces(fallback, op)) fallback = SYNCD_COMPRESSION_NONE;
   if (asked == SYNCD_COMPRESSION_DEFAULT_CAST)
     asked = fallback == SYNCD_COMPRESSION_FP16 || fallback == SYNCD_COMPRESSION_BF16 ? SYNCD_COMPRESSION_DEFAULT
                                                                                        : SYNCD_COMPRESSION_NONE;
@@ -47,7 +49,7 @@ uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_byte
 
 void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, uint32_t fallback_rank, bool gpu,
                         Request* r) {
-  r->compression = ResolvedCompression(r->compression, fallback, min_bytes, r->bytes, gpu, r->dtype);
+  r->compression = ResolvedCompression(r->compression, fallback, min_bytes, r->bytes, gpu, r->dtype, r->op);
   r->compression_ppm = ResolvedCompressionPpm(r->compression, r->compression_ppm, fallback_ppm, fallback_rank);
 }
 

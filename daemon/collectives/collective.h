@@ -89,7 +89,8 @@ Status ParseRoot(const abi::SubmitEntry& e, const SetRanks& set, const TensorWha
 
 // An allreduce's compression as it will run (Request::compression, after the kind's Parse): the
 // request's, or for DEFAULT `fallback` (the daemon's --compression) when the tensor has at least
-// `min_bytes`; NONE for GPU tensors and for dtypes other than float32 and float64.
+// `min_bytes` and it can reduce with the request's op (abi::CompressionReduces); NONE for GPU
+// tensors and for dtypes other than float32 and float64.
 // Top-k and random-k: the ratio asked (Request::compression_ppm), else `fallback_ppm`; PowerSGD:
 // the rank asked, else `fallback_rank`; the others: 0.
 void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback_ppm, uint32_t fallback_rank, bool gpu,
@@ -98,7 +99,7 @@ void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback
 std::string CompressionText(uint32_t compression, uint32_t ppm);
 // The same for a tensor of `bytes` that asked for `asked` (a TOPO graph's collective).
 uint8_t ResolvedCompression(uint32_t asked, uint32_t fallback, uint64_t min_bytes, uint64_t bytes, bool gpu,
-                            syncd_dtype dtype);
+                            syncd_dtype dtype, syncd_reduce_op op);
 // Its ratio or rank as it will run, for the resolved `compression` and the `asked` ppm.
 uint32_t ResolvedCompressionPpm(uint8_t compression, uint32_t asked, uint32_t fallback_ppm, uint32_t fallback_rank);
 

@@ -20,7 +20,7 @@ StatusOr<Request> ParseGraph(const abi::SubmitEntry& e, const Submitter& who, Re
   for (GraphOp& op : graph->ops) {  // as each of the tensor's submissions will be
     if (!op.collective) continue;
     op.compression = ResolvedCompression(op.compression, who.compression, who.compression_min_bytes,
-                                         op.count * abi::DtypeSize(op.dtype), op.gpu, op.dtype);
+                                         op.count * abi::DtypeSize(op.dtype), op.gpu, op.dtype, op.op);
     op.compression_ppm =
         ResolvedCompressionPpm(op.compression, op.compression_ppm, who.compression_ppm, who.compression_rank);
   }

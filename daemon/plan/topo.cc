@@ -113,6 +113,10 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
     if (op.dtype >= SYNCD_DTYPE_COUNT || op.op >= SYNCD_REDUCE_OP_COUNT)
       return Status(SYNCD_ERR_INVALID, "graph: collective " + OpName(graph, v) + " (tensor '" + op.tensor +
                                            "') has an unknown dtype or reduce op");
+    if (!abi::CompressionReduces(op.compression, op.op))
+      return Status(SYNCD_ERR_INVALID, "graph: collective " + OpName(graph, v) + " (tensor '" + op.tensor + "'): " +
+                                           abi::CompressionName(op.compression) + " compression sums, so it cannot "
+                                           "reduce with " + abi::ReduceOpName(op.op));
     if (auto [it, fresh] = by_name.emplace(op.tensor, v); !fresh)
       return Status(SYNCD_ERR_INVALID, "graph: tensor '" + op.tensor + "' is reduced by both " +
                                            OpName(graph, it->second) + " and " + OpName(graph, v));

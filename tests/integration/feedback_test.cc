@@ -5,7 +5,9 @@
 // exactly (float64, integer gradients).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -257,6 +259,50 @@ TEST(Feedback, DefaultCastLeavesTheDaemonsFeedbackMethodOut) {
   ExpectAllSucceeded(st);
   const std::string status = SyncctlStatusJson(cluster.node(0).run_dir());
   EXPECT_TRUE(Contains(status, "\"residuals\":{\"tensors\":\"1\",\"bytes\":\"4000\"")) << status;
+}
+
+// The error-feedback methods sum what each node keeps: asked for with Min, Max or Product they are
+// refused on every rank naming the tensor (before, top-k "reduced" a Min as a sum); the daemon's own
+// --compression topk leaves such allreduces uncompressed, and they come out exact. 2 x 2.
+TEST(Feedback, MethodsThatSumAreRefusedForMinMaxProductAndTheDaemonsLeavesThemOut) {
+  Cluster cluster(2, 2, {"--cores", "none", "--log-level", "error", "--compression", "topk", "--compression-ratio",
+                         "0.1", "--compression-min-bytes", "0"});
+  auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
+    for (syncd_reduce_op op : {SYNCD_MIN, SYNCD_MAX, SYNCD_PRODUCT}) {
+      for (syncd_compression method : {SYNCD_COMPRESSION_TOPK, SYNCD_COMPRESSION_RANDOMK, SYNCD_COMPRESSION_ONEBIT,
+                                       SYNCD_COMPRESSION_POWERSGD}) {
+        float v[4] = {1, 2, 3, 4};
+        int64_t count = 4;
+        const std::string name = "refused." + std::to_string(op) + "." + std::to_string(method);
+        syncd_tensor t{name.c_str(), v, SYNCD_FLOAT32, 1, &count, 0};
+        syncd_handle h;
+        int rc = syncd_allreduce_compressed_async(c, &t, op, 1.0, 1.0, method, &h);
+        if (rc == SYNCD_OK) rc = syncd_wait(c, h, 30'000);
+        CHILD_CHECK(rc == SYNCD_ERR_INVALID && strstr(syncd_last_error(), name.c_str()) != nullptr &&
+                        strstr(syncd_last_error(), "cannot reduce with") != nullptr,
+                    "rank %d: %s: %s: %s", rank, name.c_str(), syncd_status_name(rc), syncd_last_error());
+      }
+      std::vector<float> v(1000);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = float((rank + 1) * (i % 2 ? -1 : 1) * (1 + i % 3));
+      int64_t count = int64_t(v.size());
+      const std::string name = "default." + std::to_string(op);
+      syncd_tensor t{name.c_str(), v.data(), SYNCD_FLOAT32, 1, &count, 0};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+                  "rank %d: %s: %s", rank, name.c_str(), syncd_last_error());
+      for (size_t i = 0; i < v.size(); ++i) {
+        double want = op == SYNCD_PRODUCT ? 1 : op == SYNCD_MIN ? INFINITY : -INFINITY;
+        for (int r = 0; r < n; ++r) {
+          const double x = (r + 1) * (i % 2 ? -1 : 1) * (1 + i % 3);
+          want = op == SYNCD_PRODUCT ? want * x : op == SYNCD_MIN ? std::min(want, x) : std::max(want, x);
+        }
+        CHILD_CHECK(v[i] == float(want), "rank %d: %s[%zu] = %g, exactly %g uncompressed", rank, name.c_str(), i,
+                    double(v[i]), want);
+      }
+    }
+    return 0;
+  });
+  ExpectAllSucceeded(st);
 }
 
 // Top-k takes each tensor's own share, fused or not: a tensor of small gradients fused with one of

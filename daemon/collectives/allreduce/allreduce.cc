@@ -50,6 +50,10 @@ class AllreduceCollective final : public Collective {
     if ((e.flags & abi::kSubmitGpu) && e.compression > SYNCD_COMPRESSION_NONE && e.compression < SYNCD_COMPRESSION_COUNT)
       return InvalidArgument(what + ": " + abi::CompressionName(e.compression) +
                              " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
+    if (e.op < SYNCD_REDUCE_OP_COUNT && !abi::CompressionReduces(e.compression, e.op))
+      return InvalidArgument(what + ": " + abi::CompressionName(e.compression) + " compression sums what each node "
+                             "keeps of the tensor, so it cannot reduce with " + abi::ReduceOpName(e.op) +
+                             "; use Sum or Average with it, or fp16, bf16 or no compression");
     if (e.compression_ppm > 1'000'000)
       return InvalidArgument(what + ": compression ratio " + std::to_string(e.compression_ppm / 1e6) + " is above 1");
     r->compression = uint8_t(e.compression);  // DEFAULT: ResolveCompression, with the daemon's setting
