@@ -344,6 +344,14 @@ bool NodeWhollyVacant(const Config& c, uint32_t node) {
   return uint32_t(hi - lo) == c.local_size;
 }
 
+const char* OnLossName(OnLoss policy) {
+  switch (policy) {
+    case OnLoss::kContinue: return "continue";
+    case OnLoss::kRestore: return "restore";
+    default: return "fail";
+  }
+}
+
 namespace {
 
 // --vacant-ranks: only where the job can go on without ranks, within it, never every rank, and a

@@ -26,6 +26,8 @@ enum class HostAllreduce { kAuto, kRecursiveDoubling, kRecursiveHalving, kRing, 
 // but the first collective that goes without it fails on every survivor (Horovod elastic's
 // HorovodInternalError: the script rolls back to its last commit).
 enum class OnLoss { kFail, kContinue, kRestore };
+// "fail", "continue", "restore": the word --on-loss takes, as syncrun, syncctl and the metrics say it.
+const char* OnLossName(OnLoss policy);
 
 // Field defaults live in ConfigTable() only; BuildConfig applies them.
 struct Config {

@@ -196,6 +196,7 @@ std::string ClockTime(double unix_s) {
 
 // Elastic jobs: the ranks lost, then each change of the job's membership (nodes lost, ranks back).
 void PrintLosses(const syncd::control::StatusReply& s) {
+  const std::string went_on = "the job went on without it (--on-loss " + s.on_loss() + ")";
   for (const auto& c : s.clients()) {
     if ((c.state() != "lost" && c.state() != "left") || c.lost_why().empty()) continue;
     const std::string when = ClockTime(c.lost_unix_s());
@@ -203,7 +204,7 @@ void PrintLosses(const syncd::control::StatusReply& s) {
     snprintf(grace, sizeof(grace), "it may attach again within %.1f s (its rejoin grace)", c.rejoin_grace_left_s());
     printf("  %s rank %u%s: %s; %s\n", c.state() == "left" ? "LEFT" : "LOST", c.rank(),
            when.empty() ? "" : (" at " + when).c_str(), c.lost_why().c_str(),
-           c.job_went_on()                ? "the job went on without it (--on-loss continue or restore)"
+           c.job_went_on()                ? went_on.c_str()
            : c.rejoin_grace_left_s() > 0 ? grace
                                           : "the job ended");
   }
@@ -220,6 +221,10 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
          syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
   printf("clients    %zu attached of %u local ranks\n", attached, s.local_size());
+  if (s.on_loss() == "continue" || s.on_loss() == "restore")
+    printf("elastic    --on-loss %s: a rank or node lost, the job goes on without it%s\n", s.on_loss().c_str(),
+           s.on_loss() == "restore" ? " after its collective in flight fails on every rank (hvd.elastic.run restores)"
+                                    : "");
   if (s.clients_size() > 0) {
     printf("  %5s %5s %8s %-9s %10s %12s %7s %5s %5s %10s %-10s\n", "RANK", "LOCAL", "PID", "STATE", "OPS", "BYTES",
            "ERRORS", "SUBQ", "COMPQ", "LAST SEEN", "PROCESS");

@@ -257,6 +257,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_local_size(s->local_size);
   FillClients(*s, r);
   FillThroughput(*s, config_.fusion_threshold, r);
+  r->set_on_loss(s->on_loss);
   r->set_compression(abi::CompressionName(config_.compression));
   r->set_compression_min_bytes(config_.compression_min_bytes);
   for (uint32_t c = SYNCD_COMPRESSION_FP16; c < SYNCD_COMPRESSION_COUNT; ++c) {

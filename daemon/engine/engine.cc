@@ -559,6 +559,7 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();
   s->job_id = job_ ? job_->id() : 0;
+  s->on_loss = OnLossName(config_.on_loss);
   if (job_) {
     f->has_job = true;
     f->reports_health = transport_ != nullptr;

@@ -107,6 +107,7 @@ struct StatusSnapshot {
   uint64_t open_requests = 0;                 // read off the rings, not yet completed
   uint64_t requests_finished_twice = 0;       // second completions refused (RequestLedger)
   uint64_t job_id = 0;                        // as the clients gave it (0: unspecified)
+  const char* on_loss = "fail";               // the job's loss policy (--on-loss: OnLossName)
   // This node's ranks over the last straggler_window collectives (straggler_collectives so far).
   std::vector<StragglerRank> stragglers;
   uint64_t straggler_window = 0, straggler_collectives = 0;

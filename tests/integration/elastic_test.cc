@@ -252,7 +252,7 @@ void KillRandomRanks(const Case& k, Policy policy) {
   // The last victim's daemon says what happened to it, as a user reads it.
   const std::string table = SyncctlStatus(cluster.node(victim / k.local).run_dir());
   EXPECT_TRUE(Contains(table, "LOST rank " + std::to_string(victim) + " at ") &&
-              Contains(table, "the job went on without it (--on-loss continue or restore)"))
+              Contains(table, std::string("the job went on without it (--on-loss ") + policy_name + ")"))
       << table;
   ExpectTheNextJobSumsEveryRank(cluster);
 }

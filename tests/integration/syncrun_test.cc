@@ -124,6 +124,33 @@ TEST_F(SyncrunTest, ElasticGoesOnWithoutALostRankUntilFewerThanMinNpAreLeft) {
   EXPECT_TRUE(WIFEXITED(st3) && WEXITSTATUS(st3) == 2) << "status " << st3;
 }
 
+// One loss policy for syncrun and its daemons, in one option: syncrun's --on-loss (--elastic:
+// restore), else SYNCD_ON_LOSS; a policy in --syncd-arg is refused naming the option to use. What
+// syncrun says of a lost rank and what syncctl says of the job name the same policy.
+TEST_F(SyncrunTest, TheLossPolicyIsOneOptionSyncrunItsDaemonsAndSyncctlShare) {
+  const pid_t refused = Start({"--elastic", "--syncd-arg=--on-loss=continue", "-n", "2", "--", "true"}, true);
+  const int st = WaitChild(refused, 30'000);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << "status " << st;
+  EXPECT_TRUE(Contains(Out(), "use --on-loss continue")) << Out();
+  const std::string status = BinDir() + "/syncctl --run-dir $SYNCD_RUN_DIR status";
+  const std::string body = "if [ $SYNCD_RANK = 1 ]; then kill -9 $$; fi; sleep 1; " + status;
+  for (const char* policy : {"continue", "restore"}) {
+    std::vector<std::string> args = {"--elastic", "-n", "2", "--", "sh", "-c", body};
+    if (std::string(policy) == "continue") {
+      setenv("SYNCD_ON_LOSS", policy, 1);  // as the daemons would read it
+    } else {
+      args.insert(args.begin(), {"--on-loss", policy});
+    }
+    const pid_t p = Start(args, true);
+    const int s = WaitChild(p, 30'000);
+    unsetenv("SYNCD_ON_LOSS");
+    const std::string out = Out();
+    EXPECT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << policy << ": status " << s << "\n" << out;
+    EXPECT_TRUE(Contains(out, std::string("the job goes on without it (--on-loss ") + policy + ")")) << out;
+    EXPECT_TRUE(Contains(out, std::string("elastic    --on-loss ") + policy + ":")) << out;
+  }
+}
+
 // --reset-limit (horovodrun's): each rank lost (and each replacement started) changes the job's
 // ranks once; past the limit the job stops as without --elastic. Without --elastic it is refused.
 TEST_F(SyncrunTest, ElasticStopsOnceItsRanksChangedMoreThanTheResetLimit) {

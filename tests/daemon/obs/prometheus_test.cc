@@ -66,6 +66,17 @@ TEST(PrometheusTest, VacantSlotsAreCountedApartFromLostRanks) {
   EXPECT_EQ(ValueOf(text, "syncd_ranks_lost_job_went_on{" + node + "}"), "1");
 }
 
+// The job's loss policy, in the word syncrun and syncctl use: 1 for the one it runs under.
+TEST(PrometheusTest, TheLossPolicyIsTheOneTheJobRunsUnder) {
+  StatusSnapshot s = Snapshot();
+  s.on_loss = "restore";
+  const std::string text = RenderPrometheus(s);
+  const std::string node = "job_id=\"42\",node=\"1\"";
+  EXPECT_EQ(ValueOf(text, "syncd_job_on_loss{" + node + ",policy=\"restore\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_job_on_loss{" + node + ",policy=\"continue\"}"), "0");
+  EXPECT_EQ(ValueOf(text, "syncd_job_on_loss{" + node + ",policy=\"fail\"}"), "0");
+}
+
 TEST(PrometheusTest, CountersCarryKindSetAndTheNodeLevelLabels) {
   const std::string text = RenderPrometheus(Snapshot());
   const std::string node = "job_id=\"42\",node=\"1\"";
