@@ -170,9 +170,24 @@ def check_ops():
     def broadcast():
         return hvd.broadcast(torch.tensor([me]), root_rank=n - 1, name="ops.broadcast").item() == lr[n - 1]
 
+    def params_min_max():
+        # What a user checks after a loss: the survivors hold the same parameters, so their Min and
+        # Max are those parameters (a lost rank standing in with zeros made Min 0 for every
+        # positive element and Max 0 for every negative one).
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        lo = hvd.allreduce(flat, op=hvd.Min, name="ops.params_min")
+        hi = hvd.allreduce(flat, op=hvd.Max, name="ops.params_max")
+        return torch.equal(lo, flat) and torch.equal(hi, flat)
+
+    def product():
+        out = hvd.allreduce(torch.tensor([2.0, -1.0, me + 1]), op=hvd.Product, name="ops.product")
+        want = [2.0 ** n, (-1.0) ** n, float(torch.tensor([s + 1.0 for s in lr]).prod())]
+        return out.tolist() == want
+
     results = {}
     for name, op in [("alltoall_splits", alltoall_splits), ("alltoall_equal", alltoall_equal),
-                     ("reducescatter", reducescatter), ("allgather", allgather), ("broadcast", broadcast)]:
+                     ("reducescatter", reducescatter), ("allgather", allgather), ("broadcast", broadcast),
+                     ("params_min_max", params_min_max), ("product", product)]:
         try:
             results[name] = op()
         except (RuntimeError, ValueError) as e:
