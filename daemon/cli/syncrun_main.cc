@@ -47,6 +47,29 @@ void AddElasticOptions(CLI::App* app, syncd::LaunchOptions* opts, bool* elastic)
                "hvd.elastic.run attaches them again; the job takes the node back");
 }
 
+// One loss policy for syncrun and its daemons, in one option: syncrun's --on-loss (--elastic:
+// restore unless told otherwise), else SYNCD_ON_LOSS as the daemons would read it; passed to
+// every syncd. A policy in --syncd-arg would run the daemons under one policy while syncrun,
+// its messages and its respawns followed another. False (after saying why) when refused.
+bool ResolveLossPolicy(bool elastic, syncd::LaunchOptions* opts) {
+  for (const std::string& a : opts->daemon_args)
+    if (a == "--on-loss" || a.rfind("--on-loss=", 0) == 0) {
+      fprintf(stderr, "syncrun: --syncd-arg=%s: the loss policy is syncrun's own option (it passes it to every syncd "
+                      "and acts on it itself): use --on-loss %s\n",
+              a.c_str(), a.size() > 10 ? a.substr(10).c_str() : "continue|restore|fail");
+      return false;
+    }
+  if (const char* env = getenv("SYNCD_ON_LOSS"); opts->on_loss.empty() && env != nullptr && *env != '\0') {
+    opts->on_loss = env;
+    if (opts->on_loss != "fail" && opts->on_loss != "continue" && opts->on_loss != "restore") {
+      fprintf(stderr, "syncrun: SYNCD_ON_LOSS=%s: not one of fail, continue, restore\n", env);
+      return false;
+    }
+  }
+  if (elastic && opts->on_loss.empty()) opts->on_loss = "restore";
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,25 +121,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   opts.bind_workers = !no_bind;
-  // One loss policy for syncrun and its daemons, in one option: syncrun's --on-loss (--elastic:
-  // restore unless told otherwise), else SYNCD_ON_LOSS as the daemons would read it; passed to
-  // every syncd. A policy in --syncd-arg would run the daemons under one policy while syncrun,
-  // its messages and its respawns followed another.
-  for (const std::string& a : opts.daemon_args)
-    if (a == "--on-loss" || a.rfind("--on-loss=", 0) == 0) {
-      fprintf(stderr, "syncrun: --syncd-arg=%s: the loss policy is syncrun's own option (it passes it to every syncd "
-                      "and acts on it itself): use --on-loss %s\n",
-              a.c_str(), a.size() > 10 ? a.substr(10).c_str() : "continue|restore|fail");
-      return 2;
-    }
-  if (const char* env = getenv("SYNCD_ON_LOSS"); opts.on_loss.empty() && env != nullptr && *env != '\0') {
-    opts.on_loss = env;
-    if (opts.on_loss != "fail" && opts.on_loss != "continue" && opts.on_loss != "restore") {
-      fprintf(stderr, "syncrun: SYNCD_ON_LOSS=%s: not one of fail, continue, restore\n", env);
-      return 2;
-    }
-  }
-  if (elastic && opts.on_loss.empty()) opts.on_loss = "restore";
+  if (!ResolveLossPolicy(elastic, &opts)) return 2;
   if ((opts.min_np > 1 || opts.respawn || opts.reset_limit >= 0 || opts.restart_daemons || opts.max_np > 0 ||
        !opts.discovery_script.empty()) &&
       (opts.on_loss.empty() || opts.on_loss == "fail")) {
