@@ -43,7 +43,7 @@ inline const char* DtypeName(uint32_t dtype) {
 }
 
 inline const char* ReduceOpName(uint32_t op) {
-  static const char* const kNames[] = {"sum", "average", "min", "max", "product"};
+  static const char* const kNames[] = {"sum", "average", "min", "max", "product", "adasum"};
   return op < SYNCD_REDUCE_OP_COUNT ? kNames[op] : "invalid-op";
 }
 
@@ -54,9 +54,12 @@ inline const char* CompressionName(uint32_t c) {
                                                                                        : "invalid-compression";
 }
 
-// Whether method `c` can reduce with `op`: the casts (fp16, bf16) reduce in their type with any op;
-// top-k, random-k, 1-bit and PowerSGD sum what each node keeps (Sum and Average only).
+// Whether method `c` can reduce with `op`: the casts (fp16, bf16) reduce in their type with any op
+// but Adasum (none: it runs uncompressed); top-k, random-k, 1-bit and PowerSGD sum what each node
+// keeps (Sum and Average only).
 inline bool CompressionReduces(uint32_t c, uint32_t op) {
+  if (op == SYNCD_ADASUM)
+    return c == SYNCD_COMPRESSION_DEFAULT || c == SYNCD_COMPRESSION_NONE || c == SYNCD_COMPRESSION_DEFAULT_CAST;
   const bool sums = c == SYNCD_COMPRESSION_TOPK || c == SYNCD_COMPRESSION_RANDOMK || c == SYNCD_COMPRESSION_ONEBIT ||
                     c == SYNCD_COMPRESSION_POWERSGD;
   return !sums || op == SYNCD_SUM || op == SYNCD_AVERAGE;

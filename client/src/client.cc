@@ -121,6 +121,9 @@ int Client::CheckTensor(abi::OpKind kind, const syncd_tensor* t, syncd_reduce_op
   if (kind == abi::OpKind::kAllreduce && t->dtype == SYNCD_BOOL && op == SYNCD_AVERAGE)
     return Fail(SYNCD_ERR_INVALID, what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min "
                                           "(logical and)");
+  if (kind == abi::OpKind::kAllreduce && op == SYNCD_ADASUM && t->dtype != SYNCD_FLOAT16 &&
+      t->dtype != SYNCD_BFLOAT16 && t->dtype != SYNCD_FLOAT32 && t->dtype != SYNCD_FLOAT64)
+    return Fail(SYNCD_ERR_INVALID, what + ": Adasum reduces float tensors (float16, bfloat16, float32, float64) only");
   // Only rooted kinds and point to point name another rank (no search on the allreduce path).
   auto root_in_set = [&] {
     return set.ranks == nullptr ? root >= 0 && root < id_.size

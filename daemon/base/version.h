@@ -19,8 +19,8 @@ inline constexpr const char* kVersionString = SYNCD_VERSION;  // set by CMake fr
 // compression ratio (top-k, random-k) to what the nodes agree on; 8 lets a node whose every rank
 // joined stand in for TOPO groups (kTopoJoined, kTopoRun), and adds PowerSGD (compression 7); 9
 // marks a join made for ranks the job goes on without (TensorMeta::absent: they stand in for
-// process set changes).
-inline constexpr uint32_t kWireVersion = 9;
+// process set changes); 10 adds Adasum (reduce op 5) to what the nodes agree on and run.
+inline constexpr uint32_t kWireVersion = 10;
 
 // Why a message `what` of protocol `version` is refused.
 inline std::string WrongWireVersion(const char* what, uint32_t version) {

@@ -67,7 +67,16 @@ void ProcessSet::StandInForTopoGroup() {
   if (!s.joined_here || !s.wanted || topo_->running() || topo_->seq() > s.wanted_seq) return;
   const TopoPlan& plan = topo_->plan();
   const uint32_t g = topo_->next_group();
-  for (size_t i = plan.group_begin[g]; i < plan.group_end(g); ++i)
+  for (size_t i = plan.group_begin[g]; i < plan.group_end(g); ++i) {
+    if (plan.tensors[i].op == SYNCD_ADASUM) {  // pairs every rank's tensor: nobody can stand in
+      deferred_failure_ = Status(SYNCD_ERR_INVALID, "tensor '" + plan.tensors[i].name + "': Adasum pairs every rank's "
+                                                        "tensor, and every rank of node " +
+                                                        std::to_string(place_.node_rank) +
+                                                        " has joined or was lost (the TOPO plan's group " +
+                                                        std::to_string(g) + ")");
+      s.wanted = false;
+      return;
+    }
     if (plan.tensors[i].gpu) {  // joined ranks take part in host collectives only
       deferred_failure_ = Status(SYNCD_ERR_INVALID, "tensor '" + plan.tensors[i].name + "': every rank of node " +
                                                         std::to_string(place_.node_rank) +
@@ -77,6 +86,7 @@ void ProcessSet::StandInForTopoGroup() {
       s.wanted = false;
       return;
     }
+  }
   const uint32_t first = place_.offsets[place_.node_rank];
   topo_->StandInForNext([&](const PlannedTensor& p) {
     Request like;

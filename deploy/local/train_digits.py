@@ -11,7 +11,9 @@ Under load imbalance (--delay-ms 50,200: each step one rank, drawn with a seed e
 sleeps that long) compare synchronous training with eager-SGD's partial allreduce:
     --partial solo|majority [--full-sync-every N]   (bench/partial_training.sh runs all three)
 With --compression fp16|bf16 the gradients' inter-node hop is compressed by the daemons
-(bench/compression.sh compares the held-out accuracy).
+(bench/compression.sh compares the held-out accuracy). With --op adasum the DistributedOptimizer
+reduces the ranks' updates with Adasum (Horovod's op=Adasum; the learning rate is not scaled by the
+number of ranks).
 """
 import argparse
 import json
@@ -58,6 +60,8 @@ def main():
     parser.add_argument("--compression", choices=["none", "fp16", "bf16", "topk", "randomk", "onebit", "powersgd"],
                         default="none",
                         help="the DistributedOptimizer's compression (hvd.Compression)")
+    parser.add_argument("--op", choices=["average", "adasum"], default="average",
+                        help="how the DistributedOptimizer combines the ranks (hvd.Average, hvd.Adasum)")
     parser.add_argument("--ratio", type=float, default=0.01, help="top-k's and random-k's share of the elements")
     parser.add_argument("--seed", type=int, default=1234, help="the model's initial parameters")
     parser.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
@@ -81,9 +85,11 @@ def main():
         compression = compression(args.ratio)
     elif args.compression == "powersgd":
         compression = compression(4)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum),
+    adasum = args.op == "adasum"
+    lr = args.lr if adasum else args.lr * hvd.size()  # Adasum combines updates: no scaling (Horovod's advice)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum),
                                          named_parameters=model.named_parameters(), partial=args.partial,
-                                         compression=compression,
+                                         compression=compression, op=hvd.Adasum if adasum else hvd.Average,
                                          full_sync_every=args.full_sync_every if args.partial else 0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -145,6 +151,7 @@ def main():
                               "nodes": hvd.cross_size(), "epochs": args.epochs, "steps": steps,
                               "step_ms": round(step_ms.item(), 2), "accuracy_pct": round(100 * accuracy, 2),
                               "final_loss": round(loss, 5), "compression": args.compression, "seed": args.seed,
+                              "op": args.op,
                               "mean_nap": round(sum(naps) / len(naps), 2) if naps else hvd.size(),
                               "delay_ms": args.delay_ms, "full_sync_every": args.full_sync_every,
                               "rounds_skipped_rank0": skipped}), flush=True)

@@ -49,7 +49,7 @@ TEST(Collectives, AllreduceEveryOpAndDtypeIsExact) {
   auto st = RunRanks(d.run_dir(), 3, [](syncd_client* c, int rank, int n) {
     for (size_t count : {size_t(1), size_t(4099)})
       for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
-        for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op)
+        for (int op = 0; op <= SYNCD_PRODUCT; ++op)
           for (bool zc : {true, false}) {
             if (!Allreducible(syncd_dtype(dt), syncd_reduce_op(op))) continue;
             const std::string name = "t." + std::to_string(count) + "." + std::to_string(dt) + "." +

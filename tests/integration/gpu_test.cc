@@ -99,7 +99,7 @@ TEST(Gpu, AllreduceEveryDtypeAndOpIsExactFromOneElementTo256MiB) {
     for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt) {
       if (!Allreducible(syncd_dtype(dt), SYNCD_SUM, true)) continue;
       const size_t esize = syncd_dtype_size(syncd_dtype(dt));
-      for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op)
+      for (int op = 0; op <= SYNCD_PRODUCT; ++op)
         for (size_t count : {size_t(1), size_t(4099), (size_t(1) << 20) / esize + 1}) {
           if (!Allreducible(syncd_dtype(dt), syncd_reduce_op(op), true)) continue;
           const std::string name = "g." + std::to_string(dt) + "." + std::to_string(op) + "." + std::to_string(count);

@@ -66,7 +66,7 @@ TEST_P(Rooted, ReduceEveryDtypeOpAndRootIntoTheRootOnly) {
   auto st = RunClusterRanks(cluster, [](syncd_client* c, int rank, int n) {
     int k = 0;
     for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
-      for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op, ++k) {
+      for (int op = 0; op <= SYNCD_PRODUCT; ++op, ++k) {
         if (!Allreducible(syncd_dtype(dt), syncd_reduce_op(op))) continue;
         ReduceCall r{"reduce." + std::to_string(dt) + "." + std::to_string(op), {}, syncd_dtype(dt),
                      syncd_reduce_op(op), k % n, 37};

@@ -392,6 +392,20 @@ def test_syncrun_stops_an_elastic_job_past_its_reset_limit(limit):
         assert [r["replacement"] for r in ranks_of(results)] == [False, True, False, False], results
 
 
+def test_digits_train_with_adasum_within_the_accuracy_band_of_average():
+    """The quickstart's digits network with DistributedOptimizer(op=hvd.Adasum) (Horovod's Adasum
+    optimizer: each rank's update, combined by the daemons) on 2 x 2 reaches at least 95 % held-out
+    accuracy, within 2 points of op=Average from the same seed."""
+    script = os.path.join(ROOT, "deploy", "local", "train_digits.py")
+    accuracy = {}
+    for op in ("average", "adasum"):
+        p, _ = syncrun(2, 4, script, "--op", op, "--json", "--no-status", timeout=180)
+        assert p.returncode == 0, p.stdout + p.stderr
+        line = next(l for l in p.stdout.splitlines() if l.startswith('{"bench": "digits"'))
+        accuracy[op] = json.loads(line)["accuracy_pct"]
+    assert accuracy["adasum"] >= 95.0 and abs(accuracy["adasum"] - accuracy["average"]) <= 2.0, accuracy
+
+
 def test_horovods_elastic_mnist_takes_a_replacement_under_respawn():
     """pytorch_mnist_elastic.py (as below) under syncrun --elastic --respawn: rank 2 killed
     mid-backward in epoch 2; its replacement joins at the others' next commit, gets the model,

@@ -276,13 +276,53 @@ def test_bool_allreduce_is_logical_or_and():
         assert y.tolist() == [False, True, hvd.size() == 1, True]
 
 
+def adasum_reference(vectors):
+    """Adasum's rule in float64 up the binary tree of ranks (Horovod's guard on small norms)."""
+    v = [x.double().flatten() for x in vectors]
+    level = 1
+    while level < len(v):
+        for r in range(0, len(v), 2 * level):
+            a, b = v[r], v[r + level]
+            dot, aa, bb = float(a @ b), float(a @ a), float(b @ b)
+            v[r] = (1 - dot / aa / 2 if aa >= 1e-8 else 1.0) * a + (1 - dot / bb / 2 if bb >= 1e-8 else 1.0) * b
+        level *= 2
+    return v[0]
+
+
+def test_adasum_allreduce_and_grouped_allreduce_match_the_rule_in_float64():
+    def data(r, n, seed):
+        return torch.sin(torch.arange(n, dtype=torch.float64) * 0.37 + 1.3 * r + seed) * (1 + seed)
+
+    got = {dt: hvd.allreduce(data(hvd.rank(), 40, 0).to(dt), op=hvd.Adasum, name="adasum.%s" % dt)
+           for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+    grouped = hvd.grouped_allreduce([data(hvd.rank(), 30, s).float() for s in range(3)], op=hvd.Adasum,
+                                    name="adasum.grouped")
+    scaled = hvd.allreduce(data(hvd.rank(), 20, 1).float(), op=hvd.Adasum, prescale_factor=0.5, postscale_factor=4.0,
+                           name="adasum.scaled")
+    cast = hvd.allreduce(data(hvd.rank(), 20, 2).float(), op=hvd.Adasum, compression=hvd.Compression.fp16,
+                         name="adasum.fp16")
+    with pytest.raises(ValueError, match="cannot go with Adasum"):
+        hvd.allreduce(torch.ones(4), op=hvd.Adasum, compression=hvd.Compression.topk(0.5), name="adasum.topk")
+    with pytest.raises(ValueError, match="float tensors"):
+        hvd.allreduce(torch.ones(4, dtype=torch.int32), op=hvd.Adasum, name="adasum.ints")
+    n = hvd.size()
+    for dt, tol in ((torch.float16, 4e-3), (torch.bfloat16, 3e-2), (torch.float32, 2e-6), (torch.float64, 1e-12)):
+        want = adasum_reference([data(r, 40, 0).to(dt) for r in range(n)])
+        assert (got[dt].double() - want).abs().max() <= tol * want.abs().max(), (dt, got[dt], want)
+    for s, t in enumerate(grouped):  # each member its own dot products
+        want = adasum_reference([data(r, 30, s).float() for r in range(n)])
+        assert torch.allclose(t.double(), want, atol=1e-5), (s, t, want)
+    want = adasum_reference([data(r, 20, 1).float() * 0.5 for r in range(n)]) * 4.0
+    assert torch.allclose(scaled.double(), want, atol=1e-5)
+    want = adasum_reference([data(r, 20, 2).float().half() for r in range(n)])
+    assert torch.allclose(cast.double(), want, atol=3e-2)
+
+
 def test_bad_arguments_raise_value_error():
     with pytest.raises(ValueError, match="cannot average"):
         hvd.allreduce(torch.ones(2, dtype=torch.bool), name="bool")  # Average, the default
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64), name="complex")
-    with pytest.raises(ValueError):
-        hvd.allreduce(torch.ones(2), name="adasum", op=hvd.Adasum)
     with pytest.raises(ValueError):
         hvd.broadcast(torch.ones(2), root_rank=hvd.size(), name="bad_root")
     with pytest.raises(ValueError):

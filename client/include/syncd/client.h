@@ -73,7 +73,10 @@ typedef enum syncd_reduce_op SYNCD_ENUM_INT {
   SYNCD_MIN = 2,
   SYNCD_MAX = 3,
   SYNCD_PRODUCT = 4,
-  SYNCD_REDUCE_OP_COUNT = 5
+  /* Adasum (Maleki et al., MLSys 2021; Horovod's op=Adasum): allreduce of float host tensors over a
+   * power of two of ranks; every rank's tensor takes part (a joined, lost or vacant rank fails it) */
+  SYNCD_ADASUM = 5,
+  SYNCD_REDUCE_OP_COUNT = 6
 } syncd_reduce_op;
 
 #define SYNCD_MAX_NAME 191 /* bytes, without the terminating NUL */

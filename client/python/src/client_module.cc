@@ -442,4 +442,5 @@ PYBIND11_MODULE(_client, m) {
   m.attr("MIN") = int(SYNCD_MIN);
   m.attr("MAX") = int(SYNCD_MAX);
   m.attr("PRODUCT") = int(SYNCD_PRODUCT);
+  m.attr("ADASUM") = int(SYNCD_ADASUM);
 }

@@ -19,6 +19,6 @@ class HorovodInternalError(SyncdError):
 
 class NotSupportedError(ValueError, NotImplementedError):
     """A reduction or argument syncd does not take, refused at the call (reducescatter with
-    Adasum or Max, Adasum anywhere). Horovod raises errors that `except RuntimeError` catches for
+    Adasum or Max, DistributedOptimizer(op=Adasum) with a process set). Horovod raises errors that `except RuntimeError` catches for
     these; syncd raised ValueError before. This class is both, so handlers written for either
     keep working (NotImplementedError is a RuntimeError)."""

@@ -1,5 +1,5 @@
 // Allreduce: every rank ends with op(prescale * every rank's tensor) * postscale (AVERAGE divides
-// by the world size). Fuses with allreduces of the same dtype, op, scale factors and memory.
+// by the tensors summed; ADASUM: adasum.h). Fuses with allreduces of the same dtype, op, scale factors and memory.
 // Across nodes on the host path: hierarchical and pipelined (local reduce, inter-node allreduce,
 // local scatter, one segment at a time); the inter-node allreduce compressed on request
 // (Request::compression: cast to fp16 or bf16 and summed in it between nodes).
@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "daemon/collectives/agreement.h"
+#include "daemon/collectives/allreduce/adasum.h"
 #include "daemon/collectives/allreduce/feedback.h"
 #include "daemon/collectives/collective.h"
 #include "daemon/core/float_casts.h"
@@ -23,8 +24,18 @@ constexpr size_t kPipelineSegmentBytes = 1 << 20;
 constexpr size_t kPipelineDepth = 4;
 
 // bool: logical or (SUM, MAX) and and (MIN, PRODUCT); an average or a scale factor means nothing.
-Status CheckDtypeAndOp(syncd_dtype dtype, syncd_reduce_op op, double prescale, double postscale,
-                       const TensorWhat& what) {
+// Adasum: float host tensors over a power of two of ranks.
+Status CheckDtypeAndOp(syncd_dtype dtype, syncd_reduce_op op, double prescale, double postscale, bool gpu,
+                       uint32_t set_size, const TensorWhat& what) {
+  if (op == SYNCD_ADASUM) {
+    if (dtype != SYNCD_FLOAT16 && dtype != SYNCD_BFLOAT16 && dtype != SYNCD_FLOAT32 && dtype != SYNCD_FLOAT64)
+      return InvalidArgument(what + ": Adasum reduces float tensors (float16, bfloat16, float32, float64) only");
+    if (gpu) return InvalidArgument(what + ": Adasum of GPU tensors is not supported yet (host tensors only)");
+    if (set_size == 0 || (set_size & (set_size - 1)) != 0)
+      return InvalidArgument(what + ": Adasum needs a power of two of ranks (as Horovod's), and the set has " +
+                             std::to_string(set_size));
+    return Status::Ok();
+  }
   if (dtype != SYNCD_BOOL) return Status::Ok();
   if (op == SYNCD_AVERAGE)
     return InvalidArgument(what + ": allreduce of bool tensors cannot average; use Sum (logical or) or Min (logical and)");
@@ -38,7 +49,7 @@ class AllreduceCollective final : public Collective {
   abi::OpKind kind() const override { return abi::OpKind::kAllreduce; }
   const char* name() const override { return "allreduce"; }
 
-  Status Parse(const abi::SubmitEntry& e, const SetRanks&, const TensorWhat& what, Request* r) const override {
+  Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)
       return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
     r->op = syncd_reduce_op(e.op);
@@ -58,7 +69,16 @@ class AllreduceCollective final : public Collective {
       return InvalidArgument(what + ": compression ratio " + std::to_string(e.compression_ppm / 1e6) + " is above 1");
     r->compression = uint8_t(e.compression);  // DEFAULT: ResolveCompression, with the daemon's setting
     r->compression_ppm = e.compression_ppm;
-    return CheckDtypeAndOp(r->dtype, r->op, r->prescale, r->postscale, what);
+    return CheckDtypeAndOp(r->dtype, r->op, r->prescale, r->postscale, (e.flags & abi::kSubmitGpu) != 0, set.size,
+                           what);
+  }
+
+  // A stand-in adds the identity, which Adasum's pairing has no use for: the tree over the ranks
+  // left is not Adasum of a power of two of them.
+  Status Joined(Request* r) const override {
+    if (r->op != SYNCD_ADASUM) return Status::Ok();
+    return InvalidArgument("Adasum pairs every rank's tensor, a power of two of them, and rank " +
+                           std::to_string(r->rank) + " has none (it joined, was lost or has not attached)");
   }
 
   std::string Disagreement(const std::vector<Request>& rs) const override {
@@ -74,7 +94,10 @@ class AllreduceCollective final : public Collective {
     return FusionKey{r.kind, r.dtype, r.op, r.prescale, r.postscale, r.gpu, 0, r.compression, r.compression_ppm};
   }
 
-  void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override { host.Allreduce(group); }
+  void RunLocal(const CollectiveGroup& group, HostExecutor& host) const override {
+    if (group.front()->first().op == SYNCD_ADASUM) return AdasumLocal(group);
+    host.Allreduce(group);
+  }
 
   StatusOr<uint64_t> EnqueueGpu(const CollectiveGroup& group, const OnGpus& run) const override {
     return run.gpu->Allreduce(group, run.world_size);
@@ -82,6 +105,7 @@ class AllreduceCollective final : public Collective {
 
   // Top-k, random-k and 1-bit: feedback.h. The others: RunPipelined.
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
+    if (group.front()->first().op == SYNCD_ADASUM) return RunAdasumAcross(std::move(group), std::move(run));
     if (IsFeedbackCompression(group.front()->first().compression))
       return RunAcrossWithFeedback(std::move(group), std::move(run));
     return RunPipelined(std::move(group), std::move(run));

@@ -96,6 +96,7 @@ class ReduceCollective final : public Collective {
   Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)
       return ProtocolError("malformed ring entry: " + what + " has unknown reduce op " + std::to_string(e.op));
+    if (e.op == SYNCD_ADASUM) return InvalidArgument(what + ": reduce supports Sum, Average, Min, Max and Product, not Adasum");
     if (Status st = ParseRoot(e, set, what, "reduce", r); !st.ok()) return st;
     r->op = syncd_reduce_op(e.op);
     r->prescale = e.prescale;

@@ -137,7 +137,7 @@ TEST(ReduceChunk, HalfAccumulatesInFloat) {
 TEST(ReduceChunk, FullChunkOfEveryDtypeAndOp) {
   for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt) {
     if (dt == SYNCD_BOOL) continue;  // logical, below
-    for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op) {
+    for (int op = 0; op <= SYNCD_PRODUCT; ++op) {
       const size_t n = kReduceChunkElements;
       std::vector<std::vector<double>> raw(3, std::vector<double>(n));
       std::vector<std::vector<char>> buf(3, std::vector<char>(n * 8));
@@ -193,7 +193,7 @@ TEST(ReductionIdentity, LeavesEveryValueAsItIsForEveryDtypeAndOp) {
   const std::vector<double> floats = {-128, -3.5, -1, 0, 1, 2.25, 127, 1e30, -1e30, INFINITY, -INFINITY};
   const std::vector<double> ints = {-128, -1, 0, 1, 2, 127}, unsigned8 = {0, 1, 2, 255}, bools = {0, 1};
   for (int dt = 0; dt < SYNCD_DTYPE_COUNT; ++dt)
-    for (int op = 0; op < SYNCD_REDUCE_OP_COUNT; ++op) {
+    for (int op = 0; op <= SYNCD_PRODUCT; ++op) {
       if (dt == SYNCD_BOOL && op == SYNCD_AVERAGE) continue;
       const bool floating = dt == SYNCD_FLOAT16 || dt == SYNCD_BFLOAT16 || dt == SYNCD_FLOAT32 || dt == SYNCD_FLOAT64;
       const std::vector<double>& values =

@@ -19,7 +19,7 @@ Average = _client.AVERAGE
 Min = _client.MIN
 Max = _client.MAX
 Product = _client.PRODUCT
-Adasum = -1  # accepted by name so Horovod code imports; using it raises NotSupportedError
+Adasum = _client.ADASUM  # the daemons' (float host tensors, a power of two of ranks)
 
 _DTYPES = {
     torch.uint8: _client.UINT8,

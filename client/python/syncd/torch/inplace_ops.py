@@ -9,10 +9,10 @@ import warnings
 
 import torch
 
-from syncd.errors import NotSupportedError, SyncdError
+from syncd.errors import SyncdError
 from syncd.torch import basics
 from syncd.torch.basics import Adasum, Average, Sum, client, dtype_code
-from syncd.torch.compression import Compression, daemon_compression
+from syncd.torch.compression import BF16, DAEMON_DEFAULT, FP16, Compression, daemon_compression
 from syncd.torch.process_sets import global_process_set, set_id
 from syncd.torch.requests import (HorovodInternalError, _abandon, _name, _ps, _refuse, _register, _Request,
                                   _submitting, synchronize)
@@ -64,11 +64,20 @@ def _resolve_op(op, average):
                       DeprecationWarning)
         return Average if average else Sum
     op = Average if op is None else op
-    if op == Adasum:
-        raise NotSupportedError("allreduce: Adasum is not supported by syncd; use Average or Sum")
-    if op not in (Sum, Average, basics.Min, basics.Max, basics.Product):
+    if op not in (Sum, Average, basics.Min, basics.Max, basics.Product, Adasum):
         raise ValueError("unknown reduction op %r" % (op,))
     return op
+
+
+def _on_daemon(compression, tensor, op):
+    """daemon_compression, but for Adasum: the daemons run it uncompressed, so a cast compresses
+    here (as Horovod does) and the methods that sum (top-k, ...) are refused."""
+    if op != Adasum:
+        return daemon_compression(compression, tensor)
+    if getattr(compression, "daemon", None) not in (None, FP16, BF16):
+        raise ValueError("allreduce: %s sums what each node keeps, so it cannot go with Adasum; use "
+                         "Compression.none or fp16" % compression.__name__)
+    return DAEMON_DEFAULT
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, ps, compression=0):
@@ -113,7 +122,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over the set's ranks (Average by default) and returns the result.
     Differentiable: the gradient of an allreduce is the allreduce of the gradient."""
     op = _resolve_op(op, average)
-    on_daemon = daemon_compression(compression, tensor)
+    on_daemon = _on_daemon(compression, tensor, op)
     if on_daemon:
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, _ps(process_set), on_daemon)
     compressed, ctx = compression.compress(tensor)
@@ -179,7 +188,7 @@ class _GroupedAllreduce(torch.autograd.Function):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(op, average)
-    on_daemon = [daemon_compression(compression, t) for t in tensors]
+    on_daemon = [_on_daemon(compression, t, op) for t in tensors]
     pairs = [(t, None) if d else compression.compress(t) for t, d in zip(tensors, on_daemon)]
     compressed, ctxs = zip(*pairs) if tensors else ((), ())
     reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, _ps(process_set), on_daemon,

@@ -23,9 +23,9 @@ import torch
 from syncd.errors import NotSupportedError
 from syncd.torch import basics
 from syncd.torch.basics import Average
-from syncd.torch.compression import Compression, daemon_compression
+from syncd.torch.compression import Compression
 from syncd.torch.gather_scatter import sparse_allreduce_async
-from syncd.torch.inplace_ops import _allreduce_async, _resolve_op, allreduce_async_
+from syncd.torch.inplace_ops import _allreduce_async, _on_daemon, _resolve_op, allreduce_async_
 from syncd.torch.partial import _MODES, partial_allreduce_async_
 from syncd.torch.process_sets import global_process_set, is_member
 from syncd.torch.requests import _ps, synchronize
@@ -102,6 +102,31 @@ class _GradientArena:
             pass
 
 
+def parameter_names(param_groups, named_parameters):
+    """Each parameter's name, as Horovod checks and makes them: `named_parameters` (tuples, unique
+    names, every parameter named) or, without it, group index and index within the group."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("allreduce.noname.%d.%d" % (g, i), v)
+                            for g, param_group in enumerate(param_groups)
+                            for i, v in enumerate(param_group["params"])]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
+                         ", ".join(dups))
+    all_ids = {id(v) for group in param_groups for v in group["params"]}
+    unnamed = all_ids - {id(v) for _, v in named_parameters}
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                         "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+    return {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, process_set=global_process_set, sparse_as_dense=False,
@@ -114,31 +139,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
         self.sparse_as_dense = sparse_as_dense
         self._sparse = set()  # parameters whose gradients came sparse (nn.Embedding(sparse=True))
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            # Horovod's names: group index and index within the group, unique over every group.
-            named_parameters = [("allreduce.noname.%d.%d" % (g, i), v)
-                                for g, param_group in enumerate(self.param_groups)
-                                for i, v in enumerate(param_group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
-                             ", ".join(dups))
-        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
-        unnamed = all_ids - {id(v) for _, v in named_parameters}
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
-        if op == basics.Adasum:
-            raise NotSupportedError("DistributedOptimizer: Adasum is not supported by syncd; use op=Average or op=Sum")
         self.op = _resolve_op(op, None)
         self.gradient_predivide_factor = gradient_predivide_factor
-        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self._parameter_names = parameter_names(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: backward_passes_per_step for v in self._parameter_names}
         self._handles = {}
@@ -207,7 +210,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 # As horovod.torch: the indices and values of every rank, gathered.
                 return sparse_allreduce_async(grad, name, self.op, process_set=self.process_set), None
-        on_daemon = daemon_compression(self._compression, grad)  # else compressed here, as Horovod does
+        on_daemon = _on_daemon(self._compression, grad, self.op)  # else compressed here, as Horovod does
         compressed, ctx = (grad, None) if on_daemon else self._compression.compress(grad)
         if self.op == Average:
             prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
@@ -387,6 +390,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("quorum and full_sync_every go with partial='solo' or 'majority'")
     if not isinstance(full_sync_every, int) or full_sync_every < 0:
         raise ValueError("full_sync_every must be an int >= 0, not %r" % (full_sync_every,))
+    if op == basics.Adasum and basics.size() > 1:
+        # Horovod's: each rank steps on its own gradients and the updates are Adasum-reduced.
+        if partial is not None or sparse_as_dense:
+            raise ValueError("DistributedOptimizer(op=Adasum) takes no partial= and no sparse_as_dense=")
+        if process_set is not global_process_set and process_set is not None:
+            raise NotSupportedError("DistributedOptimizer(op=Adasum) runs over every rank; process_set is not "
+                                    "supported with it (as Horovod's)")
+        from syncd.torch.adasum_optimizer import _DistributedAdasumOptimizer
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, process_set, sparse_as_dense, partial, quorum, full_sync_every)
