@@ -18,7 +18,7 @@
 namespace syncd::testing {
 namespace {
 
-// The pairwise rule in float64, Horovod's guard included.
+// The pairwise rule in float64 (a zero vector's coefficient 1).
 void Combine(std::vector<double>* a, const std::vector<double>& b) {
   double dot = 0, aa = 0, bb = 0;
   for (size_t i = 0; i < b.size(); ++i) {
@@ -26,7 +26,7 @@ void Combine(std::vector<double>* a, const std::vector<double>& b) {
     aa += (*a)[i] * (*a)[i];
     bb += b[i] * b[i];
   }
-  const double ca = aa >= 1e-8 ? 1 - dot / aa * 0.5 : 1, cb = bb >= 1e-8 ? 1 - dot / bb * 0.5 : 1;
+  const double ca = aa > 0 ? 1 - dot / aa * 0.5 : 1, cb = bb > 0 ? 1 - dot / bb * 0.5 : 1;
   for (size_t i = 0; i < b.size(); ++i) (*a)[i] = ca * (*a)[i] + cb * b[i];
 }
 

@@ -277,14 +277,14 @@ def test_bool_allreduce_is_logical_or_and():
 
 
 def adasum_reference(vectors):
-    """Adasum's rule in float64 up the binary tree of ranks (Horovod's guard on small norms)."""
+    """Adasum's rule in float64 up the binary tree of ranks (a zero vector's coefficient 1)."""
     v = [x.double().flatten() for x in vectors]
     level = 1
     while level < len(v):
         for r in range(0, len(v), 2 * level):
             a, b = v[r], v[r + level]
             dot, aa, bb = float(a @ b), float(a @ a), float(b @ b)
-            v[r] = (1 - dot / aa / 2 if aa >= 1e-8 else 1.0) * a + (1 - dot / bb / 2 if bb >= 1e-8 else 1.0) * b
+            v[r] = (1 - dot / aa / 2 if aa > 0 else 1.0) * a + (1 - dot / bb / 2 if bb > 0 else 1.0) * b
         level *= 2
     return v[0]
 
@@ -316,6 +316,46 @@ def test_adasum_allreduce_and_grouped_allreduce_match_the_rule_in_float64():
     assert torch.allclose(scaled.double(), want, atol=1e-5)
     want = adasum_reference([data(r, 20, 2).float().half() for r in range(n)])
     assert torch.allclose(cast.double(), want, atol=3e-2)
+
+
+# Horovod's own Adasum cases (its test_adasum_pytorch.py: orthogonal, parallel, stability,
+# stability_2), with its closeness criterion: |computed - expected| / |expected| / 100 below the
+# dtype's epsilon. Orthonormal vectors add; parallel ones average, whatever their scale: of the
+# dtype's smallest normal magnitude, or spread from it to the square root of its largest.
+def _horovod_adasum_case(case, dtype, n):
+    import numpy as np  # noqa: E402 (only these tests need it)
+    rng = np.random.RandomState(2)
+    size, np_dtype = hvd.size(), {torch.float16: np.float16, torch.float32: np.float32}[dtype]
+    if case == "orthogonal":
+        q = np.linalg.qr(rng.normal(0, 1, (n, size)))[0]
+    else:
+        if case == "parallel":
+            a, r = rng.normal(0, 1, (n, 1)), rng.normal(0, 1, (size, 1))
+        elif case == "stability":
+            a, r = rng.normal(0, np.finfo(np_dtype).tiny, (n, 1)), rng.normal(0, 1, (size, 1))
+        else:
+            lo, hi = float(np.finfo(np_dtype).tiny), float(np.finfo(np_dtype).max) ** 0.5
+            a = rng.normal(0, 1, (n, 1))
+            r = np.array([[hi ** ((i + 1) / size) * lo ** ((size - i - 1) / size)] for i in range(size)])
+            rng.shuffle(r)
+        q = a @ r.T
+    q = q.astype(np_dtype).astype(np.float64)
+    expected = q.sum(axis=1) / (1 if case == "orthogonal" else size)
+    return torch.from_numpy(q[:, hvd.rank()].astype(np_dtype)), expected, float(np.finfo(np_dtype).eps)
+
+
+@pytest.mark.parametrize("case", ["orthogonal", "parallel", "stability", "stability_2"])
+def test_adasum_passes_horovods_own_cases(case):
+    results = []
+    for dtype in (torch.float32, torch.float16):
+        for n in ([hvd.size() * 20 - 17, hvd.size() * 2 + 1, hvd.size() + 2] if case in ("orthogonal", "parallel")
+                  else [1024]):
+            tensor, expected, eps = _horovod_adasum_case(case, dtype, n)
+            hvd.allreduce_(tensor, op=hvd.Adasum, name="horovod.%s.%s.%d" % (case, dtype, n))
+            got = tensor.double().numpy()
+            off = float(((got - expected) ** 2).sum() ** 0.5 / (expected ** 2).sum() ** 0.5 / 100)
+            results.append((dtype, n, off, eps))
+    assert all(off < eps for _, _, off, eps in results), results
 
 
 def test_bad_arguments_raise_value_error():

@@ -30,8 +30,11 @@ size_t Members(const Bounds& m) { return m.size() - 1; }
 
 bool PowerOfTwo(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
-// The rule's coefficient of a vector of squared norm `normsq` (Horovod's guard: 1 below 1e-8).
-double Coefficient(double dot, double normsq) { return normsq >= 1e-8 ? 1.0 - dot / normsq * 0.5 : 1.0; }
+// The rule's coefficient of a vector of squared norm `normsq`: 1 for a zero vector only. Horovod
+// keeps 1 below 1e-8, which breaks the rule's scale invariance: its own stability tests (parallel
+// vectors of float32's smallest normal magnitude, or spread from it to the square root of the
+// largest) expect their average, which only a zero-only guard gives.
+double Coefficient(double dot, double normsq) { return normsq > 0 ? 1.0 - dot / normsq * 0.5 : 1.0; }
 
 // sums[3i .. 3i+2] += a.b, |a|^2, |b|^2 over member i's part of elements [lo, hi); a[k] and b[k]
 // hold element lo + k.

@@ -1,8 +1,8 @@
 // Adasum (Maleki et al., "Scaling Distributed Training with Adaptive Summation", MLSys 2021;
 // Horovod's op=Adasum): an allreduce whose pairwise rule adds two gradients a and b as
 //   (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b
-// (a coefficient stays 1 where its norm is below 1e-8), so that orthogonal gradients add and parallel
-// ones average. Over n ranks (a power of two, as Horovod requires) the rule combines ranks r and
+// (a coefficient stays 1 for a zero vector), so that orthogonal gradients add and parallel ones
+// average, at any scale (Horovod keeps a coefficient 1 below a squared norm of 1e-8: see adasum.cc). Over n ranks (a power of two, as Horovod requires) the rule combines ranks r and
 // r + 2^k at level k, lower ranks on the left, up a binary tree: the result is the same for a job
 // whatever its nodes. Each member tensor of a fused group has its own dot products. Float dtypes
 // only; computed in float (float64 for float64 tensors), dot products in double, scale factors as
