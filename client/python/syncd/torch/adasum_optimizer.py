@@ -14,7 +14,7 @@ import torch
 
 from syncd.torch.basics import Adasum
 from syncd.torch.inplace_ops import allreduce_async_
-from syncd.torch.optimizer import parameter_names
+from syncd.torch.parameters import parameter_names
 from syncd.torch.requests import synchronize
 
 

@@ -22,10 +22,12 @@ import torch
 
 from syncd.errors import NotSupportedError
 from syncd.torch import basics
+from syncd.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from syncd.torch.basics import Average
 from syncd.torch.compression import Compression
 from syncd.torch.gather_scatter import sparse_allreduce_async
 from syncd.torch.inplace_ops import _allreduce_async, _on_daemon, _resolve_op, allreduce_async_
+from syncd.torch.parameters import parameter_names
 from syncd.torch.partial import _MODES, partial_allreduce_async_
 from syncd.torch.process_sets import global_process_set, is_member
 from syncd.torch.requests import _ps, synchronize
@@ -100,31 +102,6 @@ class _GradientArena:
             self.release()
         except Exception:  # interpreter shutdown: the arena goes with the process
             pass
-
-
-def parameter_names(param_groups, named_parameters):
-    """Each parameter's name, as Horovod checks and makes them: `named_parameters` (tuples, unique
-    names, every parameter named) or, without it, group index and index within the group."""
-    if named_parameters is not None:
-        named_parameters = list(named_parameters)
-    else:
-        named_parameters = [("allreduce.noname.%d.%d" % (g, i), v)
-                            for g, param_group in enumerate(param_groups)
-                            for i, v in enumerate(param_group["params"])]
-    if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                         "usually produced by model.named_parameters().")
-    names = [k for k, _ in named_parameters]
-    dups = sorted({k for k in names if names.count(k) > 1})
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
-                         ", ".join(dups))
-    all_ids = {id(v) for group in param_groups for v in group["params"]}
-    unnamed = all_ids - {id(v) for _, v in named_parameters}
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                         "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
-    return {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -397,7 +374,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if process_set is not global_process_set and process_set is not None:
             raise NotSupportedError("DistributedOptimizer(op=Adasum) runs over every rank; process_set is not "
                                     "supported with it (as Horovod's)")
-        from syncd.torch.adasum_optimizer import _DistributedAdasumOptimizer
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
         return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
