@@ -2,6 +2,8 @@
 # The sanitizer suite (deploy/test.sh --sanitize; CI runs it on every submission):
 #  1. clang with AddressSanitizer + UndefinedBehaviorSanitizer: the whole ctest suite (build-asan);
 #     every report of any process (daemons, clients, Python) fails the run, with the report shown.
+#     Whole training jobs (tests/python/test_jobs.py) run one case of each parametrized test
+#     (SYNCD_ONE_CASE_PER_JOB, tests/python/conftest.py): every kind of job, not every shape.
 #  2. every libFuzzer harness for FUZZ_SECONDS (default 30) each (deploy/fuzz.sh).
 #  3. clang with ThreadSanitizer: the tests of the threaded parts (build-tsan): the engine inbox and
 #     attach server, the completion events folded off the engine thread, the control service, the
@@ -15,12 +17,13 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 jobs=$(nproc)
 
-configure() {  # configure <dir> <sanitizers> [more cmake args]
-  local dir=$1 san=$2
-  shift 2
+configure() {  # configure <dir> <sanitizers> <targets: all, or a list> [more cmake args]
+  local dir=$1 san=$2 targets=$3
+  shift 3
   cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DSYNCD_SANITIZE="$san" -DSYNCD_WITH_CUDA=OFF -DSYNCD_BUILD_TESTS=ON "$@" >/dev/null
-  cmake --build "$dir" -j"$jobs" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+  # shellcheck disable=SC2086  # a list of targets
+  cmake --build "$dir" -j"$jobs" --target $targets | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
 }
 
 # Every process writes its reports under $reports; after the tests, any report is a failure.
@@ -39,12 +42,12 @@ check_reports() {  # check_reports <what>
 }
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer (build-asan)"
-configure build-asan address,undefined -DSYNCD_FUZZ=ON -DSYNCD_BUILD_BENCH=ON
+configure build-asan address,undefined all -DSYNCD_FUZZ=ON -DSYNCD_BUILD_BENCH=ON
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$reports/asan"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
 status=0
-(cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 600) || status=1
+(cd build-asan && SYNCD_ONE_CASE_PER_JOB=1 ctest --output-on-failure -j"$jobs" --timeout 600) || status=1
 check_reports "ASan/UBSan suite" || status=1
 
 echo "== libFuzzer harnesses (${FUZZ_SECONDS:-30} s each)"
@@ -54,7 +57,8 @@ check_reports "libFuzzer harnesses" || status=1  # a UBSan/ASan finding's report
 unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== ThreadSanitizer (build-tsan)"
-configure build-tsan thread -DSYNCD_BUILD_BENCH=ON
+# Only what the threaded tests run: the two GoogleTest programs and the programs they start.
+configure build-tsan thread "syncd_unit_tests syncd_integration_tests" -DSYNCD_BUILD_BENCH=ON
 rm -f "$reports"/*
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$reports/tsan"
 threaded='TransportConformance|SpscQueue|CommandQueue|CompletionLogTest|TimelineWriterTest|Timeline\.|Attach\.|Drain|Errors\.|Faults|Stalls\.|Ending\.|Collectives\.StatusReports|Collectives\.MetricsEndpoint|ManyNodes'

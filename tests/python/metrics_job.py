@@ -114,6 +114,9 @@ def check(nodes, local_size):
 
 def main():
     hvd.init()
+    # The ranks start seconds apart under load (ASan, CI): a barrier first, so that an allreduce's
+    # latency is the collective's own, not the wait for the last rank to import torch.
+    hvd.barrier()
     for i in range(STEPS):
         hvd.allreduce(torch.full((ELEMENTS,), float(hvd.rank())), name="metrics.grad%d" % (i % 3))
     for i in range(GATHERS):
