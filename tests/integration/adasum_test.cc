@@ -158,8 +158,9 @@ TEST_P(Adasum, EveryFloatDtypeMatchesTheFloat64ReferenceOfTheRule) {
     return 0;
   }, 120'000);
   ExpectAllSucceeded(st);
-  if (std::string(k.coord) == "topo")  // the plan's groups ran Adasum, negotiated by nobody
+  if (std::string(k.coord) == "topo") {  // the plan's groups ran Adasum, negotiated by nobody
     EXPECT_GE(PlanGroupsRun(SyncctlStatus(cluster.node(0).run_dir())), 8);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Adasum,

@@ -218,7 +218,9 @@ TEST_P(LostNode, TheRanksLeftGoOnSummingExactlyThemselves) {
       << table;
   // Under --coord topo the set made afresh runs the registered plan on (nobody registers it again):
   // its groups ran for every step since, not negotiated.
-  if (topo) EXPECT_GE(PlanGroupsRun(table), kStepsAfterLoss) << table;
+  if (topo) {
+    EXPECT_GE(PlanGroupsRun(table), kStepsAfterLoss) << table;
+  }
   // Its job-wide health view still hears from every other node left (their reports now travel on
   // the new global set, by node number): none of them shows as unresponsive.
   for (int other = 0; other < k.nodes; ++other) {

@@ -37,8 +37,8 @@ StatusSnapshot Snapshot() {
   s.node_rank = 1;
   s.node_count = 2;
   s.local_size = 2;
-  s.clients = {{2, 0, 100, "attached", 7, 700, 1, 0, 0, -1, "", "", '-', false, ""},
-               {3, 1, 101, "lost", 0, 0, 0, 0, 0, -1, "", "", '-', false, ""}};
+  s.clients = {{.rank = 2, .local_rank = 0, .pid = 100, .state = "attached", .ops = 7, .bytes = 700, .errors = 1},
+               {.rank = 3, .local_rank = 1, .pid = 101, .state = "lost"}};
   CollectiveMetrics& m = s.collectives[{0, "allreduce"}];
   m.ops = 3;
   m.bytes = 4096;
