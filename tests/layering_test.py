@@ -105,7 +105,7 @@ def client_entry(layers, rel):
 def include_entry(inc):
     """The client/README.md entry an #include names, or None when it is no client layer."""
     if inc.startswith("syncd/"):
-        return "include/syncd/"
+        return "../proto/include/syncd/"
     if inc.startswith("proto/"):
         return "../proto/"
     if inc.startswith("client/"):
@@ -204,9 +204,9 @@ def self_test():
         if len(found) != 1 or "daemon/base/up.h" not in found[0]:
             return [f"an upward include was not caught as expected: {found}"]
         # client/: a clean tree, then an import cycle hidden inside a function, then a daemon include.
-        write("client/README.md", "0. `include/syncd/`\n1. `src/`\n2. `python/src/`\n3. `python/syncd/a.py`\n"
+        write("client/README.md", "0. `../proto/include/syncd/`\n1. `src/`\n2. `python/src/`\n3. `python/syncd/a.py`\n"
                                   "4. `python/syncd/b.py`\n5. `python/syncd/__init__.py`\n")
-        write("client/include/syncd/client.h", "")
+        write("proto/include/syncd/client.h", "")
         write("client/src/c.cc", '#include "syncd/client.h"\n')
         write("client/python/src/m.cc", '#include <syncd/client.h>\n')
         write("client/python/syncd/__init__.py", "from syncd.b import g\n")

@@ -114,32 +114,20 @@ bool SendRequest(int fd, const abi::AttachRequest& req, int pass_fd) {
   return SendAll(fd, reinterpret_cast<const char*>(&req) + w, sizeof(req) - size_t(w));
 }
 
-// Receives the reply and up to abi::kAttachFds descriptors passed with SCM_RIGHTS.
-bool RecvReply(int fd, abi::AttachReply* reply, int fds[abi::kAttachFds]) {
-  std::fill(fds, fds + abi::kAttachFds, -1);
-  iovec iov{reply, sizeof(*reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t r;
-  do r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  while (r < 0 && errno == EINTR);
-  if (r != ssize_t(sizeof(*reply))) return false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      memcpy(fds, CMSG_DATA(c), std::min<size_t>(n, abi::kAttachFds) * sizeof(int));
-    }
-  }
-  return true;
-}
-
 void CloseAll(int fds[abi::kAttachFds]) {
   for (int i = 0; i < abi::kAttachFds; ++i)
     if (fds[i] >= 0) close(fds[i]);
+}
+
+// Receives the reply and up to abi::kAttachFds descriptors passed with it (a short reply closes
+// any that came).
+bool RecvReply(int fd, abi::AttachReply* reply, int fds[abi::kAttachFds]) {
+  if (abi::RecvWithFds(fd, reply, sizeof(*reply), MSG_WAITALL, fds, abi::kAttachFds) == ssize_t(sizeof(*reply)))
+    return true;
+  const int saved = errno;
+  CloseAll(fds);
+  errno = saved;
+  return false;
 }
 
 // Sends the request and takes the reply with its descriptors (segment, node page, engine wake-up). On any

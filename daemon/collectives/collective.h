@@ -1,6 +1,6 @@
 // A collective kind as one unit. Each kind (allreduce, broadcast, barrier, allgather, alltoall,
-// reducescatter, join, partial allreduce) is a Collective in a file of its own in this folder,
-// listed once in collective.cc. It says everything the rest of the daemon needs to know about the kind:
+// reducescatter, join, partial allreduce, reduce, gather, scatter) is a Collective in a folder of
+// its own (collectives/<kind>/), registered by one line of kinds.def. It says everything the rest of the daemon needs to know about the kind:
 //
 // - Parse: the ring entry's fields only this kind reads (reduce op and scale factors, a root).
 // - Disagreement: what must agree across ranks beyond the kind, memory, dtype and shape that
@@ -129,6 +129,12 @@ class Collective {
   // Whether its requests run in rounds of their own (a partial allreduce: collectives/partial/runner.h)
   // instead of being matched across ranks by the tensor table and coordinated.
   virtual bool partial() const { return false; }
+  // Whether its host path reduces the ranks' tensors with their op (allreduce, reduce,
+  // reducescatter): AVERAGE then divides by the tensors summed, which a loss changes.
+  virtual bool reduces() const { return false; }
+  // Whether it takes an inter-node compression (the request's method and ratio, or the client's
+  // and daemon's defaults); every other kind refuses one.
+  virtual bool compresses() const { return false; }
   // Whether the ranks' first dimensions and splits may differ (they then travel to the
   // coordinator for every rank, and the response cache holds every rank's).
   virtual bool shapes_vary() const { return false; }
@@ -146,6 +152,10 @@ class Collective {
   // kind makes of it (the default: the same shape, the identity of its reduction), or why it
   // cannot stand in.
   virtual Status Joined(Request*) const { return Status::Ok(); }
+  // The one number its requests agree on beside the tensor (TensorMeta::arg on the wire): the
+  // root by default (kinds without one leave it -1), join's last rank to join.
+  virtual int32_t AgreedArg(const Request& r) const { return r.root; }
+  virtual void SetAgreedArg(Request* r, int32_t arg) const { r->root = arg; }
   // The text a successful completion carries ("last rank 3" for a join), or "".
   virtual std::string CompletionText(const ReadyTensor&) const { return ""; }
 

@@ -17,6 +17,7 @@
 #include "daemon/base/affinity.h"
 #include "daemon/control/attach_handshake.h"
 #include "proto/doorbell.h"
+#include "proto/fd_passing.h"
 
 namespace syncd {
 namespace {
@@ -42,25 +43,10 @@ uint32_t ClientSpinUs(int pid) {
   return shared.empty() && !theirs.empty() ? kClientSpinUs : 0;
 }
 
+static_assert(abi::kAttachFds <= abi::kMaxPassedFds);
+
 bool SendReply(int fd, const abi::AttachReply& reply, const int* fds, int nfds) {
-  iovec iov{const_cast<abi::AttachReply*>(&reply), sizeof(reply)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];
-  if (nfds > 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-    memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-  }
-  ssize_t n;
-  do n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == ssize_t(sizeof(reply));
+  return abi::SendWithFds(fd, &reply, sizeof(reply), fds, nfds) == ssize_t(sizeof(reply));
 }
 
 }  // namespace
@@ -258,27 +244,14 @@ int AttachServer::ExpireHandshakes(int cap_ms) {
 }
 
 void AttachServer::ReadHandshake(int fd, Connection& conn, uint32_t events) {
-  iovec iov{reinterpret_cast<char*>(&conn.request) + conn.received, sizeof(conn.request) - conn.received};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t r;
-  do r = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  while (r < 0 && errno == EINTR);
-  if (r > 0) conn.received += size_t(r);
   // A segment handed back (abi::kAttachHandBack): the first descriptor is kept, any other closed.
-  for (cmsghdr* c = r > 0 ? CMSG_FIRSTHDR(&msg) : nullptr; c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; ++i) {
-      int passed;
-      memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (conn.handed_fd < 0) conn.handed_fd = passed;
-      else close(passed);
-    }
+  int passed = -1;
+  const ssize_t r = abi::RecvWithFds(fd, reinterpret_cast<char*>(&conn.request) + conn.received,
+                                     sizeof(conn.request) - conn.received, MSG_DONTWAIT, &passed, 1);
+  if (r > 0) conn.received += size_t(r);
+  if (passed >= 0) {
+    if (conn.handed_fd < 0) conn.handed_fd = passed;
+    else close(passed);
   }
   if (conn.received == sizeof(conn.request)) return CompleteHandshake(fd, conn);
   if (r == 0 || (r < 0 && errno != EAGAIN) || (events & (EPOLLHUP | EPOLLERR))) {

@@ -482,26 +482,26 @@ void Negotiator::CancelCycle(const Status& why) {
       }
 }
 
-std::vector<Negotiator::NodeStall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
-  std::vector<NodeStall> out;
+std::vector<Stall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
+  std::vector<Stall> out;
   if (!joined_) {
     for (const auto& [name, p] : pending_) {
       if (now_ns - p.since_ns < min_age_ns) continue;
-      NodeStall s{name, now_ns - p.since_ns, {}};
+      Stall s{name, now_ns - p.since_ns, {}};
       for (uint32_t node = 0; node < joined_nodes_.size(); ++node)
-        if (!joined_nodes_[node]) s.missing_nodes.push_back(node);
+        if (!joined_nodes_[node]) s.missing.push_back(node);
       out.push_back(std::move(s));
     }
     return out;
   }
   for (const auto& [name, a] : coord_) {
     if (now_ns - a.first_ns < min_age_ns) continue;
-    NodeStall s{name, now_ns - a.first_ns, {}};
+    Stall s{name, now_ns - a.first_ns, {}};
     for (uint32_t node = 0; node < a.ready.size(); ++node)
-      if (!a.ready[node]) s.missing_nodes.push_back(node);
+      if (!a.ready[node]) s.missing.push_back(node);
     out.push_back(std::move(s));
   }
-  std::sort(out.begin(), out.end(), [](const NodeStall& a, const NodeStall& b) { return a.waiting_ns > b.waiting_ns; });
+  OldestFirst(out);
   return out;
 }
 

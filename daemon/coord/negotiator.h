@@ -206,13 +206,8 @@ class Negotiator {
 
   // Coordinator (node 0): names some nodes announced at least `min_age_ns` ago and others not
   // yet, with the nodes still missing. Any node, before every node has started the job: names
-  // ready here that long, missing the nodes that have not started it.
-  struct NodeStall {
-    std::string name;
-    uint64_t waiting_ns;
-    std::vector<uint32_t> missing_nodes;
-  };
-  std::vector<NodeStall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
+  // ready here that long, missing the nodes that have not started it. Oldest first.
+  std::vector<Stall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
 
  private:
   struct Pending {

@@ -130,19 +130,21 @@ void TensorMeta::Fill(const ReadyTensor& t, TensorMeta* out) {
   }
 }
 
+// A kind's own number (Collective::AgreedArg); a set change, which is no kind, agrees on the set
+// it removes.
 int32_t AgreedArg(const Request& r) {
-  switch (r.kind) {
-    case abi::OpKind::kJoin: return r.last_joined;
-    case abi::OpKind::kRemoveProcessSet: return r.removed_set;
-    default: return r.root;
-  }
+  if (r.kind == abi::OpKind::kRemoveProcessSet) return r.removed_set;
+  const Collective* kind = FindCollective(r.kind);
+  return kind != nullptr ? kind->AgreedArg(r) : r.root;
 }
 
 void SetAgreedArg(Request* r, int32_t arg) {
-  switch (r->kind) {
-    case abi::OpKind::kJoin: r->last_joined = arg; break;
-    case abi::OpKind::kRemoveProcessSet: r->removed_set = arg; break;
-    default: r->root = arg; break;
+  if (r->kind == abi::OpKind::kRemoveProcessSet) {
+    r->removed_set = arg;
+  } else if (const Collective* kind = FindCollective(r->kind); kind != nullptr) {
+    kind->SetAgreedArg(r, arg);
+  } else {
+    r->root = arg;
   }
 }
 

@@ -111,17 +111,17 @@ void TensorTable::TakeCompleted(std::vector<ReadyTensor>* ready, std::vector<Fai
   completed_.clear();  // keeps its room: a deque let a block go every 64 names
 }
 
-std::vector<TensorTable::Stall> TensorTable::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
+std::vector<Stall> TensorTable::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
   std::vector<Stall> out;
   for (const auto& [name, e] : pending_) {
     if (e.count == local_size_ || now_ns - e.first_seen_ns < min_age_ns) continue;
     Stall s{name, now_ns - e.first_seen_ns, {}};
     for (uint32_t i = 0; i < local_size_; ++i)
-      if (!e.present[i] && !joined_[i].joined) s.missing_local_ranks.push_back(i);
-    if (s.missing_local_ranks.empty()) continue;  // complete (joined ranks stand in)
+      if (!e.present[i] && !joined_[i].joined) s.missing.push_back(i);
+    if (s.missing.empty()) continue;  // complete (joined ranks stand in)
     out.push_back(std::move(s));
   }
-  std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) { return a.waiting_ns > b.waiting_ns; });
+  OldestFirst(out);
   return out;
 }
 

@@ -16,6 +16,7 @@
 
 #include "daemon/base/status.h"
 #include "daemon/core/request.h"
+#include "daemon/core/stall.h"
 
 namespace syncd {
 
@@ -106,12 +107,8 @@ class TensorTable {
   // Whether `local_rank` has a request waiting here (for ranks that have not all submitted yet).
   bool HasRequestsOf(uint32_t local_rank) const;
 
-  // Names some local ranks submitted at least `min_age_ns` ago and others not yet.
-  struct Stall {
-    std::string name;
-    uint64_t waiting_ns;
-    std::vector<uint32_t> missing_local_ranks;
-  };
+  // Names some local ranks submitted at least `min_age_ns` ago and others not yet (missing: the
+  // local ranks), oldest first.
   std::vector<Stall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
 
  private:

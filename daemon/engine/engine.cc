@@ -429,7 +429,8 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   t.first_ns = first_ns == UINT64_MAX ? 0 : first_ns;
   // Stragglers: a partial round completes whoever came; the others are the point of it. A send
   // or receive is one rank's.
-  t.stragglers = f.kind != abi::OpKind::kPartialAllreduce && !abi::IsPointToPoint(f.kind);
+  const Collective* kind = FindCollective(f.kind);
+  t.stragglers = !abi::IsPointToPoint(f.kind) && !(kind != nullptr && kind->partial());
   t.spans_nodes = t.stragglers && job_ && job_->NodesOf(f.process_set) > 1;
   if (!t.stragglers) t.rank = 0;
   completions_.Append(t);

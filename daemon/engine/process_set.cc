@@ -468,12 +468,10 @@ bool ProcessSet::Drained(bool idle_here) {
 std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_ns) const {
   std::vector<StallSnapshot> out;
   const uint32_t first = place_.offsets[place_.node_rank], local = place_.local_size();
-  for (const TensorTable::Stall& st : table_.Stalled(now_ns, min_age_ns)) {
+  for (const Stall& st : table_.Stalled(now_ns, min_age_ns)) {
     StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}, "", 0};
-    for (uint32_t lr = 0; lr < local; ++lr) {
-      const bool missing = std::count(st.missing_local_ranks.begin(), st.missing_local_ranks.end(), lr) > 0;
-      (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[first + lr]);
-    }
+    for (uint32_t lr = 0; lr < local; ++lr)
+      (st.Misses(lr) ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[first + lr]);
     out.push_back(std::move(ss));
   }
   if (topo_)
@@ -486,13 +484,11 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
         out.push_back(std::move(ss));
       }
   if (negotiator_)
-    for (const Negotiator::NodeStall& st : negotiator_->Stalled(now_ns, min_age_ns)) {
+    for (const Stall& st : negotiator_->Stalled(now_ns, min_age_ns)) {
       StallSnapshot ss{st.name, double(st.waiting_ns) / 1e9, {}, {}, "", 0};
-      for (uint32_t node = 0; node < place_.nodes(); ++node) {
-        const bool missing = std::count(st.missing_nodes.begin(), st.missing_nodes.end(), node) > 0;
+      for (uint32_t node = 0; node < place_.nodes(); ++node)
         for (uint32_t r = place_.offsets[node]; r < place_.offsets[node + 1]; ++r)
-          (missing ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[r]);
-      }
+          (st.Misses(node) ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[r]);
       out.push_back(std::move(ss));
     }
   for (const PartialRunner::Stall& st : partial_.Stalled(now_ns, min_age_ns)) {

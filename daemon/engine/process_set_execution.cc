@@ -154,10 +154,9 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
 
 bool ProcessSet::CountsStandIns(const Request& first) const {
   if (place_.id != 0 || config_.on_loss == OnLoss::kFail || first.gpu) return false;
-  // AVERAGE divides by the tensors summed: allreduce, reduce and reducescatter.
-  const bool averages = first.op == SYNCD_AVERAGE &&
-                        (first.kind == abi::OpKind::kAllreduce || first.kind == abi::OpKind::kReduce ||
-                         first.kind == abi::OpKind::kReducescatter);
+  // AVERAGE divides by the tensors summed (the kinds that reduce).
+  const Collective* kind = FindCollective(first.kind);
+  const bool averages = first.op == SYNCD_AVERAGE && kind != nullptr && kind->reduces();
   return config_.on_loss == OnLoss::kRestore || averages;
 }
 

@@ -173,10 +173,10 @@ StatusOr<Request> ParseSubmission(const abi::SubmitEntry& e, const Submitter& wh
   SYNCD_RETURN_IF_ERROR(ParseTensor(e, what, &r));
   SYNCD_RETURN_IF_ERROR(ParseSplits(e, who, what, &r));
   const SetRanks set = RanksOf(who);
-  if (r.kind != abi::OpKind::kAllreduce && (e.compression != SYNCD_COMPRESSION_DEFAULT || e.compression_ppm != 0))
+  if (!kind->compresses() && (e.compression != SYNCD_COMPRESSION_DEFAULT || e.compression_ppm != 0))
     return Malformed(what + ": only an allreduce takes a compression");
   SYNCD_RETURN_IF_ERROR(kind->Parse(e, set, what, &r));
-  if (r.kind == abi::OpKind::kAllreduce)
+  if (kind->compresses())
     ResolveCompression(who.compression, who.compression_min_bytes, who.compression_ppm, who.compression_rank,
                        (e.flags & abi::kSubmitGpu) != 0, &r);
   if (kind->shapes_vary()) r.results = who.segment->results();

@@ -31,7 +31,7 @@ py=$fake_build/python
 mkdir -p "$py/syncd"
 cp -r client/python/syncd/* "$py/syncd/"
 includes=$(python3 -m pybind11 --includes 2>/dev/null || python3-config --includes)  # pip pybind11, or the headers in /usr/include
-if ! g++ -O2 -shared -fPIC -std=c++20 $includes -Iclient/include \
+if ! g++ -O2 -shared -fPIC -std=c++20 $includes -Iproto/include \
     client/python/src/client_module.cc -L"$bundle/lib" -lsyncclient \
     -o "$py/syncd/_client$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")"; then
   echo "run_bundle.sh: cannot build the Python extension here (pybind11 and the Python headers?)" >&2

@@ -33,17 +33,7 @@ abi::AttachReply RawAttach(int fd, abi::AttachRequest req, int fds[abi::kAttachF
     EXPECT_EQ(abi::SendWithFd(fd, &req, sizeof(req), pass_fd), ssize_t(sizeof(req)));
   }
   abi::AttachReply reply{};
-  iovec iov{&reply, sizeof(reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(abi::kAttachFds * sizeof(int))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  std::fill(fds, fds + abi::kAttachFds, -1);
-  EXPECT_EQ(recvmsg(fd, &msg, MSG_WAITALL), ssize_t(sizeof(reply)));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_type == SCM_RIGHTS) memcpy(fds, CMSG_DATA(c), abi::kAttachFds * sizeof(int));
+  EXPECT_EQ(abi::RecvWithFds(fd, &reply, sizeof(reply), MSG_WAITALL, fds, abi::kAttachFds), ssize_t(sizeof(reply)));
   return reply;
 }
 

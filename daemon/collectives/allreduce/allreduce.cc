@@ -48,6 +48,8 @@ class AllreduceCollective final : public Collective {
  public:
   abi::OpKind kind() const override { return abi::OpKind::kAllreduce; }
   const char* name() const override { return "allreduce"; }
+  bool reduces() const override { return true; }
+  bool compresses() const override { return true; }
 
   Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)

@@ -92,6 +92,7 @@ class ReduceCollective final : public Collective {
  public:
   abi::OpKind kind() const override { return abi::OpKind::kReduce; }
   const char* name() const override { return "reduce"; }
+  bool reduces() const override { return true; }
 
   Status Parse(const abi::SubmitEntry& e, const SetRanks& set, const TensorWhat& what, Request* r) const override {
     if (e.op >= SYNCD_REDUCE_OP_COUNT)

@@ -27,6 +27,7 @@ class ReducescatterCollective final : public Collective {
  public:
   abi::OpKind kind() const override { return abi::OpKind::kReducescatter; }
   const char* name() const override { return "reducescatter"; }
+  bool reduces() const override { return true; }
 
   Status Parse(const abi::SubmitEntry& e, const SetRanks&, const TensorWhat& what, Request* r) const override {
     if (e.op != SYNCD_SUM && e.op != SYNCD_AVERAGE)

@@ -118,8 +118,8 @@ TEST(TensorTable, StalledNamesTheMissingRanksOldestFirst) {
   auto all = t.Stalled(now, 0);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].name, "old");
-  EXPECT_EQ(all[0].missing_local_ranks, (std::vector<uint32_t>{1}));
-  EXPECT_EQ(all[1].missing_local_ranks, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(all[0].missing, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(all[1].missing, (std::vector<uint32_t>{0, 2}));
   auto old_only = t.Stalled(now, 10'000'000);
   ASSERT_EQ(old_only.size(), 1u);
   EXPECT_EQ(old_only[0].name, "old");
