@@ -7,7 +7,7 @@
 # with the timeline on.
 #   bench/timeline_overhead.sh [--nodes 2] [--ranks 4] [--steps 20] [--repeat 5] [--modes "negotiate topo"]
 #                              [--fusion-threshold 1M] [--build build] [-- extra bench args]
-# The default is the scaled workload of the README's imbalance table (161 tensors of 1/16 of
+# The default is the scaled workload of the imbalance table of docs/pages/benchmarks.md (161 tensors of 1/16 of
 # ResNet-50's size per step, 1 MiB groups): many small tensors, the timeline's worst case.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

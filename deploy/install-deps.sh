@@ -35,6 +35,8 @@ packages=(
   python3-matplotlib chromium chromium-driver python3-selenium
   # syncrun --netns: network namespaces, veth links and their rates (ip, tc)
   iproute2
+  # the documentation site (docs/mkdocs.yml), built and link-checked by a test
+  mkdocs
 )
 
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)

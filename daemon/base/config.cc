@@ -107,7 +107,7 @@ StatusOr<uint64_t> ParseBytes(const std::string& text) {
 
 namespace {
 
-// The configuration table in parts, in the order of `syncd --help` and the README's table.
+// The configuration table in parts, in the order of `syncd --help` and the configuration page's table (docs/pages/configuration.md).
 
 // This node: where the daemon listens, its cores, its clients' memory.
 std::vector<ConfigEntry> NodeEntries() {

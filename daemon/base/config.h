@@ -1,6 +1,6 @@
 // The daemon's settings, declared once. Each entry has a flag, an SYNCD_* environment variable, a
 // default and help text; `syncd --help` prints the table and `syncd --config-markdown` prints the
-// README's configuration table from it (a test keeps the two equal). Precedence: flag > env > default.
+// configuration page's table (docs/pages/configuration.md) from it (a test keeps the two equal). Precedence: flag > env > default.
 #ifndef SYNCD_DAEMON_BASE_CONFIG_H_
 #define SYNCD_DAEMON_BASE_CONFIG_H_
 

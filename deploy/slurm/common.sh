@@ -2,7 +2,7 @@
 # daemon lives. Sourced, not run.
 #
 # /etc/syncd/syncd.conf (or $SYNCD_CONF) holds NAME=value lines: any syncd setting (SYNCD_CORES,
-# SYNCD_COORD, ...; see the README's configuration table) plus these Slurm ones:
+# SYNCD_COORD, ...; see docs/pages/configuration.md) plus these Slurm ones:
 #   SYNCD_PREFIX=/usr/local             where syncd and syncctl are installed (bin/)
 #   SYNCD_SLURM_RUN_DIR=/run/syncd/%j   the job's run directory (%j job id, %n node name)
 #   SYNCD_SLURM_PORT_BASE=29500         rendezvous port = base + job id % range, at the first node

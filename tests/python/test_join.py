@@ -76,7 +76,7 @@ def test_joined_ranks_add_nothing_and_join_returns_the_last_rank():
         assert g.tolist() == active
 
 
-# Where syncd does more than Horovod (the README's join row): Horovod raises on the ranks that have
+# Where syncd does more than Horovod (the join row of docs/pages/status.md): Horovod raises on the ranks that have
 # not joined when an allgather or alltoall meets a joined rank; syncd's go on without the joined
 # ranks' rows. A broadcast whose root joined fails on every rank that has not joined, naming it.
 def test_joined_ranks_send_no_rows_and_a_joined_root_fails_the_broadcast_on_every_rank():
