@@ -385,6 +385,9 @@ int main(int argc, char** argv) {
   mc->add_option("--seconds", mo.seconds_per_size, "Time per size");
   mc->add_flag("--json", mo.json, "One JSON object per size");
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("syncd-bench ") + syncd_version() + " (shared-memory ABI " +
+                                        std::to_string(syncd_shm_abi_version()) + ")",
+                       "Print the version and exit");
   CLI11_PARSE(app, argc, argv);
   pbo.bytes = ParseSize(pa_size);
   if (mc->parsed()) {

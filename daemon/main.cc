@@ -372,16 +372,12 @@ int main(int argc, char** argv) {
         ->type_name("VALUE")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // wrappers append; the last one wins
   }
-  bool markdown = false, version = false;
+  bool markdown = false;
   app.add_flag("--config-markdown", markdown, "Print the configuration table as Markdown and exit");
-  app.add_flag("--version", version, "Print the version and exit");
+  app.set_version_flag("--version", syncd::VersionLine("syncd"), "Print the version and the protocols it speaks, and exit");
   CLI11_PARSE(app, argc, argv);
   if (markdown) {
     fputs(syncd::ConfigMarkdownTable().c_str(), stdout);
-    return 0;
-  }
-  if (version) {
-    printf("syncd %s\n", syncd::kVersionString);
     return 0;
   }
   auto config = syncd::BuildConfig(flags, syncd::ConfigEnvironment());

@@ -211,4 +211,8 @@ size_t syncd_dtype_size(syncd_dtype d) { return abi::DtypeSize(d); }
 
 const char* syncd_status_name(int s) { return abi::StatusName(s); }
 
+const char* syncd_version(void) { return SYNCD_VERSION_STRING; }
+int syncd_version_code(void) { return SYNCD_VERSION_CODE; }
+uint32_t syncd_shm_abi_version(void) { return abi::kVersion; }
+
 }  // extern "C"

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "daemon/base/affinity.h"
+#include "daemon/base/version.h"
 #include "syncd.grpc.pb.h"
 
 namespace {
@@ -413,6 +414,7 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   report->add_option("-o,--output", report_out, "The HTML page to write")->required();
   app.require_subcommand(1);
+  app.set_version_flag("--version", syncd::VersionLine("syncctl"), "Print the version and the protocols it speaks, and exit");
   CLI11_PARSE(app, argc, argv);
   if (report->parsed()) return Report(report_in, report_out);
 

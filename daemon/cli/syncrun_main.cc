@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "daemon/base/version.h"
 #include "daemon/launch/launcher.h"
 
 namespace {
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
                "With --netns: start no daemon and no rank; run COMMAND once while the network stands, with "
                "SYNCRUN_NETNS (the nodes' namespaces) and SYNCRUN_NODE_ADDRS set (for mpirun or gloo on the links)");
   app.footer("Usage: syncrun [OPTIONS] [--] COMMAND [ARGS...]");
+  app.set_version_flag("--version", syncd::VersionLine("syncrun"), "Print the version and the protocols it speaks, and exit");
   // Everything from "--" (or from the first word that is not an option of syncrun) on is the
   // command, passed through untouched.
   int split = argc;

@@ -364,6 +364,8 @@ class PyClient {
 
 PYBIND11_MODULE(_client, m) {
   m.doc() = "libsyncclient binding: attach to the node's syncd and submit collectives";
+  m.attr("version") = syncd_version();  // the library loaded (syncd.__version__ is the package's)
+  m.attr("shm_abi_version") = syncd_shm_abi_version();
   py::class_<PyClient>(m, "Client")
       .def(py::init<std::optional<std::string>, int, int, int, int, int, uint64_t>(), py::arg("run_dir") = py::none(),
            py::arg("rank") = -1, py::arg("size") = -1, py::arg("local_rank") = -1, py::arg("local_size") = -1,

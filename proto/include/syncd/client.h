@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <syncd/version.h> /* SYNCD_VERSION_CODE: the release this program is built against */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -425,6 +427,13 @@ SYNCD_API int syncd_wait(syncd_client* c, syncd_handle h, int64_t timeout_ms);
 SYNCD_API const char* syncd_last_error(void);
 SYNCD_API const char* syncd_status_name(int status);
 SYNCD_API size_t syncd_dtype_size(syncd_dtype dtype);
+
+/* The library loaded: its release ("0.1.0", SYNCD_VERSION_STRING of the build) and the version of
+ * the shared-memory ABI it speaks with its daemon; `syncd --version` prints both of the daemon's.
+ * syncd_init refuses a daemon of another ABI, naming both. */
+SYNCD_API const char* syncd_version(void);
+SYNCD_API int syncd_version_code(void); /* SYNCD_VERSION_CODE of the library loaded */
+SYNCD_API uint32_t syncd_shm_abi_version(void);
 
 #ifdef __cplusplus
 }
