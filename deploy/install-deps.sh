@@ -37,6 +37,9 @@ packages=(
   iproute2
   # the documentation site (docs/mkdocs.yml), built and link-checked by a test
   mkdocs
+  # the installed package: manual pages from --help, the Debian package's tools (cpack -G DEB,
+  # dpkg-shlibdeps) and `man` for the install test
+  help2man dpkg-dev man-db
 )
 
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-14-dev)

@@ -2,12 +2,17 @@
 # Installs syncd@.service for sites that run one persistent syncd per node and account, with a
 # drop-in that reflects this node: CPUAffinity= on the daemon's dedicated cores (SYNCD_CORES from
 # the configuration file; auto = the last core) and PrivateDevices=yes where neither GPUs nor RDMA
-# devices are needed.
+# devices are needed. Installed by a package (<prefix>/share/syncd/systemd/install.sh), where the
+# unit came with the package (<prefix>/lib/systemd/system), it writes the drop-in only.
 #   systemd/install.sh [--prefix /usr/local] [--root /] [--conf /etc/syncd/syncd.conf] [--no-reload]
 # Then: systemctl enable --now syncd@<account>
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-prefix=/usr/local root=/ conf=/etc/syncd/syncd.conf reload=1
+prefix=/usr/local root=/ conf=/etc/syncd/syncd.conf reload=1 packaged=
+if [ -f "$here/../../../lib/systemd/system/syncd@.service" ]; then
+  prefix=$(cd "$here/../../.." && pwd)
+  packaged=$prefix/lib/systemd/system/syncd@.service
+fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;
@@ -31,7 +36,9 @@ if [ "$cores" = auto ]; then
 fi
 unit_dir="$root/etc/systemd/system"
 mkdir -p "$unit_dir/syncd@.service.d"
-sed "s|^ExecStart=/usr/local/bin/syncd|ExecStart=$prefix/bin/syncd|" "$here/syncd@.service" > "$unit_dir/syncd@.service"
+if [ -z "$packaged" ]; then
+  sed "s|^ExecStart=/usr/local/bin/syncd|ExecStart=$prefix/bin/syncd|" "$here/syncd@.service" > "$unit_dir/syncd@.service"
+fi
 {
   echo "# Written by syncd's systemd/install.sh for this node; run it again after changing $conf."
   echo "[Service]"
@@ -43,5 +50,9 @@ sed "s|^ExecStart=/usr/local/bin/syncd|ExecStart=$prefix/bin/syncd|" "$here/sync
     [ -e /dev/infiniband ] || echo "PrivateDevices=yes"
   fi
 } > "$unit_dir/syncd@.service.d/10-node.conf"
-echo "installed $unit_dir/syncd@.service and syncd@.service.d/10-node.conf (daemon cores: $cores)"
+if [ -n "$packaged" ]; then
+  echo "installed $unit_dir/syncd@.service.d/10-node.conf for $packaged (daemon cores: $cores)"
+else
+  echo "installed $unit_dir/syncd@.service and syncd@.service.d/10-node.conf (daemon cores: $cores)"
+fi
 if [ "$reload" = 1 ] && [ "$root" = / ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi

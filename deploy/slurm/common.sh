@@ -3,7 +3,8 @@
 #
 # /etc/syncd/syncd.conf (or $SYNCD_CONF) holds NAME=value lines: any syncd setting (SYNCD_CORES,
 # SYNCD_COORD, ...; see docs/pages/configuration.md) plus these Slurm ones:
-#   SYNCD_PREFIX=/usr/local             where syncd and syncctl are installed (bin/)
+#   SYNCD_PREFIX=/usr                   where syncd and syncctl are installed (bin/); default: the
+#                                       prefix these scripts were installed under (share/syncd/slurm)
 #   SYNCD_SLURM_RUN_DIR=/run/syncd/%j   the job's run directory (%j job id, %n node name)
 #   SYNCD_SLURM_PORT_BASE=29500         rendezvous port = base + job id % range, at the first node
 #   SYNCD_SLURM_PORT_RANGE=1000
@@ -17,7 +18,11 @@ if [ -r "$conf" ]; then
   . "$conf"
   set +a
 fi
-SYNCD_PREFIX=${SYNCD_PREFIX:-/usr/local}
+if [ -z "${SYNCD_PREFIX:-}" ]; then
+  SYNCD_PREFIX=/usr/local
+  _installed=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+  [ -x "$_installed/bin/syncd" ] && SYNCD_PREFIX=$_installed
+fi
 SYNCD_SLURM_RUN_DIR=${SYNCD_SLURM_RUN_DIR:-/run/syncd/%j}
 SYNCD_SLURM_PORT_BASE=${SYNCD_SLURM_PORT_BASE:-29500}
 SYNCD_SLURM_PORT_RANGE=${SYNCD_SLURM_PORT_RANGE:-1000}

@@ -5,9 +5,18 @@
 # syncd.torch check; `syncctl status` runs inside the job; afterwards no syncd process, run
 # directory or shared-memory segment of the job is left, and the Slurm daemons are stopped.
 #   tests/deploy/slurm_test.sh <build dir>      (root; installs slurmd slurmctld munge if missing)
+#   tests/deploy/slurm_test.sh --installed <prefix>   the same with the scripts, programs and Python
+#       package a package installed under <prefix> (tests/install/deb_test.sh): nothing of the
+#       source or build tree but this test's own check scripts
 set -euo pipefail
-build=$(cd "$1" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
+if [ "$1" = --installed ]; then
+  prefix=$2 build=
+  scripts=$prefix/share/syncd/slurm task=$prefix/bin/syncd-task bin=$prefix/bin
+else
+  build=$(cd "$1" && pwd)
+  scripts=$src/deploy/slurm task=$src/deploy/slurm/syncd-task bin=$build/bin
+fi
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (slurmd, munged)"; exit 77; }
 if ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null
@@ -46,8 +55,9 @@ munged --force --key-file="$t/munge.key" --socket="$t/munge.socket" --pid-file="
   --log-file="$t/munged.log" --seed-file="$t/munge.seed"
 
 # The site's syncd configuration, and the scripts as slurm.conf names them (with that config).
+# Installed, the scripts find the programs under their own prefix (no SYNCD_PREFIX).
 cat > "$t/syncd.conf" <<CONF
-SYNCD_PREFIX=$build
+${build:+SYNCD_PREFIX=$build}
 SYNCD_SLURM_RUN_DIR=$t/run/%j.%n
 SYNCD_SLURM_SECRET=$t/munge.key
 SYNCD_CORES=$(($(nproc) - 1))
@@ -56,7 +66,7 @@ SYNCD_DRAIN_TIMEOUT=5
 CONF
 for s in prolog epilog task-prolog; do
   printf '#!/bin/sh\nSYNCD_CONF=%s SLURM_CONF=%s exec %s "$@"\n' "$t/syncd.conf" "$t/slurm.conf" \
-    "$src/deploy/slurm/$s.sh" > "$t/$s"
+    "$scripts/$s.sh" > "$t/$s"
   chmod 755 "$t/$s"
 done
 host=$(hostname -s)
@@ -106,7 +116,7 @@ done
 [ "$(sinfo -h -o '%t' -n n1,n2 | sort -u | tr '\n' ' ')" = "idle " ] || fail "nodes not idle: $(sinfo -N 2>&1)"
 
 # The job: the check on 4 tasks over both nodes, then syncctl status on each node.
-export PYTHONPATH=$build/python
+if [ -n "$build" ]; then export PYTHONPATH=$build/python; else unset PYTHONPATH; fi
 # A sanitizer build: the jobs' Python processes load an instrumented extension, so they (and only
 # they: not every tool runs under a sanitizer's runtime) preload it. LeakSanitizer's tracer can die
 # in a process that has torch loaded (see tests/CMakeLists.txt), so they do not look for leaks.
@@ -114,18 +124,18 @@ export SYNCD_PY=/usr/bin/python3
 [ -z "${SYNCD_TEST_PYTHON_PRELOAD:-}" ] ||
   SYNCD_PY="env LD_PRELOAD=$SYNCD_TEST_PYTHON_PRELOAD ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 /usr/bin/python3"
 out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
-  "$src/deploy/slurm/syncd-task $SYNCD_PY $src/tests/deploy/slurm_check.py" 2>&1) || fail "srun check: $out"
+  "$task $SYNCD_PY $src/tests/deploy/slurm_check.py" 2>&1) || fail "srun check: $out"
 [ "$(grep -c ': exact$' <<< "$out")" -eq 4 ] || fail "not every rank was exact: $out"
 echo "$out"
 # The same through torch.distributed (where syncd was built with libtorch-dev): Slurm's variables
 # alone make dist.init_process_group("syncd") work.
-if [ -e "$build"/python/syncd/_c10d*.so ]; then
+if env ${PYTHONPATH:+PYTHONPATH=$PYTHONPATH} /usr/bin/python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("syncd._c10d") is None)'; then
   out=$(timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c \
-    "$src/deploy/slurm/syncd-task $SYNCD_PY $src/tests/deploy/slurm_c10d_check.py" 2>&1) || fail "srun c10d check: $out"
+    "$task $SYNCD_PY $src/tests/deploy/slurm_c10d_check.py" 2>&1) || fail "srun c10d check: $out"
   [ "$(grep -c ': c10d exact$' <<< "$out")" -eq 4 ] || fail "not every rank was exact through torch.distributed: $out"
   echo "$out"
 fi
-status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$build"'"/bin/syncctl status' 2>&1) || fail "syncctl in a job: $status"
+status=$(timeout 60 salloc -N2 -t 2 srun -N2 -n2 bash -c '"'"$bin"'"/syncctl status' 2>&1) || fail "syncctl in a job: $status"
 grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fail "syncctl status in the job: $status"
 # Both daemons run on the dedicated core syncd.conf names.
 [ "$(grep -c "^cores *daemon $(($(nproc) - 1)) " <<< "$status")" -eq 2 ] || fail "daemon cores (SYNCD_CORES): $status"
@@ -134,7 +144,7 @@ grep -q "node 0 of 2" <<< "$status" && grep -q "node 1 of 2" <<< "$status" || fa
 head -n 3 <<< "$status"
 
 # A job of an ordinary user: its daemon runs as that user, in a 0700 run directory the user owns.
-user_job=$(cd / && timeout 120 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" PYTHONPATH="$PYTHONPATH" SYNCD_PY="$SYNCD_PY" \
+user_job=$(cd / && timeout 120 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" ${PYTHONPATH:+PYTHONPATH="$PYTHONPATH"} SYNCD_PY="$SYNCD_PY" \
   srun -N2 -n2 -t 2 bash -c 'echo "dir $(stat -c "%U %a" "$SYNCD_RUN_DIR")";
     echo "daemon $(ps -o user= -p "$(cat "$SYNCD_RUN_DIR/syncd.pid")")";
     $SYNCD_PY -c "import torch, syncd.torch as hvd; hvd.init();
@@ -167,7 +177,8 @@ pgrep -af -- "--run-dir=$t/run" && fail "a syncd outlived its job"
 [ "$(ls /dev/shm | sort)" = "$shm_before" ] || fail "shared memory left: $(comm -13 <(echo "$shm_before") <(ls /dev/shm | sort))"
 
 # A daemon that cannot start fails the prolog, and the reason is in slurmd's log.
-sed -i "s|^SYNCD_PREFIX=.*|SYNCD_PREFIX=$t/not-installed|" "$t/syncd.conf"
+sed -i "/^SYNCD_PREFIX=/d" "$t/syncd.conf"
+echo "SYNCD_PREFIX=$t/not-installed" >> "$t/syncd.conf"
 if timeout 60 srun -N1 -n1 -t 1 true >/dev/null 2>&1; then fail "a job ran although its prolog could not start syncd"; fi
 for i in $(seq 50); do grep -q "syncd-slurm\[" "$t"/slurmd-n*.log && break; sleep 0.2; done
 grep -h "prolog failed" "$t"/slurmd-n*.log | grep -q "syncd-slurm\[.*exited before it was ready" ||
