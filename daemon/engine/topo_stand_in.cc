@@ -8,7 +8,8 @@
 // tells it every group it runs (kTopoRun, the group's sequence number, which every node shares:
 // groups run in the same order everywhere), the one running when the word came included. The
 // joined node stands in for the group (each tensor no local rank submitted, as a joined rank
-// does: zeros; AVERAGE divides by the ranks left only for ranks lost for good) and runs it with
+// does: JoinedRequest, the identity of the reduction, left out of the sums; AVERAGE divides by the
+// tensors that contributed for ranks lost for good, by every rank for joined ones) and runs it with
 // them. It never runs a group nobody asked for, so nothing is left waiting on the network when the
 // others stop. Once a node's own join is agreed (every rank of the job joined), every node's is:
 // nobody stands in any more, and each forgets who did.
