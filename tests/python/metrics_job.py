@@ -13,6 +13,7 @@ broadcast).
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,12 @@ import torch
 import syncd.torch as hvd
 
 STEPS, ELEMENTS, GATHERS = 12, 1000, 2
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DASHBOARD = os.path.join(SOURCE, "deploy", "grafana", "syncd-dashboard.json")
+# Panels a job of allreduces and allgathers on every node must fill (the others: errors, stalls,
+# compression may rightly be empty).
+MUST_SHOW = ("Collectives per second", "Bytes per second", "Collective latency", "Ranks by state", "Daemon CPU",
+             "Tensors per fused group")
 
 
 def free_port():
@@ -49,6 +56,29 @@ def query(port, promql):
 
 def by_node(result):
     return {dict(k).get("node"): v for k, v in result.items()}
+
+
+def check_dashboard(port, nodes):
+    """The Grafana dashboard's queries name the daemon's real metrics (each a name the exporter
+    writes, daemon/obs/prometheus.cc) and run on Prometheus against this job, the panels a job
+    like this one must fill returning series."""
+    with open(os.path.join(SOURCE, "daemon", "obs", "prometheus.cc")) as f:
+        defined = set(re.findall(r'"(syncd_[a-z0-9_]+)"', f.read()))  # the names it writes
+    with open(DASHBOARD) as f:
+        panels = json.load(f)["panels"]
+    must = MUST_SHOW + (("Peers connected",) if nodes > 1 else ())
+    empty = []
+    for panel in panels:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name in re.findall(r"\b(syncd_[a-z0-9_]+)", expr):
+                base = re.sub(r"_(bucket|count|sum)$", "", name)
+                assert name in defined or base in defined, "panel '%s' queries %s, which syncd does not export" % (
+                    panel["title"], name)
+            promql = expr.replace("$job_id", ".*").replace("$__rate_interval", "1m")
+            if not query(port, promql) and panel["title"].startswith(must):
+                empty.append(panel["title"] + ": " + promql)
+    return empty
 
 
 def check(nodes, local_size):
@@ -106,6 +136,11 @@ def check(nodes, local_size):
         assert len(got["jobs"]) == 1 and list(got["jobs"].values()) == [float(nodes)], got["jobs"]  # one job label
         p99 = list(got["p99"].values())
         assert len(p99) == 1 and 0 < p99[0] < 10, p99
+        deadline = time.time() + 20  # rate() needs two scrapes of a series in its window
+        while check_dashboard(port, nodes) and time.time() < deadline:
+            time.sleep(1)
+        empty = check_dashboard(port, nodes)
+        assert not empty, "dashboard panels without data: %s" % empty
     finally:
         server.terminate()
         server.wait(timeout=10)
