@@ -360,12 +360,34 @@ class PyClient {
   std::unordered_map<uint64_t, std::optional<syncd_partial_info>> partial_;  // partial allreduces in flight
 };
 
+// The library's version, and the C API's dtypes, partial modes and reduce ops, as module integers.
+void DefineConstants(py::module_& m) {
+  m.attr("version") = syncd_version();  // the library loaded (syncd.__version__ is the package's)
+  m.attr("shm_abi_version") = syncd_shm_abi_version();
+  m.attr("INT8") = int(SYNCD_INT8);
+  m.attr("UINT8") = int(SYNCD_UINT8);
+  m.attr("INT32") = int(SYNCD_INT32);
+  m.attr("INT64") = int(SYNCD_INT64);
+  m.attr("FLOAT16") = int(SYNCD_FLOAT16);
+  m.attr("BFLOAT16") = int(SYNCD_BFLOAT16);
+  m.attr("FLOAT32") = int(SYNCD_FLOAT32);
+  m.attr("FLOAT64") = int(SYNCD_FLOAT64);
+  m.attr("INT16") = int(SYNCD_INT16);
+  m.attr("BOOL") = int(SYNCD_BOOL);
+  m.attr("PARTIAL_SOLO") = int(SYNCD_PARTIAL_SOLO);
+  m.attr("PARTIAL_MAJORITY") = int(SYNCD_PARTIAL_MAJORITY);
+  m.attr("SUM") = int(SYNCD_SUM);
+  m.attr("AVERAGE") = int(SYNCD_AVERAGE);
+  m.attr("MIN") = int(SYNCD_MIN);
+  m.attr("MAX") = int(SYNCD_MAX);
+  m.attr("PRODUCT") = int(SYNCD_PRODUCT);
+  m.attr("ADASUM") = int(SYNCD_ADASUM);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_client, m) {
   m.doc() = "libsyncclient binding: attach to the node's syncd and submit collectives";
-  m.attr("version") = syncd_version();  // the library loaded (syncd.__version__ is the package's)
-  m.attr("shm_abi_version") = syncd_shm_abi_version();
   py::class_<PyClient>(m, "Client")
       .def(py::init<std::optional<std::string>, int, int, int, int, int, uint64_t>(), py::arg("run_dir") = py::none(),
            py::arg("rank") = -1, py::arg("size") = -1, py::arg("local_rank") = -1, py::arg("local_size") = -1,
@@ -427,22 +449,5 @@ PYBIND11_MODULE(_client, m) {
       .def("wait", &PyClient::Wait, py::arg("handle"), py::arg("timeout_ms") = -1)
       .def("register_graph", &PyClient::RegisterGraph, py::arg("ops"), py::arg("edges"), py::arg("fetches"),
            py::arg("timeout_ms") = -1);
-  m.attr("INT8") = int(SYNCD_INT8);
-  m.attr("UINT8") = int(SYNCD_UINT8);
-  m.attr("INT32") = int(SYNCD_INT32);
-  m.attr("INT64") = int(SYNCD_INT64);
-  m.attr("FLOAT16") = int(SYNCD_FLOAT16);
-  m.attr("BFLOAT16") = int(SYNCD_BFLOAT16);
-  m.attr("FLOAT32") = int(SYNCD_FLOAT32);
-  m.attr("FLOAT64") = int(SYNCD_FLOAT64);
-  m.attr("INT16") = int(SYNCD_INT16);
-  m.attr("BOOL") = int(SYNCD_BOOL);
-  m.attr("PARTIAL_SOLO") = int(SYNCD_PARTIAL_SOLO);
-  m.attr("PARTIAL_MAJORITY") = int(SYNCD_PARTIAL_MAJORITY);
-  m.attr("SUM") = int(SYNCD_SUM);
-  m.attr("AVERAGE") = int(SYNCD_AVERAGE);
-  m.attr("MIN") = int(SYNCD_MIN);
-  m.attr("MAX") = int(SYNCD_MAX);
-  m.attr("PRODUCT") = int(SYNCD_PRODUCT);
-  m.attr("ADASUM") = int(SYNCD_ADASUM);
+  DefineConstants(m);
 }
