@@ -9,10 +9,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=/usr/local root=/ conf=/etc/syncd/syncd.conf reload=1 packaged=
-if [ -f "$here/../../../lib/systemd/system/syncd@.service" ]; then
-  prefix=$(cd "$here/../../.." && pwd)
-  packaged=$prefix/lib/systemd/system/syncd@.service
-fi
+case "$here" in  # installed as <prefix>/share/syncd/systemd/install.sh, beside a packaged unit
+  */share/syncd/systemd)
+    if [ -f "$here/../../../lib/systemd/system/syncd@.service" ]; then
+      prefix=$(cd "$here/../../.." && pwd)
+      packaged=$prefix/lib/systemd/system/syncd@.service
+    fi ;;
+esac
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;

@@ -20,8 +20,10 @@ if [ -r "$conf" ]; then
 fi
 if [ -z "${SYNCD_PREFIX:-}" ]; then
   SYNCD_PREFIX=/usr/local
-  _installed=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-  [ -x "$_installed/bin/syncd" ] && SYNCD_PREFIX=$_installed
+  _scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  case "$_scripts" in  # installed as <prefix>/share/syncd/slurm
+    */share/syncd/slurm) [ -x "$_scripts/../../../bin/syncd" ] && SYNCD_PREFIX=$(cd "$_scripts/../../.." && pwd) ;;
+  esac
 fi
 SYNCD_SLURM_RUN_DIR=${SYNCD_SLURM_RUN_DIR:-/run/syncd/%j}
 SYNCD_SLURM_PORT_BASE=${SYNCD_SLURM_PORT_BASE:-29500}
