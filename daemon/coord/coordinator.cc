@@ -1,84 +1,48 @@
-// Node 0's side of a negotiation: every node's announcements in (Coordinate), one response per
-// complete name out (Respond), after the same agreement checks as within a node over every rank's
-// request, joined nodes' ranks standing in (RankRequests, StandIn).
+// Node 0's side of a negotiation (coordinator.h): every node's announcements in (Coordinate), one
+// response per complete name out (Respond), after the same agreement checks as within a node over
+// every rank's request, joined nodes' ranks standing in (RankRequests).
 #include <algorithm>
 
 #include "daemon/collectives/agreement.h"
 #include "daemon/collectives/collective.h"
-#include "daemon/coord/negotiator.h"
+#include "daemon/coord/coordinator.h"
 #include "daemon/plan/topo.h"
 #include "proto/doorbell.h"
 
 namespace syncd {
 
-ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta) const {
-  const std::vector<uint32_t> mine = RanksOf(t_->rank());
-  const uint32_t first = FirstIndexOf(t_->rank());
-  // A rank lost for good stands in as its join does (TensorTable::MarkLost: absent).
-  const auto join = pending_.find(abi::kJoinName);
-  ReadyTensor t;
-  for (uint32_t l = 0; l < mine.size(); ++l) {
-    const bool absent = join != pending_.end() && l < join->second.tensor.requests.size() &&
-                        join->second.tensor.requests[l].absent;
-    // The coordinator checked that these stand-ins are possible.
-    StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l, absent);
-    if (!r.ok()) continue;
-    r->absent = absent;
-    t.requests.push_back(std::move(r.value()));
-  }
-  t.agreed = SharedShapes(meta);
-  return t;
+std::vector<uint32_t> Coordinator::RanksOf(uint32_t node) const {
+  if (node_ranks_.empty()) return {node};
+  return node_ranks_[node];
 }
 
-bool Negotiator::CachedMatches(const TensorMeta& cached, const TensorMeta& mine) const {
-  if (cached.rows.empty() || mine.rows.empty()) return cached == mine;
-  // Rows and splits cached for every rank of the set: this node's ranks' part, and what must be
-  // the same on every rank (the dimensions after the first).
-  if (cached.kind != mine.kind || cached.dtype != mine.dtype || cached.op != mine.op || cached.gpu != mine.gpu ||
-      cached.arg != mine.arg || cached.prescale != mine.prescale || cached.postscale != mine.postscale ||
-      cached.compression != mine.compression || cached.compression_ppm != mine.compression_ppm ||
-      cached.shape.size() != mine.shape.size() ||
-      (!mine.shape.empty() && !std::equal(mine.shape.begin() + 1, mine.shape.end(), cached.shape.begin() + 1)))
-    return false;
-  const size_t first = FirstIndexOf(t_->rank()), n = mine.rows.size();
-  if (first + n > cached.rows.size() || !std::equal(mine.rows.begin(), mine.rows.end(), cached.rows.begin() + first))
-    return false;
-  const size_t per = cached.splits.size() / cached.rows.size();  // each rank's splits (wire.cc checks they divide)
-  return mine.splits.size() == n * per &&
-         std::equal(mine.splits.begin(), mine.splits.end(), cached.splits.begin() + first * per);
-}
-
-std::vector<uint32_t> Negotiator::RanksOf(uint32_t node) const {
-  if (options_.node_ranks.empty()) return {node};
-  return options_.node_ranks[node];
-}
-
-uint32_t Negotiator::FirstIndexOf(uint32_t node) const {
-  if (options_.node_ranks.empty()) return node;
+uint32_t Coordinator::FirstIndexOf(uint32_t node) const {
+  if (node_ranks_.empty()) return node;
   uint32_t at = 0;
-  for (uint32_t n = 0; n < node; ++n) at += uint32_t(options_.node_ranks[n].size());
+  for (uint32_t n = 0; n < node; ++n) at += uint32_t(node_ranks_[n].size());
   return at;
 }
 
-bool Negotiator::NodeJoined(uint32_t node) const {
-  auto it = coord_.find(abi::kJoinName);
-  return it != coord_.end() && it->second.ready[node];
+bool Coordinator::NodeJoined(uint32_t node) const {
+  auto it = announced_.find(abi::kJoinName);
+  return it != announced_.end() && it->second.ready[node];
 }
 
-bool Negotiator::NodeJoinedForLostRanks(uint32_t node) const {
-  auto it = coord_.find(abi::kJoinName);
-  return it != coord_.end() && it->second.ready[node] && it->second.metas[node].absent == 1;
+bool Coordinator::NodeJoinedForLostRanks(uint32_t node) const {
+  auto it = announced_.find(abi::kJoinName);
+  return it != announced_.end() && it->second.ready[node] && it->second.metas[node].absent == 1;
 }
 
-StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std::string>& all_requests) {
-  const uint32_t n = t_->size();
+StatusOr<std::vector<NameResponse>> Coordinator::Coordinate(const std::vector<std::string>& all_requests,
+                                                             ResponseCache* cache) {
+  const uint32_t n = nodes_;
   for (uint32_t node = 0; node < n; ++node) {
     auto reqs = DecodeRequests(all_requests[node]);
     if (!reqs.ok())
       return Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(node) + " broke the coordination protocol: " +
                                             reqs.status().message());
     for (NameRequest& r : *reqs) {
-      Announcement& a = coord_[r.name];
+      Announcement& a = announced_[r.name];
       if (a.ready.empty()) {
         a.ready.assign(n, false);
         a.metas.resize(n);
@@ -98,20 +62,20 @@ StatusOr<std::vector<NameResponse>> Negotiator::Coordinate(const std::vector<std
   // A name is agreed once every node announced it, or joined (hvd.join: all of its ranks did,
   // and they stand in with nothing of their own). The join itself needs every node.
   std::vector<std::string> complete;
-  for (const auto& [name, a] : coord_) {
+  for (const auto& [name, a] : announced_) {
     uint32_t ready = 0;
     for (uint32_t node = 0; node < n; ++node) ready += a.ready[node] || (name != abi::kJoinName && NodeJoined(node));
     if (ready == n) complete.push_back(name);
   }
   std::vector<NameResponse> responses;
   for (const std::string& name : complete) {
-    responses.push_back(Respond(name, coord_[name]));
-    coord_.erase(name);
+    responses.push_back(Respond(name, announced_[name], cache));
+    announced_.erase(name);
   }
   return responses;
 }
 
-std::string Negotiator::PlanMismatch(const Announcement& a) const {
+std::string Coordinator::PlanMismatch(const Announcement& a) const {
   // TOPO registration: the nodes' plan hashes must agree. Name the nodes, not the ranks: the
   // ranks of one node already agreed. A node not ready (its ranks lost or vacant: it stands in)
   // has no plan of its own; it gets the others'.
@@ -134,7 +98,7 @@ std::string Negotiator::PlanMismatch(const Announcement& a) const {
   return why;
 }
 
-Status Negotiator::RankRequests(const std::string& name, const Announcement& a, const TensorMeta& meta,
+Status Coordinator::RankRequests(const std::string& name, const Announcement& a, const TensorMeta& meta,
                                 std::vector<Request>* ranks) const {
   for (uint32_t node = 0; node < a.metas.size(); ++node) {
     const std::vector<uint32_t> node_ranks = RanksOf(node);
@@ -154,8 +118,8 @@ Status Negotiator::RankRequests(const std::string& name, const Announcement& a, 
   return Status::Ok();
 }
 
-NameResponse Negotiator::Respond(const std::string& name, const Announcement& a) {
-  const uint32_t n = t_->size();
+NameResponse Coordinator::Respond(const std::string& name, const Announcement& a, ResponseCache* cache) const {
+  const uint32_t n = nodes_;
   NameResponse resp{name, SYNCD_OK, "", -1, a.metas[a.last_node]};
   for (uint32_t node = 0; node < n && resp.status == SYNCD_OK; ++node)
     if (!a.errors[node].empty()) {
@@ -192,10 +156,27 @@ NameResponse Negotiator::Respond(const std::string& name, const Announcement& a)
   // when joined nodes stood in: their ranks' rows are none only while they stay joined.
   const bool stand_ins = std::find(a.ready.begin(), a.ready.end(), false) != a.ready.end();
   if (resp.status == SYNCD_OK && name != abi::kJoinName && !(shapes_vary && stand_ins)) {
-    resp.cache_bit = cache_.FreeBit();
-    if (resp.cache_bit >= 0) cache_.Put(resp.cache_bit, name, resp.meta);
+    resp.cache_bit = cache->FreeBit();
+    if (resp.cache_bit >= 0) cache->Put(resp.cache_bit, name, resp.meta);
   }
   return resp;
+}
+
+void Coordinator::Forget(const std::function<bool(const std::string&)>& pred) {
+  for (auto it = announced_.begin(); it != announced_.end();) {
+    if (pred(it->first)) it = announced_.erase(it);
+    else ++it;
+  }
+}
+
+void Coordinator::Stalled(uint64_t now_ns, uint64_t min_age_ns, std::vector<Stall>* out) const {
+  for (const auto& [name, a] : announced_) {
+    if (now_ns - a.first_ns < min_age_ns) continue;
+    Stall s{name, now_ns - a.first_ns, {}};
+    for (uint32_t node = 0; node < a.ready.size(); ++node)
+      if (!a.ready[node]) s.missing.push_back(node);
+    out->push_back(std::move(s));
+  }
 }
 
 }  // namespace syncd

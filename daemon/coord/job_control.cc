@@ -1,6 +1,6 @@
-// The job's control channel: the messages outside any cycle (abort, leave, a cycle wanted) sent to
-// and received from every peer on one tag, and the ends of a job they bring (Break, Abort, a peer
-// leaving, this node leaving).
+// What the job's control channel (control_channel.h) means to coordination: the messages outside
+// any cycle (abort, leave, a cycle wanted), the notices it hands on, and the ends of a job they
+// bring (Break, Abort, a peer leaving, this node leaving).
 #include <sched.h>
 #include <spdlog/spdlog.h>
 
@@ -38,7 +38,7 @@ void Negotiator::EndJob(Status why, bool tell_peers, bool expected) {
   if (!expected) spdlog::error("job {}: {}", tell_peers ? "aborted" : "failed", why.message());
   CancelCycle(why);
   if (tell_peers) SendControl(ControlMessage{ControlMessage::Kind::kAbort, options_.job, 0, why.message(), why.code()});
-  for (const std::string& name : PendingNames())
+  for (const std::string& name : pending_.Names())
     TakeAndFail(name, Status(why.code(), "tensor '" + name + "': " + why.message()));
 }
 
@@ -47,25 +47,14 @@ void Negotiator::RequestCycle(uint64_t cycle) {
   SendControl(ControlMessage{ControlMessage::Kind::kCycle, options_.job, cycle, ""});
 }
 
-void Negotiator::PostControlReceive(uint32_t p) {
-  control_recvs_[p] = t_->Recv(p, kControlTag, control_in_[p]->data(), kControlMessageBytes, control_in_[p]);
-}
-
 void Negotiator::Tell(int32_t node, ControlMessage m) {
-  for (uint32_t p = 0; p < t_->size(); ++p) {
-    if (p == t_->rank() || t_->PeerLost(p) || (node >= 0 && p != uint32_t(node))) continue;
-    Outgoing& out = control_out_.emplace_back();
-    out.bytes = std::make_shared<ControlBytes>();
-    EncodeControl(m, out.bytes->data());
-    // The engine's notices are not coordination: they do not count as its messages.
-    Transport* via = IsNotice(m.kind) ? raw_ : t_;
-    out.handle = via->Send(p, kControlTag, out.bytes->data(), kControlMessageBytes, out.bytes);
-  }
+  // The engine's notices are not coordination: they do not count as its messages.
+  control_.Send(node, m, IsNotice(m.kind));
 }
 
 void Negotiator::PeerLeft(uint32_t node, const std::string& reason) {
   const std::string who = "node " + std::to_string(node) + " left the job (" + reason + ")";
-  if (pending_.empty() && !agreed_ && !executing_) {
+  if (pending_.empty() && !handoff_.busy()) {
     // The normal end of a job: every daemon is being stopped, or has moved on to the next job.
     // Nothing is lost, so nothing is reported as an error, but this job cannot go on.
     spdlog::info("{}", who);
@@ -84,54 +73,30 @@ bool Negotiator::Leave(uint64_t deadline_ns, const std::string& why, const std::
     // daemon stops (DAEMON_LOST), not as a lost rank's.
     failure_ = Status(SYNCD_ERR_DAEMON_LOST, why);
     CancelCycle(failure_);
-    for (const std::string& name : PendingNames()) TakeAndFail(name, Status(SYNCD_ERR_DAEMON_LOST, "tensor '" + name + "': " + why));
+    for (const std::string& name : pending_.Names()) TakeAndFail(name, Status(SYNCD_ERR_DAEMON_LOST, "tensor '" + name + "': " + why));
     SendControl(ControlMessage{ControlMessage::Kind::kLeave, options_.job, 0, peer_reason});
   }
-  while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
+  while (abi::MonotonicNs() < deadline_ns && control_.Reap()) {
     t_->Progress();
     CheckAbortMessages();
-    if (!control_out_.empty()) sched_yield();
+    sched_yield();
   }
-  return control_out_.empty();
-}
-
-bool Negotiator::FlushControl(uint64_t deadline_ns) {
-  while (!control_out_.empty() && abi::MonotonicNs() < deadline_ns) {
-    t_->Progress();
-    for (auto it = control_out_.begin(); it != control_out_.end();) {
-      Status err;  // a failed send: the peer is lost, which its own loss reports
-      if (t_->Test(it->handle, &err) == CommState::kPending) ++it;
-      else it = control_out_.erase(it);
-    }
-    if (!control_out_.empty()) sched_yield();
-  }
-  return control_out_.empty();
+  return !control_.Reap();
 }
 
 bool Negotiator::CheckAbortMessages() {
-  bool did = false;
-  for (auto it = control_out_.begin(); it != control_out_.end();) {
-    Status err;  // a failed send means a lost peer: PeerFailure() reports it below
-    if (t_->Test(it->handle, &err) == CommState::kPending) ++it;
-    else it = control_out_.erase(it);
-  }
+  control_.Reap();  // a failed send means a lost peer: PeerFailure() reports it below
   if (broken_) return false;
   t_->Progress();
-  for (uint32_t p = 0; p < control_recvs_.size(); ++p) {
-    if (p == t_->rank() || control_recvs_[p] == 0) continue;
-    Status err;
-    const CommState s = t_->Test(control_recvs_[p], &err);
-    if (s == CommState::kPending) continue;
-    control_recvs_[p] = 0;
-    did = true;
-    if (s == CommState::kFailed) {
-      Abort(err);  // the peer itself is lost
-      break;
-    }
-    StatusOr<ControlMessage> m = DecodeControl(control_in_[p]->data(), kControlMessageBytes);
+  std::vector<ControlChannel::Incoming> in = control_.Receive();
+  for (ControlChannel::Incoming& i : in) {
+    const uint32_t p = i.from;
+    StatusOr<ControlMessage>& m = i.message;
     if (!m.ok()) {
-      Abort(Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " broke the coordination protocol: " +
-                                           m.status().message()));
+      // The peer itself is lost (its receive failed), or it broke the protocol.
+      Abort(i.lost ? m.status()
+                 : Status(SYNCD_ERR_PROTOCOL, "node " + std::to_string(p) + " broke the coordination protocol: " +
+                                                  m.status().message()));
       break;
     }
     using K = ControlMessage::Kind;
@@ -139,13 +104,11 @@ bool Negotiator::CheckAbortMessages() {
                      m->kind == K::kTopoRun;
     if (set || IsNotice(m->kind)) {  // the process set's and the engine's
       if (m->job == options_.job) notices_.push_back(ControlNotice{p, std::move(*m)});
-      PostControlReceive(p);
       continue;
     }
     if (m->job != options_.job || m->kind == ControlMessage::Kind::kCycle) {
       // A notice about another job (sent before this one started here) means nothing to it.
-      if (m->job == options_.job) wanted_cycle_ = std::max(wanted_cycle_, m->cycle);
-      PostControlReceive(p);
+      if (m->job == options_.job) clock_.Wanted(m->cycle);
       continue;
     }
     if (m->kind == ControlMessage::Kind::kLeave) PeerLeft(p, m->text);
@@ -156,6 +119,7 @@ bool Negotiator::CheckAbortMessages() {
                                            std::string(1, char(m->kind)) + "' this set does not expect"));
     break;
   }
+  bool did = !in.empty();
   if (!broken_)
     if (std::optional<Status> lost = t_->PeerFailure()) {
       Abort(*lost);

@@ -56,10 +56,13 @@ void MinCombine(char* acc, const char* other, size_t bytes) {
 }  // namespace
 
 Negotiator::Negotiator(Transport* transport, NegotiatorOptions options)
-    : counting_(transport), t_(&counting_), raw_(transport), options_(std::move(options)), cache_(options_.cache_capacity) {
-  const uint32_t n = t_->size();
-  for (uint32_t p = 0; p < n; ++p) control_in_.push_back(std::make_shared<ControlBytes>());
-  control_recvs_.assign(n, 0);
+    : counting_(transport),
+      t_(&counting_),
+      options_(std::move(options)),
+      cache_(options_.cache_capacity),
+      coordinator_(t_->size(), options_.node_ranks),
+      clock_(CycleClock::Rules{options_.cycle_ns, options_.gs_period, options_.start_on_work, options_.on_demand}),
+      control_(&counting_, transport) {
   join_ = JoinJob(t_, options_.job, &joined_nodes_, options_.gpu_restart, options_.plan_carry);
 }
 
@@ -71,18 +74,14 @@ bool Negotiator::PollJoin() {
     Abort(join_.status());
     return true;
   }
-  for (uint32_t p = 0; p < t_->size(); ++p)
-    if (p != t_->rank()) PostControlReceive(p);
-  last_cycle_start_ = abi::MonotonicNs();
+  control_.Open();
+  clock_.Joined(abi::MonotonicNs());
   return true;
 }
 
 Negotiator::~Negotiator() {
   cycle_ = CommTask();
   join_ = CommTask();
-  for (uint32_t p = 0; p < control_recvs_.size(); ++p)
-    if (p != t_->rank() && control_recvs_[p] != 0) t_->Cancel(control_recvs_[p]);
-  for (Outgoing& o : control_out_) t_->Cancel(o.handle);
 }
 
 void Negotiator::Add(ReadyTensor t, Status local_error) {
@@ -91,38 +90,13 @@ void Negotiator::Add(ReadyTensor t, Status local_error) {
     Fail(std::move(t.requests), why);
     return;
   }
-  // The name is read from the tensor, in place, before the tensor moves (no copy of it). A name
-  // already pending here (never expected: the table hands a name out once until it completes)
-  // fails rather than replacing or dropping either.
-  auto duplicate = [](const std::string& name) {
-    return Status(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already being negotiated on this node");
-  };
-  PendingMap::iterator it;
-  if (!spare_.empty()) {
-    PendingMap::node_type node = std::move(spare_.back());
-    spare_.pop_back();
-    node.key() = t.first().name;
-    node.mapped() = Pending{std::move(t), std::move(local_error), abi::MonotonicNs()};
-    auto placed = pending_.insert(std::move(node));
-    if (!placed.inserted) {
-      Pending& p = placed.node.mapped();
-      Fail(std::move(p.tensor.requests), duplicate(placed.node.key()));
-      spare_.push_back(std::move(placed.node));
-      return;
-    }
-    it = placed.position;
-  } else {
-    bool inserted = false;
-    std::tie(it, inserted) = pending_.try_emplace(t.first().name);
-    if (!inserted) {
-      Fail(std::move(t.requests), duplicate(it->first));
-      return;
-    }
-    it->second = Pending{std::move(t), std::move(local_error), abi::MonotonicNs()};
+  // A name already pending here fails rather than replacing or dropping either.
+  if (std::vector<Request> refused; !pending_.Add(std::move(t), std::move(local_error), abi::MonotonicNs(), &refused)) {
+    const std::string name = refused.front().name;
+    Fail(std::move(refused), Status(SYNCD_ERR_DUPLICATE, "tensor '" + name + "' is already being negotiated on this node"));
+    return;
   }
-  order_.push_back(&it->first);
-  fresh_ = true;
-  idle_since_ns_ = 0;
+  clock_.Fresh();
 }
 
 bool Negotiator::Poll(uint64_t now_ns, bool may_start) {
@@ -132,42 +106,28 @@ bool Negotiator::Poll(uint64_t now_ns, bool may_start) {
   // (an NCCL id, a TOPO plan), as every node does before its first cycle.
   if (PollJoin()) return true;
   if (!joined_ || broken_) return did;
-  const uint64_t timer = options_.gs_period ? next_start_ : last_cycle_start_ + Period(now_ns);
-  const bool due = options_.on_demand
-                       ? fresh_ || wanted_cycle_ > cycle_seq_ || (draining_ && now_ns >= last_cycle_start_ + options_.cycle_ns)
-                       : now_ns >= timer || (options_.start_on_work && fresh_);
-  if (may_start && !cycle_running_ && due) {
-    if (options_.on_demand && wanted_cycle_ <= cycle_seq_) RequestCycle(cycle_seq_ + 1);
-    if (last_cycle_end_ != 0) stats_.idle_ns_total += now_ns - last_cycle_end_;
-    last_cycle_start_ = now_ns;
-    fresh_ = false;
-    cycle_running_ = true;
-    cycle_idle_ = pending_.empty();
+  if (may_start && !clock_.running() && clock_.Due(now_ns, pending_.empty())) {
+    if (clock_.MustAsk()) RequestCycle(clock_.seq() + 1);
+    stats_.idle_ns_total += clock_.Start(now_ns, /*idle=*/pending_.empty());
     cycle_ = CommTask();  // the last cycle's frame goes first: its buffers are then free to reuse
     cycle_ = Cycle();
     // Starting a cycle is not work by itself (what it agrees is): the engine does not keep
     // spinning for it afterwards (200 us per 1 ms cycle of a job waiting for a late node).
   }
-  if (cycle_running_ && cycle_.Poll()) {
-    const bool idle = cycle_idle_ && cycle_agreed_ == 0;
-    const uint32_t cycle_agreed_now = cycle_agreed_;
-    cycle_running_ = false;
-    last_cycle_end_ = abi::MonotonicNs();
-    if (!idle) idle_since_ns_ = 0;
-    else if (idle_since_ns_ == 0) idle_since_ns_ = last_cycle_end_;
+  if (clock_.running() && cycle_.Poll()) {
+    const CycleClock::Ended cycle = clock_.End(abi::MonotonicNs());
     ++stats_.cycles;
-    if (options_.timeline && options_.timeline->on() && cycle_agreed_ > 0) {  // idle cycles would flood it
+    if (options_.timeline && options_.timeline->on() && cycle.agreed > 0) {  // idle cycles would flood it
       TraceEvent e;
       e.kind = TraceKind::kCycle;
-      e.t0 = last_cycle_start_;
-      e.t1 = last_cycle_end_;
+      e.t0 = cycle.start_ns;
+      e.t1 = cycle.end_ns;
       e.set = options_.set;
-      e.group = uint32_t(cycle_seq_);
-      e.count = cycle_agreed_;
+      e.group = uint32_t(clock_.seq());
+      e.count = cycle.agreed;
       options_.timeline->Record(e);
     }
-    cycle_agreed_ = 0;
-    stats_.cycle_ns_total += last_cycle_end_ - last_cycle_start_;
+    stats_.cycle_ns_total += cycle.end_ns - cycle.start_ns;
     const bool failed = !cycle_.status().ok();
     if (failed) {
       // A failure every node saw in the same cycle needs no abort messages (which would race
@@ -177,22 +137,20 @@ bool Negotiator::Poll(uint64_t now_ns, bool may_start) {
     }
     // A cycle that agreed nothing (idle, or waiting for other nodes' ranks) is not work: the
     // engine does not keep spinning after it.
-    did |= cycle_agreed_now > 0 || failed;
+    did |= cycle.agreed > 0 || failed;
   }
   return did;
 }
 
 CommTask Negotiator::Cycle() {
-  const uint64_t base = NegotiationCycleTag(++cycle_seq_);
+  const uint64_t base = NegotiationCycleTag(clock_.NextSeq());
   CommTask body = Negotiate(base);
   Status st = co_await Await(&body);
   if (!st.ok() || options_.gs_period == 0) co_return st;
   // GS: the local sleep Horovod would take, then (every gs_period cycles) the job's minimum.
-  const uint64_t elapsed = abi::MonotonicNs() - last_cycle_start_;
   // (GS agrees the job's minimum: the slower idle timer holds only where every node is idle.)
-  const uint64_t period = Period(abi::MonotonicNs());
-  uint64_t sleep = elapsed < period ? period - elapsed : 0;
-  if (cycle_seq_ % options_.gs_period == 0) {
+  uint64_t sleep = clock_.LocalSleep(abi::MonotonicNs(), pending_.empty());
+  if (clock_.seq() % options_.gs_period == 0) {
     const auto shared = std::make_shared<uint64_t>(sleep);
     CommTask agree = SmallCombine(t_, SliceTag(base + 4), shared.get(), shared, sizeof(sleep), MinCombine);
     st = co_await Await(&agree);
@@ -201,7 +159,7 @@ CommTask Negotiator::Cycle() {
     ++stats_.sleep_agreements;
     stats_.agreed_sleep_ns_total += sleep;
   }
-  next_start_ = abi::MonotonicNs() + sleep;
+  clock_.SleepUntil(abi::MonotonicNs() + sleep);
   co_return Status::Ok();
 }
 
@@ -222,11 +180,11 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
   (*agree)[0] = words;
   AgreementView a(*agree);
   bool gpu_pending = false;
-  for (const std::string* n : order_) {
+  for (const std::string* n : pending_.order()) {
     const std::string& name = *n;
-    const Pending& p = pending_.at(name);
+    const PendingTensor& p = *pending_.Find(name);
     gpu_pending |= p.tensor.first().gpu;
-    if (announced_.count(name)) continue;
+    if (pending_.Announced(name)) continue;
     TensorMeta& meta = meta_scratch_;  // its rows' storage reused from name to name
     TensorMeta::Fill(p.tensor, &meta);
     const std::optional<int32_t> bit = cache_.Find(name);
@@ -255,8 +213,44 @@ bool Negotiator::FillAgreement(uint64_t now_ns, std::vector<uint64_t>* agree, st
       (stands_in ? a.hits : a.invalid)[bit / 64] |= uint64_t{1} << (bit % 64);
     }
   if (!uncached->empty()) a.flags |= 1;
-  if (local_busy_ || PendingWork() || executing_ || (options_.holds_work && options_.holds_work())) a.flags |= 2;
+  if (clock_.local_busy() || PendingWork() || handoff_.executing() || (options_.holds_work && options_.holds_work())) a.flags |= 2;
   return gpu_pending;
+}
+
+ReadyTensor Negotiator::StandIn(const std::string& name, const TensorMeta& meta) const {
+  const std::vector<uint32_t> mine = coordinator_.RanksOf(t_->rank());
+  const uint32_t first = coordinator_.FirstIndexOf(t_->rank());
+  // A rank lost for good stands in as its join does (TensorTable::MarkLost: absent).
+  const PendingTensor* join = pending_.Find(abi::kJoinName);
+  ReadyTensor t;
+  for (uint32_t l = 0; l < mine.size(); ++l) {
+    const bool absent = join != nullptr && l < join->tensor.requests.size() && join->tensor.requests[l].absent;
+    // The coordinator checked that these stand-ins are possible.
+    StatusOr<Request> r = JoinedRequest(RequestOf(meta, name, mine[l], 0), mine[l], first + l, l, absent);
+    if (!r.ok()) continue;
+    r->absent = absent;
+    t.requests.push_back(std::move(r.value()));
+  }
+  t.agreed = SharedShapes(meta);
+  return t;
+}
+
+bool Negotiator::CachedMatches(const TensorMeta& cached, const TensorMeta& mine) const {
+  if (cached.rows.empty() || mine.rows.empty()) return cached == mine;
+  // Rows and splits cached for every rank of the set: this node's ranks' part, and what must be
+  // the same on every rank (the dimensions after the first).
+  if (cached.kind != mine.kind || cached.dtype != mine.dtype || cached.op != mine.op || cached.gpu != mine.gpu ||
+      cached.arg != mine.arg || cached.prescale != mine.prescale || cached.postscale != mine.postscale ||
+      cached.compression != mine.compression || cached.compression_ppm != mine.compression_ppm ||
+      cached.shape.size() != mine.shape.size() ||
+      (!mine.shape.empty() && !std::equal(mine.shape.begin() + 1, mine.shape.end(), cached.shape.begin() + 1)))
+    return false;
+  const size_t first = coordinator_.FirstIndexOf(t_->rank()), n = mine.rows.size();
+  if (first + n > cached.rows.size() || !std::equal(mine.rows.begin(), mine.rows.end(), cached.rows.begin() + first))
+    return false;
+  const size_t per = cached.splits.size() / cached.rows.size();  // each rank's splits (wire.cc checks they divide)
+  return mine.splits.size() == n * per &&
+         std::equal(mine.splits.begin(), mine.splits.end(), cached.splits.begin() + first * per);
 }
 
 bool Negotiator::CanStandIn(const TensorMeta& meta) const {
@@ -266,7 +260,7 @@ bool Negotiator::CanStandIn(const TensorMeta& meta) const {
   probe.kind = abi::OpKind(meta.kind);
   SetAgreedArg(&probe, meta.arg);
   probe.shape = {1};
-  for (uint32_t rank : RanksOf(t_->rank())) {
+  for (uint32_t rank : coordinator_.RanksOf(t_->rank())) {
     probe.rank = rank;
     if (!kind->Joined(&probe).ok()) return false;
   }
@@ -275,7 +269,7 @@ bool Negotiator::CanStandIn(const TensorMeta& meta) const {
 
 bool Negotiator::PendingWork() const {
   if (pending_.size() != 1) return !pending_.empty();
-  const auto& [name, p] = *pending_.begin();
+  const auto& [name, p] = *pending_.map().begin();
   if (name != abi::kJoinName) return true;
   const std::vector<Request>& rs = p.tensor.requests;
   return !std::all_of(rs.begin(), rs.end(), [](const Request& r) { return r.stands_in(); });
@@ -299,7 +293,8 @@ size_t Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std:
       if (a.invalid[w] & mask) {
         // A name waiting here as a hit goes uncached in the next cycle: on demand (topo), one is
         // asked for, or it would wait for a cycle nobody starts.
-        if (pending_.count(cache_.name(int32_t(bit))) && !announced_.count(cache_.name(int32_t(bit)))) fresh_ = true;
+        if (pending_.Has(cache_.name(int32_t(bit))) && !pending_.Announced(cache_.name(int32_t(bit))))
+          clock_.Fresh(/*anew=*/false);
         cache_.Evict(int32_t(bit));
         continue;
       }
@@ -314,7 +309,7 @@ size_t Negotiator::ApplyAgreement(std::vector<uint64_t>& agree, std::vector<std:
 CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached,
                                       std::vector<NameResponse>* responses) {
   ++stats_.coordinator_rounds;
-  for (const NameRequest& r : uncached) announced_.insert(r.name);
+  for (const NameRequest& r : uncached) pending_.Announce(r.name);
   const std::string mine = EncodeRequests(uncached);
   std::vector<std::string> all;
   CommTask gather = GatherBytes(t_, SliceTag(base + 2), 0, &mine, &all);
@@ -322,7 +317,7 @@ CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> un
   if (!st.ok()) co_return st;
   std::string out;
   if (t_->rank() == 0) {
-    StatusOr<std::vector<NameResponse>> coordinated = Coordinate(all);
+    StatusOr<std::vector<NameResponse>> coordinated = coordinator_.Coordinate(all, &cache_);
     if (!coordinated.ok()) co_return coordinated.status();
     *responses = std::move(coordinated.value());
     out = EncodeResponses(*responses);
@@ -344,7 +339,7 @@ CommTask Negotiator::ExchangeUncached(uint64_t base, std::vector<NameRequest> un
 Status Negotiator::TakeAgreedNames(std::span<const std::string> run, const std::vector<NameResponse>& responses,
                               std::vector<ReadyTensor>* ready) {
   auto take = [&](const std::string& name) {
-    return std::move(Remove(pending_.find(name)).tensor);
+    return std::move(pending_.Remove(name).tensor);
   };
   // A joined node's stand-ins: none for what no collective kind runs, except a TOPO plan's
   // registration where every rank of the node is lost or vacant (JoinedRequest): the node gets the
@@ -355,7 +350,7 @@ Status Negotiator::TakeAgreedNames(std::span<const std::string> run, const std::
   };
   const bool joined = JoinedHere();
   for (const std::string& name : run) {
-    if (pending_.count(name)) {
+    if (pending_.Has(name)) {
       ready->push_back(take(name));
       // A kind whose shapes vary by rank: every rank's rows and splits, as cached (shared).
       ready->back().agreed = cache_.shapes(*cache_.Find(name));
@@ -367,7 +362,7 @@ Status Negotiator::TakeAgreedNames(std::span<const std::string> run, const std::
   for (const NameResponse& r : responses) {
     // Daemons that hold different TOPO plans cannot run the job (see Coordinate).
     if (r.name == abi::kTopoPlanName && r.status != SYNCD_OK) plan_mismatch = Status(syncd_status(r.status), r.message);
-    if (!pending_.count(r.name)) {
+    if (!pending_.Has(r.name)) {
       if (joined && r.status == SYNCD_OK) stand_in(r.name, r.meta);
       continue;
     }
@@ -390,7 +385,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   std::vector<uint64_t>& agree = *agree_buffer;
   std::vector<NameRequest> uncached;
   const bool gpu_pending = FillAgreement(start, &agree, &uncached);
-  const uint64_t seq = cycle_seq_;
+  const uint64_t seq = clock_.seq();
   GpuHold hold;
   if (GpuOrder* order = options_.gpu_order) {
     if (gpu_pending) hold.order = order;
@@ -403,7 +398,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   if (!st.ok()) co_return st;
 
   const AgreementView agreed(agree);
-  if (!(agreed.flags & 2)) quiet_cycle_ = seq;
+  if (!(agreed.flags & 2)) clock_.Quiet(seq);
   if (hold.order) hold.order->Agreed(agreed.gpu_position);
   // One cycle at a time: the names' storage is the negotiator's, reused cycle after cycle.
   std::vector<std::string>& run = run_names_;
@@ -416,11 +411,7 @@ CommTask Negotiator::Negotiate(uint64_t base) {
   }
   stats_.coordination_ns_total += abi::MonotonicNs() - start;
 
-  std::vector<ReadyTensor> ready;  // empty, with room (Recycle) once a cycle agreed before
-  if (!ready_spares_.empty()) {
-    ready = std::move(ready_spares_.back());
-    ready_spares_.pop_back();
-  }
+  std::vector<ReadyTensor> ready = handoff_.Spare();  // empty, with room (Recycle) once a cycle agreed before
   if (Status plan_mismatch = TakeAgreedNames(std::span(run).first(hits), responses, &ready); !plan_mismatch.ok()) {
     failed_everywhere_ = true;
     co_return plan_mismatch;
@@ -430,51 +421,44 @@ CommTask Negotiator::Negotiate(uint64_t base) {
     co_return Status::Ok();
   }
   if (std::none_of(ready.begin(), ready.end(), [](const ReadyTensor& t) { return t.first().gpu; })) hold.Release();
-  cycle_agreed_ = uint32_t(ready.size());
+  clock_.Agreed(uint32_t(ready.size()));
   // A fence: a plan registration or a set change (they change what later cycles agree on; no
   // collective kind runs them) or GPU work (its hold on the job-wide GPU order).
   const bool fence = std::any_of(ready.begin(), ready.end(), [](const ReadyTensor& t) {
     return t.first().gpu || FindCollective(t.first().kind) == nullptr;
   });
-  if (executing_) ++stats_.overlapped_cycles;
+  if (handoff_.executing()) ++stats_.overlapped_cycles;
   // The process set takes the agreement once the one before it has run; the cycle ends then (a
   // fence's, and a GPU hold with it, once it has run too).
-  agreed_ = AgreedWork{std::move(ready), base, agreed.gpu_position};
-  agreed_fence_ = fence;
+  handoff_.Offer(AgreedWork{std::move(ready), base, agreed.gpu_position}, fence);
   WaitUntil taken;
-  taken.ready = [this] { return !agreed_.has_value(); };
+  taken.ready = [this] { return !handoff_.offered(); };
   co_await taken;
   if (!fence) co_return Status::Ok();
   WaitUntil done;
-  done.ready = [this] { return executed_.has_value(); };
+  done.ready = [this] { return handoff_.has_outcome(); };
   co_await done;
-  co_return *std::exchange(executed_, std::nullopt);
+  co_return handoff_.TakeOutcome();
 }
 
 std::optional<AgreedWork> Negotiator::TakeAgreed() {
-  if (executing_ || !agreed_) return std::nullopt;
-  executing_ = true;
-  executing_fence_ = agreed_fence_;
-  executing_since_ns_ = abi::MonotonicNs();
-  return std::exchange(agreed_, std::nullopt);
+  return handoff_.Take(abi::MonotonicNs());
 }
 
 void Negotiator::Executed(Status status) {
-  if (!executing_) return;
-  executing_ = false;
-  stats_.execution_ns_total += abi::MonotonicNs() - executing_since_ns_;
   // A fence's cycle ends with its outcome (and aborts the job with an error, as any failed cycle);
   // another cycle may be running meanwhile: an error ends the job here.
-  if (executing_fence_ && cycle_running_) executed_ = std::move(status);
-  else if (!status.ok()) Abort(std::move(status));
+  uint64_t ran_ns = 0;
+  Status unclaimed = handoff_.Ran(std::move(status), /*cycle_waits=*/clock_.running(), abi::MonotonicNs(), &ran_ns);
+  stats_.execution_ns_total += ran_ns;
+  if (!unclaimed.ok()) Abort(std::move(unclaimed));
 }
 
 void Negotiator::CancelCycle(const Status& why) {
   cycle_ = CommTask();  // cancels whatever the cycle awaited
-  cycle_running_ = false;
-  executing_ = false;  // what runs is the caller's to fail: it sees broken()
-  executed_.reset();
-  if (std::optional<AgreedWork> agreed = std::exchange(agreed_, std::nullopt))
+  clock_.Cancel();
+  // What runs is the caller's to fail (it sees broken()); what waits fails here.
+  if (std::optional<AgreedWork> agreed = handoff_.Cancel())
     for (ReadyTensor& t : agreed->tensors)
       if (!t.requests.empty()) {
         const std::string what = "tensor '" + t.first().name + "': " + why.message();
@@ -485,7 +469,7 @@ void Negotiator::CancelCycle(const Status& why) {
 std::vector<Stall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) const {
   std::vector<Stall> out;
   if (!joined_) {
-    for (const auto& [name, p] : pending_) {
+    for (const auto& [name, p] : pending_.map()) {
       if (now_ns - p.since_ns < min_age_ns) continue;
       Stall s{name, now_ns - p.since_ns, {}};
       for (uint32_t node = 0; node < joined_nodes_.size(); ++node)
@@ -494,49 +478,24 @@ std::vector<Stall> Negotiator::Stalled(uint64_t now_ns, uint64_t min_age_ns) con
     }
     return out;
   }
-  for (const auto& [name, a] : coord_) {
-    if (now_ns - a.first_ns < min_age_ns) continue;
-    Stall s{name, now_ns - a.first_ns, {}};
-    for (uint32_t node = 0; node < a.ready.size(); ++node)
-      if (!a.ready[node]) s.missing.push_back(node);
-    out.push_back(std::move(s));
-  }
+  coordinator_.Stalled(now_ns, min_age_ns, &out);
   OldestFirst(out);
   return out;
 }
 
 void Negotiator::TakeAndFail(const std::string& name, const Status& st) {
-  auto it = pending_.find(name);
-  if (it == pending_.end()) return;
-  Fail(std::move(Remove(it).tensor.requests), st);
+  if (!pending_.Has(name)) return;
+  Fail(std::move(pending_.Remove(name).tensor.requests), st);
 }
 
-Negotiator::Pending Negotiator::Remove(PendingMap::iterator it) {
-  order_.erase(std::find(order_.begin(), order_.end(), &it->first));
-  announced_.erase(it->first);
-  Pending p = std::move(it->second);
-  PendingMap::node_type node = pending_.extract(it);
-  if (spare_.size() < kSpareNodes) spare_.push_back(std::move(node));
-  return p;
-}
-
-std::vector<std::string> Negotiator::PendingNames() const {
-  std::vector<std::string> names;
-  names.reserve(order_.size());
-  for (const std::string* n : order_) names.push_back(*n);
-  return names;
-}
 std::vector<std::pair<ReadyTensor, Status>> Negotiator::Withdraw(const std::function<bool(const std::string&)>& pred) {
   std::vector<std::pair<ReadyTensor, Status>> out;
-  for (const std::string& name : PendingNames()) {
+  for (const std::string& name : pending_.Names()) {
     if (!pred(name)) continue;
-    Pending p = Remove(pending_.find(name));
+    PendingTensor p = pending_.Remove(name);
     out.emplace_back(std::move(p.tensor), std::move(p.local_error));
   }
-  for (auto it = coord_.begin(); it != coord_.end();) {
-    if (pred(it->first)) it = coord_.erase(it);
-    else ++it;
-  }
+  coordinator_.Forget(pred);
   return out;
 }
 

@@ -35,9 +35,13 @@
 #include <vector>
 
 #include "daemon/coord/agreed_work.h"
+#include "daemon/coord/control_channel.h"
+#include "daemon/coord/coordinator.h"
+#include "daemon/coord/cycle_clock.h"
 #include "daemon/coord/gpu_order.h"
 #include "daemon/coord/job_join.h"
 #include "daemon/coord/negotiation_stats.h"
+#include "daemon/coord/pending_tensors.h"
 #include "daemon/coord/response_cache.h"
 #include "daemon/coord/wire.h"
 #include "daemon/core/tensor_table.h"
@@ -110,7 +114,7 @@ class Negotiator {
   // `may_start` false: only drives the running cycle (a caller blocking in it).
   bool Poll(uint64_t now_ns, bool may_start = true);
   // The running cycle started with nothing pending here (nothing of this node's waits for it).
-  bool cycle_started_idle() const { return cycle_idle_; }
+  bool cycle_started_idle() const { return clock_.started_idle(); }
   // The next agreement (agreed_work.h) for the caller to run, once the one taken before it has
   // run (Executed): agreements run one at a time, in cycle order. nullopt otherwise.
   std::optional<AgreedWork> TakeAgreed();
@@ -118,34 +122,24 @@ class Negotiator {
   // tensors whose requests the caller did not complete are the caller's to fail.
   void Executed(Status status);
   // An agreement's tensor list, run and emptied: its room holds the next agreement's.
-  void Recycle(std::vector<ReadyTensor>&& spent) {
-    spent.clear();
-    if (ready_spares_.size() < kReadySpares && spent.capacity() > 0) ready_spares_.push_back(std::move(spent));
-  }
+  void Recycle(std::vector<ReadyTensor>&& spent) { handoff_.Recycle(std::move(spent)); }
   // Whether an agreement was taken and its outcome is not reported yet.
-  bool executing() const { return executing_; }
+  bool executing() const { return handoff_.executing(); }
   // Whether an agreement waits to be taken.
-  bool has_agreement() const { return agreed_.has_value(); }
+  bool has_agreement() const { return handoff_.offered(); }
   // Requests the negotiator gave up (the job failed or a name was refused), each with its error:
   // the caller completes them. The negotiator completes nothing itself.
   std::vector<FailedTensor> TakeEnded() { return std::exchange(ended_, {}); }
   // Control messages for others (see ControlNotice), in arrival order.
   std::vector<ControlNotice> TakeNotices() { return std::exchange(notices_, {}); }
-  bool has_output() const { return agreed_.has_value() || !ended_.empty() || !notices_.empty(); }
+  bool has_output() const { return handoff_.offered() || !ended_.empty() || !notices_.empty(); }
   // Waits up to `timeout_ns` for network events of the job's transport; false if it cannot.
-  bool WaitForEvent(uint64_t timeout_ns) { return raw_->WaitForEvent(timeout_ns, -1); }
+  bool WaitForEvent(uint64_t timeout_ns) { return t_->WaitForEvent(timeout_ns, -1); }
   // When the next cycle is due (for the engine's idle sleep); 0 while one is running.
   uint64_t next_cycle_ns() const {
-    if (!joined_) return abi::MonotonicNs() + kJoinPollNs;  // other nodes may not have started the job yet
-    // A cycle that carries nothing of this node's waits for the other nodes' timers: look at it
-    // now and then instead of polling the network without pause (an idle job's cycles would
-    // keep the engine spinning). Local work that arrives meanwhile rings the doorbell.
-    if (IdleCycle()) return abi::MonotonicNs() + kIdleCyclePollNs;
-    if (cycle_running_ || (options_.start_on_work && fresh_)) return 0;
     const uint64_t now = abi::MonotonicNs();
-    if (options_.on_demand)
-      return fresh_ || wanted_cycle_ > cycle_seq_ ? 0 : (draining_ ? last_cycle_start_ : now) + Period(now);
-    return options_.gs_period ? next_start_ : last_cycle_start_ + Period(now);
+    if (!joined_) return now + kJoinPollNs;  // other nodes may not have started the job yet
+    return clock_.NextNs(now, pending_.empty());
   }
   // Fails the whole job with `why`: tells every other node and fails everything pending here.
   void Abort(Status why);  // by value: callers pass statuses that Abort itself destroys (the cycle's)
@@ -165,27 +159,17 @@ class Negotiator {
   bool joined() const { return joined_; }
   const Status& failure() const { return failure_; }
   size_t pending() const { return pending_.size(); }
-  bool HasPending(const std::string& name) const { return pending_.count(name) > 0; }
-  bool cycle_running() const { return cycle_running_; }
+  bool HasPending(const std::string& name) const { return pending_.Has(name); }
+  bool cycle_running() const { return clock_.running(); }
   // Graceful drain, job-wide. Each cycle's agreement says whether any node holds work: names
   // pending here, what the set holds outside the negotiator (options' holds_work), and while
   // this node drains, `local_busy` (the engine holds work: requests not taken in yet too).
   // While draining, on-demand mode runs a cycle every cycle_ns so that QuietSinceDrain is known.
-  void Drain(bool local_busy) {
-    // The second cycle to start here after the drain began is the first whose every part was
-    // filled after it: another node fills its part of a cycle once the one before it ended
-    // there, which needs this node's part of that one. The first may have been filled before,
-    // with a request that node had not taken in yet.
-    if (!draining_) quiet_from_ = cycle_seq_ + 2;
-    draining_ = true;
-    local_busy_ = local_busy;
-  }
+  void Drain(bool local_busy) { clock_.Drain(local_busy); }
   // Whether a cycle filled everywhere after the drain began found no node holding work, and
   // nothing came here since.
-  bool QuietSinceDrain() const {
-    return draining_ && !PendingWork() && !cycle_running_ && quiet_cycle_ == cycle_seq_ && quiet_cycle_ >= quiet_from_;
-  }
-  uint64_t cycle_seq() const { return cycle_seq_; }
+  bool QuietSinceDrain() const { return clock_.QuietSinceDrain(PendingWork()); }
+  uint64_t cycle_seq() const { return clock_.seq(); }
   NegotiationStats stats() const {
     NegotiationStats s = stats_;
     s.coordination_messages = counting_.sent();
@@ -197,7 +181,7 @@ class Negotiator {
   void Tell(int32_t node, ControlMessage m);
   // Waits until what was sent on the control channel has left (before the negotiator goes: its
   // sends are cancelled then), or the deadline passes; returns whether it has.
-  bool FlushControl(uint64_t deadline_ns);
+  bool FlushControl(uint64_t deadline_ns) { return control_.Flush(deadline_ns); }
 
   // Takes the pending names `pred` selects out of negotiation, on every node at the same point
   // of the cycle sequence (call it while running an agreed cycle): the coordinator forgets what was
@@ -210,30 +194,7 @@ class Negotiator {
   std::vector<Stall> Stalled(uint64_t now_ns, uint64_t min_age_ns) const;
 
  private:
-  struct Pending {
-    ReadyTensor tensor;
-    Status local_error;
-    uint64_t since_ns = 0;  // when it became ready here
-  };
   static constexpr uint64_t kJoinPollNs = 1'000'000;
-  static constexpr uint64_t kIdleCyclePollNs = 1'000'000;
-  // After this long with nothing in this node's cycles, the cycle timer slows to
-  // kIdleCyclePeriodNs where cycles also start on work (or on demand): the first tensor after
-  // a quiet spell starts its node's cycle at once, so only a node whose ranks have nothing for
-  // it waits for the slower timer. An idle job's daemons then wake 100 times a second, not 1000.
-  static constexpr uint64_t kIdleBackoffAfterNs = 1'000'000'000;
-  static constexpr uint64_t kIdleCyclePeriodNs = 10'000'000;
-  uint64_t Period(uint64_t now_ns) const {
-    // On demand an idle job runs no cycles at all: quiet since the last one ended.
-    const uint64_t quiet_since =
-        idle_since_ns_ != 0 ? idle_since_ns_
-                            : (options_.on_demand && !cycle_running_ && !fresh_ && pending_.empty() ? last_cycle_end_ : 0);
-    const bool backoff = (options_.start_on_work || options_.on_demand) && quiet_since != 0 &&
-                         now_ns - quiet_since >= kIdleBackoffAfterNs;
-    return backoff ? std::max(options_.cycle_ns, kIdleCyclePeriodNs) : options_.cycle_ns;
-  }
-  // A cycle runs that started with nothing pending here, and nothing has come since.
-  bool IdleCycle() const { return cycle_running_ && cycle_idle_ && pending_.empty(); }
   // Drives the job start handshake (job_join.h); once it is done, cycles may run.
   bool PollJoin();
   CommTask Cycle();
@@ -249,21 +210,12 @@ class Negotiator {
   CommTask ExchangeUncached(uint64_t base, std::vector<NameRequest> uncached, std::vector<NameResponse>* responses);
   Status TakeAgreedNames(std::span<const std::string> run, const std::vector<NameResponse>& responses,
                     std::vector<ReadyTensor>* ready);
-  // Node 0: matches every node's announcements; an error when a node's bytes do not decode.
-  StatusOr<std::vector<NameResponse>> Coordinate(const std::vector<std::string>& all_requests);
-  // Node 0: the global ranks on `node`, the set rank of its first, whether all of them joined.
   // Whether this node's tensor (`mine`: its ranks' rows and splits) is what the response cache
   // holds for its name (`cached`: every rank's, for a kind whose shapes vary by rank).
   bool CachedMatches(const TensorMeta& cached, const TensorMeta& mine) const;
-  std::vector<uint32_t> RanksOf(uint32_t node) const;
-  uint32_t FirstIndexOf(uint32_t node) const;
-  bool NodeJoined(uint32_t node) const;
-  // It joined for ranks the job goes on without (TensorMeta::absent): they stand in for process
-  // set changes too.
-  bool NodeJoinedForLostRanks(uint32_t node) const;
   // This node's ranks all joined (the join waits here for the other nodes): they stand in for
   // the names other nodes run (JoinedRequest), as the coordinator agreed them.
-  bool JoinedHere() const { return pending_.count(abi::kJoinName) > 0; }
+  bool JoinedHere() const { return pending_.Has(abi::kJoinName); }
   // Whether a pending name waits for work: any but a join of stand-ins only (the joins of lost and
   // vacant ranks, made for them: they wait for the others' joins, nobody waits for them). A node
   // whose every rank was lost would otherwise keep every drain of the job open.
@@ -276,7 +228,6 @@ class Negotiator {
   void EndJob(Status why, bool tell_peers, bool expected = false);  // Abort and Break
   bool CheckAbortMessages();
   void PeerLeft(uint32_t node, const std::string& reason);
-  void PostControlReceive(uint32_t peer);
   // Sends one control message to every peer not known to be lost.
   void SendControl(ControlMessage m) { Tell(-1, std::move(m)); }
   // on_demand: asks every other node to run cycle number `cycle`.
@@ -288,40 +239,10 @@ class Negotiator {
 
   CountingTransport counting_;  // every coordination message the negotiator sends goes through it
   Transport* t_;
-  Transport* raw_;  // the same, uncounted: the engine's notices (Tell)
   const NegotiatorOptions options_;
   ResponseCache cache_;
-  using PendingMap = std::unordered_map<std::string, Pending>;
-  PendingMap pending_;
-  // Pending names in the order they became ready here: pending_'s keys (a node's key stays where
-  // it is until the node leaves the map).
-  std::vector<const std::string*> order_;
-  // Nodes of names that left pending_ (up to kSpareNodes), with their key's room, for the next
-  // names: a name agreed every step costs no hash-node or key allocation.
-  static constexpr size_t kSpareNodes = 64;
-  std::vector<PendingMap::node_type> spare_;
-  // Takes a name out of pending_ and order_ (and announced_); its node is kept in spare_.
-  Pending Remove(PendingMap::iterator it);
-  // Pending names, copied: for loops that remove them.
-  std::vector<std::string> PendingNames() const;
-  std::unordered_set<std::string> announced_;
-  // Coordinator (node 0) only: which nodes have announced a name, with what.
-  struct Announcement {
-    std::vector<bool> ready;
-    std::vector<TensorMeta> metas;
-    std::vector<std::string> errors;
-    uint32_t count = 0;
-    uint32_t last_node = 0;  // the last to announce it (a join: the last node to join)
-    uint64_t first_ns = 0;
-  };
-  std::unordered_map<std::string, Announcement> coord_;
-  // Node 0: the response for an agreed name. Its parts: why the nodes' TOPO plans differ ("" if
-  // they do not); every rank's request as announced, joined nodes' stand-ins included (an error
-  // when one cannot stand in).
-  NameResponse Respond(const std::string& name, const Announcement& a);
-  std::string PlanMismatch(const Announcement& a) const;
-  Status RankRequests(const std::string& name, const Announcement& a, const TensorMeta& meta,
-                      std::vector<Request>* ranks) const;
+  PendingTensors pending_;
+  Coordinator coordinator_;  // node 0's part (every node knows the ranks of each)
 
   CommTask join_;
   bool joined_ = false;
@@ -332,45 +253,16 @@ class Negotiator {
   std::shared_ptr<std::vector<uint64_t>> agree_buffer_;
   std::vector<std::string> run_names_;
   TensorMeta meta_scratch_;  // FillAgreement's, one pending name at a time
-  // Recycle's: the next agreements' lists. More than one: the next cycle may agree while the
-  // last agreement runs (under load, most cycles), and an idle cycle's list comes back unused.
-  static constexpr size_t kReadySpares = 4;
-  std::vector<std::vector<ReadyTensor>> ready_spares_;
-  std::optional<AgreedWork> agreed_;    // reached, not taken yet
-  bool agreed_fence_ = false;            // agreed_ is a fence (see the top of this file)
-  bool executing_ = false;               // taken, its outcome not reported yet
-  bool executing_fence_ = false;         // what runs is a fence: its cycle waits for executed_
-  uint64_t executing_since_ns_ = 0;
-  std::optional<Status> executed_;       // a fence's outcome, reported by Executed
+  AgreementHandoff handoff_;  // the agreement reached, taken, run (a fence: see the top of this file)
   std::vector<FailedTensor> ended_;      // see TakeEnded
   std::vector<ControlNotice> notices_;   // see TakeNotices
-  bool cycle_running_ = false;
-  bool cycle_idle_ = false;  // the running cycle started with nothing pending here
-  uint64_t idle_since_ns_ = 0;  // end of the first of the idle cycles since the last work, or 0
-  uint32_t cycle_agreed_ = 0;  // tensors the running cycle agreed on
-  uint64_t cycle_seq_ = 0;
-  uint64_t last_cycle_start_ = 0;
-  uint64_t last_cycle_end_ = 0;
-  uint64_t next_start_ = 0;  // gs: when the agreed sleep ends
-  bool fresh_ = false;  // tensors became ready since the last cycle started
+  CycleClock clock_;  // when cycles run, and the drain
   bool failed_everywhere_ = false;  // the running cycle's failure is every node's (see Poll)
-  uint64_t wanted_cycle_ = 0;  // on_demand: the highest cycle number another node asked for
-  using ControlBytes = std::array<char, kControlMessageBytes>;
-  struct Outgoing {
-    std::shared_ptr<ControlBytes> bytes;
-    CommHandle handle;
-  };
-  std::list<Outgoing> control_out_;  // control messages being sent
+  ControlChannel control_;  // the control channel (the destructor ends cycle_ and join_ first)
   NegotiationStats stats_;
-
-  bool draining_ = false, local_busy_ = false;
-  uint64_t quiet_cycle_ = 0;  // the last cycle whose agreement found no node holding work (0: none)
-  uint64_t quiet_from_ = 0;   // the first cycle that counts for QuietSinceDrain
 
   bool broken_ = false;
   Status failure_;
-  std::vector<std::shared_ptr<ControlBytes>> control_in_;  // each owned with its receive
-  std::vector<CommHandle> control_recvs_;
 };
 
 }  // namespace syncd
