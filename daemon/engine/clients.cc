@@ -40,24 +40,24 @@ void Engine::EndJob(uint64_t next_job) {
 }
 
 bool Engine::PublishMembership() {
-  if (job_->membership() == published_membership_) return false;
-  published_membership_ = job_->membership();
+  if (job_->membership().number() == published_membership_) return false;
+  published_membership_ = job_->membership().number();
   residuals_.Clear();  // what they left out belongs to sums over another membership
   PublishSetNodes();
   return true;
 }
 
 void Engine::PublishSetNodes() const {
-  node_page_->PublishMembership(published_membership_, transport_ ? transport_->size() : 1, job_->global_nodes());
+  node_page_->PublishMembership(published_membership_, transport_ ? transport_->size() : 1, job_->membership().global_nodes());
 }
 
 Status Engine::MembershipRefusal(const Request& r) const {
-  if (job_->membership() == 0) return Status::Ok();
+  if (job_->membership().number() == 0) return Status::Ok();
   const auto it = clients_.find(r.client_id);
   if (it == clients_.end() ||
-      it->second.info->segment.membership_seen() >= job_->membership())
+      it->second.info->segment.membership_seen() >= job_->membership().number())
     return Status::Ok();
-  return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + job_->membership_why() +
+  return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + job_->membership().why() +
                                          "; this rank has not acknowledged the new membership yet "
                                          "(hvd.elastic.run does, after the calls in flight; C: "
                                          "syncd_acknowledge_membership)");
@@ -82,7 +82,7 @@ void Engine::BeginJob(uint64_t job, const JobResume* resume) {
   // blocking (the cycle goes on).
   hooks.keep_blocking = [this](uint64_t blocked_ns) {
     node_page_->Heartbeat();
-    const uint64_t drain = drain_deadline_ns_.load(std::memory_order_acquire);
+    const uint64_t drain = drain_.deadline_ns();
     return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain) &&
            inbox_.Empty() && !commands_.pending() && blocked_ns < kStallCheckPeriodNs;
   };
@@ -131,7 +131,7 @@ bool Engine::DrainEvents() {
       if (start) BeginJob(a->client->job_id);
       a->client->segment.set_joined_as(job_->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
       // A rank that attaches starts in the job's membership as it is.
-      a->client->segment.set_membership_seen(job_->membership());
+      a->client->segment.set_membership_seen(job_->membership().number());
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
       clients_[id].info = std::move(a->client);

@@ -62,9 +62,9 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   }
   a.job = job_->id();
   a.local_size = local_size_;
-  Job::RestartedNode n;
+  Membership::RestartedNode n;
   n.node = c.node;
-  n.membership = job_->membership() + 1;
+  n.number = job_->membership().number() + 1;
   n.slot = slot;
   n.address = c.address;
   n.host = c.host;

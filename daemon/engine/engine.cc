@@ -46,7 +46,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       kick_client_(std::move(kick_client)),
       transport_(std::move(transport)),
       timeline_(uint64_t(config.timeline_max_mb) << 20) {
-  start_ns_ = abi::MonotonicNs();
+  tally_.start_ns = abi::MonotonicNs();
   builder_.Build(std::move(*CaptureFacts()));
 }
 
@@ -62,15 +62,7 @@ void Engine::Stop() {
 }
 
 void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
-  {
-    MutexLock lock(&drain_mu_);
-    if (drain_why_.empty()) drain_why_ = why;
-  }
-  deadline_ns = std::max<uint64_t>(deadline_ns, 1);
-  uint64_t current = drain_deadline_ns_.load(std::memory_order_acquire);
-  while ((current == 0 || deadline_ns < current) &&
-         !drain_deadline_ns_.compare_exchange_weak(current, deadline_ns, std::memory_order_acq_rel)) {
-  }
+  drain_.Begin(deadline_ns, why);
   node_page_->Wake();
 }
 
@@ -110,7 +102,7 @@ bool Engine::Sleep(uint64_t timeout_ns, bool network) {
       const timespec ts{time_t(timeout_ns / 1'000'000'000), long(timeout_ns % 1'000'000'000)};
       (void)ppoll(&p, 1, &ts, nullptr);
     }
-    if (slept) ++wakeups_;
+    if (slept) ++tally_.wakeups;
   }
   bell->sleeping.store(0, std::memory_order_relaxed);
   node_page_->TakeRings();
@@ -173,16 +165,13 @@ void Engine::Run() {
   const uint64_t spin_ns = uint64_t(config_.spin_us) * 1000;
   uint64_t last_work = abi::MonotonicNs(), last_beat = 0;
   pthread_setname_np(pthread_self(), "syncd-engine");  // as `top -H`, perf and gdb show it
-  observer_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "syncd-observer");
-    Observe();
-  });
+  observer_.Start("syncd-observer", kFoldPeriod, [this, next_report = uint64_t{0}]() mutable { Observe(&next_report); });
   while (!stop_.load(std::memory_order_acquire)) {
     const uint64_t t0 = abi::MonotonicNs();
     const bool did = Poll();
     const uint64_t t1 = abi::MonotonicNs();
     if (did) {
-      busy_ns_ += t1 - t0;
+      tally_.busy_ns += t1 - t0;
       last_work = t1;
     }
     if (t1 - last_beat > kHeartbeatPeriodNs) {
@@ -191,30 +180,27 @@ void Engine::Run() {
     }
     if (commands_.pending()) RunCommands();
     timeline_.Poll(t1);
-    if (t1 - last_stall_check_ns_ > kStallCheckPeriodNs) CheckStalls(t1);
+    if (t1 - tally_.last_stall_check_ns > kStallCheckPeriodNs) CheckStalls(t1);
     if (!did) Idle(t1, t1 - last_work, spin_ns);
-    if (const uint64_t deadline = drain_deadline_ns_.load(std::memory_order_acquire); deadline != 0) {
+    if (const uint64_t deadline = drain_.deadline_ns(); deadline != 0) {
       if (Drained()) break;
       if (abi::MonotonicNs() >= deadline) {
-        drain_result_.deadline_passed = true;
-        MutexLock lock(&drain_mu_);
-        drain_leave_why_ = drain_why_;
+        drain_.DeadlinePassed();
         break;
       }
     }
   }
-  const bool draining = drain_deadline_ns_.load(std::memory_order_acquire) != 0;
-  if (draining && drain_result_.deadline_passed)
-    End(EndScope::Job(ProcessSet::Reach::kHeld), Status(SYNCD_ERR_DAEMON_LOST, drain_leave_why_));
+  if (drain_.on() && drain_.result().deadline_passed)
+    End(EndScope::Job(ProcessSet::Reach::kHeld), Status(SYNCD_ERR_DAEMON_LOST, drain_.leave_why()));
   // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
   // stopped) is not reported as a lost node.
   if (job_)
     job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
-                drain_leave_why_.empty() ? "the daemon is shutting down" : drain_leave_why_, "its daemon was stopped");
+                drain_.leave_why().empty() ? "the daemon is shutting down" : drain_.leave_why(), "its daemon was stopped");
   FlushClients();
   StopObserver();
   builder_.Build(std::move(*CaptureFacts()));  // what is left once the engine stopped
-  finished_.store(true, std::memory_order_release);
+  drain_.Finish();
 }
 
 bool Engine::Poll() {
@@ -365,7 +351,7 @@ void Engine::CompleteAll(const std::vector<Request>& requests, const Status& sta
   }
   // Only stand-ins (a lost or vacant rank's join): no rank waits for them, nothing to report.
   if (!status.ok() && first != requests.end()) {
-    ++error_ops_;
+    ++tally_.error_ops;
     spdlog::warn("{}", status.message());
   }
   if (!requests.empty() && (FindCollective(requests.front().kind) != nullptr || abi::IsPointToPoint(requests.front().kind)))
@@ -451,7 +437,7 @@ void Engine::Complete(const Request& r, const Status& status) {
                   r.name, r.handle, r.rank, status.ok() ? "OK" : status.message());
     return;
   }
-  if (drain_deadline_ns_.load(std::memory_order_relaxed) != 0) ++(status.ok() ? drain_result_.completed : drain_result_.failed);
+  drain_.Count(status.ok());
   // A result block only reaches the client with a successful completion; otherwise it is free.
   const bool has_result = r.result_offset != abi::kNoResult;
   if (has_result && (!status.ok() || !clients_.count(r.client_id))) r.results->Free(r.result_offset);
@@ -493,48 +479,31 @@ std::shared_ptr<const StatusSnapshot> Engine::FreshSnapshot(int timeout_ms) cons
   return builder_.Build(std::move(*std::get<std::shared_ptr<EngineFacts>>(*reply)));
 }
 
-void Engine::Observe() {
-  uint64_t next_report = 0;
-  std::unique_lock<std::mutex> lock(observer_mu_);
-  while (!observer_stop_) {
-    lock.unlock();
-    completions_.Fold([](const CompletionFigures&) { return 0; });
-    if (const uint64_t now = abi::MonotonicNs(); now >= next_report) {
-      // Many nodes: a health report every report period. One node: only the status an asker gets
-      // when the engine cannot answer in time (inside a long collective), once a second.
-      next_report = now + (transport_ ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
-      StatusOr<EngineReply> reply = Ask(FactsCommand{}, kObserverAskMs);
-      if (reply.ok()) {
-        std::shared_ptr<EngineFacts> facts = std::get<std::shared_ptr<EngineFacts>>(std::move(*reply));
-        const bool report = facts->has_job && facts->reports_health;
-        const uint64_t job = facts->status.job_id;
-        NodeHealth mine;
-        builder_.Build(std::move(*facts), &mine);
-        if (report) {
-          commands_.Post(SendHealthCommand{job, std::move(mine)});
-          node_page_->Wake();
-        }
-      }
-    }
-    lock.lock();
-    observer_wake_.wait_for(lock, kFoldPeriod, [this] { return observer_stop_; });
+void Engine::Observe(uint64_t* next_report) {
+  completions_.Fold([](const CompletionFigures&) { return 0; });
+  const uint64_t now = abi::MonotonicNs();
+  if (now < *next_report) return;
+  // Many nodes: a health report every report period. One node: only the status an asker gets
+  // when the engine cannot answer in time (inside a long collective), once a second.
+  *next_report = now + (transport_ ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
+  StatusOr<EngineReply> reply = Ask(FactsCommand{}, kObserverAskMs);
+  if (!reply.ok()) return;
+  std::shared_ptr<EngineFacts> facts = std::get<std::shared_ptr<EngineFacts>>(std::move(*reply));
+  const bool report = facts->has_job && facts->reports_health;
+  const uint64_t job = facts->status.job_id;
+  NodeHealth mine;
+  builder_.Build(std::move(*facts), &mine);
+  if (report) {
+    commands_.Post(SendHealthCommand{job, std::move(mine)});
+    node_page_->Wake();
   }
-  observer_exited_.store(true, std::memory_order_release);
 }
 
 void Engine::StopObserver() {
-  if (!observer_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(observer_mu_);
-    observer_stop_ = true;
-  }
-  observer_wake_.notify_all();
   // It may be waiting for the engine's facts: answer until it is gone.
-  while (!observer_exited_.load(std::memory_order_acquire)) {
+  observer_.Stop([this] {
     if (commands_.pending()) RunCommands();
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  observer_.join();
+  });
 }
 
 std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
@@ -542,13 +511,13 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   StatusSnapshot* s = &f->status;
   const uint64_t now_ns = abi::MonotonicNs();
   f->now_ns = now_ns;
-  s->uptime_s = double(now_ns - start_ns_) / 1e9;
+  s->uptime_s = double(now_ns - tally_.start_ns) / 1e9;
   s->node_rank = config_.node_rank;
   s->node_count = config_.nodes;
   s->local_size = local_size_;
   s->clients = SnapshotClients(now_ns);
   f->kind_counts.assign(counters_.by_kind.begin(), counters_.by_kind.end());
-  s->error_ops = error_ops_;
+  s->error_ops = tally_.error_ops;
   s->fused_ops = counters_.fused_ops;
   s->health_messages = counters_.health_messages;
   s->health_bytes = counters_.health_bytes;
@@ -556,7 +525,7 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->fusion_sizes = counters_.fusion_sizes;
   s->compressed = counters_.compressed;
   s->residuals = residuals_.stats();
-  s->stall_warnings = stall_warnings_;
+  s->stall_warnings = tally_.stall_warnings;
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();
   s->job_id = job_ ? job_->id() : 0;
@@ -566,12 +535,12 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     f->reports_health = transport_ != nullptr;
     f->host = job_->host();
     f->pending = job_->PendingTensors();
-    s->membership_changes = job_->membership_changes();
+    s->membership_changes = job_->membership().changes();
     if (f->reports_health) f->peer_health = job_->PeerHealth(now_ns);
   }
   s->timeline = timeline_.State();
-  s->engine_busy_ns = busy_ns_;
-  s->engine_wakeups = wakeups_;
+  s->engine_busy_ns = tally_.busy_ns;
+  s->engine_wakeups = tally_.wakeups;
   // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

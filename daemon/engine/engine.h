@@ -34,6 +34,8 @@
 #include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"
 #include "daemon/engine/commands.h"
+#include "daemon/engine/engine_drain.h"
+#include "daemon/engine/observer_thread.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/completion_log.h"
@@ -93,14 +95,11 @@ class Engine {
   // whatever is still in flight at `deadline_ns` fails with `why` ("the daemon is draining ...").
   // A later call may only bring the deadline forward.
   void Drain(uint64_t deadline_ns, const std::string& why);
-  bool draining() const { return drain_deadline_ns_.load(std::memory_order_acquire) != 0; }
+  bool draining() const { return drain_.on(); }
   // Whether Run() has returned; what the drain let finish and what it failed.
-  bool finished() const { return finished_.load(std::memory_order_acquire); }
-  struct DrainResult {
-    uint64_t completed = 0, failed = 0;
-    bool deadline_passed = false;
-  };
-  DrainResult drain_result() const { return drain_result_; }  // once finished()
+  bool finished() const { return drain_.finished(); }
+  using DrainResult = EngineDrain::Result;
+  DrainResult drain_result() const { return drain_.result(); }  // once finished()
 
   // The latest status built: at most a report period old while the engine runs (FreshSnapshot
   // builds one now).
@@ -172,9 +171,10 @@ class Engine {
   std::shared_ptr<EngineFacts> CaptureFacts() const;
   // Attached and lost ranks, by rank, and whether the others have waited for each (status, metrics).
   std::vector<ClientSnapshot> SnapshotClients(uint64_t now_ns) const;
-  // The observer thread (started and stopped by Run): folds the completion events, and every
-  // report period builds the status and has this node's health report sent.
-  void Observe();
+  // The observer thread's tick (started and stopped by Run): folds the completion events, and
+  // every report period (`*next_report`: when the next is due) builds the status and has this
+  // node's health report sent.
+  void Observe(uint64_t* next_report);
   // The engine thread, once Run's loop ended: the observer stops (its asks answered meanwhile).
   void StopObserver();
   // Once a second: the job's stalls (Job::CheckStalls) and departures.
@@ -200,33 +200,28 @@ class Engine {
   CompletionLog completions_;  // Count()'s events, folded by the status builder
   mutable StatusBuilder builder_{&completions_};  // off the engine thread (FreshSnapshot, the observer)
   JobTimeline timeline_;
-  uint64_t stall_warnings_ = 0;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> drain_deadline_ns_{0};  // 0: not draining
-  std::atomic<bool> finished_{false};
-  mutable Mutex drain_mu_;
-  std::string drain_why_ SYNCD_GUARDED_BY(drain_mu_);
-  std::string drain_leave_why_;    // engine thread: the reason the deadline failed requests with
-  DrainResult drain_result_;       // engine thread until finished_, then read-only
+  EngineDrain drain_;
   mutable CommandQueue commands_;  // the control plane's and the observer's commands (Ask)
   void RunCommands();  // commands.cc
   RejoinAnswer TakeNodeBack(const RejoinCommand& c);
   Status ResumeJob(const RejoinAnswer& where);
   Status StartVacantJob(uint64_t job);
-  std::thread observer_;
-  std::mutex observer_mu_;
-  std::condition_variable observer_wake_;
-  bool observer_stop_ = false;  // guarded by observer_mu_
-  std::atomic<bool> observer_exited_{false};
+  ObserverThread observer_;
 
   std::map<uint32_t, ClientState> clients_;          // by client id
   std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id
 
-  uint64_t start_ns_ = 0;
-  uint64_t last_stall_check_ns_ = 0;
-  uint64_t error_ops_ = 0;
-  uint64_t busy_ns_ = 0, wakeups_ = 0;
+  // What the engine's loop counts, for the status (CaptureFacts).
+  struct Tally {
+    uint64_t start_ns = 0;             // when the engine started
+    uint64_t last_stall_check_ns = 0;  // CheckStalls runs once a second
+    uint64_t stall_warnings = 0;
+    uint64_t error_ops = 0;            // requests refused at submission
+    uint64_t busy_ns = 0, wakeups = 0;
+  };
+  Tally tally_;
 };
 
 }  // namespace syncd

@@ -22,21 +22,13 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
   set_hooks_.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
   // Notices come from the global set's nodes: by the job's node numbers once it was made afresh.
   set_hooks_.on_notice = [this, others = std::move(set_hooks_.on_notice)](uint32_t from, const ControlMessage& m) {
-    const uint32_t node = global_nodes_.empty() ? from : global_nodes_[from];
+    const uint32_t node = membership_.JobNode(from);
     if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(node, m);
-    else if (m.kind == ControlMessage::Kind::kNodeBack) AskedBack(node, m.text == kJoinsWord);
-    else if (m.kind == ControlMessage::Kind::kNodeJoin) {
-      char* word = nullptr;
-      const uint32_t joiner = uint32_t(strtoul(m.text.c_str(), &word, 10));
-      node_joins_.push_back({joiner, uint32_t(m.cycle), uint32_t(m.code), std::string(word) == " " + std::string(kJoinsWord)});
-    }
-    else if (m.kind == ControlMessage::Kind::kNodeRestarted || m.kind == ControlMessage::Kind::kNodeAddress)
-      ReceiveRestart(m);
-    else if (others) others(node, m);
+    else if (!membership_.Receive(node, m) && others) others(node, m);
   };
   // A node to take back stops a cycle's blocking: the set it blocks in is about to be made afresh.
   set_hooks_.keep_blocking = [this, outer = std::move(set_hooks_.keep_blocking)](uint64_t blocked_ns) {
-    return back_asked_.empty() && node_joins_.empty() && restarts_.empty() && (!outer || outer(blocked_ns));
+    return !membership_.ReturnWaits(/*asking=*/false) && (!outer || outer(blocked_ns));
   };
   PointToPoint::Links p2p;
   p2p.transport = links_.transport;
@@ -89,10 +81,10 @@ Status Job::Take(Request&& r) {
   if (Status why = set->Refusal(); !why.ok()) {
     // The set broke on a lost node this daemon had not looked at yet: the job goes on without it
     // from now on, and the rank must acknowledge that first (the engine refuses it until then).
-    if (const uint32_t before = membership_; config_.on_loss != OnLoss::kFail && links_.transport != nullptr) {
+    if (const uint32_t before = membership_.number(); config_.on_loss != OnLoss::kFail && links_.transport != nullptr) {
       LoseNodes();
-      if (membership_ != before)
-        return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + membership_why_ +
+      if (membership_.number() != before)
+        return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + membership_.why() +
                                                "; acknowledge the new membership, then call again");
     }
     return Status(why.code(), "tensor '" + r.name + "': cannot run, " + why.message());
@@ -134,8 +126,7 @@ bool Job::Poll(uint64_t now_ns) {
     did = true;
   }
   if (!health_out_.empty() || !health_in_.empty()) did |= PollHealth();
-  if (back_pending_ || !back_asked_.empty() || !node_joins_.empty()) did |= ApplyNodeBack();
-  if (!restarts_.empty()) did |= ApplyRestarts(now_ns);
+  if (membership_.ReturnWaits(/*asking=*/true)) did |= ApplyNodeBack() | ApplyRestarts(now_ns);
   return did;
 }
 
@@ -185,11 +176,6 @@ void Job::Mark(int32_t rank, const std::string& what) {
   tl->Record(e);
 }
 
-double Job::UnixSeconds() {
-  return double(std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::system_clock::now().time_since_epoch()).count()) / 1e3;
-}
-
 bool Job::Attached(uint32_t local_rank) {
   const auto it = lost_.find(local_rank);
   if (it == lost_.end()) return false;
@@ -202,22 +188,21 @@ bool Job::Attached(uint32_t local_rank) {
     continued += l.continued;
     vacant += l.vacant;
   }
-  if (continued == local_size_ || it->second.awaiting_node_back || back_pending_) {
+  if (continued == local_size_ || it->second.awaiting_node_back || membership_.wants_back()) {
     // The node stands in for every name: the job must take it back first (node_back.cc). A node
     // whose every slot was vacant from the start joins rather than comes back.
-    if (!back_pending_) back_joins_ = vacant == local_size_;
+    membership_.WantBack(/*joins=*/vacant == local_size_);
     it->second.awaiting_node_back = true;
     const std::string node = std::to_string(config_.node_rank);
     it->second.reason = "rank " + std::to_string(config_.node_rank * local_size_ + local_rank) +
-                        (back_joins_ ? " is a new rank on node " + node +
+                        (membership_.back_joins() ? " is a new rank on node " + node +
                                            ", whose every slot was vacant: it takes part once the job has taken the "
                                            "node in"
                                      : " is a replacement on node " + node +
                                            ", whose every rank was lost: it takes part once the job has taken the "
                                            "node back") +
                         " (the membership then changes: acknowledge it and call again)";
-    membership_changes_.push_back({membership_, UnixSeconds(), it->second.reason});
-    back_pending_ = true;
+    membership_.Record(it->second.reason);
     RequestNodeBack();
     return true;
   }
@@ -228,7 +213,7 @@ bool Job::Attached(uint32_t local_rank) {
                               : "rank " + rank + " is back: a replacement attached in its place; it takes part again "
                                                  "from its first collective";
   spdlog::info("{}", why);
-  membership_changes_.push_back({membership_, UnixSeconds(), why});
+  membership_.Record(why);
   Mark(int32_t(config_.node_rank * local_size_ + local_rank), why);
   lost_.erase(it);
   if (const auto set = sets_.find(0); set != sets_.end()) set->second->Replaced(local_rank);
@@ -362,11 +347,7 @@ const std::vector<uint32_t>* Job::SetRanksOf(int32_t id) const {
 }
 
 bool Job::TellNodes(ControlMessage m, int32_t node) {
-  if (node >= 0 && !global_nodes_.empty()) {  // the global set was made afresh over the nodes left
-    const auto at = std::find(global_nodes_.begin(), global_nodes_.end(), uint32_t(node));
-    if (at == global_nodes_.end()) return false;
-    node = int32_t(at - global_nodes_.begin());
-  }
+  if (node >= 0 && (node = membership_.SetNode(uint32_t(node))) < 0) return false;  // not in the global set
   const auto it = sets_.find(0);
   return it != sets_.end() && it->second->TellNodes(std::move(m), node);
 }

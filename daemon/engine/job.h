@@ -18,6 +18,7 @@
 
 #include "daemon/base/config.h"
 #include "daemon/coord/job_health.h"
+#include "daemon/engine/membership.h"
 #include "daemon/engine/point_to_point.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/obs/status_snapshot.h"
@@ -158,14 +159,10 @@ class Job {
   void ExpireDepartures(uint64_t now_ns, bool any_attached);
   const std::map<uint32_t, LostRank>& lost() const { return lost_; }
 
-  // Lost nodes (lost_nodes.cc), --on-loss continue and restore: how many times the job's
-  // membership changed (0 until a node is lost), and why it last did. A rank's requests fail
-  // until it has acknowledged the latest (the engine checks: NodePage::membership). The global
-  // set's nodes, ascending; empty: every node of the job (it has lost none).
-  uint32_t membership() const { return membership_; }
-  const std::vector<uint32_t>& global_nodes() const { return global_nodes_; }
-  const std::string& membership_why() const { return membership_why_; }
-  const std::vector<StatusSnapshot::MembershipChange>& membership_changes() const { return membership_changes_; }
+  // Lost nodes (lost_nodes.cc), --on-loss continue and restore: the job's membership (its
+  // number, why it last changed, the global set's nodes). A rank's requests fail until it has
+  // acknowledged the latest (the engine checks: NodePage::membership).
+  const Membership& membership() const { return membership_; }
 
   // A daemon restarted under the job (restarted_node.cc), node 0 of the global set's part: the
   // tag slot the global set takes when node `node` comes back (Transport::Reconnect keeps what
@@ -173,16 +170,7 @@ class Job {
   // attach in their place): the other nodes told where it is (`tell_others`), the global set made
   // afresh with it, the membership + 1. Returns where the job now stands, for the new daemon.
   uint32_t NextGlobalSlot() { return FreeSlot(/*except_set=*/0); }
-  struct RestartedNode {
-    uint32_t node = 0, membership = 0, slot = 0;
-    std::string address, host;  // its UCX worker address, its machine
-    int32_t pid = 0;
-    bool tell_others = false;
-    // The other nodes, while node 0's notices come in (kNodeRestarted, kNodeAddress).
-    uint32_t chunks = 0, got = 0;
-    uint64_t deadline_ns = 0;  // to see the old daemon lost here
-  };
-  JobResume TakeRestartedNodeBack(const RestartedNode& n);
+  JobResume TakeRestartedNodeBack(const Membership::RestartedNode& n);
   // Whether the global set runs here, so that the other nodes can be told (TellNodes).
   bool GlobalSetRuns() const {
     const auto it = sets_.find(0);
@@ -241,8 +229,6 @@ class Job {
   // A tag slot no live set uses, the least recently freed first (a removed set's late messages
   // then meet no new set for a long while); 0 when every slot is taken.
   uint32_t FreeSlot(int32_t except_set = -1);  // `except_set`: count its slot as free
-  // Wall-clock seconds now (what the status shows as when).
-  static double UnixSeconds();
   // An instant mark in the job's timeline (when one runs): a loss, a node gone, a rank back.
   void Mark(int32_t rank, const std::string& what);
   // Where a set of global ranks `ranks` (ascending) runs: its place (no transport yet) and its
@@ -268,14 +254,11 @@ class Job {
   // Applied from Poll, once the sets are polled (the notices arrive inside them).
   void RequestNodeBack();
   bool ApplyNodeBack();  // whether it took a node back
-  // Node 0 of the global set: node `node` asked (`joins`: its kNodeBack said kJoinsWord).
-  void AskedBack(uint32_t node, bool joins);
-  static constexpr const char* kJoinsWord = "joins";
   // The restarted daemon's part: the job started where `resume` says.
   void Resume(const JobResume& resume);
-  // The other nodes' part: node 0's notices of a restarted daemon; once its address is whole and
-  // the old daemon is seen lost here, reconnect and take the node back. Returns whether it did.
-  void ReceiveRestart(const ControlMessage& m);
+  // The other nodes' part: node 0's notices of a restarted daemon (Membership::restarts); once its
+  // address is whole and the old daemon is seen lost here, reconnect and take the node back.
+  // Returns whether it did.
   bool ApplyRestarts(uint64_t now_ns);
   // `joins`: the node's every slot was vacant since the job started (it joins, it is not back).
   void TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot, bool joins);
@@ -284,7 +267,6 @@ class Job {
   // How long node 0 waits for its notices to leave before the old global set goes (its sends are
   // cancelled with it). The peers are alive: a 384-byte message leaves in microseconds.
   static constexpr uint64_t kNoticeFlushNs = 200'000'000;
-  uint32_t GlobalLeader() const { return global_nodes_.empty() ? 0 : global_nodes_.front(); }
   // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
   // order agreed once the sets are polled: every node makes the same ones at the same point.
   void ApplySetChanges();
@@ -319,6 +301,8 @@ class Job {
   void SendHealthBundles(std::vector<HealthBundle> bundles);
   bool PollHealth();
   void CancelHealth();
+  // By node: whether the transport lost it (for the health view; Membership says which the job
+  // went on without).
   std::vector<bool> LostNodes() const;
 
   const Config& config_;
@@ -335,27 +319,9 @@ class Job {
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   PointToPoint p2p_;  // send and recv: outside the sets' coordination
   std::map<uint32_t, LostRank> lost_;  // local rank -> why it is gone
-  std::vector<bool> nodes_lost_;       // by node: lost and gone on without (LoseNodes)
-  // The global set's nodes by its node index once it was made afresh (LoseNodes); empty: every
-  // node of the job, in order. TellNodes and the notices speak the job's node numbers.
-  std::vector<uint32_t> global_nodes_;
-  uint32_t membership_ = 0;
-  std::string membership_why_;
+  Membership membership_;
   // The TOPO plan of the global set EndGlobalSet ended, for MakeGlobalSet to carry over.
   std::shared_ptr<const TopoPlan> carried_plan_;
-  bool back_pending_ = false;  // a replacement here waits for the node to be taken back
-  bool back_joins_ = false;    // ... a new rank: the node had only vacant slots, it joins
-  bool back_sent_ = false;     // ... and node 0 of the global set was asked
-  std::vector<uint32_t> back_asked_;  // node 0 of the global set: nodes asking to come back
-  std::vector<bool> joining_;         // ... by node: it asked to join (its slots were all vacant)
-  std::vector<uint32_t> back_retry_;  // ... that it could not answer yet
-  struct NodeJoin {
-    uint32_t node, membership, slot;
-    bool joins;
-  };
-  std::vector<NodeJoin> node_joins_;  // node 0's answers, to apply
-  std::vector<RestartedNode> restarts_;  // node 0's notices of restarted daemons, to apply
-  std::vector<StatusSnapshot::MembershipChange> membership_changes_;
   uint64_t loss_seq_ = 0;
   JobHealth health_;
   struct HealthTransfer {

@@ -28,45 +28,37 @@ namespace syncd {
 
 void Job::LoseNodes() {
   Transport* t = links_.transport;
-  if (nodes_lost_.size() != t->size()) nodes_lost_.assign(t->size(), false);
-  std::string lost;
-  std::vector<uint32_t> newly;
-  for (uint32_t p = 0; p < t->size(); ++p)
-    if (p != t->rank() && !nodes_lost_[p] && t->PeerLost(p)) {
-      nodes_lost_[p] = true;
-      newly.push_back(p);
-    }
+  const std::vector<uint32_t> newly = membership_.SeeLostNodes(t);
   if (newly.empty()) return;
+  std::string lost;
   for (uint32_t p : newly) lost += (lost.empty() ? "node " : ", node ") + std::to_string(p);
   if (std::optional<Status> failure = t->PeerFailure(); failure && newly.size() == 1) lost = failure->message();
-  EndGlobalSet(membership_ + 1, lost + "; the job went on without it (--on-loss " +
-                                    (config_.on_loss == OnLoss::kRestore ? "restore" : "continue") + ", membership " +
-                                    std::to_string(membership_ + 1) + ")");
+  const uint32_t next = membership_.number() + 1;
+  EndGlobalSet(next, lost + "; the job went on without it (--on-loss " +
+                         (config_.on_loss == OnLoss::kRestore ? "restore" : "continue") + ", membership " +
+                         std::to_string(next) + ")");
   // Process sets holding a lost node's ranks cannot go on.
   for (auto& [id, set] : sets_) {
     const std::vector<uint32_t>& ranks = set_info_[id].ranks;
-    if (std::any_of(ranks.begin(), ranks.end(), [&](uint32_t r) { return nodes_lost_[r / local_size_]; }))
-      set->End(Status(SYNCD_ERR_RANK_LOST, "process set " + std::to_string(id) + ": " + membership_why_ +
+    if (std::any_of(ranks.begin(), ranks.end(), [&](uint32_t r) { return membership_.NodeLost(r / local_size_); }))
+      set->End(Status(SYNCD_ERR_RANK_LOST, "process set " + std::to_string(id) + ": " + membership_.why() +
                                                " (a process set cannot go on without a rank)"),
                ProcessSet::Reach::kJob);
   }
   MakeGlobalSet(FreeSlot());
   // A replacement here still waiting to be taken back asks the global set's node 0 again (it may
   // be a new one).
-  back_sent_ = false;
+  membership_.Asked(false);
   Mark(-1, lost + " lost; the job goes on without it");
   CompleteTransfers();
   if (set_hooks_.flush) set_hooks_.flush();
 }
 
 void Job::EndGlobalSet(uint32_t membership, const std::string& what, bool routine) {
-  membership_ = membership;
-  membership_why_ = what;
-  spdlog::log(routine ? spdlog::level::info : spdlog::level::warn, "{}", membership_why_);
-  membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
+  membership_.Change(membership, what, routine);
   // What the old global set holds fails here, as on every other node.
   End(EndScope::Set(0, ProcessSet::Reach::kRemoved),
-      Status(SYNCD_ERR_RANK_LOST, membership_why_ + ": what was in flight fails; each rank's calls fail until it "
+      Status(SYNCD_ERR_RANK_LOST, membership_.why() + ": what was in flight fails; each rank's calls fail until it "
                                                     "acknowledges the new membership (hvd.elastic.run does)"));
   carried_plan_ = sets_.count(0) ? sets_[0]->plan() : nullptr;
   sets_.erase(0);
@@ -78,7 +70,7 @@ void Job::MakeGlobalSet(uint32_t slot) {
   std::vector<int64_t> ranks;
   const uint32_t nodes_in_job = t == nullptr ? 1 : t->size();
   for (uint32_t node = 0; node < nodes_in_job; ++node)
-    if (node >= nodes_lost_.size() || !nodes_lost_[node])
+    if (!membership_.NodeLost(node))
       for (uint32_t l = 0; l < local_size_; ++l) ranks.push_back(int64_t(node) * local_size_ + l);
   std::vector<uint32_t> nodes;
   ProcessSetPlace place = PlaceOf(0, ranks, &nodes);
@@ -91,7 +83,7 @@ void Job::MakeGlobalSet(uint32_t slot) {
   // Its TOPO plan: the old set's, where the nodes of the new one agree on it (coord/job_join.h).
   sets_[0] = std::make_unique<ProcessSet>(config_, std::move(place), links_.counters, set_hooks_,
                                           std::exchange(carried_plan_, nullptr));
-  global_nodes_ = std::move(nodes);
+  membership_.SetGlobalNodes(std::move(nodes));
   // The ranks stood in for now fail nothing more (the membership change failed what was in flight).
   int64_t stood_in = 0;
   for (const auto& [lr, l] : lost_)

@@ -14,7 +14,7 @@
 // node left). The replacement's node asks it (kNodeBack); it picks the new membership and the new
 // set's tag slot (FreeSlot, which every node then continues from) and tells every node of the old
 // set (kNodeJoin), then takes the node back itself. Should node 0 be lost first, the asking node
-// asks the next one (LoseNodes clears back_sent_).
+// asks the next one (LoseNodes clears Membership::asked).
 //
 // Engine thread only.
 #include <spdlog/spdlog.h>
@@ -26,61 +26,57 @@
 namespace syncd {
 
 void Job::RequestNodeBack() {
-  if (!back_pending_ || back_sent_) return;
-  const uint32_t leader = GlobalLeader();
+  if (!membership_.wants_back() || membership_.asked()) return;
+  const uint32_t leader = membership_.Leader();
+  const bool joins = membership_.back_joins();
   if (leader == config_.node_rank) {
-    AskedBack(leader, back_joins_);
-    back_sent_ = true;
+    membership_.Asking(leader, joins);
+    membership_.Asked(true);
     return;
   }
-  back_sent_ = TellNodes(
-      ControlMessage{ControlMessage::Kind::kNodeBack, id_, membership_, back_joins_ ? kJoinsWord : ""}, int32_t(leader));
-  if (back_sent_)
+  const bool sent = TellNodes(ControlMessage{ControlMessage::Kind::kNodeBack, id_, membership_.number(),
+                                             joins ? Membership::kJoinsWord : ""},
+                              int32_t(leader));
+  membership_.Asked(sent);
+  if (sent)
     spdlog::info("node {} asks node {} to take it {} the job's collectives", config_.node_rank, leader,
-                 back_joins_ ? "into" : "back into");
-}
-
-void Job::AskedBack(uint32_t node, bool joins) {
-  back_asked_.push_back(node);
-  if (joining_.size() <= node) joining_.resize(node + 1, false);
-  joining_[node] = joins;
+                 joins ? "into" : "back into");
 }
 
 bool Job::ApplyNodeBack() {
   RequestNodeBack();  // not sent yet (the set was not started), or to a new node 0
-  std::vector<uint32_t> asked = std::exchange(back_asked_, {});
-  std::sort(asked.begin(), asked.end());
-  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
+  const std::vector<uint32_t> asked = membership_.TakeAsking();
+  std::vector<uint32_t> retry;  // those it could not answer yet
   for (size_t i = 0; i < asked.size(); ++i) {
     const uint32_t node = asked[i];
     // Only node 0 of the global set decides; a node asking a node 0 since lost asks again.
-    if (GlobalLeader() != config_.node_rank || (node < nodes_lost_.size() && nodes_lost_[node])) continue;
-    const uint32_t membership = membership_ + 1;
+    if (membership_.Leader() != config_.node_rank || membership_.NodeLost(node)) continue;
+    const uint32_t membership = membership_.number() + 1;
     const uint32_t slot = FreeSlot(/*except_set=*/0);
-    const bool joins = node < joining_.size() && joining_[node];
-    if (global_nodes_.size() > 1 || (global_nodes_.empty() && links_.transport != nullptr)) {
-      const std::string text = std::to_string(node) + (joins ? std::string(" ") + kJoinsWord : "");
+    const bool joins = membership_.Joins(node);
+    const std::vector<uint32_t>& global = membership_.global_nodes();
+    if (global.size() > 1 || (global.empty() && links_.transport != nullptr)) {
+      const std::string text = std::to_string(node) + (joins ? std::string(" ") + Membership::kJoinsWord : "");
       ControlMessage join{ControlMessage::Kind::kNodeJoin, id_, membership, text, int32_t(slot)};
       if (!TellNodes(std::move(join), -1)) {
         spdlog::warn("node {} cannot be taken back now (the global set is not running); trying again", node);
-        back_retry_.push_back(node);
+        retry.push_back(node);
         continue;
       }
       sets_[0]->FlushNotices(abi::MonotonicNs() + kNoticeFlushNs);
     }
-    node_joins_.push_back({node, membership, slot, joins});
-    back_retry_.insert(back_retry_.end(), asked.begin() + ptrdiff_t(i) + 1, asked.end());  // on the set made afresh
+    membership_.Answer({node, membership, slot, joins});
+    retry.insert(retry.end(), asked.begin() + ptrdiff_t(i) + 1, asked.end());  // on the set made afresh
     break;
   }
-  back_asked_.insert(back_asked_.end(), back_retry_.begin(), back_retry_.end());
-  back_retry_.clear();
-  const bool did = !node_joins_.empty();
-  for (const NodeJoin& j : std::exchange(node_joins_, {})) TakeNodeBack(j.node, j.membership, j.slot, j.joins);
-  return did;
+  membership_.AskAgain(std::move(retry));
+  const std::vector<Membership::NodeJoin> joins = membership_.TakeAnswers();
+  for (const Membership::NodeJoin& j : joins) TakeNodeBack(j.node, j.number, j.slot, j.joins);
+  return !joins.empty();
 }
 
 void Job::TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot, bool joins) {
-  membership = std::max(membership_ + 1, membership);
+  membership = std::max(membership_.number() + 1, membership);
   const std::string afresh =
       "the job's collectives start afresh with it (membership " + std::to_string(membership) + ")";
   // The ranks attached there take part in the set made afresh (MakeGlobalSet stands in for none of them).
@@ -89,11 +85,11 @@ void Job::TakeNodeBack(uint32_t node, uint32_t membership, uint32_t slot, bool j
                       (joins ? " joins: a new rank attached in a vacant slot there, and " + afresh
                              : " is back: a replacement attached there, and " + afresh),
                   joins);
-  if (node < joining_.size()) joining_[node] = false;
+  membership_.Joined(node);
   if (node == config_.node_rank) {
     for (auto it = lost_.begin(); it != lost_.end();)
       it = it->second.awaiting_node_back ? lost_.erase(it) : std::next(it);
-    back_pending_ = back_sent_ = back_joins_ = false;
+    membership_.TakenBack();
   }
 }
 
@@ -101,7 +97,7 @@ void Job::RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string&
   EndGlobalSet(membership, what, routine);
   last_slot_ = slot;  // every node goes on choosing slots from the same point (FreeSlot)
   MakeGlobalSet(slot);
-  Mark(-1, membership_why_);
+  Mark(-1, membership_.why());
   CompleteTransfers();
   if (set_hooks_.flush) set_hooks_.flush();
 }

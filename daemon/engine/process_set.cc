@@ -56,10 +56,10 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       partial_(PartialPlaceOf(place_, hooks_.timeline)) {
   if (place_.id == 0 && place_.gpu != nullptr) PrepareGpu();
   if (place_.id == 0 && place_.comm != nullptr) {
-    plan_carry_.plan = std::move(carried_plan);
-    plan_carry_pending_ = true;
+    topo_.carry.plan = std::move(carried_plan);
+    topo_.carry_pending = true;
   } else if (carried_plan) {  // one node: nobody to agree with
-    plan_ = std::move(carried_plan);
+    topo_.plan = std::move(carried_plan);
     if (config_.coord == abi::CoordMode::kTopo) InstallPlan();
   }
   if (place_.comm != nullptr) negotiator_ = MakeNegotiator();
@@ -95,9 +95,9 @@ Status ProcessSet::Add(Request r) {
 ProcessSet::~ProcessSet() {
   // Executions first: they use the set's buffers and the negotiator's transport.
   cycle_run_.task = CommTask();
-  topo_run_.task = CommTask();
+  topo_.run.task = CommTask();
   negotiator_.reset();
-  topo_.reset();
+  topo_.runner.reset();
 }
 
 std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
@@ -117,7 +117,7 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
   opts.set = place_.id;
   opts.holds_work = [this] { return InFlight() > 0; };
   if (gpu_restart_pending_) opts.gpu_restart = &gpu_restart_;
-  if (plan_carry_pending_) opts.plan_carry = &plan_carry_;
+  if (topo_.carry_pending) opts.plan_carry = &topo_.carry;
   return std::make_unique<Negotiator>(place_.comm, std::move(opts));
 }
 
@@ -138,13 +138,13 @@ Status ProcessSet::Refusal() const {
 bool ProcessSet::Poll(uint64_t now_ns) {
   // The set's scratch vectors, taken for this turn (a nested turn would find them empty) and
   // given back, emptied, at its end: no heap allocation per collective for them.
-  std::vector<ReadyTensor> ready = std::move(ready_scratch_);
-  std::vector<FailedTensor> failed = std::move(failed_scratch_);
-  std::vector<ReadyTensor> local_ready = std::move(local_ready_scratch_);
+  std::vector<ReadyTensor> ready = std::move(scratch_.ready);
+  std::vector<FailedTensor> failed = std::move(scratch_.failed);
+  std::vector<ReadyTensor> local_ready = std::move(scratch_.local_ready);
   table_.TakeCompleted(&ready, &failed);
   bool did = !ready.empty() || !failed.empty();
   for (FailedTensor& f : failed) {
-    if (topo_ && topo_->Has(f.requests.front().name)) {
+    if (topo_.runner && topo_.runner->Has(f.requests.front().name)) {
       // The plan is the job's agreement: ranks that break it stop the job on every node.
       CompleteAll(f.requests, f.error);
       FailJob(Status(f.error.code(), "the registered TOPO plan cannot run: " + f.error.message()));
@@ -162,7 +162,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
     did |= negotiator_->Poll(now_ns);
     // Before anything of the job can run on the GPUs (agreements need every node's messages).
     if (gpu_restart_pending_ && negotiator_->joined()) RestartGpu();
-    if (plan_carry_pending_ && negotiator_->joined()) AdoptCarriedPlan();
+    if (topo_.carry_pending && negotiator_->joined()) AdoptCarriedPlan();
     did |= RunAgreed();
     // Blocking modes: the engine takes nothing new while the global set's cycle is open.
     if (blocking_ && negotiator_->cycle_running()) did |= Block();
@@ -172,7 +172,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   if (negotiator_ && negotiator_->broken()) {
     const Status& why = negotiator_->failure();
     // However the job broke (here or on another node), tensors waiting for their group fail too,
-    if (topo_ && (topo_->in_flight() > 0 || topo_run_.active)) FailTopo(why);
+    if (topo_.runner && (topo_.runner->in_flight() > 0 || topo_.run.active)) FailTopo(why);
     // and so do tensors still waiting here for some local ranks: those ranks will be told too,
     if (table_.pending() > 0 || PartialInFlight() > 0) FailWaiting(Status(why.code(), "cannot run, " + why.message()));
     // and NCCL calls that wait for other nodes.
@@ -182,7 +182,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   PollPartial(&did);
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
-  if (topo_) {
+  if (topo_.runner) {
     if (negotiator_) PollTopoJoin();
     did |= RunTopo();
   }
@@ -190,9 +190,9 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   ready.clear();
   failed.clear();
   local_ready.clear();
-  ready_scratch_ = std::move(ready);
-  failed_scratch_ = std::move(failed);
-  local_ready_scratch_ = std::move(local_ready);
+  scratch_.ready = std::move(ready);
+  scratch_.failed = std::move(failed);
+  scratch_.local_ready = std::move(local_ready);
   return did;
 }
 
@@ -229,38 +229,38 @@ bool ProcessSet::RunAgreed() {
 bool ProcessSet::RunTopo() {
   bool did = false;
   for (;;) {
-    if (!topo_run_.active) {
+    if (!topo_.run.active) {
       StandInForTopoGroup();
-      std::optional<AgreedWork> group = topo_->Next();
+      std::optional<AgreedWork> group = topo_.runner->Next();
       if (!group) return did;
-      TellTopoStandIns(topo_->seq() - 1);
+      TellTopoStandIns(topo_.runner->seq() - 1);
       if (hooks_.timeline->on()) {  // a marker: the plan's group issued (its execution follows as a group)
         TraceEvent e;
         e.kind = TraceKind::kPlanGroup;
         e.t0 = e.t1 = abi::MonotonicNs();
         e.set = place_.id;
-        e.group = topo_->next_group();
+        e.group = topo_.runner->next_group();
         hooks_.timeline->Record(e);
       }
-      topo_run_.work = std::move(*group);
-      topo_run_.active = true;
-      topo_run_.task = negotiator_ ? ExecuteAgreed(&topo_run_.work.tensors, topo_run_.work.tag, &topo_fusion_buffer_,
-                                                   std::nullopt, &topo_run_.groups, kPlan)
-                                   : ExecuteLocal(&topo_run_.work.tensors, topo_run_.work.tag);
+      topo_.run.work = std::move(*group);
+      topo_.run.active = true;
+      topo_.run.task = negotiator_ ? ExecuteAgreed(&topo_.run.work.tensors, topo_.run.work.tag, &topo_.fusion_buffer,
+                                                   std::nullopt, &topo_.run.groups, kPlan)
+                                   : ExecuteLocal(&topo_.run.work.tensors, topo_.run.work.tag);
       did = true;
     }
-    if (!topo_run_.task.Poll()) return did;
+    if (!topo_.run.task.Poll()) return did;
     did = true;
-    const Status st = topo_run_.task.status();
-    topo_->Done(st.ok());
+    const Status st = topo_.run.task.status();
+    topo_.runner->Done(st.ok());
     if (!st.ok()) {
       FailTopo(st);
       FailJob(st);
       return did;
     }
-    topo_run_.active = false;
-    topo_run_.task = CommTask();
-    topo_run_.work.tensors.clear();
+    topo_.run.active = false;
+    topo_.run.task = CommTask();
+    topo_.run.work.tensors.clear();
   }
 }
 
@@ -276,12 +276,12 @@ void ProcessSet::FailRun(AgreedRun& run, const Status& why) {
 }
 
 void ProcessSet::FailTopo(const Status& why) {
-  if (topo_run_.active) {
-    topo_->Done(false);
-    FailRun(topo_run_, why);
+  if (topo_.run.active) {
+    topo_.runner->Done(false);
+    FailRun(topo_.run, why);
   }
   std::vector<FailedTensor> ended;
-  topo_->FailAll(why, &ended);
+  topo_.runner->FailAll(why, &ended);
   for (const FailedTensor& f : ended) CompleteAll(f.requests, f.error);
 }
 
@@ -338,7 +338,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
     const uint64_t cycle = negotiator_->next_cycle_ns();  // 0: a cycle is in flight, keep polling
     next = cycle > now_ns ? cycle : 0;
   }
-  if (topo_run_.active) next = 0;  // a TOPO group waits on the network: keep polling it
+  if (topo_.run.active) next = 0;  // a TOPO group waits on the network: keep polling it
   if (cycle_run_.active) next = 0;  // an agreement runs (its cycle may have ended)
   if (!gpu_ops_.empty()) next = 0;          // GPU work completes without ringing the doorbell
   if (partial_.busy()) next = 0;            // partial rounds and their activation on the network
@@ -349,24 +349,24 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
 }
 
 bool ProcessSet::WaitsOnlyOnCycle() const {
-  if (topo_run_.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
+  if (topo_.run.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
   return negotiator_ && !negotiator_->broken() && (negotiator_->next_cycle_ns() == 0 || cycle_run_.active);
 }
 
 Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
-  if (topo_ && topo_->Has(t.first().name)) {
+  if (topo_.runner && topo_.runner->Has(t.first().name)) {
     if (negotiator_ && negotiator_->broken()) {
       const Status& why = negotiator_->failure();
       CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': cannot run, " + why.message()));
       return Status::Ok();
     }
     Enter(t.requests, RequestState::kAgreed, abi::MonotonicNs());  // the plan is the agreement
-    Status st = topo_->Add(&t);
+    Status st = topo_.runner->Add(&t);
     if (st.ok()) return st;
     CompleteAll(t.requests, st);
     return Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
   }
-  if (topo_) ++fallback_tensors_;
+  if (topo_.runner) ++topo_.fallback_tensors;
   if (negotiator_) {
     Enter(t.requests, RequestState::kNegotiating, abi::MonotonicNs());
     negotiator_->Add(std::move(t));
@@ -385,13 +385,13 @@ void ProcessSet::RegisterPlan(ReadyTensor& registration, std::shared_ptr<const T
   char hex[32];
   snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)plan->hash);
   Status result(SYNCD_OK, std::string("plan ") + hex);
-  if (plan_ && plan_->hash != plan->hash) {
+  if (topo_.plan && topo_.plan->hash != plan->hash) {
     char old[32];
-    snprintf(old, sizeof(old), "%016llx", (unsigned long long)plan_->hash);
+    snprintf(old, sizeof(old), "%016llx", (unsigned long long)topo_.plan->hash);
     result = Status(SYNCD_ERR_INVALID, std::string("a different TOPO plan (") + old +
                                            ") is already registered for this job; one plan per job");
-  } else if (!plan_) {
-    plan_ = plan;
+  } else if (!topo_.plan) {
+    topo_.plan = plan;
     spdlog::info("TOPO plan {} registered: {} tensors in {} groups{}", hex, plan->tensors.size(), plan->groups(),
                  config_.coord == abi::CoordMode::kTopo ? "" : std::string(" (not used: --coord is ") + CoordName(config_.coord) + ")");
     if (config_.coord == abi::CoordMode::kTopo) InstallPlan();
@@ -401,11 +401,11 @@ void ProcessSet::RegisterPlan(ReadyTensor& registration, std::shared_ptr<const T
 }
 
 void ProcessSet::InstallPlan() {
-  topo_ = std::make_unique<TopoRunner>(plan_);
+  topo_.runner = std::make_unique<TopoRunner>(topo_.plan);
   if (!negotiator_) return;
   // Plan tensors already waiting for negotiation now wait for their group instead. Every node
   // does this at the same point of the cycle sequence, so none negotiates them further.
-  for (auto& [t, local_error] : negotiator_->Withdraw([this](const std::string& n) { return topo_->Has(n); })) {
+  for (auto& [t, local_error] : negotiator_->Withdraw([this](const std::string& n) { return topo_.runner->Has(n); })) {
     // Runs inside an agreed cycle's execution: the job fails once that has returned.
     Status st = local_error;
     if (!st.ok()) CompleteAll(t.requests, st);
@@ -416,11 +416,11 @@ void ProcessSet::InstallPlan() {
 }
 
 void ProcessSet::AdoptCarriedPlan() {
-  plan_carry_pending_ = false;
-  if (!plan_carry_.error.ok()) spdlog::warn("job {}: {}", place_.job, plan_carry_.error.message());
-  if (!plan_carry_.plan || negotiator_->broken()) return;
-  plan_ = std::move(plan_carry_.plan);
-  spdlog::info("job {}: the global set made afresh goes on with TOPO {}", place_.job, DescribePlan(PlanShape(*plan_)));
+  topo_.carry_pending = false;
+  if (!topo_.carry.error.ok()) spdlog::warn("job {}: {}", place_.job, topo_.carry.error.message());
+  if (!topo_.carry.plan || negotiator_->broken()) return;
+  topo_.plan = std::move(topo_.carry.plan);
+  spdlog::info("job {}: the global set made afresh goes on with TOPO {}", place_.job, DescribePlan(PlanShape(*topo_.plan)));
   if (config_.coord == abi::CoordMode::kTopo) InstallPlan();
 }
 
@@ -452,8 +452,8 @@ void ProcessSet::CollectPartial() {
 }
 
 size_t ProcessSet::InFlight() const {
-  size_t n = table_.pending() + gpu_ops_.size() + PartialInFlight() + topo_run_.work.tensors.size();
-  if (topo_) n += topo_->in_flight();
+  size_t n = table_.pending() + gpu_ops_.size() + PartialInFlight() + topo_.run.work.tensors.size();
+  if (topo_.runner) n += topo_.runner->in_flight();
   return n;
 }
 
@@ -474,8 +474,8 @@ std::vector<StallSnapshot> ProcessSet::Stalls(uint64_t now_ns, uint64_t min_age_
       (st.Misses(lr) ? ss.missing_ranks : ss.submitted_ranks).push_back(place_.ranks[first + lr]);
     out.push_back(std::move(ss));
   }
-  if (topo_)
-    if (std::optional<TopoRunner::Wait> w = topo_->Waiting(now_ns, min_age_ns))
+  if (topo_.runner)
+    if (std::optional<TopoRunner::Wait> w = topo_.runner->Waiting(now_ns, min_age_ns))
       // The plan's group waits for tensors no local rank has submitted (all ranks must).
       for (const std::string& name : w->missing) {
         StallSnapshot ss{name + " (TOPO group " + std::to_string(w->group) + ")", double(w->waiting_ns) / 1e9, {}, {},
@@ -511,18 +511,18 @@ ProcessSetSnapshot ProcessSet::Snapshot(uint64_t now_ns) const {
   s.partial_ops = partial_.Snapshot();
   s.stalls = Stalls(now_ns, uint64_t(config_.stall_warning_s) * 1'000'000'000ull);
   if (s.stalls.size() > 32) s.stalls.resize(32);
-  if (plan_) {
+  if (topo_.plan) {
     s.has_plan = true;
-    s.plan_hash = plan_->hash;
-    s.plan_tensors = plan_->tensors.size();
-    s.plan_groups = plan_->groups();
-    s.plan_gpu_tensors = GpuTensors(*plan_);
-    s.plan_in_use = topo_ != nullptr;
-    if (topo_) {
-      s.topo = topo_->stats();
-      s.topo_next_group = topo_->next_group();
+    s.plan_hash = topo_.plan->hash;
+    s.plan_tensors = topo_.plan->tensors.size();
+    s.plan_groups = topo_.plan->groups();
+    s.plan_gpu_tensors = GpuTensors(*topo_.plan);
+    s.plan_in_use = topo_.runner != nullptr;
+    if (topo_.runner) {
+      s.topo = topo_.runner->stats();
+      s.topo_next_group = topo_.runner->next_group();
     }
-    s.fallback_tensors = fallback_tensors_;
+    s.fallback_tensors = topo_.fallback_tensors;
   }
   if (negotiator_) {
     s.coordinated = true;

@@ -36,6 +36,7 @@
 #include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"
 #include "daemon/core/tensor_table.h"
+#include "daemon/engine/process_set_parts.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/exec/host_executor.h"
 #include "daemon/obs/status_snapshot.h"
@@ -117,7 +118,7 @@ class ProcessSet {
   int32_t id() const { return place_.id; }
   const ProcessSetPlace& place() const { return place_; }
   // The TOPO plan the job registered in this set (null: none), whether it runs it or not.
-  const std::shared_ptr<const TopoPlan>& plan() const { return plan_; }
+  const std::shared_ptr<const TopoPlan>& plan() const { return topo_.plan; }
 
   // Intake. Why a new request must fail now (the set's job failed, here or on another node),
   // or OK. Then Add: fails (keeping nothing) for a name the rank already has in flight.
@@ -209,13 +210,6 @@ class ProcessSet {
   void PrepareGpu();
   void RestartGpu();
   void RebuildGpu(StatusOr<std::string> nccl_id);
-  // Agreed work being run: a negotiated cycle's, or a TOPO plan group.
-  struct AgreedRun {
-    AgreedWork work;
-    CommTask task;  // ExecuteAgreed (or ExecuteLocal) over work.tensors
-    bool active = false;
-    std::vector<FusionGroup> groups;  // ExecuteAgreed's, kept from run to run for their storage
-  };
   // Takes the negotiator's agreement, drives its execution, and reports the outcome back.
   bool RunAgreed();
   // Takes the TOPO runner's next groups and runs them, one at a time.
@@ -335,42 +329,17 @@ class ProcessSet {
   // once the negotiator has joined (gpu_restart_pending_).
   GpuRestart gpu_restart_;
   bool gpu_restart_pending_ = false;
-  // The global set of a many-node job: the job start's TOPO part (job_join.h), applied once the
-  // negotiator has joined (plan_carry_pending_), before its first cycle.
-  PlanCarry plan_carry_;
-  bool plan_carry_pending_ = false;
   std::unique_ptr<Negotiator> negotiator_;   // many nodes
-  std::unique_ptr<TopoRunner> topo_;         // --coord topo, once a plan is registered
-  std::shared_ptr<const TopoPlan> plan_;     // the set's registered plan (any mode)
   Status job_failure_;                       // one node: why FailJob was called
   Status deferred_failure_;                  // found inside an execution, or while blocked
   bool blocking_ = false;                    // negotiate and gs, global set: see Block
   uint64_t blocked_ns_ = 0;                  // inside Block
   AgreedRun cycle_run_;                      // a negotiated cycle's agreement being run
-  AgreedRun topo_run_;                       // a TOPO plan group being run
-  struct TopoStandIn {
-    bool joined_here = false;        // every rank here joined, and the others were told
-    std::vector<bool> joined_nodes;  // by node of the set: they told us so (until our join)
-    bool wanted = false;             // another node ran group run `wanted_seq` while we stood in
-    uint64_t wanted_seq = 0;
-    uint64_t running_seq = 0;        // the group run issued here last
-  };
-  TopoStandIn topo_stand_in_;
+  SetTopo topo_;                             // the plan, and --coord topo's runner and group running
   int64_t loss_stand_ins_[kStreams] = {};    // --on-loss restore: the last group's, see FailsForLoss
   int64_t stand_in_baseline_ = 0;            // StartAfreshWithStandIns's, this node's
-  // Storage reused turn after turn (no heap allocation per collective once sizes were seen):
-  // Poll's tensors, Fuse's candidates, the one-node path's groups and members.
-  std::vector<ReadyTensor> ready_scratch_, local_ready_scratch_;
-  std::vector<FailedTensor> failed_scratch_;
-  std::vector<FusionCandidate> candidates_;
-  std::vector<bool> fusion_taken_;
-  std::vector<FusionGroup> local_groups_;
-  CollectiveGroup members_;
-  Collective::Placement placement_;  // PlaceResults' (its rows' storage reused)
-  uint64_t fallback_tensors_ = 0;            // names outside the plan while one was in use
-  // Fusion buffers: negotiated groups and TOPO groups may be in flight at once.
-  HostBuffer fusion_buffer_;
-  HostBuffer topo_fusion_buffer_;
+  SetScratch scratch_;  // storage reused turn after turn
+  HostBuffer fusion_buffer_;  // negotiated groups' (TOPO groups have their own: SetTopo)
 };
 
 }  // namespace syncd

@@ -19,14 +19,14 @@ void ProcessSet::FailJob(const Status& why) {
   if (negotiator_) {
     negotiator_->Abort(why);  // tells the other nodes; gives up everything it holds
     Collect();
-    if (topo_) FailTopo(negotiator_->failure());
+    if (topo_.runner) FailTopo(negotiator_->failure());
     return;
   }
   if (job_failure_.ok()) {
     job_failure_ = why;
     spdlog::error("job failed: {}", why.message());
   }
-  if (topo_) FailTopo(why);
+  if (topo_.runner) FailTopo(why);
 }
 
 size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) {
@@ -39,7 +39,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       return waiting;
     }
     case Reach::kRank: {
-      const bool topo_in_flight = topo_ && (topo_->in_flight() > 0 || topo_run_.active);
+      const bool topo_in_flight = topo_.runner && (topo_.runner->in_flight() > 0 || topo_.run.active);
       const size_t waiting = FailWaiting(why);
       if (topo_in_flight) FailTopo(why);
       // A rank lost with GPU work in flight may never signal its stream: the GPU path ends (its
@@ -107,8 +107,8 @@ void ProcessSet::Replaced(uint32_t local_rank) {
 bool ProcessSet::Abandons(uint32_t local_rank) const {
   const auto at = std::find(place_.local_ranks.begin(), place_.local_ranks.end(), local_rank);
   if (at == place_.local_ranks.end()) return false;  // not one of the set's
-  return table_.HasRequestsOf(uint32_t(at - place_.local_ranks.begin())) || (topo_ && topo_->in_flight() > 0) ||
-         topo_run_.active || (negotiator_ && negotiator_->pending() > 0) || PartialInFlight() > 0;
+  return table_.HasRequestsOf(uint32_t(at - place_.local_ranks.begin())) || (topo_.runner && topo_.runner->in_flight() > 0) ||
+         topo_.run.active || (negotiator_ && negotiator_->pending() > 0) || PartialInFlight() > 0;
 }
 
 }  // namespace syncd

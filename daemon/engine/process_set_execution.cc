@@ -27,19 +27,19 @@ CollectiveGroup Members(const std::vector<ReadyTensor>& ready, const FusionGroup
 }  // namespace
 
 void ProcessSet::Fuse(const std::vector<ReadyTensor>& ready, std::vector<FusionGroup>* groups) {
-  candidates_.clear();
+  scratch_.candidates.clear();
   for (const ReadyTensor& t : ready) {
     const Request& f = t.first();
     const Collective* kind = FindCollective(f.kind);
-    candidates_.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
+    scratch_.candidates.push_back({kind != nullptr ? kind->FusionKeyOf(f) : std::nullopt, f.bytes});
   }
-  PlanFusionInto(candidates_, config_.fusion_threshold, groups, &fusion_taken_);
+  PlanFusionInto(scratch_.candidates, config_.fusion_threshold, groups, &scratch_.fusion_taken);
 }
 
 void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
   // One node: nothing waits inside, so the groups' storage is the set's, reused turn after turn
   // (taken, and given back at the end, in case a completion ever runs Execute again).
-  std::vector<FusionGroup> groups = std::move(local_groups_);
+  std::vector<FusionGroup> groups = std::move(scratch_.local_groups);
   Fuse(ready, &groups);
   for (const FusionGroup& g : groups) {
     ReadyTensor& head = ready[g.front()];
@@ -66,15 +66,15 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
     const uint32_t id = StartGroup(ready, g);
     PlaceResults(ready, g);
     if (const Collective* kind = FindCollective(head.first().kind)) {
-      members_.clear();
-      for (size_t i : g) members_.push_back(&ready[i]);
-      kind->RunLocal(members_, host_);
+      scratch_.members.clear();
+      for (size_t i : g) scratch_.members.push_back(&ready[i]);
+      kind->RunLocal(scratch_.members, host_);
     }
     CountExecuted(ready, g);
     RecordGroup(ready, g, t0, id);
     CompleteRan(ready, g);
   }
-  local_groups_ = std::move(groups);
+  scratch_.local_groups = std::move(groups);
 }
 
 CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {
@@ -343,7 +343,7 @@ void ProcessSet::PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup
     const Collective* kind = FindCollective(t.first().kind);
     if (kind == nullptr) continue;
     for (size_t l = 0; l < t.requests.size(); ++l) {
-      Collective::Placement* place = &placement_;
+      Collective::Placement* place = &scratch_.placement;
       Request& r = t.requests[l];
       if (!kind->ResultPlace(t, l, place) || r.results == nullptr) continue;
       if (std::optional<ResultArea::Block> block = r.results->Allocate(place->bytes, place->rows)) {
@@ -379,7 +379,7 @@ void ProcessSet::FailHeld(const Status& why) {
   table_.FailAll(why, &failed);
   for (FailedTensor& f : failed)
     CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
-  if (topo_) FailTopo(why);
+  if (topo_.runner) FailTopo(why);
   FailPartial(why);
   if (place_.gpu && place_.gpu->in_flight() > 0) {
     place_.gpu->Abort(why);

@@ -1,5 +1,5 @@
 // A daemon restarted under its job (--on-loss continue and restore): job.h, TakeRestartedNodeBack,
-// Resume, ApplyRestarts.
+// Resume, ApplyRestarts (the notices are read in membership.cc).
 //
 // Its node was lost first (lost_nodes.cc). The new daemon joins node 0's rendezvous again; node 0's
 // engine reaches it at its new address (Transport::Reconnect) and takes the node back: the global
@@ -22,13 +22,12 @@
 namespace syncd {
 namespace {
 
-constexpr uint64_t kSeeLostNs = 10'000'000'000ull;  // for the old daemon to be seen lost here
 constexpr size_t kHexPerMessage = kControlTextBytes / 2 * 2;
 }  // namespace
 
-JobResume Job::TakeRestartedNodeBack(const RestartedNode& n) {
-  const uint32_t membership = std::max(membership_ + 1, n.membership);
-  if (n.tell_others && global_nodes_.size() > 1) {
+JobResume Job::TakeRestartedNodeBack(const Membership::RestartedNode& n) {
+  const uint32_t membership = std::max(membership_.number() + 1, n.number);
+  if (n.tell_others && membership_.global_nodes().size() > 1) {
     // The other nodes of the old global set (the restarted node is not in it) reach it too.
     const std::string hex = Hex(n.address);
     const size_t chunks = (hex.size() + kHexPerMessage - 1) / kHexPerMessage;
@@ -44,49 +43,18 @@ JobResume Job::TakeRestartedNodeBack(const RestartedNode& n) {
     if (!told) spdlog::error("node {}'s restarted daemon: the other nodes could not be told", n.node);
     else sets_[0]->FlushNotices(abi::MonotonicNs() + kNoticeFlushNs);
   }
-  if (n.node < nodes_lost_.size()) nodes_lost_[n.node] = false;
+  membership_.NodeRestarted(n.node);
   RemakeGlobalSet(membership, n.slot, "node " + std::to_string(n.node) + "'s daemon was restarted: the node is back, "
                                       "its ranks stood in for until ranks attach in their place (membership " +
                                           std::to_string(membership) + ")");
-  JobResume resume{membership_, n.slot, {}};
-  for (uint32_t node = 0; node < nodes_lost_.size(); ++node)
-    if (nodes_lost_[node]) resume.lost_nodes.push_back(node);
-  return resume;
-}
-
-void Job::ReceiveRestart(const ControlMessage& m) {
-  if (m.kind == ControlMessage::Kind::kNodeRestarted) {
-    RestartedNode n;
-    char host[kControlTextBytes + 1] = {};
-    unsigned chunks = 0;
-    if (sscanf(m.text.c_str(), "%u %d %u %360s", &n.node, &n.pid, &chunks, host) < 3) {
-      spdlog::error("a restarted daemon's notice could not be read: '{}'", m.text);
-      return;
-    }
-    n.host = host;
-    n.membership = uint32_t(m.cycle);
-    n.slot = uint32_t(m.code);
-    n.chunks = chunks;
-    n.deadline_ns = abi::MonotonicNs() + kSeeLostNs;
-    restarts_.push_back(std::move(n));
-    return;
-  }
-  for (RestartedNode& n : restarts_)  // kNodeAddress: the next piece of a restarted node's address
-    if (n.node == m.cycle && n.got < n.chunks) {
-      if (uint32_t(m.code) != n.got) spdlog::error("node {}'s new address: piece {} came as {}", n.node, n.got, m.code);
-      StatusOr<std::string> piece =
-          Unhex(m.text, "node 0 sent a piece of node " + std::to_string(n.node) + "'s address");
-      if (!piece.ok()) spdlog::error("{}", piece.status().message());
-      else n.address += *piece;
-      ++n.got;
-      return;
-    }
+  return JobResume{membership_.number(), n.slot, membership_.LostNodes()};
 }
 
 bool Job::ApplyRestarts(uint64_t now_ns) {
   bool did = false;
-  for (auto it = restarts_.begin(); it != restarts_.end();) {
-    const RestartedNode& n = *it;
+  std::vector<Membership::RestartedNode>& restarts = membership_.restarts();
+  for (auto it = restarts.begin(); it != restarts.end();) {
+    const Membership::RestartedNode n = *it;
     Transport* t = links_.transport;
     if (n.got < n.chunks || (!t->PeerLost(n.node) && now_ns < n.deadline_ns)) {
       ++it;
@@ -99,22 +67,16 @@ bool Job::ApplyRestarts(uint64_t now_ns) {
     } else {
       spdlog::error("node {}'s restarted daemon cannot be reached from here: {}", n.node, st.message());
     }
-    it = restarts_.erase(it);
+    it = restarts.erase(it);
   }
   return did;
 }
 
 void Job::Resume(const JobResume& resume) {
-  if (links_.transport != nullptr) {
-    nodes_lost_.assign(links_.transport->size(), false);
-    for (uint32_t n : resume.lost_nodes)
-      if (n < nodes_lost_.size()) nodes_lost_[n] = true;
-  }
-  membership_ = resume.membership;
-  membership_why_ = "this daemon was restarted under job " + std::to_string(id_) + " (membership " +
-                    std::to_string(membership_) + "): its ranks take part again once ranks attach in their place";
-  spdlog::warn("{}", membership_why_);
-  membership_changes_.push_back({membership_, UnixSeconds(), membership_why_});
+  membership_.Resume(links_.transport != nullptr ? links_.transport->size() : 0, resume.lost_nodes, resume.membership,
+                     "this daemon was restarted under job " + std::to_string(id_) + " (membership " +
+                         std::to_string(resume.membership) +
+                         "): its ranks take part again once ranks attach in their place");
   for (uint32_t lr = 0; lr < local_size_; ++lr) {
     LostRank& lost = lost_[lr] = LostRank{0, "rank " + std::to_string(config_.node_rank * local_size_ + lr) +
                                                  " was lost with its daemon, restarted since",

@@ -148,11 +148,11 @@ std::string Job::DescribeStall(const StallSnapshot& s, uint64_t now_ns, const st
 }
 
 void Engine::CheckStalls(uint64_t now_ns) {
-  last_stall_check_ns_ = now_ns;
+  tally_.last_stall_check_ns = now_ns;
   if (!job_) return;
   std::vector<RankActivity> here;
   for (const auto& [id, c] : clients_) here.push_back({c.info->rank, c.last_submit_ns});
-  stall_warnings_ += job_->CheckStalls(now_ns, here);
+  tally_.stall_warnings += job_->CheckStalls(now_ns, here);
   job_->ExpireDepartures(now_ns, !clients_.empty());
   FlushClients();
 }

@@ -23,14 +23,14 @@
 namespace syncd {
 
 void ProcessSet::PollTopoJoin() {
-  TopoStandIn& s = topo_stand_in_;
+  SetTopo::StandIn& s = topo_.stand_in;
   if (s.joined_nodes.size() != place_.nodes()) s.joined_nodes.assign(place_.nodes(), false);
   const bool joined = !negotiator_->broken() && negotiator_->HasPending(abi::kJoinName);
   if (joined == s.joined_here) return;
   s.joined_here = joined;
   s.wanted = false;
   if (joined) {
-    negotiator_->Tell(-1, ControlMessage{ControlMessage::Kind::kTopoJoined, place_.job, topo_->seq(), ""});
+    negotiator_->Tell(-1, ControlMessage{ControlMessage::Kind::kTopoJoined, place_.job, topo_.runner->seq(), ""});
     return;
   }
   // Our join was agreed, so was every node's: nobody stands in for groups from now on.
@@ -38,14 +38,14 @@ void ProcessSet::PollTopoJoin() {
 }
 
 void ProcessSet::ReceiveTopoNotice(const ControlNotice& n) {
-  TopoStandIn& s = topo_stand_in_;
-  if (!topo_ || !negotiator_) return;
+  SetTopo::StandIn& s = topo_.stand_in;
+  if (!topo_.runner || !negotiator_) return;
   if (s.joined_nodes.size() != place_.nodes()) s.joined_nodes.assign(place_.nodes(), false);
   if (n.message.kind == ControlMessage::Kind::kTopoJoined) {
     if (n.from >= s.joined_nodes.size()) return;
     s.joined_nodes[n.from] = true;
     // The group running here may have started before the word came: it waits for that node.
-    if (topo_run_.active)
+    if (topo_.run.active)
       negotiator_->Tell(int32_t(n.from), ControlMessage{ControlMessage::Kind::kTopoRun, place_.job, s.running_seq, ""});
     return;
   }
@@ -55,7 +55,7 @@ void ProcessSet::ReceiveTopoNotice(const ControlNotice& n) {
 }
 
 void ProcessSet::TellTopoStandIns(uint64_t seq) {
-  TopoStandIn& s = topo_stand_in_;
+  SetTopo::StandIn& s = topo_.stand_in;
   s.running_seq = seq;
   if (!negotiator_) return;
   for (uint32_t node = 0; node < s.joined_nodes.size(); ++node)
@@ -64,10 +64,10 @@ void ProcessSet::TellTopoStandIns(uint64_t seq) {
 }
 
 void ProcessSet::StandInForTopoGroup() {
-  TopoStandIn& s = topo_stand_in_;
-  if (!s.joined_here || !s.wanted || topo_->running() || topo_->seq() > s.wanted_seq) return;
-  const TopoPlan& plan = topo_->plan();
-  const uint32_t g = topo_->next_group();
+  SetTopo::StandIn& s = topo_.stand_in;
+  if (!s.joined_here || !s.wanted || topo_.runner->running() || topo_.runner->seq() > s.wanted_seq) return;
+  const TopoPlan& plan = topo_.runner->plan();
+  const uint32_t g = topo_.runner->next_group();
   for (size_t i = plan.group_begin[g]; i < plan.group_end(g); ++i) {
     if (plan.tensors[i].op == SYNCD_ADASUM) {  // pairs every rank's tensor: nobody can stand in
       deferred_failure_ = Status(SYNCD_ERR_INVALID, "tensor '" + plan.tensors[i].name + "': Adasum pairs every rank's "
@@ -89,7 +89,7 @@ void ProcessSet::StandInForTopoGroup() {
     }
   }
   const uint32_t first = place_.offsets[place_.node_rank];
-  topo_->StandInForNext([&](const PlannedTensor& p) {
+  topo_.runner->StandInForNext([&](const PlannedTensor& p) {
     Request like;
     like.kind = abi::OpKind::kAllreduce;
     like.name = p.name;
