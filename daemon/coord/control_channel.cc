@@ -57,8 +57,9 @@ bool ControlChannel::Flush(uint64_t deadline_ns) {
   return out_.empty();
 }
 
-std::vector<ControlChannel::Incoming> ControlChannel::Receive() {
-  std::vector<Incoming> in;
+std::vector<ControlChannel::Incoming>& ControlChannel::Receive() {
+  std::vector<Incoming>& in = arrived_;
+  in.clear();
   for (uint32_t p = 0; p < recvs_.size(); ++p) {
     if (p == counted_->rank() || recvs_[p] == 0) continue;
     Status err;

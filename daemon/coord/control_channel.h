@@ -40,15 +40,16 @@ class ControlChannel {
   // Progresses the transport until every send has left or the deadline passes; returns whether
   // they have.
   bool Flush(uint64_t deadline_ns);
-  // What arrived since the last look: at most one message per peer, in peer order; the peer's
-  // next receive is posted for each that decoded. A receive that failed (`lost`: the peer is) or
+  // What arrived since the last look: at most one message per peer, in peer order (the list is the
+  // channel's, reused: valid until the next call, its messages the caller's to move out); the
+  // peer's next receive is posted for each that decoded. A receive that failed (`lost`: the peer is) or
   // a message that does not decode comes as its error, and that peer is listened to no more.
   struct Incoming {
     uint32_t from = 0;
     bool lost = false;
     StatusOr<ControlMessage> message;
   };
-  std::vector<Incoming> Receive();
+  std::vector<Incoming>& Receive();
 
  private:
   using Bytes = std::array<char, kControlMessageBytes>;
@@ -63,6 +64,7 @@ class ControlChannel {
   std::list<Outgoing> out_;
   std::vector<std::shared_ptr<Bytes>> in_;  // each owned with its receive
   std::vector<CommHandle> recvs_;
+  std::vector<Incoming> arrived_;  // Receive's, its room kept from call to call
 };
 
 }  // namespace syncd

@@ -88,7 +88,7 @@ bool Negotiator::CheckAbortMessages() {
   control_.Reap();  // a failed send means a lost peer: PeerFailure() reports it below
   if (broken_) return false;
   t_->Progress();
-  std::vector<ControlChannel::Incoming> in = control_.Receive();
+  std::vector<ControlChannel::Incoming>& in = control_.Receive();
   for (ControlChannel::Incoming& i : in) {
     const uint32_t p = i.from;
     StatusOr<ControlMessage>& m = i.message;

@@ -5,8 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 
 #include "daemon/engine/engine_timing.h"
 #include "daemon/transport/set_transport.h"
