@@ -12,7 +12,6 @@ namespace syncd {
 namespace {
 
 using engine_timing::kLeaveNoticeNs;
-using engine_timing::kStallCheckPeriodNs;
 
 // The transport epoch of a job: its messages never match another job's (see Transport::SetEpoch).
 uint32_t JobEpoch(uint64_t job) { return uint32_t((job * 0x9E3779B97F4A7C15ull) >> 60); }
@@ -32,6 +31,7 @@ void Engine::EndJob(uint64_t next_job) {
   End(EndScope::Job(ProcessSet::Reach::kWaiting), Status(SYNCD_ERR_RANK_LOST, "its job ended"));
   // and the other nodes learn that this one is done with it (they may still be in a cycle of it).
   job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
+  Settle();
   // Its plans and coordination too: every node drops them at the same point, before the new
   // job's first request. GPU work already enqueued still completes (to nobody, its ranks are gone).
   job_->Retire(&retired_);
@@ -75,21 +75,9 @@ void Engine::BeginJob(uint64_t job, const JobResume* resume) {
   links.counters = &counters_;
   links.resume = resume;
   ProcessSetHooks& hooks = links.hooks;
-  hooks.complete = [this](const std::vector<Request>& requests, const Status& st) { CompleteAll(requests, st); };
-  hooks.flush = [this] { FlushClients(); };
-  // Blocking in a cycle as Horovod does must not make the daemon blind: a client attaching or
-  // dying, a command (a status asked for), a stall to report, the daemon stopping all end the
-  // blocking (the cycle goes on).
-  hooks.keep_blocking = [this](uint64_t blocked_ns) {
-    node_page_->Heartbeat();
-    const uint64_t drain = drain_.deadline_ns();
-    return !stop_.load(std::memory_order_acquire) && (drain == 0 || abi::MonotonicNs() < drain) &&
-           inbox_.Empty() && !commands_.pending() && blocked_ns < kStallCheckPeriodNs;
-  };
-  // The job takes the health reports; the timeline's notices are the engine's.
-  hooks.on_notice = [this](uint32_t from, const ControlMessage& m) { timeline_.Receive(from, m); };
   hooks.timeline = timeline_.recorder();
   hooks.pool = &request_pool_;
+  hooks.outcomes = &outcomes_;
   hooks.ledger = &ledger_;
   hooks.residuals = &residuals_;
   job_ = std::make_unique<Job>(config_, job, local_size_, std::move(links));
@@ -165,7 +153,7 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   if (gpu_) gpu_->ForgetClient(client_id);  // its IPC mappings close once no queued GPU work uses them
   // What needs the rank fails, or waits for it to attach again (Job::RankLeft).
   const bool job_over = job_ && job_->RankLeft(local_rank, rank, pid, who + " " + reason, clean, clients_.size());
-  FlushClients();
+  Settle();
   // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
   // events), so it is complete once the job is.
   if (job_over && config_.node_rank == 0) (void)timeline_.Stop();

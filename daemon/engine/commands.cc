@@ -28,6 +28,7 @@ void Engine::RunCommands() {
       else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
     }
   }
+  if (!outcomes_.empty()) Settle();  // what a node's return or a resumed job ended
 }
 
 RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {

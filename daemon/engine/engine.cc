@@ -74,7 +74,7 @@ bool Engine::Drained() {
 void Engine::End(const EndScope& scope, const Status& why) {
   if (scope.kind == EndScope::Kind::kRequest) Complete(*scope.request, why);
   else if (job_) job_->End(scope, why);
-  FlushClients();
+  Settle();
 }
 
 bool Engine::HasWork() {
@@ -183,7 +183,9 @@ void Engine::Run() {
     if (t1 - tally_.last_stall_check_ns > kStallCheckPeriodNs) CheckStalls(t1);
     if (!did) Idle(t1, t1 - last_work, spin_ns);
     if (const uint64_t deadline = drain_.deadline_ns(); deadline != 0) {
-      if (Drained()) break;
+      const bool drained = Drained();
+      if (!outcomes_.empty()) Settle();
+      if (drained) break;
       if (abi::MonotonicNs() >= deadline) {
         drain_.DeadlinePassed();
         break;
@@ -197,7 +199,7 @@ void Engine::Run() {
   if (job_)
     job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
                 drain_.leave_why().empty() ? "the daemon is shutting down" : drain_.leave_why(), "its daemon was stopped");
-  FlushClients();
+  Settle();
   StopObserver();
   builder_.Build(std::move(*CaptureFacts()));  // what is left once the engine stopped
   drain_.Finish();
@@ -223,7 +225,7 @@ bool Engine::Poll() {
     if (retired_[i]->gpu_busy()) ++i;
     else retired_.erase(retired_.begin() + i);
   }
-  FlushClients();
+  Settle();
   return did;
 }
 
@@ -341,7 +343,15 @@ std::optional<Request> Engine::RefusalNotice(const ClientState& c, const abi::Su
   return notice;
 }
 
-void Engine::CompleteAll(const std::vector<Request>& requests, const Status& status) {
+void Engine::Settle() {
+  for (Outcome& o : outcomes_) ApplyOutcome(o.requests, o.status);
+  outcomes_.Clear(&request_pool_);
+  FlushClients();
+  if (job_)
+    for (const ControlNotice& n : job_->TakeNotices()) timeline_.Receive(n.from, n.message);
+}
+
+void Engine::ApplyOutcome(const std::vector<Request>& requests, const Status& status) {
   // A tensor completed a second time is not counted again (each request's second completion is
   // refused in Complete); its first request with a client says which (one lookup per tensor).
   const auto first = std::find_if(requests.begin(), requests.end(), [](const Request& r) { return r.client_id != kNoClient; });

@@ -160,7 +160,12 @@ class Engine {
   // A checked request goes to the job (or is answered here: a timeline request).
   void Take(Request r);
   std::optional<Request> RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why);
-  void CompleteAll(const std::vector<Request>& requests, const Status& status);
+  // The one place requests complete: the outcomes the calls into the job left (core/outcomes.h),
+  // each tensor's requests applied (ApplyOutcome), their storage back to the pool, then every
+  // client's ring flushed. After every call into the job, before anything else looks at clients.
+  void Settle();
+  // One tensor's requests (or one request): the ledger, the counters, the timeline, the clients.
+  void ApplyOutcome(const std::vector<Request>& requests, const Status& status);
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
   // A completed tensor into the timeline: each rank's submission and its life on this node.
   void Trace(const std::vector<Request>& requests, const Status& status);
@@ -194,6 +199,7 @@ class Engine {
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   RequestLedger ledger_;  // every request read off a ring until its one completion
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
+  Outcomes outcomes_;  // what the job's sets and transfers ended, until Settle applies it
   // Top-k, random-k, 1-bit: dropped when a job ends and when its membership changes.
   ResidualStore residuals_{config_.compression_residual_bytes};
   ExecutionCounters counters_;

@@ -17,17 +17,6 @@ Job::Job(const Config& config, uint64_t id, uint32_t local_size, Links links)
     : config_(config), id_(id), local_size_(local_size), links_(std::move(links)) {
   StartHealth(abi::MonotonicNs());
   set_hooks_ = std::move(links_.hooks);
-  set_hooks_.change_sets = [this](ReadyTensor t) { set_changes_.push_back(std::move(t)); };
-  // Notices come from the global set's nodes: by the job's node numbers once it was made afresh.
-  set_hooks_.on_notice = [this, others = std::move(set_hooks_.on_notice)](uint32_t from, const ControlMessage& m) {
-    const uint32_t node = membership_.JobNode(from);
-    if (m.kind == ControlMessage::Kind::kHealth) ReceiveHealth(node, m);
-    else if (!membership_.Receive(node, m) && others) others(node, m);
-  };
-  // A node to take back stops a cycle's blocking: the set it blocks in is about to be made afresh.
-  set_hooks_.keep_blocking = [this, outer = std::move(set_hooks_.keep_blocking)](uint64_t blocked_ns) {
-    return !membership_.ReturnWaits(/*asking=*/false) && (!outer || outer(blocked_ns));
-  };
   PointToPoint::Links p2p;
   p2p.transport = links_.transport;
   p2p.job = id;
@@ -111,7 +100,13 @@ bool Job::Poll(uint64_t now_ns) {
     if (auto it = sets_.find(0); it != sets_.end() && !it->second->Refusal().ok()) links_.transport->Progress();
     LoseNodes();
   }
-  for (auto& [id, set] : sets_) did |= set->Poll(now_ns);
+  // A node to take back stops a cycle's blocking: the set it blocks in is about to be made afresh.
+  const bool may_block = !membership_.ReturnWaits(/*asking=*/false);
+  for (auto& [id, set] : sets_) {
+    did |= set->Poll(now_ns, may_block);
+    set->TakeSetChanges(&set_changes_);
+  }
+  RouteNotices();
   if (p2p_.InFlight() > 0) {
     did |= p2p_.Poll();
     // The job failed (a lost rank or node, a stall): no transfer of it can complete.
@@ -147,15 +142,30 @@ size_t Job::End(const EndScope& scope, const Status& why) {
       break;
   }
   CompleteTransfers();
-  if (set_hooks_.flush) set_hooks_.flush();
+  RouteNotices();
   return waiting;
 }
 
 void Job::Leave(uint64_t deadline_ns, const std::string& why, const std::string& peer_reason) {
   for (auto& [id, set] : sets_) set->Leave(deadline_ns, why, peer_reason);
+  RouteNotices();
+}
+
+void Job::RouteNotices() {
+  const auto it = sets_.find(0);
+  if (it == sets_.end()) return;
+  it->second->TakeNotices(&notices_in_);
+  for (ControlNotice& n : notices_in_) {
+    // Notices come from the global set's nodes: by the job's node numbers once it was made afresh.
+    const uint32_t node = membership_.JobNode(n.from);
+    if (n.message.kind == ControlMessage::Kind::kHealth) ReceiveHealth(node, n.message);
+    else if (!membership_.Receive(node, n.message)) notices_out_.push_back({node, std::move(n.message)});
+  }
+  notices_in_.clear();
 }
 
 void Job::Retire(std::vector<std::unique_ptr<ProcessSet>>* retired) {
+  RouteNotices();
   for (auto& [id, set] : sets_)
     if (set->gpu_busy()) retired->push_back(std::move(set));
   sets_.clear();
@@ -321,7 +331,6 @@ void Job::ContinueWithout(uint32_t local_rank, uint32_t rank, const std::string&
                                                 " (a process set cannot go on without a rank)"),
                ProcessSet::Reach::kJob);
   CompleteTransfers();
-  if (set_hooks_.flush) set_hooks_.flush();
 }
 
 std::string Job::BlockingLosses() const {
@@ -351,7 +360,7 @@ bool Job::TellNodes(ControlMessage m, int32_t node) {
 }
 
 void Job::CompleteTransfers() {
-  for (PointToPoint::Ended& e : p2p_.TakeEnded()) set_hooks_.complete({std::move(e.request)}, e.status);  // counted per kind
+  for (PointToPoint::Ended& e : p2p_.TakeEnded()) set_hooks_.outcomes->Add(std::move(e.request), std::move(e.status));
 }
 
 void Job::ApplySetChanges() {
@@ -359,7 +368,7 @@ void Job::ApplySetChanges() {
   for (ReadyTensor& t : changes) {
     const Request& f = t.first();
     const Status result = f.kind == abi::OpKind::kAddProcessSet ? AddSet(f.splits) : RemoveSet(f.removed_set);
-    set_hooks_.complete(t.requests, result);
+    set_hooks_.outcomes->Add(t.requests, result);
   }
 }
 

@@ -4,8 +4,9 @@
 // stalls (warned about, then the job shut down) and its job-wide health view. The engine
 // (engine.h) owns what outlives a job: the clients and their rings, validation, completion,
 // metrics, the timeline and the status; it hands the job each checked request (Take) and each
-// rank's coming and going, and the job ends work by scope (End). Every completion goes out through
-// the sets' hooks (ProcessSetHooks::complete), so the job finishes requests only one way.
+// rank's coming and going, and the job ends work by scope (End). Every request the job or its
+// sets end goes to the engine's outcome list (core/outcomes.h) with its status, and the engine
+// applies the list once the call into the job returns: the job completes nothing itself.
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_JOB_H_
@@ -110,9 +111,7 @@ class Job {
     Transport* transport = nullptr;  // the job's daemons; nullptr: one node
     GpuExecutor* gpu = nullptr;      // this node's GPUs, or nullptr
     ExecutionCounters* counters = nullptr;
-    // What every set of the job runs with (the job keeps them as set_hooks_). The job takes the
-    // set changes (change_sets) and the health reports among the notices; the other notices go on
-    // to `hooks.on_notice`.
+    // What every set of the job runs with (the job keeps them as set_hooks_).
     ProcessSetHooks hooks;
     // A daemon restarted under the job: the job as node 0 has it (the global set on its slot, this
     // node's ranks stood in for until ranks attach in their place); nullptr: the job's start.
@@ -131,6 +130,9 @@ class Job {
   Status Take(Request&& r);
   // Moves every set and transfer on; applies agreed set changes. Returns whether it did work.
   bool Poll(uint64_t now_ns);
+  // Other nodes' notices that are neither the job's nor its sets' (the timeline's), in arrival
+  // order, since the last call: the engine takes them with the outcomes (Engine::Settle).
+  std::vector<ControlNotice> TakeNotices() { return std::exchange(notices_out_, {}); }
   // Ends work in `scope` (not kRequest: that is the engine's): every pending request of it
   // completes exactly once with `why`. Returns how many tensors were waiting for local ranks.
   size_t End(const EndScope& scope, const Status& why);
@@ -267,12 +269,15 @@ class Job {
   // How long node 0 waits for its notices to leave before the old global set goes (its sends are
   // cancelled with it). The peers are alive: a 384-byte message leaves in microseconds.
   static constexpr uint64_t kNoticeFlushNs = 200'000'000;
-  // Process set changes the global set agreed (ProcessSetHooks::change_sets), applied in the
+  // Process set changes the global set agreed (ProcessSet::TakeSetChanges), applied in the
   // order agreed once the sets are polled: every node makes the same ones at the same point.
   void ApplySetChanges();
   Status AddSet(const std::vector<int64_t>& ranks);
   Status RemoveSet(int32_t id);
-  // Completes what point-to-point ended (it completes nothing itself): after every call into it.
+  // The global set's notices for the job (health reports, the membership's) handled, the
+  // others kept for the engine (TakeNotices): after every call that may have received some.
+  void RouteNotices();
+  // Hands what point-to-point ended to the outcomes (it ends nothing itself): after every call into it.
   void CompleteTransfers();
   // --on-loss continue: the job goes on without local rank `local_rank` (global `rank`), lost
   // because `why`: transfers with it fail, the global set stands in for it (every other node's
@@ -313,7 +318,8 @@ class Job {
   int32_t last_set_id_ = 0;
   uint32_t last_slot_ = 0;
   std::vector<ReadyTensor> set_changes_;
-  ProcessSetHooks set_hooks_;  // what every set runs with (the job's own change_sets and on_notice)
+  std::vector<ControlNotice> notices_in_, notices_out_;  // RouteNotices's, TakeNotices's
+  ProcessSetHooks set_hooks_;  // what every set runs with
   // The job's process sets this node holds ranks of, by id. Declared after set_info_: a set goes
   // before the transport view it runs on.
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;

@@ -51,7 +51,6 @@ void Job::LoseNodes() {
   membership_.Asked(false);
   Mark(-1, lost + " lost; the job goes on without it");
   CompleteTransfers();
-  if (set_hooks_.flush) set_hooks_.flush();
 }
 
 void Job::EndGlobalSet(uint32_t membership, const std::string& what, bool routine) {
@@ -66,6 +65,7 @@ void Job::EndGlobalSet(uint32_t membership, const std::string& what, bool routin
 }
 
 void Job::MakeGlobalSet(uint32_t slot) {
+  RouteNotices();  // what the set about to go received
   Transport* t = links_.transport;
   std::vector<int64_t> ranks;
   const uint32_t nodes_in_job = t == nullptr ? 1 : t->size();

@@ -99,7 +99,6 @@ void Job::RemakeGlobalSet(uint32_t membership, uint32_t slot, const std::string&
   MakeGlobalSet(slot);
   Mark(-1, membership_.why());
   CompleteTransfers();
-  if (set_hooks_.flush) set_hooks_.flush();
 }
 
 }  // namespace syncd

@@ -135,7 +135,7 @@ Status ProcessSet::Refusal() const {
   return Status::Ok();
 }
 
-bool ProcessSet::Poll(uint64_t now_ns) {
+bool ProcessSet::Poll(uint64_t now_ns, bool may_block) {
   // The set's scratch vectors, taken for this turn (a nested turn would find them empty) and
   // given back, emptied, at its end: no heap allocation per collective for them.
   std::vector<ReadyTensor> ready = std::move(scratch_.ready);
@@ -146,14 +146,15 @@ bool ProcessSet::Poll(uint64_t now_ns) {
   for (FailedTensor& f : failed) {
     if (topo_.runner && topo_.runner->Has(f.requests.front().name)) {
       // The plan is the job's agreement: ranks that break it stop the job on every node.
-      CompleteAll(f.requests, f.error);
-      FailJob(Status(f.error.code(), "the registered TOPO plan cannot run: " + f.error.message()));
+      Status job(f.error.code(), "the registered TOPO plan cannot run: " + f.error.message());
+      Finish(f.requests, f.error);
+      FailJob(job);
     } else if (negotiator_) {
       // Other nodes must learn of a local disagreement too: it travels with the name.
       Enter(f.requests, RequestState::kNegotiating, now_ns);
       negotiator_->Add(ReadyTensor{std::move(f.requests)}, f.error);
     } else {
-      CompleteAll(f.requests, f.error);
+      Finish(f.requests, f.error);
     }
   }
   for (ReadyTensor& t : ready)
@@ -165,7 +166,7 @@ bool ProcessSet::Poll(uint64_t now_ns) {
     if (topo_.carry_pending && negotiator_->joined()) AdoptCarriedPlan();
     did |= RunAgreed();
     // Blocking modes: the engine takes nothing new while the global set's cycle is open.
-    if (blocking_ && negotiator_->cycle_running()) did |= Block();
+    if (blocking_ && may_block && negotiator_->cycle_running()) did |= Block();
     Collect();
   }
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
@@ -269,8 +270,8 @@ void ProcessSet::FailRun(AgreedRun& run, const Status& why) {
   run.active = false;
   for (ReadyTensor& t : run.work.tensors)
     if (!t.requests.empty()) {
-      CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': " + why.message()));
-      t.requests.clear();
+      Status failed(why.code(), "tensor '" + t.first().name + "': " + why.message());
+      Finish(t.requests, std::move(failed));
     }
   run.work.tensors.clear();
 }
@@ -282,16 +283,16 @@ void ProcessSet::FailTopo(const Status& why) {
   }
   std::vector<FailedTensor> ended;
   topo_.runner->FailAll(why, &ended);
-  for (const FailedTensor& f : ended) CompleteAll(f.requests, f.error);
+  for (FailedTensor& f : ended) Finish(f.requests, f.error);
 }
 
 void ProcessSet::Collect() {
-  for (const FailedTensor& f : negotiator_->TakeEnded()) CompleteAll(f.requests, f.error);
-  for (const ControlNotice& n : negotiator_->TakeNotices()) {
+  for (FailedTensor& f : negotiator_->TakeEnded()) Finish(f.requests, f.error);
+  for (ControlNotice& n : negotiator_->TakeNotices()) {
     const auto k = n.message.kind;
     if (k == ControlMessage::Kind::kPartialReport || k == ControlMessage::Kind::kPartialRun) partial_.Receive(n.from, n.message);
     else if (k == ControlMessage::Kind::kTopoJoined || k == ControlMessage::Kind::kTopoRun) ReceiveTopoNotice(n);
-    else if (place_.id == 0 && hooks_.on_notice) hooks_.on_notice(n.from, n.message);
+    else if (place_.id == 0) notices_.push_back(std::move(n));
   }
   // An agreement this node was running when the job broke: its tensors fail as the job's.
   if (negotiator_->broken() && cycle_run_.active) FailRun(cycle_run_, negotiator_->failure());
@@ -310,24 +311,29 @@ bool ProcessSet::Block() {
   // burn a core each (60 % per daemon at 2 nodes). Transports that cannot sleep yield the core
   // between polls instead (as MPI does when oversubscribed).
   const uint64_t spin_before_sleep_ns = std::min<uint64_t>(20'000, uint64_t(config_.spin_us) * 1000);
+  //
+  // The engine's loop gets the thread back whenever requests ended or a notice came (it sends
+  // the completions out, the job acts on the notice) and at least every kBlockSliceNs (its
+  // heartbeat, a client attaching or dying, a command, the stall check, the daemon stopping);
+  // its next Poll blocks again while the cycle is open. What ranks submit meanwhile waits for the
+  // next cycle, as it does in Horovod's queue.
   const uint64_t start = abi::MonotonicNs();
-  uint64_t last_tick = start;
+  if (blocking_since_ns_ == 0) blocking_since_ns_ = start;
   bool did = false;
+  const size_t outcomes = hooks_.outcomes->count(), notices = notices_.size();
   while (negotiator_->cycle_running() && !negotiator_->broken()) {
     did |= negotiator_->Poll(abi::MonotonicNs(), /*may_start=*/false);
     did |= RunAgreed();
     Collect();
     PollPartial(&did);
-    if (!negotiator_->cycle_running()) break;
+    if (!negotiator_->cycle_running() || hooks_.outcomes->count() > outcomes || notices_.size() > notices) break;
     const uint64_t now = abi::MonotonicNs();
-    if ((negotiator_->cycle_started_idle() || now - start > spin_before_sleep_ns) && !negotiator_->WaitForEvent(1'000'000))
+    if (now - start > kBlockSliceNs) break;
+    if ((negotiator_->cycle_started_idle() || now - blocking_since_ns_ > spin_before_sleep_ns) &&
+        !negotiator_->WaitForEvent(kBlockSliceNs - (now - start)))
       sched_yield();
-    // The engine's heartbeat stays fresh; false: stop blocking (the cycle goes on from the loop).
-    if (hooks_.keep_blocking && now - last_tick > 1'000'000) {
-      if (!hooks_.keep_blocking(now - start)) break;
-      last_tick = now;
-    }
   }
+  if (!negotiator_->cycle_running() || negotiator_->broken()) blocking_since_ns_ = 0;
   blocked_ns_ += abi::MonotonicNs() - start;
   return did;
 }
@@ -357,13 +363,14 @@ Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
   if (topo_.runner && topo_.runner->Has(t.first().name)) {
     if (negotiator_ && negotiator_->broken()) {
       const Status& why = negotiator_->failure();
-      CompleteAll(t.requests, Status(why.code(), "tensor '" + t.first().name + "': cannot run, " + why.message()));
+      Status failed(why.code(), "tensor '" + t.first().name + "': cannot run, " + why.message());
+      Finish(t.requests, std::move(failed));
       return Status::Ok();
     }
     Enter(t.requests, RequestState::kAgreed, abi::MonotonicNs());  // the plan is the agreement
     Status st = topo_.runner->Add(&t);
     if (st.ok()) return st;
-    CompleteAll(t.requests, st);
+    Finish(t.requests, st);
     return Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
   }
   if (topo_.runner) ++topo_.fallback_tensors;
@@ -378,8 +385,7 @@ Status ProcessSet::Route(ReadyTensor t, std::vector<ReadyTensor>* local_ready) {
 
 void ProcessSet::RegisterPlan(ReadyTensor& registration, std::shared_ptr<const TopoPlan> plan) {
   if (!plan) {  // the coordinator checked that the nodes holding one agree: cannot happen
-    CompleteAll(registration.requests, Status(SYNCD_ERR_INTERNAL, "TOPO plan registration: no node has the plan"));
-    registration.requests.clear();
+    Finish(registration.requests, Status(SYNCD_ERR_INTERNAL, "TOPO plan registration: no node has the plan"));
     return;
   }
   char hex[32];
@@ -396,8 +402,7 @@ void ProcessSet::RegisterPlan(ReadyTensor& registration, std::shared_ptr<const T
                  config_.coord == abi::CoordMode::kTopo ? "" : std::string(" (not used: --coord is ") + CoordName(config_.coord) + ")");
     if (config_.coord == abi::CoordMode::kTopo) InstallPlan();
   }
-  CompleteAll(registration.requests, result);
-  registration.requests.clear();
+  Finish(registration.requests, std::move(result));
 }
 
 void ProcessSet::InstallPlan() {
@@ -408,7 +413,7 @@ void ProcessSet::InstallPlan() {
   for (auto& [t, local_error] : negotiator_->Withdraw([this](const std::string& n) { return topo_.runner->Has(n); })) {
     // Runs inside an agreed cycle's execution: the job fails once that has returned.
     Status st = local_error;
-    if (!st.ok()) CompleteAll(t.requests, st);
+    if (!st.ok()) Finish(t.requests, st);
     else st = Route(std::move(t), nullptr);
     if (!st.ok() && deferred_failure_.ok())
       deferred_failure_ = Status(st.code(), "the registered TOPO plan cannot run: " + st.message());
@@ -427,7 +432,7 @@ void ProcessSet::AdoptCarriedPlan() {
 size_t ProcessSet::FailWaiting(const Status& why) {
   std::vector<FailedTensor> failed;
   table_.FailAll(why, &failed);
-  for (const FailedTensor& f : failed) CompleteAll(f.requests, f.error);
+  for (FailedTensor& f : failed) Finish(f.requests, f.error);
   const size_t partial = PartialInFlight();
   FailPartial(why);
   return failed.size() + partial;
@@ -438,7 +443,7 @@ void ProcessSet::PollPartial(bool* did) {
   for (Request& r : std::exchange(partial_early_, {})) {
     Request copy = r;  // Add leaves a refused request to us
     if (hooks_.ledger != nullptr) hooks_.ledger->Enter(r, RequestState::kNegotiating, abi::MonotonicNs());
-    if (Status st = partial_.Add(std::move(r)); !st.ok()) CompleteAll({copy}, st);
+    if (Status st = partial_.Add(std::move(r)); !st.ok()) Finish(std::move(copy), std::move(st));
   }
   // May run while the engine blocks in a cycle: the job fails once it has returned.
   if (Status st = partial_.Poll(did); !st.ok() && deferred_failure_.ok()) deferred_failure_ = st;
@@ -448,7 +453,7 @@ void ProcessSet::PollPartial(bool* did) {
 void ProcessSet::CollectPartial() {
   for (PartialMessage& m : partial_.TakeMessages())
     if (negotiator_) negotiator_->Tell(m.node, std::move(m.message));
-  for (const PartialCompletion& c : partial_.TakeCompleted()) CompleteAll(c.requests, c.status);
+  for (PartialCompletion& c : partial_.TakeCompleted()) Finish(c.requests, c.status);
 }
 
 size_t ProcessSet::InFlight() const {

@@ -8,18 +8,19 @@
 // The pipeline, per Poll(): tensors every local rank submitted leave the table; they go to the
 // TOPO runner (a plan tensor), the negotiator (many nodes) or straight to execution (one node).
 // Coordination only agrees: the set takes what the negotiator and the TOPO runner agreed
-// (coord/agreed_work.h), runs it kind by kind (collectives/), completes its requests and reports
-// back; it also completes what coordination gave up (Negotiator::TakeEnded, TopoRunner::FailAll).
-// In the blocking modes (negotiate, gs) the global set blocks the engine while a cycle is open
-// (Block), as Horovod's background thread blocks in its collectives; the agreement a cycle reached
-// runs while the next cycle agrees (see coord/negotiator.h).
+// (coord/agreed_work.h), runs it kind by kind (collectives/), adds its requests to the engine's
+// outcomes (core/outcomes.h) and reports back; it also ends what coordination gave up
+// (Negotiator::TakeEnded, TopoRunner::FailAll). The set completes nothing and calls nothing up:
+// the engine applies the outcomes once the call returns. In the blocking modes (negotiate, gs)
+// the global set blocks the engine while a cycle is open (Block), as Horovod's background thread
+// blocks in its collectives; the agreement a cycle reached runs while the next cycle agrees (see
+// coord/negotiator.h).
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
 #define SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
 
 #include <array>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "daemon/base/config.h"
 #include "daemon/collectives/collective.h"
 #include "daemon/collectives/partial/runner.h"
+#include "daemon/core/outcomes.h"
 #include "daemon/core/residual_store.h"
 #include "daemon/coord/gpu_order.h"
 #include "daemon/coord/negotiator.h"
@@ -58,20 +60,13 @@ struct ExecutionCounters {
   std::array<StatusSnapshot::Compressed, SYNCD_COMPRESSION_COUNT> compressed{};
 };
 
-// What a set needs from the engine that runs it.
+// What a set runs with: the engine's shared parts, none of them a call back up. What the set
+// ends goes to `outcomes`; what the job must act on (set changes, other nodes' notices) it takes
+// from the set after each call (TakeSetChanges, TakeNotices).
 struct ProcessSetHooks {
-  // Completes requests to their clients (every completion of the set goes through it).
-  std::function<void(const std::vector<Request>&, const Status&)> complete;
-  std::function<void()> flush;  // sends completions out now (between groups of a long execution)
-  // Called about every millisecond while the engine blocks in a cycle, with how long it has been
-  // (it keeps the daemon's heartbeat fresh); false stops blocking, leaving the cycle running (the
-  // engine polls it from its loop): the daemon is shutting down, or something else needs it.
-  std::function<bool(uint64_t blocked_ns)> keep_blocking;
-  // An agreed process set change (kAddProcessSet, kRemoveProcessSet, global set only): the
-  // engine applies it once the sets are polled, and completes its requests.
-  std::function<void(ReadyTensor)> change_sets;
-  // The engine's notices from other nodes (global set only; coord/negotiator.h ControlNotice).
-  std::function<void(uint32_t from, const ControlMessage&)> on_notice;
+  // Where every request the set ends goes, with its status (core/outcomes.h; never null): the
+  // engine applies them once the call into the job returns. The set completes nothing itself.
+  Outcomes* outcomes = nullptr;
   // The timeline recorder (never null; off unless a timeline runs).
   Timeline* timeline = nullptr;
   // Where completed requests go for their storage (nullptr: nowhere).
@@ -127,7 +122,24 @@ class ProcessSet {
 
   // The pipeline: matched tensors to the TOPO runner, the negotiator or execution; coordination
   // cycles; GPU and TOPO progress. Returns whether it did work.
-  bool Poll(uint64_t now_ns);
+  // `may_block` (negotiate and gs, global set): the engine may block in an open cycle, as
+  // Horovod's background thread does, for up to kBlockSliceNs at a time; the job says no while a
+  // node's return waits for the cycle to end.
+  bool Poll(uint64_t now_ns, bool may_block = true);
+  static constexpr uint64_t kBlockSliceNs = 1'000'000;
+  // The process set changes (kAddProcessSet, kRemoveProcessSet; global set only) agreed in the
+  // polls since the last call, in their order: the job applies them once its sets are polled,
+  // and completes their requests.
+  void TakeSetChanges(std::vector<ReadyTensor>* changes) {
+    for (ReadyTensor& t : set_changes_) changes->push_back(std::move(t));
+    set_changes_.clear();
+  }
+  // The other nodes' notices that are the job's or the engine's (global set only; the partial and
+  // TOPO ones are the set's own), in arrival order, since the last call.
+  void TakeNotices(std::vector<ControlNotice>* notices) {
+    for (ControlNotice& n : notices_) notices->push_back(std::move(n));
+    notices_.clear();
+  }
   // When the set next needs a Poll if nothing arrives: 0 at once (work on the network or the
   // GPUs), UINT64_MAX when it waits for nothing.
   uint64_t NextPollNs(uint64_t now_ns) const;
@@ -275,7 +287,7 @@ class ProcessSet {
   // count and the stream's order are the same everywhere): each survivor's call of it raises once
   // per loss, and hvd.elastic.run rolls back to the last commit. Completes the group's requests
   // when it fails.
-  bool FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins, Stream stream);
+  bool FailsForLoss(std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins, Stream stream);
   // One GPU group of ExecuteAgreed: waits for its turn (--coord topo), enqueues it, waits for it.
   CommTask RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGroup g, std::optional<uint64_t> gpu_position);
   // One node: enqueues GPU group `g`; its requests complete when the GPUs are done (PollGpu).
@@ -292,8 +304,10 @@ class ProcessSet {
   // (Collective::ResultPlace). A rank whose area is full gets none and fails in CompleteRan.
   void PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup& g);
   // After a group ran: completes each member's requests.
-  void CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g);
-  void CompleteAll(const std::vector<Request>& requests, const Status& status) { hooks_.complete(requests, status); }
+  void CompleteRan(std::vector<ReadyTensor>& ready, const FusionGroup& g);
+  // `requests` end with `status` (taken: `requests` is left empty): to the engine's outcomes.
+  void Finish(std::vector<Request>& requests, Status status) { hooks_.outcomes->Add(requests, std::move(status)); }
+  void Finish(Request r, Status status) { hooks_.outcomes->Add(std::move(r), std::move(status)); }
   void Enter(const std::vector<Request>& requests, RequestState state, uint64_t now_ns) {
     if (hooks_.ledger != nullptr) hooks_.ledger->EnterAll(requests, state, now_ns);
   }
@@ -316,6 +330,8 @@ class ProcessSet {
   HostExecutor host_;
   PartialRunner partial_;  // partial allreduces: rounds of their own, never matched or negotiated
   std::vector<Request> partial_early_;  // partial requests in before the job's nodes all joined
+  std::vector<ReadyTensor> set_changes_;  // see TakeSetChanges
+  std::vector<ControlNotice> notices_;    // see TakeNotices
   struct GpuOp {
     uint64_t ticket;
     std::vector<std::vector<Request>> requests;  // by member tensor
@@ -333,6 +349,7 @@ class ProcessSet {
   Status job_failure_;                       // one node: why FailJob was called
   Status deferred_failure_;                  // found inside an execution, or while blocked
   bool blocking_ = false;                    // negotiate and gs, global set: see Block
+  uint64_t blocking_since_ns_ = 0;           // when Block first entered the open cycle (0: none)
   uint64_t blocked_ns_ = 0;                  // inside Block
   AgreedRun cycle_run_;                      // a negotiated cycle's agreement being run
   SetTopo topo_;                             // the plan, and --coord topo's runner and group running

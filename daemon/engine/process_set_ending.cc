@@ -9,8 +9,10 @@
 namespace syncd {
 
 void ProcessSet::FailPartial(const Status& why) {
-  for (const Request& r : std::exchange(partial_early_, {}))
-    CompleteAll({r}, Status(why.code(), "tensor '" + r.name + "': " + why.message()));
+  for (Request& r : std::exchange(partial_early_, {})) {
+    Status failed(why.code(), "tensor '" + r.name + "': " + why.message());
+    Finish(std::move(r), std::move(failed));
+  }
   partial_.FailAll(why);
   CollectPartial();
 }

@@ -48,7 +48,7 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
       continue;
     }
     if (abi::IsSetChange(head.first().kind)) {
-      hooks_.change_sets(std::move(head));  // the engine completes it
+      set_changes_.push_back(std::move(head));  // the job applies it, and completes it
       head.requests.clear();
       continue;
     }
@@ -105,7 +105,7 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       if (Status st = co_await Await(&share); !st.ok()) co_return st;
       RegisterPlan(ready[g.front()], carry.plan);  // completes the registrations itself
     } else if (abi::IsSetChange(f.kind)) {
-      hooks_.change_sets(std::move(ready[g.front()]));  // the engine completes it
+      set_changes_.push_back(std::move(ready[g.front()]));  // the job applies it, and completes it
       ready[g.front()].requests.clear();
     } else if (f.gpu) {
       CommTask run = RunAgreedOnGpu(&ready, g, gpu_position);
@@ -132,7 +132,6 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
         const int64_t most = *std::max_element(stand_ins->begin(), stand_ins->end() - 1);
         if (FailsForLoss(ready, g, most - stand_ins->back(), stream)) {
           for (size_t i : g) Recycle(ready[i].requests);
-          hooks_.flush();
           continue;
         }
       }
@@ -146,8 +145,9 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
     }
     CountExecuted(ready, g, !f.gpu);
     CompleteRan(ready, g);
-    for (size_t i : g) Recycle(ready[i].requests);  // done: nothing left to fail should the job break later
-    hooks_.flush();
+    // Done: nothing left to fail should the job break later. The engine sends the completions
+    // out once this run waits (on the network, for the next group) or ends.
+    for (size_t i : g) Recycle(ready[i].requests);
   }
   co_return Status::Ok();
 }
@@ -160,21 +160,22 @@ bool ProcessSet::CountsStandIns(const Request& first) const {
   return config_.on_loss == OnLoss::kRestore || averages;
 }
 
-bool ProcessSet::FailsForLoss(const std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins,
+bool ProcessSet::FailsForLoss(std::vector<ReadyTensor>& ready, const FusionGroup& g, int64_t stand_ins,
                               Stream stream) {
   if (config_.on_loss != OnLoss::kRestore) return false;
   // Fewer stand-ins (a replacement took a lost rank's place): a later loss fails again.
   const int64_t lost = stand_ins - std::exchange(loss_stand_ins_[stream], stand_ins);
   if (lost <= 0) return false;
   for (size_t i : g) {
-    const std::vector<Request>& rs = ready[i].requests;
+    std::vector<Request>& rs = ready[i].requests;
     if (rs.empty()) continue;
     const std::string ranks = std::to_string(lost) + (lost == 1 ? " rank" : " ranks");
-    CompleteAll(rs, Status(SYNCD_ERR_RANK_LOST,
-                           "tensor '" + rs.front().name + "': " + ranks +
-                               " of the job lost while it was in flight (--on-loss restore: it fails on every rank "
-                               "still running, the job goes on without the lost; hvd.elastic.run restores the last "
-                               "commit)"));
+    Status failed(SYNCD_ERR_RANK_LOST,
+                  "tensor '" + rs.front().name + "': " + ranks +
+                      " of the job lost while it was in flight (--on-loss restore: it fails on every rank "
+                      "still running, the job goes on without the lost; hvd.elastic.run restores the last "
+                      "commit)");
+    Finish(rs, std::move(failed));
   }
   return true;
 }
@@ -220,9 +221,8 @@ void ProcessSet::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& 
   StatusOr<uint64_t> ticket = EnqueueGpu(ready, g);
   if (!ticket.ok()) {
     for (size_t i : g) {
-      const std::string& name = ready[i].first().name;
-      CompleteAll(ready[i].requests, Status(ticket.status().code(), "tensor '" + name + "': " + ticket.status().message()));
-      ready[i].requests.clear();
+      Status failed(ticket.status().code(), "tensor '" + ready[i].first().name + "': " + ticket.status().message());
+      Finish(ready[i].requests, std::move(failed));
     }
     return;
   }
@@ -250,10 +250,12 @@ bool ProcessSet::PollGpu() {
       ++i;
       continue;
     }
-    for (const std::vector<Request>& rs : gpu_ops_[i].requests)
-      if (!rs.empty())
-        CompleteAll(rs, state == CommState::kDone ? Status::Ok()
-                                                : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message()));
+    for (std::vector<Request>& rs : gpu_ops_[i].requests)
+      if (!rs.empty()) {
+        Status done = state == CommState::kDone ? Status::Ok()
+                                                : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message());
+        Finish(rs, std::move(done));
+      }
     if (gpu_ops_[i].trace.t0 != 0) {
       gpu_ops_[i].trace.t1 = abi::MonotonicNs();
       hooks_.timeline->Record(gpu_ops_[i].trace);
@@ -359,26 +361,32 @@ void ProcessSet::PlaceResults(std::vector<ReadyTensor>& ready, const FusionGroup
   }
 }
 
-void ProcessSet::CompleteRan(const std::vector<ReadyTensor>& ready, const FusionGroup& g) {
+void ProcessSet::CompleteRan(std::vector<ReadyTensor>& ready, const FusionGroup& g) {
   for (size_t i : g) {
-    const std::vector<Request>& rs = ready[i].requests;
+    std::vector<Request>& rs = ready[i].requests;
     if (rs.empty()) continue;
     const Collective* kind = FindCollective(rs.front().kind);
-    const Status done(SYNCD_OK, kind != nullptr ? kind->CompletionText(ready[i]) : "");
+    Status done(SYNCD_OK, kind != nullptr ? kind->CompletionText(ready[i]) : "");
     if (rs.front().kind == abi::OpKind::kJoin) table_.JoinCompleted();
     if (std::none_of(rs.begin(), rs.end(), [](const Request& r) { return !r.failure.empty(); })) {
-      CompleteAll(rs, done);
+      Finish(rs, std::move(done));
       continue;
     }
-    for (const Request& r : rs) CompleteAll({r}, r.failure.empty() ? done : Status(SYNCD_ERR_NO_MEMORY, r.failure));
+    for (Request& r : rs) {
+      Status st = r.failure.empty() ? done : Status(SYNCD_ERR_NO_MEMORY, r.failure);
+      Finish(std::move(r), std::move(st));
+    }
+    rs.clear();
   }
 }
 
 void ProcessSet::FailHeld(const Status& why) {
   std::vector<FailedTensor> failed;
   table_.FailAll(why, &failed);
-  for (FailedTensor& f : failed)
-    CompleteAll(f.requests, Status(why.code(), "tensor '" + f.requests.front().name + "': " + why.message()));
+  for (FailedTensor& f : failed) {
+    Status failed_here(why.code(), "tensor '" + f.requests.front().name + "': " + why.message());
+    Finish(f.requests, std::move(failed_here));
+  }
   if (topo_.runner) FailTopo(why);
   FailPartial(why);
   if (place_.gpu && place_.gpu->in_flight() > 0) {

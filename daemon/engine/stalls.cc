@@ -154,7 +154,7 @@ void Engine::CheckStalls(uint64_t now_ns) {
   for (const auto& [id, c] : clients_) here.push_back({c.info->rank, c.last_submit_ns});
   tally_.stall_warnings += job_->CheckStalls(now_ns, here);
   job_->ExpireDepartures(now_ns, !clients_.empty());
-  FlushClients();
+  Settle();
 }
 
 }  // namespace syncd
