@@ -112,11 +112,11 @@ std::unique_ptr<Negotiator> ProcessSet::MakeNegotiator() {
     opts.node_ranks.emplace_back(place_.ranks.begin() + place_.offsets[n], place_.ranks.begin() + place_.offsets[n + 1]);
   opts.on_demand = config_.coord == abi::CoordMode::kTopo;
   opts.gs_period = config_.coord == abi::CoordMode::kGs ? config_.gs_period : 0;
-  if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_order_;
+  if (config_.coord == abi::CoordMode::kTopo) opts.gpu_order = &gpu_.order;
   opts.timeline = hooks_.timeline;
   opts.set = place_.id;
   opts.holds_work = [this] { return InFlight() > 0; };
-  if (gpu_restart_pending_) opts.gpu_restart = &gpu_restart_;
+  if (gpu_.restart_pending) opts.gpu_restart = &gpu_.restart;
   if (topo_.carry_pending) opts.plan_carry = &topo_.carry;
   return std::make_unique<Negotiator>(place_.comm, std::move(opts));
 }
@@ -162,7 +162,7 @@ bool ProcessSet::Poll(uint64_t now_ns, bool may_block) {
   if (negotiator_) {
     did |= negotiator_->Poll(now_ns);
     // Before anything of the job can run on the GPUs (agreements need every node's messages).
-    if (gpu_restart_pending_ && negotiator_->joined()) RestartGpu();
+    if (gpu_.restart_pending && negotiator_->joined()) RestartGpu();
     if (topo_.carry_pending && negotiator_->joined()) AdoptCarriedPlan();
     did |= RunAgreed();
     // Blocking modes: the engine takes nothing new while the global set's cycle is open.
@@ -346,7 +346,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
   }
   if (topo_.run.active) next = 0;  // a TOPO group waits on the network: keep polling it
   if (cycle_run_.active) next = 0;  // an agreement runs (its cycle may have ended)
-  if (!gpu_ops_.empty()) next = 0;          // GPU work completes without ringing the doorbell
+  if (!gpu_.ops.empty()) next = 0;          // GPU work completes without ringing the doorbell
   if (partial_.busy()) next = 0;            // partial rounds and their activation on the network
   // A round another node starts needs this node's accumulators at once (no rank here runs any
   // code for it): look at the network every kPartialPollNs while the job has partial operations.
@@ -355,7 +355,7 @@ uint64_t ProcessSet::NextPollNs(uint64_t now_ns) const {
 }
 
 bool ProcessSet::WaitsOnlyOnCycle() const {
-  if (topo_.run.active || !gpu_ops_.empty() || partial_.busy() || partial_.active()) return false;
+  if (topo_.run.active || !gpu_.ops.empty() || partial_.busy() || partial_.active()) return false;
   return negotiator_ && !negotiator_->broken() && (negotiator_->next_cycle_ns() == 0 || cycle_run_.active);
 }
 
@@ -457,7 +457,7 @@ void ProcessSet::CollectPartial() {
 }
 
 size_t ProcessSet::InFlight() const {
-  size_t n = table_.pending() + gpu_ops_.size() + PartialInFlight() + topo_.run.work.tensors.size();
+  size_t n = table_.pending() + gpu_.ops.size() + PartialInFlight() + topo_.run.work.tensors.size();
   if (topo_.runner) n += topo_.runner->in_flight();
   return n;
 }

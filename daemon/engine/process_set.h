@@ -177,7 +177,7 @@ class ProcessSet {
   // One node: completes the GPU groups the GPUs are done with; whether any is left. (A set of an
   // ended job is kept for this alone until its GPU work is done.)
   bool PollGpu();
-  bool gpu_busy() const { return !gpu_ops_.empty(); }
+  bool gpu_busy() const { return !gpu_.ops.empty(); }
 
   // Whether a local rank's departure leaves work of the set unfinished.
   bool Abandons(uint32_t local_rank) const;
@@ -332,19 +332,8 @@ class ProcessSet {
   std::vector<Request> partial_early_;  // partial requests in before the job's nodes all joined
   std::vector<ReadyTensor> set_changes_;  // see TakeSetChanges
   std::vector<ControlNotice> notices_;    // see TakeNotices
-  struct GpuOp {
-    uint64_t ticket;
-    std::vector<std::vector<Request>> requests;  // by member tensor
-    TraceEvent trace;  // what the timeline records once it is done (kGpu)
-  };
   uint32_t group_seq_ = 0;  // the set's fusion groups, numbered for the timeline
-  std::vector<GpuOp> gpu_ops_;  // one-node GPU groups in flight
-  // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
-  GpuOrder gpu_order_;
-  // The global set of a many-node job with GPUs: the job start's GPU part (job_join.h), applied
-  // once the negotiator has joined (gpu_restart_pending_).
-  GpuRestart gpu_restart_;
-  bool gpu_restart_pending_ = false;
+  SetGpu gpu_;              // GPU groups in flight, their job-wide order, the GPU path's restart
   std::unique_ptr<Negotiator> negotiator_;   // many nodes
   Status job_failure_;                       // one node: why FailJob was called
   Status deferred_failure_;                  // found inside an execution, or while blocked

@@ -46,7 +46,7 @@ size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) 
       if (topo_in_flight) FailTopo(why);
       // A rank lost with GPU work in flight may never signal its stream: the GPU path ends (its
       // flags released), and the job's other ranks get the error instead of waiting for ever.
-      if (!peers_why.ok() && place_.gpu && !gpu_ops_.empty()) {
+      if (!peers_why.ok() && place_.gpu && !gpu_.ops.empty()) {
         place_.gpu->Abort(why);
         PollGpu();
       }

@@ -187,14 +187,14 @@ CommTask ProcessSet::RunAgreedOnGpu(std::vector<ReadyTensor>* agreed, FusionGrou
   // groups and the negotiated ones take turns in one job-wide order (GpuOrder).
   const bool ordered = config_.coord == abi::CoordMode::kTopo;
   if (ordered) {
-    WaitUntil turn = gpu_position ? gpu_order_.NegotiatedTurn(*gpu_position) : gpu_order_.PlanTurn();
+    WaitUntil turn = gpu_position ? gpu_.order.NegotiatedTurn(*gpu_position) : gpu_.order.PlanTurn();
     co_await turn;
-    Status in_turn = gpu_position ? gpu_order_.Turn(*gpu_position) : Status::Ok();
+    Status in_turn = gpu_position ? gpu_.order.Turn(*gpu_position) : Status::Ok();
     if (!in_turn.ok()) co_return in_turn;
   }
   StatusOr<uint64_t> ticket = EnqueueGpu(*agreed, g);
   if (!ticket.ok()) co_return ticket.status();
-  if (ordered && !gpu_position) gpu_order_.PlanIssued();
+  if (ordered && !gpu_position) gpu_.order.PlanIssued();
   const uint64_t id = *ticket;
   Status gpu_error;
   CommState state = CommState::kPending;
@@ -227,7 +227,7 @@ void ProcessSet::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& 
     return;
   }
   CountExecuted(ready, g);
-  GpuOp op{*ticket, {}, {}};
+  SetGpu::Op op{*ticket, {}, {}};
   if (hooks_.timeline->on()) {
     op.trace.kind = TraceKind::kGpu;
     op.trace.t0 = abi::MonotonicNs();
@@ -238,29 +238,29 @@ void ProcessSet::ExecuteGpu(std::vector<ReadyTensor>& ready, const FusionGroup& 
     for (size_t i : g) op.trace.bytes += ready[i].first().bytes;
   }
   for (size_t i : g) op.requests.push_back(std::move(ready[i].requests));
-  gpu_ops_.push_back(std::move(op));
+  gpu_.ops.push_back(std::move(op));
 }
 
 bool ProcessSet::PollGpu() {
   bool did = false;
-  for (size_t i = 0; i < gpu_ops_.size();) {
+  for (size_t i = 0; i < gpu_.ops.size();) {
     Status error;
-    const CommState state = place_.gpu->Test(gpu_ops_[i].ticket, &error);
+    const CommState state = place_.gpu->Test(gpu_.ops[i].ticket, &error);
     if (state == CommState::kPending) {
       ++i;
       continue;
     }
-    for (std::vector<Request>& rs : gpu_ops_[i].requests)
+    for (std::vector<Request>& rs : gpu_.ops[i].requests)
       if (!rs.empty()) {
         Status done = state == CommState::kDone ? Status::Ok()
                                                 : Status(error.code(), "tensor '" + rs.front().name + "': " + error.message());
         Finish(rs, std::move(done));
       }
-    if (gpu_ops_[i].trace.t0 != 0) {
-      gpu_ops_[i].trace.t1 = abi::MonotonicNs();
-      hooks_.timeline->Record(gpu_ops_[i].trace);
+    if (gpu_.ops[i].trace.t0 != 0) {
+      gpu_.ops[i].trace.t1 = abi::MonotonicNs();
+      hooks_.timeline->Record(gpu_.ops[i].trace);
     }
-    gpu_ops_.erase(gpu_ops_.begin() + i);
+    gpu_.ops.erase(gpu_.ops.begin() + i);
     did = true;
   }
   return did;
@@ -402,15 +402,15 @@ void ProcessSet::PrepareGpu() {
     return;
   }
   // Many nodes: the communicator spans them all, so every node rebuilds if any asks (job_join.h).
-  gpu_restart_.rebuild = place_.gpu->aborted();
-  if (place_.node_rank == 0) gpu_restart_.make_id = [gpu = place_.gpu] { return gpu->MakeNcclId(); };
-  gpu_restart_pending_ = true;
+  gpu_.restart.rebuild = place_.gpu->aborted();
+  if (place_.node_rank == 0) gpu_.restart.make_id = [gpu = place_.gpu] { return gpu->MakeNcclId(); };
+  gpu_.restart_pending = true;
 }
 
 void ProcessSet::RestartGpu() {
-  gpu_restart_pending_ = false;
-  if (!gpu_restart_.error.ok()) RebuildGpu(gpu_restart_.error);
-  else if (!gpu_restart_.nccl_id.empty()) RebuildGpu(gpu_restart_.nccl_id);
+  gpu_.restart_pending = false;
+  if (!gpu_.restart.error.ok()) RebuildGpu(gpu_.restart.error);
+  else if (!gpu_.restart.nccl_id.empty()) RebuildGpu(gpu_.restart.nccl_id);
 }
 
 void ProcessSet::RebuildGpu(StatusOr<std::string> nccl_id) {

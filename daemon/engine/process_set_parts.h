@@ -1,6 +1,6 @@
 // The parts a process set (process_set.h) owns, each for one role: agreed work being run
-// (AgreedRun), the set's TOPO state (SetTopo) and the storage its turns reuse (SetScratch). They
-// hold state; what it means is the set's.
+// (AgreedRun), the set's TOPO state (SetTopo), its GPU work (SetGpu) and the storage its turns
+// reuse (SetScratch). They hold state; what it means is the set's.
 //
 // Engine thread only.
 #ifndef SYNCD_DAEMON_ENGINE_PROCESS_SET_PARTS_H_
@@ -12,9 +12,11 @@
 
 #include "daemon/collectives/collective.h"
 #include "daemon/coord/agreed_work.h"
+#include "daemon/coord/gpu_order.h"
 #include "daemon/coord/job_join.h"
 #include "daemon/coord/topo_runner.h"
 #include "daemon/core/tensor_table.h"
+#include "daemon/core/timeline.h"
 #include "daemon/plan/fusion.h"
 #include "daemon/plan/topo.h"
 #include "daemon/transport/comm_task.h"
@@ -53,6 +55,23 @@ struct SetTopo {
     uint64_t running_seq = 0;        // the group run issued here last
   };
   StandIn stand_in;
+};
+
+// A set's GPU work: one node's groups in flight, the job-wide order of GPU collectives, and the
+// restart of a GPU path an earlier job aborted.
+struct SetGpu {
+  struct Op {
+    uint64_t ticket;
+    std::vector<std::vector<Request>> requests;  // by member tensor
+    TraceEvent trace;  // what the timeline records once it is done (kGpu)
+  };
+  std::vector<Op> ops;  // one-node GPU groups in flight
+  // --coord topo on many nodes: one order of plan and negotiated GPU collectives on every node.
+  GpuOrder order;
+  // The global set of a many-node job with GPUs: the job start's GPU part (job_join.h), applied
+  // once the negotiator has joined (restart_pending).
+  GpuRestart restart;
+  bool restart_pending = false;
 };
 
 // Storage a set's turns reuse (no heap allocation per collective once sizes were seen): Poll's
