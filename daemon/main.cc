@@ -18,6 +18,7 @@
 #include "daemon/base/version.h"
 #include "daemon/control/attach_server.h"
 #include "daemon/control/control_service.h"
+#include "daemon/control/job_registry.h"
 #include "daemon/control/metrics_server.h"
 #include "daemon/control/notify.h"
 #include "daemon/control/rendezvous.h"
@@ -29,14 +30,16 @@
 namespace syncd {
 namespace {
 
-Status PrepareRunDir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir);
+// 0700, or 0755 for a node service: every user's ranks reach attach.sock (and only that).
+Status PrepareRunDir(const std::string& dir, bool node_service) {
+  const mode_t mode = node_service ? 0755 : 0700;
+  if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir);
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir);
   if (!S_ISDIR(st.st_mode)) return InvalidArgument("run directory " + dir + " is not a directory");
   if (st.st_uid != geteuid())
     return Status(SYNCD_ERR_REFUSED, "run directory " + dir + " belongs to uid " + std::to_string(st.st_uid));
-  if (chmod(dir.c_str(), 0700) != 0) return ErrnoError("chmod 0700 " + dir);
+  if (chmod(dir.c_str(), mode) != 0) return ErrnoError("chmod " + dir);
   return Status::Ok();
 }
 
@@ -236,7 +239,7 @@ StatusOr<CorePartition> SetUpProcess(const Config& config, sigset_t* signals) {
   setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
   SetupLogging(config.log_level, config.node_rank);
   umask(077);
-  SYNCD_RETURN_IF_ERROR(PrepareRunDir(config.run_dir));
+  SYNCD_RETURN_IF_ERROR(PrepareRunDir(config.run_dir, config.node_service));
   SYNCD_ASSIGN_OR_RETURN(CorePartition cores, ResolveCores(config.cores));
   SYNCD_RETURN_IF_ERROR(PinCurrentThread(cores.daemon));
   sigemptyset(signals);
@@ -287,7 +290,9 @@ int Serve(const Config& config) {
   if (!cores.ok()) return Fail(cores.status());
   auto node_page = NodePage::Create();
   if (!node_page.ok()) return Fail(node_page.status());
-  AttachServer attach(config, &*node_page);
+  JobRegistry jobs;  // --node-service: the jobs it admits clients to
+  JobRegistry* registry = config.node_service ? &jobs : nullptr;
+  AttachServer attach(config, &*node_page, registry);
   if (Status st = attach.Listen(); !st.ok()) return Fail(st);
 
   JobLinks job;
@@ -319,7 +324,7 @@ int Serve(const Config& config) {
                  "syncd on node " + std::to_string(config.node_rank) + " stopped (" + why +
                      ") before this collective finished (drain timeout " + limit + " s)");
   };
-  ControlService control(config, *cores, &engine, begin_drain);
+  ControlService control(config, *cores, &engine, begin_drain, registry);
   std::unique_ptr<MetricsServer> metrics;  // stops (below) before the engine goes
   if (config.metrics_port >= 0) {
     auto m = MetricsServer::Start(config.metrics_address, uint16_t(config.metrics_port),
@@ -330,7 +335,7 @@ int Serve(const Config& config) {
     if (Status st = WriteMetricsUrl(config.run_dir, metrics->url()); !st.ok()) return Fail(st);
     spdlog::info("metrics at {}", metrics->url());
   }
-  auto server = StartControlServer(config.run_dir, &control);
+  auto server = StartControlServer(config.run_dir, &control, config.node_service ? config.admin_group : "");
   if (!server.ok()) return Fail(server.status());
 
   std::thread engine_thread([&engine] { engine.Run(); });

@@ -113,7 +113,19 @@ namespace {
 std::vector<ConfigEntry> NodeEntries() {
   return {
     {"run-dir", "SYNCD_RUN_DIR", "$TMPDIR/syncd-$UID",
-     "Directory for attach.sock and control.sock (created 0700)", Text(&Config::run_dir)},
+     "Directory for attach.sock and control.sock (created 0700; 0755 with --node-service on)", Text(&Config::run_dir)},
+    {"node-service", "SYNCD_NODE_SERVICE", "off",
+     "on: serve the jobs an administrator registers (syncctl job add, the Slurm prolog), of any user: the run "
+     "directory and attach.sock are open to all, a client attaches only to a registered job of its own uid, and "
+     "control.sock is the administrators' (root, or --admin-group). off: serve the daemon's own user",
+     OneOf<bool>(&Config::node_service, "node-service", {{"on", true}, {"off", false}})},
+    {"admin-group", "SYNCD_ADMIN_GROUP", "none",
+     "With --node-service on: the group whose members may use control.sock (syncctl job add, drain, status) "
+     "besides root. none: root only",
+     [](Config& c, const std::string& t) -> Status {
+       c.admin_group = t == "none" ? "" : t;
+       return Status::Ok();
+     }},
     {"local-size", "SYNCD_LOCAL_SIZE", "0",
      "Client processes on this node; 0 takes it from the first client", Unsigned(&Config::local_size, "local-size")},
     {"cores", "SYNCD_CORES", "auto",

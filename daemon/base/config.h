@@ -33,6 +33,8 @@ const char* OnLossName(OnLoss policy);
 struct Config {
   std::string run_dir;        // holds attach.sock and control.sock
   uint32_t local_size = 0;    // clients expected on this node (0: taken from the first client)
+  bool node_service = false;  // --node-service: serve registered jobs of any user (control/job_registry.h)
+  std::string admin_group;    // --admin-group: may use control.sock besides root (node service)
   std::string cores;          // dedicated cores: "auto", "none" or a list like "1,3-4"
   uint64_t fusion_threshold = 0;
   uint64_t arena_bytes = 0;

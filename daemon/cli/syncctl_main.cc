@@ -7,6 +7,8 @@
 //   syncctl report TIMELINE.json -o report.html
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -213,6 +215,23 @@ void PrintLosses(const syncd::control::StatusReply& s) {
     printf("  MEMBERSHIP %u at %s: %s\n", m.membership(), ClockTime(m.unix_s()).c_str(), m.why().c_str());
 }
 
+// A node service's registered jobs.
+void PrintJobs(const syncd::control::StatusReply& s) {
+  printf("jobs       %d registered (node service)\n", s.jobs_size());
+  if (s.jobs_size() == 0) return;
+  printf("  %-12s %-12s %7s %6s %-8s %6s %s\n", "JOB", "USER", "GID", "WEIGHT", "STATE", "RANKS", "REGISTERED");
+  for (const auto& j : s.jobs()) {
+    const std::string user = j.user().empty() ? "uid " + std::to_string(j.uid()) : j.user() + " (" + std::to_string(j.uid()) + ")";
+    char when[32] = "-";
+    const time_t t = time_t(j.added_unix_s());
+    tm local{};
+    if (t > 0 && localtime_r(&t, &local) != nullptr) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &local);
+    printf("  %-12lu %-12s %7s %6u %-8s %6u %s\n", (unsigned long)j.job(), user.c_str(),
+           j.gid() < 0 ? "any" : std::to_string(j.gid()).c_str(), j.weight(), j.running() ? "running" : "idle",
+           j.ranks_attached(), when);
+  }
+}
+
 void PrintTable(const syncd::control::StatusReply& s) {
   size_t attached = 0;
   for (const auto& c : s.clients()) attached += c.state() == "attached";
@@ -221,6 +240,7 @@ void PrintTable(const syncd::control::StatusReply& s) {
   printf("cores      daemon %s   workers %s\n",
          s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
          syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
+  if (s.node_service()) PrintJobs(s);
   printf("clients    %zu attached of %u local ranks\n", attached, s.local_size());
   if (s.on_loss() == "continue" || s.on_loss() == "restore")
     printf("elastic    --on-loss %s: a rank or node lost, the job goes on without it%s\n", s.on_loss().c_str(),
@@ -312,6 +332,16 @@ int Report(const std::string& in, const std::string& out) {
 
 using ControlStub = syncd::control::Control::Stub;
 
+// One JSON object on a line, every field shown, by its proto name.
+void PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  printf("%s\n", out.c_str());
+}
+
 int NoDaemon(const std::string& run_dir, const grpc::Status& st) {
   fprintf(stderr, "syncctl: no syncd answers at %s/control.sock: %s\n", run_dir.c_str(), st.error_message().c_str());
   return 1;
@@ -348,6 +378,66 @@ int CommandTimeline(ControlStub& stub, const std::string& run_dir, const syncd::
   return 0;
 }
 
+// A user or group given by name or number (syncctl job add --uid/--gid).
+bool ParseId(const std::string& text, bool is_group, int64_t* id) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = strtoull(text.c_str(), &end, 10);
+  if (!text.empty() && text[0] != '-' && errno == 0 && *end == '\0' && n <= UINT32_MAX) {
+    *id = int64_t(n);
+    return true;
+  }
+  if (is_group) {
+    const struct group* g = getgrnam(text.c_str());
+    if (g != nullptr) *id = g->gr_gid;
+    return g != nullptr;
+  }
+  const passwd* pw = getpwnam(text.c_str());
+  if (pw != nullptr) *id = pw->pw_uid;
+  return pw != nullptr;
+}
+
+// syncctl job add|remove: a node service's registered jobs (control.sock is its administrators').
+int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, uint64_t job, const std::string& user,
+               const std::string& group, uint32_t weight) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status st;
+  if (add) {
+    int64_t uid = 0, gid = -1;
+    if (!ParseId(user, false, &uid)) {
+      fprintf(stderr, "syncctl job add: --uid %s: no such user\n", user.c_str());
+      return 2;
+    }
+    if (!group.empty() && !ParseId(group, true, &gid)) {
+      fprintf(stderr, "syncctl job add: --gid %s: no such group\n", group.c_str());
+      return 2;
+    }
+    syncd::control::AddJobRequest req;
+    req.mutable_job()->set_job(job);
+    req.mutable_job()->set_uid(uint32_t(uid));
+    req.mutable_job()->set_gid(gid);
+    req.mutable_job()->set_weight(weight);
+    syncd::control::AddJobReply reply;
+    st = stub.AddJob(&ctx, req, &reply);
+    if (st.ok()) printf("job %lu registered for uid %ld%s, weight %u\n", (unsigned long)job, (long)uid,
+                        gid >= 0 ? (" gid " + std::to_string(gid)).c_str() : "", weight);
+  } else {
+    syncd::control::RemoveJobRequest req;
+    req.set_job(job);
+    syncd::control::RemoveJobReply reply;
+    st = stub.RemoveJob(&ctx, req, &reply);
+    if (st.ok()) printf("job %lu removed (%u of its ranks were attached and are disconnected)\n", (unsigned long)job,
+                        reply.ranks_disconnected());
+  }
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return NoDaemon(run_dir, st);
+  if (!st.ok()) {
+    fprintf(stderr, "syncctl job %s: %s\n", add ? "add" : "remove", st.error_message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 // syncctl status (once) and watch (every `interval_s`, `count` times; 0: until stopped).
 int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool watch, double interval_s, uint64_t count) {
   for (uint64_t n = 1;; ++n) {
@@ -357,12 +447,7 @@ int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool wa
     grpc::Status st = stub.Status(&status_ctx, syncd::control::StatusRequest(), &reply);
     if (!st.ok()) return NoDaemon(run_dir, st);
     if (json) {
-      std::string out;
-      google::protobuf::util::JsonPrintOptions opts;
-      opts.always_print_primitive_fields = true;
-      opts.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
-      printf("%s\n", out.c_str());
+      PrintJson(reply);
     } else {
       if (watch) printf("\033[H\033[2J");  // home, clear: redraw in place
       PrintTable(reply);
@@ -371,6 +456,27 @@ int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool wa
     if (!watch || (count != 0 && n >= count)) return 0;
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
   }
+}
+
+// syncctl job list.
+int ListJobs(ControlStub& stub, const std::string& run_dir, bool json) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  syncd::control::StatusReply reply;
+  grpc::Status st = stub.Status(&ctx, syncd::control::StatusRequest(), &reply);
+  if (!st.ok()) return NoDaemon(run_dir, st);
+  if (!reply.node_service()) {
+    fprintf(stderr, "syncctl job list: the daemon at %s serves its own user's job (--node-service off)\n", run_dir.c_str());
+    return 1;
+  }
+  if (!json) {
+    PrintJobs(reply);
+    return 0;
+  }
+  syncd::control::StatusReply jobs;
+  *jobs.mutable_jobs() = reply.jobs();
+  PrintJson(jobs);
+  return 0;
 }
 
 }  // namespace
@@ -407,6 +513,21 @@ int main(int argc, char** argv) {
       ->excludes(seconds_opt);
   CLI::App* timeline_stop = timeline->add_subcommand("stop", "Stop recording; node 0 finishes the file");
   timeline->require_subcommand(1);
+  CLI::App* job = app.add_subcommand("job", "A node service's jobs (syncd --node-service on): who may attach to which");
+  CLI::App* job_add = job->add_subcommand("add", "Register a job: its ranks, running as --uid, may attach from now on");
+  uint64_t job_id = 0;
+  std::string job_user, job_group;
+  uint32_t job_weight = 1;
+  job_add->add_option("--job", job_id, "The id its ranks carry (SYNCD_JOB_ID, or Slurm's job id)")->required();
+  job_add->add_option("--uid", job_user, "The user its ranks run as (a name or a number)")->required();
+  job_add->add_option("--gid", job_group, "Their group as well (a name or a number; default: any group of the user)");
+  job_add->add_option("--weight", job_weight, "Its share of the daemon's cores and links against other jobs")
+      ->check(CLI::Range(1u, 1000u));
+  CLI::App* job_remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
+  job_remove->add_option("JOB", job_id, "The job's id")->required();
+  CLI::App* job_list = job->add_subcommand("list", "The registered jobs");
+  job_list->add_flag("--json", json, "Print the status as one JSON object");
+  job->require_subcommand(1);
   CLI::App* report = app.add_subcommand("report", "A self-contained HTML page of plots from a timeline file");
   std::string report_in, report_out;
   report->add_option("TIMELINE", report_in, "The timeline (Chrome trace JSON) a daemon wrote")
@@ -421,6 +542,9 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel("unix:" + run_dir + "/control.sock", grpc::InsecureChannelCredentials());
   auto stub = syncd::control::Control::NewStub(channel);
   if (drain->parsed()) return DrainDaemon(*stub, run_dir, drain_timeout);
+  if (job_add->parsed() || job_remove->parsed())
+    return ChangeJobs(*stub, run_dir, job_add->parsed(), job_id, job_user, job_group, job_weight);
+  if (job_list->parsed()) return ListJobs(*stub, run_dir, json);
   if (timeline->parsed()) {
     syncd::control::TimelineRequest req;
     req.set_stop(timeline_stop->parsed());

@@ -51,8 +51,8 @@ bool SendReply(int fd, const abi::AttachReply& reply, const int* fds, int nfds) 
 
 }  // namespace
 
-AttachServer::AttachServer(const Config& config, const NodePage* node_page)
-    : config_(config), node_page_(node_page), socket_path_(config.run_dir + "/attach.sock") {
+AttachServer::AttachServer(const Config& config, const NodePage* node_page, const JobRegistry* jobs)
+    : config_(config), node_page_(node_page), jobs_(jobs), socket_path_(config.run_dir + "/attach.sock") {
   local_size_.store(config.local_size);
 }
 
@@ -83,7 +83,8 @@ Status AttachServer::Listen() {
     unlink(socket_path_.c_str());
   }
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return ErrnoError("bind " + socket_path_);
-  if (chmod(socket_path_.c_str(), 0600) != 0) return ErrnoError("chmod " + socket_path_);
+  // A node service takes any user's connection: the registration decides (CompleteHandshake).
+  if (chmod(socket_path_.c_str(), jobs_ != nullptr ? 0666 : 0600) != 0) return ErrnoError("chmod " + socket_path_);
   if (listen(listen_fd_, 128) != 0) return ErrnoError("listen " + socket_path_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -206,7 +207,7 @@ void AttachServer::Accept() {
       Refuse(fd, SYNCD_ERR_SYSTEM, "SO_PEERCRED failed");
       continue;
     }
-    if (cred.uid != geteuid()) {
+    if (jobs_ == nullptr && cred.uid != geteuid()) {
       Refuse(fd, SYNCD_ERR_REFUSED, "pid " + std::to_string(cred.pid) + " runs as uid " + std::to_string(cred.uid) +
                                         ", this daemon serves uid " + std::to_string(geteuid()) + " only");
       continue;
@@ -214,6 +215,8 @@ void AttachServer::Accept() {
     Connection conn;
     conn.serial = next_serial_++;
     conn.pid = cred.pid;
+    conn.uid = cred.uid;
+    conn.gid = cred.gid;
     conn.deadline_ns = abi::MonotonicNs() + kHandshakeTimeoutNs;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -292,6 +295,8 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
                     config_.run_dir};
   if (Status st = CheckAttachRequest(req, pid, rules); !st.ok()) return Refuse(fd, st.code(), st.message());
   const std::string who = AttachingRank(req, pid);
+  if (jobs_ != nullptr)
+    if (Status st = jobs_->Admit(req.job_id, conn.uid, conn.gid); !st.ok()) return Refuse(fd, st.code(), who + " " + st.message());
   for (const auto& [other_fd, other] : connections_)
     if (other.attached && req.job_id != 0 && other.job_id != 0 && other.job_id != req.job_id)
       return Refuse(fd, SYNCD_ERR_REFUSED, who + " belongs to job " + std::to_string(req.job_id) +

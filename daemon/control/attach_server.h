@@ -1,4 +1,5 @@
-// Accepts clients on <run-dir>/attach.sock: checks the peer's uid (SO_PEERCRED), the protocol
+// Accepts clients on <run-dir>/attach.sock: checks the peer's uid (SO_PEERCRED: the daemon's own,
+// or with --node-service the uid and gid its job was registered for, job_registry.h), the protocol
 // version and the client's identity (attach_handshake.h), creates its segment, passes the segment
 // and node page fds (SCM_RIGHTS) and hands the client to the engine. It keeps each client's
 // socket open and reports a hang-up (exit, crash, SIGKILL) to the engine at once.
@@ -20,6 +21,7 @@
 
 #include "daemon/base/config.h"
 #include "daemon/base/spsc_queue.h"
+#include "daemon/control/job_registry.h"
 #include "daemon/engine/engine.h"
 #include "daemon/shm/node_page.h"
 
@@ -27,10 +29,11 @@ namespace syncd {
 
 class AttachServer {
  public:
-  AttachServer(const Config& config, const NodePage* node_page);
+  // `jobs`: the registered jobs a node service admits clients to (null: the daemon's own uid only).
+  AttachServer(const Config& config, const NodePage* node_page, const JobRegistry* jobs = nullptr);
   ~AttachServer();
 
-  // Binds the socket (mode 0600). Fails when another live daemon serves the run directory.
+  // Binds the socket (mode 0600; 0666 for a node service, which admits by registration). Fails when another live daemon serves the run directory.
   Status Listen();
   // Must be called before Run(): the engine that receives clients.
   void set_engine(Engine* engine) { engine_ = engine; }
@@ -48,6 +51,7 @@ class AttachServer {
   struct Connection {
     uint64_t serial;  // in its epoll tag: an event of a closed connection never acts on a newer one
     int32_t pid;
+    uint32_t uid = 0, gid = 0;  // SO_PEERCRED's
     bool attached = false;
     // Until attached: the request as far as it has arrived, and when the client must have sent it.
     abi::AttachRequest request{};
@@ -82,6 +86,7 @@ class AttachServer {
 
   const Config config_;
   const NodePage* node_page_;
+  const JobRegistry* jobs_;
   Engine* engine_ = nullptr;
   std::string socket_path_;
   int listen_fd_ = -1;

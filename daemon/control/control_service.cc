@@ -1,6 +1,12 @@
 #include "daemon/control/control_service.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <algorithm>
 #include <thread>
@@ -41,6 +47,26 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
     out->set_lost_unix_s(c.lost_unix_s);
     out->set_job_went_on(c.job_went_on);
     out->set_rejoin_grace_left_s(c.rejoin_grace_left_s);
+  }
+}
+
+void FillJobs(const JobRegistry& jobs, const StatusSnapshot& s, control::StatusReply* r) {
+  for (const JobAdmission& j : jobs.List()) {
+    control::RegisteredJob* out = r->add_jobs();
+    out->set_job(j.job);
+    out->set_uid(j.uid);
+    out->set_gid(j.gid ? int64_t(*j.gid) : -1);
+    out->set_weight(j.weight);
+    out->set_added_unix_s(j.added_unix_s);
+    passwd pw{};
+    passwd* found = nullptr;
+    char buf[1024];
+    if (getpwuid_r(j.uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) out->set_user(found->pw_name);
+    const bool running = s.job_id == j.job;
+    out->set_running(running);
+    if (running)
+      out->set_ranks_attached(uint32_t(std::count_if(s.clients.begin(), s.clients.end(),
+                                                     [](const ClientSnapshot& c) { return c.state == "attached"; })));
   }
 }
 
@@ -229,6 +255,8 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_node_count(s->node_count);
   r->set_run_dir(config_.run_dir);
   r->set_draining(engine_->draining());
+  r->set_node_service(jobs_ != nullptr);
+  if (jobs_ != nullptr) FillJobs(*jobs_, *s, r);
   r->set_metrics_url(metrics_url_);
   r->set_straggler_window(s->straggler_window);
   r->set_straggler_collectives(s->straggler_collectives);
@@ -303,6 +331,62 @@ grpc::Status ControlService::Timeline(grpc::ServerContext*, const control::Timel
                       st.message());
 }
 
+namespace {
+
+grpc::Status ToGrpc(const syncd::Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  const grpc::StatusCode code = st.code() == SYNCD_ERR_INVALID   ? grpc::StatusCode::INVALID_ARGUMENT
+                                : st.code() == SYNCD_ERR_REFUSED ? grpc::StatusCode::FAILED_PRECONDITION
+                                                                 : grpc::StatusCode::UNAVAILABLE;
+  return grpc::Status(code, st.message());
+}
+
+grpc::Status NotANodeService() {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "this daemon serves its own user's job only; jobs are registered with a daemon started with "
+                      "--node-service on (syncd.service)");
+}
+
+}  // namespace
+
+StatusOr<JobAdmission> AdmissionOf(const control::RegisteredJob& j) {
+  if (j.gid() < -1 || j.gid() > int64_t(UINT32_MAX))
+    return InvalidArgument(JobName(j.job()) + ": gid " + std::to_string(j.gid()) + " is not a group id");
+  JobAdmission a;
+  a.job = j.job();
+  a.uid = j.uid();
+  if (j.gid() >= 0) a.gid = uint32_t(j.gid());
+  a.weight = j.weight() == 0 ? 1 : j.weight();
+  return a;
+}
+
+grpc::Status ControlService::AddJob(grpc::ServerContext*, const control::AddJobRequest* request, control::AddJobReply*) {
+  if (jobs_ == nullptr) return NotANodeService();
+  StatusOr<JobAdmission> admission = AdmissionOf(request->job());
+  if (!admission.ok()) return ToGrpc(admission.status());
+  const JobAdmission& a = *admission;
+  const syncd::Status st = jobs_->Add(a);
+  if (st.ok())
+    spdlog::info("{} registered: uid {}{}, weight {}", JobName(a.job), a.uid,
+                 a.gid ? " gid " + std::to_string(*a.gid) : std::string(), a.weight);
+  return ToGrpc(st);
+}
+
+grpc::Status ControlService::RemoveJob(grpc::ServerContext*, const control::RemoveJobRequest* request,
+                                       control::RemoveJobReply* reply) {
+  if (jobs_ == nullptr) return NotANodeService();
+  const uint64_t job = request->job();
+  if (syncd::Status st = jobs_->Remove(job); !st.ok()) return ToGrpc(st);
+  spdlog::info("{} removed from this node's daemon", JobName(job));
+  // From here no rank of it attaches; those attached now are told and disconnected.
+  StatusOr<EngineReply> r =
+      engine_->Ask(RemoveJobCommand{job, JobName(job) + " was removed from this node's daemon (syncctl job remove)"}, 5000);
+  if (!r.ok()) return ToGrpc(r.status());
+  const syncd::Status& st = std::get<syncd::Status>(*r);
+  reply->set_ranks_disconnected(uint32_t(strtoul(st.message().c_str(), nullptr, 10)));
+  return grpc::Status::OK;
+}
+
 grpc::Status ControlService::Drain(grpc::ServerContext* ctx, const control::DrainRequest* request,
                                    control::DrainReply* reply) {
   const double timeout_s = DrainTimeoutS(*request, double(config_.drain_timeout_s));
@@ -336,7 +420,8 @@ uint64_t DrainDeadlineNs(uint64_t now_ns, double timeout_s) {
   return now_ns + uint64_t(t * 1e9);
 }
 
-StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service) {
+StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service,
+                                                           const std::string& admin_group) {
   const std::string path = run_dir + "/control.sock";
   unlink(path.c_str());
   grpc::ServerBuilder builder;
@@ -347,7 +432,16 @@ StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& ru
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return Status(SYNCD_ERR_SYSTEM, "gRPC control server could not listen on " + path);
-  chmod(path.c_str(), 0600);
+  if (admin_group.empty()) {
+    chmod(path.c_str(), 0600);
+    return server;
+  }
+  const group* g = getgrnam(admin_group.c_str());
+  if (g == nullptr || chown(path.c_str(), geteuid(), g->gr_gid) != 0 || chmod(path.c_str(), 0660) != 0) {
+    server->Shutdown();
+    return Status(SYNCD_ERR_INVALID, "--admin-group " + admin_group + ": " +
+                                         (g == nullptr ? "no such group" : "cannot give it " + path + ": " + strerror(errno)));
+  }
   return server;
 }
 

@@ -1,4 +1,6 @@
-// The gRPC control service on <run-dir>/control.sock (see proto/syncd.proto). It reads only the
+// The gRPC control service on <run-dir>/control.sock (see proto/syncd.proto): whoever can open
+// the socket may use every call (the file's mode and group are the access control; a node
+// service's is root's and --admin-group's). It reads only the
 // engine's published snapshot, never engine state, so a slow client cannot stall the engine;
 // timeline commands go to the engine through its one-command slot (Engine::CommandTimeline).
 #ifndef SYNCD_DAEMON_CONTROL_CONTROL_SERVICE_H_
@@ -12,6 +14,7 @@
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/config.h"
+#include "daemon/control/job_registry.h"
 #include "daemon/engine/engine.h"
 #include "syncd.grpc.pb.h"
 
@@ -21,12 +24,17 @@ class ControlService final : public control::Control::Service {
  public:
   // `begin_drain(timeout_s, why)` starts the daemon's graceful drain (see main.cc).
   using BeginDrain = std::function<void(double timeout_s, const std::string& why)>;
-  ControlService(const Config& config, const CorePartition& cores, Engine* engine, BeginDrain begin_drain)
-      : config_(config), cores_(cores), engine_(engine), begin_drain_(std::move(begin_drain)) {}
+  // `jobs`: a node service's registered jobs (null: --node-service off; AddJob and RemoveJob refuse).
+  ControlService(const Config& config, const CorePartition& cores, Engine* engine, BeginDrain begin_drain,
+                 JobRegistry* jobs = nullptr)
+      : config_(config), cores_(cores), engine_(engine), begin_drain_(std::move(begin_drain)), jobs_(jobs) {}
 
   grpc::Status Status(grpc::ServerContext*, const control::StatusRequest*, control::StatusReply* reply) override;
   grpc::Status Drain(grpc::ServerContext*, const control::DrainRequest* request, control::DrainReply* reply) override;
   grpc::Status Timeline(grpc::ServerContext*, const control::TimelineRequest* request, control::TimelineReply*) override;
+  grpc::Status AddJob(grpc::ServerContext*, const control::AddJobRequest* request, control::AddJobReply*) override;
+  grpc::Status RemoveJob(grpc::ServerContext*, const control::RemoveJobRequest* request,
+                         control::RemoveJobReply* reply) override;
   // Where the metrics endpoint serves (shown by status); set before the service starts.
   void set_metrics_url(std::string url) { metrics_url_ = std::move(url); }
 
@@ -35,17 +43,23 @@ class ControlService final : public control::Control::Service {
   const CorePartition cores_;
   Engine* engine_;  // Snapshot, drain results, timeline commands: thread-safe calls only
   const BeginDrain begin_drain_;
+  JobRegistry* jobs_;
   std::string metrics_url_;
 };
 
 // The drain timeout a request asks for: its own (clamped to a day), or `default_s` when it asks
 // for none (< 0) or for something that is not a number.
 double DrainTimeoutS(const control::DrainRequest& request, double default_s);
+// The registration an AddJob request asks for (gid -1: any group; weight 0: 1); a gid that is no
+// group id is refused.
+StatusOr<JobAdmission> AdmissionOf(const control::RegisteredJob& job);
 // When a drain of `timeout_s` started at `now_ns` ends (any timeout_s: negative counts as 0).
 uint64_t DrainDeadlineNs(uint64_t now_ns, double timeout_s);
 
-// Starts a gRPC server for `service` on unix:<run-dir>/control.sock.
-StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service);
+// Starts a gRPC server for `service` on unix:<run-dir>/control.sock: mode 0600 (the daemon's
+// user), or 0660 with group `admin_group` when one is named (a node service's administrators).
+StatusOr<std::unique_ptr<grpc::Server>> StartControlServer(const std::string& run_dir, ControlService* service,
+                                                           const std::string& admin_group = "");
 
 }  // namespace syncd
 

@@ -1,7 +1,8 @@
 // The control plane's commands on the engine thread (commands.h): the facts for the status, a
 // health report to send, the timeline, and a daemon restarted under its job (node 0 takes its node
 // back: TakeNodeBack; the new daemon starts the job where node 0 has it: ResumeJob), and a node
-// whose every rank is vacant starting its job (StartVacantJob).
+// whose every rank is vacant starting its job (StartVacantJob), and a node service's job removed
+// (RemoveJob).
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine/engine.h"
@@ -22,6 +23,8 @@ void Engine::RunCommands() {
       e.reply.set_value(ResumeJob(j->where));
     } else if (auto* v = std::get_if<StartVacantJobCommand>(&e.command)) {
       e.reply.set_value(StartVacantJob(v->job));
+    } else if (auto* j = std::get_if<RemoveJobCommand>(&e.command)) {
+      e.reply.set_value(RemoveJob(j->job, j->why));
     } else {
       const TimelineCommand& c = std::get<TimelineCommand>(e.command);
       if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
@@ -96,6 +99,23 @@ Status Engine::StartVacantJob(uint64_t job) {
                "attaches here",
                job);
   return Status::Ok();
+}
+
+Status Engine::RemoveJob(uint64_t job, const std::string& why) {
+  if (!job_ || job_->id() != job) return Status(SYNCD_OK, "0 ranks attached");
+  // Its ranks are told (each request in flight fails naming why), then disconnected: the
+  // registration that let them attach is gone.
+  End(EndScope::Job(ProcessSet::Reach::kJob), Status(SYNCD_ERR_REFUSED, why));
+  Settle();
+  std::vector<uint32_t> ranks;
+  for (const auto& [id, c] : clients_)
+    if (c.info->job_id == job || c.info->job_id == 0) ranks.push_back(id);
+  for (uint32_t id : ranks) {
+    Disconnect(id, "was disconnected: " + why);
+    kick_client_(id);
+  }
+  spdlog::warn("{}: {} of its ranks attached here were disconnected", why, ranks.size());
+  return Status(SYNCD_OK, std::to_string(ranks.size()) + " ranks attached");
 }
 
 }  // namespace syncd

@@ -64,8 +64,15 @@ struct ResumeJobCommand {
 struct StartVacantJobCommand {
   uint64_t job = 0;
 };
-using EngineCommand =
-    std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand, StartVacantJobCommand>;
+// A node service's job `job` was removed (syncctl job remove, the epilog): if it runs here, what
+// it has in flight fails with `why` and its ranks are disconnected. Reply: a Status whose text
+// says how many ranks were attached.
+struct RemoveJobCommand {
+  uint64_t job = 0;
+  std::string why;
+};
+using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand,
+                                   StartVacantJobCommand, RemoveJobCommand>;
 using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>, RejoinAnswer>;
 
 class CommandQueue {

@@ -214,6 +214,7 @@ class Engine {
   RejoinAnswer TakeNodeBack(const RejoinCommand& c);
   Status ResumeJob(const RejoinAnswer& where);
   Status StartVacantJob(uint64_t job);
+  Status RemoveJob(uint64_t job, const std::string& why);
   ObserverThread observer_;
 
   std::map<uint32_t, ClientState> clients_;          // by client id

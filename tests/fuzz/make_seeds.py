@@ -178,6 +178,10 @@ def main():
     write("control_request", "drain-30s", pb_field(1, 30.0))
     write("control_request", "drain-default", pb_field(1, -1.0))
     write("control_request", "empty", b"")
+    # ... and an AddJobRequest's registration (job, uid, gid, weight).
+    write("control_request", "add-job", pb_field(1, pb_field(1, 4711) + pb_field(2, 1000) + pb_field(4, 2)))
+    write("control_request", "add-job-gid",
+          pb_field(1, pb_field(1, 4712) + pb_field(2, 1000) + pb_field(3, 100) + pb_field(4, 1)))
 
 
 if __name__ == "__main__":

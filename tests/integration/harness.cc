@@ -240,6 +240,12 @@ syncd_client* Attach(const std::string& run_dir, int rank, int size) {
 }
 
 syncd_client* AttachAs(const std::string& run_dir, int rank, int size, int local_rank, int local_size) {
+  syncd_client* c = AttachToJob(run_dir, CurrentJobId(), rank, size, local_rank, local_size);
+  if (c == nullptr) fprintf(stderr, "[rank %d] attach failed: %s\n", rank, syncd_last_error());
+  return c;
+}
+
+syncd_client* AttachToJob(const std::string& run_dir, uint64_t job, int rank, int size, int local_rank, int local_size) {
   syncd_init_options o;
   syncd_init_options_default(&o);
   o.run_dir = run_dir.c_str();
@@ -248,10 +254,9 @@ syncd_client* AttachAs(const std::string& run_dir, int rank, int size, int local
   o.local_rank = local_rank;
   o.local_size = local_size;
   o.attach_timeout_ms = 5000;
-  o.job_id = CurrentJobId();
+  o.job_id = job;
   syncd_client* c = nullptr;
-  if (syncd_init(&o, &c) != SYNCD_OK) fprintf(stderr, "[rank %d] attach failed: %s\n", rank, syncd_last_error());
-  return c;
+  return syncd_init(&o, &c) == SYNCD_OK ? c : nullptr;
 }
 
 pid_t Spawn(const std::function<int()>& fn) {

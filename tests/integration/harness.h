@@ -79,6 +79,8 @@ int FreePort();
 // Attaches as `rank` of `size` (single node: local rank = rank).
 syncd_client* Attach(const std::string& run_dir, int rank, int size);
 syncd_client* AttachAs(const std::string& run_dir, int rank, int size, int local_rank, int local_size);
+// The same for a rank of job `job` (AttachAs: the current one); nullptr, saying nothing, when refused.
+syncd_client* AttachToJob(const std::string& run_dir, uint64_t job, int rank, int size, int local_rank, int local_size);
 
 
 

@@ -1,0 +1,70 @@
+// The node daemon's registered jobs (job_registry.h).
+#include "daemon/control/job_registry.h"
+
+#include <ctime>
+
+namespace syncd {
+
+std::string JobName(uint64_t job) {
+  return "job " + std::to_string(job);
+}
+
+Status JobRegistry::Add(JobAdmission job) {
+  if (job.job == 0) return InvalidArgument("job 0 cannot be registered: give the id its ranks carry (SYNCD_JOB_ID or Slurm's job id)");
+  if (job.weight == 0) return InvalidArgument(JobName(job.job) + ": weight 0 would never let it run; give 1 or more");
+  MutexLock lock(&mu_);
+  auto [it, added] = jobs_.try_emplace(job.job, job);
+  if (!added) {
+    JobAdmission& had = it->second;
+    if (had.uid != job.uid || had.gid != job.gid)
+      return Status(SYNCD_ERR_REFUSED, JobName(job.job) + " is registered already, for uid " + std::to_string(had.uid) +
+                                           (had.gid ? " gid " + std::to_string(*had.gid) : std::string()) +
+                                           "; remove it first to register it for another user");
+    had.weight = job.weight;
+    return Status::Ok();
+  }
+  it->second.added_unix_s = int64_t(time(nullptr));
+  return Status::Ok();
+}
+
+Status JobRegistry::Remove(uint64_t job) {
+  MutexLock lock(&mu_);
+  if (jobs_.erase(job) == 0) return InvalidArgument(JobName(job) + " is not registered with this daemon");
+  return Status::Ok();
+}
+
+Status JobRegistry::Admit(uint64_t job, uint32_t uid, uint32_t gid) const {
+  if (job == 0)
+    return Status(SYNCD_ERR_REFUSED, "names no job, and this node's daemon serves registered jobs only: its ranks "
+                                     "must carry the job's id (SYNCD_JOB_ID, or run under Slurm)");
+  MutexLock lock(&mu_);
+  const auto it = jobs_.find(job);
+  if (it == jobs_.end())
+    return Status(SYNCD_ERR_REFUSED, "belongs to " + JobName(job) + ", which is not registered with this node's daemon "
+                                     "(the Slurm prolog or `syncctl job add` registers a job)");
+  const JobAdmission& j = it->second;
+  if (j.uid != uid)
+    return Status(SYNCD_ERR_REFUSED, "runs as uid " + std::to_string(uid) + ", but " + JobName(job) +
+                                     " is registered for uid " + std::to_string(j.uid));
+  if (j.gid && *j.gid != gid)
+    return Status(SYNCD_ERR_REFUSED, "runs as gid " + std::to_string(gid) + ", but " + JobName(job) +
+                                     " is registered for gid " + std::to_string(*j.gid));
+  return Status::Ok();
+}
+
+std::optional<JobAdmission> JobRegistry::Find(uint64_t job) const {
+  MutexLock lock(&mu_);
+  const auto it = jobs_.find(job);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<JobAdmission> JobRegistry::List() const {
+  MutexLock lock(&mu_);
+  std::vector<JobAdmission> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, j] : jobs_) out.push_back(j);
+  return out;
+}
+
+}  // namespace syncd

@@ -1,0 +1,62 @@
+#include "daemon/control/job_registry.h"
+
+#include <gtest/gtest.h>
+
+namespace syncd {
+namespace {
+
+JobAdmission Job(uint64_t id, uint32_t uid, std::optional<uint32_t> gid = std::nullopt, uint32_t weight = 1) {
+  JobAdmission j;
+  j.job = id;
+  j.uid = uid;
+  j.gid = gid;
+  j.weight = weight;
+  return j;
+}
+
+TEST(JobRegistry, AdmitsARegisteredJobsOwnUserAndGroupOnly) {
+  JobRegistry r;
+  ASSERT_TRUE(r.Add(Job(12, 1000)).ok());
+  ASSERT_TRUE(r.Add(Job(13, 1001, 50)).ok());
+  EXPECT_TRUE(r.Admit(12, 1000, 7).ok()) << "any group of the user when none was registered";
+  EXPECT_TRUE(r.Admit(13, 1001, 50).ok());
+  const Status other_user = r.Admit(12, 1001, 7);
+  EXPECT_EQ(other_user.code(), SYNCD_ERR_REFUSED);
+  EXPECT_EQ(other_user.message(), "runs as uid 1001, but job 12 is registered for uid 1000");
+  EXPECT_EQ(r.Admit(13, 1001, 51).message(), "runs as gid 51, but job 13 is registered for gid 50");
+  EXPECT_EQ(r.Admit(14, 1000, 7).code(), SYNCD_ERR_REFUSED);
+  EXPECT_NE(r.Admit(14, 1000, 7).message().find("job 14, which is not registered"), std::string::npos);
+  EXPECT_NE(r.Admit(0, 1000, 7).message().find("names no job"), std::string::npos);
+}
+
+TEST(JobRegistry, RegisteringAgainUpdatesTheWeightButNeverTheUser) {
+  JobRegistry r;
+  ASSERT_TRUE(r.Add(Job(12, 1000, std::nullopt, 1)).ok());
+  ASSERT_TRUE(r.Add(Job(12, 1000, std::nullopt, 3)).ok()) << "a prolog that runs twice";
+  EXPECT_EQ(r.Find(12)->weight, 3u);
+  const Status taken = r.Add(Job(12, 1001));
+  EXPECT_EQ(taken.code(), SYNCD_ERR_REFUSED);
+  EXPECT_NE(taken.message().find("registered already, for uid 1000"), std::string::npos);
+  EXPECT_FALSE(r.Add(Job(12, 1000, 5)).ok()) << "nor its group";
+  EXPECT_EQ(r.Find(12)->uid, 1000u);
+  EXPECT_EQ(r.Add(Job(0, 1000)).code(), SYNCD_ERR_INVALID);
+  EXPECT_EQ(r.Add(Job(15, 1000, std::nullopt, 0)).code(), SYNCD_ERR_INVALID);
+}
+
+TEST(JobRegistry, ARemovedJobAdmitsNoOneAndRemovingItTwiceSaysSo) {
+  JobRegistry r;
+  ASSERT_TRUE(r.Add(Job(12, 1000)).ok());
+  ASSERT_TRUE(r.Add(Job(11, 1000)).ok());
+  ASSERT_EQ(r.List().size(), 2u);
+  EXPECT_EQ(r.List()[0].job, 11u) << "by id";
+  EXPECT_GT(r.List()[0].added_unix_s, 0);
+  ASSERT_TRUE(r.Remove(12).ok());
+  EXPECT_EQ(r.Admit(12, 1000, 7).code(), SYNCD_ERR_REFUSED);
+  const Status again = r.Remove(12);
+  EXPECT_EQ(again.code(), SYNCD_ERR_INVALID);
+  EXPECT_EQ(again.message(), "job 12 is not registered with this daemon");
+  EXPECT_EQ(r.List().size(), 1u);
+}
+
+}  // namespace
+}  // namespace syncd
