@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# systemd/syncd@.service as systemd/install.sh installs it: systemd-analyze verify finds nothing
+# systemd/syncd@.service and syncd.service as systemd/install.sh installs them: systemd-analyze verify finds nothing
 # to say about the unit or its drop-in, and the drop-in follows the node's configuration.
 #   tests/deploy/systemd_test.sh <build dir>
 set -euo pipefail
@@ -27,6 +27,19 @@ done
 cp "$units/syncd@.service" "$units/syncd@root.service"
 out=$(systemd-analyze verify "$units/syncd@root.service" 2>&1) || fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify has warnings:
+$out"
+
+# The node service's unit: every job's daemon, as the syncd user with no capabilities.
+node="$units/syncd.service"
+grep -qx "ExecStart=$build/bin/syncd --node-service=on --admin-group=syncd-admin --run-dir=/run/syncd/service" "$node" ||
+  fail "syncd.service: ExecStart"
+for line in Type=notify User=syncd 'SupplementaryGroups=syncd-admin' 'CapabilityBoundingSet=' 'AmbientCapabilities=' \
+            'RuntimeDirectory=syncd/service' RuntimeDirectoryMode=0755 NoNewPrivileges=yes ProtectSystem=strict; do
+  grep -qx "$line" "$node" || fail "syncd.service lacks $line"
+done
+grep -qx 'CPUAffinity=6-7' "$units/syncd.service.d/10-node.conf" || fail "syncd.service's drop-in"
+out=$(systemd-analyze verify "$node" 2>&1) || fail "systemd-analyze verify syncd.service: $out"
+[ -z "$out" ] || fail "systemd-analyze verify syncd.service has warnings:
 $out"
 
 # No dedicated cores: no CPUAffinity; the daemon's auto choice (the last core) when unset.

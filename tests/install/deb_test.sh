@@ -75,6 +75,8 @@ echo "$out" | head -n 1
 # The manual page, and the systemd unit as packaged.
 user sh -c 'MANPAGER=cat man syncd 2>/dev/null' | grep -q "per-node communication daemon" || fail "man syncd"
 grep -q '^ExecStart=/usr/bin/syncd ' /usr/lib/systemd/system/syncd@.service || fail "the unit's ExecStart"
+grep -q '^ExecStart=/usr/bin/syncd --node-service=on ' /usr/lib/systemd/system/syncd.service || fail "syncd.service's ExecStart"
+getent passwd syncd >/dev/null && getent group syncd-admin >/dev/null || fail "the package made no syncd user or syncd-admin group"
 if command -v systemd-analyze >/dev/null; then
   systemd-analyze verify /usr/lib/systemd/system/syncd@.service 2>&1 | grep -v "^$" | grep -iE "error|fail" &&
     fail "systemd-analyze verify"
