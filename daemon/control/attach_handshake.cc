@@ -12,6 +12,10 @@ Status CheckAttachRequest(const abi::AttachRequest& req, int32_t pid, const Atta
                                           std::to_string(req.version) + " (magic " + std::to_string(req.magic) +
                                           "); this daemon speaks version " + std::to_string(abi::kVersion));
   const std::string who = AttachingRank(req, pid);
+  // A node service's client: its job first, so that nothing else is said to a process that may
+  // not attach at all.
+  if (rules.jobs != nullptr)
+    if (Status st = rules.jobs->Admit(req.job_id, rules.uid, rules.gid); !st.ok()) return Status(st.code(), who + " " + st.message());
   if ((req.flags & ~abi::kAttachHandBack) != 0)
     return Status(SYNCD_ERR_PROTOCOL, who + ": attach flags " + std::to_string(req.flags) + " are not known here");
   if (!rules.accepting)

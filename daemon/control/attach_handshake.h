@@ -1,6 +1,7 @@
 // The attach handshake's rules: what a connecting client may claim about itself, checked before
 // it changes anything in the daemon. Pure: no I/O and no state of its own; the attach server
-// passes what it knows (configuration, the local size in force, whether it is draining).
+// passes what it knows (configuration, the local size in force, whether it is draining, a node
+// service's registered jobs and the client's credentials).
 #ifndef SYNCD_DAEMON_CONTROL_ATTACH_HANDSHAKE_H_
 #define SYNCD_DAEMON_CONTROL_ATTACH_HANDSHAKE_H_
 
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "daemon/base/status.h"
+#include "daemon/control/job_registry.h"
 #include "proto/shm_abi.h"
 
 namespace syncd {
@@ -24,6 +26,10 @@ struct AttachRules {
   uint32_t local_size = 0;
   bool accepting = true;  // false while the daemon drains
   std::string run_dir;    // for messages
+  // A node service's registered jobs (null: the attach server admitted the daemon's own uid
+  // already), and the connecting process's uid and gid as SO_PEERCRED reports them.
+  const JobRegistry* jobs = nullptr;
+  uint32_t uid = 0, gid = 0;
 };
 
 // Checks `req` from process `pid`. An error carries the status and the message the client is

@@ -292,11 +292,9 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   const int32_t pid = conn.pid;
   SettleLeavingClients();  // first: a leaving job's clients still hold its local size
   AttachRules rules{config_.node_rank, config_.nodes, local_size_.load(), accepting_.load(std::memory_order_acquire),
-                    config_.run_dir};
+                    config_.run_dir, jobs_, conn.uid, conn.gid};
   if (Status st = CheckAttachRequest(req, pid, rules); !st.ok()) return Refuse(fd, st.code(), st.message());
   const std::string who = AttachingRank(req, pid);
-  if (jobs_ != nullptr)
-    if (Status st = jobs_->Admit(req.job_id, conn.uid, conn.gid); !st.ok()) return Refuse(fd, st.code(), who + " " + st.message());
   for (const auto& [other_fd, other] : connections_)
     if (other.attached && req.job_id != 0 && other.job_id != 0 && other.job_id != req.job_id)
       return Refuse(fd, SYNCD_ERR_REFUSED, who + " belongs to job " + std::to_string(req.job_id) +

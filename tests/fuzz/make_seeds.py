@@ -125,6 +125,10 @@ def main():
     write("attach_handshake", "node1-of-2", bytes([1, 1, 2]) + attach_request(3, 4, 1, 2, job=77))
     write("attach_handshake", "first-client", bytes([0, 0, 0]) + attach_request(0, 4, 0, 4))
     write("attach_handshake", "draining", bytes([0x80, 0, 1]) + attach_request(0, 1, 0, 1))
+    # ... a node service's: uid 1000 (its job 77), uid 1001 gid 51 (job 78 wants gid 50), another job.
+    write("attach_handshake", "service-own-job", bytes([0x40, 0, 2]) + attach_request(1, 2, 1, 2, job=77))
+    write("attach_handshake", "service-other-group", bytes([0x40, 0x10, 0x12]) + attach_request(0, 2, 0, 2, job=78))
+    write("attach_handshake", "service-unregistered", bytes([0x40, 0, 2]) + attach_request(0, 2, 0, 2, job=79))
     # submission: the entry, then the arena's first bytes.
     write("submission", "allreduce", submit_entry(1, "grad.w", dtype=6, op=1, shape=(2, 2)) + b"\0" * 16)
     write("submission", "allreduce-fp16",
