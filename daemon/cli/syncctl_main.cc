@@ -438,14 +438,34 @@ int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, uint64_t
   return 0;
 }
 
-// syncctl status (once) and watch (every `interval_s`, `count` times; 0: until stopped).
-int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool watch, double interval_s, uint64_t count) {
+// syncctl status --job ID: whether the daemon's status is that job's. Empty when it is; else why
+// not, as a line to print (a job registered but not running here, one not registered, another job).
+std::string NotTheJob(const syncd::control::StatusReply& s, uint64_t job) {
+  const std::string name = "job " + std::to_string(job);
+  if (s.job_id() == job) return "";
+  if (!s.node_service())
+    return name + " is not the job of this daemon at " + s.run_dir() +
+           (s.job_id() != 0 ? " (it serves job " + std::to_string(s.job_id()) + ")" : " (no job has named itself yet)");
+  for (const auto& j : s.jobs())
+    if (j.job() == job) return name + " is registered here but not running: none of its ranks attached yet";
+  return name + " is not registered with this node's daemon";
+}
+
+// syncctl status (once) and watch (every `interval_s`, `count` times; 0: until stopped); with
+// `job`, only while that job is the one served.
+int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool watch, double interval_s, uint64_t count,
+               uint64_t job) {
   for (uint64_t n = 1;; ++n) {
     grpc::ClientContext status_ctx;
     status_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     syncd::control::StatusReply reply;
     grpc::Status st = stub.Status(&status_ctx, syncd::control::StatusRequest(), &reply);
     if (!st.ok()) return NoDaemon(run_dir, st);
+    if (job != 0)
+      if (const std::string why = NotTheJob(reply, job); !why.empty()) {
+        fprintf(stderr, "syncctl: %s\n", why.c_str());
+        return 1;
+      }
     if (json) {
       PrintJson(reply);
     } else {
@@ -490,7 +510,10 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App* status = app.add_subcommand("status", "Clients, cores, operations and engine state");
   status->add_flag("--json", json, "Print the status as one JSON object");
+  uint64_t status_job = 0;
+  status->add_option("--job", status_job, "Only this job's view (exit 1, saying why, when the daemon does not serve it now)");
   CLI::App* watch = app.add_subcommand("watch", "status, refreshed every second (like top); Ctrl-C ends it");
+  watch->add_option("--job", status_job, "Only this job's view");
   watch->add_flag("--json", json, "One JSON object per refresh, a line each");
   double interval_s = 1.0;
   watch->add_option("--interval", interval_s, "Seconds between refreshes")->check(CLI::Range(0.05, 3600.0));
@@ -557,5 +580,5 @@ int main(int argc, char** argv) {
     }
     return CommandTimeline(*stub, run_dir, req);
   }
-  return ShowStatus(*stub, run_dir, json, watch->parsed(), interval_s, count);
+  return ShowStatus(*stub, run_dir, json, watch->parsed(), interval_s, count, status_job);
 }

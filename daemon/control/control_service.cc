@@ -256,6 +256,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
   r->set_run_dir(config_.run_dir);
   r->set_draining(engine_->draining());
   r->set_node_service(jobs_ != nullptr);
+  r->set_job_id(s->job_id);
   if (jobs_ != nullptr) FillJobs(*jobs_, *s, r);
   r->set_metrics_url(metrics_url_);
   r->set_straggler_window(s->straggler_window);

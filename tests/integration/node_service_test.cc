@@ -130,6 +130,16 @@ TEST_F(NodeService, RegisteredJobsOfTheirOwnUsersRunAndEveryOtherAttachIsRefused
   EXPECT_TRUE(Contains(out, "\"user\":\"nobody\"") && Contains(out, "\"weight\":2")) << out;
   std::tie(rc, out) = Shell(Syncctl(d, "status"));
   EXPECT_TRUE(Contains(out, "jobs       2 registered (node service)")) << out;
+  // One job's view: the last one to run (bob's), and why not for the others.
+  std::tie(rc, out) = Shell(Syncctl(d, "status --json --job 7002"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "\"job_id\":\"7002\"")) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "status --job 7001"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(Contains(out, "job 7001 is registered here but not running")) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "status --job 7009"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(Contains(out, "job 7009 is not registered with this node's daemon")) << out;
 
   // Removed: its ranks attach no more.
   std::tie(rc, out) = Shell(Syncctl(d, "job remove 7002"));
