@@ -19,13 +19,13 @@
 namespace syncd::abi {
 
 inline constexpr uint32_t kMagic = 0x53594e43;  // "SYNC"
-inline constexpr uint32_t kVersion = 16;
+inline constexpr uint32_t kVersion = 17;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kNameBytes = SYNCD_MAX_NAME + 1;
 inline constexpr size_t kMaxDims = SYNCD_MAX_DIMS;
 inline constexpr size_t kMessageBytes = 480;
 inline constexpr size_t kArenaAlignment = 64;
-inline constexpr uint32_t kMaxListedNodes = 16384;  // NodePage::set_nodes
+inline constexpr uint32_t kMaxListedNodes = 16384;  // JobView::set_nodes
 
 // kRegisterGraph: the payload is a TOPO graph in the encoding of proto/graph_wire.h, named
 // kTopoPlanName; it completes once every daemon of the job holds the same plan.
@@ -243,6 +243,12 @@ struct NodePage {
   Doorbell engine_doorbell;
   alignas(kCacheLine) std::atomic<uint64_t> engine_heartbeat_ns;  // CLOCK_MONOTONIC
   std::atomic<uint32_t> daemon_state;                              // DaemonState
+};
+static_assert(sizeof(NodePage) <= 4096, "the node page is one page");
+
+// A client's job as the daemon last told it (SegmentHeader::job): each client's own, so that one
+// daemon can serve several jobs, each with its membership.
+struct JobView {
   // How many times the job's membership changed (--on-loss continue/restore: nodes lost); 0 at
   // each job's start. A client's requests fail until it acknowledges the latest
   // (SegmentHeader::membership_seen, syncd_acknowledge_membership).
@@ -251,11 +257,10 @@ struct NodePage {
   // (job_nodes of them) until it loses one, then the nodes left, one bit each (node n: bit n % 64
   // of set_nodes[n / 64]; nodes from kMaxListedNodes on are not listed). Written under a
   // sequence lock with `membership`: odd while the daemon writes (syncd_job_set_ranks reads).
-  alignas(kCacheLine) std::atomic<uint32_t> set_nodes_seq;
+  std::atomic<uint32_t> set_nodes_seq;
   std::atomic<uint32_t> job_nodes;
   std::atomic<uint64_t> set_nodes[kMaxListedNodes / 64];
 };
-static_assert(sizeof(NodePage) <= 4096, "the node page is one page");
 
 // SegmentHeader::joined_as.
 inline constexpr uint32_t kJoinedAsMember = 1;
@@ -278,13 +283,16 @@ struct SegmentHeader {
   RingIndices submit;
   RingIndices completion;
   Doorbell client_doorbell;  // the client sleeps here waiting for completions
-  // The job membership (NodePage::membership) the client acknowledged: set by the daemon at
+  // The job membership (JobView::membership) the client acknowledged: set by the daemon at
   // attach, then by the client (syncd_acknowledge_membership).
   alignas(kCacheLine) std::atomic<uint32_t> membership_seen;
   // Set by the engine once it has taken the client in (after the attach handshake, which the
   // attach server answers): kJoinedAsMember, or kJoinedAsReplacement when the client takes the
   // place of a rank the job had gone on without (syncd_replaces_lost_rank); 0 until then.
   std::atomic<uint32_t> joined_as;
+  // The client's job, written by the engine before it sets joined_as, and whenever the job's
+  // membership changes.
+  alignas(kCacheLine) JobView job;
 };
 
 struct SegmentLayout {

@@ -167,6 +167,9 @@ class Client {
     bool In(uint32_t node) const { return node < nodes && (words[node / 64] >> (node % 64) & 1); }
   };
   int ReadSetNodes(SetNodes* out) SYNCD_REQUIRES(mu_);
+  // Until the engine has taken this client in (SegmentHeader::joined_as): its job view is
+  // written then. DAEMON_LOST, or TIMEOUT after 10 s.
+  int WaitTakenIn() SYNCD_REQUIRES(mu_);
   // global_ from the node page: at attach and when the rank acknowledges a membership.
   // `membership` (may be null): the membership it belongs to.
   int RefreshGlobalSet(uint32_t* membership = nullptr) SYNCD_REQUIRES(mu_);

@@ -1,6 +1,6 @@
 // The job's membership as this rank sees it (elastic jobs): acknowledging a new one, the global
-// set's ranks under it (from the node page, under its sequence lock), whether this rank is a
-// replacement.
+// set's ranks under it (from the job view in the client's segment, under its sequence lock),
+// whether this rank is a replacement.
 #include <sched.h>
 #include <unistd.h>
 
@@ -13,20 +13,23 @@
 namespace syncd::client {
 
 int Client::ReadSetNodes(SetNodes* out) {
+  // The engine writes this client's view of its job before it takes the client in.
+  if (int rc = WaitTakenIn(); rc != SYNCD_OK) return rc;
   // The daemon's writes are rare and short: a torn read is read again (a daemon that died in the
   // middle of one leaves the sequence odd: its heartbeat stops, DaemonAlive says so).
+  const abi::JobView& job = header_->job;
   for (uint32_t tries = 1;; ++tries) {
     if (tries % 1024 == 0) {
       if (!DaemonAlive()) return DaemonLostError();
       sched_yield();
     }
-    const uint32_t seq = node_->set_nodes_seq.load(std::memory_order_acquire);
+    const uint32_t seq = job.set_nodes_seq.load(std::memory_order_acquire);
     if (seq & 1) continue;
-    out->membership = node_->membership.load(std::memory_order_relaxed);
-    out->nodes = node_->job_nodes.load(std::memory_order_relaxed);
-    for (size_t w = 0; w < std::size(out->words); ++w) out->words[w] = node_->set_nodes[w].load(std::memory_order_relaxed);
+    out->membership = job.membership.load(std::memory_order_relaxed);
+    out->nodes = job.job_nodes.load(std::memory_order_relaxed);
+    for (size_t w = 0; w < std::size(out->words); ++w) out->words[w] = job.set_nodes[w].load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (node_->set_nodes_seq.load(std::memory_order_relaxed) == seq) break;
+    if (job.set_nodes_seq.load(std::memory_order_relaxed) == seq) break;
   }
   if (out->nodes > abi::kMaxListedNodes)
     return Fail(SYNCD_ERR_INVALID, "the job has " + std::to_string(out->nodes) + " nodes; the node page lists " +
@@ -87,22 +90,23 @@ int Client::JobSetRanks(int* ranks, int capacity, int* count, uint32_t* membersh
 }
 
 int Client::ReplacesLostRank(int* replaces) {
+  MutexLock lock(&mu_);
+  if (int rc = WaitTakenIn(); rc != SYNCD_OK) return rc;
+  if (replaces != nullptr) *replaces = header_->joined_as.load(std::memory_order_acquire) == abi::kJoinedAsReplacement ? 1 : 0;
+  return SYNCD_OK;
+}
+
+int Client::WaitTakenIn() {
   // The engine takes the client in a moment after the attach handshake: wait for it.
   const uint64_t deadline = abi::MonotonicNs() + 10'000'000'000ull;
-  for (;;) {
-    const uint32_t how = header_->joined_as.load(std::memory_order_acquire);
-    if (how != 0) {
-      if (replaces != nullptr) *replaces = how == abi::kJoinedAsReplacement ? 1 : 0;
-      return SYNCD_OK;
-    }
-    {
-      MutexLock lock(&mu_);
-      if (!DaemonAlive()) return DaemonLostError();
-    }
+  for (uint32_t tries = 0; header_->joined_as.load(std::memory_order_acquire) == 0; ++tries) {
+    if (!DaemonAlive()) return DaemonLostError();
     if (abi::MonotonicNs() > deadline)
       return Fail(SYNCD_ERR_TIMEOUT, "the daemon has not taken this rank in 10 s after its attach");
-    usleep(100);
+    if (tries < 64) sched_yield();
+    else usleep(100);
   }
+  return SYNCD_OK;
 }
 
 }  // namespace syncd::client

@@ -48,7 +48,11 @@ bool Engine::PublishMembership() {
 }
 
 void Engine::PublishSetNodes() const {
-  node_page_->PublishMembership(published_membership_, transport_ ? transport_->size() : 1, job_->membership().global_nodes());
+  for (const auto& [id, c] : clients_) PublishJobTo(c.info->segment);
+}
+
+void Engine::PublishJobTo(const ClientSegment& segment) const {
+  segment.PublishJob(published_membership_, transport_ ? transport_->size() : 1, job_->membership().global_nodes());
 }
 
 Status Engine::MembershipRefusal(const Request& r) const {
@@ -117,9 +121,10 @@ bool Engine::DrainEvents() {
         world_size_ = local_size_ * config_.nodes;
       }
       if (start) BeginJob(a->client->job_id);
-      a->client->segment.set_joined_as(job_->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
-      // A rank that attaches starts in the job's membership as it is.
+      // A rank that attaches starts in the job's membership as it is (what it reads once taken in).
+      PublishJobTo(a->client->segment);
       a->client->segment.set_membership_seen(job_->membership().number());
+      a->client->segment.set_joined_as(job_->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
       client_by_local_rank_[lr] = id;
       spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
       clients_[id].info = std::move(a->client);

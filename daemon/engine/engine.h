@@ -137,11 +137,13 @@ class Engine {
   void EndJob(uint64_t next_job);
   // `resume`: a daemon restarted under job `job` starts it where node 0 has it.
   void BeginJob(uint64_t job, const JobResume* resume = nullptr);
-  // The job's membership (Job::membership) into the node page when it changed (returns whether
+  // The job's membership (Job::membership) into its clients' segments when it changed (returns whether
   // it did); a request of a rank that has not acknowledged it is refused (why, or OK).
   bool PublishMembership();
-  // The membership published and the global set's nodes, on the node page (syncd_job_set_ranks).
+  // The membership published and the global set's nodes, into every client's segment
+  // (abi::JobView, syncd_job_set_ranks), or one client's as it is taken in.
   void PublishSetNodes() const;
+  void PublishJobTo(const ClientSegment& segment) const;
   Status MembershipRefusal(const Request& r) const;
   bool HasWork();
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,

@@ -1,6 +1,8 @@
 #include "daemon/shm/client_segment.h"
 
+#include <atomic>
 #include <cstring>
+#include <iterator>
 
 #include "proto/doorbell.h"
 
@@ -78,6 +80,24 @@ ClientSegment ClientSegment::Over(SharedMapping mapping, const abi::SegmentLayou
   s.arena_bytes_ = h->arena_bytes;
   s.results_ = std::make_shared<ResultArea>(s.mapping_, base, h->result_offset, h->result_bytes);
   return s;
+}
+
+void ClientSegment::PublishJob(uint32_t membership, uint32_t job_nodes, std::span<const uint32_t> set_nodes) const {
+  abi::JobView& v = header()->job;
+  const uint32_t seq = v.set_nodes_seq.load(std::memory_order_relaxed);
+  v.set_nodes_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // odd before any of the words changes
+  uint64_t words[abi::kMaxListedNodes / 64] = {};
+  const auto add = [&](uint32_t node) {
+    if (node < abi::kMaxListedNodes) words[node / 64] |= uint64_t{1} << (node % 64);
+  };
+  if (set_nodes.empty())
+    for (uint32_t n = 0; n < job_nodes; ++n) add(n);
+  for (uint32_t n : set_nodes) add(n);
+  for (size_t w = 0; w < std::size(words); ++w) v.set_nodes[w].store(words[w], std::memory_order_relaxed);
+  v.job_nodes.store(job_nodes, std::memory_order_relaxed);
+  v.membership.store(membership, std::memory_order_release);
+  v.set_nodes_seq.store(seq + 2, std::memory_order_release);
 }
 
 std::optional<abi::SubmitEntry> ClientSegment::PopSubmission(bool* corrupt) {

@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "daemon/shm/result_area.h"
@@ -62,6 +63,10 @@ class ClientSegment {
   uint32_t membership_seen() const { return header()->membership_seen.load(std::memory_order_acquire); }
   void set_membership_seen(uint32_t m) { header()->membership_seen.store(m, std::memory_order_release); }
   void set_joined_as(uint32_t how) { header()->joined_as.store(how, std::memory_order_release); }
+  // The client's job (abi::JobView): its membership and its global set's nodes (`set_nodes`;
+  // empty: all `job_nodes`), under the view's sequence lock. Engine thread only; before
+  // set_joined_as when the client is taken in.
+  void PublishJob(uint32_t membership, uint32_t job_nodes, std::span<const uint32_t> set_nodes) const;
 
   uint32_t submit_depth() const { return submit_.Depth(); }
   uint32_t completion_depth() const { return completion_.Depth() + uint32_t(overflow_.size()); }

@@ -30,9 +30,6 @@ class NodePage {
   void SetState(abi::DaemonState s) const {
     page()->daemon_state.store(uint32_t(s), std::memory_order_release);
   }
-  // The job's membership and its global set's nodes (`set_nodes`; empty: all `job_nodes`), under
-  // the page's sequence lock. The engine thread only.
-  void PublishMembership(uint32_t membership, uint32_t job_nodes, std::span<const uint32_t> set_nodes) const;
   // Wakes the engine (any thread may call it).
   void Wake() const { abi::RingFd(&page()->engine_doorbell, wake_fd_); }
   // The engine, after a sleep: takes the rings that woke it (so the next poll sleeps again).
