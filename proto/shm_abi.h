@@ -290,6 +290,10 @@ struct SegmentHeader {
   // attach server answers): kJoinedAsMember, or kJoinedAsReplacement when the client takes the
   // place of a rank the job had gone on without (syncd_replaces_lost_rank); 0 until then.
   std::atomic<uint32_t> joined_as;
+  // Set by the engine when it lets the client go while the daemon goes on serving others (its
+  // job removed from a node's daemon, the ring protocol broken): the client's calls fail from then
+  // on, as after its daemon's loss (the daemon's heartbeat stays fresh). 0 until then.
+  std::atomic<uint32_t> let_go;
   // The client's job, written by the engine before it sets joined_as, and whenever the job's
   // membership changes.
   alignas(kCacheLine) JobView job;

@@ -63,12 +63,21 @@ int Client::DaemonLostError() const {
   if (left_.load(std::memory_order_relaxed))
     return Fail(SYNCD_ERR_INVALID, "rank " + std::to_string(id_.rank) +
                                        " has left the job (syncd_leave: its process is exiting)");
+  if (let_go_.load(std::memory_order_relaxed))
+    return Fail(SYNCD_ERR_DAEMON_LOST, "syncd daemon at " + id_.run_dir + " disconnected rank " + std::to_string(id_.rank) +
+                                           " (its job was removed from the node's daemon, or it broke the "
+                                           "shared-memory protocol: the daemon's log says which)");
   return Fail(SYNCD_ERR_DAEMON_LOST,
               "syncd daemon at " + id_.run_dir + " is gone (rank " + std::to_string(id_.rank) + ")");
 }
 
 bool Client::DaemonAlive() {
   if (daemon_lost_) return false;
+  if (header_->let_go.load(std::memory_order_acquire) != 0) {  // the daemon serves others on
+    daemon_lost_ = true;
+    let_go_.store(true, std::memory_order_relaxed);
+    return false;
+  }
   if (node_->daemon_state.load(std::memory_order_acquire) ==
       uint32_t(abi::DaemonState::kStopping)) {
     daemon_lost_ = true;

@@ -208,6 +208,7 @@ class Client {
   // launch ranks until it loses a node, then those of the nodes left (this rank's place among them).
   SetView global_ SYNCD_GUARDED_BY(mu_);
   bool daemon_lost_ SYNCD_GUARDED_BY(mu_) = false;
+  std::atomic<bool> let_go_{false};  // the daemon disconnected this client (SegmentHeader::let_go)
   std::atomic<bool> left_{false};  // syncd_leave was called: the daemon has let this rank go
 };
 

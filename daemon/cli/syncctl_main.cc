@@ -219,16 +219,18 @@ void PrintLosses(const syncd::control::StatusReply& s) {
 void PrintJobs(const syncd::control::StatusReply& s) {
   printf("jobs       %d registered (node service)\n", s.jobs_size());
   if (s.jobs_size() == 0) return;
-  printf("  %-12s %-12s %7s %6s %-8s %6s %s\n", "JOB", "USER", "GID", "WEIGHT", "STATE", "RANKS", "REGISTERED");
+  printf("  %-12s %-12s %7s %6s %-8s %6s %-19s %9s %10s %6s %9s %9s\n", "JOB", "USER", "GID", "WEIGHT", "STATE", "RANKS",
+         "REGISTERED", "REQUESTS", "BYTES", "ERRORS", "ENGINE_S", "WAITED_S");
   for (const auto& j : s.jobs()) {
     const std::string user = j.user().empty() ? "uid " + std::to_string(j.uid()) : j.user() + " (" + std::to_string(j.uid()) + ")";
     char when[32] = "-";
     const time_t t = time_t(j.added_unix_s());
     tm local{};
     if (t > 0 && localtime_r(&t, &local) != nullptr) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &local);
-    printf("  %-12lu %-12s %7s %6u %-8s %6u %s\n", (unsigned long)j.job(), user.c_str(),
+    printf("  %-12lu %-12s %7s %6u %-8s %6u %-19s %9lu %10s %6lu %9.3f %9.3f\n", (unsigned long)j.job(), user.c_str(),
            j.gid() < 0 ? "any" : std::to_string(j.gid()).c_str(), j.weight(), j.running() ? "running" : "idle",
-           j.ranks_attached(), when);
+           j.ranks_attached(), when, (unsigned long)j.requests(), Bytes(j.bytes()).c_str(), (unsigned long)j.errors(),
+           j.engine_s(), j.waited_s());
   }
 }
 
@@ -397,6 +399,25 @@ bool ParseId(const std::string& text, bool is_group, int64_t* id) {
   return pw != nullptr;
 }
 
+// syncctl job drain: no new rank of the job; removed once nothing of it is in flight, or at the timeout.
+int DrainJob(ControlStub& stub, const std::string& run_dir, uint64_t job, double timeout_s) {
+  grpc::ClientContext ctx;
+  syncd::control::DrainJobRequest req;
+  req.set_job(job);
+  req.set_timeout_s(timeout_s);
+  syncd::control::DrainJobReply reply;
+  const grpc::Status st = stub.DrainJob(&ctx, req, &reply);
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return NoDaemon(run_dir, st);
+  if (!st.ok()) {
+    fprintf(stderr, "syncctl job drain: %s\n", st.error_message().c_str());
+    return 1;
+  }
+  printf("job %lu drained in %.2f s%s (%u of its ranks were attached and are disconnected)\n", (unsigned long)job,
+         reply.seconds(), reply.deadline_passed() ? ": the timeout passed, what it had in flight failed" : "",
+         reply.ranks_disconnected());
+  return 0;
+}
+
 // syncctl job add|remove: a node service's registered jobs (control.sock is its administrators').
 int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, uint64_t job, const std::string& user,
                const std::string& group, uint32_t weight) {
@@ -459,7 +480,9 @@ int ShowStatus(ControlStub& stub, const std::string& run_dir, bool json, bool wa
     grpc::ClientContext status_ctx;
     status_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     syncd::control::StatusReply reply;
-    grpc::Status st = stub.Status(&status_ctx, syncd::control::StatusRequest(), &reply);
+    syncd::control::StatusRequest request;
+    request.set_job(job);  // a node service serving several jobs answers with that one's view
+    grpc::Status st = stub.Status(&status_ctx, request, &reply);
     if (!st.ok()) return NoDaemon(run_dir, st);
     if (job != 0)
       if (const std::string why = NotTheJob(reply, job); !why.empty()) {
@@ -548,6 +571,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1000u));
   CLI::App* job_remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
   job_remove->add_option("JOB", job_id, "The job's id")->required();
+  CLI::App* job_drain = job->add_subcommand(
+      "drain", "Drain a job: no new rank of it attaches; it is removed once nothing of it is in flight, or at the timeout");
+  job_drain->add_option("JOB", job_id, "The job's id")->required();
+  double job_drain_timeout = -1;
+  job_drain->add_option("--timeout", job_drain_timeout, "Seconds before what it has in flight fails (default: --drain-timeout)");
   CLI::App* job_list = job->add_subcommand("list", "The registered jobs");
   job_list->add_flag("--json", json, "Print the status as one JSON object");
   job->require_subcommand(1);
@@ -568,6 +596,7 @@ int main(int argc, char** argv) {
   if (job_add->parsed() || job_remove->parsed())
     return ChangeJobs(*stub, run_dir, job_add->parsed(), job_id, job_user, job_group, job_weight);
   if (job_list->parsed()) return ListJobs(*stub, run_dir, json);
+  if (job_drain->parsed()) return DrainJob(*stub, run_dir, job_id, job_drain_timeout);
   if (timeline->parsed()) {
     syncd::control::TimelineRequest req;
     req.set_stop(timeline_stop->parsed());

@@ -52,8 +52,17 @@ bool SendReply(int fd, const abi::AttachReply& reply, const int* fds, int nfds) 
 }  // namespace
 
 AttachServer::AttachServer(const Config& config, const NodePage* node_page, const JobRegistry* jobs)
-    : config_(config), node_page_(node_page), jobs_(jobs), socket_path_(config.run_dir + "/attach.sock") {
-  local_size_.store(config.local_size);
+    : config_(config),
+      node_page_(node_page),
+      jobs_(jobs),
+      side_by_side_(jobs != nullptr && config.nodes == 1),
+      socket_path_(config.run_dir + "/attach.sock") {}
+
+uint32_t AttachServer::LocalSizeOf(uint64_t slot) const {
+  if (config_.local_size != 0) return config_.local_size;
+  for (const auto& [fd, conn] : connections_)
+    if (conn.attached && SlotOf(conn.job_id) == slot) return conn.local_size;
+  return 0;
 }
 
 AttachServer::~AttachServer() {
@@ -291,16 +300,18 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   const abi::AttachRequest req = conn.request;
   const int32_t pid = conn.pid;
   SettleLeavingClients();  // first: a leaving job's clients still hold its local size
-  AttachRules rules{config_.node_rank, config_.nodes, local_size_.load(), accepting_.load(std::memory_order_acquire),
+  const uint64_t slot = SlotOf(req.job_id);
+  AttachRules rules{config_.node_rank, config_.nodes, LocalSizeOf(slot), accepting_.load(std::memory_order_acquire),
                     config_.run_dir, jobs_, conn.uid, conn.gid};
   if (Status st = CheckAttachRequest(req, pid, rules); !st.ok()) return Refuse(fd, st.code(), st.message());
   const std::string who = AttachingRank(req, pid);
+  // One job at a time, unless jobs are served side by side (each in its own slot).
   for (const auto& [other_fd, other] : connections_)
-    if (other.attached && req.job_id != 0 && other.job_id != 0 && other.job_id != req.job_id)
+    if (!side_by_side_ && other.attached && req.job_id != 0 && other.job_id != 0 && other.job_id != req.job_id)
       return Refuse(fd, SYNCD_ERR_REFUSED, who + " belongs to job " + std::to_string(req.job_id) +
                                                " but this daemon is serving job " + std::to_string(other.job_id) +
                                                " (rank " + std::to_string(other.rank) + " is attached)");
-  if (auto it = fd_by_local_rank_.find(uint32_t(req.local_rank)); it != fd_by_local_rank_.end())
+  if (auto it = fd_by_local_rank_.find({slot, uint32_t(req.local_rank)}); it != fd_by_local_rank_.end())
     return Refuse(fd, SYNCD_ERR_REFUSED, who + ": local rank " + std::to_string(req.local_rank) +
                                              " is already attached (pid " +
                                              std::to_string(connections_[it->second].pid) + ")");
@@ -347,28 +358,26 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
     spdlog::warn("{}: attach reply could not be sent: {}", who, strerror(errno));
     return Forget(fd);
   }
-  if (local_size_.load() == 0) local_size_.store(ls, std::memory_order_release);  // fixed while clients are attached
   PostToEngine(ClientAttachedEvent{std::move(client)});
   conn.attached = true;
   conn.client_id = id;
   conn.local_rank = uint32_t(req.local_rank);
+  conn.local_size = ls;  // the slot's, while its clients are attached
   conn.rank = uint32_t(req.rank);
   conn.job_id = req.job_id;
   --handshakes_;
-  fd_by_local_rank_[conn.local_rank] = fd;
+  fd_by_local_rank_[{slot, conn.local_rank}] = fd;
 }
 
 void AttachServer::Forget(int fd) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   if (!it->second.attached) --handshakes_;
-  else fd_by_local_rank_.erase(it->second.local_rank);
+  else fd_by_local_rank_.erase({SlotOf(it->second.job_id), it->second.local_rank});
   if (it->second.handed_fd >= 0) close(it->second.handed_fd);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
-  connections_.erase(it);
-  // The local size a client fixed holds while clients are attached: the next job may differ.
-  if (fd_by_local_rank_.empty()) local_size_.store(config_.local_size, std::memory_order_release);
+  connections_.erase(it);  // the local size it held goes with it: the next job may differ
 }
 
 void AttachServer::Drop(int fd, const std::string& reason, bool clean) {

@@ -37,8 +37,6 @@ class AttachServer {
   Status Listen();
   // Must be called before Run(): the engine that receives clients.
   void set_engine(Engine* engine) { engine_ = engine; }
-  // Local size fixed by configuration, or by the clients attached now (0 while none is).
-  uint32_t local_size() const { return local_size_.load(std::memory_order_acquire); }
 
   void Run();
   void Stop();
@@ -60,7 +58,7 @@ class AttachServer {
     int handed_fd = -1;  // abi::kAttachHandBack: the segment's descriptor, as it came with the request
     // Once attached.
     uint32_t client_id = 0;
-    uint32_t local_rank = 0;
+    uint32_t local_rank = 0, local_size = 0;
     uint32_t rank = 0;
     bool said_goodbye = false;
     uint64_t job_id = 0;
@@ -82,11 +80,17 @@ class AttachServer {
   void FlushOutbox();
   // Whether new connections are taken now (the outbox has room, handshakes are few).
   void UpdateListening();
+  // Jobs attached side by side (a node service on one node: each job its own local ranks and
+  // local size) or one at a time (every client in slot 0).
+  uint64_t SlotOf(uint64_t job) const { return side_by_side_ ? job : 0; }
+  // The local size fixed by configuration, or by the slot's clients attached now (0: none is).
+  uint32_t LocalSizeOf(uint64_t slot) const;
   void Forget(int fd);
 
   const Config config_;
   const NodePage* node_page_;
   const JobRegistry* jobs_;
+  const bool side_by_side_;
   Engine* engine_ = nullptr;
   std::string socket_path_;
   int listen_fd_ = -1;
@@ -96,10 +100,9 @@ class AttachServer {
   uint64_t accept_pause_until_ns_ = 0;  // out of descriptors: try again later
   std::atomic<bool> stop_{false};
   std::atomic<bool> accepting_{true};
-  std::atomic<uint32_t> local_size_{0};
   SpscQueue<uint32_t> kicks_{64};
   std::map<int, Connection> connections_;     // by socket fd (attach thread only)
-  std::map<uint32_t, int> fd_by_local_rank_;   // attached clients (attach thread only)
+  std::map<std::pair<uint64_t, uint32_t>, int> fd_by_local_rank_;  // (slot, local rank) -> fd of attached clients
   size_t handshakes_ = 0;                      // connections not attached yet
   std::deque<EngineEvent> outbox_;             // events the engine has no room for yet
   uint64_t next_serial_ = 1;

@@ -28,6 +28,19 @@ void FillStall(const StallSnapshot& st, control::Stall* out) {
   out->set_tag(st.tag);
 }
 
+// Jobs served side by side (the status names none): one job's ranks, process sets and stalls,
+// the status naming it; the status as it is when the job is not served here.
+std::shared_ptr<const StatusSnapshot> OneJobsView(const std::shared_ptr<const StatusSnapshot>& all, uint64_t job) {
+  if (std::none_of(all->jobs.begin(), all->jobs.end(), [job](const JobUsage& u) { return u.job_id == job; })) return all;
+  auto s = std::make_shared<StatusSnapshot>(*all);
+  s->job_id = job;
+  const auto others = [job](const auto& x) { return x.job_id != job; };
+  std::erase_if(s->clients, others);
+  std::erase_if(s->process_sets, others);
+  std::erase_if(s->stalls, others);
+  return s;
+}
+
 void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
   for (const ClientSnapshot& c : s.clients) {
     control::ClientStatus* out = r->add_clients();
@@ -47,6 +60,7 @@ void FillClients(const StatusSnapshot& s, control::StatusReply* r) {
     out->set_lost_unix_s(c.lost_unix_s);
     out->set_job_went_on(c.job_went_on);
     out->set_rejoin_grace_left_s(c.rejoin_grace_left_s);
+    out->set_job(c.job_id);
   }
 }
 
@@ -62,11 +76,15 @@ void FillJobs(const JobRegistry& jobs, const StatusSnapshot& s, control::StatusR
     passwd* found = nullptr;
     char buf[1024];
     if (getpwuid_r(j.uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) out->set_user(found->pw_name);
-    const bool running = s.job_id == j.job;
-    out->set_running(running);
-    if (running)
-      out->set_ranks_attached(uint32_t(std::count_if(s.clients.begin(), s.clients.end(),
-                                                     [](const ClientSnapshot& c) { return c.state == "attached"; })));
+    const auto served = std::find_if(s.jobs.begin(), s.jobs.end(), [&](const JobUsage& u) { return u.job_id == j.job; });
+    out->set_running(served != s.jobs.end());
+    if (served == s.jobs.end()) continue;
+    out->set_ranks_attached(served->ranks);
+    out->set_requests(served->requests);
+    out->set_bytes(served->bytes);
+    out->set_errors(served->errors);
+    out->set_engine_s(served->engine_s);
+    out->set_waited_s(served->waited_s);
   }
 }
 
@@ -246,9 +264,10 @@ void FillJob(const StatusSnapshot& s, control::StatusReply* r) {
 
 }  // namespace
 
-grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusRequest*,
+grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusRequest* request,
                                     control::StatusReply* r) {
   std::shared_ptr<const StatusSnapshot> s = engine_->FreshSnapshot(100);
+  if (request->job() != 0 && s->job_id == 0) s = OneJobsView(s, request->job());
   r->set_version(kVersionString);
   r->set_uptime_s(s->uptime_s);
   r->set_node_rank(s->node_rank);
@@ -385,6 +404,41 @@ grpc::Status ControlService::RemoveJob(grpc::ServerContext*, const control::Remo
   if (!r.ok()) return ToGrpc(r.status());
   const syncd::Status& st = std::get<syncd::Status>(*r);
   reply->set_ranks_disconnected(uint32_t(strtoul(st.message().c_str(), nullptr, 10)));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::DrainJob(grpc::ServerContext* ctx, const control::DrainJobRequest* request,
+                                      control::DrainJobReply* reply) {
+  if (jobs_ == nullptr) return NotANodeService();
+  const uint64_t job = request->job();
+  control::DrainRequest timeout;
+  timeout.set_timeout_s(request->timeout_s());
+  const double timeout_s = DrainTimeoutS(timeout, double(config_.drain_timeout_s));
+  if (syncd::Status st = jobs_->Drain(job); !st.ok()) return ToGrpc(st);
+  spdlog::info("{} drains from this node's daemon (timeout {} s)", JobName(job), timeout_s);
+  // No rank of it attaches from here; it is removed at its first moment with nothing in flight.
+  const uint64_t t0 = abi::MonotonicNs(), deadline = DrainDeadlineNs(t0, timeout_s);
+  DrainJobCommand c{job, false, JobName(job) + " was drained from this node's daemon (syncctl job drain)"};
+  for (;;) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away; the job drains on");
+    c.force = abi::MonotonicNs() >= deadline;
+    if (c.force) {
+      char late[96];
+      snprintf(late, sizeof(late), ": it still had work in flight after %g s", timeout_s);
+      c.why += late;
+    }
+    StatusOr<EngineReply> r = engine_->Ask(c, 5000);
+    if (!r.ok()) return ToGrpc(r.status());
+    const syncd::Status& st = std::get<syncd::Status>(*r);
+    if (st.code() != SYNCD_IN_PROGRESS) {
+      (void)jobs_->Remove(job);
+      reply->set_ranks_disconnected(uint32_t(strtoul(st.message().c_str(), nullptr, 10)));
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  reply->set_deadline_passed(c.force);
+  reply->set_seconds(double(abi::MonotonicNs() - t0) / 1e9);
   return grpc::Status::OK;
 }
 

@@ -35,6 +35,8 @@ class ControlService final : public control::Control::Service {
   grpc::Status AddJob(grpc::ServerContext*, const control::AddJobRequest* request, control::AddJobReply*) override;
   grpc::Status RemoveJob(grpc::ServerContext*, const control::RemoveJobRequest* request,
                          control::RemoveJobReply* reply) override;
+  grpc::Status DrainJob(grpc::ServerContext* ctx, const control::DrainJobRequest* request,
+                        control::DrainJobReply* reply) override;
   // Where the metrics endpoint serves (shown by status); set before the service starts.
   void set_metrics_url(std::string url) { metrics_url_ = std::move(url); }
 

@@ -33,6 +33,14 @@ Status JobRegistry::Remove(uint64_t job) {
   return Status::Ok();
 }
 
+Status JobRegistry::Drain(uint64_t job) {
+  MutexLock lock(&mu_);
+  const auto it = jobs_.find(job);
+  if (it == jobs_.end()) return InvalidArgument(JobName(job) + " is not registered with this daemon");
+  it->second.draining = true;
+  return Status::Ok();
+}
+
 Status JobRegistry::Admit(uint64_t job, uint32_t uid, uint32_t gid) const {
   if (job == 0)
     return Status(SYNCD_ERR_REFUSED, "names no job, and this node's daemon serves registered jobs only: its ranks "
@@ -49,6 +57,10 @@ Status JobRegistry::Admit(uint64_t job, uint32_t uid, uint32_t gid) const {
   if (j.gid && *j.gid != gid)
     return Status(SYNCD_ERR_REFUSED, "runs as gid " + std::to_string(gid) + ", but " + JobName(job) +
                                      " is registered for gid " + std::to_string(*j.gid));
+  // Its own user learns that it drains; nobody else learns anything of it.
+  if (j.draining)
+    return Status(SYNCD_ERR_REFUSED, "belongs to " + JobName(job) + ", which is draining from this node's daemon "
+                                     "(syncctl job drain): it takes no new ranks");
   return Status::Ok();
 }
 

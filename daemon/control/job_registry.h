@@ -25,6 +25,7 @@ struct JobAdmission {
   std::optional<uint32_t> gid;  // and their group, where the registration names one
   uint32_t weight = 1;          // its share of the daemon's cores and links against other jobs
   int64_t added_unix_s = 0;     // when it was registered (set by Add)
+  bool draining = false;        // syncctl job drain: it takes no new ranks
 };
 
 // "job 1234": decimal, as squeue and SYNCD_JOB_ID show it.
@@ -37,9 +38,12 @@ class JobRegistry {
   Status Add(JobAdmission job) SYNCD_EXCLUDES(mu_);
   // SYNCD_ERR_INVALID naming the job when it is not registered.
   Status Remove(uint64_t job) SYNCD_EXCLUDES(mu_);
+  // From now on no new rank of `job` is admitted (syncctl job drain); SYNCD_ERR_INVALID naming
+  // the job when it is not registered.
+  Status Drain(uint64_t job) SYNCD_EXCLUDES(mu_);
   // Whether a process running as uid/gid may attach to `job`: OK, or SYNCD_ERR_REFUSED with the
   // reason as the end of a sentence about the process ("runs as uid 1001, but job 7 is registered
-  // for uid 1000"): no job named, not registered, another user's, another group's.
+  // for uid 1000"): no job named, not registered, another user's, another group's, draining.
   Status Admit(uint64_t job, uint32_t uid, uint32_t gid) const SYNCD_EXCLUDES(mu_);
   std::optional<JobAdmission> Find(uint64_t job) const SYNCD_EXCLUDES(mu_);
   std::vector<JobAdmission> List() const SYNCD_EXCLUDES(mu_);  // by id

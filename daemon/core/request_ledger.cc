@@ -14,8 +14,8 @@ const char* RequestStateName(RequestState s) {
   return "?";
 }
 
-bool RequestLedger::Open(uint32_t client, uint64_t handle, uint64_t now_ns) {
-  return open_.try_emplace({client, handle}, Entry{-1, RequestState::kWaiting, now_ns}).second;
+bool RequestLedger::Open(uint32_t client, uint64_t handle, uint64_t now_ns, uint64_t job) {
+  return open_.try_emplace({client, handle}, Entry{job, -1, RequestState::kWaiting, now_ns}).second;
 }
 
 void RequestLedger::Enter(const Request& r, RequestState state, uint64_t now_ns) {
@@ -41,10 +41,10 @@ const RequestState* RequestLedger::StateOf(uint32_t client, uint64_t handle) con
   return it == open_.end() ? nullptr : &it->second.state;
 }
 
-RequestStates RequestLedger::InSet(int32_t set) const {
+RequestStates RequestLedger::InSet(uint64_t job, int32_t set) const {
   RequestStates s;
   for (const auto& [key, e] : open_) {
-    if (e.set != set) continue;
+    if (e.set != set || e.job != job) continue;
     const size_t i = size_t(e.state);
     ++s.count[i];
     if (s.oldest_since_ns[i] == 0 || e.since_ns < s.oldest_since_ns[i]) s.oldest_since_ns[i] = e.since_ns;

@@ -52,7 +52,7 @@ class RequestLedger {
  public:
   // A request is in flight from now (waiting, in no set yet); false if this client already has
   // `handle` in flight.
-  bool Open(uint32_t client, uint64_t handle, uint64_t now_ns);
+  bool Open(uint32_t client, uint64_t handle, uint64_t now_ns, uint64_t job = 0);
   // Request `r` entered `state` in its set (r.process_set) at `now_ns`. Requests without a
   // client (a joined rank's stand-in) and handles not in flight are left alone.
   void Enter(const Request& r, RequestState state, uint64_t now_ns);
@@ -69,11 +69,12 @@ class RequestLedger {
   bool IsOpen(uint32_t client, uint64_t handle) const { return open_.contains({client, handle}); }
   // Where `client`'s request `handle` stands (nullptr: not in flight).
   const RequestState* StateOf(uint32_t client, uint64_t handle) const;
-  // The requests of `set` in flight, by state.
-  RequestStates InSet(int32_t set) const;
+  // The requests of job `job`'s set `set` in flight, by state.
+  RequestStates InSet(uint64_t job, int32_t set) const;
 
  private:
   struct Entry {
+    uint64_t job = 0;  // its client's (jobs served side by side each have a set 0)
     int32_t set = -1;  // -1: not yet in a set
     RequestState state = RequestState::kWaiting;
     uint64_t since_ns = 0;

@@ -29,6 +29,17 @@ struct ResidualStats {
   uint64_t evicted = 0;   // residuals dropped to make room
   uint64_t refused = 0;   // times a tensor went without error feedback (it did not fit)
   uint64_t cleared = 0;   // residuals dropped by Clear (job ends, membership changes)
+
+  // Summed over the jobs a daemon serves.
+  ResidualStats& operator+=(const ResidualStats& o) {
+    tensors += o.tensors;
+    bytes += o.bytes;
+    capacity += o.capacity;
+    evicted += o.evicted;
+    refused += o.refused;
+    cleared += o.cleared;
+    return *this;
+  }
 };
 
 class ResidualStore {

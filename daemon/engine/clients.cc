@@ -22,57 +22,94 @@ std::string RankName(uint32_t rank, int32_t pid) {
 
 }  // namespace
 
-void Engine::EndJob(uint64_t next_job) {
-  if (!job_) return;
-  spdlog::info("job {:#x} starts (previous job {:#x})", next_job, job_->id());
+Tenant* Engine::TenantOfJob(uint64_t job) const {
+  const auto it = tenants_.find(job);
+  return it == tenants_.end() ? nullptr : it->second.get();
+}
+
+const Tenant* Engine::TenantOf(const std::vector<Request>& requests) const {
+  for (const Request& r : requests)
+    if (r.client_id != kNoClient) {
+      const auto it = clients_.find(r.client_id);
+      return it == clients_.end() ? nullptr : it->second.tenant;
+    }
+  return nullptr;
+}
+
+Tenant& Engine::TenantFor(const AttachedClient& a) {
+  Tenant* t = side_by_side_ ? TenantOfJob(a.job_id) : Only();
+  // The first client of a new job (none of the previous one attached) starts afresh: the
+  // previous job's departed ranks, its failure and its coordination mean nothing to it.
+  // Without --local-size, the job's first client says how many ranks this node runs.
+  const bool none_left = t == nullptr || t->client_by_local_rank.empty();
+  const bool resize = t != nullptr && none_left && local_size_ == 0 && a.local_size != t->local_size;
+  if (t != nullptr && !resize && !(none_left && a.job_id != t->job->id())) return *t;
+  if (t != nullptr) EndJob(*t, a.job_id);
+  return BeginJob(a.job_id, local_size_ != 0 ? local_size_ : a.local_size);
+}
+
+void Engine::EndJob(Tenant& t, uint64_t next_job) {
+  spdlog::info("job {:#x} starts (previous job {:#x})", next_job, t.job->id());
   char why[64];
   snprintf(why, sizeof(why), "its ranks started job %#llx", (unsigned long long)next_job);
   // Whatever the previous job left (requests of ranks that are all gone) ends here,
-  End(EndScope::Job(ProcessSet::Reach::kWaiting), Status(SYNCD_ERR_RANK_LOST, "its job ended"));
+  End(t, EndScope::Job(ProcessSet::Reach::kWaiting), Status(SYNCD_ERR_RANK_LOST, "its job ended"));
   // and the other nodes learn that this one is done with it (they may still be in a cycle of it).
-  job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
+  t.job->Leave(abi::MonotonicNs() + kLeaveNoticeNs, "the job ended", why);
   Settle();
   // Its plans and coordination too: every node drops them at the same point, before the new
   // job's first request. GPU work already enqueued still completes (to nobody, its ranks are gone).
-  job_->Retire(&retired_);
-  job_.reset();
-  residuals_.Clear();  // the job's sums are over
+  DropTenant(t);
 }
 
-bool Engine::PublishMembership() {
-  if (job_->membership().number() == published_membership_) return false;
-  published_membership_ = job_->membership().number();
-  residuals_.Clear();  // what they left out belongs to sums over another membership
-  PublishSetNodes();
+void Engine::DropTenant(Tenant& t) {
+  // Its residuals too: the job's sums are over.
+  const ResidualStats r = t.residuals.stats();
+  residuals_gone_.evicted += r.evicted;
+  residuals_gone_.refused += r.refused;
+  residuals_gone_.cleared += r.cleared + r.tensors;
+  t.job->Retire(&retired_);
+  tenants_.erase(t.job->id());
+}
+
+bool Engine::PublishMembership(Tenant& t) {
+  if (t.job->membership().number() == t.published_membership) return false;
+  t.published_membership = t.job->membership().number();
+  t.residuals.Clear();  // what they left out belongs to sums over another membership
+  PublishSetNodes(t);
   return true;
 }
 
-void Engine::PublishSetNodes() const {
-  for (const auto& [id, c] : clients_) PublishJobTo(c.info->segment);
+void Engine::PublishSetNodes(const Tenant& t) const {
+  for (const auto& [lr, id] : t.client_by_local_rank) PublishJobTo(t, clients_.at(id).info->segment);
 }
 
-void Engine::PublishJobTo(const ClientSegment& segment) const {
-  segment.PublishJob(published_membership_, transport_ ? transport_->size() : 1, job_->membership().global_nodes());
+void Engine::PublishJobTo(const Tenant& t, const ClientSegment& segment) const {
+  segment.PublishJob(t.published_membership, transport_ ? transport_->size() : 1, t.job->membership().global_nodes());
 }
 
-Status Engine::MembershipRefusal(const Request& r) const {
-  if (job_->membership().number() == 0) return Status::Ok();
+Status Engine::MembershipRefusal(const Tenant& t, const Request& r) const {
+  const Membership& m = t.job->membership();
+  if (m.number() == 0) return Status::Ok();
   const auto it = clients_.find(r.client_id);
-  if (it == clients_.end() ||
-      it->second.info->segment.membership_seen() >= job_->membership().number())
-    return Status::Ok();
-  return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + job_->membership().why() +
+  if (it == clients_.end() || it->second.info->segment.membership_seen() >= m.number()) return Status::Ok();
+  return Status(SYNCD_ERR_RANK_LOST, "tensor '" + r.name + "': " + m.why() +
                                          "; this rank has not acknowledged the new membership yet "
                                          "(hvd.elastic.run does, after the calls in flight; C: "
                                          "syncd_acknowledge_membership)");
 }
 
-void Engine::BeginJob(uint64_t job, const JobResume* resume) {
+Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume) {
   // The new job's messages are kept apart from anything the old one left.
   if (transport_) transport_->SetEpoch(JobEpoch(job));
   // Stragglers and per-collective metrics are the job's own: its series carry its job_id and
-  // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.)
-  completions_.BeginJob();
+  // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.) Jobs
+  // served side by side share them.
+  const bool first = tenants_.empty();
+  if (first) completions_.BeginJob();
+  auto owned = std::make_unique<Tenant>(config_.compression_residual_bytes, local_size, config_.nodes);
+  Tenant& t = *owned;
+  tenants_[job] = std::move(owned);
   Job::Links links;
   links.transport = transport_.get();
   links.gpu = gpu_.get();
@@ -83,23 +120,27 @@ void Engine::BeginJob(uint64_t job, const JobResume* resume) {
   hooks.pool = &request_pool_;
   hooks.outcomes = &outcomes_;
   hooks.ledger = &ledger_;
-  hooks.residuals = &residuals_;
-  job_ = std::make_unique<Job>(config_, job, local_size_, std::move(links));
-  published_membership_ = 0;
-  PublishSetNodes();
+  hooks.residuals = &t.residuals;
+  t.job = std::make_unique<Job>(config_, job, local_size, std::move(links));
+  PublishSetNodes(t);
+  if (!first) return t;
   JobTimeline::Links timeline;
   timeline.transport = transport_.get();
   timeline.job = job;
-  timeline.tell = [this](int32_t node, ControlMessage m) { return job_ && job_->TellNodes(std::move(m), node); };
+  timeline.tell = [this](int32_t node, ControlMessage m) {
+    Tenant* only = Only();
+    return only != nullptr && only->job->TellNodes(std::move(m), node);
+  };
   timeline_.BeginJob(std::move(timeline));
   // --timeline: node 0 writes the job's file from its first collective on (the other nodes join
   // in once they have started the job too).
   if (!config_.timeline.empty() && config_.node_rank == 0)
     if (Status st = timeline_.Start(config_.timeline, 0, 0); !st.ok()) spdlog::error("--timeline: {}", st.message());
+  return t;
 }
 
 Engine::~Engine() {
-  job_.reset();
+  tenants_.clear();
   retired_.clear();
 }
 
@@ -110,23 +151,15 @@ bool Engine::DrainEvents() {
     if (auto* a = std::get_if<ClientAttachedEvent>(&*ev)) {
       const uint32_t id = a->client->client_id;
       const uint32_t lr = a->client->local_rank;
-      // The first client of a new job (none of the previous one attached) starts afresh: the
-      // previous job's departed ranks, its failure and its coordination mean nothing to it.
-      // Without --local-size, the job's first client says how many ranks this node runs.
-      const bool resize = clients_.empty() && config_.local_size == 0 && a->client->local_size != local_size_;
-      const bool start = !job_ || resize || (a->client->job_id != job_->id() && clients_.empty());
-      if (start) EndJob(a->client->job_id);
-      if (resize) {
-        local_size_ = a->client->local_size;
-        world_size_ = local_size_ * config_.nodes;
-      }
-      if (start) BeginJob(a->client->job_id);
+      Tenant& t = TenantFor(*a->client);
       // A rank that attaches starts in the job's membership as it is (what it reads once taken in).
-      PublishJobTo(a->client->segment);
-      a->client->segment.set_membership_seen(job_->membership().number());
-      a->client->segment.set_joined_as(job_->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
-      client_by_local_rank_[lr] = id;
-      spdlog::info("{} attached (client {}, local rank {})", RankName(a->client->rank, a->client->pid), id, lr);
+      PublishJobTo(t, a->client->segment);
+      a->client->segment.set_membership_seen(t.job->membership().number());
+      a->client->segment.set_joined_as(t.job->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
+      t.client_by_local_rank[lr] = id;
+      spdlog::info("{} attached (client {}, local rank {}, job {})", RankName(a->client->rank, a->client->pid), id, lr,
+                   t.job->id());
+      clients_[id].tenant = &t;
       clients_[id].info = std::move(a->client);
     } else {
       auto& lost = std::get<ClientLostEvent>(*ev);
@@ -149,15 +182,16 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   else spdlog::warn("{} {}", who, reason);
   const uint32_t local_rank = info.local_rank, rank = info.rank;
   const int32_t pid = info.pid;
+  Tenant* t = it->second.tenant;
   if (std::optional<Request>& held = it->second.held) {  // never taken: its event never fired
     --held_gpu_;
     Complete(*held, Status(SYNCD_ERR_RANK_LOST, who + " " + reason + " before its stream was ready"));
   }
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
-  client_by_local_rank_.erase(local_rank);
+  t->client_by_local_rank.erase(local_rank);
   if (gpu_) gpu_->ForgetClient(client_id);  // its IPC mappings close once no queued GPU work uses them
   // What needs the rank fails, or waits for it to attach again (Job::RankLeft).
-  const bool job_over = job_ && job_->RankLeft(local_rank, rank, pid, who + " " + reason, clean, clients_.size());
+  const bool job_over = t->job->RankLeft(local_rank, rank, pid, who + " " + reason, clean, t->client_by_local_rank.size());
   Settle();
   // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
   // events), so it is complete once the job is.

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/engine_timing.h"
 
 namespace syncd {
 
@@ -15,7 +16,7 @@ void Engine::RunCommands() {
       e.reply.set_value(CaptureFacts());
     } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
       // A report of a job that ended meanwhile is dropped (the next one is of the new job).
-      if (job_ && transport_ && job_->id() == h->job) job_->SendHealth(h->mine);
+      if (Tenant* t = Only(); t != nullptr && transport_ && t->job->id() == h->job) t->job->SendHealth(h->mine);
       e.reply.set_value(Status::Ok());
     } else if (auto* r = std::get_if<RejoinCommand>(&e.command)) {
       e.reply.set_value(TakeNodeBack(*r));
@@ -25,9 +26,11 @@ void Engine::RunCommands() {
       e.reply.set_value(StartVacantJob(v->job));
     } else if (auto* j = std::get_if<RemoveJobCommand>(&e.command)) {
       e.reply.set_value(RemoveJob(j->job, j->why));
+    } else if (auto* d = std::get_if<DrainJobCommand>(&e.command)) {
+      e.reply.set_value(DrainJob(*d));
     } else {
       const TimelineCommand& c = std::get<TimelineCommand>(e.command);
-      if (!job_) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
+      if (tenants_.empty()) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
       else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
     }
   }
@@ -47,14 +50,16 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   }
   // The job goes on without the node (continue, restore): the new daemon joins it. Otherwise the
   // job ended with the loss and the new daemon serves the next one.
-  const bool goes_on = job_ && config_.on_loss != OnLoss::kFail;
-  if (config_.nodes > 2 && !(goes_on && job_->GlobalSetRuns())) {
+  // A many-node job is the daemon's only one (jobs side by side are one-node jobs).
+  Tenant* t = Only();
+  const bool goes_on = t != nullptr && config_.on_loss != OnLoss::kFail;
+  if (config_.nodes > 2 && !(goes_on && t->job->GlobalSetRuns())) {
     a.status = Status(SYNCD_ERR_INVALID, who + " was restarted when no job went on (--on-loss fail, or its job "
                                              "ended): in a job of more than 2 nodes the other nodes learn its new "
                                              "address only from a job that goes on; restart every daemon of the job");
     return a;
   }
-  const uint32_t slot = goes_on ? job_->NextGlobalSlot() : 0;
+  const uint32_t slot = goes_on ? t->job->NextGlobalSlot() : 0;
   if (Status st = transport_->Reconnect(c.node, c.address, c.same_host_pid, slot); !st.ok()) {
     a.status = st;
     return a;
@@ -64,56 +69,69 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
     spdlog::info("{} was restarted and is reached again; it serves the next job", who);
     return a;
   }
-  a.job = job_->id();
-  a.local_size = local_size_;
+  a.job = t->job->id();
+  a.local_size = t->local_size;
   Membership::RestartedNode n;
   n.node = c.node;
-  n.number = job_->membership().number() + 1;
+  n.number = t->job->membership().number() + 1;
   n.slot = slot;
   n.address = c.address;
   n.host = c.host;
   n.pid = c.pid;
   n.tell_others = true;
-  a.resume = job_->TakeRestartedNodeBack(n);
-  PublishMembership();
+  a.resume = t->job->TakeRestartedNodeBack(n);
+  PublishMembership(*t);
   return a;
 }
 
 Status Engine::ResumeJob(const RejoinAnswer& where) {
-  if (job_) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
-  if (config_.local_size == 0 && where.local_size != 0) {
-    local_size_ = where.local_size;
-    world_size_ = local_size_ * config_.nodes;
-  }
-  BeginJob(where.job, &where.resume);
-  PublishMembership();
+  if (!tenants_.empty()) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
+  const uint32_t local_size = local_size_ == 0 && where.local_size != 0 ? where.local_size : local_size_;
+  PublishMembership(BeginJob(where.job, local_size, &where.resume));
   spdlog::info("restarted under job {:#x}: membership {}, its ranks stood in for until ranks attach in their place",
                where.job, where.resume.membership);
   return Status::Ok();
 }
 
 Status Engine::StartVacantJob(uint64_t job) {
-  if (job_) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
-  BeginJob(job);
+  if (!tenants_.empty()) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
+  BeginJob(job, local_size_);
   spdlog::info("job {:#x} starts with every rank of this node vacant: the node joins its collectives once a rank "
                "attaches here",
                job);
   return Status::Ok();
 }
 
+Status Engine::DrainJob(const DrainJobCommand& c) {
+  if (Tenant* t = TenantOfJob(c.job); t != nullptr && !c.force) {
+    // In flight: in its sets and transfers, or still on a ring (read on a later pass).
+    bool busy = t->job->InFlight() > 0;
+    for (const auto& [lr, id] : t->client_by_local_rank) {
+      ClientState& client = clients_.at(id);
+      busy = busy || client.held || client.info->segment.HasSubmission();
+    }
+    if (busy) return Status(SYNCD_IN_PROGRESS, "");
+  }
+  return RemoveJob(c.job, c.why);
+}
+
 Status Engine::RemoveJob(uint64_t job, const std::string& why) {
-  if (!job_ || job_->id() != job) return Status(SYNCD_OK, "0 ranks attached");
+  Tenant* t = TenantOfJob(job);
+  if (t == nullptr) return Status(SYNCD_OK, "0 ranks attached");
   // Its ranks are told (each request in flight fails naming why), then disconnected: the
-  // registration that let them attach is gone.
-  End(EndScope::Job(ProcessSet::Reach::kJob), Status(SYNCD_ERR_REFUSED, why));
-  Settle();
+  // registration that let them attach is gone. Any other job served goes on untouched.
+  End(*t, EndScope::Job(ProcessSet::Reach::kJob), Status(SYNCD_ERR_REFUSED, why));
   std::vector<uint32_t> ranks;
-  for (const auto& [id, c] : clients_)
-    if (c.info->job_id == job || c.info->job_id == 0) ranks.push_back(id);
+  for (const auto& [lr, id] : t->client_by_local_rank) ranks.push_back(id);
   for (uint32_t id : ranks) {
+    clients_.at(id).info->segment.LetGo();
     Disconnect(id, "was disconnected: " + why);
     kick_client_(id);
   }
+  // The job is over here: the other nodes are told, and its tenant goes (its residuals, its sets).
+  t->job->Leave(abi::MonotonicNs() + engine_timing::kLeaveNoticeNs, "the job was removed", why);
+  Settle();
+  DropTenant(*t);
   spdlog::warn("{}: {} of its ranks attached here were disconnected", why, ranks.size());
   return Status(SYNCD_OK, std::to_string(ranks.size()) + " ranks attached");
 }

@@ -71,8 +71,15 @@ struct RemoveJobCommand {
   uint64_t job = 0;
   std::string why;
 };
+// A draining job (syncctl job drain) removed as RemoveJobCommand removes it, once it has nothing in
+// flight, or at once with `force` (its deadline passed); SYNCD_IN_PROGRESS while it has work.
+struct DrainJobCommand {
+  uint64_t job = 0;
+  bool force = false;
+  std::string why;
+};
 using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand,
-                                   StartVacantJobCommand, RemoveJobCommand>;
+                                   StartVacantJobCommand, RemoveJobCommand, DrainJobCommand>;
 using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>, RejoinAnswer>;
 
 class CommandQueue {

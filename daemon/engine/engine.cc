@@ -42,7 +42,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
     : config_(config),
       node_page_(node_page),
       local_size_(local_size),
-      world_size_(local_size * config.nodes),
+      side_by_side_(config.node_service && config.nodes == 1),
       kick_client_(std::move(kick_client)),
       transport_(std::move(transport)),
       timeline_(uint64_t(config.timeline_max_mb) << 20) {
@@ -67,13 +67,21 @@ void Engine::Drain(uint64_t deadline_ns, const std::string& why) {
 }
 
 bool Engine::Drained() {
-  const bool idle_here = (!job_ || job_->InFlight() == 0) && !HasWork() && held_gpu_ == 0;
-  return job_ ? job_->Drained(idle_here) : idle_here;
+  bool idle_here = !HasWork() && held_gpu_ == 0;
+  for (const auto& [id, t] : tenants_) idle_here = idle_here && t->job->InFlight() == 0;
+  bool drained = idle_here;
+  for (const auto& [id, t] : tenants_) drained = t->job->Drained(idle_here) && drained;
+  return drained;
 }
 
 void Engine::End(const EndScope& scope, const Status& why) {
   if (scope.kind == EndScope::Kind::kRequest) Complete(*scope.request, why);
-  else if (job_) job_->End(scope, why);
+  else for (const auto& [id, t] : tenants_) t->job->End(scope, why);
+  Settle();
+}
+
+void Engine::End(Tenant& t, const EndScope& scope, const Status& why) {
+  t.job->End(scope, why);
   Settle();
 }
 
@@ -122,10 +130,10 @@ bool Engine::RanksShareEngineCore() const {
 void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
   uint64_t sleep_ns = kIdleSleepNs;
   bool data_waits = false;  // a TOPO group, GPU work or partial round waits (not only a cycle)
-  if (job_) {
-    const uint64_t next = job_->NextPollNs(now, &data_waits);
+  for (const auto& [id, t] : tenants_) {
+    const uint64_t next = t->job->NextPollNs(now, &data_waits);
     if (next != UINT64_MAX) sleep_ns = next > now ? std::min(sleep_ns, next - now) : 0;
-    if (job_->WaitsOnNetwork()) sleep_ns = 0;  // a transfer from another node rings no doorbell
+    if (t->job->WaitsOnNetwork()) sleep_ns = 0;  // a transfer from another node rings no doorbell
   }
   // GPU work completes, and clients' events fire, without ringing anything.
   if (gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0)) sleep_ns = 0;
@@ -172,6 +180,7 @@ void Engine::Run() {
     const uint64_t t1 = abi::MonotonicNs();
     if (did) {
       tally_.busy_ns += t1 - t0;
+      if (tenants_.size() == 1) Only()->usage.engine_ns += t1 - t0;  // side by side: Poll shares it out
       last_work = t1;
     }
     if (t1 - last_beat > kHeartbeatPeriodNs) {
@@ -196,9 +205,9 @@ void Engine::Run() {
     End(EndScope::Job(ProcessSet::Reach::kHeld), Status(SYNCD_ERR_DAEMON_LOST, drain_.leave_why()));
   // Tell the other nodes this one is leaving, so that a job that ends normally (every daemon
   // stopped) is not reported as a lost node.
-  if (job_)
-    job_->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
-                drain_.leave_why().empty() ? "the daemon is shutting down" : drain_.leave_why(), "its daemon was stopped");
+  for (const auto& [id, t] : tenants_)
+    t->job->Leave(abi::MonotonicNs() + kLeaveNoticeNs,
+                  drain_.leave_why().empty() ? "the daemon is shutting down" : drain_.leave_why(), "its daemon was stopped");
   Settle();
   StopObserver();
   builder_.Build(std::move(*CaptureFacts()));  // what is left once the engine stopped
@@ -207,19 +216,28 @@ void Engine::Run() {
 
 bool Engine::Poll() {
   bool did = DrainEvents();
+  // Jobs side by side: what each costs the engine is timed (one job has the whole pass: Run).
+  const bool shared = tenants_.size() > 1;
   std::vector<uint32_t> broken;
-  for (auto& [id, c] : clients_)
+  for (auto& [id, c] : clients_) {
+    const uint64_t t0 = shared ? abi::MonotonicNs() : 0;
     if (!DrainSubmissions(c, &did)) broken.push_back(id);
+    if (shared) Charge(*c.tenant, abi::MonotonicNs() - t0);
+  }
   for (uint32_t id : broken) {
     const std::string why = clients_.at(id).broke;
+    clients_.at(id).info->segment.LetGo();
     Disconnect(id, "broke the shared-memory protocol (" + (why.empty() ? "corrupt ring indices" : why) + ")");
     kick_client_(id);
     did = true;
   }
-  if (job_) {
-    did |= job_->Poll(abi::MonotonicNs());
-    did |= PublishMembership();  // after the poll: a node lost in it changes the membership
+  for (const auto& [id, t] : tenants_) {
+    const uint64_t t0 = abi::MonotonicNs();
+    did |= t->job->Poll(t0);
+    did |= PublishMembership(*t);  // after the poll: a node lost in it changes the membership
+    if (shared) Charge(*t, abi::MonotonicNs() - t0);
   }
+  if (shared) SettleShares();
   for (size_t i = 0; i < retired_.size();) {
     did |= retired_[i]->PollGpu();
     if (retired_[i]->gpu_busy()) ++i;
@@ -227,6 +245,16 @@ bool Engine::Poll() {
   }
   Settle();
   return did;
+}
+
+void Engine::SettleShares() {
+  uint64_t pass_ns = 0;
+  for (const auto& [id, t] : tenants_) pass_ns += t->pass_ns;
+  for (const auto& [id, t] : tenants_) {
+    t->usage.engine_ns += t->pass_ns;
+    if (t->job->InFlight() > 0) t->usage.waited_ns += pass_ns - t->pass_ns;
+    t->pass_ns = 0;
+  }
 }
 
 bool Engine::DrainSubmissions(ClientState& c, bool* did) {
@@ -237,7 +265,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     c.held.reset();
     --held_gpu_;
     *did = true;
-    Take(std::move(r));
+    Take(*c.tenant, std::move(r));
   }
   for (;;) {
     bool corrupt = false;
@@ -246,7 +274,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     if (!e) return true;
     *did = true;
     c.last_submit_ns = abi::MonotonicNs();
-    if (!ledger_.Open(c.info->client_id, e->handle, c.last_submit_ns)) {
+    if (!ledger_.Open(c.info->client_id, e->handle, c.last_submit_ns, c.tenant->job->id())) {
       c.broke = "submitted handle " + std::to_string(e->handle) + " while it was still in flight";
       return false;
     }
@@ -257,18 +285,13 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
       ++held_gpu_;
       return true;
     }
-    Take(std::move(*r));
+    Take(*c.tenant, std::move(*r));
   }
 }
 
-void Engine::Take(Request r) {
+void Engine::Take(Tenant& t, Request r) {
   if (r.kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
     Complete(r, r.text.empty() ? timeline_.Stop() : timeline_.Start(r.text, 0, 0));
-    return;
-  }
-  if (!job_) {  // never: a client's attach starts a job
-    End(EndScope::OneRequest(r), InvalidArgument("tensor '" + r.name + "': process set " +
-                                                 std::to_string(r.process_set) + " is not one of this job's"));
     return;
   }
   // What a refusal needs to complete the request (not its name, shape or memory: a full copy
@@ -278,8 +301,8 @@ void Engine::Take(Request r) {
   refused.rank = r.rank;
   refused.handle = r.handle;
   refused.bytes = r.bytes;
-  Status st = MembershipRefusal(r);
-  if (st.ok()) st = job_->Take(std::move(r));
+  Status st = MembershipRefusal(t, r);
+  if (st.ok()) st = t.job->Take(std::move(r));
   if (!st.ok()) End(EndScope::OneRequest(refused), st);
 }
 
@@ -288,9 +311,9 @@ std::optional<Request> Engine::Validate(ClientState& c, const abi::SubmitEntry& 
                       c.info->rank,
                       c.info->local_rank,
                       &c.info->segment,
-                      world_size_,
+                      c.tenant->world_size,
                       config_.fusion_threshold,
-                      job_ ? job_->SetRanksOf(e.process_set) : nullptr,
+                      c.tenant->job->SetRanksOf(e.process_set),
                       uint32_t(config_.compression),
                       config_.compression_min_bytes,
                       config_.compression_ppm,
@@ -347,8 +370,8 @@ void Engine::Settle() {
   for (Outcome& o : outcomes_) ApplyOutcome(o.requests, o.status);
   outcomes_.Clear(&request_pool_);
   FlushClients();
-  if (job_)
-    for (const ControlNotice& n : job_->TakeNotices()) timeline_.Receive(n.from, n.message);
+  for (const auto& [id, t] : tenants_)
+    for (const ControlNotice& n : t->job->TakeNotices()) timeline_.Receive(n.from, n.message);
 }
 
 void Engine::ApplyOutcome(const std::vector<Request>& requests, const Status& status) {
@@ -427,7 +450,8 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   // or receive is one rank's.
   const Collective* kind = FindCollective(f.kind);
   t.stragglers = !abi::IsPointToPoint(f.kind) && !(kind != nullptr && kind->partial());
-  t.spans_nodes = t.stragglers && job_ && job_->NodesOf(f.process_set) > 1;
+  const Tenant* tenant = t.stragglers ? TenantOf(requests) : nullptr;
+  t.spans_nodes = tenant != nullptr && tenant->job->NodesOf(f.process_set) > 1;
   if (!t.stragglers) t.rank = 0;
   completions_.Append(t);
   if (!t.stragglers) return;
@@ -454,11 +478,15 @@ void Engine::Complete(const Request& r, const Status& status) {
   auto it = clients_.find(r.client_id);
   if (it == clients_.end()) return;  // the client is gone; nobody to tell
   ClientState& c = it->second;
+  Tenant::Usage& job = c.tenant->usage;
   if (status.ok()) {
     ++c.ops;
     c.bytes += r.bytes;
+    ++job.requests;
+    job.bytes += r.bytes;
   } else {
     ++c.errors;
+    ++job.errors;
   }
   c.info->segment.Complete(r.handle, status.code(), status.message(), status.ok() ? r.result_offset : abi::kNoResult);
 }
@@ -524,7 +552,8 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->uptime_s = double(now_ns - tally_.start_ns) / 1e9;
   s->node_rank = config_.node_rank;
   s->node_count = config_.nodes;
-  s->local_size = local_size_;
+  const Tenant* only = Only();
+  s->local_size = only != nullptr ? only->local_size : local_size_;
   s->clients = SnapshotClients(now_ns);
   f->kind_counts.assign(counters_.by_kind.begin(), counters_.by_kind.end());
   s->error_ops = tally_.error_ops;
@@ -534,19 +563,34 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->fused_tensors = counters_.fused_tensors;
   s->fusion_sizes = counters_.fusion_sizes;
   s->compressed = counters_.compressed;
-  s->residuals = residuals_.stats();
+  s->residuals = residuals_gone_;
+  for (const auto& [id, t] : tenants_) s->residuals += t->residuals.stats();
   s->stall_warnings = tally_.stall_warnings;
   s->open_requests = ledger_.open();
   s->requests_finished_twice = ledger_.refused();
-  s->job_id = job_ ? job_->id() : 0;
+  // Jobs side by side: the status names none (StatusRequest.job picks one's view).
+  s->job_id = only != nullptr && !side_by_side_ ? only->job->id() : 0;
+  s->side_by_side = side_by_side_;
+  for (const auto& [id, t] : tenants_) {
+    JobUsage& u = s->jobs.emplace_back();
+    u.job_id = id;
+    u.ranks = uint32_t(t->client_by_local_rank.size());
+    u.requests = t->usage.requests;
+    u.bytes = t->usage.bytes;
+    u.errors = t->usage.errors;
+    u.engine_s = double(t->usage.engine_ns) / 1e9;
+    u.waited_s = double(t->usage.waited_ns) / 1e9;
+  }
   s->on_loss = OnLossName(config_.on_loss);
-  if (job_) {
+  for (const auto& [id, t] : tenants_) {
     f->has_job = true;
+    f->pending += t->job->PendingTensors();
+  }
+  if (only != nullptr) {
     f->reports_health = transport_ != nullptr;
-    f->host = job_->host();
-    f->pending = job_->PendingTensors();
-    s->membership_changes = job_->membership().changes();
-    if (f->reports_health) f->peer_health = job_->PeerHealth(now_ns);
+    f->host = only->job->host();
+    s->membership_changes = only->job->membership().changes();
+    if (f->reports_health) f->peer_health = only->job->PeerHealth(now_ns);
   }
   s->timeline = timeline_.State();
   s->engine_busy_ns = tally_.busy_ns;
@@ -555,8 +599,8 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   s->engine_cpu_s = double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
-  if (job_)
-    job_->SnapshotSets(now_ns, ledger_, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, &s->process_sets, &s->stalls);
+  for (const auto& [id, t] : tenants_)
+    t->job->SnapshotSets(now_ns, ledger_, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, &s->process_sets, &s->stalls);
   if (gpu_) {
     s->has_gpu = true;
     s->gpu = gpu_->stats();

@@ -1,9 +1,12 @@
 // The engine: the daemon's one pinned progress thread. It takes clients in and out (the inbox),
 // reads every client's submission ring, checks each request and hands it to the job (job.h: its
 // process sets, point-to-point, lost ranks, stalls, health), posts completions and appends a
-// fixed-size event for each (obs/completion_log.h). What lives for one job is the job's; what
-// outlives jobs (clients, the ledger, the timeline) is the engine's. When idle for `spin_us` it
-// sleeps on the node page's doorbell (clients and the control plane ring it).
+// fixed-size event for each (obs/completion_log.h). What lives for one job is the job's tenant
+// (engine/tenant.h: the job, its ranks here, its residuals); what outlives jobs or is shared by
+// them (clients, the ledger, the timeline, the transport) is the engine's. A daemon serves one job
+// at a time; a node service on one node serves its registered jobs side by side, each client
+// bound to its job's tenant. When idle for `spin_us` it sleeps on the node page's doorbell
+// (clients and the control plane ring it).
 //
 // The status and the health reports are built off the engine thread (obs/status_builder.h): the
 // engine only captures its facts when asked (a command) and sends the report it is handed. While
@@ -37,6 +40,7 @@
 #include "daemon/engine/engine_drain.h"
 #include "daemon/engine/observer_thread.h"
 #include "daemon/engine/process_set.h"
+#include "daemon/engine/tenant.h"
 #include "daemon/exec/gpu_executor.h"
 #include "daemon/obs/completion_log.h"
 #include "daemon/obs/status_builder.h"
@@ -116,6 +120,10 @@ class Engine {
   Status CommandTimeline(const TimelineCommand& command, int timeout_ms);
 
  private:
+  // Jobs side by side: each one's share of a pass of the engine (`ns` spent on `t`), and at the
+  // pass's end the wait the others caused each job that had work in flight.
+  void Charge(Tenant& t, uint64_t ns) { t.pass_ns += ns; }
+  void SettleShares();
   // Whether any attached rank may run where the engine runs (unpinned, or a shared core).
   bool RanksShareEngineCore() const;
   // Sleeps on the doorbell (with `network`, the transport's descriptors too); see engine.cc.
@@ -130,21 +138,32 @@ class Engine {
     // A GPU request whose client's interprocess event has not fired (GpuExecutor::Signalled):
     // taken once it has; the client's later entries wait on its ring behind it.
     std::optional<Request> held;
+    Tenant* tenant = nullptr;  // the job it runs
   };
-  // The first client of a job attached (none of the previous job's is left). EndJob: drops
-  // what the previous job left and tells the other nodes. BeginJob: the job's global process set,
-  // its coordination afresh on many nodes.
-  void EndJob(uint64_t next_job);
-  // `resume`: a daemon restarted under job `job` starts it where node 0 has it.
-  void BeginJob(uint64_t job, const JobResume* resume = nullptr);
+  // The tenant a client attaching joins: the job it runs (a node service serving jobs side by
+  // side: its job's own), begun afresh when its first rank attaches (none of the previous job's
+  // is left, or this node's local size changed).
+  Tenant& TenantFor(const AttachedClient& client);
+  // EndJob: drops what the job left, tells the other nodes and forgets the tenant (DropTenant:
+  // its sets retired, its residuals counted as dropped).
+  void EndJob(Tenant& t, uint64_t next_job);
+  void DropTenant(Tenant& t);
+  // BeginJob: the job's global process set, its coordination afresh on many nodes. `resume`: a
+  // daemon restarted under job `job` starts it where node 0 has it.
+  Tenant& BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume = nullptr);
+  // The one tenant of a daemon of one job (null: none yet); a many-node job is always alone.
+  Tenant* Only() const { return tenants_.empty() ? nullptr : tenants_.begin()->second.get(); }
+  Tenant* TenantOfJob(uint64_t job) const;
+  // Its tenant's, of the first request with a client (null: only stand-ins, or gone).
+  const Tenant* TenantOf(const std::vector<Request>& requests) const;
   // The job's membership (Job::membership) into its clients' segments when it changed (returns whether
   // it did); a request of a rank that has not acknowledged it is refused (why, or OK).
-  bool PublishMembership();
-  // The membership published and the global set's nodes, into every client's segment
+  bool PublishMembership(Tenant& t);
+  // The membership published and the global set's nodes, into every client's segment of the job
   // (abi::JobView, syncd_job_set_ranks), or one client's as it is taken in.
-  void PublishSetNodes() const;
-  void PublishJobTo(const ClientSegment& segment) const;
-  Status MembershipRefusal(const Request& r) const;
+  void PublishSetNodes(const Tenant& t) const;
+  void PublishJobTo(const Tenant& t, const ClientSegment& segment) const;
+  Status MembershipRefusal(const Tenant& t, const Request& r) const;
   bool HasWork();
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
   // on any node; see Negotiator::SetDrain).
@@ -152,7 +171,8 @@ class Engine {
   // The one way work ends, whatever ended it (a refused request, a rank gone, the drain
   // deadline, a new job): every pending request in `scope` completes exactly once with `why`
   // (a request here, the rest in the job: Job::End, which also ends stalled jobs).
-  void End(const EndScope& scope, const Status& why);
+  void End(const EndScope& scope, const Status& why);  // in every job served
+  void End(Tenant& t, const EndScope& scope, const Status& why);
   bool DrainEvents();
   // False when the client broke the ring protocol; sets *did when it consumed anything.
   bool DrainSubmissions(ClientState& c, bool* did);
@@ -160,7 +180,7 @@ class Engine {
   // collective, the failure notice (abi::OpKind::kFail) that fails its name on the other ranks.
   std::optional<Request> Validate(ClientState& c, const abi::SubmitEntry& e);
   // A checked request goes to the job (or is answered here: a timeline request).
-  void Take(Request r);
+  void Take(Tenant& t, Request r);
   std::optional<Request> RefusalNotice(const ClientState& c, const abi::SubmitEntry& e, const Status& why);
   // The one place requests complete: the outcomes the calls into the job left (core/outcomes.h),
   // each tensor's requests applied (ApplyOutcome), their storage back to the pool, then every
@@ -189,21 +209,21 @@ class Engine {
 
   const Config config_;
   const NodePage* node_page_;
-  uint32_t local_size_;
-  uint32_t world_size_;
+  const uint32_t local_size_;  // --local-size, or 0: each job's first rank says
+  // Jobs served side by side (a node service on one node: each registered job its own tenant)
+  // or one at a time.
+  const bool side_by_side_;
   const std::function<void(uint32_t)> kick_client_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<GpuExecutor> gpu_;
   uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";
-  std::unique_ptr<Job> job_;  // the job being served (null until a client attached)
-  uint32_t published_membership_ = 0;  // NodePage::membership
+  std::map<uint64_t, std::unique_ptr<Tenant>> tenants_;  // the jobs served, by id (empty until a client attached)
+  ResidualStats residuals_gone_;  // what the residual stores of jobs that ended evicted, refused and dropped
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   RequestLedger ledger_;  // every request read off a ring until its one completion
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
   Outcomes outcomes_;  // what the job's sets and transfers ended, until Settle applies it
-  // Top-k, random-k, 1-bit: dropped when a job ends and when its membership changes.
-  ResidualStore residuals_{config_.compression_residual_bytes};
   ExecutionCounters counters_;
   CompletionLog completions_;  // Count()'s events, folded by the status builder
   mutable StatusBuilder builder_{&completions_};  // off the engine thread (FreshSnapshot, the observer)
@@ -217,10 +237,10 @@ class Engine {
   Status ResumeJob(const RejoinAnswer& where);
   Status StartVacantJob(uint64_t job);
   Status RemoveJob(uint64_t job, const std::string& why);
+  Status DrainJob(const DrainJobCommand& c);
   ObserverThread observer_;
 
-  std::map<uint32_t, ClientState> clients_;          // by client id
-  std::map<uint32_t, uint32_t> client_by_local_rank_;  // local rank -> client id
+  std::map<uint32_t, ClientState> clients_;  // by client id (each job's by local rank: Tenant)
 
   // What the engine's loop counts, for the status (CaptureFacts).
   struct Tally {

@@ -29,13 +29,15 @@ constexpr uint64_t kMaxHealthBundleBytes = uint64_t{64} << 20;
 
 std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
   std::vector<ClientSnapshot> out;
-  // Ranks the others have been waiting for past kUnresponsiveNs: global rank -> the oldest such tensor.
-  std::map<uint32_t, const StallSnapshot*> awaited;
-  const std::vector<StallSnapshot> waits = job_ ? job_->Stalls(now_ns, kUnresponsiveNs) : std::vector<StallSnapshot>{};
-  for (const StallSnapshot& w : waits)
-    for (uint32_t rank : w.missing_ranks) awaited.emplace(rank, &w);
+  // Ranks the others have been waiting for past kUnresponsiveNs: (job, global rank) -> the oldest
+  // such tensor.
+  std::map<std::pair<uint64_t, uint32_t>, std::string> awaited;
+  for (const auto& [job, t] : tenants_)
+    for (const StallSnapshot& w : t->job->Stalls(now_ns, kUnresponsiveNs))
+      for (uint32_t rank : w.missing_ranks) awaited.emplace(std::make_pair(job, rank), w.name);
   for (const auto& [id, c] : clients_) {
     ClientSnapshot cs;
+    cs.job_id = c.tenant->job->id();
     cs.rank = c.info->rank;
     cs.local_rank = c.info->local_rank;
     cs.pid = c.info->pid;
@@ -46,15 +48,16 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
     cs.submit_depth = c.info->segment.submit_depth();
     cs.completion_depth = c.info->segment.completion_depth();
     cs.last_seen_s = c.last_submit_ns ? double(now_ns - c.last_submit_ns) / 1e9 : -1.0;
-    if (const auto a = awaited.find(cs.rank); a != awaited.end()) {
+    if (const auto a = awaited.find({cs.job_id, cs.rank}); a != awaited.end()) {
       cs.awaited = true;
-      cs.awaited_tensor = a->second->name;
+      cs.awaited_tensor = a->second;
     }
     out.push_back(cs);
   }
-  if (job_) for (const auto& [lr, lost] : job_->lost()) {
+  for (const auto& [job, t] : tenants_) for (const auto& [lr, lost] : t->job->lost()) {
     ClientSnapshot cs;
-    cs.rank = config_.node_rank * local_size_ + lr;
+    cs.job_id = job;
+    cs.rank = config_.node_rank * t->local_size + lr;
     cs.local_rank = lr;
     cs.pid = lost.pid;
     cs.state = lost.vacant ? "vacant" : lost.departed || lost.clean ? "left" : "lost";

@@ -467,12 +467,16 @@ void Job::SnapshotSets(uint64_t now_ns, const RequestLedger& ledger, uint64_t st
   for (const auto& [id, set] : sets_) {
     sets->push_back(set->Snapshot(now_ns));
     ProcessSetSnapshot& snap = sets->back();
-    const RequestStates in = ledger.InSet(id);
+    snap.job_id = id_;
+    const RequestStates in = ledger.InSet(id_, id);
     for (size_t i = 0; i < kRequestStates; ++i)
       snap.requests.push_back({RequestStateName(RequestState(i)), in.count[i],
                                in.count[i] == 0 ? 0.0 : double(now_ns - std::min(now_ns, in.oldest_since_ns[i])) / 1e9});
     for (StallSnapshot& st : p2p_.Waits(now_ns, stall_ns, id)) snap.stalls.push_back(std::move(st));
-    for (const StallSnapshot& st : snap.stalls) stalls->push_back(st);
+    for (StallSnapshot& st : snap.stalls) {
+      st.job_id = id_;
+      stalls->push_back(st);
+    }
   }
 }
 

@@ -149,11 +149,12 @@ std::string Job::DescribeStall(const StallSnapshot& s, uint64_t now_ns, const st
 
 void Engine::CheckStalls(uint64_t now_ns) {
   tally_.last_stall_check_ns = now_ns;
-  if (!job_) return;
-  std::vector<RankActivity> here;
-  for (const auto& [id, c] : clients_) here.push_back({c.info->rank, c.last_submit_ns});
-  tally_.stall_warnings += job_->CheckStalls(now_ns, here);
-  job_->ExpireDepartures(now_ns, !clients_.empty());
+  for (const auto& [job, t] : tenants_) {
+    std::vector<RankActivity> here;
+    for (const auto& [lr, id] : t->client_by_local_rank) here.push_back({clients_.at(id).info->rank, clients_.at(id).last_submit_ns});
+    tally_.stall_warnings += t->job->CheckStalls(now_ns, here);
+    t->job->ExpireDepartures(now_ns, !t->client_by_local_rank.empty());
+  }
   Settle();
 }
 

@@ -117,17 +117,22 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
       {"syncd_rank_submit_queue_depth", "gauge", "Entries waiting in this rank's submission ring.",
        [](const ClientSnapshot& c) { return uint64_t(c.submit_depth); }},
   };
+  // Jobs side by side each have a rank 0: their ranks carry their job's id.
+  const auto rank = [&s](const ClientSnapshot& c) {
+    Labels l{{"rank", std::to_string(c.rank)}};
+    if (s.side_by_side) l.emplace_back("job_id", std::to_string(c.job_id));
+    return l;
+  };
   for (const PerRank& m : kPerRank) {
     e->Family(m.name, m.type, m.help);
     for (const ClientSnapshot& c : s.clients)
-      if (c.state == "attached") e->Sample(m.name, {{"rank", std::to_string(c.rank)}}, m.value(c));
+      if (c.state == "attached") e->Sample(m.name, rank(c), m.value(c));
   }
   e->Family("syncd_rank_unresponsive", "gauge",
             "1 while this rank holds the others up: its process is stopped, or it has not called syncd for 2 s while "
             "a tensor waits for it.");
   for (const ClientSnapshot& c : s.clients)
-    if (c.state == "attached")
-      e->Sample("syncd_rank_unresponsive", {{"rank", std::to_string(c.rank)}}, uint64_t(!c.unresponsive.empty()));
+    if (c.state == "attached") e->Sample("syncd_rank_unresponsive", rank(c), uint64_t(!c.unresponsive.empty()));
   // Stragglers among this node's ranks, over the window `syncctl status` shows.
   e->Family("syncd_rank_lateness_seconds", "gauge",
             "Mean time this rank submitted behind the node's first submitter, over the straggler window.");
@@ -137,6 +142,35 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
             "Share of the node's waiting over the straggler window that this rank caused by submitting last.");
   for (const StragglerRank& g : s.stragglers)
     e->Sample("syncd_rank_wait_caused_ratio", {{"rank", std::to_string(g.rank)}}, g.wait_share);
+}
+
+// Each job served and what it had of the engine; a job's series go with it (syncctl job remove).
+void Jobs(const StatusSnapshot& s, Exposition* e) {
+  struct PerJob {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const JobUsage&);
+  };
+  static const PerJob kPerJob[] = {
+      {"syncd_job_ranks", "gauge", "Ranks of this job attached here.", [](const JobUsage& u) { return double(u.ranks); }},
+      {"syncd_job_requests_total", "counter", "Requests of this job's ranks completed successfully.",
+       [](const JobUsage& u) { return double(u.requests); }},
+      {"syncd_job_bytes_total", "counter", "Input bytes of this job's completed requests.",
+       [](const JobUsage& u) { return double(u.bytes); }},
+      {"syncd_job_errors_total", "counter", "Requests of this job that completed with an error.",
+       [](const JobUsage& u) { return double(u.errors); }},
+      {"syncd_job_engine_seconds_total", "counter", "Engine time spent on this job's rings and process sets.",
+       [](const JobUsage& u) { return u.engine_s; }},
+      {"syncd_job_waited_seconds_total", "counter",
+       "Engine time spent on other jobs while this one had work in flight: the wait they caused it.",
+       [](const JobUsage& u) { return u.waited_s; }},
+  };
+  for (const PerJob& m : kPerJob) {
+    e->Family(m.name, m.type, m.help);
+    for (const JobUsage& u : s.jobs)
+      e->Sample(m.name, s.side_by_side ? Labels{{"job_id", std::to_string(u.job_id)}} : Labels{}, m.value(u));
+  }
 }
 
 void Collectives(const StatusSnapshot& s, Exposition* e) {
@@ -313,13 +347,16 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
 }  // namespace
 
 std::vector<MetricFamily> MetricFamilies(const StatusSnapshot& s) {
-  Exposition e({{"job_id", std::to_string(s.job_id)}, {"node", std::to_string(s.node_rank)}});
+  // Jobs side by side: the job's series carry their own job_id, the node's none.
+  Exposition e(s.side_by_side ? Labels{{"node", std::to_string(s.node_rank)}}
+                              : Labels{{"job_id", std::to_string(s.job_id)}, {"node", std::to_string(s.node_rank)}});
   e.Family("syncd_info", "gauge", "Always 1: the daemon's version and coordination mode.");
   e.Sample("syncd_info", {{"version", kVersionString}, {"coord", s.coordinated ? s.coord_mode : "local"}}, uint64_t(1));
   e.Metric("syncd_uptime_seconds", "gauge", "Seconds since the daemon started.", s.uptime_s);
   e.Metric("syncd_nodes", "gauge", "Daemons in the job.", uint64_t(s.node_count));
   e.Metric("syncd_local_ranks", "gauge", "Ranks this node serves.", uint64_t(s.local_size));
   Clients(s, &e);
+  Jobs(s, &e);
   Collectives(s, &e);
   Coordination(s, &e);
   EngineMetrics(s, &e);

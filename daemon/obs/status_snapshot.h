@@ -24,6 +24,7 @@
 namespace syncd {
 
 struct ClientSnapshot {
+  uint64_t job_id = 0;  // the job it runs (as its rank named it; 0: unspecified)
   uint32_t rank = 0, local_rank = 0;
   int32_t pid = 0;
   // "attached", "lost", "left" (detached between collectives and not back in time, under
@@ -55,10 +56,12 @@ struct StallSnapshot {
   // A send or receive waiting for its peer: "send" or "recv" and its tag; "" for a collective.
   std::string transfer;
   int64_t tag = 0;
+  uint64_t job_id = 0;  // the job whose set it is in
 };
 
 // One process set: its coordination, plan and stalls.
 struct ProcessSetSnapshot {
+  uint64_t job_id = 0;  // the job it belongs to (a node service serves several)
   int32_t id = 0;
   uint32_t size = 0;              // ranks in the set
   std::vector<uint32_t> ranks;    // global, ascending
@@ -88,6 +91,15 @@ struct ProcessSetSnapshot {
   std::vector<StallSnapshot> stalls;  // longest waiting first
 };
 
+// A job this daemon serves, and what it had of the engine (engine/tenant.h's Usage).
+struct JobUsage {
+  uint64_t job_id = 0;
+  uint32_t ranks = 0;  // attached now
+  uint64_t requests = 0, bytes = 0, errors = 0;
+  double engine_s = 0;  // engine time on its rings and sets
+  double waited_s = 0;  // engine time on other jobs while it had work in flight
+};
+
 struct StatusSnapshot {
   double uptime_s = 0;
   uint32_t node_rank = 0, node_count = 1, local_size = 0;
@@ -106,7 +118,9 @@ struct StatusSnapshot {
   uint64_t health_messages = 0, health_bytes = 0;  // health reports sent to other daemons
   uint64_t open_requests = 0;                 // read off the rings, not yet completed
   uint64_t requests_finished_twice = 0;       // second completions refused (RequestLedger)
-  uint64_t job_id = 0;                        // as the clients gave it (0: unspecified)
+  uint64_t job_id = 0;                        // as the clients gave it (0: unspecified, or several)
+  std::vector<JobUsage> jobs;                 // every job with a tenant here (engine/tenant.h)
+  bool side_by_side = false;                  // jobs served side by side (a one-node node service)
   const char* on_loss = "fail";               // the job's loss policy (--on-loss: OnLossName)
   // This node's ranks over the last straggler_window collectives (straggler_collectives so far).
   std::vector<StragglerRank> stragglers;

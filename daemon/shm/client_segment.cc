@@ -82,6 +82,11 @@ ClientSegment ClientSegment::Over(SharedMapping mapping, const abi::SegmentLayou
   return s;
 }
 
+void ClientSegment::LetGo() const {
+  header()->let_go.store(1, std::memory_order_release);
+  abi::Ring(&header()->client_doorbell);
+}
+
 void ClientSegment::PublishJob(uint32_t membership, uint32_t job_nodes, std::span<const uint32_t> set_nodes) const {
   abi::JobView& v = header()->job;
   const uint32_t seq = v.set_nodes_seq.load(std::memory_order_relaxed);

@@ -63,6 +63,8 @@ class ClientSegment {
   uint32_t membership_seen() const { return header()->membership_seen.load(std::memory_order_acquire); }
   void set_membership_seen(uint32_t m) { header()->membership_seen.store(m, std::memory_order_release); }
   void set_joined_as(uint32_t how) { header()->joined_as.store(how, std::memory_order_release); }
+  // The engine lets the client go (abi::SegmentHeader::let_go): a waiting client wakes to it.
+  void LetGo() const;
   // The client's job (abi::JobView): its membership and its global set's nodes (`set_nodes`;
   // empty: all `job_nodes`), under the view's sequence lock. Engine thread only; before
   // set_joined_as when the client is taken in.

@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <string>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "tests/integration/harness.h"
@@ -34,31 +36,48 @@ std::string Syncctl(const Daemon& d, const std::string& args) { return BinDir() 
 
 bool BecomeUser(uint32_t uid) { return uid == 0 || (setgid(uid) == 0 && setuid(uid) == 0); }
 
-// Every rank of job `job` on this node, as user `uid`: an allreduce of rank + 1, checked exact.
-std::vector<int> RunJob(const Daemon& d, uint64_t job, uint32_t uid, int size) {
+// Every rank of job `job` on this node, as user `uid`: `steps` allreduces of `scale` x (rank + 1
+// + step), all named "grad" (as every job's are), checked exact. With `pause`, rank 0 writes a
+// byte to pause->first before step pause->step and waits for one on pause->second (its job's other
+// ranks wait in that step's collective). StartJob returns the ranks' pids, RunJob their exit statuses.
+struct Pause {
+  int step, tell_fd, wait_fd;
+};
+std::vector<pid_t> StartJob(const Daemon& d, uint64_t job, uint32_t uid, int size, double scale = 1, int steps = 20,
+                            std::optional<Pause> pause = std::nullopt) {
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r)
     pids.push_back(Spawn([&, r] {
       CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
       syncd_client* c = AttachToJob(d.run_dir(), job, r, size, r, size);
       CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
-      for (int step = 0; step < 20; ++step) {
-        double v = r + 1 + step;
+      for (int step = 0; step < steps; ++step) {
+        if (pause && r == 0 && step == pause->step) {
+          char x = 'x';
+          CHILD_CHECK(write(pause->tell_fd, &x, 1) == 1 && read(pause->wait_fd, &x, 1) == 1, "pause");
+        }
+        double v = scale * (r + 1 + step);
         int64_t count = 1;
         syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
         syncd_handle h;
         CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK,
-                    "rank %d step %d: %s", r, step, syncd_last_error());
-        const double want = size * (size + 1) / 2.0 + size * step;
-        CHILD_CHECK(v == want, "rank %d step %d: sum %g, want %g", r, step, v, want);
+                    "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
+        const double want = scale * (size * (size + 1) / 2.0 + size * step);
+        CHILD_CHECK(v == want, "job %lu rank %d step %d: sum %g, want %g", (unsigned long)job, r, step, v, want);
       }
       syncd_shutdown(c);
       return 0;
     }));
+  return pids;
+}
+
+std::vector<int> Finish(const std::vector<pid_t>& pids) {
   std::vector<int> st;
-  for (pid_t p : pids) st.push_back(WaitChild(p, 60'000));
+  for (pid_t p : pids) st.push_back(WaitChild(p, 120'000));
   return st;
 }
+
+std::vector<int> RunJob(const Daemon& d, uint64_t job, uint32_t uid, int size) { return Finish(StartJob(d, job, uid, size)); }
 
 // A client that tries to attach to `job` as `uid` and must be refused; its error text is returned.
 std::string RefusedAttach(const Daemon& d, uint64_t job, uint32_t uid) {
@@ -81,6 +100,18 @@ std::string RefusedAttach(const Daemon& d, uint64_t job, uint32_t uid) {
   close(fds[0]);
   EXPECT_EQ(WaitChild(p, 20'000), 0) << out;
   return out;
+}
+
+// One allreduce of 1.0 named "grad": its status once complete (or refused). With `tell_fd`, a
+// byte is written there once it is submitted.
+int OneAllreduce(syncd_client* c, int tell_fd = -1) {
+  double v = 1;
+  int64_t count = 1;
+  syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
+  syncd_handle h;
+  if (const int st = syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h); st != SYNCD_OK) return st;
+  if (tell_fd >= 0) (void)!write(tell_fd, "x", 1);
+  return syncd_wait(c, h, 30'000);
 }
 
 class NodeService : public ::testing::Test {
@@ -130,13 +161,18 @@ TEST_F(NodeService, RegisteredJobsOfTheirOwnUsersRunAndEveryOtherAttachIsRefused
   EXPECT_TRUE(Contains(out, "\"user\":\"nobody\"") && Contains(out, "\"weight\":2")) << out;
   std::tie(rc, out) = Shell(Syncctl(d, "status"));
   EXPECT_TRUE(Contains(out, "jobs       2 registered (node service)")) << out;
-  // One job's view: the last one to run (bob's), and why not for the others.
+  // One job's view each (both are served, side by side), and why not for the others.
   std::tie(rc, out) = Shell(Syncctl(d, "status --json --job 7002"));
   EXPECT_EQ(rc, 0) << out;
   EXPECT_TRUE(Contains(out, "\"job_id\":\"7002\"")) << out;
-  std::tie(rc, out) = Shell(Syncctl(d, "status --job 7001"));
+  std::tie(rc, out) = Shell(Syncctl(d, "status --json --job 7001"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "\"job_id\":\"7001\"")) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7006 --uid 0"));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "status --job 7006"));
   EXPECT_EQ(rc, 1);
-  EXPECT_TRUE(Contains(out, "job 7001 is registered here but not running")) << out;
+  EXPECT_TRUE(Contains(out, "job 7006 is registered here but not running")) << out;
   std::tie(rc, out) = Shell(Syncctl(d, "status --job 7009"));
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(Contains(out, "job 7009 is not registered with this node's daemon")) << out;
@@ -166,13 +202,7 @@ TEST_F(NodeService, RemovingARunningJobFailsWhatItHasInFlightNamingWhyAndDisconn
     CHILD_CHECK(BecomeUser(kNobody), "setuid");
     syncd_client* c = AttachToJob(d.run_dir(), 7003, 0, 2, 0, 2);
     CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
-    double v = 1;
-    int64_t count = 1;
-    syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
-    syncd_handle h;
-    CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK, "%s", syncd_last_error());
-    (void)!write(ready[1], "x", 1);
-    const int rc = syncd_wait(c, h, 30'000);
+    const int rc = OneAllreduce(c, ready[1]);
     CHILD_CHECK(rc == SYNCD_ERR_REFUSED, "%s: %s", syncd_status_name(rc), syncd_last_error());
     CHILD_CHECK(Contains(syncd_last_error(), "tensor 'grad'") &&
                     Contains(syncd_last_error(), "job 7003 was removed from this node's daemon (syncctl job remove)"),
@@ -203,6 +233,218 @@ TEST_F(NodeService, RemovingARunningJobFailsWhatItHasInFlightNamingWhyAndDisconn
   std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7004 --uid 0"));
   ASSERT_EQ(rc, 0) << out;
   ExpectAllSucceeded(RunJob(d, 7004, 0, 2));
+}
+
+size_t Occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Blocks until `fd` has a byte (the test's go-ahead), for a rank waiting on its test.
+bool Await(int fd) {
+  char x;
+  return read(fd, &x, 1) == 1;
+}
+
+TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnView) {
+  Daemon d(2, {"--node-service", "on"});
+  auto [rc, out] = Shell(Syncctl(d, "job add --job 7101 --uid 0"));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7102 --uid nobody"));
+  ASSERT_EQ(rc, 0) << out;
+  // Both jobs' ranks attach, wait for each other (go), run 200 allreduces of one name at once,
+  // each job's sums its own (scaled 1 and 1000: a single value of the other job's in a sum shows),
+  // then wait to be let go (hold) while the test reads the status.
+  int go[2], hold[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  std::vector<pid_t> pids;
+  for (const auto& [job, uid, scale] : {std::tuple{7101ul, 0u, 1.0}, std::tuple{7102ul, kNobody, 1000.0}})
+    for (int r = 0; r < 2; ++r)
+      pids.push_back(Spawn([&, job = job, uid = uid, scale = scale, r] {
+        close(go[1]);
+        close(hold[1]);
+        CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+        syncd_client* c = AttachToJob(d.run_dir(), job, r, 2, r, 2);
+        CHILD_CHECK(c != nullptr, "job %lu rank %d did not attach: %s", job, r, syncd_last_error());
+        CHILD_CHECK(Await(go[0]), "no go");
+        for (int step = 0; step < 200; ++step) {
+          double v = scale * (r + 1 + step);
+          int64_t count = 1;
+          syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
+          syncd_handle h;
+          CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK,
+                      "job %lu rank %d step %d: %s", job, r, step, syncd_last_error());
+          CHILD_CHECK(v == scale * (3 + 2 * step), "job %lu rank %d step %d: sum %g, want %g", job, r, step, v,
+                      scale * (3 + 2 * step));
+        }
+        CHILD_CHECK(Await(hold[0]), "no hold");
+        syncd_shutdown(c);
+        return 0;
+      }));
+  close(go[0]);
+  close(hold[0]);
+  // Every rank of both jobs attached at once: each job has its own local ranks 0 and 1.
+  for (int i = 0; i < 200; ++i) {
+    std::tie(rc, out) = Shell(Syncctl(d, "status --json"));
+    if (Occurrences(out, "\"running\":true,\"ranks_attached\":2") == 2) break;
+    usleep(50'000);
+  }
+  EXPECT_EQ(Occurrences(out, "\"running\":true,\"ranks_attached\":2"), 2u) << out;
+  ASSERT_EQ(write(go[1], "xxxx", 4), 4);
+  close(go[1]);
+  // One job's view: its own two ranks only.
+  std::tie(rc, out) = Shell(Syncctl(d, "status --json --job 7102"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "\"job_id\":\"7102\"")) << out;
+  EXPECT_EQ(Occurrences(out, "\"pid\":"), 2u) << out;
+  EXPECT_EQ(Occurrences(out, "\"job\":\"7101\""), 1u) << "7101 only in the registrations: " << out;
+  ASSERT_EQ(write(hold[1], "xxxx", 4), 4);
+  close(hold[1]);
+  ExpectAllSucceeded(Finish(pids));
+  // Each job's share: its own 2 x 200 requests of 8 bytes, none failed, and engine time of its own.
+  std::tie(rc, out) = Shell(Syncctl(d, "status --json"));
+  EXPECT_EQ(Occurrences(out, "\"requests\":\"400\",\"bytes\":\"3200\",\"errors\":\"0\",\"engine_s\":"), 2u) << out;
+  EXPECT_EQ(Occurrences(out, "\"engine_s\":0,"), 0u) << out;
+}
+
+TEST_F(NodeService, AJobRemovedMidRunLeavesTheOtherJobTrainingWithNoError) {
+  Daemon d(2, {"--node-service", "on"});
+  auto [rc, out] = Shell(Syncctl(d, "job add --job 7201 --uid nobody"));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7202 --uid 0"));
+  ASSERT_EQ(rc, 0) << out;
+  int progress[2];
+  ASSERT_EQ(pipe(progress), 0);
+  // Job 7201 allreduces until the daemon stops serving it; every sum it got is exact.
+  std::vector<pid_t> removed;
+  for (int r = 0; r < 2; ++r)
+    removed.push_back(Spawn([&, r] {
+      close(progress[0]);
+      CHILD_CHECK(BecomeUser(kNobody), "setuid");
+      syncd_client* c = AttachToJob(d.run_dir(), 7201, r, 2, r, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      for (int step = 0;; ++step) {
+        double v = r + 1 + step;
+        int64_t count = 1;
+        syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
+        syncd_handle h;
+        int st = syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h);
+        if (st == SYNCD_OK) st = syncd_wait(c, h, 10'000);
+        if (st != SYNCD_OK) {  // removed: in flight, refused; between two calls, let go
+          const std::string why = syncd_last_error();
+          CHILD_CHECK((st == SYNCD_ERR_REFUSED && Contains(why, "job 7201 was removed from this node's daemon")) ||
+                          (st == SYNCD_ERR_DAEMON_LOST && Contains(why, "disconnected rank " + std::to_string(r))),
+                      "%s: %s", syncd_status_name(st), why.c_str());
+          return 0;
+        }
+        CHILD_CHECK(v == 3 + 2 * step, "step %d: sum %g", step, v);
+        if (step == 50 && r == 0) (void)!write(progress[1], "x", 1);
+      }
+    }));
+  close(progress[1]);
+  ASSERT_TRUE(Await(progress[0]));
+  close(progress[0]);
+  // Job 7202 runs 100 steps, waits while 7201 is removed, then runs 200 more.
+  int paused[2], resume[2];
+  ASSERT_EQ(pipe(paused), 0);
+  ASSERT_EQ(pipe(resume), 0);
+  std::vector<pid_t> other = StartJob(d, 7202, 0, 2, 1000, 300, Pause{100, paused[1], resume[0]});
+  ASSERT_TRUE(Await(paused[0]));
+  std::tie(rc, out) = Shell(Syncctl(d, "job remove 7201"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "2 of its ranks were attached")) << out;
+  ASSERT_EQ(write(resume[1], "x", 1), 1);
+  for (int fd : {paused[0], paused[1], resume[0], resume[1]}) close(fd);
+  ExpectAllSucceeded(Finish(removed));
+  ExpectAllSucceeded(Finish(other));
+  std::tie(rc, out) = Shell(Syncctl(d, "status --json --job 7202"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "\"job_id\":\"7202\"")) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "status --job 7201"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(Contains(out, "job 7201 is not registered")) << out;
+}
+
+// Until `syncctl status` shows `ranks` ranks of `job` attached (a few seconds at most).
+bool WaitForRanks(const Daemon& d, uint64_t job, int ranks) {
+  const std::string want = "\"job\":\"" + std::to_string(job) + "\"";
+  for (int i = 0; i < 200; ++i) {
+    const std::string out = Shell(Syncctl(d, "job list --json")).second;
+    const size_t at = out.find(want);
+    if (at != std::string::npos && out.find("\"ranks_attached\":" + std::to_string(ranks), at) != std::string::npos)
+      return true;
+    usleep(50'000);
+  }
+  return false;
+}
+
+TEST_F(NodeService, ADrainedJobGoesOnceNothingIsInFlightOrAtItsTimeoutFailingWhatIsLeft) {
+  Daemon d(2, {"--node-service", "on"});
+  auto [rc, out] = Shell(Syncctl(d, "job add --job 7301 --uid 0"));
+  ASSERT_EQ(rc, 0) << out;
+  // Ranks attached with nothing in flight: drained at once; their next call says they were let go.
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> idle;
+  for (int r = 0; r < 2; ++r)
+    idle.push_back(Spawn([&, r] {
+      close(go[1]);
+      syncd_client* c = AttachToJob(d.run_dir(), 7301, r, 2, r, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      CHILD_CHECK(Await(go[0]), "no go");
+      const int st = OneAllreduce(c);
+      CHILD_CHECK(st == SYNCD_ERR_DAEMON_LOST && Contains(syncd_last_error(), "disconnected rank " + std::to_string(r)),
+                  "%s: %s", syncd_status_name(st), syncd_last_error());
+      return 0;
+    }));
+  close(go[0]);
+  ASSERT_TRUE(WaitForRanks(d, 7301, 2));
+  std::tie(rc, out) = Shell(Syncctl(d, "job drain 7301 --timeout 5"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "job 7301 drained in") && Contains(out, "2 of its ranks were attached")) << out;
+  EXPECT_FALSE(Contains(out, "timeout passed")) << out;
+  ASSERT_EQ(write(go[1], "xx", 2), 2);
+  close(go[1]);
+  ExpectAllSucceeded(Finish(idle));
+
+  // An allreduce in flight that cannot complete (rank 0 never submits its part): at the timeout it
+  // fails naming the drain.
+  std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7302 --uid 0"));
+  ASSERT_EQ(rc, 0) << out;
+  int submitted[2];
+  ASSERT_EQ(pipe(submitted), 0);
+  pid_t silent = Spawn([&] {
+    close(submitted[0]);
+    close(submitted[1]);
+    CHILD_CHECK(AttachToJob(d.run_dir(), 7302, 0, 2, 0, 2) != nullptr, "%s", syncd_last_error());
+    pause();
+    return 0;
+  });
+  pid_t waiting = Spawn([&] {
+    close(submitted[0]);
+    syncd_client* c = AttachToJob(d.run_dir(), 7302, 1, 2, 1, 2);
+    CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+    const int st = OneAllreduce(c, submitted[1]);
+    CHILD_CHECK(st == SYNCD_ERR_REFUSED &&
+                    Contains(syncd_last_error(), "job 7302 was drained from this node's daemon (syncctl job drain): it "
+                                                 "still had work in flight after 0.5 s"),
+                "%s: %s", syncd_status_name(st), syncd_last_error());
+    return 0;
+  });
+  close(submitted[1]);
+  ASSERT_TRUE(Await(submitted[0]));
+  close(submitted[0]);
+  ASSERT_TRUE(WaitForRanks(d, 7302, 2));
+  std::tie(rc, out) = Shell(Syncctl(d, "job drain 7302 --timeout 0.5"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "the timeout passed, what it had in flight failed")) << out;
+  EXPECT_EQ(WaitChild(waiting, 20'000), 0);
+  kill(silent, SIGKILL);
+  WaitChild(silent, 10'000);
+  std::tie(rc, out) = Shell(Syncctl(d, "job list --json"));
+  EXPECT_FALSE(Contains(out, "7301") || Contains(out, "7302")) << "drained jobs are removed: " << out;
 }
 
 TEST_F(NodeService, ControlSocketIsTheAdministratorsAlone) {

@@ -43,6 +43,20 @@ TEST(JobRegistry, RegisteringAgainUpdatesTheWeightButNeverTheUser) {
   EXPECT_EQ(r.Add(Job(15, 1000, std::nullopt, 0)).code(), SYNCD_ERR_INVALID);
 }
 
+TEST(JobRegistry, ADrainingJobAdmitsNoNewRankAndTellsOnlyItsOwnUser) {
+  JobRegistry r;
+  ASSERT_TRUE(r.Add(Job(12, 1000)).ok());
+  ASSERT_TRUE(r.Drain(12).ok());
+  EXPECT_TRUE(r.Find(12)->draining);
+  const Status own = r.Admit(12, 1000, 7);
+  EXPECT_EQ(own.code(), SYNCD_ERR_REFUSED);
+  EXPECT_NE(own.message().find("job 12, which is draining from this node's daemon (syncctl job drain)"), std::string::npos)
+      << own.message();
+  EXPECT_EQ(r.Admit(12, 1001, 7).message(), "runs as uid 1001, but job 12 is registered for uid 1000")
+      << "another user learns nothing of the drain";
+  EXPECT_EQ(r.Drain(13).code(), SYNCD_ERR_INVALID);
+}
+
 TEST(JobRegistry, ARemovedJobAdmitsNoOneAndRemovingItTwiceSaysSo) {
   JobRegistry r;
   ASSERT_TRUE(r.Add(Job(12, 1000)).ok());

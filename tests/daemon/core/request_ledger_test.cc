@@ -60,33 +60,45 @@ TEST(RequestLedger, EachRequestIsInOneStateOfOneSet) {
   ASSERT_TRUE(l.Open(1, 1, 100));
   ASSERT_TRUE(l.Open(2, 1, 100));
   ASSERT_TRUE(l.Open(1, 2, 100));
-  EXPECT_EQ(l.InSet(0).count, (std::array<uint64_t, 4>{0, 0, 0, 0}));  // read, not yet in a set
+  EXPECT_EQ(l.InSet(0, 0).count, (std::array<uint64_t, 4>{0, 0, 0, 0}));  // read, not yet in a set
   l.Enter(Of(1, 1, 0), RequestState::kWaiting, 110);
   l.Enter(Of(2, 1, 0), RequestState::kWaiting, 120);
   l.Enter(Of(1, 2, 5), RequestState::kWaiting, 130);
-  EXPECT_EQ(l.InSet(0).count, (std::array<uint64_t, 4>{2, 0, 0, 0}));
-  EXPECT_EQ(l.InSet(0).oldest_since_ns[0], 110u);
-  EXPECT_EQ(l.InSet(5).count, (std::array<uint64_t, 4>{1, 0, 0, 0}));
+  EXPECT_EQ(l.InSet(0, 0).count, (std::array<uint64_t, 4>{2, 0, 0, 0}));
+  EXPECT_EQ(l.InSet(0, 0).oldest_since_ns[0], 110u);
+  EXPECT_EQ(l.InSet(0, 5).count, (std::array<uint64_t, 4>{1, 0, 0, 0}));
 
   l.EnterAll({Of(1, 1, 0), Of(2, 1, 0)}, RequestState::kNegotiating, 200);
   l.Enter(Of(1, 1, 0), RequestState::kNegotiating, 250);  // already there: keeps since when
-  EXPECT_EQ(l.InSet(0).count, (std::array<uint64_t, 4>{0, 2, 0, 0}));
-  EXPECT_EQ(l.InSet(0).oldest_since_ns[1], 200u);
+  EXPECT_EQ(l.InSet(0, 0).count, (std::array<uint64_t, 4>{0, 2, 0, 0}));
+  EXPECT_EQ(l.InSet(0, 0).oldest_since_ns[1], 200u);
   l.Enter(Of(1, 1, 0), RequestState::kAgreed, 300);
   l.Enter(Of(2, 1, 0), RequestState::kExecuting, 400);
-  EXPECT_EQ(l.InSet(0).count, (std::array<uint64_t, 4>{0, 0, 1, 1}));
+  EXPECT_EQ(l.InSet(0, 0).count, (std::array<uint64_t, 4>{0, 0, 1, 1}));
   ASSERT_NE(l.StateOf(2, 1), nullptr);
   EXPECT_EQ(*l.StateOf(2, 1), RequestState::kExecuting);
   EXPECT_STREQ(RequestStateName(*l.StateOf(1, 1)), "agreed");
 
   EXPECT_TRUE(l.Finish(2, 1));
   EXPECT_EQ(l.StateOf(2, 1), nullptr);
-  EXPECT_EQ(l.InSet(0).count, (std::array<uint64_t, 4>{0, 0, 1, 0}));
+  EXPECT_EQ(l.InSet(0, 0).count, (std::array<uint64_t, 4>{0, 0, 1, 0}));
   // A stand-in of a joined rank (no client) and a finished handle are not requests in flight.
   l.Enter(Of(kNoClient, 1, 0), RequestState::kExecuting, 500);
   l.Enter(Of(2, 1, 0), RequestState::kExecuting, 500);
-  EXPECT_EQ(l.InSet(0).count, (std::array<uint64_t, 4>{0, 0, 1, 0}));
+  EXPECT_EQ(l.InSet(0, 0).count, (std::array<uint64_t, 4>{0, 0, 1, 0}));
   EXPECT_EQ(l.open(), 2u);
+}
+
+TEST(RequestLedger, JobsServedSideBySideCountTheirOwnSetsOnly) {
+  RequestLedger l;
+  ASSERT_TRUE(l.Open(1, 1, 100, /*job=*/7));
+  ASSERT_TRUE(l.Open(2, 1, 100, /*job=*/8));
+  ASSERT_TRUE(l.Open(2, 2, 100, /*job=*/8));
+  for (const Request& r : {Of(1, 1, 0), Of(2, 1, 0), Of(2, 2, 0)}) l.Enter(r, RequestState::kWaiting, 110);
+  // Both jobs have a set 0: each one's status shows its own requests.
+  EXPECT_EQ(l.InSet(7, 0).count, (std::array<uint64_t, 4>{1, 0, 0, 0}));
+  EXPECT_EQ(l.InSet(8, 0).count, (std::array<uint64_t, 4>{2, 0, 0, 0}));
+  EXPECT_EQ(l.InSet(9, 0).count, (std::array<uint64_t, 4>{0, 0, 0, 0}));
 }
 
 }  // namespace

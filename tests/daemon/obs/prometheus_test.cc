@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -144,6 +145,31 @@ TEST(PrometheusTest, HistogramBucketsAreCumulativeAndEndAtCount) {
             "2.00302");
   EXPECT_EQ(ValueOf(text, "syncd_fusion_group_tensors_bucket{job_id=\"42\",node=\"1\",le=\"2\"}"), "0");
   EXPECT_EQ(ValueOf(text, "syncd_fusion_group_tensors_bucket{job_id=\"42\",node=\"1\",le=\"4\"}"), "1");
+}
+
+TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
+  StatusSnapshot s;
+  s.side_by_side = true;
+  s.node_rank = 0;
+  // Two jobs of a node service, each with its rank 0.
+  s.clients = {{.job_id = 7, .rank = 0, .state = "attached", .ops = 5}, {.job_id = 8, .rank = 0, .state = "attached", .ops = 9}};
+  s.jobs = {{.job_id = 7, .ranks = 1, .requests = 5, .engine_s = 0.25, .waited_s = 0.5},
+            {.job_id = 8, .ranks = 1, .requests = 9, .engine_s = 0.75, .waited_s = 0.125}};
+  const std::string text = RenderPrometheus(s);
+  EXPECT_EQ(ValueOf(text, "syncd_rank_requests_total{node=\"0\",rank=\"0\",job_id=\"7\"}"), "5");
+  EXPECT_EQ(ValueOf(text, "syncd_rank_requests_total{node=\"0\",rank=\"0\",job_id=\"8\"}"), "9");
+  EXPECT_EQ(ValueOf(text, "syncd_job_requests_total{node=\"0\",job_id=\"8\"}"), "9");
+  EXPECT_EQ(ValueOf(text, "syncd_job_waited_seconds_total{node=\"0\",job_id=\"7\"}"), "0.5");
+  EXPECT_EQ(ValueOf(text, "syncd_job_engine_seconds_total{node=\"0\",job_id=\"8\"}"), "0.75");
+  EXPECT_EQ(ValueOf(text, "syncd_uptime_seconds{node=\"0\"}"), "0");  // the node's: no job_id
+  // A scraper refuses a page with one series twice.
+  std::set<std::string> series;
+  for (const std::string& l : Lines(text))
+    if (!l.empty() && l[0] != '#') EXPECT_TRUE(series.insert(l.substr(0, l.rfind(' '))).second) << l;
+  // A job removed: its series are gone.
+  s.jobs.pop_back();
+  s.clients.pop_back();
+  EXPECT_EQ(RenderPrometheus(s).find("job_id=\"8\""), std::string::npos);
 }
 
 TEST(PrometheusTest, EveryFamilyIsDeclaredOnceBeforeItsSamples) {

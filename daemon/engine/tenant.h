@@ -1,0 +1,44 @@
+// A job the engine serves, with what is its own beside the job itself (engine/job.h): its ranks on
+// this node, its local and world size, the membership its ranks were last shown, and the
+// residuals its compressed sums left out. A daemon of one job holds one tenant at a time (the
+// next job's first rank ends it); a node service on one node holds one per registered job that
+// has attached, side by side, and nothing of one is reachable from another.
+//
+// Engine thread only.
+#ifndef SYNCD_DAEMON_ENGINE_TENANT_H_
+#define SYNCD_DAEMON_ENGINE_TENANT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "daemon/core/residual_store.h"
+#include "daemon/engine/job.h"
+
+namespace syncd {
+
+struct Tenant {
+  Tenant(uint64_t residual_bytes, uint32_t local, uint32_t nodes)
+      : local_size(local), world_size(local * nodes), residuals(residual_bytes) {}
+
+  std::unique_ptr<Job> job;
+  std::map<uint32_t, uint32_t> client_by_local_rank;  // its ranks attached here: local rank -> client id
+  uint32_t local_size, world_size;
+  uint32_t published_membership = 0;  // Job::membership as its ranks' segments show it
+  // Top-k, random-k, 1-bit: dropped when the job ends and when its membership changes.
+  ResidualStore residuals;
+  // What the job had of the engine (syncctl status's jobs, the metrics' syncd_job_* series).
+  struct Usage {
+    uint64_t requests = 0, bytes = 0, errors = 0;  // its ranks' requests completed, their input bytes
+    uint64_t engine_ns = 0;  // engine time spent on its rings and its sets
+    // Engine time spent on other jobs while this one had work in flight: the wait the others
+    // caused it (jobs side by side only).
+    uint64_t waited_ns = 0;
+  };
+  Usage usage;
+  uint64_t pass_ns = 0;  // engine time on it in the current pass (jobs side by side)
+};
+
+}  // namespace syncd
+
+#endif  // SYNCD_DAEMON_ENGINE_TENANT_H_
