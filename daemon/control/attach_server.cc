@@ -350,6 +350,8 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   client->pid = pid;
   client->local_size = ls;
   client->job_id = req.job_id;
+  if (jobs_ != nullptr)
+    if (const std::optional<JobAdmission> j = jobs_->Find(req.job_id)) client->weight = j->weight;
   client->shares_engine_core = reply.client_spin_us == 0;
   const bool sent = SendReply(fd, reply, fds, abi::kAttachFds);
   segment->CloseFd();

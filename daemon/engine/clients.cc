@@ -70,6 +70,22 @@ void Engine::DropTenant(Tenant& t) {
   residuals_gone_.cleared += r.cleared + r.tensors;
   t.job->Retire(&retired_);
   tenants_.erase(t.job->id());
+  ShareEngine();
+}
+
+void Engine::ShareEngine() {
+  for (const auto& [id, t] : tenants_) {
+    t->share.slice_bytes = tenants_.size() > 1 ? kSliceBytes : 0;
+    // Another job waits: its ranks submitted, or it has work in flight (a collective some of its
+    // ranks are in, its own sliced run): it gets the engine between two slices until it is done.
+    t->share.others_waiting = [this, mine = t.get()] {
+      for (auto& [cid, c] : clients_)
+        if (c.tenant != mine && c.info->segment.HasSubmission()) return true;
+      for (const auto& [job, other] : tenants_)
+        if (other.get() != mine && other->job->InFlight() > 0) return true;
+      return false;
+    };
+  }
 }
 
 bool Engine::PublishMembership(Tenant& t) {
@@ -121,7 +137,9 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   hooks.outcomes = &outcomes_;
   hooks.ledger = &ledger_;
   hooks.residuals = &t.residuals;
+  hooks.share = &t.share;
   t.job = std::make_unique<Job>(config_, job, local_size, std::move(links));
+  ShareEngine();
   PublishSetNodes(t);
   if (!first) return t;
   JobTimeline::Links timeline;
@@ -152,6 +170,7 @@ bool Engine::DrainEvents() {
       const uint32_t id = a->client->client_id;
       const uint32_t lr = a->client->local_rank;
       Tenant& t = TenantFor(*a->client);
+      t.share.slices_per_poll = a->client->weight;
       // A rank that attaches starts in the job's membership as it is (what it reads once taken in).
       PublishJobTo(t, a->client->segment);
       a->client->segment.set_membership_seen(t.job->membership().number());

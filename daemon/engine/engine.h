@@ -55,6 +55,7 @@ struct AttachedClient {
   uint32_t rank = 0, local_rank = 0, local_size = 0;
   int32_t pid = 0;
   uint64_t job_id = 0;  // 0: unspecified
+  uint32_t weight = 1;  // its job's share against other jobs (a node service's registration)
   bool shares_engine_core = false;  // the rank may run on a core the engine may run on
   ClientSegment segment;
 };
@@ -148,6 +149,8 @@ class Engine {
   // its sets retired, its residuals counted as dropped).
   void EndJob(Tenant& t, uint64_t next_job);
   void DropTenant(Tenant& t);
+  // Jobs side by side slice their large host allreduces (EngineShare); a job alone runs at once.
+  void ShareEngine();
   // BeginJob: the job's global process set, its coordination afresh on many nodes. `resume`: a
   // daemon restarted under job `job` starts it where node 0 has it.
   Tenant& BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume = nullptr);

@@ -180,6 +180,7 @@ bool ProcessSet::Poll(uint64_t now_ns, bool may_block) {
     if (place_.gpu && place_.gpu->in_flight() > 0) place_.gpu->Abort(why);
   }
   if (!local_ready.empty()) Execute(local_ready);
+  did |= RunSlices();
   PollPartial(&did);
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));
   if (place_.gpu) did |= PollGpu();
@@ -457,7 +458,7 @@ void ProcessSet::CollectPartial() {
 }
 
 size_t ProcessSet::InFlight() const {
-  size_t n = table_.pending() + gpu_.ops.size() + PartialInFlight() + topo_.run.work.tensors.size();
+  size_t n = table_.pending() + gpu_.ops.size() + PartialInFlight() + topo_.run.work.tensors.size() + slices_.tensors();
   if (topo_.runner) n += topo_.runner->in_flight();
   return n;
 }

@@ -21,6 +21,7 @@
 #define SYNCD_DAEMON_ENGINE_PROCESS_SET_H_
 
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,6 +64,16 @@ struct ExecutionCounters {
 // What a set runs with: the engine's shared parts, none of them a call back up. What the set
 // ends goes to `outcomes`; what the job must act on (set changes, other nodes' notices) it takes
 // from the set after each call (TakeSetChanges, TakeNotices).
+// How a job shares the engine with the other jobs it serves side by side (engine/tenant.h): a
+// one-node host allreduce of more than `slice_bytes` runs `slice_bytes` at a time. It goes on
+// slice after slice while no other job has work waiting; once one has, it runs `slices_per_poll`
+// more (the job's weight) and lets the engine serve the others before its next poll.
+struct EngineShare {
+  uint64_t slice_bytes = 0;  // 0: at once (the job is alone)
+  uint32_t slices_per_poll = 1;
+  std::function<bool()> others_waiting;  // whether another job's ranks have submitted work
+};
+
 struct ProcessSetHooks {
   // Where every request the set ends goes, with its status (core/outcomes.h; never null): the
   // engine applies them once the call into the job returns. The set completes nothing itself.
@@ -76,6 +87,8 @@ struct ProcessSetHooks {
   RequestLedger* ledger = nullptr;
   // The error-feedback residuals of compressed allreduces (core/residual_store.h; nullptr: none).
   ResidualStore* residuals = nullptr;
+  // How the job shares the engine with other jobs (nullptr, or slice_bytes 0: it is alone).
+  const EngineShare* share = nullptr;
 };
 
 // Where a set runs and with what.
@@ -269,6 +282,12 @@ class ProcessSet {
   enum Stream { kNegotiated = 0, kPlan = 1, kStreams = 2 };
   // One node: runs the ready tensors at once (GPU groups complete later, in PollGpu).
   void Execute(std::vector<ReadyTensor>& ready, Stream stream = kNegotiated);
+  // A host allreduce group that runs a slice at a time (EngineShare): whether `g` is one, and
+  // if so it is taken from `ready` into the set's sliced runs.
+  bool Slice(std::vector<ReadyTensor>& ready, const FusionGroup& g, uint32_t id, uint64_t t0);
+  // Runs the oldest runs' next slices (`all`: every slice left, as a set that ends does);
+  // completes each run done. Returns whether it ran any.
+  bool RunSlices(bool all = false);
   // One node, TOPO: runs a plan group at once (the task is done when it returns).
   CommTask ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t tag);
   // Many nodes: runs the tensors every node agreed on, group by group, in the same order
@@ -345,6 +364,7 @@ class ProcessSet {
   int64_t loss_stand_ins_[kStreams] = {};    // --on-loss restore: the last group's, see FailsForLoss
   int64_t stand_in_baseline_ = 0;            // StartAfreshWithStandIns's, this node's
   SetScratch scratch_;  // storage reused turn after turn
+  SetSlices slices_;    // host allreduces run a slice at a time (jobs side by side)
   HostBuffer fusion_buffer_;  // negotiated groups' (TOPO groups have their own: SetTopo)
 };
 

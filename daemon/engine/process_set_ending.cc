@@ -32,6 +32,8 @@ void ProcessSet::FailJob(const Status& why) {
 }
 
 size_t ProcessSet::End(const Status& why, Reach reach, const Status& peers_why) {
+  // A sliced run has every input it needs: it finishes now, whatever else ends.
+  RunSlices(/*all=*/true);
   switch (reach) {
     case Reach::kWaiting:
       return FailWaiting(why);

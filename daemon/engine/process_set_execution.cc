@@ -64,6 +64,7 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
     }
     const uint64_t t0 = abi::MonotonicNs();
     const uint32_t id = StartGroup(ready, g);
+    if (stream == kNegotiated && Slice(ready, g, id, t0)) continue;
     PlaceResults(ready, g);
     if (const Collective* kind = FindCollective(head.first().kind)) {
       scratch_.members.clear();
@@ -75,6 +76,53 @@ void ProcessSet::Execute(std::vector<ReadyTensor>& ready, Stream stream) {
     CompleteRan(ready, g);
   }
   scratch_.local_groups = std::move(groups);
+}
+
+bool ProcessSet::Slice(std::vector<ReadyTensor>& ready, const FusionGroup& g, uint32_t id, uint64_t t0) {
+  const EngineShare* share = hooks_.share;
+  const Request& f = ready[g.front()].first();
+  if (share == nullptr || share->slice_bytes == 0 || f.kind != abi::OpKind::kAllreduce || f.op == SYNCD_ADASUM)
+    return false;
+  uint64_t bytes = 0;
+  for (size_t i : g) bytes += ready[i].first().bytes;
+  if (bytes <= share->slice_bytes) return false;
+  SlicedRun& run = slices_.runs.emplace_back();
+  run.count = bytes / abi::DtypeSize(f.dtype);
+  run.t0 = t0;
+  run.id = id;
+  for (size_t i : g) {
+    run.group.push_back(run.tensors.size());
+    run.tensors.push_back(std::move(ready[i]));
+    ready[i].requests.clear();  // completed with the run
+  }
+  return true;
+}
+
+bool ProcessSet::RunSlices(bool all) {
+  if (slices_.runs.empty()) return false;
+  const EngineShare* share = hooks_.share;
+  // Slices left once another job waits (none of the count goes while nobody does).
+  uint32_t left = share != nullptr ? std::max(1u, share->slices_per_poll) : 1;
+  while (!slices_.runs.empty() && (all || left > 0)) {
+    SlicedRun& run = slices_.runs.front();
+    scratch_.members.clear();
+    for (const ReadyTensor& t : run.tensors) scratch_.members.push_back(&t);
+    const size_t esize = abi::DtypeSize(run.tensors.front().first().dtype);
+    const size_t slice = all || share == nullptr || share->slice_bytes == 0
+                             ? run.count
+                             : std::max<size_t>(1, share->slice_bytes / esize);
+    const size_t end = std::min(run.count, run.next + slice);
+    host_.AllreduceRange(scratch_.members, run.next, end);
+    run.next = end;
+    if (!all && share != nullptr && share->others_waiting && share->others_waiting()) --left;
+    if (run.next < run.count) continue;
+    CountExecuted(run.tensors, run.group);
+    RecordGroup(run.tensors, run.group, run.t0, run.id);
+    CompleteRan(run.tensors, run.group);
+    for (ReadyTensor& t : run.tensors) Recycle(t.requests);
+    slices_.runs.pop_front();
+  }
+  return true;
 }
 
 CommTask ProcessSet::ExecuteLocal(std::vector<ReadyTensor>* ready, uint64_t) {

@@ -7,6 +7,7 @@
 #define SYNCD_DAEMON_ENGINE_PROCESS_SET_PARTS_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -76,6 +77,25 @@ struct SetGpu {
 
 // Storage a set's turns reuse (no heap allocation per collective once sizes were seen): Poll's
 // tensors, Fuse's candidates, the one-node path's groups and members, PlaceResults' placement.
+// A one-node host allreduce run a slice at a time, so that the engine serves the other jobs it
+// serves between two slices (engine/tenant.h, EngineShare); its tensors are held, and complete,
+// once its last slice is done.
+struct SlicedRun {
+  std::vector<ReadyTensor> tensors;  // the fused group's members, in order
+  FusionGroup group;                 // 0, 1, ... over `tensors`
+  size_t next = 0, count = 0;        // elements done, and in all
+  uint64_t t0 = 0;
+  uint32_t id = 0;
+};
+struct SetSlices {
+  std::deque<SlicedRun> runs;  // oldest first
+  size_t tensors() const {
+    size_t n = 0;
+    for (const SlicedRun& r : runs) n += r.tensors.size();
+    return n;
+  }
+};
+
 struct SetScratch {
   std::vector<ReadyTensor> ready, local_ready;
   std::vector<FailedTensor> failed;

@@ -11,27 +11,35 @@ namespace syncd {
 
 void HostExecutor::Allreduce(const TensorGroup& group) {
   if (group.empty()) return;
-  const Request& head = group.front()->first();
+  const size_t esize = abi::DtypeSize(group.front()->first().dtype);
+  for (const ReadyTensor* t : group) AllreducePiece(*t, 0, t->first().bytes / esize);
+}
+
+void HostExecutor::AllreduceRange(const TensorGroup& group, size_t begin, size_t end) {
+  ForEachPiece(group, begin, end, [&](const ReadyTensor& t, size_t first, size_t count, size_t) {
+    AllreducePiece(t, first, count);
+  });
+}
+
+void HostExecutor::AllreducePiece(const ReadyTensor& t, size_t first, size_t count) {
+  const Request& head = t.first();
   ReduceSpec spec{head.dtype, head.op, head.prescale, head.postscale, 1};
+  if (head.op == SYNCD_AVERAGE) spec.divisor = Divisor(AbsentIn(t));
   const size_t esize = abi::DtypeSize(head.dtype);
-  const size_t n = group.front()->requests.size();
+  const size_t n = t.requests.size();
   std::vector<const void*>& in = inputs_;
   std::vector<void*>& out = outputs_;
   in.resize(n);
   out.resize(n);
-  for (const ReadyTensor* t : group) {
-    if (head.op == SYNCD_AVERAGE) spec.divisor = Divisor(AbsentIn(*t));
-    const size_t count = t->first().bytes / esize;
-    for (size_t off = 0; off < count; off += kReduceChunkElements) {
-      const size_t m = std::min(kReduceChunkElements, count - off);
-      size_t k = 0;  // the contributions (a stand-in adds the identity: left out)
-      for (size_t r = 0; r < n; ++r) {
-        char* p = t->requests[r].data + off * esize;
-        if (!t->requests[r].stands_in()) in[k++] = p;
-        out[r] = p;
-      }
-      ReduceChunk(spec, in.data(), k, out.data(), n, m);
+  for (size_t off = first; off < first + count; off += kReduceChunkElements) {
+    const size_t m = std::min(kReduceChunkElements, first + count - off);
+    size_t k = 0;  // the contributions (a stand-in adds the identity: left out)
+    for (size_t r = 0; r < n; ++r) {
+      char* p = t.requests[r].data + off * esize;
+      if (!t.requests[r].stands_in()) in[k++] = p;
+      out[r] = p;
     }
+    ReduceChunk(spec, in.data(), k, out.data(), n, m);
   }
 }
 

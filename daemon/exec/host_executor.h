@@ -19,6 +19,9 @@ class HostExecutor {
 
   // One fused allreduce over the member tensors (all share dtype, op and scale factors).
   void Allreduce(const TensorGroup& group);
+  // The same, over elements [begin, end) of the group's concatenation only (one slice of it: the
+  // engine serves other jobs between slices).
+  void AllreduceRange(const TensorGroup& group, size_t begin, size_t end);
   // Copies the root's tensor into every other rank's. The root is a global rank on this node.
   void Broadcast(const ReadyTensor& t);
 
@@ -63,6 +66,8 @@ class HostExecutor {
   template <typename F>
   static void ForEachPiece(const TensorGroup& group, size_t begin, size_t end, F fn);
 
+  // Allreduce of elements [first, first + count) of one tensor, in place.
+  void AllreducePiece(const ReadyTensor& t, size_t first, size_t count);
   // AVERAGE's divisor: the tensors summed (never 0: a sum of nothing stays 0).
   uint32_t Divisor(uint32_t absent) const { return absent < world_size_ ? world_size_ - absent : 1u; }
 

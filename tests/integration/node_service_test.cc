@@ -3,10 +3,12 @@
 // refusals that name the job and the user, and control.sock closed to everybody but its
 // administrators. Other users are played by `nobody` (uid 65534): these tests need root.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <optional>
@@ -112,6 +114,19 @@ int OneAllreduce(syncd_client* c, int tell_fd = -1) {
   if (const int st = syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h); st != SYNCD_OK) return st;
   if (tell_fd >= 0) (void)!write(tell_fd, "x", 1);
   return syncd_wait(c, h, 30'000);
+}
+
+// Until `syncctl status` shows `ranks` ranks of `job` attached (a few seconds at most).
+bool WaitForRanks(const Daemon& d, uint64_t job, int ranks) {
+  const std::string want = "\"job\":\"" + std::to_string(job) + "\"";
+  for (int i = 0; i < 200; ++i) {
+    const std::string out = Shell(Syncctl(d, "job list --json")).second;
+    const size_t at = out.find(want);
+    if (at != std::string::npos && out.find("\"ranks_attached\":" + std::to_string(ranks), at) != std::string::npos)
+      return true;
+    usleep(50'000);
+  }
+  return false;
 }
 
 class NodeService : public ::testing::Test {
@@ -309,6 +324,79 @@ TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnVie
   EXPECT_EQ(Occurrences(out, "\"engine_s\":0,"), 0u) << out;
 }
 
+TEST_F(NodeService, LargeAllreducesOfOneJobRunInSlicesAndStayExactWhileAnotherJobsSmallOnesGoOn) {
+  Daemon d(2, {"--node-service", "on"});
+  auto [rc, out] = Shell(Syncctl(d, "job add --job 7401 --uid 0"));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7402 --uid 0 --weight 2"));
+  ASSERT_EQ(rc, 0) << out;
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  // Job 7402 runs small allreduces until job 7401 is done: the daemon serves two jobs throughout.
+  std::vector<pid_t> small;
+  for (int r = 0; r < 2; ++r)
+    small.push_back(Spawn([&, r] {
+      close(done[1]);
+      syncd_client* c = AttachToJob(d.run_dir(), 7402, r, 2, r, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      CHILD_CHECK(fcntl(done[0], F_SETFL, O_NONBLOCK) == 0, "fcntl");
+      for (int step = 0;; ++step) {
+        char stop = 0;
+        // Both ranks decide together: rank 0 reads the pipe, and the sum tells rank 1.
+        const bool over = r == 0 && read(done[0], &stop, 1) == 1;
+        double v = over ? 1000 : 1;
+        int64_t count = 1;
+        syncd_tensor t{"small", &v, SYNCD_FLOAT64, 1, &count, 0};
+        syncd_handle h;
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+                    "step %d: %s", step, syncd_last_error());
+        if (v >= 1000) break;
+        CHILD_CHECK(v == 2, "step %d: sum %g", step, v);
+      }
+      syncd_shutdown(c);
+      return 0;
+    }));
+  ASSERT_TRUE(WaitForRanks(d, 7402, 2));
+  // Job 7401: three tensors of odd lengths fused into one group of 0.8 MB (slices of 256 KiB
+  // cross their boundaries), summed, averaged and maxed, every element checked.
+  std::vector<pid_t> large;
+  for (int r = 0; r < 2; ++r)
+    large.push_back(Spawn([&, r] {
+      close(done[0]);
+      close(done[1]);
+      syncd_client* c = AttachToJob(d.run_dir(), 7401, r, 2, r, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      const int64_t lengths[3] = {100'003, 70'001, 33'333};
+      for (syncd_reduce_op op : {SYNCD_SUM, SYNCD_AVERAGE, SYNCD_MAX}) {
+        std::vector<std::vector<float>> data;
+        syncd_handle h[3];
+        for (int i = 0; i < 3; ++i) {
+          data.emplace_back(size_t(lengths[i]));
+          for (int64_t e = 0; e < lengths[i]; ++e) data[i][size_t(e)] = float((e % 1000) * (r + 1) + i);
+          const std::string name = "big." + std::to_string(i);
+          syncd_tensor t{name.c_str(), data[i].data(), SYNCD_FLOAT32, 1, &lengths[i], 0};
+          CHILD_CHECK(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h[i]) == SYNCD_OK, "%s", syncd_last_error());
+        }
+        for (int i = 0; i < 3; ++i) {
+          CHILD_CHECK(syncd_wait(c, h[i], 30'000) == SYNCD_OK, "%s", syncd_last_error());
+          for (int64_t e = 0; e < lengths[i]; ++e) {
+            const float a = float((e % 1000) * 1 + i), b = float((e % 1000) * 2 + i);
+            const float want = op == SYNCD_SUM ? a + b : op == SYNCD_AVERAGE ? (a + b) / 2 : std::max(a, b);
+            CHILD_CHECK(data[i][size_t(e)] == want, "op %d tensor %d element %ld: %g, want %g", int(op), i, long(e),
+                        double(data[i][size_t(e)]), double(want));
+          }
+        }
+      }
+      syncd_shutdown(c);
+      return 0;
+    }));
+  ExpectAllSucceeded(Finish(large));
+  ASSERT_EQ(write(done[1], "x", 1), 1);
+  close(done[0]);
+  close(done[1]);
+  ExpectAllSucceeded(Finish(small));
+}
+
 TEST_F(NodeService, AJobRemovedMidRunLeavesTheOtherJobTrainingWithNoError) {
   Daemon d(2, {"--node-service", "on"});
   auto [rc, out] = Shell(Syncctl(d, "job add --job 7201 --uid nobody"));
@@ -365,19 +453,6 @@ TEST_F(NodeService, AJobRemovedMidRunLeavesTheOtherJobTrainingWithNoError) {
   std::tie(rc, out) = Shell(Syncctl(d, "status --job 7201"));
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(Contains(out, "job 7201 is not registered")) << out;
-}
-
-// Until `syncctl status` shows `ranks` ranks of `job` attached (a few seconds at most).
-bool WaitForRanks(const Daemon& d, uint64_t job, int ranks) {
-  const std::string want = "\"job\":\"" + std::to_string(job) + "\"";
-  for (int i = 0; i < 200; ++i) {
-    const std::string out = Shell(Syncctl(d, "job list --json")).second;
-    const size_t at = out.find(want);
-    if (at != std::string::npos && out.find("\"ranks_attached\":" + std::to_string(ranks), at) != std::string::npos)
-      return true;
-    usleep(50'000);
-  }
-  return false;
 }
 
 TEST_F(NodeService, ADrainedJobGoesOnceNothingIsInFlightOrAtItsTimeoutFailingWhatIsLeft) {
