@@ -1,4 +1,5 @@
-// Health, live: each rank's last call into syncd and whether the others wait for it (the engine's
+// The engine's facts for the status (CaptureFacts: every job's, taken on the engine thread), and
+// health, live: each rank's last call into syncd and whether the others wait for it (the engine's
 // part of the status; obs/status_builder.h reads process states and words it off the engine
 // thread), and the job-wide view every daemon keeps of every other (the job's, coord/job_health.h),
 // its bundles carried here over the job's transport.
@@ -187,6 +188,76 @@ uint64_t Job::PendingTensors() const {
   uint64_t pending = 0;
   for (const auto& [id, set] : sets_) pending += set->pending_tensors();
   return pending;
+}
+
+std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
+  auto f = std::make_shared<EngineFacts>();
+  StatusSnapshot* s = &f->status;
+  const uint64_t now_ns = abi::MonotonicNs();
+  f->now_ns = now_ns;
+  s->uptime_s = double(now_ns - tally_.start_ns) / 1e9;
+  s->node_rank = config_.node_rank;
+  s->node_count = config_.nodes;
+  const Tenant* only = Only();
+  s->local_size = only != nullptr ? only->local_size : local_size_;
+  s->clients = SnapshotClients(now_ns);
+  f->kind_counts.assign(counters_.by_kind.begin(), counters_.by_kind.end());
+  s->error_ops = tally_.error_ops;
+  s->fused_ops = counters_.fused_ops;
+  s->health_messages = counters_.health_messages;
+  s->health_bytes = counters_.health_bytes;
+  s->fused_tensors = counters_.fused_tensors;
+  s->fusion_sizes = counters_.fusion_sizes;
+  s->compressed = counters_.compressed;
+  s->residuals = residuals_gone_;
+  for (const auto& [id, t] : tenants_) s->residuals += t->residuals.stats();
+  s->stall_warnings = tally_.stall_warnings;
+  s->open_requests = ledger_.open();
+  s->requests_finished_twice = ledger_.refused();
+  // Jobs side by side: the status names none (StatusRequest.job picks one's view).
+  s->job_id = only != nullptr && !side_by_side_ ? only->job->id() : 0;
+  s->side_by_side = side_by_side_;
+  for (const auto& [id, t] : tenants_) {
+    JobUsage& u = s->jobs.emplace_back();
+    u.job_id = id;
+    u.ranks = uint32_t(t->client_by_local_rank.size());
+    u.requests = t->usage.requests;
+    u.bytes = t->usage.bytes;
+    u.errors = t->usage.errors;
+    u.engine_s = double(t->usage.engine_ns) / 1e9;
+    u.waited_s = double(t->usage.waited_ns) / 1e9;
+  }
+  s->on_loss = OnLossName(config_.on_loss);
+  for (const auto& [id, t] : tenants_) {
+    f->has_job = true;
+    f->pending += t->job->PendingTensors();
+  }
+  if (only != nullptr) {
+    f->reports_health = transport_ != nullptr;
+    f->host = only->job->host();
+    s->membership_changes = only->job->membership().changes();
+    if (f->reports_health) f->peer_health = only->job->PeerHealth(now_ns);
+  }
+  s->timeline = timeline_.State();
+  s->engine_busy_ns = tally_.busy_ns;
+  s->engine_wakeups = tally_.wakeups;
+  // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  s->engine_cpu_s = double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+  for (const auto& [id, t] : tenants_)
+    t->job->SnapshotSets(now_ns, ledger_, uint64_t(config_.stall_warning_s) * 1'000'000'000ull, &s->process_sets, &s->stalls);
+  if (gpu_) {
+    s->has_gpu = true;
+    s->gpu = gpu_->stats();
+  }
+  if (transport_) {
+    s->coordinated = true;
+    s->coord_mode = CoordName(config_.coord);
+    for (uint32_t p = 0; p < transport_->size(); ++p)
+      if (p != transport_->rank()) f->peers_lost.emplace_back(p, transport_->PeerLost(p));
+  }
+  return f;
 }
 
 }  // namespace syncd
