@@ -522,6 +522,43 @@ int ListJobs(ControlStub& stub, const std::string& run_dir, bool json) {
   return 0;
 }
 
+
+// syncctl job add|remove|drain|list: the subcommands and what they were given.
+struct JobCommands {
+  CLI::App *add = nullptr, *remove = nullptr, *drain = nullptr, *list = nullptr;
+  uint64_t id = 0;
+  std::string user, group;
+  uint32_t weight = 1;
+  double drain_timeout = -1;
+};
+
+void AddJobCommands(CLI::App& app, bool* json, JobCommands* j) {
+  CLI::App* job = app.add_subcommand("job", "A node service's jobs (syncd --node-service on): who may attach to which");
+  j->add = job->add_subcommand("add", "Register a job: its ranks, running as --uid, may attach from now on");
+  j->add->add_option("--job", j->id, "The id its ranks carry (SYNCD_JOB_ID, or Slurm's job id)")->required();
+  j->add->add_option("--uid", j->user, "The user its ranks run as (a name or a number)")->required();
+  j->add->add_option("--gid", j->group, "Their group as well (a name or a number; default: any group of the user)");
+  j->add->add_option("--weight", j->weight, "Its share of the daemon's cores and links against other jobs")
+      ->check(CLI::Range(1u, 1000u));
+  j->remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
+  j->remove->add_option("JOB", j->id, "The job's id")->required();
+  j->drain = job->add_subcommand(
+      "drain", "Drain a job: no new rank of it attaches; it is removed once nothing of it is in flight, or at the timeout");
+  j->drain->add_option("JOB", j->id, "The job's id")->required();
+  j->drain->add_option("--timeout", j->drain_timeout, "Seconds before what it has in flight fails (default: --drain-timeout)");
+  j->list = job->add_subcommand("list", "The registered jobs");
+  j->list->add_flag("--json", *json, "Print the status as one JSON object");
+  job->require_subcommand(1);
+}
+
+// The job subcommand given, carried out: its exit status, or -1 when none was given.
+int RunJobCommand(ControlStub& stub, const std::string& run_dir, const JobCommands& j, bool json) {
+  if (j.add->parsed() || j.remove->parsed()) return ChangeJobs(stub, run_dir, j.add->parsed(), j.id, j.user, j.group, j.weight);
+  if (j.list->parsed()) return ListJobs(stub, run_dir, json);
+  if (j.drain->parsed()) return DrainJob(stub, run_dir, j.id, j.drain_timeout);
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -559,26 +596,8 @@ int main(int argc, char** argv) {
       ->excludes(seconds_opt);
   CLI::App* timeline_stop = timeline->add_subcommand("stop", "Stop recording; node 0 finishes the file");
   timeline->require_subcommand(1);
-  CLI::App* job = app.add_subcommand("job", "A node service's jobs (syncd --node-service on): who may attach to which");
-  CLI::App* job_add = job->add_subcommand("add", "Register a job: its ranks, running as --uid, may attach from now on");
-  uint64_t job_id = 0;
-  std::string job_user, job_group;
-  uint32_t job_weight = 1;
-  job_add->add_option("--job", job_id, "The id its ranks carry (SYNCD_JOB_ID, or Slurm's job id)")->required();
-  job_add->add_option("--uid", job_user, "The user its ranks run as (a name or a number)")->required();
-  job_add->add_option("--gid", job_group, "Their group as well (a name or a number; default: any group of the user)");
-  job_add->add_option("--weight", job_weight, "Its share of the daemon's cores and links against other jobs")
-      ->check(CLI::Range(1u, 1000u));
-  CLI::App* job_remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
-  job_remove->add_option("JOB", job_id, "The job's id")->required();
-  CLI::App* job_drain = job->add_subcommand(
-      "drain", "Drain a job: no new rank of it attaches; it is removed once nothing of it is in flight, or at the timeout");
-  job_drain->add_option("JOB", job_id, "The job's id")->required();
-  double job_drain_timeout = -1;
-  job_drain->add_option("--timeout", job_drain_timeout, "Seconds before what it has in flight fails (default: --drain-timeout)");
-  CLI::App* job_list = job->add_subcommand("list", "The registered jobs");
-  job_list->add_flag("--json", json, "Print the status as one JSON object");
-  job->require_subcommand(1);
+  JobCommands jobs;
+  AddJobCommands(app, &json, &jobs);
   CLI::App* report = app.add_subcommand("report", "A self-contained HTML page of plots from a timeline file");
   std::string report_in, report_out;
   report->add_option("TIMELINE", report_in, "The timeline (Chrome trace JSON) a daemon wrote")
@@ -593,10 +612,7 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel("unix:" + run_dir + "/control.sock", grpc::InsecureChannelCredentials());
   auto stub = syncd::control::Control::NewStub(channel);
   if (drain->parsed()) return DrainDaemon(*stub, run_dir, drain_timeout);
-  if (job_add->parsed() || job_remove->parsed())
-    return ChangeJobs(*stub, run_dir, job_add->parsed(), job_id, job_user, job_group, job_weight);
-  if (job_list->parsed()) return ListJobs(*stub, run_dir, json);
-  if (job_drain->parsed()) return DrainJob(*stub, run_dir, job_id, job_drain_timeout);
+  if (const int rc = RunJobCommand(*stub, run_dir, jobs, json); rc >= 0) return rc;
   if (timeline->parsed()) {
     syncd::control::TimelineRequest req;
     req.set_stop(timeline_stop->parsed());
