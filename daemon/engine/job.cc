@@ -270,6 +270,16 @@ bool Job::RankLeft(uint32_t local_rank, uint32_t rank, int32_t pid, const std::s
 }
 
 void Job::ExpireDepartures(uint64_t now_ns, bool any_attached) {
+  // Once every local rank has come and gone the job is over here (RankLeft): its departures
+  // expire without blocking anyone, so that its next run (a second step under the same job id)
+  // may attach in any order, however long after. Unless other nodes' ranks still run on.
+  const bool over = !any_attached && lost_.size() == local_size_ &&
+                    (config_.on_loss == OnLoss::kFail || !PeersAttached(now_ns));
+  if (over) {
+    for (auto& [lr, lost] : lost_)
+      if (lost.rejoin_deadline_ns != 0 && now_ns >= lost.rejoin_deadline_ns) lost.rejoin_deadline_ns = 0;
+    return;
+  }
   std::string expired;
   std::vector<uint32_t> expired_ranks;  // local
   for (auto& [lr, lost] : lost_) {

@@ -166,6 +166,39 @@ TEST(Errors, RanksThatDetachAndAttachAgainAtOnceAreNeverTakenForCrashed) {
   for (int n = 0; n < 2; ++n) EXPECT_FALSE(Contains(cluster.node(n).Log(), "exited without detaching")) << cluster.node(n).Log();
 }
 
+// A job's ranks all leave and, past the rejoin grace, run again under the same job id (a second
+// `srun` in one Slurm allocation, a node service's registered job): the first step's departed
+// ranks are over and must not fail the second step's collectives, whatever order its ranks
+// attach in.
+TEST(Errors, AJobWhoseRanksAllLeftRunsAgainUnderItsIdPastTheGraceInAnyOrder) {
+  Daemon d(2);
+  constexpr uint64_t kJob = 0x5e9;
+  auto step = [&](int first, int pause_ms) {
+    std::vector<pid_t> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(Spawn([&, r] {
+        if (r != first) usleep(pause_ms * 1000);
+        syncd_client* c = AttachToJob(d.run_dir(), kJob, r, 2, r, 2);
+        CHILD_CHECK(c != nullptr, "rank %d: attach: %s", r, syncd_last_error());
+        int32_t v = 1;
+        int64_t shape = 1;
+        syncd_handle h;
+        CHILD_CHECK(Submit(c, "step", &v, SYNCD_INT32, 1, &shape, SYNCD_SUM, &h) == SYNCD_OK, "%s", syncd_last_error());
+        CHILD_CHECK(syncd_wait(c, h, 20'000) == SYNCD_OK && v == 2, "rank %d: %s (%d)", r, syncd_last_error(), v);
+        if (r == first) usleep(pause_ms * 1000);  // the other rank leaves first
+        syncd_shutdown(c);
+        return 0;
+      }));
+    for (pid_t p : ranks) {
+      const int s = WaitChild(p, 30'000);
+      EXPECT_TRUE(s != -1 && WIFEXITED(s) && WEXITSTATUS(s) == 0) << "status " << s << "\n" << d.Log();
+    }
+  };
+  step(0, 300);  // rank 1 leaves first, rank 0 300 ms later
+  usleep(3'500'000);  // past the grace and the stall check that follows it
+  step(0, 500);  // rank 0 calls before rank 1 attaches
+}
+
 // Every rank detaches and attaches again (torch's destroy_process_group() then
 // init_process_group()) between send/recv rounds across nodes: each node's daemon announces its
 // departed ranks to the other, and that must not fail the next round's receives from them.
