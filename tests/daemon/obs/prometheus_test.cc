@@ -38,8 +38,10 @@ StatusSnapshot Snapshot() {
   s.node_rank = 1;
   s.node_count = 2;
   s.local_size = 2;
-  s.clients = {{.rank = 2, .local_rank = 0, .pid = 100, .state = "attached", .ops = 7, .bytes = 700, .errors = 1},
-               {.rank = 3, .local_rank = 1, .pid = 101, .state = "lost"}};
+  s.clients.resize(2);
+  s.clients[0].rank = 2, s.clients[0].local_rank = 0, s.clients[0].pid = 100, s.clients[0].state = "attached";
+  s.clients[0].ops = 7, s.clients[0].bytes = 700, s.clients[0].errors = 1;
+  s.clients[1].rank = 3, s.clients[1].local_rank = 1, s.clients[1].pid = 101, s.clients[1].state = "lost";
   CollectiveMetrics& m = s.collectives[{0, "allreduce"}];
   m.ops = 3;
   m.bytes = 4096;
@@ -152,7 +154,9 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   s.side_by_side = true;
   s.node_rank = 0;
   // Two jobs of a node service, each with its rank 0.
-  s.clients = {{.job_id = 7, .rank = 0, .state = "attached", .ops = 5}, {.job_id = 8, .rank = 0, .state = "attached", .ops = 9}};
+  s.clients.resize(2);
+  s.clients[0].job_id = 7, s.clients[0].state = "attached", s.clients[0].ops = 5;
+  s.clients[1].job_id = 8, s.clients[1].state = "attached", s.clients[1].ops = 9;
   s.jobs = {{.job_id = 7, .ranks = 1, .requests = 5, .engine_s = 0.25, .waited_s = 0.5},
             {.job_id = 8, .ranks = 1, .requests = 9, .engine_s = 0.75, .waited_s = 0.125}};
   const std::string text = RenderPrometheus(s);
@@ -164,8 +168,9 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   EXPECT_EQ(ValueOf(text, "syncd_uptime_seconds{node=\"0\"}"), "0");  // the node's: no job_id
   // A scraper refuses a page with one series twice.
   std::set<std::string> series;
-  for (const std::string& l : Lines(text))
+  for (const std::string& l : Lines(text)) {
     if (!l.empty() && l[0] != '#') EXPECT_TRUE(series.insert(l.substr(0, l.rfind(' '))).second) << l;
+  }
   // A job removed: its series are gone.
   s.jobs.pop_back();
   s.clients.pop_back();

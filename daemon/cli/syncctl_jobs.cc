@@ -1,0 +1,167 @@
+// syncctl job add|remove|drain|list: a node service's registered jobs (control.sock is its
+// administrators'), and their table in syncctl status.
+#include <google/protobuf/util/json_util.h>
+#include <grp.h>
+#include <pwd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+
+#include "daemon/cli/syncctl.h"
+
+namespace syncctl {
+namespace {
+
+// A user or group given by name or number (syncctl job add --uid/--gid).
+bool ParseId(const std::string& text, bool is_group, int64_t* id) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = strtoull(text.c_str(), &end, 10);
+  if (!text.empty() && text[0] != '-' && errno == 0 && *end == '\0' && n <= UINT32_MAX) {
+    *id = int64_t(n);
+    return true;
+  }
+  if (is_group) {
+    const struct group* g = getgrnam(text.c_str());
+    if (g != nullptr) *id = g->gr_gid;
+    return g != nullptr;
+  }
+  const passwd* pw = getpwnam(text.c_str());
+  if (pw != nullptr) *id = pw->pw_uid;
+  return pw != nullptr;
+}
+
+// syncctl job drain: no new rank of the job; removed once nothing of it is in flight, or at the timeout.
+int DrainJob(ControlStub& stub, const std::string& run_dir, uint64_t job, double timeout_s) {
+  grpc::ClientContext ctx;
+  syncd::control::DrainJobRequest req;
+  req.set_job(job);
+  req.set_timeout_s(timeout_s);
+  syncd::control::DrainJobReply reply;
+  const grpc::Status st = stub.DrainJob(&ctx, req, &reply);
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return NoDaemon(run_dir, st);
+  if (!st.ok()) {
+    fprintf(stderr, "syncctl job drain: %s\n", st.error_message().c_str());
+    return 1;
+  }
+  printf("job %lu drained in %.2f s%s (%u of its ranks were attached and are disconnected)\n", (unsigned long)job,
+         reply.seconds(), reply.deadline_passed() ? ": the timeout passed, what it had in flight failed" : "",
+         reply.ranks_disconnected());
+  return 0;
+}
+
+// syncctl job add|remove: a node service's registered jobs (control.sock is its administrators').
+int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, uint64_t job, const std::string& user,
+               const std::string& group, uint32_t weight) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status st;
+  if (add) {
+    int64_t uid = 0, gid = -1;
+    if (!ParseId(user, false, &uid)) {
+      fprintf(stderr, "syncctl job add: --uid %s: no such user\n", user.c_str());
+      return 2;
+    }
+    if (!group.empty() && !ParseId(group, true, &gid)) {
+      fprintf(stderr, "syncctl job add: --gid %s: no such group\n", group.c_str());
+      return 2;
+    }
+    syncd::control::AddJobRequest req;
+    req.mutable_job()->set_job(job);
+    req.mutable_job()->set_uid(uint32_t(uid));
+    req.mutable_job()->set_gid(gid);
+    req.mutable_job()->set_weight(weight);
+    syncd::control::AddJobReply reply;
+    st = stub.AddJob(&ctx, req, &reply);
+    if (st.ok()) printf("job %lu registered for uid %ld%s, weight %u\n", (unsigned long)job, (long)uid,
+                        gid >= 0 ? (" gid " + std::to_string(gid)).c_str() : "", weight);
+  } else {
+    syncd::control::RemoveJobRequest req;
+    req.set_job(job);
+    syncd::control::RemoveJobReply reply;
+    st = stub.RemoveJob(&ctx, req, &reply);
+    if (st.ok()) printf("job %lu removed (%u of its ranks were attached and are disconnected)\n", (unsigned long)job,
+                        reply.ranks_disconnected());
+  }
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return NoDaemon(run_dir, st);
+  if (!st.ok()) {
+    fprintf(stderr, "syncctl job %s: %s\n", add ? "add" : "remove", st.error_message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// syncctl job list.
+int ListJobs(ControlStub& stub, const std::string& run_dir, bool json) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  syncd::control::StatusReply reply;
+  grpc::Status st = stub.Status(&ctx, syncd::control::StatusRequest(), &reply);
+  if (!st.ok()) return NoDaemon(run_dir, st);
+  if (!reply.node_service()) {
+    fprintf(stderr, "syncctl job list: the daemon at %s serves its own user's job (--node-service off)\n", run_dir.c_str());
+    return 1;
+  }
+  if (!json) {
+    PrintJobs(reply);
+    return 0;
+  }
+  syncd::control::StatusReply jobs;
+  *jobs.mutable_jobs() = reply.jobs();
+  PrintJson(jobs);
+  return 0;
+}
+
+
+}  // namespace
+
+// A node service's registered jobs.
+void PrintJobs(const syncd::control::StatusReply& s) {
+  printf("jobs       %d registered (node service)\n", s.jobs_size());
+  if (s.jobs_size() == 0) return;
+  printf("  %-12s %-12s %7s %6s %-8s %6s %-19s %9s %10s %6s %9s %9s\n", "JOB", "USER", "GID", "WEIGHT", "STATE", "RANKS",
+         "REGISTERED", "REQUESTS", "BYTES", "ERRORS", "ENGINE_S", "WAITED_S");
+  for (const auto& j : s.jobs()) {
+    const std::string user = j.user().empty() ? "uid " + std::to_string(j.uid()) : j.user() + " (" + std::to_string(j.uid()) + ")";
+    char when[32] = "-";
+    const time_t t = time_t(j.added_unix_s());
+    tm local{};
+    if (t > 0 && localtime_r(&t, &local) != nullptr) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &local);
+    printf("  %-12lu %-12s %7s %6u %-8s %6u %-19s %9lu %10s %6lu %9.3f %9.3f\n", (unsigned long)j.job(), user.c_str(),
+           j.gid() < 0 ? "any" : std::to_string(j.gid()).c_str(), j.weight(), j.running() ? "running" : "idle",
+           j.ranks_attached(), when, (unsigned long)j.requests(), Bytes(j.bytes()).c_str(), (unsigned long)j.errors(),
+           j.engine_s(), j.waited_s());
+  }
+}
+
+void AddJobCommands(CLI::App& app, bool* json, JobCommands* j) {
+  CLI::App* job = app.add_subcommand("job", "A node service's jobs (syncd --node-service on): who may attach to which");
+  j->add = job->add_subcommand("add", "Register a job: its ranks, running as --uid, may attach from now on");
+  j->add->add_option("--job", j->id, "The id its ranks carry (SYNCD_JOB_ID, or Slurm's job id)")->required();
+  j->add->add_option("--uid", j->user, "The user its ranks run as (a name or a number)")->required();
+  j->add->add_option("--gid", j->group, "Their group as well (a name or a number; default: any group of the user)");
+  j->add->add_option("--weight", j->weight, "Its share of the daemon's cores and links against other jobs")
+      ->check(CLI::Range(1u, 1000u));
+  j->remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
+  j->remove->add_option("JOB", j->id, "The job's id")->required();
+  j->drain = job->add_subcommand(
+      "drain", "Drain a job: no new rank of it attaches; it is removed once nothing of it is in flight, or at the timeout");
+  j->drain->add_option("JOB", j->id, "The job's id")->required();
+  j->drain->add_option("--timeout", j->drain_timeout, "Seconds before what it has in flight fails (default: --drain-timeout)");
+  j->list = job->add_subcommand("list", "The registered jobs");
+  j->list->add_flag("--json", *json, "Print the status as one JSON object");
+  job->require_subcommand(1);
+}
+
+int RunJobCommand(ControlStub& stub, const std::string& run_dir, const JobCommands& j, bool json) {
+  if (j.add->parsed() || j.remove->parsed()) return ChangeJobs(stub, run_dir, j.add->parsed(), j.id, j.user, j.group, j.weight);
+  if (j.list->parsed()) return ListJobs(stub, run_dir, json);
+  if (j.drain->parsed()) return DrainJob(stub, run_dir, j.id, j.drain_timeout);
+  return -1;
+}
+
+}  // namespace syncctl
