@@ -168,9 +168,10 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   EXPECT_EQ(ValueOf(text, "syncd_uptime_seconds{node=\"0\"}"), "0");  // the node's: no job_id
   // A scraper refuses a page with one series twice.
   std::set<std::string> series;
-  for (const std::string& l : Lines(text)) {
-    if (!l.empty() && l[0] != '#') EXPECT_TRUE(series.insert(l.substr(0, l.rfind(' '))).second) << l;
-  }
+  for (const std::string& l : Lines(text))
+    if (!l.empty() && l[0] != '#') {
+      EXPECT_TRUE(series.insert(l.substr(0, l.rfind(' '))).second) << l;
+    }
   // A job removed: its series are gone.
   s.jobs.pop_back();
   s.clients.pop_back();
