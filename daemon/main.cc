@@ -18,11 +18,11 @@
 #include "daemon/base/version.h"
 #include "daemon/control/attach_server.h"
 #include "daemon/control/control_service.h"
+#include "daemon/control/job_links.h"
 #include "daemon/control/job_registry.h"
 #include "daemon/control/metrics_server.h"
 #include "daemon/control/notify.h"
 #include "daemon/control/rendezvous.h"
-#include "daemon/transport/ucx/ucx_transport.h"
 #include "daemon/engine/engine.h"
 #include "daemon/obs/prometheus.h"
 #include "daemon/exec/gpu_executor.h"
@@ -43,19 +43,6 @@ Status PrepareRunDir(const std::string& dir, bool node_service) {
   return Status::Ok();
 }
 
-// What the engine needs from the rest of the job: the transport to the other daemons (many
-// nodes) and this node's GPUs, connected to the job's other GPUs (or why there are none).
-struct JobLinks {
-  std::unique_ptr<UcxTransport> transport;
-  std::unique_ptr<GpuExecutor> gpu;
-  std::string no_gpu = "started with --gpus none";
-  std::string nccl_id;                  // node 0 makes it; the rendezvous hands it out
-  std::vector<uint32_t> gpus_per_node;  // from the rendezvous (this node's alone on one node)
-  std::unique_ptr<RendezvousService> rendezvous;  // node 0 of a many-node job
-  std::unique_ptr<grpc::Server> rendezvous_server;
-  RejoinAnswer rejoin;  // restarted under a running job (rejoin.job != 0): where it stands
-};
-
 // GPUs: one NCCL rank per visible GPU, in a communicator over every GPU of the job.
 Status ProbeGpus(const Config& config, JobLinks* job) {
   if (config.gpus) {
@@ -65,81 +52,6 @@ Status ProbeGpus(const Config& config, JobLinks* job) {
     }
   }
   job->gpus_per_node.assign(1, job->gpu ? job->gpu->devices() : 0);
-  return Status::Ok();
-}
-
-// Node 0 serves the rendezvous. gRPC binds with SO_REUSEPORT by default: two jobs given the same
-// port would both listen and split each other's joins, so it fails instead.
-Status ServeRendezvous(const Config& config, JobLinks* job) {
-  job->rendezvous = std::make_unique<RendezvousService>(config.job_token, config.nodes, config.local_size,
-                                                        std::chrono::seconds(config.join_timeout_s));
-  grpc::ServerBuilder builder;
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(config.rendezvous, grpc::InsecureServerCredentials());
-  builder.RegisterService(job->rendezvous.get());
-  job->rendezvous_server = builder.BuildAndStart();
-  if (!job->rendezvous_server) return Status(SYNCD_ERR_SYSTEM, "cannot serve the rendezvous on " + config.rendezvous);
-  return Status::Ok();
-}
-
-control::JoinRequest JoinRequestOf(const Config& config, const JobLinks& job, const std::string& host) {
-  control::JoinRequest join;
-  join.set_job_token(config.job_token);
-  join.set_node_rank(config.node_rank);
-  join.set_nodes(config.nodes);
-  join.set_local_size(config.local_size);
-  join.set_ucx_address(job.transport->address());
-  join.set_hostname(host);
-  join.set_pid(getpid());
-  join.set_gpus(job.gpu ? job.gpu->devices() : 0);
-  if (job.gpu)
-    for (const std::string& u : job.gpu->uuids()) join.add_gpu_uuids(u);
-  join.set_nccl_id(job.nccl_id);
-  join.set_wire_version(kWireVersion);
-  join.set_daemon_version(kVersionString);
-  return join;
-}
-
-// Many nodes: every daemon joins with its UCX address and connects to all others before the
-// engine starts.
-Status JoinPeers(const Config& config, JobLinks* job) {
-  UcxOptions ucx;
-  ucx.detect_peer_failure = config.ucx_peer_errors != PeerErrors::kOff;
-  ucx.peer_errors_everywhere = config.ucx_peer_errors == PeerErrors::kOn;
-  ucx.same_host_shared_memory = config.on_loss == OnLoss::kFail;  // see UcxOptions
-  SYNCD_ASSIGN_OR_RETURN(job->transport, UcxTransport::Create(config.node_rank, config.nodes, ucx));
-  if (config.node_rank == 0) SYNCD_RETURN_IF_ERROR(ServeRendezvous(config, job));
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  spdlog::info("joining {} nodes at {}", config.nodes, config.rendezvous);
-  SYNCD_ASSIGN_OR_RETURN(JobTable table, JoinJob(config.rendezvous, JoinRequestOf(config, *job, host),
-                                                 std::chrono::seconds(config.join_timeout_s)));
-  std::vector<int32_t> same_host_pids(config.nodes, 0);
-  for (uint32_t n = 0; n < config.nodes; ++n)
-    if (n != config.node_rank && n < table.hostnames.size() && table.hostnames[n] == host && n < table.pids.size())
-      same_host_pids[n] = table.pids[n];
-  // A restarted daemon's predecessor may have left a peer's shared-memory FIFO unusable.
-  if (table.rejoined)
-    for (uint32_t n = 0; n < config.nodes; ++n) job->transport->AvoidSharedMemoryWith(n);
-  SYNCD_RETURN_IF_ERROR(job->transport->Connect(table.ucx_addresses, same_host_pids));
-  job->gpus_per_node = table.gpus;
-  job->nccl_id = table.nccl_id;
-  if (table.rejoin_job != 0) {
-    job->rejoin.job = table.rejoin_job;
-    job->rejoin.local_size = table.rejoin_local_size;
-    job->rejoin.resume = JobResume{table.rejoin_membership, table.rejoin_slot, table.rejoin_lost_nodes};
-    // The job's NCCL communicator was made at its start, without this process.
-    job->no_gpu = "this daemon was restarted under a running job, whose GPU communicator it is not part of";
-    job->gpu.reset();
-  }
-  if (std::string shared = SharedGpus(table); job->gpu && !shared.empty()) {
-    job->no_gpu = shared;
-    job->gpu.reset();
-  }
-  std::string how;
-  for (uint32_t n = 0; n < config.nodes; ++n)
-    if (n != config.node_rank) how += " node " + std::to_string(n) + ": " + job->transport->failure_detection(n) + ";";
-  spdlog::info("connected to {} peer daemons (failure detection:{})", config.nodes - 1, how);
   return Status::Ok();
 }
 
@@ -298,7 +210,7 @@ int Serve(const Config& config) {
   JobLinks job;
   if (Status st = ProbeGpus(config, &job); !st.ok()) return Fail(st);
   if (config.nodes > 1)
-    if (Status st = JoinPeers(config, &job); !st.ok()) return Fail(st);
+    if (Status st = JoinPeers(LinkSpecOf(config), &job); !st.ok()) return Fail(st);
   if (Status st = ConnectGpus(config, &job); !st.ok()) return Fail(st);
   if (job.gpu) {
     for (const std::string& name : job.gpu->stats().names) spdlog::info("GPU {}", name);

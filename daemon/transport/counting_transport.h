@@ -25,6 +25,8 @@ class CountingTransport final : public Transport {
   }
   bool Progress() override { return inner_->Progress(); }
   bool WaitForEvent(uint64_t timeout_ns, int wake_fd) override { return inner_->WaitForEvent(timeout_ns, wake_fd); }
+  Arm ArmForSleep(std::vector<pollfd>* fds) override { return inner_->ArmForSleep(fds); }
+  void Woken(const pollfd* fds, size_t n) override { inner_->Woken(fds, n); }
   CommState Test(CommHandle h, Status* error) override { return inner_->Test(h, error); }
   void Cancel(CommHandle h) override { inner_->Cancel(h); }
   void SetEpoch(uint32_t epoch) override { inner_->SetEpoch(epoch); }

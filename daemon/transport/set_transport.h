@@ -28,6 +28,8 @@ class SetTransport final : public Transport {
   }
   bool Progress() override { return parent_->Progress(); }
   bool WaitForEvent(uint64_t timeout_ns, int wake_fd) override { return parent_->WaitForEvent(timeout_ns, wake_fd); }
+  Arm ArmForSleep(std::vector<pollfd>* fds) override { return parent_->ArmForSleep(fds); }
+  void Woken(const pollfd* fds, size_t n) override { parent_->Woken(fds, n); }
   CommState Test(CommHandle h, Status* error) override { return parent_->Test(h, error); }
   void Cancel(CommHandle h) override { parent_->Cancel(h); }
   // The job's epoch and its leftovers are the parent's business.

@@ -17,10 +17,13 @@
 #define SYNCD_DAEMON_TRANSPORT_TRANSPORT_H_
 
 #include <cstddef>
+#include <poll.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/base/status.h"
 #include "daemon/transport/tag_space.h"
@@ -52,10 +55,26 @@ class Transport {
   // readable, or `timeout_ns` passed; returns whether it could wait at all (false at once: the
   // caller polls instead). For a thread with nothing but the network (and its doorbell) to wait for.
   virtual bool WaitForEvent(uint64_t timeout_ns, int wake_fd) {
-    (void)timeout_ns;
-    (void)wake_fd;
-    return false;
+    Transport* self = this;
+    return WaitForEvents(&self, 1, timeout_ns, wake_fd);
   }
+  // The parts of a sleep, for one thread asleep on several transports at once (WaitForEvents: a
+  // node service's jobs, each with links of its own). ArmForSleep progresses what is left and
+  // adds the descriptors to sleep on; kBusy: something came in meanwhile (do not sleep);
+  // kCannot: this transport cannot signal (the caller polls). Woken: the descriptors it added, as
+  // the sleep left them.
+  enum class Arm { kArmed, kBusy, kCannot };
+  virtual Arm ArmForSleep(std::vector<pollfd>* fds) {
+    (void)fds;
+    return Arm::kCannot;
+  }
+  virtual void Woken(const pollfd* fds, size_t n) {
+    (void)fds;
+    (void)n;
+  }
+  // Sleeps until any of the `n` transports may have something, `wake_fd` (when >= 0) is
+  // readable, or `timeout_ns` passed; false at once where one of them cannot sleep.
+  static bool WaitForEvents(Transport* const* transports, size_t n, uint64_t timeout_ns, int wake_fd);
 
   // kPending, or the final state (the handle is released then). On kFailed, *error says why.
   virtual CommState Test(CommHandle h, Status* error) = 0;

@@ -392,26 +392,23 @@ bool UcxTransport::Progress() {
   return did;
 }
 
-bool UcxTransport::WaitForEvent(uint64_t timeout_ns, int wake_fd) {
-  if (efd_ < 0) return false;
+Transport::Arm UcxTransport::ArmForSleep(std::vector<pollfd>* fds) {
+  if (efd_ < 0) return Arm::kCannot;
   // Arm only with nothing left to progress (UCX's rule); BUSY: events came in meanwhile.
   while (ucp_worker_progress(worker_) > 0) {
   }
   const ucs_status_t st = ucp_worker_arm(worker_);
-  if (st == UCS_ERR_BUSY) return true;
-  if (st != UCS_OK) return false;
+  if (st == UCS_ERR_BUSY) return Arm::kBusy;
+  if (st != UCS_OK) return Arm::kCannot;
   // The watched peers' pidfds are in the set too: a daemon that exits ends the sleep.
-  std::vector<pollfd>& fds = wait_fds_;
-  fds.clear();
-  fds.push_back(pollfd{efd_, POLLIN, 0});
-  if (wake_fd >= 0) fds.push_back(pollfd{wake_fd, POLLIN, 0});
-  const size_t first_watched = fds.size();
-  watch_.AppendFds(&fds);
-  const timespec ts{time_t(timeout_ns / 1'000'000'000), long(timeout_ns % 1'000'000'000)};
-  if (ppoll(fds.data(), fds.size(), &ts, nullptr) > 0)
-    for (size_t i = first_watched; i < fds.size(); ++i)
-      if (fds[i].revents != 0) next_watch_check_ns_ = 0;  // Progress() looks at once
-  return true;
+  fds->push_back(pollfd{efd_, POLLIN, 0});
+  watch_.AppendFds(fds);
+  return Arm::kArmed;
+}
+
+void UcxTransport::Woken(const pollfd* fds, size_t n) {
+  for (size_t i = 1; i < n; ++i)
+    if (fds[i].revents != 0) next_watch_check_ns_ = 0;  // Progress() looks at once
 }
 
 CommState UcxTransport::Test(CommHandle h, Status* error) {

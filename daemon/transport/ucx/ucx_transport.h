@@ -73,7 +73,8 @@ class UcxTransport final : public Transport {
   CommHandle Send(uint32_t peer, uint64_t tag, const void* data, size_t bytes, BufferOwner owner) override;
   CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override;
   bool Progress() override;
-  bool WaitForEvent(uint64_t timeout_ns, int wake_fd) override;
+  Arm ArmForSleep(std::vector<pollfd>* fds) override;
+  void Woken(const pollfd* fds, size_t n) override;
   CommState Test(CommHandle h, Status* error) override;
   void Cancel(CommHandle h) override;
   void SetEpoch(uint32_t epoch) override;
@@ -140,7 +141,6 @@ class UcxTransport final : public Transport {
   std::vector<bool> force_closed_;  // per peer, by StartClose
   ProcessWatch watch_;
   uint64_t next_watch_check_ns_ = 0;
-  std::vector<pollfd> wait_fds_;  // WaitForEvent's, kept
   std::optional<Status> peer_failure_;  // the first lost peer's, while any is lost
   std::vector<Status> peer_why_;        // per lost peer
   bool closing_started_ = false;
