@@ -31,6 +31,9 @@ struct JobCommands {
   std::string user, group;
   uint32_t weight = 1;
   double drain_timeout = -1;
+  // A job of several nodes: this node's place among them, the rendezvous and the token.
+  uint32_t nodes = 1, node_rank = 0, local_size = 0;
+  std::string rendezvous, token_file;
 };
 void AddJobCommands(CLI::App& app, bool* json, JobCommands* j);
 // The job subcommand given, carried out: its exit status, or -1 when none was given.

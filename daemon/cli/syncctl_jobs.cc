@@ -55,10 +55,31 @@ int DrainJob(ControlStub& stub, const std::string& run_dir, uint64_t job, double
 }
 
 // syncctl job add|remove: a node service's registered jobs (control.sock is its administrators').
-int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, uint64_t job, const std::string& user,
-               const std::string& group, uint32_t weight) {
+// A job's token: the file's first line, else $SYNCD_JOB_TOKEN (as the Slurm prolog passes it to a
+// daemon); empty when neither gives one.
+bool ReadToken(const std::string& file, std::string* token) {
+  if (file.empty()) {
+    const char* env = getenv("SYNCD_JOB_TOKEN");
+    *token = env != nullptr ? env : "";
+    return true;
+  }
+  FILE* f = fopen(file.c_str(), "r");
+  if (f == nullptr) return false;
+  char line[512] = {};
+  const bool read = fgets(line, sizeof(line), f) != nullptr;
+  fclose(f);
+  *token = read ? line : "";
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  return true;
+}
+
+int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, const JobCommands& j) {
+  const uint64_t job = j.id;
+  const std::string &user = j.user, &group = j.group;
+  const uint32_t weight = j.weight;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // A job of several nodes is linked to the others before the reply: as long as the rendezvous waits.
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(add && j.nodes > 1 ? 600 : 10));
   grpc::Status st;
   if (add) {
     int64_t uid = 0, gid = -1;
@@ -75,10 +96,24 @@ int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, uint64_t
     req.mutable_job()->set_uid(uint32_t(uid));
     req.mutable_job()->set_gid(gid);
     req.mutable_job()->set_weight(weight);
+    std::string token;
+    if (!ReadToken(j.token_file, &token)) {
+      fprintf(stderr, "syncctl job add: --token-file %s: %s\n", j.token_file.c_str(), strerror(errno));
+      return 2;
+    }
+    req.mutable_job()->set_nodes(j.nodes);
+    req.mutable_job()->set_node_rank(j.node_rank);
+    req.mutable_job()->set_local_size(j.local_size);
+    req.mutable_job()->set_rendezvous(j.rendezvous);
+    req.mutable_job()->set_token(token);
     syncd::control::AddJobReply reply;
     st = stub.AddJob(&ctx, req, &reply);
-    if (st.ok()) printf("job %lu registered for uid %ld%s, weight %u\n", (unsigned long)job, (long)uid,
-                        gid >= 0 ? (" gid " + std::to_string(gid)).c_str() : "", weight);
+    if (st.ok()) printf("job %lu registered for uid %ld%s, weight %u%s\n", (unsigned long)job, (long)uid,
+                        gid >= 0 ? (" gid " + std::to_string(gid)).c_str() : "", weight,
+                        j.nodes > 1 ? (", node " + std::to_string(j.node_rank) + " of " + std::to_string(j.nodes) +
+                                       ": linked to the others")
+                                          .c_str()
+                                    : "");
   } else {
     syncd::control::RemoveJobRequest req;
     req.set_job(job);
@@ -123,18 +158,20 @@ int ListJobs(ControlStub& stub, const std::string& run_dir, bool json) {
 void PrintJobs(const syncd::control::StatusReply& s) {
   printf("jobs       %d registered (node service)\n", s.jobs_size());
   if (s.jobs_size() == 0) return;
-  printf("  %-12s %-12s %7s %6s %-8s %6s %-19s %9s %10s %6s %9s %9s\n", "JOB", "USER", "GID", "WEIGHT", "STATE", "RANKS",
-         "REGISTERED", "REQUESTS", "BYTES", "ERRORS", "ENGINE_S", "WAITED_S");
+  printf("  %-12s %-12s %7s %6s %-8s %6s %7s %-19s %9s %10s %6s %9s %9s\n", "JOB", "USER", "GID", "WEIGHT", "STATE",
+         "RANKS", "NODE", "REGISTERED", "REQUESTS", "BYTES", "ERRORS", "ENGINE_S", "WAITED_S");
   for (const auto& j : s.jobs()) {
     const std::string user = j.user().empty() ? "uid " + std::to_string(j.uid()) : j.user() + " (" + std::to_string(j.uid()) + ")";
     char when[32] = "-";
     const time_t t = time_t(j.added_unix_s());
     tm local{};
     if (t > 0 && localtime_r(&t, &local) != nullptr) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &local);
-    printf("  %-12lu %-12s %7s %6u %-8s %6u %-19s %9lu %10s %6lu %9.3f %9.3f\n", (unsigned long)j.job(), user.c_str(),
+    // This node's place among the job's nodes ("0/2"), "-" for a job of this node alone.
+    const std::string node = j.nodes() > 1 ? std::to_string(j.node_rank()) + "/" + std::to_string(j.nodes()) : "-";
+    printf("  %-12lu %-12s %7s %6u %-8s %6u %7s %-19s %9lu %10s %6lu %9.3f %9.3f\n", (unsigned long)j.job(), user.c_str(),
            j.gid() < 0 ? "any" : std::to_string(j.gid()).c_str(), j.weight(), j.running() ? "running" : "idle",
-           j.ranks_attached(), when, (unsigned long)j.requests(), Bytes(j.bytes()).c_str(), (unsigned long)j.errors(),
-           j.engine_s(), j.waited_s());
+           j.ranks_attached(), node.c_str(), when, (unsigned long)j.requests(), Bytes(j.bytes()).c_str(),
+           (unsigned long)j.errors(), j.engine_s(), j.waited_s());
   }
 }
 
@@ -146,6 +183,13 @@ void AddJobCommands(CLI::App& app, bool* json, JobCommands* j) {
   j->add->add_option("--gid", j->group, "Their group as well (a name or a number; default: any group of the user)");
   j->add->add_option("--weight", j->weight, "Its share of the daemon's cores and links against other jobs")
       ->check(CLI::Range(1u, 1000u));
+  j->add->add_option("--nodes", j->nodes, "The nodes it runs on (several: it is linked to the others' daemons now)")
+      ->check(CLI::Range(1u, 4096u));
+  j->add->add_option("--node-rank", j->node_rank, "This node's place among them (0: the first, serving the rendezvous)");
+  j->add->add_option("--local-size", j->local_size, "Its ranks on this node (default: as its first rank says)");
+  j->add->add_option("--rendezvous", j->rendezvous, "host:port its first node serves the rendezvous at (several nodes)");
+  j->add->add_option("--token-file", j->token_file,
+                     "A file whose first line is its token, the same on every node [default: env SYNCD_JOB_TOKEN]");
   j->remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
   j->remove->add_option("JOB", j->id, "The job's id")->required();
   j->drain = job->add_subcommand(
@@ -158,7 +202,7 @@ void AddJobCommands(CLI::App& app, bool* json, JobCommands* j) {
 }
 
 int RunJobCommand(ControlStub& stub, const std::string& run_dir, const JobCommands& j, bool json) {
-  if (j.add->parsed() || j.remove->parsed()) return ChangeJobs(stub, run_dir, j.add->parsed(), j.id, j.user, j.group, j.weight);
+  if (j.add->parsed() || j.remove->parsed()) return ChangeJobs(stub, run_dir, j.add->parsed(), j);
   if (j.list->parsed()) return ListJobs(stub, run_dir, json);
   if (j.drain->parsed()) return DrainJob(stub, run_dir, j.id, j.drain_timeout);
   return -1;

@@ -303,6 +303,13 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   const uint64_t slot = SlotOf(req.job_id);
   AttachRules rules{config_.node_rank, config_.nodes, LocalSizeOf(slot), accepting_.load(std::memory_order_acquire),
                     config_.run_dir, jobs_, conn.uid, conn.gid};
+  // A node service's job of several nodes: its ranks fit its own nodes.
+  const std::optional<JobAdmission> admission = jobs_ != nullptr ? jobs_->Find(req.job_id) : std::nullopt;
+  if (admission && admission->nodes > 1) {
+    rules.nodes = admission->nodes;
+    rules.node_rank = admission->node_rank;
+    if (admission->local_size != 0) rules.local_size = admission->local_size;
+  }
   if (Status st = CheckAttachRequest(req, pid, rules); !st.ok()) return Refuse(fd, st.code(), st.message());
   const std::string who = AttachingRank(req, pid);
   // One job at a time, unless jobs are served side by side (each in its own slot).
@@ -336,8 +343,8 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   reply.client_id = id;
   reply.segment_bytes = segment->size();
   reply.node_page_bytes = node_page_->size();
-  reply.node_rank = int32_t(config_.node_rank);
-  reply.node_count = int32_t(config_.nodes);
+  reply.node_rank = int32_t(rules.node_rank);
+  reply.node_count = int32_t(rules.nodes);
   reply.client_spin_us = ClientSpinUs(pid);
   reply.coord_mode = uint32_t(config_.coord);
   const int fds[abi::kAttachFds] = {segment->fd(), node_page_->fd(), node_page_->wake_fd()};
@@ -350,8 +357,7 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   client->pid = pid;
   client->local_size = ls;
   client->job_id = req.job_id;
-  if (jobs_ != nullptr)
-    if (const std::optional<JobAdmission> j = jobs_->Find(req.job_id)) client->weight = j->weight;
+  if (admission) client->weight = admission->weight;
   client->shares_engine_core = reply.client_spin_us == 0;
   const bool sent = SendReply(fd, reply, fds, abi::kAttachFds);
   segment->CloseFd();

@@ -72,6 +72,11 @@ void FillJobs(const JobRegistry& jobs, const StatusSnapshot& s, control::StatusR
     out->set_gid(j.gid ? int64_t(*j.gid) : -1);
     out->set_weight(j.weight);
     out->set_added_unix_s(j.added_unix_s);
+    out->set_nodes(j.nodes);
+    out->set_node_rank(j.node_rank);
+    out->set_local_size(j.local_size);
+    out->set_rendezvous(j.rendezvous);
+    if (j.nodes > 1) out->set_links("connected");  // registered only once linked (AddJob)
     passwd pw{};
     passwd* found = nullptr;
     char buf[1024];
@@ -377,6 +382,11 @@ StatusOr<JobAdmission> AdmissionOf(const control::RegisteredJob& j) {
   a.uid = j.uid();
   if (j.gid() >= 0) a.gid = uint32_t(j.gid());
   a.weight = j.weight() == 0 ? 1 : j.weight();
+  a.nodes = j.nodes() == 0 ? 1 : j.nodes();
+  a.node_rank = j.node_rank();
+  a.local_size = j.local_size();
+  a.rendezvous = j.rendezvous();
+  a.token = j.token();
   return a;
 }
 
@@ -386,10 +396,62 @@ grpc::Status ControlService::AddJob(grpc::ServerContext*, const control::AddJobR
   if (!admission.ok()) return ToGrpc(admission.status());
   const JobAdmission& a = *admission;
   const syncd::Status st = jobs_->Add(a);
-  if (st.ok())
-    spdlog::info("{} registered: uid {}{}, weight {}", JobName(a.job), a.uid,
-                 a.gid ? " gid " + std::to_string(*a.gid) : std::string(), a.weight);
-  return ToGrpc(st);
+  if (!st.ok()) return ToGrpc(st);
+  spdlog::info("{} registered: uid {}{}, weight {}{}", JobName(a.job), a.uid,
+               a.gid ? " gid " + std::to_string(*a.gid) : std::string(), a.weight,
+               a.nodes > 1 ? ", node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nodes) : std::string());
+  if (a.nodes > 1)
+    if (syncd::Status linked = Link(a); !linked.ok()) {
+      (void)jobs_->Remove(a.job);
+      return ToGrpc(linked);
+    }
+  return grpc::Status::OK;
+}
+
+syncd::Status ControlService::Link(const JobAdmission& a) {
+  // One call links a job (a prolog that runs twice finds it linked, or being linked). Jobs link
+  // at once: the nodes' prologs may register two jobs in either order.
+  {
+    MutexLock lock(&links_mu_);
+    if (links_.count(a.job) != 0) return syncd::Status::Ok();
+    if (!linking_.insert(a.job).second)
+      return syncd::Status(SYNCD_ERR_REFUSED, JobName(a.job) + " is being linked to its other nodes by another call");
+  }
+  struct Done {
+    ControlService* self;
+    uint64_t job;
+    ~Done() {
+      MutexLock lock(&self->links_mu_);
+      self->linking_.erase(job);
+    }
+  } done{this, a.job};
+  LinkSpec spec = LinkSpecOf(config_);
+  spec.nodes = a.nodes;
+  spec.node_rank = a.node_rank;
+  spec.local_size = a.local_size != 0 ? a.local_size : config_.local_size;
+  spec.rendezvous = a.rendezvous;
+  spec.token = a.token;
+  auto links = std::make_unique<JobLinks>();
+  links->no_gpu = "jobs side by side run host collectives only";
+  if (syncd::Status st = JoinPeers(spec, links.get()); !st.ok())
+    return syncd::Status(st.code(), JobName(a.job) + ": cannot link node " + std::to_string(a.node_rank) + " of its " +
+                                        std::to_string(a.nodes) + " nodes: " + st.message());
+  AdoptLinksCommand adopt{a.job, std::shared_ptr<Transport>(std::move(links->transport)), a.nodes, a.node_rank};
+  StatusOr<EngineReply> r = engine_->Ask(std::move(adopt), 10'000);
+  if (!r.ok()) return r.status();
+  if (const syncd::Status& st = std::get<syncd::Status>(*r); !st.ok()) return st;
+  MutexLock lock(&links_mu_);
+  links_[a.job] = std::move(links);  // node 0's rendezvous goes on serving (a daemon restarted under it)
+  return syncd::Status::Ok();
+}
+
+void ControlService::ForgetLinks(uint64_t job) {
+  std::unique_ptr<JobLinks> gone;
+  MutexLock lock(&links_mu_);
+  const auto it = links_.find(job);
+  if (it == links_.end()) return;
+  gone = std::move(it->second);
+  links_.erase(it);
 }
 
 grpc::Status ControlService::RemoveJob(grpc::ServerContext*, const control::RemoveJobRequest* request,
@@ -401,6 +463,7 @@ grpc::Status ControlService::RemoveJob(grpc::ServerContext*, const control::Remo
   // From here no rank of it attaches; those attached now are told and disconnected.
   StatusOr<EngineReply> r =
       engine_->Ask(RemoveJobCommand{job, JobName(job) + " was removed from this node's daemon (syncctl job remove)"}, 5000);
+  ForgetLinks(job);
   if (!r.ok()) return ToGrpc(r.status());
   const syncd::Status& st = std::get<syncd::Status>(*r);
   reply->set_ranks_disconnected(uint32_t(strtoul(st.message().c_str(), nullptr, 10)));
@@ -432,6 +495,7 @@ grpc::Status ControlService::DrainJob(grpc::ServerContext* ctx, const control::D
     const syncd::Status& st = std::get<syncd::Status>(*r);
     if (st.code() != SYNCD_IN_PROGRESS) {
       (void)jobs_->Remove(job);
+      ForgetLinks(job);
       reply->set_ranks_disconnected(uint32_t(strtoul(st.message().c_str(), nullptr, 10)));
       break;
     }

@@ -9,11 +9,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/config.h"
+#include "daemon/control/job_links.h"
 #include "daemon/control/job_registry.h"
 #include "daemon/engine/engine.h"
 #include "syncd.grpc.pb.h"
@@ -41,12 +44,21 @@ class ControlService final : public control::Control::Service {
   void set_metrics_url(std::string url) { metrics_url_ = std::move(url); }
 
  private:
+  // A registered job of several nodes: its links to the other nodes' daemons (job_links.h),
+  // made now (every node's AddJob waits in the rendezvous until all have joined) and handed to
+  // the engine; what it refused, naming the job and the node.
+  syncd::Status Link(const JobAdmission& a);
+  void ForgetLinks(uint64_t job);
+
   const Config config_;
   const CorePartition cores_;
   Engine* engine_;  // Snapshot, drain results, timeline commands: thread-safe calls only
   const BeginDrain begin_drain_;
   JobRegistry* jobs_;
   std::string metrics_url_;
+  Mutex links_mu_;
+  std::map<uint64_t, std::unique_ptr<JobLinks>> links_ SYNCD_GUARDED_BY(links_mu_);  // by job
+  std::set<uint64_t> linking_ SYNCD_GUARDED_BY(links_mu_);  // jobs a call links now
 };
 
 // The drain timeout a request asks for: its own (clamped to a day), or `default_s` when it asks

@@ -12,6 +12,16 @@ std::string JobName(uint64_t job) {
 Status JobRegistry::Add(JobAdmission job) {
   if (job.job == 0) return InvalidArgument("job 0 cannot be registered: give the id its ranks carry (SYNCD_JOB_ID or Slurm's job id)");
   if (job.weight == 0) return InvalidArgument(JobName(job.job) + ": weight 0 would never let it run; give 1 or more");
+  if (job.nodes == 0) job.nodes = 1;
+  if (job.node_rank >= job.nodes)
+    return InvalidArgument(JobName(job.job) + ": node rank " + std::to_string(job.node_rank) + " is not one of its " +
+                           std::to_string(job.nodes) + " nodes (0 to " + std::to_string(job.nodes - 1) + ")");
+  if (job.nodes > 1 && job.rendezvous.empty())
+    return InvalidArgument(JobName(job.job) + " runs on " + std::to_string(job.nodes) +
+                           " nodes: give the rendezvous its first node serves (--rendezvous host:port)");
+  if (job.nodes > 1 && job.token.empty())
+    return InvalidArgument(JobName(job.job) + " runs on " + std::to_string(job.nodes) +
+                           " nodes: give its token (SYNCD_JOB_TOKEN or --token-file), the same on every node");
   MutexLock lock(&mu_);
   auto [it, added] = jobs_.try_emplace(job.job, job);
   if (!added) {
@@ -20,6 +30,12 @@ Status JobRegistry::Add(JobAdmission job) {
       return Status(SYNCD_ERR_REFUSED, JobName(job.job) + " is registered already, for uid " + std::to_string(had.uid) +
                                            (had.gid ? " gid " + std::to_string(*had.gid) : std::string()) +
                                            "; remove it first to register it for another user");
+    if (had.nodes != job.nodes || had.node_rank != job.node_rank || had.rendezvous != job.rendezvous ||
+        had.local_size != job.local_size || had.token != job.token)
+      return Status(SYNCD_ERR_REFUSED, JobName(job.job) + " is registered already as node " +
+                                           std::to_string(had.node_rank) + " of " + std::to_string(had.nodes) +
+                                           (had.rendezvous.empty() ? std::string() : " at " + had.rendezvous) +
+                                           "; remove it first to register it with other nodes");
     had.weight = job.weight;
     return Status::Ok();
   }

@@ -26,6 +26,12 @@ struct JobAdmission {
   uint32_t weight = 1;          // its share of the daemon's cores and links against other jobs
   int64_t added_unix_s = 0;     // when it was registered (set by Add)
   bool draining = false;        // syncctl job drain: it takes no new ranks
+  // Its nodes (syncctl job add --nodes --node-rank --rendezvous, the Slurm prolog): a job of
+  // several nodes has links of its own to the other nodes' daemons (control/job_links.h).
+  uint32_t nodes = 1, node_rank = 0;
+  uint32_t local_size = 0;  // its ranks on this node (0: as its first rank says)
+  std::string rendezvous;   // host:port of the rendezvous its first node serves
+  std::string token;        // proves the job to the other nodes' daemons (never in a status)
 };
 
 // "job 1234": decimal, as squeue and SYNCD_JOB_ID show it.
@@ -33,8 +39,10 @@ std::string JobName(uint64_t job);
 
 class JobRegistry {
  public:
-  // Registers `job`. Registering it again with the same user updates its weight (a prolog that
-  // runs twice); with another user, or as job 0, it is refused.
+  // Registers `job`. Registering it again with the same user and nodes updates its weight (a
+  // prolog that runs twice); with another user or other nodes, or as job 0, it is refused, as are
+  // nodes that do not add up (a node rank past the nodes; several nodes without a rendezvous or
+  // a token).
   Status Add(JobAdmission job) SYNCD_EXCLUDES(mu_);
   // SYNCD_ERR_INVALID naming the job when it is not registered.
   Status Remove(uint64_t job) SYNCD_EXCLUDES(mu_);

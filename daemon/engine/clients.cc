@@ -69,6 +69,8 @@ void Engine::DropTenant(Tenant& t) {
   residuals_gone_.refused += r.refused;
   residuals_gone_.cleared += r.cleared + r.tensors;
   t.job->Retire(&retired_);
+  // The timeline reaches the job's daemons over its links, which may go with it (own links).
+  if (timeline_.job() == t.job->id()) timeline_.EndJob();
   tenants_.erase(t.job->id());
   ShareEngine();
 }
@@ -101,7 +103,7 @@ void Engine::PublishSetNodes(const Tenant& t) const {
 }
 
 void Engine::PublishJobTo(const Tenant& t, const ClientSegment& segment) const {
-  segment.PublishJob(t.published_membership, transport_ ? transport_->size() : 1, t.job->membership().global_nodes());
+  segment.PublishJob(t.published_membership, t.config.nodes, t.job->membership().global_nodes());
 }
 
 Status Engine::MembershipRefusal(const Tenant& t, const Request& r) const {
@@ -116,18 +118,26 @@ Status Engine::MembershipRefusal(const Tenant& t, const Request& r) const {
 }
 
 Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume) {
+  // A node service's job of several nodes runs on its own links, among its own nodes.
+  Config job_config = config_;
+  Transport* transport = transport_.get();
+  if (const auto own = own_links_.find(job); own != own_links_.end()) {
+    job_config.nodes = own->second.nodes;
+    job_config.node_rank = own->second.node_rank;
+    transport = own->second.transport.get();
+  }
   // The new job's messages are kept apart from anything the old one left.
-  if (transport_) transport_->SetEpoch(JobEpoch(job));
+  if (transport) transport->SetEpoch(JobEpoch(job));
   // Stragglers and per-collective metrics are the job's own: its series carry its job_id and
   // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.) Jobs
   // served side by side share them.
   const bool first = tenants_.empty();
   if (first) completions_.BeginJob();
-  auto owned = std::make_unique<Tenant>(config_.compression_residual_bytes, local_size, config_.nodes);
+  auto owned = std::make_unique<Tenant>(std::move(job_config), local_size, transport);
   Tenant& t = *owned;
   tenants_[job] = std::move(owned);
   Job::Links links;
-  links.transport = transport_.get();
+  links.transport = transport;
   links.gpu = gpu_.get();
   links.counters = &counters_;
   links.resume = resume;
@@ -138,12 +148,12 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   hooks.ledger = &ledger_;
   hooks.residuals = &t.residuals;
   hooks.share = &t.share;
-  t.job = std::make_unique<Job>(config_, job, local_size, std::move(links));
+  t.job = std::make_unique<Job>(t.config, job, local_size, std::move(links));
   ShareEngine();
   PublishSetNodes(t);
   if (!first) return t;
   JobTimeline::Links timeline;
-  timeline.transport = transport_.get();
+  timeline.transport = transport;
   timeline.job = job;
   timeline.tell = [this](int32_t node, ControlMessage m) {
     Tenant* only = Only();
@@ -152,7 +162,7 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   timeline_.BeginJob(std::move(timeline));
   // --timeline: node 0 writes the job's file from its first collective on (the other nodes join
   // in once they have started the job too).
-  if (!config_.timeline.empty() && config_.node_rank == 0)
+  if (!config_.timeline.empty() && t.config.node_rank == 0)
     if (Status st = timeline_.Start(config_.timeline, 0, 0); !st.ok()) spdlog::error("--timeline: {}", st.message());
   return t;
 }
@@ -214,7 +224,7 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   Settle();
   // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
   // events), so it is complete once the job is.
-  if (job_over && config_.node_rank == 0) (void)timeline_.Stop();
+  if (job_over && t->config.node_rank == 0) (void)timeline_.Stop();
 }
 
 }  // namespace syncd

@@ -1,8 +1,8 @@
 // The control plane's commands on the engine thread (commands.h): the facts for the status, a
 // health report to send, the timeline, and a daemon restarted under its job (node 0 takes its node
 // back: TakeNodeBack; the new daemon starts the job where node 0 has it: ResumeJob), and a node
-// whose every rank is vacant starting its job (StartVacantJob), and a node service's job removed
-// (RemoveJob).
+// whose every rank is vacant starting its job (StartVacantJob), a node service's job removed
+// (RemoveJob), and its job of several nodes given its links (AdoptLinksCommand).
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine/engine.h"
@@ -17,6 +17,10 @@ void Engine::RunCommands() {
     } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
       // A report of a job that ended meanwhile is dropped (the next one is of the new job).
       if (Tenant* t = Only(); t != nullptr && transport_ && t->job->id() == h->job) t->job->SendHealth(h->mine);
+      e.reply.set_value(Status::Ok());
+    } else if (auto* l = std::get_if<AdoptLinksCommand>(&e.command)) {
+      own_links_[l->job] = OwnLinks{std::move(l->transport), l->nodes, l->node_rank};
+      spdlog::info("job {}: links to its {} nodes taken over (this node is its node {})", l->job, l->nodes, l->node_rank);
       e.reply.set_value(Status::Ok());
     } else if (auto* r = std::get_if<RejoinCommand>(&e.command)) {
       e.reply.set_value(TakeNodeBack(*r));
@@ -117,7 +121,10 @@ Status Engine::DrainJob(const DrainJobCommand& c) {
 
 Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   Tenant* t = TenantOfJob(job);
-  if (t == nullptr) return Status(SYNCD_OK, "0 ranks attached");
+  if (t == nullptr) {
+    own_links_.erase(job);
+    return Status(SYNCD_OK, "0 ranks attached");
+  }
   // Its ranks are told (each request in flight fails naming why), then disconnected: the
   // registration that let them attach is gone. Any other job served goes on untouched.
   End(*t, EndScope::Job(ProcessSet::Reach::kJob), Status(SYNCD_ERR_REFUSED, why));
@@ -132,6 +139,7 @@ Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   t->job->Leave(abi::MonotonicNs() + engine_timing::kLeaveNoticeNs, "the job was removed", why);
   Settle();
   DropTenant(*t);
+  own_links_.erase(job);  // its links go with it (a job that never ran here keeps none either)
   spdlog::warn("{}: {} of its ranks attached here were disconnected", why, ranks.size());
   return Status(SYNCD_OK, std::to_string(ranks.size()) + " ranks attached");
 }

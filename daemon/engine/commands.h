@@ -78,8 +78,16 @@ struct DrainJobCommand {
   bool force = false;
   std::string why;
 };
+// A node service's job `job` of several nodes: its links to the other nodes' daemons, made when
+// it was registered on every node (control/job_links.h). The engine keeps them from run to run of
+// the job until it is removed; its tenant runs on them. Reply: a Status.
+struct AdoptLinksCommand {
+  uint64_t job = 0;
+  std::shared_ptr<Transport> transport;
+  uint32_t nodes = 1, node_rank = 0;
+};
 using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand,
-                                   StartVacantJobCommand, RemoveJobCommand, DrainJobCommand>;
+                                   StartVacantJobCommand, RemoveJobCommand, DrainJobCommand, AdoptLinksCommand>;
 using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>, RejoinAnswer>;
 
 class CommandQueue {

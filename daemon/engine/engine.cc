@@ -104,7 +104,11 @@ bool Engine::Sleep(uint64_t timeout_ns, bool network) {
   bool slept = true;
   if (!HasWork() && !stop_.load(std::memory_order_relaxed) && !commands_.pending()) {
     if (network) {
-      slept = transport_ && transport_->WaitForEvent(timeout_ns, node_page_->wake_fd());
+      networks_.clear();
+      if (transport_) networks_.push_back(transport_.get());
+      for (const auto& [job, links] : own_links_) networks_.push_back(links.transport.get());
+      slept = !networks_.empty() &&
+              Transport::WaitForEvents(networks_.data(), networks_.size(), timeout_ns, node_page_->wake_fd());
     } else {
       pollfd p{node_page_->wake_fd(), POLLIN, 0};
       const timespec ts{time_t(timeout_ns / 1'000'000'000), long(timeout_ns % 1'000'000'000)};
@@ -138,12 +142,12 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
   // GPU work completes, and clients' events fire, without ringing anything.
   if (gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0)) sleep_ns = 0;
   if (since_work > spin_ns && sleep_ns > 0) {
-    if (!Sleep(sleep_ns, transport_ != nullptr)) Sleep(sleep_ns, false);  // no network sleep: timers only
+    if (!Sleep(sleep_ns, HasNetwork())) Sleep(sleep_ns, false);  // no network sleep: timers only
     node_page_->Heartbeat();
     // No spin after a wake-up by itself: one that brings work counts as work in Run, a timer's
     // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle
     // timer followed by 200 us of spinning was 20 % of a core).
-  } else if (sleep_ns == 0 && !data_waits && config_.network_wait == NetworkWait::kSleep && transport_ &&
+  } else if (sleep_ns == 0 && !data_waits && config_.network_wait == NetworkWait::kSleep && HasNetwork() &&
              !(gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0))) {
     // Daemons that share cores (--network-wait sleep): a cycle waiting on other nodes (nbcs)
     // sleeps until the network's next event; polling, it took the slice of the daemon whose
@@ -160,7 +164,7 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
     // partial rounds) keeps polling and yielding: sleeping there measured worse, twice (topo on
     // the scaled imbalance bench, 2 x 2: 137.5 against 143.8 ms per step with a 50 us nap;
     // 142-145 against 148-154 ms sleeping until the network's next event).
-    const bool nap = !data_waits && since_work > kCycleSpinNs && transport_ &&
+    const bool nap = !data_waits && since_work > kCycleSpinNs && HasNetwork() &&
                      !(gpu_ && gpu_->in_flight() > 0) && RanksShareEngineCore() && Sleep(kCycleNapNs, true);
     if (!nap) sched_yield();
   } else {

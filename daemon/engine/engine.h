@@ -168,6 +168,8 @@ class Engine {
   void PublishJobTo(const Tenant& t, const ClientSegment& segment) const;
   Status MembershipRefusal(const Tenant& t, const Request& r) const;
   bool HasWork();
+  // Whether any job here has other nodes: the daemon's own transport, or a job's own links.
+  bool HasNetwork() const { return transport_ != nullptr || !own_links_.empty(); }
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
   // on any node; see Negotiator::SetDrain).
   bool Drained();
@@ -217,7 +219,9 @@ class Engine {
   // or one at a time.
   const bool side_by_side_;
   const std::function<void(uint32_t)> kick_client_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Transport> transport_;  // the daemon's own job's, to its other nodes (--nodes)
+  std::map<uint64_t, OwnLinks> own_links_;  // a node service's jobs of several nodes, by job
+  std::vector<Transport*> networks_;  // Sleep's: every transport above (kept for its storage)
   std::unique_ptr<GpuExecutor> gpu_;
   uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";

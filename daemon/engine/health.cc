@@ -58,7 +58,7 @@ std::vector<ClientSnapshot> Engine::SnapshotClients(uint64_t now_ns) const {
   for (const auto& [job, t] : tenants_) for (const auto& [lr, lost] : t->job->lost()) {
     ClientSnapshot cs;
     cs.job_id = job;
-    cs.rank = config_.node_rank * t->local_size + lr;
+    cs.rank = t->config.node_rank * t->local_size + lr;
     cs.local_rank = lr;
     cs.pid = lost.pid;
     cs.state = lost.vacant ? "vacant" : lost.departed || lost.clean ? "left" : "lost";

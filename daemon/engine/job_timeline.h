@@ -56,6 +56,7 @@ class JobTimeline {
   // A new job: what the previous one recorded is finished; `links` reach the new one's daemons.
   void BeginJob(Links links);
   void EndJob();
+  uint64_t job() const { return links_.job; }  // the job whose daemons it reaches (BeginJob)
 
   // Asked on this node. Start: `path` is written by node 0; it stops by itself after `seconds`
   // (0: never) or `cycles` coordination cycles of the global set (0: never).

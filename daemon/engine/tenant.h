@@ -11,9 +11,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 
+#include "daemon/base/config.h"
 #include "daemon/core/residual_store.h"
 #include "daemon/engine/job.h"
+#include "daemon/transport/transport.h"
 
 namespace syncd {
 
@@ -24,10 +27,25 @@ namespace syncd {
 // other job waits the slices run back to back, at the cost of one look at the others' rings each.
 inline constexpr uint64_t kSliceBytes = uint64_t{32} << 10;
 
-struct Tenant {
-  Tenant(uint64_t residual_bytes, uint32_t local, uint32_t nodes)
-      : local_size(local), world_size(local * nodes), residuals(residual_bytes) {}
+// A node service's job of several nodes: its links to the other nodes' daemons (control/
+// job_links.h), taken over when it was registered on every node and kept from run to run of the
+// job until it is removed.
+struct OwnLinks {
+  std::shared_ptr<Transport> transport;
+  uint32_t nodes = 1, node_rank = 0;
+};
 
+struct Tenant {
+  // `job_config`: the daemon's, with the job's own nodes where it has links of its own.
+  Tenant(Config job_config, uint32_t local, Transport* links)
+      : config(std::move(job_config)),
+        transport(links),
+        local_size(local),
+        world_size(local * config.nodes),
+        residuals(config.compression_residual_bytes) {}
+
+  const Config config;  // what its job reads (Job holds a reference: declared before it)
+  Transport* const transport;  // to its other nodes (the engine's, or its own links'); null: one node
   std::unique_ptr<Job> job;
   std::map<uint32_t, uint32_t> client_by_local_rank;  // its ranks attached here: local rank -> client id
   uint32_t local_size, world_size;

@@ -4,6 +4,7 @@
 // administrators. Other users are played by `nobody` (uid 65534): these tests need root.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +115,15 @@ int OneAllreduce(syncd_client* c, int tell_fd = -1) {
   if (const int st = syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h); st != SYNCD_OK) return st;
   if (tell_fd >= 0) (void)!write(tell_fd, "x", 1);
   return syncd_wait(c, h, 30'000);
+}
+
+// One allreduce (sum) of `*v` named "grad", waited for up to `timeout_ms`: its status.
+int GradStep(syncd_client* c, double* v, int timeout_ms) {
+  int64_t count = 1;
+  syncd_tensor t{"grad", v, SYNCD_FLOAT64, 1, &count, 0};
+  syncd_handle h;
+  const int st = syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h);
+  return st == SYNCD_OK ? syncd_wait(c, h, timeout_ms) : st;
 }
 
 // Until `syncctl status` shows `ranks` ranks of `job` attached (a few seconds at most).
@@ -415,11 +425,7 @@ TEST_F(NodeService, AJobRemovedMidRunLeavesTheOtherJobTrainingWithNoError) {
       CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
       for (int step = 0;; ++step) {
         double v = r + 1 + step;
-        int64_t count = 1;
-        syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
-        syncd_handle h;
-        int st = syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h);
-        if (st == SYNCD_OK) st = syncd_wait(c, h, 10'000);
+        const int st = GradStep(c, &v, 10'000);
         if (st != SYNCD_OK) {  // removed: in flight, refused; between two calls, let go
           const std::string why = syncd_last_error();
           CHILD_CHECK((st == SYNCD_ERR_REFUSED && Contains(why, "job 7201 was removed from this node's daemon")) ||
@@ -453,6 +459,72 @@ TEST_F(NodeService, AJobRemovedMidRunLeavesTheOtherJobTrainingWithNoError) {
   std::tie(rc, out) = Shell(Syncctl(d, "status --job 7201"));
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(Contains(out, "job 7201 is not registered")) << out;
+}
+
+// Ranks of a job that allreduce "grad" until the daemon fails them: every sum before that exact,
+// then rank 0's failure must be `want` naming rank 1 (which the test kills or stops); rank 0
+// writes a byte to `progress` after 20 steps.
+std::vector<pid_t> StartFailingJob(const Daemon& d, uint64_t job, uint32_t uid, int progress, int want,
+                                   const std::string& naming) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r)
+    pids.push_back(Spawn([&, r] {
+      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+      syncd_client* c = AttachToJob(d.run_dir(), job, r, 2, r, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      for (int step = 0;; ++step) {
+        double v = r + 1 + step;
+        const int st = GradStep(c, &v, 30'000);
+        if (st != SYNCD_OK) {
+          const std::string why = syncd_last_error();
+          CHILD_CHECK(r == 0 && st == want && Contains(why, naming), "job %lu rank %d: %s: %s", (unsigned long)job, r,
+                      syncd_status_name(st), why.c_str());
+          return 0;
+        }
+        CHILD_CHECK(v == 3 + 2 * step, "job %lu step %d: sum %g", (unsigned long)job, step, v);
+        if (step == 20 && r == 0) (void)!write(progress, "x", 1);
+        usleep(1'000);
+      }
+    }));
+  return pids;
+}
+
+// Three jobs on one node: one loses a rank (SIGKILL), one stalls (a rank stopped until the
+// stall shutdown ends that job), and the third trains on through both with every sum exact and
+// no error; the first two fail naming their own rank and nothing else.
+TEST_F(NodeService, OfThreeJobsOneLosesARankOneStallsAndTheThirdTrainsOnExact) {
+  Daemon d(2, {"--node-service", "on", "--stall-warning-s", "1", "--stall-shutdown-s", "2"});
+  for (const char* add : {"job add --job 8101 --uid 0", "job add --job 8102 --uid nobody", "job add --job 8103 --uid 0"}) {
+    auto [rc, out] = Shell(Syncctl(d, add));
+    ASSERT_EQ(rc, 0) << out;
+  }
+  int progress[2], paused[2], resume[2];
+  ASSERT_EQ(pipe(progress), 0);
+  ASSERT_EQ(pipe(paused), 0);
+  ASSERT_EQ(pipe(resume), 0);
+  // The third job: 2,500 steps of 1 ms or more, paused at step 100 until the others fail.
+  std::vector<pid_t> third = StartJob(d, 8103, 0, 2, 1000, 2'500, Pause{100, paused[1], resume[0]});
+  std::vector<pid_t> lost = StartFailingJob(d, 8101, 0, progress[1], SYNCD_ERR_RANK_LOST, "rank 1");
+  std::vector<pid_t> stalled = StartFailingJob(d, 8102, kNobody, progress[1], SYNCD_ERR_STALLED, "rank 1");
+  ASSERT_TRUE(Await(progress[0]) && Await(progress[0]));
+  ASSERT_TRUE(Await(paused[0]));
+  ASSERT_EQ(kill(lost[1], SIGKILL), 0);
+  ASSERT_EQ(kill(stalled[1], SIGSTOP), 0);
+  ASSERT_EQ(write(resume[1], "x", 1), 1);
+  for (int fd : {progress[0], progress[1], paused[0], paused[1], resume[0], resume[1]}) close(fd);
+  // The lost job's rank 0 fails at once; the stalled one's within the stall shutdown.
+  EXPECT_EQ(WaitChild(lost[0], 20'000), 0) << d.Log();
+  EXPECT_EQ(WaitChild(stalled[0], 20'000), 0) << d.Log();
+  (void)WaitChild(lost[1], 5'000);
+  kill(stalled[1], SIGKILL);
+  (void)WaitChild(stalled[1], 5'000);
+  ExpectAllSucceeded(Finish(third));
+  auto [rc, out] = Shell(Syncctl(d, "job list --json"));
+  EXPECT_EQ(rc, 0) << out;
+  // The third job's count of errors is none.
+  const size_t at = out.find("\"job\":\"8103\"");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_TRUE(Contains(out.substr(at, out.find('}', at) - at), "\"errors\":\"0\"")) << out;
 }
 
 TEST_F(NodeService, ADrainedJobGoesOnceNothingIsInFlightOrAtItsTimeoutFailingWhatIsLeft) {
@@ -520,6 +592,103 @@ TEST_F(NodeService, ADrainedJobGoesOnceNothingIsInFlightOrAtItsTimeoutFailingWha
   WaitChild(silent, 10'000);
   std::tie(rc, out) = Shell(Syncctl(d, "job list --json"));
   EXPECT_FALSE(Contains(out, "7301") || Contains(out, "7302")) << "drained jobs are removed: " << out;
+}
+
+// Registers job `job` on every node of `nodes` (each its node rank in order, the first serving
+// the rendezvous at 127.0.0.1:`port`): the calls run at once, as the nodes' prologs do, and each
+// returns once its node is linked to the others. Their exit statuses and what they printed.
+std::vector<std::pair<int, std::string>> AddOnNodes(const std::vector<const Daemon*>& nodes, uint64_t job,
+                                                    const std::string& user, int port, const std::string& token) {
+  std::vector<FILE*> calls;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const std::string cmd = "SYNCD_JOB_TOKEN=" + token + " " +
+                            Syncctl(*nodes[n], "job add --job " + std::to_string(job) + " --uid " + user + " --nodes " +
+                                                   std::to_string(nodes.size()) + " --node-rank " + std::to_string(n) +
+                                                   " --rendezvous 127.0.0.1:" + std::to_string(port)) +
+                            " 2>&1";
+    calls.push_back(popen(cmd.c_str(), "r"));
+  }
+  std::vector<std::pair<int, std::string>> out;
+  for (FILE* f : calls) {
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while (f != nullptr && (n = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    const int st = f != nullptr ? pclose(f) : -1;
+    out.emplace_back(WIFEXITED(st) ? WEXITSTATUS(st) : -1, text);
+  }
+  return out;
+}
+
+// Job `job`'s ranks on two nodes, two each, as `uid`: `steps` allreduces of `scale` x (rank + 1 +
+// step) named "grad", each sum checked exact; returns their pids.
+std::vector<pid_t> StartTwoNodeJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, double scale,
+                                   int steps) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(Spawn([&, r] {
+      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+      syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
+      CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
+      for (int step = 0; step < steps; ++step) {
+        double v = scale * (r + 1 + step);
+        int64_t count = 1;
+        syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
+        syncd_handle h;
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 20'000) == SYNCD_OK,
+                    "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
+        const double want = scale * (10 + 4 * step);
+        CHILD_CHECK(v == want, "job %lu rank %d step %d: sum %g, want %g", (unsigned long)job, r, step, v, want);
+      }
+      syncd_shutdown(c);
+      return 0;
+    }));
+  return pids;
+}
+
+// Two node daemons (each serving its node alone, as systemd starts them) and two jobs of two
+// users on both nodes, each registered on both and linked to the other node by links of its own:
+// both train at once, every sum exact and its own; a job given no token, one whose node rank is
+// past its nodes, and one whose other node never registers are refused naming why.
+TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
+  Daemon a(2, {"--node-service", "on"}), b(2, {"--node-service", "on"});
+  const int port_a = FreePort(), port_b = FreePort();
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9101, "0", port_a, "tok-9101")) ASSERT_EQ(rc, 0) << out;
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9102, "nobody", port_b, "tok-9102")) ASSERT_EQ(rc, 0) << out;
+  auto [rc, out] = Shell(Syncctl(a, "job list"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "0/2")) << out;
+  std::tie(rc, out) = Shell(Syncctl(b, "job list --json"));
+  EXPECT_TRUE(Contains(out, "\"links\":\"connected\"") && !Contains(out, "tok-")) << out;
+  // Both jobs at once, 300 steps each: scaled 1 and 1000, so one value of the other's shows.
+  std::vector<pid_t> first = StartTwoNodeJob(a, b, 9101, 0, 1, 300);
+  std::vector<pid_t> second = StartTwoNodeJob(a, b, 9102, kNobody, 1000, 300);
+  ExpectAllSucceeded(Finish(first));
+  ExpectAllSucceeded(Finish(second));
+  // A second run of a job (another step of its allocation) on the links it has.
+  ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9101, 0, 2, 50)));
+  // Refusals.
+  std::tie(rc, out) = Shell(Syncctl(a, "job add --job 9103 --uid 0 --nodes 2 --node-rank 0 --rendezvous 127.0.0.1:1"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(Contains(out, "job 9103 runs on 2 nodes: give its token")) << out;
+  std::tie(rc, out) = Shell("SYNCD_JOB_TOKEN=t " + Syncctl(a, "job add --job 9103 --uid 0 --nodes 2 --node-rank 2 --rendezvous 127.0.0.1:1"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(Contains(out, "node rank 2 is not one of its 2 nodes")) << out;
+  // A node that waits for the other, which never registers: refused at the join timeout, and not
+  // registered.
+  Daemon c(2, {"--node-service", "on", "--join-timeout", "2"});
+  std::tie(rc, out) = Shell("SYNCD_JOB_TOKEN=t " + Syncctl(c, "job add --job 9104 --uid 0 --nodes 2 --node-rank 0 --rendezvous 127.0.0.1:" +
+                                                              std::to_string(FreePort())));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(Contains(out, "job 9104: cannot link node 0 of its 2 nodes")) << out;
+  std::tie(rc, out) = Shell(Syncctl(c, "job list"));
+  EXPECT_FALSE(Contains(out, "9104")) << out;
+  // Removing a job lets its links go; the other job runs on.
+  std::tie(rc, out) = Shell(Syncctl(a, "job remove 9101"));
+  EXPECT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Shell(Syncctl(b, "job remove 9101"));
+  EXPECT_EQ(rc, 0) << out;
+  ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9102, kNobody, 3, 50)));
 }
 
 TEST_F(NodeService, ControlSocketIsTheAdministratorsAlone) {

@@ -43,6 +43,33 @@ TEST(JobRegistry, RegisteringAgainUpdatesTheWeightButNeverTheUser) {
   EXPECT_EQ(r.Add(Job(15, 1000, std::nullopt, 0)).code(), SYNCD_ERR_INVALID);
 }
 
+TEST(JobRegistry, AJobOfSeveralNodesNeedsItsPlaceARendezvousAndATokenAndKeepsThem) {
+  JobRegistry r;
+  JobAdmission j = Job(20, 1000);
+  j.nodes = 2;
+  j.node_rank = 2;
+  EXPECT_EQ(r.Add(j).message(), "job 20: node rank 2 is not one of its 2 nodes (0 to 1)");
+  j.node_rank = 1;
+  EXPECT_NE(r.Add(j).message().find("give the rendezvous its first node serves"), std::string::npos);
+  j.rendezvous = "node0:29520";
+  EXPECT_NE(r.Add(j).message().find("give its token"), std::string::npos);
+  j.token = "t";
+  ASSERT_TRUE(r.Add(j).ok());
+  EXPECT_EQ(r.Find(20)->nodes, 2u);
+  EXPECT_EQ(r.Find(20)->rendezvous, "node0:29520");
+  j.weight = 4;
+  EXPECT_TRUE(r.Add(j).ok()) << "again, the same nodes: the weight";
+  EXPECT_EQ(r.Find(20)->weight, 4u);
+  j.node_rank = 0;
+  const Status moved = r.Add(j);
+  EXPECT_EQ(moved.code(), SYNCD_ERR_REFUSED);
+  EXPECT_NE(moved.message().find("registered already as node 1 of 2 at node0:29520"), std::string::npos) << moved.message();
+  JobAdmission alone = Job(21, 1000);
+  alone.nodes = 0;  // as a request without nodes says it
+  ASSERT_TRUE(r.Add(alone).ok());
+  EXPECT_EQ(r.Find(21)->nodes, 1u);
+}
+
 TEST(JobRegistry, ADrainingJobAdmitsNoNewRankAndTellsOnlyItsOwnUser) {
   JobRegistry r;
   ASSERT_TRUE(r.Add(Job(12, 1000)).ok());
