@@ -120,11 +120,11 @@ Status Engine::MembershipRefusal(const Tenant& t, const Request& r) const {
 Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume) {
   // A node service's job of several nodes runs on its own links, among its own nodes.
   Config job_config = config_;
-  Transport* transport = transport_.get();
-  if (const auto own = own_links_.find(job); own != own_links_.end()) {
-    job_config.nodes = own->second.nodes;
-    job_config.node_rank = own->second.node_rank;
-    transport = own->second.transport.get();
+  Transport* transport = links_.daemons();
+  if (const OwnLinks* own = links_.Of(job)) {
+    job_config.nodes = own->nodes;
+    job_config.node_rank = own->node_rank;
+    transport = own->transport.get();
   }
   // The new job's messages are kept apart from anything the old one left.
   if (transport) transport->SetEpoch(JobEpoch(job));

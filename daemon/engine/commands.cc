@@ -16,10 +16,10 @@ void Engine::RunCommands() {
       e.reply.set_value(CaptureFacts());
     } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
       // A report of a job that ended meanwhile is dropped (the next one is of the new job).
-      if (Tenant* t = Only(); t != nullptr && transport_ && t->job->id() == h->job) t->job->SendHealth(h->mine);
+      if (Tenant* t = Only(); t != nullptr && links_.daemons() && t->job->id() == h->job) t->job->SendHealth(h->mine);
       e.reply.set_value(Status::Ok());
     } else if (auto* l = std::get_if<AdoptLinksCommand>(&e.command)) {
-      own_links_[l->job] = OwnLinks{std::move(l->transport), l->nodes, l->node_rank};
+      links_.Adopt(l->job, OwnLinks{std::move(l->transport), l->nodes, l->node_rank});
       spdlog::info("job {}: links to its {} nodes taken over (this node is its node {})", l->job, l->nodes, l->node_rank);
       e.reply.set_value(Status::Ok());
     } else if (auto* r = std::get_if<RejoinCommand>(&e.command)) {
@@ -44,11 +44,12 @@ void Engine::RunCommands() {
 RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   RejoinAnswer a;
   const std::string who = "node " + std::to_string(c.node) + "'s daemon";
-  if (!transport_ || c.node >= config_.nodes || c.node == config_.node_rank) {
+  Transport* transport = links_.daemons();
+  if (!transport || c.node >= config_.nodes || c.node == config_.node_rank) {
     a.status = InvalidArgument(who + " cannot join again: not a peer of this node");
     return a;
   }
-  if (!transport_->PeerLost(c.node)) {
+  if (!transport->PeerLost(c.node)) {
     a.status = Status(SYNCD_IN_PROGRESS, who + " is not known lost here (yet)");
     return a;
   }
@@ -64,7 +65,7 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
     return a;
   }
   const uint32_t slot = goes_on ? t->job->NextGlobalSlot() : 0;
-  if (Status st = transport_->Reconnect(c.node, c.address, c.same_host_pid, slot); !st.ok()) {
+  if (Status st = transport->Reconnect(c.node, c.address, c.same_host_pid, slot); !st.ok()) {
     a.status = st;
     return a;
   }
@@ -122,7 +123,7 @@ Status Engine::DrainJob(const DrainJobCommand& c) {
 Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   Tenant* t = TenantOfJob(job);
   if (t == nullptr) {
-    own_links_.erase(job);
+    links_.Forget(job);
     return Status(SYNCD_OK, "0 ranks attached");
   }
   // Its ranks are told (each request in flight fails naming why), then disconnected: the
@@ -139,7 +140,7 @@ Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   t->job->Leave(abi::MonotonicNs() + engine_timing::kLeaveNoticeNs, "the job was removed", why);
   Settle();
   DropTenant(*t);
-  own_links_.erase(job);  // its links go with it (a job that never ran here keeps none either)
+  links_.Forget(job);  // its links go with it (a job that never ran here keeps none either)
   spdlog::warn("{}: {} of its ranks attached here were disconnected", why, ranks.size());
   return Status(SYNCD_OK, std::to_string(ranks.size()) + " ranks attached");
 }

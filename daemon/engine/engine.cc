@@ -44,7 +44,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       local_size_(local_size),
       side_by_side_(config.node_service && config.nodes == 1),
       kick_client_(std::move(kick_client)),
-      transport_(std::move(transport)),
+      links_(std::move(transport)),
       timeline_(uint64_t(config.timeline_max_mb) << 20) {
   tally_.start_ns = abi::MonotonicNs();
   builder_.Build(std::move(*CaptureFacts()));
@@ -104,11 +104,7 @@ bool Engine::Sleep(uint64_t timeout_ns, bool network) {
   bool slept = true;
   if (!HasWork() && !stop_.load(std::memory_order_relaxed) && !commands_.pending()) {
     if (network) {
-      networks_.clear();
-      if (transport_) networks_.push_back(transport_.get());
-      for (const auto& [job, links] : own_links_) networks_.push_back(links.transport.get());
-      slept = !networks_.empty() &&
-              Transport::WaitForEvents(networks_.data(), networks_.size(), timeout_ns, node_page_->wake_fd());
+      slept = links_.WaitForEvents(timeout_ns, node_page_->wake_fd());
     } else {
       pollfd p{node_page_->wake_fd(), POLLIN, 0};
       const timespec ts{time_t(timeout_ns / 1'000'000'000), long(timeout_ns % 1'000'000'000)};
@@ -534,7 +530,7 @@ void Engine::Observe(uint64_t* next_report) {
   if (now < *next_report) return;
   // Many nodes: a health report every report period. One node: only the status an asker gets
   // when the engine cannot answer in time (inside a long collective), once a second.
-  *next_report = now + (transport_ ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
+  *next_report = now + (links_.daemons() ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
   StatusOr<EngineReply> reply = Ask(FactsCommand{}, kObserverAskMs);
   if (!reply.ok()) return;
   std::shared_ptr<EngineFacts> facts = std::get<std::shared_ptr<EngineFacts>>(std::move(*reply));

@@ -38,6 +38,7 @@
 #include "daemon/core/request_pool.h"
 #include "daemon/engine/commands.h"
 #include "daemon/engine/engine_drain.h"
+#include "daemon/engine/engine_links.h"
 #include "daemon/engine/observer_thread.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/engine/tenant.h"
@@ -169,7 +170,7 @@ class Engine {
   Status MembershipRefusal(const Tenant& t, const Request& r) const;
   bool HasWork();
   // Whether any job here has other nodes: the daemon's own transport, or a job's own links.
-  bool HasNetwork() const { return transport_ != nullptr || !own_links_.empty(); }
+  bool HasNetwork() const { return links_.any(); }
   // Draining: whether the engine may stop now (nothing in flight here, nor, in a many-node job,
   // on any node; see Negotiator::SetDrain).
   bool Drained();
@@ -219,9 +220,7 @@ class Engine {
   // or one at a time.
   const bool side_by_side_;
   const std::function<void(uint32_t)> kick_client_;
-  std::unique_ptr<Transport> transport_;  // the daemon's own job's, to its other nodes (--nodes)
-  std::map<uint64_t, OwnLinks> own_links_;  // a node service's jobs of several nodes, by job
-  std::vector<Transport*> networks_;  // Sleep's: every transport above (kept for its storage)
+  EngineLinks links_;  // to other nodes' daemons: the daemon's own job's, and jobs' own
   std::unique_ptr<GpuExecutor> gpu_;
   uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";

@@ -233,7 +233,7 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     f->pending += t->job->PendingTensors();
   }
   if (only != nullptr) {
-    f->reports_health = transport_ != nullptr;
+    f->reports_health = links_.daemons() != nullptr;
     f->host = only->job->host();
     s->membership_changes = only->job->membership().changes();
     if (f->reports_health) f->peer_health = only->job->PeerHealth(now_ns);
@@ -251,11 +251,11 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     s->has_gpu = true;
     s->gpu = gpu_->stats();
   }
-  if (transport_) {
+  if (const Transport* transport = links_.daemons()) {
     s->coordinated = true;
     s->coord_mode = CoordName(config_.coord);
-    for (uint32_t p = 0; p < transport_->size(); ++p)
-      if (p != transport_->rank()) f->peers_lost.emplace_back(p, transport_->PeerLost(p));
+    for (uint32_t p = 0; p < transport->size(); ++p)
+      if (p != transport->rank()) f->peers_lost.emplace_back(p, transport->PeerLost(p));
   }
   return f;
 }
