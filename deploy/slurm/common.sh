@@ -11,6 +11,10 @@
 #   SYNCD_SLURM_SECRET=/etc/syncd/job.secret   site secret the job tokens derive from (root only;
 #                                              the munge key when this file does not exist)
 #   SYNCD_SLURM_READY_TIMEOUT=90        seconds the prolog waits for the daemon to be ready
+#   SYNCD_NODE_SERVICE=/run/syncd/service   the node daemon's run directory (systemd's
+#                                       syncd.service; %n node name): where one answers as a node
+#                                       service, the prolog registers the job with it instead of
+#                                       starting a daemon of its own; "none": never
 conf=${SYNCD_CONF:-/etc/syncd/syncd.conf}
 if [ -r "$conf" ]; then
   set -a
@@ -30,11 +34,21 @@ SYNCD_SLURM_PORT_BASE=${SYNCD_SLURM_PORT_BASE:-29500}
 SYNCD_SLURM_PORT_RANGE=${SYNCD_SLURM_PORT_RANGE:-1000}
 SYNCD_SLURM_SECRET=${SYNCD_SLURM_SECRET:-/etc/syncd/job.secret}
 SYNCD_SLURM_READY_TIMEOUT=${SYNCD_SLURM_READY_TIMEOUT:-90}
+SYNCD_NODE_SERVICE=${SYNCD_NODE_SERVICE:-/run/syncd/service}
 
 # The run directory of job $1 on node $2.
 syncd_run_dir() {
   local d=${SYNCD_SLURM_RUN_DIR//%j/$1}
   echo "${d//%n/$2}"
+}
+
+# The node daemon's run directory on node $1 when one serves there as a node service (it answers
+# `syncctl job list`), else nothing.
+syncd_node_service() {
+  [ "$SYNCD_NODE_SERVICE" != none ] || return 0
+  local d=${SYNCD_NODE_SERVICE//%n/$1}
+  [ -S "$d/control.sock" ] && "$SYNCD_PREFIX/bin/syncctl" --run-dir "$d" job list >/dev/null 2>&1 && echo "$d"
+  return 0
 }
 
 # A message in the Slurm log (slurmd logs what a failing prolog prints) and in syslog.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Slurm Epilog (slurm.conf: Epilog=<this file>). Runs as root on every node when a job ends:
 # drains this node's syncd (SIGTERM; in-flight collectives get SYNCD_DRAIN_TIMEOUT), kills it
-# after a deadline, and removes the run directory: nothing of the job remains.
+# after a deadline, and removes the run directory: nothing of the job remains. A job registered
+# with the node's daemon (a node service) is drained from it instead (syncctl job drain: it is
+# removed once nothing of it is in flight, or at the timeout); the daemon serves on.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 . "$here/common.sh"
@@ -10,6 +12,16 @@ uid=${SLURM_JOB_UID:-}
 node=${SLURMD_NODENAME:-$(hostname -s)}
 dir=$(syncd_run_dir "$job" "$node")
 deadline=$(( ${SYNCD_DRAIN_TIMEOUT:-30} + 5 ))
+
+if [ -r "$dir/service" ]; then
+  service=$(cat "$dir/service")
+  timeout "$deadline" "$SYNCD_PREFIX/bin/syncctl" --run-dir "$service" job drain "$job" \
+      --timeout "${SYNCD_DRAIN_TIMEOUT:-30}" >/dev/null 2>&1 ||
+    "$SYNCD_PREFIX/bin/syncctl" --run-dir "$service" job remove "$job" >/dev/null 2>&1 ||
+    syncd_say "job $job: the node's daemon at $service could not drain it"
+  rm -rf "$dir"
+  exit 0
+fi
 
 pids=$(cat "$dir/syncd.pid" 2>/dev/null)
 # Whatever runs with this run directory is the job's daemon, whether or not the pid file is there.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Slurm Prolog (slurm.conf: PrologFlags=Alloc, Prolog=<this file>). Runs as root on every node
-# of a job when it is allocated: starts this node's syncd for the job, as the job's user, on the
-# dedicated cores, and returns only once the daemon is ready (every node joined the rendezvous at
-# the first node). A failure fails the prolog with a message in the Slurm log (the node drains).
+# of a job when it is allocated. Where the node's daemon serves every job (a node service,
+# SYNCD_NODE_SERVICE), registers the job with it for the job's user, linked to the job's other
+# nodes; otherwise starts this node's syncd for the job, as the job's user, on the dedicated
+# cores. Returns only once the job is ready here (every node joined the rendezvous at the first
+# node). A failure fails the prolog with a message in the Slurm log (the node drains).
 set -Eeuo pipefail
 here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 . "$here/common.sh"
@@ -40,6 +42,24 @@ token=$( { cat "$secret"; echo "syncd job $job uid $uid"; } | sha256sum | cut -c
 dir=$(syncd_run_dir "$job" "$node")
 mkdir -p "$(dirname "$dir")"
 rm -rf "$dir"
+
+# A node service: the job is registered with it (its ranks attach there, as the job's user and
+# nobody else); the job's run directory only says where it is.
+service=$(syncd_node_service "$node")
+if [ -n "$service" ]; then
+  args=(--job "$job" --uid "$uid" --gid "$gid" --local-size $((ntasks / nodes)))
+  [ "$nodes" -gt 1 ] && args+=(--nodes "$nodes" --node-rank "$rank" --rendezvous "$addr:$port")
+  if ! out=$(SYNCD_JOB_TOKEN=$token timeout $((SYNCD_SLURM_READY_TIMEOUT + 5)) \
+      "$SYNCD_PREFIX/bin/syncctl" --run-dir "$service" job add "${args[@]}" 2>&1); then
+    syncd_say "job $job: the node's daemon at $service did not take it: $out"
+    exit 1
+  fi
+  install -d -m 0755 "$dir"
+  echo "$service" > "$dir/service"
+  "$SYNCD_PREFIX/bin/syncctl" --run-dir "$service" status --json |
+    sed -n 's/.*"worker_cores":\[\([0-9,]*\)\].*/\1/p' > "$dir/worker_cores"
+  exit 0
+fi
 install -d -m 0700 -o "$uid" -g "$gid" "$dir"
 cleanup_failed() {
   [ -z "${pid:-}" ] || kill -KILL "$pid" 2>/dev/null || true

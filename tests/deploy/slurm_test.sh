@@ -176,6 +176,47 @@ pgrep -af -- "--run-dir=$t/run" && fail "a syncd outlived its job"
 [ -z "$(ls -A "$t/run")" ] || fail "run directories left: $(ls -A "$t/run")"
 [ "$(ls /dev/shm | sort)" = "$shm_before" ] || fail "shared memory left: $(comm -13 <(echo "$shm_before") <(ls /dev/shm | sort))"
 
+# One node daemon per node serving every job (a node service, as systemd's syncd.service runs
+# it): the prolog registers each job with it instead of starting a daemon. Two jobs of two users
+# on the same two nodes train at once; one is cancelled (scancel) mid-run and the other trains on,
+# every sum exact; the epilog drains each job from the daemons, which serve on.
+for n in n1 n2; do
+  "$bin/syncd" --run-dir="$t/service-$n" --node-service on --cores none --log-level info \
+    </dev/null >"$t/service-$n.log" 2>&1 &
+done
+echo "SYNCD_NODE_SERVICE=$t/service-%n" >> "$t/syncd.conf"
+for n in n1 n2; do
+  for i in $(seq 100); do "$bin/syncctl" --run-dir "$t/service-$n" job list >/dev/null 2>&1 && break; sleep 0.1; done
+done
+train="$task $SYNCD_PY $src/tests/deploy/slurm_train_check.py"
+timeout 120 srun -N2 -n4 --overcommit -t 2 bash -c "$train 250" >"$t/train-root.out" 2>&1 &
+root_job=$!
+(cd / && timeout 120 runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" ${PYTHONPATH:+PYTHONPATH="$PYTHONPATH"} \
+  srun -N2 -n4 --overcommit -t 2 -J cancelled bash -c "$train 100000") >"$t/train-nobody.out" 2>&1 &
+for i in $(seq 150); do
+  [ "$("$bin/syncctl" --run-dir "$t/service-n1" job list --json | grep -o '"ranks_attached":2' | wc -l)" -eq 2 ] && break
+  sleep 0.2
+done
+both=$("$bin/syncctl" --run-dir "$t/service-n1" status)
+grep -q "^  [0-9]* *root (0) .* running *2 *0/2" <<< "$both" && grep -q "^  [0-9]* *nobody (65534) .* running *2 *0/2" <<< "$both" ||
+  fail "the node daemon does not serve both jobs: $both"
+echo "syncctl status of node n1's daemon, serving both jobs:"
+echo "$both"
+scancel -n cancelled
+wait "$root_job" || fail "the other job did not train on: $(cat "$t/train-root.out")"
+[ "$(grep -c ': trained exact$' "$t/train-root.out")" -eq 4 ] || fail "not every rank trained exact: $(cat "$t/train-root.out")"
+echo "two jobs of two users on the node daemons: one cancelled mid-run, the other trained on, exact"
+registered() { "$bin/syncctl" --run-dir "$t/service-$1" job list --json | grep -o '"job":"[0-9]*"' || true; }
+for i in $(seq 100); do
+  [ -z "$(registered n1)$(registered n2)" ] && break
+  sleep 0.2
+done
+for n in n1 n2; do
+  [ -z "$(registered $n)" ] || fail "jobs left registered on $n after their epilogs: $(registered $n)"
+done
+pkill -TERM -f -- "--run-dir=$t/service-" 2>/dev/null
+sed -i "/^SYNCD_NODE_SERVICE=/d" "$t/syncd.conf"
+
 # A daemon that cannot start fails the prolog, and the reason is in slurmd's log.
 sed -i "/^SYNCD_PREFIX=/d" "$t/syncd.conf"
 echo "SYNCD_PREFIX=$t/not-installed" >> "$t/syncd.conf"
