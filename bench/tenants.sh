@@ -115,20 +115,22 @@ b_weighted=$(( b1 - b0 ))
 # allreduces back to back), and while A loses a rank: A's rank 1 is killed (SIGKILL) a quarter
 # into B's timed loop. B must finish with no error; A's rank 0 fails naming its lost rank.
 step=(--sizes 1M --seconds "$seconds" --iters 100000000)
-a_load=(--sizes 8 --seconds "$long" --iters 100000000)
+a_load=(--sizes 8 --seconds 3600 --iters 100000000)  # until stopped (its length from one sample would vary)
 b_step_alone=$(on_node_daemon 2 "${step[@]}" | field time_us)
 start_ranks 1 "${a_load[@]}"
 sleep 1
 b_step_busy=$(on_node_daemon 2 "${step[@]}" | field time_us)
-wait_ranks 1 >/dev/null
+kill -9 $(cat "$out/pids.1") 2>/dev/null || true
+wait_ranks 1 >/dev/null 2>&1 || true
 start_ranks 1 "${a_load[@]}"
 sleep 1
 start_ranks 2 "${step[@]}"
 sleep "$(/usr/bin/python3 -c "print(0.5 + $seconds / 8)")"
-kill -9 "$(sed -n 2p "$out/pids.1")"
+kill -9 "$(sed -n 2p "$out/pids.1")" ||
+  { echo "tenants.sh: job 1's rank 1 ended before it could be killed:" >&2; tail -n 5 "$out"/job1.rank* >&2; exit 1; }
 wait_ranks 2 >"$out/b_step_fail"  # here, not in a subshell: the ranks are this shell's children
 b_step_fail=$(field time_us <"$out/b_step_fail")
-wait_ranks 1 >/dev/null 2>&1 || true  # its rank 0 fails naming the lost rank: expected
+wait_ranks 1 >/dev/null 2>&1 || true  # its rank 0 fails naming the lost rank: expected (and ends)
 grep -q "rank 1 (pid .*) exited without detaching" "$out/job1.rank0" ||
   { echo "tenants.sh: job 1's rank 0 did not fail naming its lost rank:" >&2; cat "$out/job1.rank0" >&2; exit 1; }
 
