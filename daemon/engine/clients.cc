@@ -82,10 +82,15 @@ void Engine::ShareEngine() {
     // ranks are in, its own sliced run): it gets the engine between two slices until it is done.
     t->share.others_waiting = [this, mine = t.get()] {
       for (auto& [cid, c] : clients_)
-        if (c.tenant != mine && c.info->segment.HasSubmission()) return true;
-      for (const auto& [job, other] : tenants_)
-        if (other.get() != mine && other->job->InFlight() > 0) return true;
-      return false;
+        if (c.tenant != mine && c.info->segment.HasSubmission()) return OthersWait::kSmall;
+      OthersWait w = OthersWait::kNone;
+      for (const auto& [job, other] : tenants_) {
+        if (other.get() == mine) continue;
+        const size_t in_flight = other->job->InFlight();
+        if (in_flight > other->job->SlicedInFlight()) return OthersWait::kSmall;
+        if (in_flight > 0) w = OthersWait::kLarge;
+      }
+      return w;
     };
   }
 }

@@ -450,6 +450,12 @@ Status Job::RemoveSet(int32_t id) {
   return Status(SYNCD_OK, "process set " + std::to_string(id));
 }
 
+size_t Job::SlicedInFlight() const {
+  size_t n = 0;
+  for (const auto& [id, set] : sets_) n += set->SlicedInFlight();
+  return n;
+}
+
 size_t Job::InFlight() const {
   size_t n = 0;
   for (const auto& [id, set] : sets_) n += set->InFlight();

@@ -193,6 +193,7 @@ class Job {
   // the engine holds nothing else); when the sets next need a poll (0: at once; UINT64_MAX:
   // nothing waits) and whether data, not only a coordination cycle, waits on the network.
   size_t InFlight() const;
+  size_t SlicedInFlight() const;  // of InFlight, the tensors of sliced runs (jobs side by side)
   bool Drained(bool idle_here);
   uint64_t NextPollNs(uint64_t now_ns, bool* data_waits) const;
   bool WaitsOnNetwork() const { return p2p_.WaitsOnNetwork(); }

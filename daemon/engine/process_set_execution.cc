@@ -103,18 +103,25 @@ bool ProcessSet::RunSlices(bool all) {
   const EngineShare* share = hooks_.share;
   // Slices left once another job waits (none of the count goes while nobody does).
   uint32_t left = share != nullptr ? std::max(1u, share->slices_per_poll) : 1;
+  // What the others wait with, as seen after each slice: it decides whether this job goes on
+  // and how large its next slice is.
+  auto others = [&] { return all || share == nullptr || !share->others_waiting ? OthersWait::kNone : share->others_waiting(); };
+  OthersWait wait = others();
   while (!slices_.runs.empty() && (all || left > 0)) {
     SlicedRun& run = slices_.runs.front();
     scratch_.members.clear();
     for (const ReadyTensor& t : run.tensors) scratch_.members.push_back(&t);
     const size_t esize = abi::DtypeSize(run.tensors.front().first().dtype);
-    const size_t slice = all || share == nullptr || share->slice_bytes == 0
-                             ? run.count
-                             : std::max<size_t>(1, share->slice_bytes / esize);
+    // Large slices only while the others wait with large allreduces alone: a small request may
+    // arrive at any moment otherwise, and waits for the slice in progress.
+    const uint64_t bytes = share == nullptr ? 0 : wait == OthersWait::kLarge ? share->slice_bytes * kLargeSliceFactor
+                                                                                : share->slice_bytes;
+    const size_t slice = all || bytes == 0 ? run.count : std::max<size_t>(1, bytes / esize);
     const size_t end = std::min(run.count, run.next + slice);
     host_.AllreduceRange(scratch_.members, run.next, end);
     run.next = end;
-    if (!all && share != nullptr && share->others_waiting && share->others_waiting()) --left;
+    wait = others();
+    if (wait != OthersWait::kNone) --left;
     if (run.next < run.count) continue;
     CountExecuted(run.tensors, run.group);
     RecordGroup(run.tensors, run.group, run.t0, run.id);
