@@ -80,6 +80,7 @@ void Engine::ShareEngine() {
     t->share.slice_bytes = tenants_.size() > 1 ? kSliceBytes : 0;
     // Another job waits: its ranks submitted, or it has work in flight (a collective some of its
     // ranks are in, its own sliced run): it gets the engine between two slices until it is done.
+    // Only sliced runs of its own (large allreduces) wait: the slices may be large (RunSlices).
     t->share.others_waiting = [this, mine = t.get()] {
       for (auto& [cid, c] : clients_)
         if (c.tenant != mine && c.info->segment.HasSubmission()) return OthersWait::kSmall;
@@ -138,7 +139,7 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   // served side by side share them.
   const bool first = tenants_.empty();
   if (first) completions_.BeginJob();
-  auto owned = std::make_unique<Tenant>(std::move(job_config), local_size, transport);
+  auto owned = std::make_unique<Tenant>(std::move(job_config), local_size);
   Tenant& t = *owned;
   tenants_[job] = std::move(owned);
   Job::Links links;

@@ -37,15 +37,13 @@ struct OwnLinks {
 
 struct Tenant {
   // `job_config`: the daemon's, with the job's own nodes where it has links of its own.
-  Tenant(Config job_config, uint32_t local, Transport* links)
+  Tenant(Config job_config, uint32_t local)
       : config(std::move(job_config)),
-        transport(links),
         local_size(local),
         world_size(local * config.nodes),
         residuals(config.compression_residual_bytes) {}
 
   const Config config;  // what its job reads (Job holds a reference: declared before it)
-  Transport* const transport;  // to its other nodes (the engine's, or its own links'); null: one node
   std::unique_ptr<Job> job;
   std::map<uint32_t, uint32_t> client_by_local_rank;  // its ranks attached here: local rank -> client id
   uint32_t local_size, world_size;
