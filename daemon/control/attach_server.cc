@@ -58,8 +58,8 @@ AttachServer::AttachServer(const Config& config, const NodePage* node_page, cons
       side_by_side_(jobs != nullptr && config.nodes == 1),
       socket_path_(config.run_dir + "/attach.sock") {}
 
-uint32_t AttachServer::LocalSizeOf(uint64_t slot) const {
-  if (config_.local_size != 0) return config_.local_size;
+uint32_t AttachServer::LocalSizeOf(uint64_t slot, bool daemon_wide) const {
+  if (daemon_wide && config_.local_size != 0) return config_.local_size;
   for (const auto& [fd, conn] : connections_)
     if (conn.attached && SlotOf(conn.job_id) == slot) return conn.local_size;
   return 0;
@@ -301,11 +301,14 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   const int32_t pid = conn.pid;
   SettleLeavingClients();  // first: a leaving job's clients still hold its local size
   const uint64_t slot = SlotOf(req.job_id);
-  AttachRules rules{config_.node_rank, config_.nodes, LocalSizeOf(slot), accepting_.load(std::memory_order_acquire),
-                    config_.run_dir, jobs_, conn.uid, conn.gid};
-  // A node service's job of several nodes: its ranks fit its own nodes.
+  // A node service's registered job runs on its own nodes (of several, on links of its own), or
+  // alone on this one where the daemon is a node of nobody else's: its ranks fit its own
+  // registration, not the daemon's --local-size. Any other job runs on the daemon's nodes.
   const std::optional<JobAdmission> admission = jobs_ != nullptr ? jobs_->Find(req.job_id) : std::nullopt;
-  if (admission && admission->nodes > 1) {
+  const bool own_nodes = admission && (admission->nodes > 1 || config_.nodes == 1);
+  AttachRules rules{config_.node_rank, config_.nodes, LocalSizeOf(slot, !own_nodes),
+                    accepting_.load(std::memory_order_acquire), config_.run_dir, jobs_, conn.uid, conn.gid};
+  if (own_nodes) {
     rules.nodes = admission->nodes;
     rules.node_rank = admission->node_rank;
     if (admission->local_size != 0) rules.local_size = admission->local_size;

@@ -83,8 +83,9 @@ class AttachServer {
   // Jobs attached side by side (a node service on one node: each job its own local ranks and
   // local size) or one at a time (every client in slot 0).
   uint64_t SlotOf(uint64_t job) const { return side_by_side_ ? job : 0; }
-  // The local size fixed by configuration, or by the slot's clients attached now (0: none is).
-  uint32_t LocalSizeOf(uint64_t slot) const;
+  // The local size the ranks of `slot` must say: the daemon's --local-size where it has one and
+  // `daemon_wide`, else that of the slot's ranks attached (0: none is).
+  uint32_t LocalSizeOf(uint64_t slot, bool daemon_wide) const;
   void Forget(int fd);
 
   const Config config_;

@@ -40,12 +40,14 @@ Tenant& Engine::TenantFor(const AttachedClient& a) {
   Tenant* t = side_by_side_ ? TenantOfJob(a.job_id) : Only();
   // The first client of a new job (none of the previous one attached) starts afresh: the
   // previous job's departed ranks, its failure and its coordination mean nothing to it.
-  // Without --local-size, the job's first client says how many ranks this node runs.
+  // Without --local-size, the job's first client says how many ranks this node runs; jobs side
+  // by side each run their own (the attach checked it against the job's registration).
+  const uint32_t fixed = side_by_side_ ? 0 : local_size_;
   const bool none_left = t == nullptr || t->client_by_local_rank.empty();
-  const bool resize = t != nullptr && none_left && local_size_ == 0 && a.local_size != t->local_size;
+  const bool resize = t != nullptr && none_left && fixed == 0 && a.local_size != t->local_size;
   if (t != nullptr && !resize && !(none_left && a.job_id != t->job->id())) return *t;
   if (t != nullptr) EndJob(*t, a.job_id);
-  return BeginJob(a.job_id, local_size_ != 0 ? local_size_ : a.local_size);
+  return BeginJob(a.job_id, fixed != 0 ? fixed : a.local_size);
 }
 
 void Engine::EndJob(Tenant& t, uint64_t next_job) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/integration/harness.h"
+#include "tests/integration/model_graph.h"
 
 namespace syncd::testing {
 namespace {
@@ -690,6 +691,124 @@ TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
   EXPECT_EQ(rc, 0) << out;
   ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9102, kNobody, 3, 50)));
 }
+
+// One rank of a job in the coordination-mode matrix: its training graph registered (its own
+// layers: every job's plan is its own), then `steps` steps of its gradients allreduced in backward
+// order, an allgather of one row per rank and a broadcast from a rank that moves with the step,
+// every value checked exact. `salt` differs per job, so that a value of another job's shows.
+int MatrixRank(syncd_client* c, int rank, int size, int salt, const std::vector<int64_t>& layers, int steps) {
+  ModelGraph model(layers);
+  uint64_t hash = 0;
+  CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, &hash) == SYNCD_OK, "rank %d (salt %d): %s", rank, salt,
+              syncd_last_error());
+  std::vector<int32_t*> grads;
+  for (int64_t n : layers) grads.push_back(static_cast<int32_t*>(syncd_alloc(c, size_t(n) * 4)));
+  for (int step = 0; step < steps; ++step) {
+    std::vector<syncd_handle> hs(layers.size());
+    for (size_t l = layers.size(); l-- > 0;) {
+      for (int64_t k = 0; k < layers[l]; ++k) grads[l][k] = int32_t(salt + rank * 7 + step + int(l) + k % 13);
+      const std::string name = "grad." + std::to_string(l);
+      syncd_tensor t{name.c_str(), grads[l], SYNCD_INT32, 1, &layers[l], 0};
+      CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1, 1, &hs[l]) == SYNCD_OK, "%s", syncd_last_error());
+    }
+    for (size_t l = layers.size(); l-- > 0;) {
+      CHILD_CHECK(syncd_wait(c, hs[l], 30'000) == SYNCD_OK, "salt %d rank %d step %d grad.%zu: %s", salt, rank, step, l,
+                  syncd_last_error());
+      for (int64_t k = 0; k < layers[l]; k += (k < 64 ? 1 : 61)) {
+        const int32_t want = int32_t(size * salt + 7 * size * (size - 1) / 2 + size * (step + int(l) + k % 13));
+        CHILD_CHECK(grads[l][k] == want, "salt %d rank %d step %d grad.%zu[%ld] = %d, want %d", salt, rank, step, l,
+                    (long)k, grads[l][k], want);
+      }
+    }
+    int64_t row = salt + rank * 100 + step, one = 1;
+    syncd_tensor seen{"seen", &row, SYNCD_INT64, 1, &one, 0};
+    syncd_result res{};
+    syncd_handle h;
+    CHILD_CHECK(syncd_allgather_async(c, &seen, &res, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+                "salt %d rank %d step %d allgather: %s", salt, rank, step, syncd_last_error());
+    CHILD_CHECK(res.nranks == size && res.bytes == uint64_t(size) * 8, "salt %d: %d ranks, %lu bytes", salt, res.nranks,
+                (unsigned long)res.bytes);
+    for (int r = 0; r < size; ++r)
+      CHILD_CHECK(static_cast<const int64_t*>(res.data)[r] == salt + r * 100 + step, "salt %d rank %d step %d: row %d is %ld",
+                  salt, rank, step, r, (long)static_cast<const int64_t*>(res.data)[r]);
+    syncd_release_result(c, &res);
+    const int root = step % size;
+    double b = rank == root ? salt + step * 0.5 : -1;
+    int64_t count = 1;
+    syncd_tensor bt{"weights", &b, SYNCD_FLOAT64, 1, &count, 0};
+    CHILD_CHECK(syncd_broadcast_async(c, &bt, root, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+                "salt %d rank %d step %d broadcast: %s", salt, rank, step, syncd_last_error());
+    CHILD_CHECK(b == salt + step * 0.5, "salt %d rank %d step %d: broadcast from %d gave %g", salt, rank, step, root, b);
+  }
+  syncd_shutdown(c);
+  return 0;
+}
+
+// The ranks of job `job` as `uid`, `per_node` on each of `nodes` (rank r on nodes[r / per_node]).
+std::vector<pid_t> StartMatrixJob(const std::vector<const Daemon*>& nodes, uint64_t job, uint32_t uid, int per_node,
+                                  int salt, const std::vector<int64_t>& layers, int steps) {
+  std::vector<pid_t> pids;
+  const int size = int(nodes.size()) * per_node;
+  for (int r = 0; r < size; ++r)
+    pids.push_back(Spawn([&, r] {
+      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+      syncd_client* c = AttachToJob(nodes[r / per_node]->run_dir(), job, r, size, r % per_node, per_node);
+      CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
+      return MatrixRank(c, r, size, salt, layers, steps);
+    }));
+  return pids;
+}
+
+// Every coordination mode, three jobs at once on two node daemons: two jobs of two users on both
+// nodes (2 x 2, each on links of its own) and a third on one node alone (1 x 4), each with its own
+// graph (under topo, its own plan), allreduces, allgathers and broadcasts: every value exact.
+class NodeServiceModes : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to run ranks as other users";
+  }
+};
+
+TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
+  const std::vector<std::string> flags = {"--node-service", "on", "--coord", GetParam(), "--log-level", "error"};
+  Daemon a(2, flags), b(2, flags);
+  const int port_x = FreePort(), port_y = FreePort();
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9201, "0", port_x, "tok-9201")) ASSERT_EQ(rc, 0) << out;
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9202, "nobody", port_y, "tok-9202")) ASSERT_EQ(rc, 0) << out;
+  auto [rc, out] = Shell(Syncctl(a, "job add --job 9203 --uid nobody"));
+  ASSERT_EQ(rc, 0) << out;
+  constexpr int kSteps = 12;
+  std::vector<pid_t> x = StartMatrixJob({&a, &b}, 9201, 0, 2, 1000, {3, 1000, 70000}, kSteps);
+  std::vector<pid_t> y = StartMatrixJob({&a, &b}, 9202, kNobody, 2, 2000, {17, 4096, 30000, 5}, kSteps);
+  std::vector<pid_t> z = StartMatrixJob({&a}, 9203, kNobody, 4, 3000, {640, 100, 9000}, kSteps);
+  ExpectAllSucceeded(Finish(x));
+  ExpectAllSucceeded(Finish(y));
+  ExpectAllSucceeded(Finish(z));
+  // Each job's share shows its own requests and no error.
+  for (uint64_t job : {9201, 9202, 9203}) {
+    std::tie(rc, out) = Shell(Syncctl(a, "job list --json"));
+    const size_t at = out.find("\"job\":\"" + std::to_string(job) + "\"");
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string entry = out.substr(at, out.find('}', at) - at);
+    EXPECT_TRUE(Contains(entry, "\"errors\":\"0\"") && !Contains(entry, "\"requests\":\"0\"")) << entry;
+  }
+  // Under topo each job ran every step on a plan of its own (its graph's), the allgathers and
+  // broadcasts outside it negotiated.
+  if (std::string(GetParam()) != "topo") return;
+  std::vector<std::string> hashes;
+  for (uint64_t job : {9201, 9202, 9203}) {
+    const std::string json = Shell(Syncctl(a, "status --json --job " + std::to_string(job))).second;
+    EXPECT_TRUE(Contains(json, "\"in_use\":true")) << json;
+    EXPECT_EQ(JsonNumber(json, "steps"), uint64_t(kSteps)) << json;
+    const size_t at = json.find("\"plan_hash\":\"");
+    ASSERT_NE(at, std::string::npos) << json;
+    hashes.push_back(json.substr(at + 13, 16));
+  }
+  EXPECT_TRUE(hashes[0] != hashes[1] && hashes[1] != hashes[2] && hashes[0] != hashes[2])
+      << hashes[0] << " " << hashes[1] << " " << hashes[2];
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, NodeServiceModes, ::testing::Values("negotiate", "gs", "nbcs", "topo"));
 
 TEST_F(NodeService, ControlSocketIsTheAdministratorsAlone) {
   // --admin-group: root and the group's members; anyone else cannot even connect.
