@@ -31,13 +31,18 @@ void FillStall(const StallSnapshot& st, control::Stall* out) {
 // Jobs served side by side (the status names none): one job's ranks, process sets and stalls,
 // the status naming it; the status as it is when the job is not served here.
 std::shared_ptr<const StatusSnapshot> OneJobsView(const std::shared_ptr<const StatusSnapshot>& all, uint64_t job) {
-  if (std::none_of(all->jobs.begin(), all->jobs.end(), [job](const JobUsage& u) { return u.job_id == job; })) return all;
+  const auto usage = std::find_if(all->jobs.begin(), all->jobs.end(), [job](const JobUsage& u) { return u.job_id == job; });
+  if (usage == all->jobs.end()) return all;
   auto s = std::make_shared<StatusSnapshot>(*all);
   s->job_id = job;
+  s->node_rank = usage->node_rank;
+  s->node_count = usage->nodes;
+  s->local_size = usage->local_size;
   const auto others = [job](const auto& x) { return x.job_id != job; };
   std::erase_if(s->clients, others);
   std::erase_if(s->process_sets, others);
   std::erase_if(s->stalls, others);
+  if (const auto it = all->own_link_job_nodes.find(job); it != all->own_link_job_nodes.end()) s->job_nodes = it->second;
   return s;
 }
 

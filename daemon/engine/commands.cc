@@ -16,7 +16,8 @@ void Engine::RunCommands() {
       e.reply.set_value(CaptureFacts());
     } else if (auto* h = std::get_if<SendHealthCommand>(&e.command)) {
       // A report of a job that ended meanwhile is dropped (the next one is of the new job).
-      if (Tenant* t = Only(); t != nullptr && links_.daemons() && t->job->id() == h->job) t->job->SendHealth(h->mine);
+      Tenant* t = side_by_side_ ? TenantOfJob(h->job) : Only();
+      if (t != nullptr && t->job->id() == h->job && (links_.daemons() || links_.Of(h->job))) t->job->SendHealth(h->mine);
       e.reply.set_value(Status::Ok());
     } else if (auto* l = std::get_if<AdoptLinksCommand>(&e.command)) {
       links_.Adopt(l->job, OwnLinks{std::move(l->transport), l->nodes, l->node_rank});

@@ -530,18 +530,18 @@ void Engine::Observe(uint64_t* next_report) {
   if (now < *next_report) return;
   // Many nodes: a health report every report period. One node: only the status an asker gets
   // when the engine cannot answer in time (inside a long collective), once a second.
-  *next_report = now + (links_.daemons() ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
+  *next_report = now + (links_.any() ? JobHealth::kReportPeriodNs : kLatestStatusPeriodNs);
   StatusOr<EngineReply> reply = Ask(FactsCommand{}, kObserverAskMs);
   if (!reply.ok()) return;
   std::shared_ptr<EngineFacts> facts = std::get<std::shared_ptr<EngineFacts>>(std::move(*reply));
   const bool report = facts->has_job && facts->reports_health;
   const uint64_t job = facts->status.job_id;
   NodeHealth mine;
-  builder_.Build(std::move(*facts), &mine);
-  if (report) {
-    commands_.Post(SendHealthCommand{job, std::move(mine)});
-    node_page_->Wake();
-  }
+  std::vector<std::pair<uint64_t, NodeHealth>> own;  // of each job on links of its own
+  builder_.Build(std::move(*facts), &mine, &own);
+  if (report) commands_.Post(SendHealthCommand{job, std::move(mine)});
+  for (auto& [id, health] : own) commands_.Post(SendHealthCommand{id, std::move(health)});
+  if (report || !own.empty()) node_page_->Wake();
 }
 
 void Engine::StopObserver() {

@@ -226,6 +226,9 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     u.errors = t->usage.errors;
     u.engine_s = double(t->usage.engine_ns) / 1e9;
     u.waited_s = double(t->usage.waited_ns) / 1e9;
+    u.node_rank = t->config.node_rank;
+    u.nodes = t->config.nodes;
+    u.local_size = t->local_size;
   }
   s->on_loss = OnLossName(config_.on_loss);
   for (const auto& [id, t] : tenants_) {
@@ -238,6 +241,15 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     s->membership_changes = only->job->membership().changes();
     if (f->reports_health) f->peer_health = only->job->PeerHealth(now_ns);
   }
+  for (const auto& [id, t] : tenants_)
+    if (const OwnLinks* own = links_.Of(id); own != nullptr) {
+      EngineFacts::OwnLinkJob& j = f->own_link_jobs.emplace_back();
+      j.job = id;
+      j.node_rank = own->node_rank;
+      j.host = t->job->host();
+      j.pending = t->job->PendingTensors();
+      j.peer_health = t->job->PeerHealth(now_ns);
+    }
   s->timeline = timeline_.State();
   s->engine_busy_ns = tally_.busy_ns;
   s->engine_wakeups = tally_.wakeups;

@@ -133,8 +133,11 @@ std::string Job::DescribeStall(const StallSnapshot& s, uint64_t now_ns, const st
     for (const NodeHealth& n : others)
       for (const RankHealth& r : n.ranks)
         if (r.rank == rank) {
-          char what[160];
-          if (n.state != "ok")
+          char what[224];
+          if (n.state == "ok" && r.unresponsive != '-')  // stopped, exited, or away from syncd
+            snprintf(what, sizeof(what), " [rank %u on node %u: %s]", rank, n.node,
+                     UnresponsiveText(r.unresponsive, r.last_seen_s, r.process, s.name).c_str());
+          else if (n.state != "ok")
             snprintf(what, sizeof(what), " [rank %u on node %u: its daemon has sent no report for %.0f s]", rank, n.node,
                      n.report_age_s);
           else if (r.last_seen_s >= 0)

@@ -78,7 +78,8 @@ std::string ProcessState(int32_t pid) {
   }
 }
 
-std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHealth* mine) {
+std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHealth* mine,
+                                                           std::vector<std::pair<uint64_t, NodeHealth>>* own) {
   auto out = std::make_shared<StatusSnapshot>(std::move(f.status));
   StatusSnapshot& s = *out;
   for (ClientSnapshot& c : s.clients) {
@@ -105,6 +106,24 @@ std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHe
     s.job_nodes.push_back(std::move(local));
     CompareNodeWaits(&s.job_nodes);
     std::sort(s.job_nodes.begin(), s.job_nodes.end(), [](const NodeHealth& a, const NodeHealth& b) { return a.node < b.node; });
+  }
+  for (EngineFacts::OwnLinkJob& j : f.own_link_jobs) {
+    // Its own ranks, at its own place among its nodes; the straggler figures are the daemon's
+    // first job's (the completion log's), so none of them here.
+    StatusSnapshot its;
+    its.node_rank = j.node_rank;
+    for (const ClientSnapshot& c : s.clients)
+      if (c.job_id == j.job) its.clients.push_back(c);
+    EngineFacts facts;
+    facts.host = j.host;
+    facts.pending = j.pending;
+    NodeHealth local = LocalHealth(its, facts, StragglerWindow::NodeWait{});
+    if (own != nullptr) own->emplace_back(j.job, local);
+    std::vector<NodeHealth>& nodes = s.own_link_job_nodes[j.job];
+    nodes = std::move(j.peer_health);
+    nodes.push_back(std::move(local));
+    CompareNodeWaits(&nodes);
+    std::sort(nodes.begin(), nodes.end(), [](const NodeHealth& a, const NodeHealth& b) { return a.node < b.node; });
   }
   for (const auto& [node, lost] : f.peers_lost) s.peers.emplace_back(node, lost ? "lost" : "connected");
   std::stable_sort(s.stalls.begin(), s.stalls.end(), [](const auto& a, const auto& b) { return a.waiting_s > b.waiting_s; });

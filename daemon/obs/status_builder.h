@@ -40,6 +40,16 @@ struct EngineFacts {
   std::string host;
   uint64_t pending = 0;
   std::vector<NodeHealth> peer_health;
+  // Jobs of several nodes on links of their own (a node service's, side by side): each reports
+  // its own health to its own nodes; this node's place in it, its waiting tensors, its peers.
+  struct OwnLinkJob {
+    uint64_t job = 0;
+    uint32_t node_rank = 0;
+    std::string host;
+    uint64_t pending = 0;
+    std::vector<NodeHealth> peer_health;
+  };
+  std::vector<OwnLinkJob> own_link_jobs;
 };
 
 // How long the others must have waited for a rank, and it been away from syncd, before status
@@ -54,8 +64,10 @@ class StatusBuilder {
   explicit StatusBuilder(CompletionLog* completions) : completions_(completions) {}
 
   // The status from `facts`, kept as the latest (unless a newer one was built meanwhile). With
-  // `mine`, this node's health report too (when facts.reports_health).
-  std::shared_ptr<const StatusSnapshot> Build(EngineFacts facts, NodeHealth* mine = nullptr);
+  // `mine`, this node's health report too (when facts.reports_health); with `own`, that of each job
+  // on links of its own (facts.own_link_jobs), by job.
+  std::shared_ptr<const StatusSnapshot> Build(EngineFacts facts, NodeHealth* mine = nullptr,
+                                              std::vector<std::pair<uint64_t, NodeHealth>>* own = nullptr);
   // The latest built (an empty status before the first).
   std::shared_ptr<const StatusSnapshot> Latest() const;
 

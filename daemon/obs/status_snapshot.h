@@ -98,6 +98,7 @@ struct JobUsage {
   uint64_t requests = 0, bytes = 0, errors = 0;
   double engine_s = 0;  // engine time on its rings and sets
   double waited_s = 0;  // engine time on other jobs while it had work in flight
+  uint32_t node_rank = 0, nodes = 1, local_size = 0;  // its place: on links of its own, its own nodes
 };
 
 struct StatusSnapshot {
@@ -142,6 +143,9 @@ struct StatusSnapshot {
   // Every daemon of the job and its ranks, node by node (this one's as of now, the others' as
   // their latest reports say): the job-wide health view.
   std::vector<NodeHealth> job_nodes;
+  // Jobs of several nodes side by side on links of their own (a node service): each one's view
+  // (`syncctl status --job ID` shows it as job_nodes).
+  std::map<uint64_t, std::vector<NodeHealth>> own_link_job_nodes;
   // Elastic jobs: each change of the job's membership (Job::membership), first first.
   struct MembershipChange {
     uint32_t membership = 0;

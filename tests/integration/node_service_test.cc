@@ -810,6 +810,81 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, NodeServiceModes, ::testing::Values("negotiate", "gs", "nbcs", "topo"));
 
+// Ranks of a job on two nodes (2 x 2) that allreduce "grad" until the daemons fail them: every
+// sum before that exact, then each rank but rank 3 (which the test kills or stops) must fail with
+// `want` saying `naming`; rank 0 writes a byte to `progress` after 20 steps.
+std::vector<pid_t> StartFailingTwoNodeJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, int progress,
+                                          int want, const std::string& naming) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(Spawn([&, r] {
+      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+      syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      for (int step = 0;; ++step) {
+        double v = r + 1 + step;
+        const int st = GradStep(c, &v, 30'000);
+        if (st != SYNCD_OK) {
+          const std::string why = syncd_last_error();
+          CHILD_CHECK(r != 3 && st == want && Contains(why, naming), "job %lu rank %d: %s: %s", (unsigned long)job, r,
+                      syncd_status_name(st), why.c_str());
+          return 0;
+        }
+        CHILD_CHECK(v == 10 + 4 * step, "job %lu rank %d step %d: sum %g", (unsigned long)job, r, step, v);
+        if (step == 20 && r == 0) (void)!write(progress, "x", 1);
+        usleep(1'000);
+      }
+    }));
+  return pids;
+}
+
+// Three jobs on the same two node daemons, each on both nodes on links of its own: one loses a
+// rank of its second node (SIGKILL), one stalls there (a rank stopped until the stall shutdown
+// ends that job), and the third trains on through both, every sum exact and no error; every other
+// rank of the first two fails naming the rank, on both nodes.
+TEST_F(NodeService, OnTwoNodesOfThreeJobsOneLosesARankOneStallsAndTheThirdTrainsOnExact) {
+  const std::vector<std::string> flags = {"--node-service", "on", "--stall-warning-s", "1", "--stall-shutdown-s", "2",
+                                          "--log-level", "error"};
+  Daemon a(2, flags), b(2, flags);
+  const int ports[3] = {FreePort(), FreePort(), FreePort()};
+  for (int j = 0; j < 3; ++j)
+    for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9301 + j, j == 1 ? "nobody" : "0", ports[j],
+                                            "tok-" + std::to_string(9301 + j)))
+      ASSERT_EQ(rc, 0) << out;
+  int progress[2];
+  ASSERT_EQ(pipe(progress), 0);
+  std::vector<pid_t> third = StartTwoNodeJob(a, b, 9303, 0, 1000, 1'500);
+  std::vector<pid_t> lost = StartFailingTwoNodeJob(a, b, 9301, 0, progress[1], SYNCD_ERR_RANK_LOST,
+                                                   "rank 3 (pid ");
+  // The stalled rank is named by the job's own health reports, node 1 to node 0, on its links.
+  std::vector<pid_t> stalled = StartFailingTwoNodeJob(a, b, 9302, kNobody, progress[1], SYNCD_ERR_STALLED,
+                                                      "[rank 3 on node 1: stopped (SIGSTOP");
+  ASSERT_TRUE(Await(progress[0]) && Await(progress[0]));
+  ASSERT_EQ(kill(lost[3], SIGKILL), 0);
+  ASSERT_EQ(kill(stalled[3], SIGSTOP), 0);
+  close(progress[0]);
+  close(progress[1]);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(WaitChild(lost[r], 20'000), 0) << "job 9301 rank " << r;
+    EXPECT_EQ(WaitChild(stalled[r], 20'000), 0) << "job 9302 rank " << r;
+  }
+  (void)WaitChild(lost[3], 5'000);
+  kill(stalled[3], SIGKILL);
+  (void)WaitChild(stalled[3], 5'000);
+  ExpectAllSucceeded(Finish(third));
+  for (const Daemon* d : {&a, &b}) {
+    auto [rc, out] = Shell(Syncctl(*d, "job list --json"));
+    const size_t at = out.find("\"job\":\"9303\"");
+    ASSERT_NE(at, std::string::npos) << out;
+    EXPECT_TRUE(Contains(out.substr(at, out.find('}', at) - at), "\"errors\":\"0\"")) << out;
+  }
+  // Its own view: its place among its own nodes, and its other node's ranks as that node reports them.
+  auto [rc, out] = Shell(Syncctl(a, "status --job 9303"));
+  EXPECT_TRUE(Contains(out, "node 0 of 2")) << out;
+  std::tie(rc, out) = Shell(Syncctl(a, "status --json --job 9303"));
+  EXPECT_TRUE(Contains(out, "\"node\":1,") && Contains(out, "\"rank\":3,")) << out;
+}
+
 TEST_F(NodeService, ControlSocketIsTheAdministratorsAlone) {
   // --admin-group: root and the group's members; anyone else cannot even connect.
   Daemon d(1, {"--node-service", "on", "--admin-group", "root"});
