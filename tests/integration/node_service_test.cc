@@ -462,27 +462,29 @@ TEST_F(NodeService, AJobRemovedMidRunLeavesTheOtherJobTrainingWithNoError) {
   EXPECT_TRUE(Contains(out, "job 7201 is not registered")) << out;
 }
 
-// Ranks of a job that allreduce "grad" until the daemon fails them: every sum before that exact,
-// then rank 0's failure must be `want` naming rank 1 (which the test kills or stops); rank 0
-// writes a byte to `progress` after 20 steps.
-std::vector<pid_t> StartFailingJob(const Daemon& d, uint64_t job, uint32_t uid, int progress, int want,
-                                   const std::string& naming) {
+// Ranks of a job, two on each of `nodes`, that allreduce "grad" until the daemons fail them:
+// every sum before that exact, then each rank but the last (which the test kills or stops) must
+// fail with `want` saying `naming`; rank 0 writes a byte to `progress` after 20 steps.
+std::vector<pid_t> StartFailingJob(const std::vector<const Daemon*>& nodes, uint64_t job, uint32_t uid, int progress,
+                                   int want, const std::string& naming) {
   std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r)
+  const int size = 2 * int(nodes.size());
+  for (int r = 0; r < size; ++r)
     pids.push_back(Spawn([&, r] {
       CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
-      syncd_client* c = AttachToJob(d.run_dir(), job, r, 2, r, 2);
+      syncd_client* c = AttachToJob(nodes[r / 2]->run_dir(), job, r, size, r % 2, 2);
       CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
       for (int step = 0;; ++step) {
         double v = r + 1 + step;
         const int st = GradStep(c, &v, 30'000);
         if (st != SYNCD_OK) {
           const std::string why = syncd_last_error();
-          CHILD_CHECK(r == 0 && st == want && Contains(why, naming), "job %lu rank %d: %s: %s", (unsigned long)job, r,
-                      syncd_status_name(st), why.c_str());
+          CHILD_CHECK(r != size - 1 && st == want && Contains(why, naming), "job %lu rank %d: %s: %s",
+                      (unsigned long)job, r, syncd_status_name(st), why.c_str());
           return 0;
         }
-        CHILD_CHECK(v == 3 + 2 * step, "job %lu step %d: sum %g", (unsigned long)job, step, v);
+        CHILD_CHECK(v == size * (size + 1) / 2 + size * step, "job %lu rank %d step %d: sum %g", (unsigned long)job, r,
+                    step, v);
         if (step == 20 && r == 0) (void)!write(progress, "x", 1);
         usleep(1'000);
       }
@@ -505,8 +507,8 @@ TEST_F(NodeService, OfThreeJobsOneLosesARankOneStallsAndTheThirdTrainsOnExact) {
   ASSERT_EQ(pipe(resume), 0);
   // The third job: 2,500 steps of 1 ms or more, paused at step 100 until the others fail.
   std::vector<pid_t> third = StartJob(d, 8103, 0, 2, 1000, 2'500, Pause{100, paused[1], resume[0]});
-  std::vector<pid_t> lost = StartFailingJob(d, 8101, 0, progress[1], SYNCD_ERR_RANK_LOST, "rank 1");
-  std::vector<pid_t> stalled = StartFailingJob(d, 8102, kNobody, progress[1], SYNCD_ERR_STALLED, "rank 1");
+  std::vector<pid_t> lost = StartFailingJob({&d}, 8101, 0, progress[1], SYNCD_ERR_RANK_LOST, "rank 1");
+  std::vector<pid_t> stalled = StartFailingJob({&d}, 8102, kNobody, progress[1], SYNCD_ERR_STALLED, "rank 1");
   ASSERT_TRUE(Await(progress[0]) && Await(progress[0]));
   ASSERT_TRUE(Await(paused[0]));
   ASSERT_EQ(kill(lost[1], SIGKILL), 0);
@@ -810,34 +812,6 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, NodeServiceModes, ::testing::Values("negotiate", "gs", "nbcs", "topo"));
 
-// Ranks of a job on two nodes (2 x 2) that allreduce "grad" until the daemons fail them: every
-// sum before that exact, then each rank but rank 3 (which the test kills or stops) must fail with
-// `want` saying `naming`; rank 0 writes a byte to `progress` after 20 steps.
-std::vector<pid_t> StartFailingTwoNodeJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, int progress,
-                                          int want, const std::string& naming) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 4; ++r)
-    pids.push_back(Spawn([&, r] {
-      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
-      syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
-      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
-      for (int step = 0;; ++step) {
-        double v = r + 1 + step;
-        const int st = GradStep(c, &v, 30'000);
-        if (st != SYNCD_OK) {
-          const std::string why = syncd_last_error();
-          CHILD_CHECK(r != 3 && st == want && Contains(why, naming), "job %lu rank %d: %s: %s", (unsigned long)job, r,
-                      syncd_status_name(st), why.c_str());
-          return 0;
-        }
-        CHILD_CHECK(v == 10 + 4 * step, "job %lu rank %d step %d: sum %g", (unsigned long)job, r, step, v);
-        if (step == 20 && r == 0) (void)!write(progress, "x", 1);
-        usleep(1'000);
-      }
-    }));
-  return pids;
-}
-
 // Three jobs on the same two node daemons, each on both nodes on links of its own: one loses a
 // rank of its second node (SIGKILL), one stalls there (a rank stopped until the stall shutdown
 // ends that job), and the third trains on through both, every sum exact and no error; every other
@@ -854,10 +828,10 @@ TEST_F(NodeService, OnTwoNodesOfThreeJobsOneLosesARankOneStallsAndTheThirdTrains
   int progress[2];
   ASSERT_EQ(pipe(progress), 0);
   std::vector<pid_t> third = StartTwoNodeJob(a, b, 9303, 0, 1000, 1'500);
-  std::vector<pid_t> lost = StartFailingTwoNodeJob(a, b, 9301, 0, progress[1], SYNCD_ERR_RANK_LOST,
+  std::vector<pid_t> lost = StartFailingJob({&a, &b}, 9301, 0, progress[1], SYNCD_ERR_RANK_LOST,
                                                    "rank 3 (pid ");
   // The stalled rank is named by the job's own health reports, node 1 to node 0, on its links.
-  std::vector<pid_t> stalled = StartFailingTwoNodeJob(a, b, 9302, kNobody, progress[1], SYNCD_ERR_STALLED,
+  std::vector<pid_t> stalled = StartFailingJob({&a, &b}, 9302, kNobody, progress[1], SYNCD_ERR_STALLED,
                                                       "[rank 3 on node 1: stopped (SIGSTOP");
   ASSERT_TRUE(Await(progress[0]) && Await(progress[0]));
   ASSERT_EQ(kill(lost[3], SIGKILL), 0);
