@@ -415,6 +415,17 @@ StatusOr<Config> BuildConfig(const std::map<std::string, std::string>& flags,
   return c;
 }
 
+StatusOr<Config> JobConfig(Config base, const std::map<std::string, std::string>& settings) {
+  for (const auto& [name, value] : settings) {
+    if (std::find(std::begin(kJobSettings), std::end(kJobSettings), name) == std::end(kJobSettings))
+      return InvalidArgument(name + " is not a setting of one job (those are on-loss, coord, stall-warning-s, "
+                                    "stall-shutdown-s)");
+    for (const ConfigEntry& e : ConfigTable())
+      if (e.name == name) SYNCD_RETURN_IF_ERROR(e.set(base, value));
+  }
+  return base;
+}
+
 std::map<std::string, std::string> ConfigEnvironment() {
   std::map<std::string, std::string> env;
   for (const ConfigEntry& e : ConfigTable())

@@ -94,6 +94,13 @@ std::map<std::string, std::string> ConfigEnvironment();
 
 std::string ConfigMarkdownTable();
 
+// The settings a node service's registration may give one job over the daemon's own (syncctl job
+// add --on-loss, --coord, ...): how it coordinates and what a loss or a stall does to it.
+inline constexpr const char* kJobSettings[] = {"on-loss", "coord", "stall-warning-s", "stall-shutdown-s"};
+// `base` with a job's settings (name -> value, names of kJobSettings) over it. Errors name the
+// setting.
+StatusOr<Config> JobConfig(Config base, const std::map<std::string, std::string>& settings);
+
 // Whether --vacant-ranks leaves every rank of this node vacant (its daemon starts the job itself,
 // from --job-id, before a rank attaches).
 bool NodeStartsVacant(const Config& c);

@@ -4,6 +4,7 @@
 #define SYNCD_DAEMON_CLI_SYNCCTL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,8 @@ struct JobCommands {
   // A job of several nodes: this node's place among them, the rendezvous and the token.
   uint32_t nodes = 1, node_rank = 0, local_size = 0;
   std::string rendezvous, token_file;
+  // Its own settings over the daemon's (--on-loss, --coord, ...): name -> value ("": not given).
+  std::map<std::string, std::string> settings;
 };
 void AddJobCommands(CLI::App& app, bool* json, JobCommands* j);
 // The job subcommand given, carried out: its exit status, or -1 when none was given.

@@ -106,10 +106,16 @@ int ChangeJobs(ControlStub& stub, const std::string& run_dir, bool add, const Jo
     req.mutable_job()->set_local_size(j.local_size);
     req.mutable_job()->set_rendezvous(j.rendezvous);
     req.mutable_job()->set_token(token);
+    std::string settings;
+    for (const auto& [name, value] : j.settings)
+      if (!value.empty()) {
+        (*req.mutable_job()->mutable_settings())[name] = value;
+        settings += ", --" + name + " " + value;
+      }
     syncd::control::AddJobReply reply;
     st = stub.AddJob(&ctx, req, &reply);
-    if (st.ok()) printf("job %lu registered for uid %ld%s, weight %u%s\n", (unsigned long)job, (long)uid,
-                        gid >= 0 ? (" gid " + std::to_string(gid)).c_str() : "", weight,
+    if (st.ok()) printf("job %lu registered for uid %ld%s, weight %u%s%s\n", (unsigned long)job, (long)uid,
+                        gid >= 0 ? (" gid " + std::to_string(gid)).c_str() : "", weight, settings.c_str(),
                         j.nodes > 1 ? (", node " + std::to_string(j.node_rank) + " of " + std::to_string(j.nodes) +
                                        ": linked to the others")
                                           .c_str()
@@ -190,6 +196,13 @@ void AddJobCommands(CLI::App& app, bool* json, JobCommands* j) {
   j->add->add_option("--rendezvous", j->rendezvous, "host:port its first node serves the rendezvous at (several nodes)");
   j->add->add_option("--token-file", j->token_file,
                      "A file whose first line is its token, the same on every node [default: env SYNCD_JOB_TOKEN]");
+  // Its own settings over the daemon's (the daemon's flags of the same names; base/config.h's kJobSettings).
+  const std::pair<const char*, const char*> settings[] = {
+      {"on-loss", "What a lost rank or node does to it: fail, continue, restore [default: the daemon's]"},
+      {"coord", "How its daemons agree: negotiate, gs, nbcs, topo [default: the daemon's]"},
+      {"stall-warning-s", "Warn of its stalls after this many seconds [default: the daemon's]"},
+      {"stall-shutdown-s", "End it after a stall of this many seconds, 0 never [default: the daemon's]"}};
+  for (const auto& [name, help] : settings) j->add->add_option(std::string("--") + name, j->settings[name], help);
   j->remove = job->add_subcommand("remove", "Remove a job: no rank of it attaches again; attached ones are disconnected");
   j->remove->add_option("JOB", j->id, "The job's id")->required();
   j->drain = job->add_subcommand(

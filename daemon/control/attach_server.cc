@@ -349,7 +349,10 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
   reply.node_rank = int32_t(rules.node_rank);
   reply.node_count = int32_t(rules.nodes);
   reply.client_spin_us = ClientSpinUs(pid);
-  reply.coord_mode = uint32_t(config_.coord);
+  abi::CoordMode coord = config_.coord;  // a registered job's own where it has one
+  if (admission && !admission->settings.empty())
+    if (StatusOr<Config> c = JobConfig(config_, admission->settings); c.ok()) coord = c->coord;
+  reply.coord_mode = uint32_t(coord);
   const int fds[abi::kAttachFds] = {segment->fd(), node_page_->fd(), node_page_->wake_fd()};
   // Submissions that arrive before the engine takes the client wait in its ring; posting the
   // client wakes the engine, which then drains them.

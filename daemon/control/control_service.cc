@@ -392,6 +392,7 @@ StatusOr<JobAdmission> AdmissionOf(const control::RegisteredJob& j) {
   a.local_size = j.local_size();
   a.rendezvous = j.rendezvous();
   a.token = j.token();
+  a.settings.insert(j.settings().begin(), j.settings().end());
   return a;
 }
 
@@ -402,14 +403,16 @@ grpc::Status ControlService::AddJob(grpc::ServerContext*, const control::AddJobR
   const JobAdmission& a = *admission;
   const syncd::Status st = jobs_->Add(a);
   if (!st.ok()) return ToGrpc(st);
-  spdlog::info("{} registered: uid {}{}, weight {}{}", JobName(a.job), a.uid,
+  spdlog::info("{} registered: uid {}{}, weight {}{}, settings {}", JobName(a.job), a.uid,
                a.gid ? " gid " + std::to_string(*a.gid) : std::string(), a.weight,
-               a.nodes > 1 ? ", node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nodes) : std::string());
-  if (a.nodes > 1)
-    if (syncd::Status linked = Link(a); !linked.ok()) {
-      (void)jobs_->Remove(a.job);
-      return ToGrpc(linked);
-    }
+               a.nodes > 1 ? ", node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nodes) : std::string(),
+               SettingsText(a.settings));
+  // The engine takes the job's settings, and its links to its other nodes where it has several.
+  syncd::Status adopted = a.nodes > 1 ? Link(a) : Adopt(AdoptJobCommand{a.job, nullptr, 1, 0, a.settings});
+  if (!adopted.ok()) {
+    (void)jobs_->Remove(a.job);
+    return ToGrpc(adopted);
+  }
   return grpc::Status::OK;
 }
 
@@ -441,13 +444,17 @@ syncd::Status ControlService::Link(const JobAdmission& a) {
   if (syncd::Status st = JoinPeers(spec, links.get()); !st.ok())
     return syncd::Status(st.code(), JobName(a.job) + ": cannot link node " + std::to_string(a.node_rank) + " of its " +
                                         std::to_string(a.nodes) + " nodes: " + st.message());
-  AdoptLinksCommand adopt{a.job, std::shared_ptr<Transport>(std::move(links->transport)), a.nodes, a.node_rank};
-  StatusOr<EngineReply> r = engine_->Ask(std::move(adopt), 10'000);
-  if (!r.ok()) return r.status();
-  if (const syncd::Status& st = std::get<syncd::Status>(*r); !st.ok()) return st;
+  SYNCD_RETURN_IF_ERROR(Adopt(AdoptJobCommand{a.job, std::shared_ptr<Transport>(std::move(links->transport)),
+                                              a.nodes, a.node_rank, a.settings}));
   MutexLock lock(&links_mu_);
   links_[a.job] = std::move(links);  // node 0's rendezvous goes on serving (a daemon restarted under it)
   return syncd::Status::Ok();
+}
+
+syncd::Status ControlService::Adopt(AdoptJobCommand adopt) {
+  StatusOr<EngineReply> r = engine_->Ask(std::move(adopt), 10'000);
+  if (!r.ok()) return r.status();
+  return std::get<syncd::Status>(*r);
 }
 
 void ControlService::ForgetLinks(uint64_t job) {

@@ -48,6 +48,8 @@ class ControlService final : public control::Control::Service {
   // made now (every node's AddJob waits in the rendezvous until all have joined) and handed to
   // the engine; what it refused, naming the job and the node.
   syncd::Status Link(const JobAdmission& a);
+  // A registered job's settings (and links) handed to the engine.
+  syncd::Status Adopt(AdoptJobCommand adopt);
   void ForgetLinks(uint64_t job);
 
   const Config config_;

@@ -9,6 +9,12 @@ std::string JobName(uint64_t job) {
   return "job " + std::to_string(job);
 }
 
+std::string SettingsText(const std::map<std::string, std::string>& settings) {
+  std::string out;
+  for (const auto& [name, value] : settings) out += (out.empty() ? "--" : " --") + name + " " + value;
+  return out.empty() ? "the daemon's" : out;
+}
+
 Status JobRegistry::Add(JobAdmission job) {
   if (job.job == 0) return InvalidArgument("job 0 cannot be registered: give the id its ranks carry (SYNCD_JOB_ID or Slurm's job id)");
   if (job.weight == 0) return InvalidArgument(JobName(job.job) + ": weight 0 would never let it run; give 1 or more");
@@ -22,6 +28,8 @@ Status JobRegistry::Add(JobAdmission job) {
   if (job.nodes > 1 && job.token.empty())
     return InvalidArgument(JobName(job.job) + " runs on " + std::to_string(job.nodes) +
                            " nodes: give its token (SYNCD_JOB_TOKEN or --token-file), the same on every node");
+  if (StatusOr<Config> c = JobConfig(Config{}, job.settings); !c.ok())
+    return InvalidArgument(JobName(job.job) + ": " + c.status().message());
   MutexLock lock(&mu_);
   auto [it, added] = jobs_.try_emplace(job.job, job);
   if (!added) {
@@ -36,6 +44,9 @@ Status JobRegistry::Add(JobAdmission job) {
                                            std::to_string(had.node_rank) + " of " + std::to_string(had.nodes) +
                                            (had.rendezvous.empty() ? std::string() : " at " + had.rendezvous) +
                                            "; remove it first to register it with other nodes");
+    if (had.settings != job.settings)
+      return Status(SYNCD_ERR_REFUSED, JobName(job.job) + " is registered already with other settings (" +
+                                           SettingsText(had.settings) + "); remove it first to change them");
     had.weight = job.weight;
     return Status::Ok();
   }

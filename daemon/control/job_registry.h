@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/base/config.h"
 #include "daemon/base/status.h"
 #include "proto/mutex.h"
 
@@ -32,17 +33,22 @@ struct JobAdmission {
   uint32_t local_size = 0;  // its ranks on this node (0: as its first rank says)
   std::string rendezvous;   // host:port of the rendezvous its first node serves
   std::string token;        // proves the job to the other nodes' daemons (never in a status)
+  // Its own settings over the daemon's (syncctl job add --on-loss, --coord, ...; base/config.h's
+  // kJobSettings): name -> value.
+  std::map<std::string, std::string> settings;
 };
 
 // "job 1234": decimal, as squeue and SYNCD_JOB_ID show it.
 std::string JobName(uint64_t job);
+// "--coord topo --on-loss continue", or "the daemon's" when there are none.
+std::string SettingsText(const std::map<std::string, std::string>& settings);
 
 class JobRegistry {
  public:
-  // Registers `job`. Registering it again with the same user and nodes updates its weight (a
-  // prolog that runs twice); with another user or other nodes, or as job 0, it is refused, as are
-  // nodes that do not add up (a node rank past the nodes; several nodes without a rendezvous or
-  // a token).
+  // Registers `job`. Registering it again with the same user, nodes and settings updates its
+  // weight (a prolog that runs twice); with another user, other nodes or other settings, or as job
+  // 0, it is refused, as are nodes that do not add up (a node rank past the nodes; several nodes
+  // without a rendezvous or a token) and settings that are not a job's or not valid.
   Status Add(JobAdmission job) SYNCD_EXCLUDES(mu_);
   // SYNCD_ERR_INVALID naming the job when it is not registered.
   Status Remove(uint64_t job) SYNCD_EXCLUDES(mu_);

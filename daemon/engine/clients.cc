@@ -128,6 +128,8 @@ Status Engine::MembershipRefusal(const Tenant& t, const Request& r) const {
 Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume) {
   // A node service's job of several nodes runs on its own links, among its own nodes.
   Config job_config = config_;
+  if (const auto it = job_settings_.find(job); it != job_settings_.end())
+    if (StatusOr<Config> c = JobConfig(job_config, it->second); c.ok()) job_config = *std::move(c);  // checked at registration
   Transport* transport = links_.daemons();
   if (const OwnLinks* own = links_.Of(job)) {
     job_config.nodes = own->nodes;

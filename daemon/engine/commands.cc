@@ -2,7 +2,7 @@
 // health report to send, the timeline, and a daemon restarted under its job (node 0 takes its node
 // back: TakeNodeBack; the new daemon starts the job where node 0 has it: ResumeJob), and a node
 // whose every rank is vacant starting its job (StartVacantJob), a node service's job removed
-// (RemoveJob), and its job of several nodes given its links (AdoptLinksCommand).
+// (RemoveJob), and a registered job's settings and, of several nodes, its links (AdoptJobCommand).
 #include <spdlog/spdlog.h>
 
 #include "daemon/engine/engine.h"
@@ -19,9 +19,14 @@ void Engine::RunCommands() {
       Tenant* t = side_by_side_ ? TenantOfJob(h->job) : Only();
       if (t != nullptr && t->job->id() == h->job && (links_.daemons() || links_.Of(h->job))) t->job->SendHealth(h->mine);
       e.reply.set_value(Status::Ok());
-    } else if (auto* l = std::get_if<AdoptLinksCommand>(&e.command)) {
-      links_.Adopt(l->job, OwnLinks{std::move(l->transport), l->nodes, l->node_rank});
-      spdlog::info("job {}: links to its {} nodes taken over (this node is its node {})", l->job, l->nodes, l->node_rank);
+    } else if (auto* l = std::get_if<AdoptJobCommand>(&e.command)) {
+      if (l->transport) {
+        links_.Adopt(l->job, OwnLinks{std::move(l->transport), l->nodes, l->node_rank});
+        spdlog::info("job {}: links to its {} nodes taken over (this node is its node {})", l->job, l->nodes, l->node_rank);
+      }
+      // From the job's next start here (a registration that changes them is refused while it stands).
+      if (l->settings.empty()) job_settings_.erase(l->job);
+      else job_settings_[l->job] = std::move(l->settings);
       e.reply.set_value(Status::Ok());
     } else if (auto* r = std::get_if<RejoinCommand>(&e.command)) {
       e.reply.set_value(TakeNodeBack(*r));
@@ -58,7 +63,7 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   // job ended with the loss and the new daemon serves the next one.
   // A many-node job is the daemon's only one (jobs side by side are one-node jobs).
   Tenant* t = Only();
-  const bool goes_on = t != nullptr && config_.on_loss != OnLoss::kFail;
+  const bool goes_on = t != nullptr && t->config.on_loss != OnLoss::kFail;
   if (config_.nodes > 2 && !(goes_on && t->job->GlobalSetRuns())) {
     a.status = Status(SYNCD_ERR_INVALID, who + " was restarted when no job went on (--on-loss fail, or its job "
                                              "ended): in a job of more than 2 nodes the other nodes learn its new "
@@ -125,6 +130,7 @@ Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   Tenant* t = TenantOfJob(job);
   if (t == nullptr) {
     links_.Forget(job);
+    job_settings_.erase(job);
     return Status(SYNCD_OK, "0 ranks attached");
   }
   // Its ranks are told (each request in flight fails naming why), then disconnected: the
@@ -141,7 +147,8 @@ Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   t->job->Leave(abi::MonotonicNs() + engine_timing::kLeaveNoticeNs, "the job was removed", why);
   Settle();
   DropTenant(*t);
-  links_.Forget(job);  // its links go with it (a job that never ran here keeps none either)
+  links_.Forget(job);  // its links and settings go with it (a job that never ran here keeps none either)
+  job_settings_.erase(job);
   spdlog::warn("{}: {} of its ranks attached here were disconnected", why, ranks.size());
   return Status(SYNCD_OK, std::to_string(ranks.size()) + " ranks attached");
 }

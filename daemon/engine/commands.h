@@ -81,13 +81,14 @@ struct DrainJobCommand {
 // A node service's job `job` of several nodes: its links to the other nodes' daemons, made when
 // it was registered on every node (control/job_links.h). The engine keeps them from run to run of
 // the job until it is removed; its tenant runs on them. Reply: a Status.
-struct AdoptLinksCommand {
+struct AdoptJobCommand {
   uint64_t job = 0;
-  std::shared_ptr<Transport> transport;
+  std::shared_ptr<Transport> transport;  // null: it runs on this node alone
   uint32_t nodes = 1, node_rank = 0;
+  std::map<std::string, std::string> settings;  // its own over the daemon's (JobConfig)
 };
 using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand,
-                                   StartVacantJobCommand, RemoveJobCommand, DrainJobCommand, AdoptLinksCommand>;
+                                   StartVacantJobCommand, RemoveJobCommand, DrainJobCommand, AdoptJobCommand>;
 using EngineReply = std::variant<Status, std::shared_ptr<EngineFacts>, RejoinAnswer>;
 
 class CommandQueue {

@@ -221,6 +221,8 @@ class Engine {
   const bool side_by_side_;
   const std::function<void(uint32_t)> kick_client_;
   EngineLinks links_;  // to other nodes' daemons: the daemon's own job's, and jobs' own
+  // A node service's registered jobs' own settings over the daemon's (AdoptJobCommand), by job.
+  std::map<uint64_t, std::map<std::string, std::string>> job_settings_;
   std::unique_ptr<GpuExecutor> gpu_;
   uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";

@@ -1,6 +1,6 @@
 // The engine's links to other nodes' daemons: the daemon's own job's transport (--nodes, made
 // before the engine starts), and the links of each job of several nodes a node service runs
-// side by side (OwnLinks, taken over by AdoptLinksCommand, kept until the job is removed). A
+// side by side (OwnLinks, taken over by AdoptJobCommand, kept until the job is removed). A
 // tenant runs on its job's own links where it has them, else on the daemon's.
 //
 // Engine thread only.

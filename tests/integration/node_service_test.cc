@@ -698,7 +698,10 @@ TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
 // layers: every job's plan is its own), then `steps` steps of its gradients allreduced in backward
 // order, an allgather of one row per rank and a broadcast from a rank that moves with the step,
 // every value checked exact. `salt` differs per job, so that a value of another job's shows.
-int MatrixRank(syncd_client* c, int rank, int size, int salt, const std::vector<int64_t>& layers, int steps) {
+int MatrixRank(syncd_client* c, int rank, int size, int salt, const std::vector<int64_t>& layers, int steps,
+               const std::string& mode) {
+  CHILD_CHECK(syncd_coord_mode(c) == mode, "salt %d rank %d: coordinates by %s, want %s", salt, rank, syncd_coord_mode(c),
+              mode.c_str());
   ModelGraph model(layers);
   uint64_t hash = 0;
   CHILD_CHECK(syncd_register_graph(c, &model.graph, 30'000, &hash) == SYNCD_OK, "rank %d (salt %d): %s", rank, salt,
@@ -748,7 +751,7 @@ int MatrixRank(syncd_client* c, int rank, int size, int salt, const std::vector<
 
 // The ranks of job `job` as `uid`, `per_node` on each of `nodes` (rank r on nodes[r / per_node]).
 std::vector<pid_t> StartMatrixJob(const std::vector<const Daemon*>& nodes, uint64_t job, uint32_t uid, int per_node,
-                                  int salt, const std::vector<int64_t>& layers, int steps) {
+                                  int salt, const std::vector<int64_t>& layers, int steps, const std::string& mode) {
   std::vector<pid_t> pids;
   const int size = int(nodes.size()) * per_node;
   for (int r = 0; r < size; ++r)
@@ -756,14 +759,15 @@ std::vector<pid_t> StartMatrixJob(const std::vector<const Daemon*>& nodes, uint6
       CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
       syncd_client* c = AttachToJob(nodes[r / per_node]->run_dir(), job, r, size, r % per_node, per_node);
       CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
-      return MatrixRank(c, r, size, salt, layers, steps);
+      return MatrixRank(c, r, size, salt, layers, steps, mode);
     }));
   return pids;
 }
 
 // Every coordination mode, three jobs at once on two node daemons: two jobs of two users on both
-// nodes (2 x 2, each on links of its own) and a third on one node alone (1 x 4), each with its own
-// graph (under topo, its own plan), allreduces, allgathers and broadcasts: every value exact.
+// nodes (2 x 2, each on links of its own, coordinating as the daemons do) and a third on one node
+// alone (1 x 4, registered with --coord topo: its own mode), each with its own graph (under topo,
+// its own plan), allreduces, allgathers and broadcasts: every value exact.
 class NodeServiceModes : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -777,12 +781,12 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
   const int port_x = FreePort(), port_y = FreePort();
   for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9201, "0", port_x, "tok-9201")) ASSERT_EQ(rc, 0) << out;
   for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9202, "nobody", port_y, "tok-9202")) ASSERT_EQ(rc, 0) << out;
-  auto [rc, out] = Shell(Syncctl(a, "job add --job 9203 --uid nobody"));
+  auto [rc, out] = Shell(Syncctl(a, "job add --job 9203 --uid nobody --coord topo"));
   ASSERT_EQ(rc, 0) << out;
   constexpr int kSteps = 12;
-  std::vector<pid_t> x = StartMatrixJob({&a, &b}, 9201, 0, 2, 1000, {3, 1000, 70000}, kSteps);
-  std::vector<pid_t> y = StartMatrixJob({&a, &b}, 9202, kNobody, 2, 2000, {17, 4096, 30000, 5}, kSteps);
-  std::vector<pid_t> z = StartMatrixJob({&a}, 9203, kNobody, 4, 3000, {640, 100, 9000}, kSteps);
+  std::vector<pid_t> x = StartMatrixJob({&a, &b}, 9201, 0, 2, 1000, {3, 1000, 70000}, kSteps, GetParam());
+  std::vector<pid_t> y = StartMatrixJob({&a, &b}, 9202, kNobody, 2, 2000, {17, 4096, 30000, 5}, kSteps, GetParam());
+  std::vector<pid_t> z = StartMatrixJob({&a}, 9203, kNobody, 4, 3000, {640, 100, 9000}, kSteps, "topo");
   ExpectAllSucceeded(Finish(x));
   ExpectAllSucceeded(Finish(y));
   ExpectAllSucceeded(Finish(z));
@@ -795,10 +799,11 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
     EXPECT_TRUE(Contains(entry, "\"errors\":\"0\"") && !Contains(entry, "\"requests\":\"0\"")) << entry;
   }
   // Under topo each job ran every step on a plan of its own (its graph's), the allgathers and
-  // broadcasts outside it negotiated.
-  if (std::string(GetParam()) != "topo") return;
+  // broadcasts outside it negotiated; the third job, registered with --coord topo, under every mode.
+  const bool topo = std::string(GetParam()) == "topo";
   std::vector<std::string> hashes;
   for (uint64_t job : {9201, 9202, 9203}) {
+    if (!topo && job != 9203) continue;
     const std::string json = Shell(Syncctl(a, "status --json --job " + std::to_string(job))).second;
     EXPECT_TRUE(Contains(json, "\"in_use\":true")) << json;
     EXPECT_EQ(JsonNumber(json, "steps"), uint64_t(kSteps)) << json;
@@ -806,17 +811,53 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
     ASSERT_NE(at, std::string::npos) << json;
     hashes.push_back(json.substr(at + 13, 16));
   }
-  EXPECT_TRUE(hashes[0] != hashes[1] && hashes[1] != hashes[2] && hashes[0] != hashes[2])
-      << hashes[0] << " " << hashes[1] << " " << hashes[2];
+  if (topo)
+    EXPECT_TRUE(hashes[0] != hashes[1] && hashes[1] != hashes[2] && hashes[0] != hashes[2])
+        << hashes[0] << " " << hashes[1] << " " << hashes[2];
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, NodeServiceModes, ::testing::Values("negotiate", "gs", "nbcs", "topo"));
 
-// Three jobs on the same two node daemons, each on both nodes on links of its own: one loses a
+// Ranks of a job registered with --on-loss continue, two on each of two nodes, allreducing
+// "grad" (rank r gives 1 << r) until the test kills rank 3: the survivors go on, each sum every
+// rank's until then and the survivors' alone from some step on (acknowledging the new membership
+// where they are told to), 200 steps in all; rank 0 writes a byte to `progress` after 20 steps.
+std::vector<pid_t> StartContinuingJob(const Daemon& a, const Daemon& b, uint64_t job, int progress) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(Spawn([&, r] {
+      syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      bool lost = false;
+      for (int step = 0; step < 200;) {
+        double v = double(1 << r);
+        const int st = GradStep(c, &v, 30'000);
+        if (st == SYNCD_ERR_RANK_LOST && Contains(syncd_last_error(), "acknowledged")) {
+          CHILD_CHECK(syncd_acknowledge_membership(c, nullptr) == SYNCD_OK, "%s", syncd_last_error());
+          continue;
+        }
+        CHILD_CHECK(st == SYNCD_OK, "job %lu rank %d step %d: %s: %s", (unsigned long)job, r, step,
+                    syncd_status_name(st), syncd_last_error());
+        CHILD_CHECK(v == (lost ? 7 : 15) || (!lost && v == 7), "job %lu rank %d step %d: sum %g", (unsigned long)job, r,
+                    step, v);
+        lost = lost || v == 7;
+        if (step == 20 && r == 0) (void)!write(progress, "x", 1);
+        ++step;
+        usleep(1'000);
+      }
+      CHILD_CHECK(lost, "job %lu rank %d: rank 3's loss never showed", (unsigned long)job, r);
+      syncd_shutdown(c);
+      return 0;
+    }));
+  return pids;
+}
+
+// Four jobs on the same two node daemons, each on both nodes on links of its own: one loses a
 // rank of its second node (SIGKILL), one stalls there (a rank stopped until the stall shutdown
-// ends that job), and the third trains on through both, every sum exact and no error; every other
-// rank of the first two fails naming the rank, on both nodes.
-TEST_F(NodeService, OnTwoNodesOfThreeJobsOneLosesARankOneStallsAndTheThirdTrainsOnExact) {
+// ends that job), one registered with --on-loss continue loses a rank there too and goes on, and
+// the fourth trains on through all of it, every sum exact and no error; every other rank of the
+// first two fails naming the rank, on both nodes.
+TEST_F(NodeService, OnTwoNodesOneJobLosesARankOneStallsOneGoesOnAndTheFourthTrainsOnExact) {
   const std::vector<std::string> flags = {"--node-service", "on", "--stall-warning-s", "1", "--stall-shutdown-s", "2",
                                           "--log-level", "error"};
   Daemon a(2, flags), b(2, flags);
@@ -825,17 +866,22 @@ TEST_F(NodeService, OnTwoNodesOfThreeJobsOneLosesARankOneStallsAndTheThirdTrains
     for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9301 + j, j == 1 ? "nobody" : "0", ports[j],
                                             "tok-" + std::to_string(9301 + j)))
       ASSERT_EQ(rc, 0) << out;
+  const int port_d = FreePort();
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9304, "0 --on-loss continue", port_d, "tok-9304"))
+    ASSERT_EQ(rc, 0) << out;
   int progress[2];
   ASSERT_EQ(pipe(progress), 0);
   std::vector<pid_t> third = StartTwoNodeJob(a, b, 9303, 0, 1000, 1'500);
+  std::vector<pid_t> going_on = StartContinuingJob(a, b, 9304, progress[1]);
   std::vector<pid_t> lost = StartFailingJob({&a, &b}, 9301, 0, progress[1], SYNCD_ERR_RANK_LOST,
                                                    "rank 3 (pid ");
   // The stalled rank is named by the job's own health reports, node 1 to node 0, on its links.
   std::vector<pid_t> stalled = StartFailingJob({&a, &b}, 9302, kNobody, progress[1], SYNCD_ERR_STALLED,
                                                       "[rank 3 on node 1: stopped (SIGSTOP");
-  ASSERT_TRUE(Await(progress[0]) && Await(progress[0]));
+  ASSERT_TRUE(Await(progress[0]) && Await(progress[0]) && Await(progress[0]));
   ASSERT_EQ(kill(lost[3], SIGKILL), 0);
   ASSERT_EQ(kill(stalled[3], SIGSTOP), 0);
+  ASSERT_EQ(kill(going_on[3], SIGKILL), 0);
   close(progress[0]);
   close(progress[1]);
   for (int r = 0; r < 3; ++r) {
@@ -845,6 +891,8 @@ TEST_F(NodeService, OnTwoNodesOfThreeJobsOneLosesARankOneStallsAndTheThirdTrains
   (void)WaitChild(lost[3], 5'000);
   kill(stalled[3], SIGKILL);
   (void)WaitChild(stalled[3], 5'000);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(WaitChild(going_on[r], 60'000), 0) << "job 9304 rank " << r;
+  (void)WaitChild(going_on[3], 5'000);
   ExpectAllSucceeded(Finish(third));
   for (const Daemon* d : {&a, &b}) {
     auto [rc, out] = Shell(Syncctl(*d, "job list --json"));

@@ -43,6 +43,35 @@ TEST(JobRegistry, RegisteringAgainUpdatesTheWeightButNeverTheUser) {
   EXPECT_EQ(r.Add(Job(15, 1000, std::nullopt, 0)).code(), SYNCD_ERR_INVALID);
 }
 
+TEST(JobRegistry, AJobsOwnSettingsAreAJobsValidOnesAndStayAsRegistered) {
+  JobRegistry r;
+  JobAdmission j = Job(12, 1000);
+  j.settings = {{"coord", "topo"}, {"on-loss", "continue"}};
+  ASSERT_TRUE(r.Add(j).ok());
+  EXPECT_EQ(r.Find(12)->settings.at("coord"), "topo");
+  ASSERT_TRUE(r.Add(j).ok()) << "a prolog that runs twice";
+  JobAdmission other = j;
+  other.settings["coord"] = "nbcs";
+  const Status changed = r.Add(other);
+  EXPECT_EQ(changed.code(), SYNCD_ERR_REFUSED);
+  EXPECT_EQ(changed.message(), "job 12 is registered already with other settings (--coord topo --on-loss continue); "
+                               "remove it first to change them");
+  JobAdmission bad = Job(13, 1000);
+  bad.settings = {{"coord", "fast"}};
+  EXPECT_EQ(r.Add(bad).message(), "job 13: coord: unknown mode 'fast' (available: negotiate, gs, nbcs, topo)");
+  bad.settings = {{"nodes", "4"}};
+  EXPECT_NE(r.Add(bad).message().find("job 13: nodes is not a setting of one job"), std::string::npos);
+  EXPECT_FALSE(r.Find(13).has_value());
+  // Its config: the daemon's with the job's over it.
+  Config daemon;
+  daemon.stall_shutdown_s = 30;
+  StatusOr<Config> c = JobConfig(daemon, j.settings);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->coord, abi::CoordMode::kTopo);
+  EXPECT_EQ(c->on_loss, OnLoss::kContinue);
+  EXPECT_EQ(c->stall_shutdown_s, 30u);
+}
+
 TEST(JobRegistry, AJobOfSeveralNodesNeedsItsPlaceARendezvousAndATokenAndKeepsThem) {
   JobRegistry r;
   JobAdmission j = Job(20, 1000);
