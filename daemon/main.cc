@@ -55,36 +55,6 @@ Status ProbeGpus(const Config& config, JobLinks* job) {
   return Status::Ok();
 }
 
-// Node 0: a daemon restarted under the job joins again (RendezvousService::set_rejoin). The engine
-// takes its node back; the old daemon may not be known lost here yet (a restart quicker than the
-// detection): it is asked again for up to 10 s.
-RendezvousService::RejoinFn RejoinHook(Engine* engine) {
-  return [engine](const control::JoinRequest& req, control::JoinReply* reply) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    const RejoinCommand command{req.node_rank(), req.ucx_address(), req.pid(), req.hostname(),
-                                req.hostname() == host ? req.pid() : 0};
-    const uint64_t deadline_ns = abi::MonotonicNs() + 10'000'000'000ull;
-    for (;;) {
-      StatusOr<EngineReply> r = engine->Ask(command, 5000);
-      if (!r.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, r.status().message());
-      const RejoinAnswer& a = std::get<RejoinAnswer>(*r);
-      if (a.status.code() == SYNCD_IN_PROGRESS && abi::MonotonicNs() < deadline_ns) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        continue;
-      }
-      if (!a.status.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, a.status.message());
-      reply->set_rejoin_job(a.job);
-      reply->set_rejoin_membership(a.resume.membership);
-      reply->set_rejoin_slot(a.resume.slot);
-      reply->set_rejoin_local_size(a.local_size);
-      for (uint32_t n : a.resume.lost_nodes) reply->add_rejoin_lost_nodes(n);
-      reply->set_rejoined(true);
-      return grpc::Status::OK;
-    }
-  };
-}
-
 // The job's NCCL communicator, when every node has GPUs. On one node a failure leaves host
 // tensors served; on many, other nodes may be waiting inside NCCL's own rendezvous, so only the
 // whole job can give up.
@@ -252,7 +222,8 @@ int Serve(const Config& config) {
 
   std::thread engine_thread([&engine] { engine.Run(); });
   StartJobBeforeRanks(config, job, &engine);
-  if (job.rendezvous) job.rendezvous->set_rejoin(RejoinHook(&engine));
+  if (job.rendezvous) job.rendezvous->set_rejoin(RejoinHook(&engine, 0));
+  control.RestoreJobs();  // a node service restarted under its jobs
   std::thread attach_thread([&attach] { attach.Run(); });
   AnnounceServing(config, *cores);
 

@@ -81,7 +81,8 @@ void FillJobs(const JobRegistry& jobs, const StatusSnapshot& s, control::StatusR
     out->set_node_rank(j.node_rank);
     out->set_local_size(j.local_size);
     out->set_rendezvous(j.rendezvous);
-    if (j.nodes > 1) out->set_links("connected");  // registered only once linked (AddJob)
+    if (j.nodes > 1) out->set_links(j.linked ? "connected" : "linking");
+    out->mutable_settings()->insert(j.settings.begin(), j.settings.end());
     passwd pw{};
     passwd* found = nullptr;
     char buf[1024];
@@ -413,6 +414,9 @@ grpc::Status ControlService::AddJob(grpc::ServerContext*, const control::AddJobR
     (void)jobs_->Remove(a.job);
     return ToGrpc(adopted);
   }
+  // Kept for a restart of this daemon under the job.
+  if (syncd::Status kept = store_.Save(request->job()); !kept.ok())
+    spdlog::warn("{}: a restart of this daemon would not take it back: {}", JobName(a.job), kept.message());
   return grpc::Status::OK;
 }
 
@@ -446,6 +450,17 @@ syncd::Status ControlService::Link(const JobAdmission& a) {
                                         std::to_string(a.nodes) + " nodes: " + st.message());
   SYNCD_RETURN_IF_ERROR(Adopt(AdoptJobCommand{a.job, std::shared_ptr<Transport>(std::move(links->transport)),
                                               a.nodes, a.node_rank, a.settings}));
+  // Node 0 takes back a node whose daemon was restarted under the job; a restarted daemon starts
+  // the job where node 0 has it, when it goes on (--on-loss continue, restore).
+  if (links->rendezvous) links->rendezvous->set_rejoin(RejoinHook(engine_, a.job));
+  if (links->rejoin.job != 0) {
+    StatusOr<EngineReply> r = engine_->Ask(ResumeJobCommand{links->rejoin}, 10'000);
+    const syncd::Status st = r.ok() ? std::get<syncd::Status>(*r) : r.status();
+    if (!st.ok()) return syncd::Status(st.code(), JobName(a.job) + ": cannot start it where its node 0 has it: " + st.message());
+    spdlog::info("{}: taken back into it where its node 0 has it (membership {})", JobName(a.job),
+                 links->rejoin.resume.membership);
+  }
+  jobs_->SetLinked(a.job);
   MutexLock lock(&links_mu_);
   links_[a.job] = std::move(links);  // node 0's rendezvous goes on serving (a daemon restarted under it)
   return syncd::Status::Ok();
@@ -455,6 +470,46 @@ syncd::Status ControlService::Adopt(AdoptJobCommand adopt) {
   StatusOr<EngineReply> r = engine_->Ask(std::move(adopt), 10'000);
   if (!r.ok()) return r.status();
   return std::get<syncd::Status>(*r);
+}
+
+ControlService::~ControlService() {
+  for (std::thread& t : restoring_) t.join();
+}
+
+void ControlService::RestoreJobs() {
+  if (jobs_ == nullptr) return;
+  std::vector<std::string> unreadable;
+  const std::vector<control::RegisteredJob> kept = store_.Load(&unreadable);
+  for (const std::string& path : unreadable) spdlog::error("{}: not a registered job; removed", path);
+  for (const control::RegisteredJob& j : kept) {
+    StatusOr<JobAdmission> admission = AdmissionOf(j);
+    syncd::Status st = admission.ok() ? syncd::Status::Ok() : admission.status();
+    if (st.ok() && admission->nodes > 1 && admission->node_rank == 0)
+      st = syncd::Status(SYNCD_ERR_INVALID, "this node served its rendezvous, which its other nodes no longer reach; "
+                                            "register it again on every node");
+    if (st.ok()) st = jobs_->Add(*admission);
+    if (st.ok() && admission->nodes == 1) st = Adopt(AdoptJobCommand{j.job(), nullptr, 1, 0, admission->settings});
+    if (!st.ok()) {
+      spdlog::error("{}: not taken back after this daemon's restart: {}", JobName(j.job()), st.message());
+      (void)jobs_->Remove(j.job());
+      store_.Forget(j.job());
+      continue;
+    }
+    if (admission->nodes == 1) {
+      spdlog::info("{}: registered again after this daemon's restart", JobName(j.job()));
+      continue;
+    }
+    // Its first node takes this one back; that may wait for it to see the old daemon lost.
+    restoring_.emplace_back([this, a = *admission] {
+      if (syncd::Status linked = Link(a); !linked.ok()) {
+        spdlog::error("{}: not taken back after this daemon's restart: {}", JobName(a.job), linked.message());
+        (void)jobs_->Remove(a.job);
+        store_.Forget(a.job);
+        return;
+      }
+      spdlog::info("{}: registered again after this daemon's restart, linked to its {} nodes", JobName(a.job), a.nodes);
+    });
+  }
 }
 
 void ControlService::ForgetLinks(uint64_t job) {
@@ -471,6 +526,7 @@ grpc::Status ControlService::RemoveJob(grpc::ServerContext*, const control::Remo
   if (jobs_ == nullptr) return NotANodeService();
   const uint64_t job = request->job();
   if (syncd::Status st = jobs_->Remove(job); !st.ok()) return ToGrpc(st);
+  store_.Forget(job);
   spdlog::info("{} removed from this node's daemon", JobName(job));
   // From here no rank of it attaches; those attached now are told and disconnected.
   StatusOr<EngineReply> r =
@@ -507,6 +563,7 @@ grpc::Status ControlService::DrainJob(grpc::ServerContext* ctx, const control::D
     const syncd::Status& st = std::get<syncd::Status>(*r);
     if (st.code() != SYNCD_IN_PROGRESS) {
       (void)jobs_->Remove(job);
+      store_.Forget(job);
       ForgetLinks(job);
       reply->set_ranks_disconnected(uint32_t(strtoul(st.message().c_str(), nullptr, 10)));
       break;

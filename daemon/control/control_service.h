@@ -13,11 +13,14 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "daemon/base/affinity.h"
 #include "daemon/base/config.h"
 #include "daemon/control/job_links.h"
 #include "daemon/control/job_registry.h"
+#include "daemon/control/job_store.h"
 #include "daemon/engine/engine.h"
 #include "syncd.grpc.pb.h"
 
@@ -30,7 +33,19 @@ class ControlService final : public control::Control::Service {
   // `jobs`: a node service's registered jobs (null: --node-service off; AddJob and RemoveJob refuse).
   ControlService(const Config& config, const CorePartition& cores, Engine* engine, BeginDrain begin_drain,
                  JobRegistry* jobs = nullptr)
-      : config_(config), cores_(cores), engine_(engine), begin_drain_(std::move(begin_drain)), jobs_(jobs) {}
+      : config_(config),
+        cores_(cores),
+        engine_(engine),
+        begin_drain_(std::move(begin_drain)),
+        jobs_(jobs),
+        store_(jobs != nullptr ? config.run_dir : "") {}
+  ~ControlService() override;
+
+  // A node service restarted under its jobs (JobStore): each registered again as it was; one of
+  // several nodes linked to its other nodes again, in the background, its first node taking this
+  // one back into the job where it goes on (RejoinHook). A job whose rendezvous this node served
+  // cannot be: it is dropped, saying so. Call once the engine runs.
+  void RestoreJobs();
 
   grpc::Status Status(grpc::ServerContext*, const control::StatusRequest*, control::StatusReply* reply) override;
   grpc::Status Drain(grpc::ServerContext*, const control::DrainRequest* request, control::DrainReply* reply) override;
@@ -61,6 +76,8 @@ class ControlService final : public control::Control::Service {
   Mutex links_mu_;
   std::map<uint64_t, std::unique_ptr<JobLinks>> links_ SYNCD_GUARDED_BY(links_mu_);  // by job
   std::set<uint64_t> linking_ SYNCD_GUARDED_BY(links_mu_);  // jobs a call links now
+  const JobStore store_;             // a node service's registrations, for its restart
+  std::vector<std::thread> restoring_;  // RestoreJobs's links, joined at the end
 };
 
 // The drain timeout a request asks for: its own (clamped to a day), or `default_s` when it asks

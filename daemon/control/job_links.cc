@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 
 #include "daemon/base/version.h"
+#include "daemon/engine/engine.h"
 
 namespace syncd {
 namespace {
@@ -57,6 +59,33 @@ LinkSpec LinkSpecOf(const Config& config) {
   spec.ucx.peer_errors_everywhere = config.ucx_peer_errors == PeerErrors::kOn;
   spec.ucx.same_host_shared_memory = config.on_loss == OnLoss::kFail;  // see UcxOptions
   return spec;
+}
+
+RendezvousService::RejoinFn RejoinHook(Engine* engine, uint64_t job) {
+  return [engine, job](const control::JoinRequest& req, control::JoinReply* reply) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const RejoinCommand command{job, req.node_rank(), req.ucx_address(), req.pid(), req.hostname(),
+                                req.hostname() == host ? req.pid() : 0};
+    const uint64_t deadline_ns = abi::MonotonicNs() + 10'000'000'000ull;
+    for (;;) {
+      StatusOr<EngineReply> r = engine->Ask(command, 5000);
+      if (!r.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, r.status().message());
+      const RejoinAnswer& a = std::get<RejoinAnswer>(*r);
+      if (a.status.code() == SYNCD_IN_PROGRESS && abi::MonotonicNs() < deadline_ns) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+      if (!a.status.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, a.status.message());
+      reply->set_rejoin_job(a.job);
+      reply->set_rejoin_membership(a.resume.membership);
+      reply->set_rejoin_slot(a.resume.slot);
+      reply->set_rejoin_local_size(a.local_size);
+      for (uint32_t n : a.resume.lost_nodes) reply->add_rejoin_lost_nodes(n);
+      reply->set_rejoined(true);
+      return grpc::Status::OK;
+    }
+  };
 }
 
 JobLinks::~JobLinks() {

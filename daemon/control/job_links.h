@@ -26,6 +26,8 @@
 
 namespace syncd {
 
+class Engine;
+
 // Which job's links, among which nodes, and how to reach them.
 struct LinkSpec {
   uint32_t nodes = 1, node_rank = 0;
@@ -50,6 +52,12 @@ struct JobLinks {
 
   ~JobLinks();
 };
+
+// Node 0: a daemon restarted under job `job` (0: the daemon's own; else a node service's job on
+// links of its own) joins again (RendezvousService::set_rejoin). The engine takes its node back;
+// the old daemon may not be known lost here yet (a restart quicker than the detection): it is
+// asked again for up to 10 s.
+RendezvousService::RejoinFn RejoinHook(Engine* engine, uint64_t job);
 
 // Many nodes: this daemon joins the job's rendezvous (node 0 serves it first) with its UCX
 // address and connects to every other node. Fails naming the rendezvous, the node or the timeout.

@@ -88,7 +88,15 @@ Status JobRegistry::Admit(uint64_t job, uint32_t uid, uint32_t gid) const {
   if (j.draining)
     return Status(SYNCD_ERR_REFUSED, "belongs to " + JobName(job) + ", which is draining from this node's daemon "
                                      "(syncctl job drain): it takes no new ranks");
+  if (j.nodes > 1 && !j.linked)
+    return Status(SYNCD_ERR_REFUSED, "belongs to " + JobName(job) + ", which this node's daemon is still linking to "
+                                     "its other nodes: attach again once it is");
   return Status::Ok();
+}
+
+void JobRegistry::SetLinked(uint64_t job) {
+  MutexLock lock(&mu_);
+  if (const auto it = jobs_.find(job); it != jobs_.end()) it->second.linked = true;
 }
 
 std::optional<JobAdmission> JobRegistry::Find(uint64_t job) const {

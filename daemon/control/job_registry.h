@@ -36,6 +36,8 @@ struct JobAdmission {
   // Its own settings over the daemon's (syncctl job add --on-loss, --coord, ...; base/config.h's
   // kJobSettings): name -> value.
   std::map<std::string, std::string> settings;
+  // A job of several nodes: its links to the others are made (until then its ranks wait).
+  bool linked = false;
 };
 
 // "job 1234": decimal, as squeue and SYNCD_JOB_ID show it.
@@ -55,9 +57,12 @@ class JobRegistry {
   // From now on no new rank of `job` is admitted (syncctl job drain); SYNCD_ERR_INVALID naming
   // the job when it is not registered.
   Status Drain(uint64_t job) SYNCD_EXCLUDES(mu_);
+  // Its links to its other nodes are made: its ranks may attach (a job of several nodes).
+  void SetLinked(uint64_t job) SYNCD_EXCLUDES(mu_);
   // Whether a process running as uid/gid may attach to `job`: OK, or SYNCD_ERR_REFUSED with the
   // reason as the end of a sentence about the process ("runs as uid 1001, but job 7 is registered
-  // for uid 1000"): no job named, not registered, another user's, another group's, draining.
+  // for uid 1000"): no job named, not registered, another user's, another group's, draining, not
+  // linked to its other nodes yet.
   Status Admit(uint64_t job, uint32_t uid, uint32_t gid) const SYNCD_EXCLUDES(mu_);
   std::optional<JobAdmission> Find(uint64_t job) const SYNCD_EXCLUDES(mu_);
   std::vector<JobAdmission> List() const SYNCD_EXCLUDES(mu_);  // by id

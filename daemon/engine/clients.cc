@@ -44,6 +44,10 @@ Tenant& Engine::TenantFor(const AttachedClient& a) {
   // by side each run their own (the attach checked it against the job's registration).
   const uint32_t fixed = side_by_side_ ? 0 : local_size_;
   const bool none_left = t == nullptr || t->client_by_local_rank.empty();
+  if (t != nullptr && none_left && t->fresh_next_run) {
+    DropTenant(*t);
+    t = nullptr;
+  }
   const bool resize = t != nullptr && none_left && fixed == 0 && a.local_size != t->local_size;
   if (t != nullptr && !resize && !(none_left && a.job_id != t->job->id())) return *t;
   if (t != nullptr) EndJob(*t, a.job_id);

@@ -50,8 +50,11 @@ void Engine::RunCommands() {
 RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   RejoinAnswer a;
   const std::string who = "node " + std::to_string(c.node) + "'s daemon";
-  Transport* transport = links_.daemons();
-  if (!transport || c.node >= config_.nodes || c.node == config_.node_rank) {
+  // The daemon's own job's links, or a node service's job's own.
+  const OwnLinks* own = c.job != 0 ? links_.Of(c.job) : nullptr;
+  Transport* transport = c.job != 0 ? (own ? own->transport.get() : nullptr) : links_.daemons();
+  const uint32_t nodes = own ? own->nodes : config_.nodes, node_rank = own ? own->node_rank : config_.node_rank;
+  if (!transport || c.node >= nodes || c.node == node_rank) {
     a.status = InvalidArgument(who + " cannot join again: not a peer of this node");
     return a;
   }
@@ -61,10 +64,10 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   }
   // The job goes on without the node (continue, restore): the new daemon joins it. Otherwise the
   // job ended with the loss and the new daemon serves the next one.
-  // A many-node job is the daemon's only one (jobs side by side are one-node jobs).
-  Tenant* t = Only();
+  // A daemon's own many-node job is its only one; a node service's runs beside others.
+  Tenant* t = c.job != 0 ? TenantOfJob(c.job) : Only();
   const bool goes_on = t != nullptr && t->config.on_loss != OnLoss::kFail;
-  if (config_.nodes > 2 && !(goes_on && t->job->GlobalSetRuns())) {
+  if (nodes > 2 && !(goes_on && t->job->GlobalSetRuns())) {
     a.status = Status(SYNCD_ERR_INVALID, who + " was restarted when no job went on (--on-loss fail, or its job "
                                              "ended): in a job of more than 2 nodes the other nodes learn its new "
                                              "address only from a job that goes on; restart every daemon of the job");
@@ -78,6 +81,12 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
   a.status = Status::Ok();
   if (!goes_on) {
     spdlog::info("{} was restarted and is reached again; it serves the next job", who);
+    // A node service's job keeps its id from run to run: its next run here starts afresh, as the
+    // new daemon's does (a daemon's own job's next run is another job).
+    if (t != nullptr && c.job != 0) {
+      if (t->client_by_local_rank.empty()) DropTenant(*t);
+      else t->fresh_next_run = true;
+    }
     return a;
   }
   a.job = t->job->id();
@@ -96,8 +105,10 @@ RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {
 }
 
 Status Engine::ResumeJob(const RejoinAnswer& where) {
-  if (!tenants_.empty()) return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
-  const uint32_t local_size = local_size_ == 0 && where.local_size != 0 ? where.local_size : local_size_;
+  if (side_by_side_ ? TenantOfJob(where.job) != nullptr : !tenants_.empty())
+    return Status(SYNCD_ERR_INVALID, "a job already runs on this daemon");
+  const uint32_t fixed = side_by_side_ ? 0 : local_size_;
+  const uint32_t local_size = fixed == 0 && where.local_size != 0 ? where.local_size : fixed;
   PublishMembership(BeginJob(where.job, local_size, &where.resume));
   spdlog::info("restarted under job {:#x}: membership {}, its ranks stood in for until ranks attach in their place",
                where.job, where.resume.membership);

@@ -43,6 +43,7 @@ struct TimelineCommand {
 // Node 0 of a many-node job: node `node`'s daemon was restarted and joins again (the rendezvous
 // asks): reach it at `address` and take the node back into the job that goes on. Reply: RejoinAnswer.
 struct RejoinCommand {
+  uint64_t job = 0;  // a node service's job on links of its own (0: the daemon's own job)
   uint32_t node = 0;
   std::string address;
   int32_t pid = 0;
@@ -55,7 +56,8 @@ struct RejoinAnswer {
   uint32_t local_size = 0;
   JobResume resume;
 };
-// A restarted daemon: start job `job` where node 0 has it (RejoinAnswer). Reply: a Status.
+// A restarted daemon: start job `where.job` where node 0 has it (RejoinAnswer), on the daemon's
+// links or, a node service's job, on its own. Reply: a Status.
 struct ResumeJobCommand {
   RejoinAnswer where;
 };

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <optional>
@@ -905,6 +907,135 @@ TEST_F(NodeService, OnTwoNodesOneJobLosesARankOneStallsOneGoesOnAndTheFourthTrai
   EXPECT_TRUE(Contains(out, "node 0 of 2")) << out;
   std::tie(rc, out) = Shell(Syncctl(a, "status --json --job 9303"));
   EXPECT_TRUE(Contains(out, "\"node\":1,") && Contains(out, "\"rank\":3,")) << out;
+}
+
+// Until node `d`'s job list shows `jobs` registered, those of several nodes linked (30 s at most).
+bool WaitForJobs(const Daemon& d, const std::vector<uint64_t>& jobs) {
+  for (int i = 0; i < 600; ++i) {
+    const std::string out = Shell(Syncctl(d, "job list --json")).second;
+    bool all = true;
+    for (uint64_t job : jobs) {
+      const size_t at = out.find("\"job\":\"" + std::to_string(job) + "\"");
+      const std::string entry = at == std::string::npos ? "" : out.substr(at, out.find('}', at) - at);
+      all = all && !entry.empty() && (!Contains(entry, "\"nodes\":2") || Contains(entry, "\"links\":\"connected\""));
+    }
+    if (all) return true;
+    usleep(50'000);
+  }
+  return false;
+}
+
+// Ranks of a job registered with --on-loss continue on two nodes, two each, training through a
+// restart of node b's daemon (*killed is set before it is killed): rank r gives 1 << r; node a's
+// ranks go on without node b's (what they had in flight with it fails naming the node; then the
+// sums of the ranks there, 3 and up), node b's attach again once their daemon is back, as
+// replacements, and the job goes on with every rank. Each rank ends after
+// 20 sums of all four submitted after the kill: the same collectives on every rank.
+std::vector<pid_t> StartJobThroughARestart(const Daemon& a, const Daemon& b, uint64_t job, std::atomic<int>* killed) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(Spawn([&, r] {
+      const std::string dir = (r < 2 ? a : b).run_dir();
+      syncd_client* c = AttachToJob(dir, job, r, 4, r % 2, 2);
+      CHILD_CHECK(c != nullptr, "%s", syncd_last_error());
+      int together = 0, fewer = 0, attaches = 1;
+      for (int step = 0; together < 20 && step < 100'000; ++step) {
+        const bool after_kill = killed->load() != 0;
+        double v = double(1 << r);
+        const int st = GradStep(c, &v, 30'000);
+        // What was in flight when node b's daemon went, and when it came back, fails naming node 1;
+        // the rank acknowledges the job's new membership (as hvd.elastic.run does) and goes on.
+        if (st == SYNCD_ERR_RANK_LOST && killed->load() != 0 && Contains(syncd_last_error(), "node 1")) {
+          CHILD_CHECK(syncd_acknowledge_membership(c, nullptr) == SYNCD_OK, "%s", syncd_last_error());
+          ++fewer;
+          continue;
+        }
+        if (st == SYNCD_ERR_RANK_LOST && Contains(syncd_last_error(), "acknowledged")) {
+          CHILD_CHECK(syncd_acknowledge_membership(c, nullptr) == SYNCD_OK, "%s", syncd_last_error());
+          continue;
+        }
+        if (st == SYNCD_ERR_DAEMON_LOST && r >= 2) {  // attach again, to the restarted daemon
+          syncd_shutdown(c);
+          c = nullptr;
+          for (int i = 0; i < 30'000 && c == nullptr; ++i)
+            if ((c = AttachToJob(dir, job, r, 4, r % 2, 2)) == nullptr) usleep(1000);
+          CHILD_CHECK(c != nullptr, "rank %d: attach again: %s", r, syncd_last_error());
+          int replaces = -1;
+          CHILD_CHECK(syncd_replaces_lost_rank(c, &replaces) == SYNCD_OK && replaces == 1, "rank %d: replaces %d", r,
+                      replaces);
+          ++attaches;
+          continue;
+        }
+        CHILD_CHECK(st == SYNCD_OK, "job %lu rank %d step %d: %s: %s", (unsigned long)job, r, step,
+                    syncd_status_name(st), syncd_last_error());
+        const int64_t sum = int64_t(v);
+        CHILD_CHECK((sum & 3) == 3 && (sum & ~15) == 0, "job %lu rank %d step %d: sum %g", (unsigned long)job, r, step, v);
+        fewer += sum != 15;
+        together += sum == 15 && after_kill;
+        usleep(1'000);
+      }
+      CHILD_CHECK(together == 20, "job %lu rank %d: %d sums of every rank after the restart", (unsigned long)job, r,
+                  together);
+      CHILD_CHECK(r >= 2 ? attaches == 2 : fewer > 0, "job %lu rank %d: attached %d times, %d sums without node b",
+                  (unsigned long)job, r, attaches, fewer);
+      syncd_shutdown(c);
+      return 0;
+    }));
+  return pids;
+}
+
+// A node daemon killed and started again under its jobs (as systemd's Restart= does) takes every
+// one back: a job of this node alone and jobs of two nodes whose other node served the rendezvous
+// are registered again and linked again; one registered with --on-loss continue trains through
+// the restart, its ranks on the node attaching again as replacements; the others' next runs are
+// exact on every rank; a job whose rendezvous it served itself cannot be, and it says so.
+TEST_F(NodeService, ARestartedNodeDaemonTakesBackEveryJobItServed) {
+  const std::vector<std::string> flags = {"--node-service", "on", "--log-level", "info"};
+  Daemon a(2, flags), b(2, flags);
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9501, "0", FreePort(), "tok-9501")) ASSERT_EQ(rc, 0) << out;
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9502, "nobody", FreePort(), "tok-9502")) ASSERT_EQ(rc, 0) << out;
+  for (const auto& [rc, out] : AddOnNodes({&b, &a}, 9504, "0", FreePort(), "tok-9504")) ASSERT_EQ(rc, 0) << out;
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9505, "0 --on-loss continue", FreePort(), "tok-9505"))
+    ASSERT_EQ(rc, 0) << out;
+  auto [rc, out] = Shell(Syncctl(b, "job add --job 9503 --uid nobody --coord topo"));
+  ASSERT_EQ(rc, 0) << out;
+  ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9501, 0, 1, 20)));
+  ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9502, kNobody, 1, 20)));
+  ExpectAllSucceeded(RunJob(b, 9503, kNobody, 2));
+  struct stat st {};
+  ASSERT_EQ(stat((b.run_dir() + "/jobs").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << "the jobs' tokens are the daemon's alone";
+  auto* killed = static_cast<std::atomic<int>*>(
+      mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(killed, MAP_FAILED);
+  new (killed) std::atomic<int>(0);
+  std::vector<pid_t> through = StartJobThroughARestart(a, b, 9505, killed);
+  ASSERT_TRUE(WaitForRanks(a, 9505, 2) && WaitForRanks(b, 9505, 2));
+  usleep(200'000);
+  killed->store(1);
+  ASSERT_TRUE(b.Restart()) << b.Log();
+  ASSERT_TRUE(WaitForJobs(b, {9501, 9502, 9503, 9505})) << Shell(Syncctl(b, "job list")).second << b.Log();
+  ExpectAllSucceeded(Finish(through));
+  munmap(killed, sizeof(std::atomic<int>));
+  std::tie(rc, out) = Shell(Syncctl(b, "job list"));
+  EXPECT_FALSE(Contains(out, "9504")) << out;
+  EXPECT_TRUE(Contains(b.Log(), "job 9504: not taken back after this daemon's restart: this node served its rendezvous"))
+      << b.Log();
+  // Each job's next run, on both nodes, every sum exact; the one-node job in its own mode still.
+  std::vector<pid_t> first = StartTwoNodeJob(a, b, 9501, 0, 2, 50);
+  std::vector<pid_t> second = StartTwoNodeJob(a, b, 9502, kNobody, 3, 50);
+  ExpectAllSucceeded(Finish(first));
+  ExpectAllSucceeded(Finish(second));
+  ExpectAllSucceeded(RunJob(b, 9503, kNobody, 2));
+  std::tie(rc, out) = Shell(Syncctl(b, "job list --json"));
+  EXPECT_TRUE(Contains(out, "\"settings\":{\"coord\":\"topo\"}")) << out;
+  // Removed, it is not taken back by a later restart.
+  std::tie(rc, out) = Shell(Syncctl(b, "job remove 9503"));
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(b.Restart()) << b.Log();
+  ASSERT_TRUE(WaitForJobs(b, {9501, 9502})) << b.Log();
+  std::tie(rc, out) = Shell(Syncctl(b, "job list"));
+  EXPECT_FALSE(Contains(out, "9503")) << out;
 }
 
 TEST_F(NodeService, ControlSocketIsTheAdministratorsAlone) {
