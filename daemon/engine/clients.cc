@@ -44,7 +44,10 @@ Tenant& Engine::TenantFor(const AttachedClient& a) {
   // by side each run their own (the attach checked it against the job's registration).
   const uint32_t fixed = side_by_side_ ? 0 : local_size_;
   const bool none_left = t == nullptr || t->client_by_local_rank.empty();
-  if (t != nullptr && none_left && t->fresh_next_run) {
+  // A node service's job keeps its id from run to run (a second srun of its allocation): after a
+  // run that ended with a failure, or whose other node's daemon came back, the next run starts
+  // afresh here, as on its other nodes (each when its first rank attaches).
+  if (t != nullptr && none_left && (t->fresh_next_run || (side_by_side_ && t->job->Broken()))) {
     DropTenant(*t);
     t = nullptr;
   }

@@ -173,6 +173,12 @@ class Job {
   // afresh with it, the membership + 1. Returns where the job now stands, for the new daemon.
   uint32_t NextGlobalSlot() { return FreeSlot(/*except_set=*/0); }
   JobResume TakeRestartedNodeBack(const Membership::RestartedNode& n);
+  // Whether the job ended with a failure (a loss under --on-loss fail, a stall shutdown, an abort
+  // here or on another node): its global set can run nothing more.
+  bool Broken() const {
+    const auto it = sets_.find(0);
+    return it != sets_.end() && it->second->Broken();
+  }
   // Whether the global set runs here, so that the other nodes can be told (TellNodes).
   bool GlobalSetRuns() const {
     const auto it = sets_.find(0);

@@ -186,6 +186,8 @@ class ProcessSet {
   // once every node has started the job and while it runs; returns whether it did.
   bool TellNodes(ControlMessage m, int32_t node = -1);
   bool CanTellNodes() const { return negotiator_ && negotiator_->joined() && !negotiator_->broken(); }
+  // The job ended through this set: its coordination broke (here or on another node), or FailJob.
+  bool Broken() const { return (negotiator_ && negotiator_->broken()) || !job_failure_.ok(); }
   // Waits (until the deadline) for what TellNodes sent to leave: the set is about to go.
   bool FlushNotices(uint64_t deadline_ns) { return !negotiator_ || negotiator_->FlushControl(deadline_ns); }
   // Whether every node has started the job (the start handshake, coord/job_join.h, is done): what

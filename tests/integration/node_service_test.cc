@@ -818,6 +818,25 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
         << hashes[0] << " " << hashes[1] << " " << hashes[2];
 }
 
+// A job of two nodes whose ranks were all killed mid-run (a step cancelled, an OOM kill) runs its
+// next run under the same id (the allocation's next srun) exact on every rank, at once and again
+// after a while: nothing of the killed run reaches it. Every coordination mode.
+TEST_P(NodeServiceModes, AJobOfTwoNodesWhoseRanksWereAllKilledRunsItsNextRunExact) {
+  const std::vector<std::string> flags = {"--node-service", "on", "--coord", GetParam(), "--log-level", "error"};
+  Daemon a(2, flags), b(2, flags);
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9601, "0", FreePort(), "tok-9601")) ASSERT_EQ(rc, 0) << out;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<pid_t> doomed = StartTwoNodeJob(a, b, 9601, 0, 1, 1'000'000);
+    ASSERT_TRUE(WaitForRanks(a, 9601, 2) && WaitForRanks(b, 9601, 2));
+    usleep(100'000);
+    for (pid_t p : doomed) kill(p, SIGKILL);
+    for (pid_t p : doomed) (void)WaitChild(p, 10'000);
+    if (round == 1) usleep(2'500'000);  // past the rejoin grace
+    ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9601, 0, 2, 50)));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, NodeServiceModes, ::testing::Values("negotiate", "gs", "nbcs", "topo"));
 
 // Ranks of a job registered with --on-loss continue, two on each of two nodes, allreducing
