@@ -96,6 +96,7 @@ void FillJobs(const JobRegistry& jobs, const StatusSnapshot& s, control::StatusR
     out->set_errors(served->errors);
     out->set_engine_s(served->engine_s);
     out->set_waited_s(served->waited_s);
+    out->set_link_bytes(served->link_bytes);
   }
 }
 

@@ -165,6 +165,7 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   hooks.ledger = &ledger_;
   hooks.residuals = &t.residuals;
   hooks.share = &t.share;
+  if (transport) t.usage.link_bytes_base = transport->bytes_sent();
   t.job = std::make_unique<Job>(t.config, job, local_size, std::move(links));
   ShareEngine();
   PublishSetNodes(t);

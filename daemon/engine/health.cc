@@ -226,6 +226,9 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     u.errors = t->usage.errors;
     u.engine_s = double(t->usage.engine_ns) / 1e9;
     u.waited_s = double(t->usage.waited_ns) / 1e9;
+    const OwnLinks* own = links_.Of(id);
+    if (Transport* transport = own ? own->transport.get() : links_.daemons())
+      u.link_bytes = transport->bytes_sent() - t->usage.link_bytes_base;
     u.node_rank = t->config.node_rank;
     u.nodes = t->config.nodes;
     u.local_size = t->local_size;

@@ -60,6 +60,8 @@ struct Tenant {
     // Engine time spent on other jobs while this one had work in flight: the wait the others
     // caused it (jobs side by side only).
     uint64_t waited_ns = 0;
+    // Its transport's bytes sent when it started here (its link bytes are those sent since).
+    uint64_t link_bytes_base = 0;
   };
   Usage usage;
   uint64_t pass_ns = 0;  // engine time on it in the current pass (jobs side by side)

@@ -162,6 +162,8 @@ void Jobs(const StatusSnapshot& s, Exposition* e) {
        [](const JobUsage& u) { return double(u.errors); }},
       {"syncd_job_engine_seconds_total", "counter", "Engine time spent on this job's rings and process sets.",
        [](const JobUsage& u) { return u.engine_s; }},
+      {"syncd_job_link_bytes_total", "counter", "Bytes this job sent to its other nodes' daemons (its links).",
+       [](const JobUsage& u) { return double(u.link_bytes); }},
       {"syncd_job_waited_seconds_total", "counter",
        "Engine time spent on other jobs while this one had work in flight: the wait they caused it.",
        [](const JobUsage& u) { return u.waited_s; }},

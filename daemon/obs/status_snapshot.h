@@ -99,6 +99,7 @@ struct JobUsage {
   double engine_s = 0;  // engine time on its rings and sets
   double waited_s = 0;  // engine time on other jobs while it had work in flight
   uint32_t node_rank = 0, nodes = 1, local_size = 0;  // its place: on links of its own, its own nodes
+  uint64_t link_bytes = 0;  // bytes it sent to its other nodes since it started here
 };
 
 struct StatusSnapshot {

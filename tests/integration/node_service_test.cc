@@ -670,6 +670,16 @@ TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
   std::vector<pid_t> second = StartTwoNodeJob(a, b, 9102, kNobody, 1000, 300);
   ExpectAllSucceeded(Finish(first));
   ExpectAllSucceeded(Finish(second));
+  // Each job's share shows the bytes it sent over its own links: at least its 300 sums' 8 bytes.
+  std::tie(rc, out) = Shell(Syncctl(a, "job list --json"));
+  for (uint64_t job : {9101, 9102}) {
+    const size_t at = out.find("\"job\":\"" + std::to_string(job) + "\"");
+    ASSERT_NE(at, std::string::npos) << out;
+    const uint64_t sent = JsonNumber(out.substr(at), "link_bytes");  // the job's own (its first after it)
+    EXPECT_TRUE(sent != UINT64_MAX && sent >= 300u * 8) << out;
+  }
+  std::tie(rc, out) = Shell(Syncctl(a, "job list"));
+  EXPECT_TRUE(Contains(out, "LINK_BYTES")) << out;
   // A second run of a job (another step of its allocation) on the links it has.
   ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9101, 0, 2, 50)));
   // Refusals.
