@@ -8,7 +8,7 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
   # daemon dependencies
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
   libucx-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
   # the metrics endpoint: prometheus-cpp's registry model and its pull server, which runs on civetweb
   libcivetweb-dev prometheus-cpp-dev

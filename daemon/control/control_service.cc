@@ -439,6 +439,7 @@ syncd::Status ControlService::Link(const JobAdmission& a) {
     }
   } done{this, a.job};
   LinkSpec spec = LinkSpecOf(config_);
+  spec.job = a.job;
   spec.nodes = a.nodes;
   spec.node_rank = a.node_rank;
   spec.local_size = a.local_size != 0 ? a.local_size : config_.local_size;

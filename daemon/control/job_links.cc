@@ -16,7 +16,7 @@ namespace {
 // Node 0 serves the rendezvous. gRPC binds with SO_REUSEPORT by default: two jobs given the same
 // port would both listen and split each other's joins, so it fails instead.
 Status ServeRendezvous(const LinkSpec& spec, JobLinks* links) {
-  links->rendezvous = std::make_unique<RendezvousService>(spec.token, spec.nodes, spec.local_size,
+  links->rendezvous = std::make_unique<RendezvousService>(spec.token, spec.job, spec.nodes, spec.local_size,
                                                           std::chrono::seconds(spec.join_timeout_s));
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -29,7 +29,7 @@ Status ServeRendezvous(const LinkSpec& spec, JobLinks* links) {
 
 control::JoinRequest JoinRequestOf(const LinkSpec& spec, const JobLinks& links, const std::string& host) {
   control::JoinRequest join;
-  join.set_job_token(spec.token);
+  join.set_job(spec.job);
   join.set_node_rank(spec.node_rank);
   join.set_nodes(spec.nodes);
   join.set_local_size(spec.local_size);
@@ -42,6 +42,7 @@ control::JoinRequest JoinRequestOf(const LinkSpec& spec, const JobLinks& links, 
   join.set_nccl_id(links.nccl_id);
   join.set_wire_version(kWireVersion);
   join.set_daemon_version(kVersionString);
+  SignJoinRequest(spec.token, &join);  // the token itself stays here
   return join;
 }
 

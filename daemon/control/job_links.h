@@ -30,10 +30,11 @@ class Engine;
 
 // Which job's links, among which nodes, and how to reach them.
 struct LinkSpec {
+  uint64_t job = 0;  // a node service's job (0: the daemon's own); each join proves it
   uint32_t nodes = 1, node_rank = 0;
   uint32_t local_size = 0;    // ranks per node (0: as the ranks say)
   std::string rendezvous;     // host:port, served by node 0
-  std::string token;          // proves the job at the rendezvous
+  std::string token;          // proves the job at the rendezvous (never sent: JoinProof)
   uint32_t join_timeout_s = 60;
   UcxOptions ucx;
 };

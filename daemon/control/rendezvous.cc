@@ -1,5 +1,10 @@
 #include "daemon/control/rendezvous.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -18,9 +23,10 @@ std::string MissingNodes(const std::vector<bool>& joined) {
 
 }  // namespace
 
-RendezvousService::RendezvousService(std::string job_token, uint32_t nodes, uint32_t local_size,
+RendezvousService::RendezvousService(std::string job_token, uint64_t job, uint32_t nodes, uint32_t local_size,
                                      std::chrono::milliseconds timeout)
     : token_(std::move(job_token)),
+      job_(job),
       nodes_(nodes),
       local_size_(local_size),
       deadline_(std::chrono::steady_clock::now() + timeout),
@@ -35,7 +41,10 @@ grpc::Status RendezvousService::Join(grpc::ServerContext* ctx, const control::Jo
                                      control::JoinReply* reply) {
   const std::string who = "node " + std::to_string(req->node_rank()) + " (" + req->hostname() + ", pid " +
                           std::to_string(req->pid()) + ", from " + ctx->peer() + ")";
-  if (grpc::Status st = CheckJoinRequest(*req, token_, nodes_, local_size_, who); !st.ok()) {
+  const uint64_t now_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
+  if (grpc::Status st = CheckJoinRequest(*req, token_, job_, nodes_, local_size_, who, now_ms); !st.ok()) {
     spdlog::warn("rendezvous: refused {}", st.error_message());
     return st;
   }
@@ -93,9 +102,35 @@ void RendezvousService::FillTable(control::JoinReply* reply) {
   reply->set_nccl_id(nccl_id_);
 }
 
-grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint32_t nodes,
-                              uint32_t local_size, const std::string& who) {
-  if (req.job_token() != token) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, who + ": wrong job token");
+std::string JoinProof(const std::string& token, const control::JoinRequest& req) {
+  // What is signed: the request without its proof, serialized deterministically (both ends run
+  // the same protocol, checked before the proof).
+  control::JoinRequest signed_part = req;
+  signed_part.clear_token_proof();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    signed_part.SerializeToCodedStream(&coded);
+  }
+  bytes.insert(0, "syncd join\n");
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), token.data(), int(token.size()), reinterpret_cast<const unsigned char*>(bytes.data()),
+           bytes.size(), mac, &len) == nullptr)
+    return "";
+  return std::string(reinterpret_cast<const char*>(mac), len);
+}
+
+void SignJoinRequest(const std::string& token, control::JoinRequest* req) {
+  req->set_issued_unix_ms(uint64_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()));
+  req->set_token_proof(JoinProof(token, *req));
+}
+
+grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint64_t job, uint32_t nodes,
+                              uint32_t local_size, const std::string& who, uint64_t now_unix_ms) {
   if (req.wire_version() != kWireVersion) {
     const std::string theirs = req.wire_version() == 0 ? "1 or older" : std::to_string(req.wire_version());
     const std::string version = req.daemon_version().empty() ? "an older syncd" : "syncd " + req.daemon_version();
@@ -104,6 +139,21 @@ grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string
                             kVersionString + " (daemon protocol " + std::to_string(kWireVersion) +
                             "): every daemon of a job must speak the same protocol (upgrade them together)");
   }
+  if (req.job() != job)
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        who + " joins job " + std::to_string(req.job()) + ", but this rendezvous is job " +
+                            std::to_string(job) + "'s");
+  const std::string proof = JoinProof(token, req);
+  if (proof.empty() || req.token_proof().size() != proof.size() ||
+      CRYPTO_memcmp(req.token_proof().data(), proof.data(), proof.size()) != 0)
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, who + ": wrong job token (its proof does not match)");
+  const uint64_t issued = req.issued_unix_ms();
+  const uint64_t apart = issued > now_unix_ms ? issued - now_unix_ms : now_unix_ms - issued;
+  if (apart > kJoinProofWindowMs)
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        who + ": its join was made " + std::to_string(apart / 1000) + " s " +
+                            (issued > now_unix_ms ? "ahead of" : "behind") +
+                            " node 0's clock (at most 300 s apart: a replayed join, or clocks out of step)");
   if (req.nodes() != nodes || req.node_rank() >= nodes)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, who + " says the job has " + std::to_string(req.nodes()) +
                                                                 " nodes; node 0 says " + std::to_string(nodes));

@@ -22,7 +22,9 @@ namespace syncd {
 
 class RendezvousService final : public control::Rendezvous::Service {
  public:
-  RendezvousService(std::string job_token, uint32_t nodes, uint32_t local_size, std::chrono::milliseconds timeout);
+  // Of job `job` (0: the daemon's own), whose daemons prove `job_token`.
+  RendezvousService(std::string job_token, uint64_t job, uint32_t nodes, uint32_t local_size,
+                    std::chrono::milliseconds timeout);
 
   grpc::Status Join(grpc::ServerContext* ctx, const control::JoinRequest* req, control::JoinReply* reply) override;
 
@@ -38,6 +40,7 @@ class RendezvousService final : public control::Rendezvous::Service {
 
  private:
   const std::string token_;
+  const uint64_t job_;
   const uint32_t nodes_;
   const uint32_t local_size_;
   const std::chrono::steady_clock::time_point deadline_;
@@ -57,10 +60,21 @@ class RendezvousService final : public control::Rendezvous::Service {
   void FillTable(control::JoinReply* reply) SYNCD_REQUIRES(mu_);
 };
 
-// Whether `req` may join a job of `nodes` nodes with `local_size` ranks each and this token;
+// What a joining daemon sends instead of its job's token: HMAC-SHA256 keyed by the token over
+// everything else it asks (the job, its place, its address, when; JoinRequest.token_proof
+// cleared). Node 0 computes it again with its own token: the token never crosses the wire, and
+// a proof seen on it is good for that daemon's join of that job only.
+std::string JoinProof(const std::string& token, const control::JoinRequest& req);
+// `req` with its job's proof in it, made now (issued_unix_ms).
+void SignJoinRequest(const std::string& token, control::JoinRequest* req);
+// How far from node 0's clock a join may have been made.
+inline constexpr uint64_t kJoinProofWindowMs = 5 * 60 * 1000;
+
+// Whether `req` may join job `job` of `nodes` nodes with `local_size` ranks each: the same daemon
+// protocol, the same job, a proof of this token made within kJoinProofWindowMs of `now_unix_ms`.
 // `who` names the caller in the error.
-grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint32_t nodes,
-                              uint32_t local_size, const std::string& who);
+grpc::Status CheckJoinRequest(const control::JoinRequest& req, const std::string& token, uint64_t job, uint32_t nodes,
+                              uint32_t local_size, const std::string& who, uint64_t now_unix_ms);
 
 struct JobTable {
   std::vector<std::string> ucx_addresses;  // by node rank

@@ -171,13 +171,15 @@ def main():
     write("coord_wire", "health", b"\2" + control("N", 0x1234, cycle=0, text="@1 20\nnode-b 4242 1 10 50100 50900 200\n"
                                                   "2 5002 1 120 S - 10 0 0 0 0\n3 5003 1 2500 T S 10 10 50000 51000 1000000\n"
                                                   "@2 310\nnode-c 4243 0 10 100 200 0\n4 5004 1 80 R - 10 0 0 0 0\n"))
-    # rendezvous_join: a JoinRequest (token "fuzz-token", 4 nodes of 2 ranks).
-    join = pb_field(1, "fuzz-token") + pb_field(2, 1) + pb_field(3, 4) + pb_field(4, 2) + pb_field(5, b"\x01" * 40) + \
+    # rendezvous_join: a JoinRequest of job 7 (4 nodes of 2 ranks); an input of even length has
+    # the harness sign it with the job's token ("fuzz-token"), an odd one is checked as it comes.
+    join = pb_field(2, 2) + pb_field(3, 4) + pb_field(4, 2) + pb_field(5, b"\x01" * 40) + \
         pb_field(6, "node-a") + pb_field(7, 999) + pb_field(8, 1) + pb_field(10, "GPU-0000") + pb_field(11, WIRE) + \
-        pb_field(12, "0.1.0")
+        pb_field(12, "0.1.0") + pb_field(13, 7)
     write("rendezvous_join", "node1", join)
-    write("rendezvous_join", "older-protocol", join[:-len(pb_field(11, WIRE) + pb_field(12, "0.1.0"))])
-    write("rendezvous_join", "wrong-token", pb_field(1, "nope") + pb_field(3, 4))
+    write("rendezvous_join", "older-protocol", pb_field(2, 2) + pb_field(3, 4) + pb_field(11, WIRE - 1))
+    write("rendezvous_join", "another-job", join[:-len(pb_field(13, 7))] + pb_field(13, 8))
+    write("rendezvous_join", "forged-proof", join + pb_field(14, 1796600000000) + pb_field(15, b"\x00" * 32))
     # control_request: a DrainRequest's timeout.
     write("control_request", "drain-30s", pb_field(1, 30.0))
     write("control_request", "drain-default", pb_field(1, -1.0))

@@ -6,9 +6,15 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   syncd::control::JoinRequest req;
   if (!req.ParseFromArray(data, int(size))) return 0;
-  const grpc::Status st = syncd::CheckJoinRequest(req, "fuzz-token", 4, 2, "node " + std::to_string(req.node_rank()));
+  // Inputs of even length signed with the job's token (the fuzzer cannot forge a proof), so that
+  // what follows the proof is reached too; the others checked as they come.
+  if (size % 2 == 0) syncd::SignJoinRequest("fuzz-token", &req);
+  const grpc::Status st = syncd::CheckJoinRequest(req, "fuzz-token", 7, 4, 2, "node " + std::to_string(req.node_rank()),
+                                                  req.issued_unix_ms());
   if (!st.ok()) return 0;
-  if (req.job_token() != "fuzz-token" || req.node_rank() >= 4 || req.nodes() != 4) __builtin_trap();
+  if (req.token_proof() != syncd::JoinProof("fuzz-token", req) || req.job() != 7 || req.node_rank() >= 4 ||
+      req.nodes() != 4)
+    __builtin_trap();
   syncd::JobTable table;
   table.hostnames.assign(4, "host");
   table.gpu_uuids.assign(4, {});

@@ -496,7 +496,6 @@ TEST(ManyNodesRendezvous, ADaemonOfAnotherProtocolIsRefusedNamingBothVersions) {
                    "--log-level", "info"},
                false);
   control::JoinRequest old;
-  old.set_job_token("syncd");
   old.set_node_rank(1);
   old.set_nodes(2);
   old.set_local_size(1);
