@@ -247,7 +247,10 @@ void PrintTable(const syncd::control::StatusReply& s) {
          s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
          syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
   if (s.node_service()) PrintJobs(s);
-  printf("clients    %zu attached of %u local ranks\n", attached, s.local_size());
+  if (s.node_service() && s.job_id() == 0)  // every job's ranks, each job its own local ranks
+    printf("clients    %zu attached, of %d jobs (syncctl status --job ID: one job's)\n", attached, s.jobs_size());
+  else
+    printf("clients    %zu attached of %u local ranks\n", attached, s.local_size());
   if (s.on_loss() == "continue" || s.on_loss() == "restore")
     printf("elastic    --on-loss %s: a rank or node lost, the job goes on without it%s\n", s.on_loss().c_str(),
            s.on_loss() == "restore" ? " after its collective in flight fails on every rank (hvd.elastic.run restores)"

@@ -680,6 +680,8 @@ TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
   }
   std::tie(rc, out) = Shell(Syncctl(a, "job list"));
   EXPECT_TRUE(Contains(out, "LINK_BYTES")) << out;
+  std::tie(rc, out) = Shell(Syncctl(a, "status"));
+  EXPECT_TRUE(Contains(out, "attached, of 2 jobs (syncctl status --job ID: one job's)")) << out;
   // A second run of a job (another step of its allocation) on the links it has.
   ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9101, 0, 2, 50)));
   // Refusals.
