@@ -204,23 +204,30 @@ b_both_side=$(on_node_daemon 2 "${big[@]}" | field busbw_GBps)
 wait "$a_pid"
 a_both_side=$(field busbw_GBps <"$out/a_both")
 # Weights 2:1 (registering again updates the weight; the ranks attach afresh). The shares are the
-# daemon's own count of each job's bytes over `seconds` while both stream (syncctl job list).
+# daemon's own count of each job's bytes over `seconds` (1 s at least: a 64 MiB allreduce must
+# complete in it, sanitizers included) while both stream (syncctl job list); the streams run
+# until they are stopped.
 register 1 --weight 2
 job_bytes() {
   "$bin/syncctl" --run-dir "$out/run0" job list --json |
     /usr/bin/python3 -c "import json,sys; j={int(x['job']): int(x.get('bytes', 0)) for x in json.load(sys.stdin)['jobs']}; print(j.get(1, 0), j.get(2, 0))"
 }
-on_node_daemon 1 --sizes 64M --seconds "$long" >/dev/null &
-a_pid=$!
-on_node_daemon 2 --sizes 64M --seconds "$long" >/dev/null &
-b_pid=$!
+streams=(--sizes 64M --seconds 3600 --iters 100000000)
+start_ranks 1 "${streams[@]}"
+start_ranks 2 "${streams[@]}"
 sleep 1
 read -r a0 b0 < <(job_bytes)
-sleep "$seconds"
+sleep "$(/usr/bin/python3 -c "print(max($seconds, 1))")"
 read -r a1 b1 < <(job_bytes)
-wait "$a_pid" "$b_pid"
+kill -9 $(cat "$out/pids.1" "$out/pids.2") 2>/dev/null || true
+wait_ranks 1 >/dev/null 2>&1 || true
+wait_ranks 2 >/dev/null 2>&1 || true
 a_weighted=$(( a1 - a0 ))
 b_weighted=$(( b1 - b0 ))
+if [ "$a_weighted" -le 0 ] || [ "$b_weighted" -le 0 ]; then
+  echo "tenants.sh: at weights 2:1 job 1 moved $a_weighted bytes and job 2 $b_weighted in the window" >&2
+  exit 1
+fi
 
 # B's step (a 1 MiB allreduce, its mean time over `seconds`) alone, while A runs (8-byte
 # allreduces back to back), and while A loses a rank: A's rank 1 is killed (SIGKILL) a quarter
