@@ -238,15 +238,10 @@ void PrintLosses(const syncd::control::StatusReply& s) {
     printf("  MEMBERSHIP %u at %s: %s\n", m.membership(), ClockTime(m.unix_s()).c_str(), m.why().c_str());
 }
 
-void PrintTable(const syncd::control::StatusReply& s) {
+// The ranks attached here (every job's, in a node service's view of all), and the elastic policy.
+void PrintClients(const syncd::control::StatusReply& s) {
   size_t attached = 0;
   for (const auto& c : s.clients()) attached += c.state() == "attached";
-  printf("syncd %s   node %u of %u   up %.1f s   %s%s\n", s.version().c_str(), s.node_rank(), s.node_count(),
-         s.uptime_s(), s.run_dir().c_str(), s.draining() ? "   DRAINING (no new clients)" : "");
-  printf("cores      daemon %s   workers %s\n",
-         s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
-         syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
-  if (s.node_service()) PrintJobs(s);
   if (s.node_service() && s.job_id() == 0)  // every job's ranks, each job its own local ranks
     printf("clients    %zu attached, of %d jobs (syncctl status --job ID: one job's)\n", attached, s.jobs_size());
   else
@@ -269,6 +264,16 @@ void PrintTable(const syncd::control::StatusReply& s) {
       if (!c.unresponsive().empty()) printf("  UNRESPONSIVE rank %u (pid %d): %s\n", c.rank(), c.pid(), c.unresponsive().c_str());
     PrintLosses(s);
   }
+}
+
+void PrintTable(const syncd::control::StatusReply& s) {
+  printf("syncd %s   node %u of %u   up %.1f s   %s%s\n", s.version().c_str(), s.node_rank(), s.node_count(),
+         s.uptime_s(), s.run_dir().c_str(), s.draining() ? "   DRAINING (no new clients)" : "");
+  printf("cores      daemon %s   workers %s\n",
+         s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
+         syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
+  if (s.node_service()) PrintJobs(s);
+  PrintClients(s);
   printf("ops       ");
   for (const auto& k : s.ops().kinds()) printf(" %s %lu  ", k.kind().c_str(), (unsigned long)k.ops());
   printf(" errors %lu\n", (unsigned long)s.ops().errors());

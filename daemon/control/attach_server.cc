@@ -296,15 +296,11 @@ void AttachServer::SettleLeavingClients() {
   for (auto [fd, clean] : leaving) Drop(fd, clean ? "detached" : "exited without detaching (crashed or killed)", clean);
 }
 
-void AttachServer::CompleteHandshake(int fd, Connection& conn) {
-  const abi::AttachRequest req = conn.request;
-  const int32_t pid = conn.pid;
-  SettleLeavingClients();  // first: a leaving job's clients still hold its local size
-  const uint64_t slot = SlotOf(req.job_id);
+AttachRules AttachServer::RulesFor(const Connection& conn, uint64_t slot,
+                                   const std::optional<JobAdmission>& admission) const {
   // A node service's registered job runs on its own nodes (of several, on links of its own), or
   // alone on this one where the daemon is a node of nobody else's: its ranks fit its own
   // registration, not the daemon's --local-size. Any other job runs on the daemon's nodes.
-  const std::optional<JobAdmission> admission = jobs_ != nullptr ? jobs_->Find(req.job_id) : std::nullopt;
   const bool own_nodes = admission && (admission->nodes > 1 || config_.nodes == 1);
   AttachRules rules{config_.node_rank, config_.nodes, LocalSizeOf(slot, !own_nodes),
                     accepting_.load(std::memory_order_acquire), config_.run_dir, jobs_, conn.uid, conn.gid};
@@ -313,6 +309,16 @@ void AttachServer::CompleteHandshake(int fd, Connection& conn) {
     rules.node_rank = admission->node_rank;
     if (admission->local_size != 0) rules.local_size = admission->local_size;
   }
+  return rules;
+}
+
+void AttachServer::CompleteHandshake(int fd, Connection& conn) {
+  const abi::AttachRequest req = conn.request;
+  const int32_t pid = conn.pid;
+  SettleLeavingClients();  // first: a leaving job's clients still hold its local size
+  const uint64_t slot = SlotOf(req.job_id);
+  const std::optional<JobAdmission> admission = jobs_ != nullptr ? jobs_->Find(req.job_id) : std::nullopt;
+  const AttachRules rules = RulesFor(conn, slot, admission);
   if (Status st = CheckAttachRequest(req, pid, rules); !st.ok()) return Refuse(fd, st.code(), st.message());
   const std::string who = AttachingRank(req, pid);
   // One job at a time, unless jobs are served side by side (each in its own slot).

@@ -17,10 +17,12 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "daemon/base/config.h"
 #include "daemon/base/spsc_queue.h"
+#include "daemon/control/attach_handshake.h"
 #include "daemon/control/job_registry.h"
 #include "daemon/engine/engine.h"
 #include "daemon/shm/node_page.h"
@@ -86,6 +88,9 @@ class AttachServer {
   // The local size the ranks of `slot` must say: the daemon's --local-size where it has one and
   // `daemon_wide`, else that of the slot's ranks attached (0: none is).
   uint32_t LocalSizeOf(uint64_t slot, bool daemon_wide) const;
+  // What a client of `conn` attaching to `slot` must fit: the daemon's nodes, or its registered
+  // job's own (`admission`).
+  AttachRules RulesFor(const Connection& conn, uint64_t slot, const std::optional<JobAdmission>& admission) const;
   void Forget(int fd);
 
   const Config config_;

@@ -201,6 +201,8 @@ class Engine {
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
   // The engine's part of the status (obs/status_builder.h), now.
+  // Each job's share and place (the status's jobs), and what a job on links of its own reports.
+  void CaptureJobs(uint64_t now_ns, EngineFacts* f) const;
   std::shared_ptr<EngineFacts> CaptureFacts() const;
   // Attached and lost ranks, by rank, and whether the others have waited for each (status, metrics).
   std::vector<ClientSnapshot> SnapshotClients(uint64_t now_ns) const;

@@ -190,6 +190,35 @@ uint64_t Job::PendingTensors() const {
   return pending;
 }
 
+void Engine::CaptureJobs(uint64_t now_ns, EngineFacts* f) const {
+  for (const auto& [id, t] : tenants_) {
+    f->has_job = true;
+    f->pending += t->job->PendingTensors();
+    JobUsage& u = f->status.jobs.emplace_back();
+    u.job_id = id;
+    u.ranks = uint32_t(t->client_by_local_rank.size());
+    u.requests = t->usage.requests;
+    u.bytes = t->usage.bytes;
+    u.errors = t->usage.errors;
+    u.engine_s = double(t->usage.engine_ns) / 1e9;
+    u.waited_s = double(t->usage.waited_ns) / 1e9;
+    u.node_rank = t->config.node_rank;
+    u.nodes = t->config.nodes;
+    u.local_size = t->local_size;
+    const OwnLinks* own = links_.Of(id);
+    if (Transport* transport = own ? own->transport.get() : links_.daemons())
+      u.link_bytes = transport->bytes_sent() - t->usage.link_bytes_base;
+    if (own == nullptr) continue;
+    // A job on links of its own reports its health to its own nodes.
+    EngineFacts::OwnLinkJob& j = f->own_link_jobs.emplace_back();
+    j.job = id;
+    j.node_rank = own->node_rank;
+    j.host = t->job->host();
+    j.pending = t->job->PendingTensors();
+    j.peer_health = t->job->PeerHealth(now_ns);
+  }
+}
+
 std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   auto f = std::make_shared<EngineFacts>();
   StatusSnapshot* s = &f->status;
@@ -217,42 +246,14 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   // Jobs side by side: the status names none (StatusRequest.job picks one's view).
   s->job_id = only != nullptr && !side_by_side_ ? only->job->id() : 0;
   s->side_by_side = side_by_side_;
-  for (const auto& [id, t] : tenants_) {
-    JobUsage& u = s->jobs.emplace_back();
-    u.job_id = id;
-    u.ranks = uint32_t(t->client_by_local_rank.size());
-    u.requests = t->usage.requests;
-    u.bytes = t->usage.bytes;
-    u.errors = t->usage.errors;
-    u.engine_s = double(t->usage.engine_ns) / 1e9;
-    u.waited_s = double(t->usage.waited_ns) / 1e9;
-    const OwnLinks* own = links_.Of(id);
-    if (Transport* transport = own ? own->transport.get() : links_.daemons())
-      u.link_bytes = transport->bytes_sent() - t->usage.link_bytes_base;
-    u.node_rank = t->config.node_rank;
-    u.nodes = t->config.nodes;
-    u.local_size = t->local_size;
-  }
+  CaptureJobs(now_ns, f.get());
   s->on_loss = OnLossName(config_.on_loss);
-  for (const auto& [id, t] : tenants_) {
-    f->has_job = true;
-    f->pending += t->job->PendingTensors();
-  }
   if (only != nullptr) {
     f->reports_health = links_.daemons() != nullptr;
     f->host = only->job->host();
     s->membership_changes = only->job->membership().changes();
     if (f->reports_health) f->peer_health = only->job->PeerHealth(now_ns);
   }
-  for (const auto& [id, t] : tenants_)
-    if (const OwnLinks* own = links_.Of(id); own != nullptr) {
-      EngineFacts::OwnLinkJob& j = f->own_link_jobs.emplace_back();
-      j.job = id;
-      j.node_rank = own->node_rank;
-      j.host = t->job->host();
-      j.pending = t->job->PendingTensors();
-      j.peer_health = t->job->PeerHealth(now_ns);
-    }
   s->timeline = timeline_.State();
   s->engine_busy_ns = tally_.busy_ns;
   s->engine_wakeups = tally_.wakeups;
