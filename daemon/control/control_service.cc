@@ -43,6 +43,13 @@ std::shared_ptr<const StatusSnapshot> OneJobsView(const std::shared_ptr<const St
   std::erase_if(s->process_sets, others);
   std::erase_if(s->stalls, others);
   if (const auto it = all->own_link_job_nodes.find(job); it != all->own_link_job_nodes.end()) s->job_nodes = it->second;
+  if (const auto it = all->job_figures.find(job); it != all->job_figures.end()) {
+    s->collectives = it->second.collectives;
+    s->stragglers = it->second.stragglers;
+    s->straggler_window = it->second.straggler_window;
+    s->straggler_collectives = it->second.straggler_collectives;
+  }
+  s->job_figures.clear();
   return s;
 }
 

@@ -78,6 +78,7 @@ void Engine::DropTenant(Tenant& t) {
   residuals_gone_.refused += r.refused;
   residuals_gone_.cleared += r.cleared + r.tensors;
   t.job->Retire(&retired_);
+  if (side_by_side_) completions_.EndJob(t.slot);  // its series go with it
   // The timeline reaches the job's daemons over its links, which may go with it (own links).
   if (timeline_.job() == t.job->id()) timeline_.EndJob();
   tenants_.erase(t.job->id());
@@ -147,11 +148,17 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   if (transport) transport->SetEpoch(JobEpoch(job));
   // Stragglers and per-collective metrics are the job's own: its series carry its job_id and
   // start from zero. (Engine CPU, wake-ups and fusion sizes count over the daemon's life.) Jobs
-  // served side by side share them.
+  // served side by side each have their own, in the lowest slot none of the others holds.
   const bool first = tenants_.empty();
-  if (first) completions_.BeginJob();
+  uint16_t slot = 0;
+  for (bool taken = true; taken; slot += taken) {
+    taken = false;
+    for (const auto& [id, other] : tenants_) taken |= other->slot == slot;
+  }
+  completions_.BeginJob(slot, job, !side_by_side_);
   auto owned = std::make_unique<Tenant>(std::move(job_config), local_size);
   Tenant& t = *owned;
+  t.slot = slot;
   tenants_[job] = std::move(owned);
   Job::Links links;
   links.transport = transport;

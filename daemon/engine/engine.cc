@@ -437,7 +437,12 @@ void Engine::Trace(const std::vector<Request>& requests, const Status& status) {
 void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   const Request& f = requests.front();
   if (timeline_.recorder()->on()) Trace(requests, status);
+  // A stand-in's tensor alone names no rank: it is the job's when the daemon serves one.
+  const Tenant* tenant = TenantOf(requests);
+  if (tenant == nullptr && tenants_.size() == 1) tenant = Only();
+  if (tenant == nullptr) return;
   CompletionEvent t;
+  t.job = tenant->slot;
   t.t_ns = abi::MonotonicNs();
   t.set = f.process_set;
   t.kind = uint8_t(f.kind);
@@ -457,8 +462,7 @@ void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   // or receive is one rank's.
   const Collective* kind = FindCollective(f.kind);
   t.stragglers = !abi::IsPointToPoint(f.kind) && !(kind != nullptr && kind->partial());
-  const Tenant* tenant = t.stragglers ? TenantOf(requests) : nullptr;
-  t.spans_nodes = tenant != nullptr && tenant->job->NodesOf(f.process_set) > 1;
+  t.spans_nodes = t.stragglers && tenant->job->NodesOf(f.process_set) > 1;
   if (!t.stragglers) t.rank = 0;
   completions_.Append(t);
   if (!t.stragglers) return;

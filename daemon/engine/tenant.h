@@ -48,6 +48,7 @@ struct Tenant {
   std::map<uint32_t, uint32_t> client_by_local_rank;  // its ranks attached here: local rank -> client id
   uint32_t local_size, world_size;
   uint32_t published_membership = 0;  // Job::membership as its ranks' segments show it
+  uint16_t slot = 0;  // its tensors' slot in the completion log (obs/completion_log.h)
   // A node service's job of several nodes that ended with a node lost (--on-loss fail) whose
   // daemon came back: its next run here starts afresh, once this run's ranks have left.
   bool fresh_next_run = false;

@@ -6,17 +6,20 @@
 
 namespace syncd {
 
+uint64_t CompletionLog::JobOf(uint16_t slot) const { return slot < slot_jobs_.size() ? slot_jobs_[slot] : 0; }
+
 void CompletionLog::CloseTensor() {
   const CompletionEvent& t = open_;
   open_left_ = 0;
   if (!t.stragglers) return;
-  figures_.stragglers.Record(arrivals_);
+  StragglerWindow& stragglers = figures_.jobs[JobOf(t.job)].stragglers;
+  stragglers.Record(arrivals_);
   uint64_t ready_ns = 0, first_here = UINT64_MAX;
   for (const auto& [rank, ns] : arrivals_) {
     ready_ns = std::max(ready_ns, ns);
     first_here = std::min(first_here, ns);
   }
-  if (ready_ns != 0 && t.spans_nodes) figures_.stragglers.RecordNodeWait(t.t_ns - ready_ns, ready_ns - first_here);
+  if (ready_ns != 0 && t.spans_nodes) stragglers.RecordNodeWait(t.t_ns - ready_ns, ready_ns - first_here);
 }
 
 void CompletionLog::FoldLocked() {
@@ -31,11 +34,18 @@ void CompletionLog::FoldLocked() {
     }
     if (open_left_ != 0) CloseTensor();
     if (e->type == CompletionEvent::kJobBegin) {
-      figures_.metrics.clear();
-      figures_.stragglers = StragglerWindow();
+      if (e->rank != 0) figures_.jobs.clear();
+      if (slot_jobs_.size() <= e->job) slot_jobs_.resize(e->job + 1, 0);
+      slot_jobs_[e->job] = e->bytes;
+      figures_.jobs[e->bytes] = JobFigures();
       continue;
     }
-    CollectiveMetrics& m = figures_.metrics[{e->set, uint32_t(e->kind)}];
+    if (e->type == CompletionEvent::kJobEnd) {
+      figures_.jobs.erase(JobOf(e->job));
+      if (e->job < slot_jobs_.size()) slot_jobs_[e->job] = 0;
+      continue;
+    }
+    CollectiveMetrics& m = figures_.jobs[JobOf(e->job)].metrics[{e->set, uint32_t(e->kind)}];
     if (e->code != 0) {
       ++m.errors[abi::StatusName(e->code)];
       continue;

@@ -4,8 +4,11 @@
 // the straggler window (obs/metrics.h, obs/stragglers.h), off the engine thread.
 //
 // A completed tensor is one kTensor event followed by `arrivals` kArrival events, one per local
-// rank's request (its global rank and when it reached the daemon). A job's first tensor is
-// preceded by kJobBegin: metrics and stragglers are each job's own.
+// rank's request (its global rank and when it reached the daemon). Each tensor carries its job's
+// slot (a small number the engine gives each job it serves, reused once the job is gone): a
+// job's first tensor is preceded by kJobBegin, which ties the slot to the job's id, and metrics
+// and stragglers are each job's own. A node service serves several jobs side by side, each with
+// figures of its own; kJobEnd drops a job's figures once it is gone (its series go with it).
 //
 // Threads: Append and BeginJob from the engine thread only; Fold (and what it hands over) from
 // any other thread, serialized by the log's mutex.
@@ -14,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -25,7 +29,7 @@
 namespace syncd {
 
 struct CompletionEvent {
-  enum Type : uint8_t { kTensor, kArrival, kJobBegin };
+  enum Type : uint8_t { kTensor, kArrival, kJobBegin, kJobEnd };
   uint64_t t_ns = 0;      // kTensor: when it completed; kArrival: when the rank's request came
   uint64_t first_ns = 0;  // kTensor: the earliest request's arrival (0: none known)
   uint64_t bytes = 0;     // kTensor: the local ranks' input bytes
@@ -36,13 +40,17 @@ struct CompletionEvent {
   uint8_t code = 0;          // kTensor: its status code (0: OK)
   bool spans_nodes = false;  // kTensor: its set spans nodes (the node-wait figures)
   bool stragglers = false;   // kTensor: counts in the straggler window (not partial rounds, not send/recv)
+  uint16_t job = 0;          // kTensor, kJobBegin, kJobEnd: the job's slot
 };
 static_assert(sizeof(CompletionEvent) == 40, "one event, fixed size");
 
-// What the events fold into: the job's per-collective metrics and straggler window.
-struct CompletionFigures {
+// What the events fold into: each job's per-collective metrics and straggler window.
+struct JobFigures {
   CollectiveMetricsByKind metrics;
   StragglerWindow stragglers;
+};
+struct CompletionFigures {
+  std::map<uint64_t, JobFigures> jobs;  // by job id (0: tensors of a slot no kJobBegin named)
   uint64_t dropped = 0;  // events the full queue refused (their tensors are missing from the figures)
 };
 
@@ -59,9 +67,21 @@ class CompletionLog {
     CompletionEvent copy = e;
     if (!queue_.Push(std::move(copy))) dropped_.fetch_add(1, std::memory_order_relaxed);
   }
-  void BeginJob() {
+  // `job` starts in `slot` with figures of its own; `alone`: the daemon serves one job at a time,
+  // and any other job's figures go.
+  void BeginJob(uint16_t slot, uint64_t job, bool alone) {
     CompletionEvent e;
     e.type = CompletionEvent::kJobBegin;
+    e.job = slot;
+    e.bytes = job;
+    e.rank = alone;
+    Append(e);
+  }
+  // The job in `slot` is gone: its figures too.
+  void EndJob(uint16_t slot) {
+    CompletionEvent e;
+    e.type = CompletionEvent::kJobEnd;
+    e.job = slot;
     Append(e);
   }
 
@@ -76,6 +96,7 @@ class CompletionLog {
 
  private:
   void FoldLocked() SYNCD_REQUIRES(mu_);
+  uint64_t JobOf(uint16_t slot) const SYNCD_REQUIRES(mu_);
   // The open tensor's arrivals are all in (or cut short): into the straggler window.
   void CloseTensor() SYNCD_REQUIRES(mu_);
 
@@ -85,6 +106,8 @@ class CompletionLog {
   CompletionFigures figures_ SYNCD_GUARDED_BY(mu_);
   // A tensor whose arrivals are still being read (the queue may end between its events).
   CompletionEvent open_ SYNCD_GUARDED_BY(mu_);
+  // The job each slot holds (kJobBegin); a slot no kJobBegin named holds job 0.
+  std::vector<uint64_t> slot_jobs_ SYNCD_GUARDED_BY(mu_);
   uint32_t open_left_ SYNCD_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<uint32_t, uint64_t>> arrivals_ SYNCD_GUARDED_BY(mu_);
 };

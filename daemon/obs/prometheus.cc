@@ -78,6 +78,33 @@ class Exposition {
 
 double Seconds(uint64_t ns) { return double(ns) / 1e9; }
 
+// A job's per-collective and straggler figures and the labels of their series: a daemon of one
+// job, its own (the node's labels name the job); jobs side by side, each one's with its job_id.
+struct JobSeries {
+  Labels labels;
+  const CollectiveMetricsMap* collectives;
+  const std::vector<StragglerRank>* stragglers;
+};
+
+std::vector<JobSeries> PerJob(const StatusSnapshot& s) {
+  if (!s.side_by_side) return {JobSeries{{}, &s.collectives, &s.stragglers}};
+  std::vector<JobSeries> out;
+  for (const auto& [job, f] : s.job_figures) out.push_back({{{"job_id", std::to_string(job)}}, &f.collectives, &f.stragglers});
+  return out;
+}
+
+// A process set's series: its id, and its job's where jobs are side by side (each has a set 0).
+Labels SetLabels(const StatusSnapshot& s, const ProcessSetSnapshot& p) {
+  Labels l{{"process_set", std::to_string(p.id)}};
+  if (s.side_by_side) l.emplace_back("job_id", std::to_string(p.job_id));
+  return l;
+}
+
+Labels With(Labels l, const Labels& more) {
+  l.insert(l.end(), more.begin(), more.end());
+  return l;
+}
+
 void Clients(const StatusSnapshot& s, Exposition* e) {
   std::map<std::string, uint64_t> by_state = {{"attached", 0}, {"lost", 0}, {"left", 0}, {"vacant", 0}};
   uint64_t went_on = 0;
@@ -136,12 +163,15 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
   // Stragglers among this node's ranks, over the window `syncctl status` shows.
   e->Family("syncd_rank_lateness_seconds", "gauge",
             "Mean time this rank submitted behind the node's first submitter, over the straggler window.");
-  for (const StragglerRank& g : s.stragglers)
-    e->Sample("syncd_rank_lateness_seconds", {{"rank", std::to_string(g.rank)}}, g.mean_late_ms / 1e3);
+  const std::vector<JobSeries> jobs = PerJob(s);
+  for (const JobSeries& j : jobs)
+    for (const StragglerRank& g : *j.stragglers)
+      e->Sample("syncd_rank_lateness_seconds", With({{"rank", std::to_string(g.rank)}}, j.labels), g.mean_late_ms / 1e3);
   e->Family("syncd_rank_wait_caused_ratio", "gauge",
             "Share of the node's waiting over the straggler window that this rank caused by submitting last.");
-  for (const StragglerRank& g : s.stragglers)
-    e->Sample("syncd_rank_wait_caused_ratio", {{"rank", std::to_string(g.rank)}}, g.wait_share);
+  for (const JobSeries& j : jobs)
+    for (const StragglerRank& g : *j.stragglers)
+      e->Sample("syncd_rank_wait_caused_ratio", With({{"rank", std::to_string(g.rank)}}, j.labels), g.wait_share);
 }
 
 // Each job served and what it had of the engine; a job's series go with it (syncctl job remove).
@@ -176,25 +206,27 @@ void Jobs(const StatusSnapshot& s, Exposition* e) {
 }
 
 void Collectives(const StatusSnapshot& s, Exposition* e) {
-  auto labels = [](const std::pair<int32_t, std::string>& key) {
-    return Labels{{"process_set", std::to_string(key.first)}, {"kind", key.second}};
+  const std::vector<JobSeries> jobs = PerJob(s);
+  // Calls f(labels, metrics) for each (job,) process set and kind.
+  const auto each = [&jobs](auto&& f) {
+    for (const JobSeries& j : jobs)
+      for (const auto& [key, m] : *j.collectives)
+        f(With({{"process_set", std::to_string(key.first)}, {"kind", key.second}}, j.labels), m);
   };
   e->Family("syncd_collectives_total", "counter",
             "Tensors completed by kind and process set (once per tensor, however many local ranks took part).");
-  for (const auto& [key, m] : s.collectives) e->Sample("syncd_collectives_total", labels(key), m.ops);
+  each([e](const Labels& l, const CollectiveMetrics& m) { e->Sample("syncd_collectives_total", l, m.ops); });
   e->Family("syncd_collective_bytes_total", "counter", "Input bytes of the local ranks' completed tensors.");
-  for (const auto& [key, m] : s.collectives) e->Sample("syncd_collective_bytes_total", labels(key), m.bytes);
+  each([e](const Labels& l, const CollectiveMetrics& m) { e->Sample("syncd_collective_bytes_total", l, m.bytes); });
   e->Family("syncd_collective_latency_seconds", "histogram",
             "From the first local rank's submission reaching the daemon to the tensor's completion.");
-  for (const auto& [key, m] : s.collectives)
-    e->Histogram("syncd_collective_latency_seconds", labels(key), kLatencyBounds, m.latency);
+  each([e](const Labels& l, const CollectiveMetrics& m) {
+    e->Histogram("syncd_collective_latency_seconds", l, kLatencyBounds, m.latency);
+  });
   e->Family("syncd_collective_errors_total", "counter", "Tensors that completed with an error, by status code.");
-  for (const auto& [key, m] : s.collectives)
-    for (const auto& [code, n] : m.errors) {
-      Labels l = labels(key);
-      l.emplace_back("code", code);
-      e->Sample("syncd_collective_errors_total", l, n);
-    }
+  each([e](const Labels& l, const CollectiveMetrics& m) {
+    for (const auto& [code, n] : m.errors) e->Sample("syncd_collective_errors_total", With(l, {{"code", code}}), n);
+  });
   e->Family("syncd_fusion_group_tensors", "histogram", "Tensors per executed group of a kind that fuses.");
   e->Histogram("syncd_fusion_group_tensors", {}, kFusionBounds, s.fusion_sizes);
   // fp16 and bf16 (NONE and DEFAULT never cast): whoever asked, a rank or --compression.
@@ -274,24 +306,24 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
   for (const PerSet& m : kPerSet) {
     e->Family(m.name, "counter", m.help);
     for (const ProcessSetSnapshot& p : s.process_sets)
-      if (p.coordinated) e->Sample(m.name, {{"process_set", std::to_string(p.id)}}, m.value(p.negotiation));
+      if (p.coordinated) e->Sample(m.name, SetLabels(s, p), m.value(p.negotiation));
   }
   e->Family("syncd_pending_tensors", "gauge", "Tensors waiting in this daemon for some of its ranks.");
   for (const ProcessSetSnapshot& p : s.process_sets)
-    e->Sample("syncd_pending_tensors", {{"process_set", std::to_string(p.id)}}, p.pending_tensors);
+    e->Sample("syncd_pending_tensors", SetLabels(s, p), p.pending_tensors);
   e->Family("syncd_requests", "gauge",
             "Requests in flight here by state: waiting (for local ranks or a peer), negotiating (among the nodes), "
             "agreed (their group not started), executing.");
   for (const ProcessSetSnapshot& p : s.process_sets)
     for (const ProcessSetSnapshot::RequestsIn& in : p.requests)
-      e->Sample("syncd_requests", {{"process_set", std::to_string(p.id)}, {"state", in.state}}, in.count);
+      e->Sample("syncd_requests", With(SetLabels(s, p), {{"state", in.state}}), in.count);
   e->Family("syncd_request_oldest_seconds", "gauge", "How long the oldest request in that state has been in it.");
   for (const ProcessSetSnapshot& p : s.process_sets)
     for (const ProcessSetSnapshot::RequestsIn& in : p.requests)
-      e->Sample("syncd_request_oldest_seconds", {{"process_set", std::to_string(p.id)}, {"state", in.state}}, in.oldest_s);
+      e->Sample("syncd_request_oldest_seconds", With(SetLabels(s, p), {{"state", in.state}}), in.oldest_s);
   e->Family("syncd_topo_plan_in_use", "gauge", "1 when the set runs a registered TOPO plan.");
   for (const ProcessSetSnapshot& p : s.process_sets)
-    if (p.has_plan) e->Sample("syncd_topo_plan_in_use", {{"process_set", std::to_string(p.id)}}, uint64_t(p.plan_in_use));
+    if (p.has_plan) e->Sample("syncd_topo_plan_in_use", SetLabels(s, p), uint64_t(p.plan_in_use));
   struct PerPartialOp {
     const char* name;
     const char* type;
@@ -308,19 +340,35 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
     e->Family(m.name, m.type, m.help);
     for (const ProcessSetSnapshot& p : s.process_sets)
       for (const PartialOpSnapshot& o : p.partial_ops)
-        e->Sample(m.name, {{"process_set", std::to_string(p.id)}, {"name", o.name}, {"mode", o.mode}}, m.value(o));
+        e->Sample(m.name, With(SetLabels(s, p), {{"name", o.name}, {"mode", o.mode}}), m.value(o));
   }
   e->Family("syncd_peer_up", "gauge", "1 while the daemon of that node is connected, 0 once it is lost.");
   for (const auto& [node, state] : s.peers)
     e->Sample("syncd_peer_up", {{"peer_node", std::to_string(node)}}, uint64_t(state == "connected"));
+  // The job's other nodes as their health reports show them: jobs side by side on links of their
+  // own, each job's (its node numbers are its own).
+  struct Peers {
+    Labels labels;
+    const std::vector<NodeHealth>* nodes;
+    uint32_t self;
+  };
+  std::vector<Peers> peers;
+  if (!s.side_by_side) peers.push_back({{}, &s.job_nodes, s.node_rank});
+  for (const JobUsage& u : s.jobs)
+    if (const auto it = s.own_link_job_nodes.find(u.job_id); s.side_by_side && it != s.own_link_job_nodes.end())
+      peers.push_back({{{"job_id", std::to_string(u.job_id)}}, &it->second, u.node_rank});
   e->Family("syncd_peer_report_age_seconds", "gauge",
             "Since the latest health report of that node's daemon came (reports every 0.5 s; 3 s: unresponsive).");
-  for (const NodeHealth& n : s.job_nodes)
-    if (n.node != s.node_rank) e->Sample("syncd_peer_report_age_seconds", {{"peer_node", std::to_string(n.node)}}, n.report_age_s);
+  for (const Peers& j : peers)
+    for (const NodeHealth& n : *j.nodes)
+      if (n.node != j.self)
+        e->Sample("syncd_peer_report_age_seconds", With({{"peer_node", std::to_string(n.node)}}, j.labels), n.report_age_s);
   e->Family("syncd_peer_unresponsive", "gauge", "1 while that node's daemon has sent no health report for 3 s.");
-  for (const NodeHealth& n : s.job_nodes)
-    if (n.node != s.node_rank)
-      e->Sample("syncd_peer_unresponsive", {{"peer_node", std::to_string(n.node)}}, uint64_t(n.state == "unresponsive"));
+  for (const Peers& j : peers)
+    for (const NodeHealth& n : *j.nodes)
+      if (n.node != j.self)
+        e->Sample("syncd_peer_unresponsive", With({{"peer_node", std::to_string(n.node)}}, j.labels),
+                  uint64_t(n.state == "unresponsive"));
 }
 
 void EngineMetrics(const StatusSnapshot& s, Exposition* e) {

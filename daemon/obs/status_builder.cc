@@ -21,7 +21,8 @@ char Unresponsive(const ClientSnapshot& c) {
 }
 
 // This node's report for the job-wide view: its daemon, each rank's liveness and straggler figures.
-NodeHealth LocalHealth(const StatusSnapshot& s, const EngineFacts& f, const StragglerWindow::NodeWait& wait) {
+NodeHealth LocalHealth(const StatusSnapshot& s, const EngineFacts& f, const JobFiguresSnapshot& figures) {
+  const StragglerWindow::NodeWait& wait = figures.node_wait;
   NodeHealth h;
   h.node = s.node_rank;
   h.host = f.host;
@@ -42,7 +43,7 @@ NodeHealth LocalHealth(const StatusSnapshot& s, const EngineFacts& f, const Stra
     r.process = c.process;
     r.unresponsive = c.unresponsive_code;
     r.why = c.unresponsive;
-    for (const StragglerRank& g : s.stragglers)
+    for (const StragglerRank& g : figures.stragglers)
       if (g.rank == c.rank) {
         r.collectives = g.collectives;
         r.last = g.last;
@@ -53,6 +54,16 @@ NodeHealth LocalHealth(const StatusSnapshot& s, const EngineFacts& f, const Stra
     h.ranks.push_back(std::move(r));
   }
   return h;
+}
+
+JobFiguresSnapshot Summarize(const JobFigures& g) {
+  JobFiguresSnapshot out;
+  for (const auto& [key, m] : g.metrics) out.collectives[{key.first, OpKindName(abi::OpKind(key.second))}] = m;
+  out.stragglers = g.stragglers.Summary();
+  out.straggler_window = g.stragglers.window();
+  out.straggler_collectives = g.stragglers.collectives();
+  out.node_wait = g.stragglers.node_wait();
+  return out;
 }
 
 }  // namespace
@@ -91,16 +102,27 @@ std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHe
   for (uint32_t k = 0; k < f.kind_counts.size(); ++k)
     if (const Collective* kind = FindCollective(abi::OpKind(k)); kind != nullptr)
       s.by_kind.emplace_back(kind->name(), f.kind_counts[k]);
-  const StragglerWindow::NodeWait wait = completions_->Fold([&s](const CompletionFigures& g) {
-    for (const auto& [key, m] : g.metrics) s.collectives[{key.first, OpKindName(abi::OpKind(key.second))}] = m;
-    s.stragglers = g.stragglers.Summary();
-    s.straggler_window = g.stragglers.window();
-    s.straggler_collectives = g.stragglers.collectives();
+  // A daemon of one job: its figures (one job's at most, the latest begun). Jobs side by side:
+  // each served job's own.
+  JobFiguresSnapshot alone;
+  completions_->Fold([&s, &alone](const CompletionFigures& g) {
     s.dropped_completion_events = g.dropped;
-    return g.stragglers.node_wait();
+    for (const auto& [job, figures] : g.jobs) {
+      const bool served = std::any_of(s.jobs.begin(), s.jobs.end(), [job](const JobUsage& u) { return u.job_id == job; });
+      if (!s.side_by_side) {
+        alone = Summarize(figures);
+      } else if (served) {
+        s.job_figures[job] = Summarize(figures);
+      }
+    }
+    return 0;
   });
+  s.collectives = std::move(alone.collectives);
+  s.stragglers = alone.stragglers;
+  s.straggler_window = alone.straggler_window;
+  s.straggler_collectives = alone.straggler_collectives;
   if (f.has_job && f.reports_health) {
-    NodeHealth local = LocalHealth(s, f, wait);
+    NodeHealth local = LocalHealth(s, f, alone);
     if (mine != nullptr) *mine = local;
     s.job_nodes = std::move(f.peer_health);
     s.job_nodes.push_back(std::move(local));
@@ -108,8 +130,7 @@ std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHe
     std::sort(s.job_nodes.begin(), s.job_nodes.end(), [](const NodeHealth& a, const NodeHealth& b) { return a.node < b.node; });
   }
   for (EngineFacts::OwnLinkJob& j : f.own_link_jobs) {
-    // Its own ranks, at its own place among its nodes; the straggler figures are the daemon's
-    // first job's (the completion log's), so none of them here.
+    // Its own ranks, at its own place among its nodes, with its own straggler figures.
     StatusSnapshot its;
     its.node_rank = j.node_rank;
     for (const ClientSnapshot& c : s.clients)
@@ -117,7 +138,8 @@ std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHe
     EngineFacts facts;
     facts.host = j.host;
     facts.pending = j.pending;
-    NodeHealth local = LocalHealth(its, facts, StragglerWindow::NodeWait{});
+    const auto figures = s.job_figures.find(j.job);
+    NodeHealth local = LocalHealth(its, facts, figures != s.job_figures.end() ? figures->second : JobFiguresSnapshot{});
     if (own != nullptr) own->emplace_back(j.job, local);
     std::vector<NodeHealth>& nodes = s.own_link_job_nodes[j.job];
     nodes = std::move(j.peer_health);

@@ -102,6 +102,14 @@ struct JobUsage {
   uint64_t link_bytes = 0;  // bytes it sent to its other nodes since it started here
 };
 
+// One job's per-collective metrics and straggler figures (obs/completion_log.h).
+struct JobFiguresSnapshot {
+  CollectiveMetricsMap collectives;   // per (process set, kind)
+  std::vector<StragglerRank> stragglers;  // this node's ranks of the job
+  uint64_t straggler_window = 0, straggler_collectives = 0;
+  StragglerWindow::NodeWait node_wait;  // this node's wait for the job's other nodes
+};
+
 struct StatusSnapshot {
   double uptime_s = 0;
   uint32_t node_rank = 0, node_count = 1, local_size = 0;
@@ -127,6 +135,9 @@ struct StatusSnapshot {
   // This node's ranks over the last straggler_window collectives (straggler_collectives so far).
   std::vector<StragglerRank> stragglers;
   uint64_t straggler_window = 0, straggler_collectives = 0;
+  // Jobs side by side: each one's metrics and stragglers (the fields above stay empty; a job's
+  // view, StatusRequest.job, takes its own into them).
+  std::map<uint64_t, JobFiguresSnapshot> job_figures;
   // Completion events the full queue refused (obs/completion_log.h): tensors missing from the
   // metrics and straggler figures (0 unless nobody folded them for a long time).
   uint64_t dropped_completion_events = 0;

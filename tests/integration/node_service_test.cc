@@ -15,6 +15,9 @@
 #include <cstdio>
 #include <string>
 #include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <tuple>
 #include <vector>
 
@@ -276,7 +279,7 @@ bool Await(int fd) {
 }
 
 TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnView) {
-  Daemon d(2, {"--node-service", "on"});
+  Daemon d(2, {"--node-service", "on", "--metrics-port", "0"});
   auto [rc, out] = Shell(Syncctl(d, "job add --job 7101 --uid 0"));
   ASSERT_EQ(rc, 0) << out;
   std::tie(rc, out) = Shell(Syncctl(d, "job add --job 7102 --uid nobody"));
@@ -298,6 +301,7 @@ TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnVie
         CHILD_CHECK(c != nullptr, "job %lu rank %d did not attach: %s", job, r, syncd_last_error());
         CHILD_CHECK(Await(go[0]), "no go");
         for (int step = 0; step < 200; ++step) {
+          if (job == 7102 && r == 1) usleep(2000);  // its job's straggler
           double v = scale * (r + 1 + step);
           int64_t count = 1;
           syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
@@ -335,6 +339,25 @@ TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnVie
   std::tie(rc, out) = Shell(Syncctl(d, "status --json"));
   EXPECT_EQ(Occurrences(out, "\"requests\":\"400\",\"bytes\":\"3200\",\"errors\":\"0\",\"engine_s\":"), 2u) << out;
   EXPECT_EQ(Occurrences(out, "\"engine_s\":0,"), 0u) << out;
+  // Each job's collectives and stragglers its own: in its view, and in the metrics under its
+  // job_id, each series once (both jobs have a process set 0 and a rank 0).
+  // Job 7102's rank 1 came 2 ms late to every step: the last of its job's collectives (of both
+  // jobs' it would be in about half).
+  std::tie(rc, out) = Shell(Syncctl(d, "status --json --job 7102"));
+  std::smatch late;
+  ASSERT_TRUE(std::regex_search(out, late, std::regex("\"rank\":1,\"collectives\":\"100\",\"last\":\"(\\d+)\""))) << out;
+  EXPECT_GE(std::stoi(late[1]), 95) << out;
+  const std::string page = MetricsPage(d.run_dir());
+  for (const char* job : {"7101", "7102"})
+    EXPECT_TRUE(Contains(page, std::string("syncd_collectives_total{node=\"0\",process_set=\"0\",kind=\"allreduce\",job_id=\"") +
+                                   job + "\"} 200\n"))
+        << page;
+  std::set<std::string> series;
+  std::istringstream lines(page);
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty() && l[0] != '#') {
+      EXPECT_TRUE(series.insert(l.substr(0, l.rfind(' '))).second) << "twice: " << l;
+    }
 }
 
 TEST_F(NodeService, LargeAllreducesOfOneJobRunInSlicesAndStayExactWhileAnotherJobsSmallOnesGoOn) {

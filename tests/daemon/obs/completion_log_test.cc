@@ -16,8 +16,10 @@ constexpr uint64_t kMs = 1'000'000;
 
 // One tensor of `set` and `kind`: completed at `done`, its ranks' requests arrived at `arrivals`.
 void AppendTensor(CompletionLog* log, int32_t set, abi::OpKind kind, uint64_t done, uint64_t bytes,
-                  const std::vector<std::pair<uint32_t, uint64_t>>& arrivals, bool spans_nodes = false) {
+                  const std::vector<std::pair<uint32_t, uint64_t>>& arrivals, bool spans_nodes = false,
+                  uint16_t slot = 0) {
   CompletionEvent t;
+  t.job = slot;
   t.t_ns = done;
   t.set = set;
   t.kind = uint8_t(kind);
@@ -49,22 +51,22 @@ TEST(CompletionLogTest, TensorsFoldIntoMetricsAndTheStragglerWindow) {
   failed.code = SYNCD_ERR_RANK_LOST;
   log.Append(failed);
   log.Fold([](const CompletionFigures& g) {
-    const CollectiveMetrics& m = g.metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
+    const CollectiveMetrics& m = g.jobs.at(0).metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
     EXPECT_EQ(m.ops, 10u);
     EXPECT_EQ(m.bytes, 640u);
     EXPECT_EQ(m.latency.count, 10u);
     EXPECT_NEAR(m.latency.sum, 10 * 0.007, 1e-9) << "first arrival to completion";
-    const CollectiveMetrics& f = g.metrics.at({0, uint32_t(abi::OpKind::kAllgather)});
+    const CollectiveMetrics& f = g.jobs.at(0).metrics.at({0, uint32_t(abi::OpKind::kAllgather)});
     EXPECT_EQ(f.ops, 0u);
     EXPECT_EQ(f.errors.at("RANK_LOST"), 1u);
-    const std::vector<StragglerRank> s = g.stragglers.Summary();
-    EXPECT_EQ(g.stragglers.collectives(), 10u);
+    const std::vector<StragglerRank> s = g.jobs.at(0).stragglers.Summary();
+    EXPECT_EQ(g.jobs.at(0).stragglers.collectives(), 10u);
     EXPECT_FALSE(s.empty());
     if (s.empty()) return 0;
     EXPECT_EQ(s[0].rank, 3u);
     EXPECT_EQ(s[0].last, 10u);
     EXPECT_NEAR(s[0].mean_late_ms, 5.0, 1e-9);
-    const StragglerWindow::NodeWait w = g.stragglers.node_wait();
+    const StragglerWindow::NodeWait w = g.jobs.at(0).stragglers.node_wait();
     EXPECT_EQ(w.collectives, 10u);
     EXPECT_NEAR(w.p50_ms, 2.0, 1e-9) << "last local arrival to completion";
     EXPECT_EQ(g.dropped, 0u);
@@ -75,13 +77,58 @@ TEST(CompletionLogTest, TensorsFoldIntoMetricsAndTheStragglerWindow) {
 TEST(CompletionLogTest, AJobBeginsWithFiguresOfItsOwn) {
   CompletionLog log;
   AppendTensor(&log, 0, abi::OpKind::kAllreduce, 10 * kMs, 8, {{0, 1 * kMs}, {1, 2 * kMs}});
-  log.Fold([](const CompletionFigures& g) { return g.metrics.size(); });
-  log.BeginJob();
+  log.Fold([](const CompletionFigures& g) { return g.jobs.size(); });
+  log.BeginJob(0, 5, /*alone=*/true);
   AppendTensor(&log, 1, abi::OpKind::kBroadcast, 20 * kMs, 4, {{0, 11 * kMs}});
   log.Fold([](const CompletionFigures& g) {
-    EXPECT_EQ(g.metrics.size(), 1u);
-    EXPECT_EQ(g.metrics.count({1, uint32_t(abi::OpKind::kBroadcast)}), 1u);
-    EXPECT_EQ(g.stragglers.collectives(), 0u) << "one rank says nothing about stragglers";
+    EXPECT_EQ(g.jobs.size(), 1u) << "the previous job's figures went";
+    const JobFigures& j = g.jobs.at(5);
+    EXPECT_EQ(j.metrics.size(), 1u);
+    EXPECT_EQ(j.metrics.count({1, uint32_t(abi::OpKind::kBroadcast)}), 1u);
+    EXPECT_EQ(j.stragglers.collectives(), 0u) << "one rank says nothing about stragglers";
+    return 0;
+  });
+}
+
+// A node service: each job's tensors in its figures, whatever came between them; a job gone
+// takes its figures with it, and its slot serves the next job afresh.
+TEST(CompletionLogTest, JobsSideBySideEachHaveFiguresOfTheirOwn) {
+  CompletionLog log;
+  log.BeginJob(0, 7, /*alone=*/false);
+  log.BeginJob(1, 8, /*alone=*/false);
+  for (uint64_t i = 0; i < 4; ++i) {
+    const uint64_t t = (i + 1) * 100 * kMs;
+    AppendTensor(&log, 0, abi::OpKind::kAllreduce, t + 3 * kMs, 8, {{0, t}, {1, t + 2 * kMs}}, false, 0);
+    AppendTensor(&log, 0, abi::OpKind::kAllreduce, t + 9 * kMs, 64, {{0, t + 1 * kMs}, {1, t}}, false, 1);
+    AppendTensor(&log, 0, abi::OpKind::kAllreduce, t + 9 * kMs, 64, {{0, t + 1 * kMs}, {1, t}}, false, 1);
+  }
+  log.Fold([](const CompletionFigures& g) {
+    EXPECT_EQ(g.jobs.size(), 2u);
+    const CollectiveMetrics& a = g.jobs.at(7).metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
+    const CollectiveMetrics& b = g.jobs.at(8).metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
+    EXPECT_EQ(a.ops, 4u);
+    EXPECT_EQ(a.bytes, 32u);
+    EXPECT_EQ(b.ops, 8u);
+    EXPECT_EQ(b.bytes, 512u);
+    // Job 7's rank 1 comes last, job 8's rank 0.
+    const std::vector<StragglerRank> sa = g.jobs.at(7).stragglers.Summary();
+    const std::vector<StragglerRank> sb = g.jobs.at(8).stragglers.Summary();
+    EXPECT_FALSE(sa.empty() || sb.empty());
+    if (sa.empty() || sb.empty()) return 0;
+    EXPECT_EQ(sa[0].rank, 1u);
+    EXPECT_NEAR(sa[0].mean_late_ms, 2.0, 1e-9);
+    EXPECT_EQ(sb[0].rank, 0u);
+    EXPECT_NEAR(sb[0].mean_late_ms, 1.0, 1e-9);
+    return 0;
+  });
+  log.EndJob(0);
+  log.BeginJob(0, 9, /*alone=*/false);
+  AppendTensor(&log, 2, abi::OpKind::kBroadcast, 20 * kMs, 4, {{0, 11 * kMs}}, false, 0);
+  log.Fold([](const CompletionFigures& g) {
+    EXPECT_EQ(g.jobs.count(7), 0u) << "an ended job's figures go";
+    EXPECT_EQ(g.jobs.at(8).metrics.size(), 1u) << "the other job's stay";
+    EXPECT_EQ(g.jobs.at(9).metrics.count({2, uint32_t(abi::OpKind::kBroadcast)}), 1u);
+    EXPECT_EQ(g.jobs.at(9).metrics.size(), 1u);
     return 0;
   });
 }
@@ -97,10 +144,10 @@ TEST(CompletionLogTest, AFullQueueDropsAndCountsEventsAndTheFiguresStayWhole) {
     // The queue holds kCapacity events: whole tensors, then one cut short after its first event
     // (kCapacity = 3k + 1), which keeps what came of it; everything after is dropped and counted.
     EXPECT_EQ(g.dropped, (tensors + 1) * 3 - CompletionLog::kCapacity);
-    const CollectiveMetrics& m = g.metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
+    const CollectiveMetrics& m = g.jobs.at(0).metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
     EXPECT_EQ(m.ops, CompletionLog::kCapacity / 3 + 1);
     EXPECT_EQ(m.latency.count, m.ops);
-    EXPECT_EQ(g.stragglers.collectives(), std::min<size_t>(CompletionLog::kCapacity / 3, g.stragglers.window()));
+    EXPECT_EQ(g.jobs.at(0).stragglers.collectives(), std::min<size_t>(CompletionLog::kCapacity / 3, g.jobs.at(0).stragglers.window()));
     return g.dropped;
   });
   // Once folded there is room again.
@@ -130,7 +177,7 @@ TEST(CompletionLogTest, FoldingWhileTheEngineAppendsLosesNothing) {
   }
   engine.join();
   log.Fold([](const CompletionFigures& g) {
-    const CollectiveMetrics& m = g.metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
+    const CollectiveMetrics& m = g.jobs.at(0).metrics.at({0, uint32_t(abi::OpKind::kAllreduce)});
     // Each tensor counted once, unless the queue was full (a slow fold): then its loss is counted.
     if (g.dropped == 0) {
       EXPECT_EQ(m.ops, uint64_t(kTensors));

@@ -158,8 +158,34 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   s.clients[0].job_id = 7, s.clients[0].state = "attached", s.clients[0].ops = 5;
   s.clients[1].job_id = 8, s.clients[1].state = "attached", s.clients[1].ops = 9;
   s.jobs = {{.job_id = 7, .ranks = 1, .requests = 5, .engine_s = 0.25, .waited_s = 0.5},
-            {.job_id = 8, .ranks = 1, .requests = 9, .engine_s = 0.75, .waited_s = 0.125}};
+            {.job_id = 8, .ranks = 1, .requests = 9, .engine_s = 0.75, .waited_s = 0.125, .node_rank = 1, .nodes = 2}};
+  // Each job's global set is process set 0, with collectives, stragglers and a request of its own.
+  for (uint64_t job : {7, 8}) {
+    ProcessSetSnapshot& p = s.process_sets.emplace_back();
+    p.job_id = job;
+    p.coordinated = true;
+    p.negotiation.cycles = job * 10;
+    p.pending_tensors = job;
+    p.requests.push_back({"waiting", job, 0.5});
+    JobFiguresSnapshot& f = s.job_figures[job];
+    f.collectives[{0, "allreduce"}].ops = job * 100;
+    f.stragglers = {{0, 10, 9, double(job), 60.0, 0.75}};
+  }
+  // Job 8 runs on two nodes (this one is its node 1): its other node's health, under its id.
+  NodeHealth other;
+  other.node = 0;
+  other.state = "unresponsive";
+  NodeHealth self;
+  self.node = 1;
+  s.own_link_job_nodes[8] = {other, self};
   const std::string text = RenderPrometheus(s);
+  EXPECT_EQ(ValueOf(text, "syncd_collectives_total{node=\"0\",process_set=\"0\",kind=\"allreduce\",job_id=\"7\"}"), "700");
+  EXPECT_EQ(ValueOf(text, "syncd_collectives_total{node=\"0\",process_set=\"0\",kind=\"allreduce\",job_id=\"8\"}"), "800");
+  EXPECT_EQ(ValueOf(text, "syncd_rank_lateness_seconds{node=\"0\",rank=\"0\",job_id=\"8\"}"), "0.008");
+  EXPECT_EQ(ValueOf(text, "syncd_pending_tensors{node=\"0\",process_set=\"0\",job_id=\"7\"}"), "7");
+  EXPECT_EQ(ValueOf(text, "syncd_negotiation_cycles_total{node=\"0\",process_set=\"0\",job_id=\"8\"}"), "80");
+  EXPECT_EQ(ValueOf(text, "syncd_requests{node=\"0\",process_set=\"0\",job_id=\"8\",state=\"waiting\"}"), "8");
+  EXPECT_EQ(ValueOf(text, "syncd_peer_unresponsive{node=\"0\",peer_node=\"0\",job_id=\"8\"}"), "1");
   EXPECT_EQ(ValueOf(text, "syncd_rank_requests_total{node=\"0\",rank=\"0\",job_id=\"7\"}"), "5");
   EXPECT_EQ(ValueOf(text, "syncd_rank_requests_total{node=\"0\",rank=\"0\",job_id=\"8\"}"), "9");
   EXPECT_EQ(ValueOf(text, "syncd_job_requests_total{node=\"0\",job_id=\"8\"}"), "9");
@@ -175,6 +201,9 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   // A job removed: its series are gone.
   s.jobs.pop_back();
   s.clients.pop_back();
+  s.process_sets.pop_back();
+  s.job_figures.erase(8);
+  s.own_link_job_nodes.erase(8);
   EXPECT_EQ(RenderPrometheus(s).find("job_id=\"8\""), std::string::npos);
 }
 
