@@ -23,6 +23,7 @@
 #include <absl/types/span.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,18 @@ struct AcrossNodes {
   std::shared_ptr<const std::vector<int64_t>> absent;
   // Top-k, random-k and 1-bit: this daemon's error-feedback residuals (nullptr: none kept).
   ResidualStore* residuals = nullptr;
+  // A pipelined run's segment (0: the kind's own). The same on every node of the set (the wire
+  // carries segments): it may depend on nothing one node alone knows.
+  uint64_t segment_bytes = 0;
+  // Jobs served side by side (a node service; nullptr: the job is alone here): while another job
+  // waits with small work (`others_wait`), a pipelined run's reductions and copies go
+  // `piece_bytes` at a time, and between two pieces it steps aside (co_await StepAside): that
+  // job's small collective waits behind a piece, not a segment. Node-local: nothing on the wire.
+  struct SideBySide {
+    uint64_t piece_bytes = 0;
+    std::function<bool()> others_wait;
+  };
+  const SideBySide* side_by_side = nullptr;
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank

@@ -14,8 +14,12 @@ const char* RequestStateName(RequestState s) {
   return "?";
 }
 
-bool RequestLedger::Open(uint32_t client, uint64_t handle, uint64_t now_ns, uint64_t job) {
-  return open_.try_emplace({client, handle}, Entry{job, -1, RequestState::kWaiting, now_ns}).second;
+bool RequestLedger::Open(uint32_t client, uint64_t handle, uint64_t now_ns, uint64_t job, bool large) {
+  if (!open_.try_emplace({client, handle}, Entry{job, -1, RequestState::kWaiting, now_ns, large}).second) return false;
+  JobInFlight& j = jobs_[job];
+  ++j.all;
+  j.large += large;
+  return true;
 }
 
 void RequestLedger::Enter(const Request& r, RequestState state, uint64_t now_ns) {
@@ -30,7 +34,15 @@ void RequestLedger::Enter(const Request& r, RequestState state, uint64_t now_ns)
 }
 
 bool RequestLedger::Finish(uint32_t client, uint64_t handle) {
-  if (open_.erase({client, handle}) == 1) return true;
+  if (const auto it = open_.find({client, handle}); it != open_.end()) {
+    const auto j = jobs_.find(it->second.job);
+    if (j != jobs_.end()) {
+      j->second.large -= it->second.large;
+      if (--j->second.all == 0) jobs_.erase(j);
+    }
+    open_.erase(it);
+    return true;
+  }
   ++refused_;
   assert(false && "a request was completed twice (RequestLedger::Finish)");
   return false;

@@ -52,7 +52,8 @@ class RequestLedger {
  public:
   // A request is in flight from now (waiting, in no set yet); false if this client already has
   // `handle` in flight.
-  bool Open(uint32_t client, uint64_t handle, uint64_t now_ns, uint64_t job = 0);
+  // `large`: its job counts it among its large requests (InFlightOf).
+  bool Open(uint32_t client, uint64_t handle, uint64_t now_ns, uint64_t job = 0, bool large = false);
   // Request `r` entered `state` in its set (r.process_set) at `now_ns`. Requests without a
   // client (a joined rank's stand-in) and handles not in flight are left alone.
   void Enter(const Request& r, RequestState state, uint64_t now_ns);
@@ -71,6 +72,14 @@ class RequestLedger {
   const RequestState* StateOf(uint32_t client, uint64_t handle) const;
   // The requests of job `job`'s set `set` in flight, by state.
   RequestStates InSet(uint64_t job, int32_t set) const;
+  // Job `job`'s requests in flight, in any state, and how many of them are large.
+  struct JobInFlight {
+    uint64_t all = 0, large = 0;
+  };
+  JobInFlight InFlightOf(uint64_t job) const {
+    const auto it = jobs_.find(job);
+    return it == jobs_.end() ? JobInFlight{} : it->second;
+  }
 
  private:
   struct Entry {
@@ -78,8 +87,10 @@ class RequestLedger {
     int32_t set = -1;  // -1: not yet in a set
     RequestState state = RequestState::kWaiting;
     uint64_t since_ns = 0;
+    bool large = false;
   };
   absl::flat_hash_map<std::pair<uint32_t, uint64_t>, Entry> open_;
+  absl::flat_hash_map<uint64_t, JobInFlight> jobs_;  // by job, while it has any in flight
   uint64_t refused_ = 0;
 };
 

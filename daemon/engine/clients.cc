@@ -87,7 +87,8 @@ void Engine::DropTenant(Tenant& t) {
 
 void Engine::ShareEngine() {
   for (const auto& [id, t] : tenants_) {
-    t->share.slice_bytes = tenants_.size() > 1 ? kSliceBytes : 0;
+    t->share.others = tenants_.size() > 1;
+    t->share.slice_bytes = t->share.others ? kSliceBytes : 0;
     // Another job waits: its ranks submitted, or it has work in flight (a collective some of its
     // ranks are in, its own sliced run): it gets the engine between two slices until it is done.
     // Only sliced runs of its own (large allreduces) wait: the slices may be large (RunSlices).
@@ -99,7 +100,10 @@ void Engine::ShareEngine() {
         if (other.get() == mine) continue;
         const size_t in_flight = other->job->InFlight();
         if (in_flight > other->job->SlicedInFlight()) return OthersWait::kSmall;
-        if (in_flight > 0) w = OthersWait::kLarge;
+        // Requests past this node's table too (negotiating, agreed, running on other nodes).
+        const RequestLedger::JobInFlight open = ledger_.InFlightOf(job);
+        if (open.all > open.large) return OthersWait::kSmall;
+        if (in_flight > 0 || open.all > 0) w = OthersWait::kLarge;
       }
       return w;
     };

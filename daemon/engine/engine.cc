@@ -281,7 +281,8 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
     if (!e) return true;
     *did = true;
     c.last_submit_ns = abi::MonotonicNs();
-    if (!ledger_.Open(c.info->client_id, e->handle, c.last_submit_ns, c.tenant->job->id())) {
+    if (!ledger_.Open(c.info->client_id, e->handle, c.last_submit_ns, c.tenant->job->id(),
+                      e->bytes > kNodeServiceSegmentBytes)) {
       c.broke = "submitted handle " + std::to_string(e->handle) + " while it was still in flight";
       return false;
     }

@@ -50,6 +50,8 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       world_size_(uint32_t(place_.ranks.size())),
       counters_(counters),
       hooks_(std::move(hooks)),
+      side_by_side_{kSideBySidePieceBytes,
+                    [share = hooks_.share] { return share != nullptr && share->others_waiting && share->others_waiting() == OthersWait::kSmall; }},
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_),
@@ -165,8 +167,10 @@ bool ProcessSet::Poll(uint64_t now_ns, bool may_block) {
     if (gpu_.restart_pending && negotiator_->joined()) RestartGpu();
     if (topo_.carry_pending && negotiator_->joined()) AdoptCarriedPlan();
     did |= RunAgreed();
-    // Blocking modes: the engine takes nothing new while the global set's cycle is open.
-    if (blocking_ && may_block && negotiator_->cycle_running()) did |= Block();
+    // Blocking modes: the engine takes nothing new while the global set's cycle is open (the
+    // job's alone: with others beside it the engine goes on serving them).
+    const bool others = hooks_.share != nullptr && hooks_.share->others;
+    if (blocking_ && may_block && !others && negotiator_->cycle_running()) did |= Block();
     Collect();
   }
   if (!deferred_failure_.ok()) FailJob(std::exchange(deferred_failure_, Status::Ok()));

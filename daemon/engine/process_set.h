@@ -72,8 +72,22 @@ struct ExecutionCounters {
 // kLargeSliceFactor times larger: nobody's latency is at stake, and fewer turns cost less (two
 // jobs streaming 64 MiB together: 0.89-0.91 of one job alone with 32 KiB slices, 1.02 with these).
 enum class OthersWait { kNone, kLarge, kSmall };
+// Jobs side by side, a job of several nodes: its pipelined allreduce's reductions and copies back
+// go this much at a time, with another job's work between two pieces while it waits (about 10 us
+// each here, as a one-node slice).
+inline constexpr uint64_t kSideBySidePieceBytes = uint64_t{32} << 10;
+// A node service's job of several nodes: its pipelined allreduce's segment (a daemon of one job:
+// 1 MiB). Each step of a segment (a send, which the kernel carries through to the other node
+// within the call, and a reduction) holds the engine from the other jobs: 1 MiB segments held
+// another job's 8-byte allreduce 2.5-3.8 ms at 10 Gbit/s, 128 KiB ones 63 us (bench/tenants.sh).
+// Requests larger than this count as large work (OthersWait::kLarge).
+inline constexpr uint64_t kNodeServiceSegmentBytes = uint64_t{128} << 10;
 inline constexpr uint64_t kLargeSliceFactor = 16;
 struct EngineShare {
+  // Other jobs are served beside it: no set of it blocks the engine in a cycle (ProcessSet::Block
+  // waits on its own job's network alone; another job's 8-byte allreduce waited behind it up to
+  // 1 ms at a time, 3.8 ms p50 on two nodes while this one streamed 64 MiB).
+  bool others = false;
   uint64_t slice_bytes = 0;  // 0: at once (the job is alone)
   uint32_t slices_per_poll = 1;
   // Whether another job has work waiting: none, only sliced runs, or anything else (its ranks
@@ -355,6 +369,9 @@ class ProcessSet {
   const uint32_t world_size_;
   ExecutionCounters* counters_;
   ProcessSetHooks hooks_;
+  // What its pipelined runs across nodes step aside for (AcrossNodes::side_by_side): the engine's
+  // other jobs, while it serves any.
+  AcrossNodes::SideBySide side_by_side_;
   TensorTable table_;
   HostExecutor host_;
   PartialRunner partial_;  // partial allreduces: rounds of their own, never matched or negotiated

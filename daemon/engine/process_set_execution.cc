@@ -192,6 +192,9 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       }
       AcrossNodes across{place_.comm, &host_, buffer, group_tag, &place_.offsets, &place_.ranks, place_.node_rank,
                          hooks_.timeline, place_.id, config_.host_allreduce, stand_ins, hooks_.residuals};
+      // A node service's job (on every node of it): segments that leave the engine to the others soon.
+      if (config_.node_service) across.segment_bytes = kNodeServiceSegmentBytes;
+      if (hooks_.share != nullptr && hooks_.share->others) across.side_by_side = &side_by_side_;
       PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), std::move(across));
       Status st = co_await Await(&run);

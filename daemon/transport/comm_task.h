@@ -142,6 +142,16 @@ struct WaitUntil {
   void await_resume() const noexcept {}
 };
 
+// co_await StepAside{}: resumes at the owner's next Poll(), not this one (the owner serves others
+// between two pieces of the task's own work).
+struct StepAside {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<CommTask::promise_type> handle) {
+    handle.promise().until = [polled = false]() mutable { return std::exchange(polled, true); };
+  }
+  void await_resume() const noexcept {}
+};
+
 // (GCC 12 cannot keep an initializer_list's array in a coroutine frame, hence no braces.)
 inline WaitTasks Await(CommTask* task) {
   WaitTasks w;

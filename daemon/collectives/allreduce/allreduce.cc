@@ -125,7 +125,7 @@ class AllreduceCollective final : public Collective {
     for (const ReadyTensor* t : group) bytes += t->first().bytes;
     const size_t esize = abi::DtypeSize(f.dtype);
     const size_t count = bytes / esize;
-    const size_t seg = std::max<size_t>(1, kPipelineSegmentBytes / esize);
+    const size_t seg = std::max<size_t>(1, (run.segment_bytes != 0 ? run.segment_bytes : kPipelineSegmentBytes) / esize);
     const size_t slot_bytes = seg * esize;
     const syncd_dtype wire = WireDtype(f.compression, f.dtype);
     const size_t wire_esize = abi::DtypeSize(wire);
@@ -159,6 +159,11 @@ class AllreduceCollective final : public Collective {
     opts.algorithm = run.host_allreduce;
     // AVERAGE divides each member by the tensors summed (counted by the set before the group ran).
     const std::vector<int64_t>* absent = f.op == SYNCD_AVERAGE ? run.absent.get() : nullptr;
+    // Jobs side by side: a segment's reduction and copies back go in pieces, with another job's
+    // work between two of them while that job waits with small work; alone, a segment at once.
+    const AcrossNodes::SideBySide* shared = run.side_by_side;
+    const size_t piece = shared != nullptr ? std::max<size_t>(1, shared->piece_bytes / esize) : seg;
+    auto step_aside = [shared] { return shared != nullptr && shared->others_wait(); };
     size_t next = 0;
     uint64_t segment = 0;
     while (next < count || !inflight.empty()) {
@@ -167,7 +172,10 @@ class AllreduceCollective final : public Collective {
         char* slot = fusion->data() + (segment % kPipelineDepth) * slot_bytes;
         char* on_wire = wire != f.dtype ? wire_slots + (segment % kPipelineDepth) * wire_slot_bytes : slot;
         const uint64_t reduce_ns = tl ? abi::MonotonicNs() : 0;
-        run.host->ReduceRange(group, next, end, slot);
+        for (size_t b = next; b < end; b += piece) {
+          run.host->ReduceRange(group, b, std::min(end, b + piece), slot + (b - next) * esize);
+          if (step_aside()) co_await StepAside{};
+        }
         if (on_wire != slot) CastToWire(f.dtype, wire, slot, on_wire, end - next);
         if (tl) record(TraceKind::kReduce, reduce_ns, end - next, 0);
         inflight.push_back(Stage{syncd::Allreduce(run.transport, run.tag | (segment % 4096), on_wire, fusion,
@@ -185,8 +193,12 @@ class AllreduceCollective final : public Collective {
       if (tl) record(TraceKind::kNetwork, done.posted_ns, done.end - done.begin, done.slot_index);
       const uint64_t scatter_ns = tl ? abi::MonotonicNs() : 0;
       if (done.on_wire != done.slot) CastFromWire(wire, f.dtype, done.on_wire, done.slot, done.end - done.begin);
-      run.host->ScatterRange(group, done.begin, done.end, done.slot,
-                             absent != nullptr ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>());
+      // Its members' stand-ins counted (AVERAGE), or none.
+      const absl::Span<const int64_t> stand_ins = absent != nullptr ? absl::Span<const int64_t>(*absent) : absl::Span<const int64_t>();
+      for (size_t b = done.begin; b < done.end; b += piece) {
+        run.host->ScatterRange(group, b, std::min(done.end, b + piece), done.slot + (b - done.begin) * esize, stand_ins);
+        if (step_aside()) co_await StepAside{};
+      }
       if (tl) record(TraceKind::kScatter, scatter_ns, done.end - done.begin, 0);
       inflight.erase(inflight.begin());
     }

@@ -101,5 +101,28 @@ TEST(RequestLedger, JobsServedSideBySideCountTheirOwnSetsOnly) {
   EXPECT_EQ(l.InSet(9, 0).count, (std::array<uint64_t, 4>{0, 0, 0, 0}));
 }
 
+// What another job waits with decides whether a large run steps aside (engine/tenant.h): each
+// job's requests in flight in any state, and its large ones, until each finishes (once).
+TEST(RequestLedger, EachJobsRequestsInFlightAndItsLargeOnesAreCountedUntilTheyFinish) {
+  RequestLedger l;
+  ASSERT_TRUE(l.Open(1, 1, 100, /*job=*/7, /*large=*/true));
+  ASSERT_TRUE(l.Open(1, 2, 100, /*job=*/7, /*large=*/false));
+  ASSERT_TRUE(l.Open(2, 1, 100, /*job=*/8, /*large=*/true));
+  ASSERT_FALSE(l.Open(2, 1, 100, /*job=*/8, /*large=*/true));  // refused: not counted again
+  l.Enter(Of(1, 1, 0), RequestState::kExecuting, 110);
+  EXPECT_EQ(l.InFlightOf(7).all, 2u);
+  EXPECT_EQ(l.InFlightOf(7).large, 1u);
+  EXPECT_EQ(l.InFlightOf(8).all, 1u);
+  EXPECT_EQ(l.InFlightOf(8).large, 1u);
+  EXPECT_EQ(l.InFlightOf(9).all, 0u);
+  ASSERT_TRUE(l.Finish(1, 2));
+  EXPECT_EQ(l.InFlightOf(7).all, 1u);
+  EXPECT_EQ(l.InFlightOf(7).large, 1u);
+  ASSERT_TRUE(l.Finish(1, 1));
+  ASSERT_TRUE(l.Finish(2, 1));
+  EXPECT_EQ(l.InFlightOf(7).all, 0u);
+  EXPECT_EQ(l.InFlightOf(8).large, 0u);
+}
+
 }  // namespace
 }  // namespace syncd

@@ -43,6 +43,33 @@ TEST(CommTask, TasksInFlightTogetherHaveTheirOwnFramesAndFinishedOnesAreReused) 
   }
 }
 
+// Three pieces of work with a step aside after each of the first two: each Poll runs one piece
+// and hands the thread back (the engine serves other jobs between them), the last ends the task.
+CommTask Pieces(const bool* go, int* done) {
+  WaitUntil ready;
+  ready.ready = [go] { return *go; };
+  co_await ready;
+  for (int i = 0; i < 3; ++i) {
+    ++*done;
+    if (i < 2) co_await StepAside{};
+  }
+  co_return Status::Ok();
+}
+
+TEST(CommTask, ATaskThatStepsAsideResumesAtTheNextPollNotThisOne) {
+  bool go = false;
+  int done = 0;
+  CommTask t = Pieces(&go, &done);
+  go = true;
+  EXPECT_FALSE(t.Poll());
+  EXPECT_EQ(done, 1);
+  EXPECT_FALSE(t.Poll());
+  EXPECT_EQ(done, 2);
+  EXPECT_TRUE(t.Poll());
+  EXPECT_EQ(done, 3);
+  EXPECT_TRUE(t.status().ok());
+}
+
 TEST(FramePool, AFrameOfTheSameSizeClassIsReusedOutsideAsan) {
   // A size no task here has (its class is not full of other frames).
   void* a = FramePool::Get(4000);
