@@ -11,11 +11,12 @@
 # Ranks run on the cores the daemons leave to workers, in every layout. The last line is one JSON
 # object with every figure. Needs root (the node service's control socket; the namespaces).
 #   bench/tenants.sh [--nodes 1|2] [--link-gbit 2.5] [--ranks 2] [--seconds 2] [--build build]
+#                    [--service-arg=--flag=value ...]   (the node daemons' own flags)
 # --nodes 2: each node in a network namespace of its own, joined by links of --link-gbit (syncrun
 # --netns --network-only stands the network up; this script starts every daemon in it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-ranks=2 seconds=2 build="$here/../build" nodes=1 gbit=2.5 inside=0
+ranks=2 seconds=2 build="$here/../build" nodes=1 gbit=2.5 inside=0 service_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --nodes) nodes=$2; shift 2 ;;
     --link-gbit) gbit=$2; shift 2 ;;
     --inside-network) inside=1; shift ;;
+    --service-arg=*) service_args+=("${1#--service-arg=}"); shift ;;
     *) echo "tenants.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +34,8 @@ case "$nodes" in 1|2) ;; *) echo "tenants.sh: --nodes 1 or 2" >&2; exit 2 ;; esa
 build=$(cd "$build" && pwd)
 if [ "$nodes" -gt 1 ] && [ "$inside" -eq 0 ]; then
   exec "$build/bin/syncrun" --netns --link-gbit "$gbit" -N "$nodes" --network-only -- \
-    "$0" --inside-network --nodes "$nodes" --link-gbit "$gbit" --ranks "$ranks" --seconds "$seconds" --build "$build"
+    "$0" --inside-network --nodes "$nodes" --link-gbit "$gbit" --ranks "$ranks" --seconds "$seconds" --build "$build" \
+    "${service_args[@]/#/--service-arg=}"
 fi
 bin=$build/bin
 out=$(mktemp -d)
@@ -88,7 +91,7 @@ stop_daemons() {
 }
 
 # The node daemons, serving jobs 1 (A) and 2 (B) on every node.
-for n in $(seq 0 $((nodes - 1))); do start_daemon "$out/run$n" "$n" --node-service on; done
+for n in $(seq 0 $((nodes - 1))); do start_daemon "$out/run$n" "$n" --node-service on "${service_args[@]}"; done
 service_daemons=("${daemons[@]}")
 # register JOB [--weight W]: on every node at once (the first serves the job's rendezvous).
 port_of() { echo $((31000 + $1 * 7 + RANDOM % 900)); }
