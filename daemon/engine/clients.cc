@@ -100,12 +100,25 @@ void Engine::ShareEngine() {
         if (other.get() == mine) continue;
         const size_t in_flight = other->job->InFlight();
         if (in_flight > other->job->SlicedInFlight()) return OthersWait::kSmall;
-        // Requests past this node's table too (negotiating, agreed, running on other nodes).
-        const RequestLedger::JobInFlight open = ledger_.InFlightOf(job);
-        if (open.all > open.large) return OthersWait::kSmall;
-        if (in_flight > 0 || open.all > 0) w = OthersWait::kLarge;
+        if (in_flight > 0) w = OthersWait::kLarge;
       }
       return w;
+    };
+    t->share.others_ready = [this, mine = t.get()] {
+      for (auto& [cid, c] : clients_)
+        if (c.tenant != mine && c.info->segment.HasSubmission()) return true;
+      for (const auto& [job, other] : tenants_) {
+        if (other.get() == mine) continue;
+        // Only a job with small work in flight (negotiating, agreed, on other nodes too).
+        const RequestLedger::JobInFlight open = ledger_.InFlightOf(job);
+        if (open.all == open.large) continue;
+        if (other->job->InFlight() > other->job->SlicedInFlight()) return true;
+        const uint64_t now = abi::MonotonicNs();
+        bool data_waits = false;
+        if (other->job->NextPollNs(now, &data_waits) <= now) return true;  // a cycle's time came
+        if (Transport* links = other->job->transport(); links != nullptr && links->Progress()) return true;
+      }
+      return false;
     };
   }
 }

@@ -123,6 +123,7 @@ class Job {
   Job& operator=(const Job&) = delete;
 
   uint64_t id() const { return id_; }
+  Transport* transport() const { return links_.transport; }  // its daemons; nullptr: one node
 
   // Intake: a checked request of a rank of this node goes to its process set or to
   // point-to-point. A refusal (no such set, the job failed, a rank it needs is lost) is returned;

@@ -51,7 +51,14 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
       counters_(counters),
       hooks_(std::move(hooks)),
       side_by_side_{kSideBySidePieceBytes,
-                    [share = hooks_.share] { return share != nullptr && share->others_waiting && share->others_waiting() == OthersWait::kSmall; }},
+                    [share = hooks_.share, last = uint64_t{0}]() mutable {
+                      // At most once a quantum: the others' turns cost this run a pass each.
+                      const uint64_t now = abi::MonotonicNs();
+                      if (share == nullptr || !share->others_ready || now - last < kSideBySideQuantumNs || !share->others_ready())
+                        return false;
+                      last = now;
+                      return true;
+                    }},
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),
       host_(world_size_),
