@@ -3,10 +3,11 @@
 // side by side (OwnLinks, taken over by AdoptJobCommand, kept until the job is removed). A
 // tenant runs on its job's own links where it has them, else on the daemon's.
 //
-// Engine thread only.
+// Engine thread only, but any() (the observer thread asks it).
 #ifndef SYNCD_DAEMON_ENGINE_ENGINE_LINKS_H_
 #define SYNCD_DAEMON_ENGINE_ENGINE_LINKS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -24,15 +25,22 @@ class EngineLinks {
 
   // The daemon's own job's (null: this node alone).
   Transport* daemons() const { return daemons_.get(); }
-  void Adopt(uint64_t job, OwnLinks links) { jobs_[job] = std::move(links); }
-  void Forget(uint64_t job) { jobs_.erase(job); }
+  void Adopt(uint64_t job, OwnLinks links) {
+    jobs_[job] = std::move(links);
+    own_.store(jobs_.size(), std::memory_order_relaxed);
+  }
+  void Forget(uint64_t job) {
+    jobs_.erase(job);
+    own_.store(jobs_.size(), std::memory_order_relaxed);
+  }
   // Job `job`'s own links (null: it has none, it runs on the daemon's).
   const OwnLinks* Of(uint64_t job) const {
     const auto it = jobs_.find(job);
     return it == jobs_.end() ? nullptr : &it->second;
   }
-  // Whether any job here has other nodes to hear from.
-  bool any() const { return daemons_ != nullptr || !jobs_.empty(); }
+  // Whether any job here has other nodes to hear from. Any thread (the observer's: how often to
+  // report; it read the map while a job's removal erased from it, ThreadSanitizer).
+  bool any() const { return daemons_ != nullptr || own_.load(std::memory_order_relaxed) != 0; }
   // Sleeps on every transport at once (Transport::WaitForEvents); false where one cannot.
   bool WaitForEvents(uint64_t timeout_ns, int wake_fd) {
     all_.clear();
@@ -44,6 +52,7 @@ class EngineLinks {
  private:
   std::unique_ptr<Transport> daemons_;
   std::map<uint64_t, OwnLinks> jobs_;
+  std::atomic<size_t> own_{0};  // jobs_.size(), for any()
   std::vector<Transport*> all_;  // WaitForEvents's, kept for its storage
 };
 
