@@ -26,8 +26,13 @@ configure() {  # configure <dir> <sanitizers> <targets: all, or a list> [more cm
   shift 3
   cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DSYNCD_SANITIZE="$san" -DSYNCD_WITH_CUDA=OFF -DSYNCD_BUILD_TESTS=ON "$@" >/dev/null
+  # A build that fails fails the suite (its output filtered of progress lines only): testing
+  # what an earlier build left would pass on code that does not compile.
   # shellcheck disable=SC2086  # a list of targets
-  cmake --build "$dir" -j"$jobs" --target $targets | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+  if ! cmake --build "$dir" -j"$jobs" --target $targets | { grep -vE '^\[[0-9]+/[0-9]+\] ' || true; }; then
+    echo "sanitize: the build in $dir failed" >&2
+    exit 1
+  fi
 }
 
 # Every process writes its reports under $reports; after the tests, any report is a failure.

@@ -107,7 +107,8 @@ std::shared_ptr<const StatusSnapshot> StatusBuilder::Build(EngineFacts f, NodeHe
   JobFiguresSnapshot alone;
   completions_->Fold([&s, &alone](const CompletionFigures& g) {
     s.dropped_completion_events = g.dropped;
-    for (const auto& [job, figures] : g.jobs) {
+    for (const auto& [id, figures] : g.jobs) {
+      const uint64_t job = id;  // (clang 14 captures no structured binding)
       const bool served = std::any_of(s.jobs.begin(), s.jobs.end(), [job](const JobUsage& u) { return u.job_id == job; });
       if (!s.side_by_side) {
         alone = Summarize(figures);
