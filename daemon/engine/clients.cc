@@ -85,6 +85,12 @@ void Engine::DropTenant(Tenant& t) {
   ShareEngine();
 }
 
+bool Engine::OthersSubmitted(const Tenant* mine) const {
+  for (const auto& [cid, c] : clients_)
+    if (c.tenant != mine && c.info->segment.HasSubmission()) return true;
+  return false;
+}
+
 void Engine::ShareEngine() {
   for (const auto& [id, t] : tenants_) {
     t->share.others = tenants_.size() > 1;
@@ -93,8 +99,7 @@ void Engine::ShareEngine() {
     // ranks are in, its own sliced run): it gets the engine between two slices until it is done.
     // Only sliced runs of its own (large allreduces) wait: the slices may be large (RunSlices).
     t->share.others_waiting = [this, mine = t.get()] {
-      for (auto& [cid, c] : clients_)
-        if (c.tenant != mine && c.info->segment.HasSubmission()) return OthersWait::kSmall;
+      if (OthersSubmitted(mine)) return OthersWait::kSmall;
       OthersWait w = OthersWait::kNone;
       for (const auto& [job, other] : tenants_) {
         if (other.get() == mine) continue;
@@ -105,8 +110,7 @@ void Engine::ShareEngine() {
       return w;
     };
     t->share.others_ready = [this, mine = t.get()] {
-      for (auto& [cid, c] : clients_)
-        if (c.tenant != mine && c.info->segment.HasSubmission()) return true;
+      if (OthersSubmitted(mine)) return true;
       for (const auto& [job, other] : tenants_) {
         if (other.get() == mine) continue;
         // Only a job with small work in flight (negotiating, agreed, on other nodes too).

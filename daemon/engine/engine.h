@@ -152,6 +152,8 @@ class Engine {
   void DropTenant(Tenant& t);
   // Jobs side by side slice their large host allreduces (EngineShare); a job alone runs at once.
   void ShareEngine();
+  // Whether a rank of a job other than `mine` has a submission on its ring.
+  bool OthersSubmitted(const Tenant* mine) const;
   // BeginJob: the job's global process set, its coordination afresh on many nodes. `resume`: a
   // daemon restarted under job `job` starts it where node 0 has it.
   Tenant& BeginJob(uint64_t job, uint32_t local_size, const JobResume* resume = nullptr);

@@ -276,6 +276,37 @@ void Collectives(const StatusSnapshot& s, Exposition* e) {
   e->Metric("syncd_health_bytes_sent_total", "counter", "Bytes of those messages.", s.health_bytes);
 }
 
+// The other nodes' daemons: connected, and their health reports' age.
+void Peers(const StatusSnapshot& s, Exposition* e) {
+  e->Family("syncd_peer_up", "gauge", "1 while the daemon of that node is connected, 0 once it is lost.");
+  for (const auto& [node, state] : s.peers)
+    e->Sample("syncd_peer_up", {{"peer_node", std::to_string(node)}}, uint64_t(state == "connected"));
+  // The job's other nodes as their health reports show them: jobs side by side on links of their
+  // own, each job's (its node numbers are its own).
+  struct JobPeers {
+    Labels labels;
+    const std::vector<NodeHealth>* nodes;
+    uint32_t self;
+  };
+  std::vector<JobPeers> peers;
+  if (!s.side_by_side) peers.push_back({{}, &s.job_nodes, s.node_rank});
+  for (const JobUsage& u : s.jobs)
+    if (const auto it = s.own_link_job_nodes.find(u.job_id); s.side_by_side && it != s.own_link_job_nodes.end())
+      peers.push_back({{{"job_id", std::to_string(u.job_id)}}, &it->second, u.node_rank});
+  e->Family("syncd_peer_report_age_seconds", "gauge",
+            "Since the latest health report of that node's daemon came (reports every 0.5 s; 3 s: unresponsive).");
+  for (const JobPeers& j : peers)
+    for (const NodeHealth& n : *j.nodes)
+      if (n.node != j.self)
+        e->Sample("syncd_peer_report_age_seconds", With({{"peer_node", std::to_string(n.node)}}, j.labels), n.report_age_s);
+  e->Family("syncd_peer_unresponsive", "gauge", "1 while that node's daemon has sent no health report for 3 s.");
+  for (const JobPeers& j : peers)
+    for (const NodeHealth& n : *j.nodes)
+      if (n.node != j.self)
+        e->Sample("syncd_peer_unresponsive", With({{"peer_node", std::to_string(n.node)}}, j.labels),
+                  uint64_t(n.state == "unresponsive"));
+}
+
 void Coordination(const StatusSnapshot& s, Exposition* e) {
   struct PerSet {
     const char* name;
@@ -342,33 +373,7 @@ void Coordination(const StatusSnapshot& s, Exposition* e) {
       for (const PartialOpSnapshot& o : p.partial_ops)
         e->Sample(m.name, With(SetLabels(s, p), {{"name", o.name}, {"mode", o.mode}}), m.value(o));
   }
-  e->Family("syncd_peer_up", "gauge", "1 while the daemon of that node is connected, 0 once it is lost.");
-  for (const auto& [node, state] : s.peers)
-    e->Sample("syncd_peer_up", {{"peer_node", std::to_string(node)}}, uint64_t(state == "connected"));
-  // The job's other nodes as their health reports show them: jobs side by side on links of their
-  // own, each job's (its node numbers are its own).
-  struct Peers {
-    Labels labels;
-    const std::vector<NodeHealth>* nodes;
-    uint32_t self;
-  };
-  std::vector<Peers> peers;
-  if (!s.side_by_side) peers.push_back({{}, &s.job_nodes, s.node_rank});
-  for (const JobUsage& u : s.jobs)
-    if (const auto it = s.own_link_job_nodes.find(u.job_id); s.side_by_side && it != s.own_link_job_nodes.end())
-      peers.push_back({{{"job_id", std::to_string(u.job_id)}}, &it->second, u.node_rank});
-  e->Family("syncd_peer_report_age_seconds", "gauge",
-            "Since the latest health report of that node's daemon came (reports every 0.5 s; 3 s: unresponsive).");
-  for (const Peers& j : peers)
-    for (const NodeHealth& n : *j.nodes)
-      if (n.node != j.self)
-        e->Sample("syncd_peer_report_age_seconds", With({{"peer_node", std::to_string(n.node)}}, j.labels), n.report_age_s);
-  e->Family("syncd_peer_unresponsive", "gauge", "1 while that node's daemon has sent no health report for 3 s.");
-  for (const Peers& j : peers)
-    for (const NodeHealth& n : *j.nodes)
-      if (n.node != j.self)
-        e->Sample("syncd_peer_unresponsive", With({{"peer_node", std::to_string(n.node)}}, j.labels),
-                  uint64_t(n.state == "unresponsive"));
+  Peers(s, e);
 }
 
 void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
