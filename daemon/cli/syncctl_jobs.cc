@@ -164,8 +164,9 @@ int ListJobs(ControlStub& stub, const std::string& run_dir, bool json) {
 void PrintJobs(const syncd::control::StatusReply& s) {
   printf("jobs       %d registered (node service)\n", s.jobs_size());
   if (s.jobs_size() == 0) return;
-  printf("  %-12s %-12s %7s %6s %-8s %6s %7s %-19s %9s %10s %10s %6s %9s %9s\n", "JOB", "USER", "GID", "WEIGHT",
-         "STATE", "RANKS", "NODE", "REGISTERED", "REQUESTS", "BYTES", "LINK_BYTES", "ERRORS", "ENGINE_S", "WAITED_S");
+  printf("  %-12s %-12s %7s %6s %-8s %6s %7s %-19s %9s %10s %10s %10s %6s %9s %9s\n", "JOB", "USER", "GID", "WEIGHT",
+         "STATE", "RANKS", "NODE", "REGISTERED", "REQUESTS", "BYTES", "LINK_BYTES", "LINK_WAITS", "ERRORS", "ENGINE_S",
+         "WAITED_S");
   for (const auto& j : s.jobs()) {
     const std::string user = j.user().empty() ? "uid " + std::to_string(j.uid()) : j.user() + " (" + std::to_string(j.uid()) + ")";
     char when[32] = "-";
@@ -174,11 +175,12 @@ void PrintJobs(const syncd::control::StatusReply& s) {
     if (t > 0 && localtime_r(&t, &local) != nullptr) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &local);
     // This node's place among the job's nodes ("0/2"), "-" for a job of this node alone.
     const std::string node = j.nodes() > 1 ? std::to_string(j.node_rank()) + "/" + std::to_string(j.nodes()) : "-";
-    printf("  %-12lu %-12s %7s %6u %-8s %6u %7s %-19s %9lu %10s %10s %6lu %9.3f %9.3f\n", (unsigned long)j.job(),
+    printf("  %-12lu %-12s %7s %6u %-8s %6u %7s %-19s %9lu %10s %10s %10s %6lu %9.3f %9.3f\n", (unsigned long)j.job(),
            user.c_str(), j.gid() < 0 ? "any" : std::to_string(j.gid()).c_str(), j.weight(),
            j.running() ? "running" : "idle", j.ranks_attached(), node.c_str(), when, (unsigned long)j.requests(),
-           Bytes(j.bytes()).c_str(), j.nodes() > 1 ? Bytes(j.link_bytes()).c_str() : "-", (unsigned long)j.errors(),
-           j.engine_s(), j.waited_s());
+           Bytes(j.bytes()).c_str(), j.nodes() > 1 ? Bytes(j.link_bytes()).c_str() : "-",
+           j.nodes() > 1 ? std::to_string(j.link_turns_waited()).c_str() : "-", (unsigned long)j.errors(), j.engine_s(),
+           j.waited_s());
   }
 }
 

@@ -78,6 +78,8 @@ struct AcrossNodes {
   struct SideBySide {
     uint64_t piece_bytes = 0;
     std::function<bool()> others_wait;
+    // Whether a segment of `bytes` may go on the network now (the links shared by weight).
+    std::function<bool(uint64_t bytes)> may_post;
   };
   const SideBySide* side_by_side = nullptr;
 

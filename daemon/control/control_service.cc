@@ -104,6 +104,7 @@ void FillJobs(const JobRegistry& jobs, const StatusSnapshot& s, control::StatusR
     out->set_engine_s(served->engine_s);
     out->set_waited_s(served->waited_s);
     out->set_link_bytes(served->link_bytes);
+    out->set_link_turns_waited(served->link_turns_waited);
   }
 }
 

@@ -79,6 +79,7 @@ void Engine::DropTenant(Tenant& t) {
   residuals_gone_.cleared += r.cleared + r.tensors;
   t.job->Retire(&retired_);
   if (side_by_side_) completions_.EndJob(t.slot);  // its series go with it
+  pacer_.Forget(t.job->id());
   // The timeline reaches the job's daemons over its links, which may go with it (own links).
   if (timeline_.job() == t.job->id()) timeline_.EndJob();
   tenants_.erase(t.job->id());
@@ -108,6 +109,9 @@ void Engine::ShareEngine() {
         if (in_flight > 0) w = OthersWait::kLarge;
       }
       return w;
+    };
+    t->share.may_post = [this, job = id, share = &t->share](uint64_t bytes) {
+      return pacer_.MayPost(job, share->slices_per_poll, bytes, abi::MonotonicNs());
     };
     t->share.others_ready = [this, mine = t.get()] {
       if (OthersSubmitted(mine)) return true;

@@ -34,6 +34,7 @@
 #include "daemon/base/spsc_queue.h"
 #include "daemon/engine/job.h"
 #include "daemon/engine/job_timeline.h"
+#include "daemon/core/link_pacer.h"
 #include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"
 #include "daemon/engine/commands.h"
@@ -234,6 +235,7 @@ class Engine {
   ResidualStats residuals_gone_;  // what the residual stores of jobs that ended evicted, refused and dropped
   std::vector<std::unique_ptr<ProcessSet>> retired_;  // of ended jobs, until their GPU work is done
   RequestLedger ledger_;  // every request read off a ring until its one completion
+  LinkPacer pacer_;  // jobs side by side: their segments onto the network, by weight
   RequestPool request_pool_;  // spent requests' storage, for the next ones read off a ring
   Outcomes outcomes_;  // what the job's sets and transfers ended, until Settle applies it
   ExecutionCounters counters_;

@@ -58,6 +58,9 @@ ProcessSet::ProcessSet(const Config& config, ProcessSetPlace place, ExecutionCou
                         return false;
                       last = now;
                       return true;
+                    },
+                    [share = hooks_.share](uint64_t bytes) {
+                      return share == nullptr || !share->may_post || share->may_post(bytes);
                     }},
       // Ranks join the global set (hvd.join) only.
       table_(place_.local_size(), CheckAgreement, place_.id == 0 ? JoinedRequest : nullptr),

@@ -100,6 +100,9 @@ struct EngineShare {
   // pipelined run steps aside for it (AcrossNodes::SideBySide); one that only waits on other
   // nodes costs the run nothing (stepping aside for it anyway slowed a 1 MiB step 1.4-1.7x).
   std::function<bool()> others_ready;
+  // Whether its pipelined run may put a segment of `bytes` on the network now: jobs side by side
+  // share the links by weight (LinkPacer); a run held back waits for its next turn.
+  std::function<bool(uint64_t bytes)> may_post;
 };
 
 struct ProcessSetHooks {

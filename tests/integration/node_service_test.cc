@@ -626,13 +626,14 @@ TEST_F(NodeService, ADrainedJobGoesOnceNothingIsInFlightOrAtItsTimeoutFailingWha
 // the rendezvous at 127.0.0.1:`port`): the calls run at once, as the nodes' prologs do, and each
 // returns once its node is linked to the others. Their exit statuses and what they printed.
 std::vector<std::pair<int, std::string>> AddOnNodes(const std::vector<const Daemon*>& nodes, uint64_t job,
-                                                    const std::string& user, int port, const std::string& token) {
+                                                    const std::string& user, int port, const std::string& token,
+                                                    const std::string& extra = "") {
   std::vector<FILE*> calls;
   for (size_t n = 0; n < nodes.size(); ++n) {
     const std::string cmd = "SYNCD_JOB_TOKEN=" + token + " " +
                             Syncctl(*nodes[n], "job add --job " + std::to_string(job) + " --uid " + user + " --nodes " +
                                                    std::to_string(nodes.size()) + " --node-rank " + std::to_string(n) +
-                                                   " --rendezvous 127.0.0.1:" + std::to_string(port)) +
+                                                   " --rendezvous 127.0.0.1:" + std::to_string(port) + extra) +
                             " 2>&1";
     calls.push_back(popen(cmd.c_str(), "r"));
   }
@@ -729,6 +730,57 @@ TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
   std::tie(rc, out) = Shell(Syncctl(b, "job remove 9101"));
   EXPECT_EQ(rc, 0) << out;
   ExpectAllSucceeded(Finish(StartTwoNodeJob(a, b, 9102, kNobody, 3, 50)));
+}
+
+// Job `job` as `uid`, 2 ranks on each of two nodes, streaming `steps` allreduces of 4 MiB (int32,
+// every value checked: `salt` differs per job).
+std::vector<pid_t> StartStreamingJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, int salt, int steps) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(Spawn([&, r] {
+      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+      syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
+      CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
+      int64_t count = 1 << 20;
+      auto* v = static_cast<int32_t*>(syncd_alloc(c, size_t(count) * 4));
+      for (int step = 0; step < steps; ++step) {
+        for (int64_t k = 0; k < count; ++k) v[k] = int32_t(salt + r + step + k % 1009);
+        syncd_tensor t{"grad", v, SYNCD_INT32, 1, &count, 0};
+        syncd_handle h;
+        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+                    "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
+        for (int64_t k = 0; k < count; ++k)
+          CHILD_CHECK(v[k] == 4 * (salt + step + k % 1009) + 6, "job %lu rank %d step %d: [%ld] = %d, want %d",
+                      (unsigned long)job, r, step, (long)k, v[k], 4 * (salt + step + int(k % 1009)) + 6);
+      }
+      syncd_shutdown(c);
+      return 0;
+    }));
+  return pids;
+}
+
+// Two jobs of two nodes registered at weights 2 and 1, both streaming 4 MiB allreduces at once:
+// the links are shared by weight (the lighter job's segments wait their turns, syncctl job list's
+// LINK_WAITS) and every value of both is exact. (The shares themselves: bench/tenants.sh.)
+TEST_F(NodeService, TwoJobsStreamingOnTwoNodesShareTheLinksByWeightAndStayExact) {
+  Daemon a(2, {"--node-service", "on"}), b(2, {"--node-service", "on"});
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9111, "0", FreePort(), "tok-9111", " --weight 2"))
+    ASSERT_EQ(rc, 0) << out;
+  for (const auto& [rc, out] : AddOnNodes({&a, &b}, 9112, "nobody", FreePort(), "tok-9112")) ASSERT_EQ(rc, 0) << out;
+  std::vector<pid_t> heavy = StartStreamingJob(a, b, 9111, 0, 1, 30);
+  std::vector<pid_t> light = StartStreamingJob(a, b, 9112, kNobody, 1000, 30);
+  ExpectAllSucceeded(Finish(heavy));
+  ExpectAllSucceeded(Finish(light));
+  for (const Daemon* d : {&a, &b}) {
+    auto [rc, out] = Shell(Syncctl(*d, "job list --json"));
+    ASSERT_EQ(rc, 0) << out;
+    const size_t at = out.find("\"job\":\"9112\"");
+    ASSERT_NE(at, std::string::npos) << out;
+    const uint64_t waits = JsonNumber(out.substr(at), "link_turns_waited");
+    EXPECT_TRUE(waits != UINT64_MAX && waits > 0) << out;
+    std::tie(rc, out) = Shell(Syncctl(*d, "job list"));
+    EXPECT_TRUE(Contains(out, "LINK_WAITS")) << out;
+  }
 }
 
 // One rank of a job in the coordination-mode matrix: its training graph registered (its own

@@ -169,6 +169,13 @@ class AllreduceCollective final : public Collective {
     while (next < count || !inflight.empty()) {
       while (next < count && inflight.size() < kPipelineDepth) {
         const size_t end = std::min(count, next + seg);
+        // Jobs side by side share the links by weight: held back, it waits for its oldest segment
+        // in flight, or with none for the engine's next pass.
+        if (shared != nullptr && !shared->may_post((end - next) * wire_esize)) {
+          if (!inflight.empty()) break;
+          co_await StepAside{};
+          continue;
+        }
         char* slot = fusion->data() + (segment % kPipelineDepth) * slot_bytes;
         char* on_wire = wire != f.dtype ? wire_slots + (segment % kPipelineDepth) * wire_slot_bytes : slot;
         const uint64_t reduce_ns = tl ? abi::MonotonicNs() : 0;
