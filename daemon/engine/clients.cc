@@ -94,7 +94,10 @@ bool Engine::OthersSubmitted(const Tenant* mine) const {
 
 void Engine::ShareEngine() {
   for (const auto& [id, t] : tenants_) {
-    t->share.others = tenants_.size() > 1;
+    // Other jobs with ranks here (registered ones without cost nothing: a job alone runs as a
+    // daemon of its own would, unsliced and blocking in its cycles).
+    t->share.others = false;
+    for (const auto& [other_id, other] : tenants_) t->share.others |= other_id != id && !other->client_by_local_rank.empty();
     t->share.slice_bytes = t->share.others ? kSliceBytes : 0;
     // Another job waits: its ranks submitted, or it has work in flight (a collective some of its
     // ranks are in, its own sliced run): it gets the engine between two slices until it is done.
@@ -236,6 +239,7 @@ bool Engine::DrainEvents() {
       a->client->segment.set_membership_seen(t.job->membership().number());
       a->client->segment.set_joined_as(t.job->Attached(lr) ? abi::kJoinedAsReplacement : abi::kJoinedAsMember);
       t.client_by_local_rank[lr] = id;
+      if (t.client_by_local_rank.size() == 1) ShareEngine();  // its first rank: the others share with it
       spdlog::info("{} attached (client {}, local rank {}, job {})", RankName(a->client->rank, a->client->pid), id, lr,
                    t.job->id());
       clients_[id].tenant = &t;
@@ -268,6 +272,7 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   }
   clients_.erase(it);  // unmaps the segment: nothing of it is used after this point
   t->client_by_local_rank.erase(local_rank);
+  if (t->client_by_local_rank.empty()) ShareEngine();  // its last rank: the others have the engine
   if (gpu_) gpu_->ForgetClient(client_id);  // its IPC mappings close once no queued GPU work uses them
   // What needs the rank fails, or waits for it to attach again (Job::RankLeft).
   const bool job_over = t->job->RankLeft(local_rank, rank, pid, who + " " + reason, clean, t->client_by_local_rank.size());

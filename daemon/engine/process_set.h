@@ -86,7 +86,7 @@ inline constexpr uint64_t kSideBySideQuantumNs = 25'000;
 inline constexpr uint64_t kNodeServiceSegmentBytes = uint64_t{128} << 10;
 inline constexpr uint64_t kLargeSliceFactor = 16;
 struct EngineShare {
-  // Other jobs are served beside it: no set of it blocks the engine in a cycle (ProcessSet::Block
+  // Other jobs with ranks attached are served beside it: no set of it blocks the engine in a cycle (ProcessSet::Block
   // waits on its own job's network alone; another job's 8-byte allreduce waited behind it up to
   // 1 ms at a time, 3.8 ms p50 on two nodes while this one streamed 64 MiB).
   bool others = false;
