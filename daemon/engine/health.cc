@@ -203,6 +203,7 @@ void Engine::CaptureJobs(uint64_t now_ns, EngineFacts* f) const {
     u.engine_s = double(t->usage.engine_ns) / 1e9;
     u.waited_s = double(t->usage.waited_ns) / 1e9;
     u.link_turns_waited = pacer_.held(id);
+    u.on_loss = OnLossName(t->config.on_loss);
     u.node_rank = t->config.node_rank;
     u.nodes = t->config.nodes;
     u.local_size = t->local_size;

@@ -121,10 +121,17 @@ void Clients(const StatusSnapshot& s, Exposition* e) {
             "Ranks of this node the job lost and went on without (--on-loss continue), this job.");
   e->Sample("syncd_ranks_lost_job_went_on", {}, went_on);
   e->Family("syncd_job_on_loss", "gauge",
-            "The job's loss policy (--on-loss): 1 for the one it runs under (fail, continue or restore), 0 for the "
-            "others.");
-  for (const char* policy : {"fail", "continue", "restore"})
-    e->Sample("syncd_job_on_loss", {{"policy", policy}}, std::string(policy) == s.on_loss ? 1 : 0);
+            "The job's loss policy (--on-loss; jobs side by side: each job's own, job add --on-loss): 1 for the one "
+            "it runs under (fail, continue or restore), 0 for the others.");
+  for (const char* policy : {"fail", "continue", "restore"}) {
+    if (!s.side_by_side) {
+      e->Sample("syncd_job_on_loss", {{"policy", policy}}, std::string(policy) == s.on_loss ? 1 : 0);
+      continue;
+    }
+    for (const JobUsage& u : s.jobs)
+      e->Sample("syncd_job_on_loss", {{"job_id", std::to_string(u.job_id)}, {"policy", policy}},
+                std::string(policy) == u.on_loss ? 1 : 0);
+  }
   e->Family("syncd_job_membership_changes", "gauge",
             "Times this job lost nodes and went on without them (--on-loss continue or restore), this job.");
   e->Sample("syncd_job_membership_changes", {}, double(s.membership_changes.size()));

@@ -101,6 +101,7 @@ struct JobUsage {
   uint32_t node_rank = 0, nodes = 1, local_size = 0;  // its place: on links of its own, its own nodes
   uint64_t link_bytes = 0;  // bytes it sent to its other nodes since it started here
   uint64_t link_turns_waited = 0;  // its segments held back for other jobs' turns on the links
+  const char* on_loss = "fail";  // its loss policy (its own, job add --on-loss, or the daemon's)
 };
 
 // One job's per-collective metrics and straggler figures (obs/completion_log.h).

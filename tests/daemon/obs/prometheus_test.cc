@@ -158,7 +158,8 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   s.clients[0].job_id = 7, s.clients[0].state = "attached", s.clients[0].ops = 5;
   s.clients[1].job_id = 8, s.clients[1].state = "attached", s.clients[1].ops = 9;
   s.jobs = {{.job_id = 7, .ranks = 1, .requests = 5, .engine_s = 0.25, .waited_s = 0.5},
-            {.job_id = 8, .ranks = 1, .requests = 9, .engine_s = 0.75, .waited_s = 0.125, .node_rank = 1, .nodes = 2}};
+            {.job_id = 8, .ranks = 1, .requests = 9, .engine_s = 0.75, .waited_s = 0.125, .node_rank = 1, .nodes = 2,
+             .link_turns_waited = 3, .on_loss = "continue"}};
   // Each job's global set is process set 0, with collectives, stragglers and a request of its own.
   for (uint64_t job : {7, 8}) {
     ProcessSetSnapshot& p = s.process_sets.emplace_back();
@@ -191,6 +192,11 @@ TEST(PrometheusTest, JobsSideBySideLabelTheirOwnSeriesAndNoSeriesTwice) {
   EXPECT_EQ(ValueOf(text, "syncd_job_requests_total{node=\"0\",job_id=\"8\"}"), "9");
   EXPECT_EQ(ValueOf(text, "syncd_job_waited_seconds_total{node=\"0\",job_id=\"7\"}"), "0.5");
   EXPECT_EQ(ValueOf(text, "syncd_job_engine_seconds_total{node=\"0\",job_id=\"8\"}"), "0.75");
+  EXPECT_EQ(ValueOf(text, "syncd_job_link_turns_waited_total{node=\"0\",job_id=\"8\"}"), "3");
+  // Each job's own loss policy (job add --on-loss), not the daemon's.
+  EXPECT_EQ(ValueOf(text, "syncd_job_on_loss{node=\"0\",job_id=\"8\",policy=\"continue\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_job_on_loss{node=\"0\",job_id=\"7\",policy=\"fail\"}"), "1");
+  EXPECT_EQ(ValueOf(text, "syncd_job_on_loss{node=\"0\",job_id=\"7\",policy=\"continue\"}"), "0");
   EXPECT_EQ(ValueOf(text, "syncd_uptime_seconds{node=\"0\"}"), "0");  // the node's: no job_id
   // A scraper refuses a page with one series twice.
   std::set<std::string> series;
