@@ -11,7 +11,8 @@
 #  2. every libFuzzer harness for FUZZ_SECONDS (default 30) each (deploy/fuzz.sh).
 #  3. clang with ThreadSanitizer: the tests of the threaded parts (build-tsan): the engine inbox and
 #     attach server, the completion events folded off the engine thread, the control service, the
-#     transport, drains, lost ranks and daemons, and how work ends (Ending.*).
+#     transport, drains, lost ranks and daemons, how work ends (Ending.*) and the node service (its
+#     control threads, the jobs' own links, a restarted daemon taking its jobs back).
 # Suppressions only for third-party code, each with its reason: tests/sanitizers/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -71,7 +72,7 @@ echo "== ThreadSanitizer (build-tsan)"
 configure build-tsan thread "syncd_unit_tests syncd_integration_tests" -DSYNCD_BUILD_BENCH=ON
 rm -f "$reports"/*
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$reports/tsan"
-threaded='TransportConformance|SpscQueue|CommandQueue|CompletionLogTest|TimelineWriterTest|Timeline\.|Attach\.|Drain|Errors\.|Faults|Stalls\.|Ending\.|Collectives\.StatusReports|Collectives\.MetricsEndpoint|ManyNodes'
+threaded='TransportConformance|SpscQueue|CommandQueue|CompletionLogTest|TimelineWriterTest|Timeline\.|Attach\.|Drain|Errors\.|Faults|Stalls\.|Ending\.|Collectives\.StatusReports|Collectives\.MetricsEndpoint|ManyNodes|NodeService'
 (cd build-tsan && ctest --output-on-failure -j"$jobs" --timeout 600 -R "$threaded") || status=1
 check_reports "TSan suite" || status=1
 rm -rf "$reports"
