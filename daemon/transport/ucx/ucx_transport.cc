@@ -52,8 +52,14 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(uint32_t rank, uint
     return InvalidArgument("UCX transport: " + std::to_string(size) + " nodes, at most " +
                            std::to_string(kMaxTransportRanks) + " fit in a message tag");
   // When a job's daemons stop, messages of a last cycle may still be on their way; UCX warns
-  // about each one. Keep its log to errors unless the user chose a level.
-  if (getenv("UCX_LOG_LEVEL") == nullptr) ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_ERROR;
+  // about each one. Keep its log to errors unless the user chose a level. Once, by the first
+  // transport made: a node service makes jobs' links on several threads at once (restored jobs;
+  // ThreadSanitizer saw two write UCX's global options), before any UCX use reads them.
+  static const bool quiet = [] {
+    if (getenv("UCX_LOG_LEVEL") == nullptr) ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_ERROR;
+    return true;
+  }();
+  (void)quiet;
   std::unique_ptr<UcxTransport> t(new UcxTransport(rank, size));
   t->options_ = options;
   ucp_config_t* config = nullptr;
