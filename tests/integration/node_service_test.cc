@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cstdio>
 #include <string>
 #include <optional>
@@ -649,30 +650,41 @@ std::vector<std::pair<int, std::string>> AddOnNodes(const std::vector<const Daem
   return out;
 }
 
-// Job `job`'s ranks on two nodes, two each, as `uid`: `steps` allreduces of `scale` x (rank + 1 +
-// step) named "grad", each sum checked exact; returns their pids.
-std::vector<pid_t> StartTwoNodeJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, double scale,
-                                   int steps) {
+// Job `job`'s 4 ranks as `uid`, two on each of two nodes, each attached and running body(c, r)
+// (0, or a failed CHILD_CHECK's 1);
+// returns their pids.
+std::vector<pid_t> SpawnTwoNodeRanks(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid,
+                                     const std::function<int(syncd_client*, int)>& body) {
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r)
     pids.push_back(Spawn([&, r] {
       CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
       syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
       CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
-      for (int step = 0; step < steps; ++step) {
-        double v = scale * (r + 1 + step);
-        int64_t count = 1;
-        syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
-        syncd_handle h;
-        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 20'000) == SYNCD_OK,
-                    "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
-        const double want = scale * (10 + 4 * step);
-        CHILD_CHECK(v == want, "job %lu rank %d step %d: sum %g, want %g", (unsigned long)job, r, step, v, want);
-      }
+      if (const int rc = body(c, r); rc != 0) return rc;  // a CHILD_CHECK failed
       syncd_shutdown(c);
       return 0;
     }));
   return pids;
+}
+
+// Job `job`'s ranks on two nodes, two each, as `uid`: `steps` allreduces of `scale` x (rank + 1 +
+// step) named "grad", each sum checked exact; returns their pids.
+std::vector<pid_t> StartTwoNodeJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, double scale,
+                                   int steps) {
+  return SpawnTwoNodeRanks(a, b, job, uid, [&](syncd_client* c, int r) {
+    for (int step = 0; step < steps; ++step) {
+      double v = scale * (r + 1 + step);
+      int64_t count = 1;
+      syncd_tensor t{"grad", &v, SYNCD_FLOAT64, 1, &count, 0};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 20'000) == SYNCD_OK,
+                  "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
+      const double want = scale * (10 + 4 * step);
+      CHILD_CHECK(v == want, "job %lu rank %d step %d: sum %g, want %g", (unsigned long)job, r, step, v, want);
+    }
+    return 0;
+  });
 }
 
 // Two node daemons (each serving its node alone, as systemd starts them) and two jobs of two
@@ -735,28 +747,21 @@ TEST_F(NodeService, TwoJobsOfTwoUsersOnTheSameTwoNodesEachWithLinksOfItsOwn) {
 // Job `job` as `uid`, 2 ranks on each of two nodes, streaming `steps` allreduces of 4 MiB (int32,
 // every value checked: `salt` differs per job).
 std::vector<pid_t> StartStreamingJob(const Daemon& a, const Daemon& b, uint64_t job, uint32_t uid, int salt, int steps) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 4; ++r)
-    pids.push_back(Spawn([&, r] {
-      CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
-      syncd_client* c = AttachToJob((r < 2 ? a : b).run_dir(), job, r, 4, r % 2, 2);
-      CHILD_CHECK(c != nullptr, "rank %d of job %lu did not attach: %s", r, (unsigned long)job, syncd_last_error());
-      int64_t count = 1 << 20;
-      auto* v = static_cast<int32_t*>(syncd_alloc(c, size_t(count) * 4));
-      for (int step = 0; step < steps; ++step) {
-        for (int64_t k = 0; k < count; ++k) v[k] = int32_t(salt + r + step + k % 1009);
-        syncd_tensor t{"grad", v, SYNCD_INT32, 1, &count, 0};
-        syncd_handle h;
-        CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
-                    "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
-        for (int64_t k = 0; k < count; ++k)
-          CHILD_CHECK(v[k] == 4 * (salt + step + k % 1009) + 6, "job %lu rank %d step %d: [%ld] = %d, want %d",
-                      (unsigned long)job, r, step, (long)k, v[k], 4 * (salt + step + int(k % 1009)) + 6);
-      }
-      syncd_shutdown(c);
-      return 0;
-    }));
-  return pids;
+  return SpawnTwoNodeRanks(a, b, job, uid, [&](syncd_client* c, int r) {
+    int64_t count = 1 << 20;
+    auto* v = static_cast<int32_t*>(syncd_alloc(c, size_t(count) * 4));
+    for (int step = 0; step < steps; ++step) {
+      for (int64_t k = 0; k < count; ++k) v[k] = int32_t(salt + r + step + k % 1009);
+      syncd_tensor t{"grad", v, SYNCD_INT32, 1, &count, 0};
+      syncd_handle h;
+      CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK && syncd_wait(c, h, 30'000) == SYNCD_OK,
+                  "job %lu rank %d step %d: %s", (unsigned long)job, r, step, syncd_last_error());
+      for (int64_t k = 0; k < count; ++k)
+        CHILD_CHECK(v[k] == 4 * (salt + step + k % 1009) + 6, "job %lu rank %d step %d: [%ld] = %d, want %d",
+                    (unsigned long)job, r, step, (long)k, v[k], 4 * (salt + step + int(k % 1009)) + 6);
+    }
+    return 0;
+  });
 }
 
 // Two jobs of two nodes registered at weights 2 and 1, both streaming 4 MiB allreduces at once:
