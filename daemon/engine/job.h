@@ -103,6 +103,7 @@ struct JobResume {
 struct RankActivity {
   uint32_t rank = 0;
   uint64_t last_call_ns = 0;  // 0: not since it attached
+  int32_t pid = 0;            // its process (stopped or exited: the stall says so)
 };
 
 class Job {

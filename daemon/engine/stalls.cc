@@ -9,6 +9,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/job.h"
 #include "daemon/engine/engine_timing.h"
+#include "daemon/obs/status_builder.h"
 
 namespace syncd {
 namespace {
@@ -124,9 +125,18 @@ std::string Job::DescribeStall(const StallSnapshot& s, uint64_t now_ns, const st
     for (const RankActivity& a : here)
       if (a.rank == rank) {
         local = true;
-        text += " [rank " + std::to_string(rank) +
-                (a.last_call_ns ? " last called syncd " + std::to_string((now_ns - a.last_call_ns) / kNsPerS) + " s ago]"
-                                : " has not called syncd since it attached]");
+        // As the other nodes' reports name it (`rank R on node N: stopped ...`), where the stall
+        // is seen on the stopped rank's own node first.
+        const std::string state = ProcessState(a.pid);
+        const char code = state == "stopped" ? 'S' : state == "zombie" ? 'Z' : '-';
+        if (code != '-')
+          text += " [rank " + std::to_string(rank) +
+                  (links_.transport ? " on node " + std::to_string(links_.transport->rank()) : std::string()) + ": " +
+                  UnresponsiveText(code, 0, state, s.name) + "]";
+        else
+          text += " [rank " + std::to_string(rank) +
+                  (a.last_call_ns ? " last called syncd " + std::to_string((now_ns - a.last_call_ns) / kNsPerS) + " s ago]"
+                                  : " has not called syncd since it attached]");
       }
     if (local || links_.transport == nullptr) continue;
     if (others.empty()) others = health_.Peers(now_ns, std::vector<bool>(links_.transport->size(), false));
@@ -154,7 +164,8 @@ void Engine::CheckStalls(uint64_t now_ns) {
   tally_.last_stall_check_ns = now_ns;
   for (const auto& [job, t] : tenants_) {
     std::vector<RankActivity> here;
-    for (const auto& [lr, id] : t->client_by_local_rank) here.push_back({clients_.at(id).info->rank, clients_.at(id).last_submit_ns});
+    for (const auto& [lr, id] : t->client_by_local_rank)
+      here.push_back({clients_.at(id).info->rank, clients_.at(id).last_submit_ns, clients_.at(id).info->pid});
     tally_.stall_warnings += t->job->CheckStalls(now_ns, here);
     t->job->ExpireDepartures(now_ns, !t->client_by_local_rank.empty());
   }

@@ -534,7 +534,9 @@ TEST_F(NodeService, OfThreeJobsOneLosesARankOneStallsAndTheThirdTrainsOnExact) {
   // The third job: 2,500 steps of 1 ms or more, paused at step 100 until the others fail.
   std::vector<pid_t> third = StartJob(d, 8103, 0, 2, 1000, 2'500, Pause{100, paused[1], resume[0]});
   std::vector<pid_t> lost = StartFailingJob({&d}, 8101, 0, progress[1], SYNCD_ERR_RANK_LOST, "rank 1");
-  std::vector<pid_t> stalled = StartFailingJob({&d}, 8102, kNobody, progress[1], SYNCD_ERR_STALLED, "rank 1");
+  // The stalled rank is named as the daemon sees its process: stopped.
+  std::vector<pid_t> stalled =
+      StartFailingJob({&d}, 8102, kNobody, progress[1], SYNCD_ERR_STALLED, "[rank 1: stopped (SIGSTOP");
   ASSERT_TRUE(Await(progress[0]) && Await(progress[0]));
   ASSERT_TRUE(Await(paused[0]));
   ASSERT_EQ(kill(lost[1], SIGKILL), 0);
@@ -905,9 +907,10 @@ TEST_P(NodeServiceModes, TwoJobsOnTwoNodesAndAThirdOnOneEachExactInItsOwnPlan) {
     ASSERT_NE(at, std::string::npos) << json;
     hashes.push_back(json.substr(at + 13, 16));
   }
-  if (topo)
+  if (topo) {
     EXPECT_TRUE(hashes[0] != hashes[1] && hashes[1] != hashes[2] && hashes[0] != hashes[2])
         << hashes[0] << " " << hashes[1] << " " << hashes[2];
+  }
 }
 
 // A job of two nodes whose ranks were all killed mid-run (a step cancelled, an OOM kill) runs its
@@ -988,7 +991,8 @@ TEST_F(NodeService, OnTwoNodesOneJobLosesARankOneStallsOneGoesOnAndTheFourthTrai
   std::vector<pid_t> going_on = StartContinuingJob(a, b, 9304, progress[1]);
   std::vector<pid_t> lost = StartFailingJob({&a, &b}, 9301, 0, progress[1], SYNCD_ERR_RANK_LOST,
                                                    "rank 3 (pid ");
-  // The stalled rank is named by the job's own health reports, node 1 to node 0, on its links.
+  // The stalled rank is named by the job's own health reports, node 1 to node 0, on its links
+  // (where node 0 ends the job) or by node 1 itself (where it sees the stall first), alike.
   std::vector<pid_t> stalled = StartFailingJob({&a, &b}, 9302, kNobody, progress[1], SYNCD_ERR_STALLED,
                                                       "[rank 3 on node 1: stopped (SIGSTOP");
   ASSERT_TRUE(Await(progress[0]) && Await(progress[0]) && Await(progress[0]));

@@ -80,7 +80,9 @@ TEST(LinkPacer, SmallSegmentsGoAtOnceAndNeverHoldALargeOne) {
   // Job 2 runs 8-byte allreduces back to back while job 1 streams: neither is held.
   for (int i = 0; i < 1000; ++i, now += 1'000) {
     ASSERT_TRUE(pacer.MayPost(2, 1, 8, now));
-    if (i % 10 == 0) ASSERT_TRUE(pacer.MayPost(1, 1, kSegment, now)) << "try " << i;
+    if (i % 10 == 0) {
+      ASSERT_TRUE(pacer.MayPost(1, 1, kSegment, now)) << "try " << i;
+    }
   }
   EXPECT_EQ(pacer.held(), 0u);
 }
