@@ -454,6 +454,9 @@ int main(int argc, char** argv) {
   timeline_start->add_option("--cycles", timeline_cycles, "Stop after this many coordination cycles that ran tensors")
       ->excludes(seconds_opt);
   CLI::App* timeline_stop = timeline->add_subcommand("stop", "Stop recording; node 0 finishes the file");
+  uint64_t timeline_job = 0;
+  for (CLI::App* sub : {timeline_start, timeline_stop})
+    sub->add_option("--job", timeline_job, "A node service's job (needed where it runs several)");
   timeline->require_subcommand(1);
   JobCommands jobs;
   AddJobCommands(app, &json, &jobs);
@@ -475,6 +478,7 @@ int main(int argc, char** argv) {
   if (timeline->parsed()) {
     syncd::control::TimelineRequest req;
     req.set_stop(timeline_stop->parsed());
+    req.set_job(timeline_job);
     if (timeline_start->parsed()) {
       std::error_code ec;
       const std::filesystem::path abs = std::filesystem::absolute(timeline_file, ec);

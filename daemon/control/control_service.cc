@@ -50,6 +50,7 @@ std::shared_ptr<const StatusSnapshot> OneJobsView(const std::shared_ptr<const St
     s->straggler_collectives = it->second.straggler_collectives;
   }
   s->job_figures.clear();
+  if (const auto it = all->job_timelines.find(job); it != all->job_timelines.end()) s->timeline = it->second;
   return s;
 }
 
@@ -361,6 +362,7 @@ grpc::Status ControlService::Status(grpc::ServerContext*, const control::StatusR
 grpc::Status ControlService::Timeline(grpc::ServerContext*, const control::TimelineRequest* request,
                                       control::TimelineReply*) {
   TimelineCommand c;
+  c.job = request->job();
   c.start = !request->stop();
   c.path = request->file();
   c.seconds = request->seconds();

@@ -81,7 +81,7 @@ void Engine::DropTenant(Tenant& t) {
   if (side_by_side_) completions_.EndJob(t.slot);  // its series go with it
   pacer_.Forget(t.job->id());
   // The timeline reaches the job's daemons over its links, which may go with it (own links).
-  if (timeline_.job() == t.job->id()) timeline_.EndJob();
+  t.timeline->EndJob();
   tenants_.erase(t.job->id());
   ShareEngine();
 }
@@ -194,7 +194,8 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   links.counters = &counters_;
   links.resume = resume;
   ProcessSetHooks& hooks = links.hooks;
-  hooks.timeline = timeline_.recorder();
+  t.timeline = std::make_unique<JobTimeline>(uint64_t(config_.timeline_max_mb) << 20);
+  hooks.timeline = t.timeline->recorder();
   hooks.pool = &request_pool_;
   hooks.outcomes = &outcomes_;
   hooks.ledger = &ledger_;
@@ -204,19 +205,19 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   t.job = std::make_unique<Job>(t.config, job, local_size, std::move(links));
   ShareEngine();
   PublishSetNodes(t);
-  if (!first) return t;
   JobTimeline::Links timeline;
   timeline.transport = transport;
   timeline.job = job;
-  timeline.tell = [this](int32_t node, ControlMessage m) {
-    Tenant* only = Only();
-    return only != nullptr && only->job->TellNodes(std::move(m), node);
+  timeline.tell = [this, job](int32_t node, ControlMessage m) {
+    const auto it = tenants_.find(job);
+    return it != tenants_.end() && it->second->job->TellNodes(std::move(m), node);
   };
-  timeline_.BeginJob(std::move(timeline));
+  t.timeline->BeginJob(std::move(timeline));
   // --timeline: node 0 writes the job's file from its first collective on (the other nodes join
-  // in once they have started the job too).
-  if (!config_.timeline.empty() && t.config.node_rank == 0)
-    if (Status st = timeline_.Start(config_.timeline, 0, 0); !st.ok()) spdlog::error("--timeline: {}", st.message());
+  // in once they have started the job too). A node service: the first job that begins while no
+  // other runs (the others: their ranks, or syncctl timeline --job).
+  if (first && !config_.timeline.empty() && t.config.node_rank == 0)
+    if (Status st = t.timeline->Start(config_.timeline, 0, 0); !st.ok()) spdlog::error("--timeline: {}", st.message());
   return t;
 }
 
@@ -279,7 +280,7 @@ void Engine::Disconnect(uint32_t client_id, const std::string& reason, bool clea
   Settle();
   // The job's timeline ends with its ranks: node 0 finishes the file (with the other nodes' last
   // events), so it is complete once the job is.
-  if (job_over && t->config.node_rank == 0) (void)timeline_.Stop();
+  if (job_over && t->config.node_rank == 0) (void)t->timeline->Stop();
 }
 
 }  // namespace syncd

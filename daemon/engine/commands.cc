@@ -40,11 +40,28 @@ void Engine::RunCommands() {
       e.reply.set_value(DrainJob(*d));
     } else {
       const TimelineCommand& c = std::get<TimelineCommand>(e.command);
-      if (tenants_.empty()) e.reply.set_value(Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet"));
-      else e.reply.set_value(c.start ? timeline_.Start(c.path, c.seconds, c.cycles) : timeline_.Stop());
+      e.reply.set_value(RunTimelineCommand(c));
     }
   }
   if (!outcomes_.empty()) Settle();  // what a node's return or a resumed job ended
+}
+
+Status Engine::RunTimelineCommand(const TimelineCommand& c) {
+  Tenant* t = nullptr;
+  if (c.job != 0) {
+    const auto it = tenants_.find(c.job);
+    if (it == tenants_.end())
+      return Status(SYNCD_ERR_INVALID, "timeline: job " + std::to_string(c.job) + " has no rank on this daemon now");
+    t = it->second.get();
+  } else if (tenants_.size() > 1) {
+    std::string ids;
+    for (const auto& [id, x] : tenants_) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    return Status(SYNCD_ERR_INVALID, "timeline: this daemon runs jobs " + ids + ": name one (syncctl timeline --job ID)");
+  } else {
+    t = Only();
+  }
+  if (t == nullptr) return Status(SYNCD_ERR_INVALID, "timeline: no job is running on this daemon yet");
+  return c.start ? t->timeline->Start(c.path, c.seconds, c.cycles) : t->timeline->Stop();
 }
 
 RejoinAnswer Engine::TakeNodeBack(const RejoinCommand& c) {

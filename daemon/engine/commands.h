@@ -35,6 +35,7 @@ struct SendHealthCommand {
 // Start (`path` non-empty: node 0 writes it; `seconds`, `cycles`: limits, 0 none) or stop the
 // job's timeline (engine/job_timeline.h); the reply is a Status.
 struct TimelineCommand {
+  uint64_t job = 0;  // 0: the one job the daemon runs (refused while it runs several)
   bool start = true;
   std::string path;
   double seconds = 0;

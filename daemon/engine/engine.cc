@@ -44,8 +44,7 @@ Engine::Engine(const Config& config, const NodePage* node_page, uint32_t local_s
       local_size_(local_size),
       side_by_side_(config.node_service && config.nodes == 1),
       kick_client_(std::move(kick_client)),
-      links_(std::move(transport)),
-      timeline_(uint64_t(config.timeline_max_mb) << 20) {
+      links_(std::move(transport)) {
   tally_.start_ns = abi::MonotonicNs();
   builder_.Build(std::move(*CaptureFacts()));
 }
@@ -188,7 +187,7 @@ void Engine::Run() {
       last_beat = t1;
     }
     if (commands_.pending()) RunCommands();
-    timeline_.Poll(t1);
+    for (const auto& [id, t] : tenants_) t->timeline->Poll(t1);
     if (t1 - tally_.last_stall_check_ns > kStallCheckPeriodNs) CheckStalls(t1);
     if (!did) Idle(t1, t1 - last_work, spin_ns);
     if (const uint64_t deadline = drain_.deadline_ns(); deadline != 0) {
@@ -299,7 +298,7 @@ bool Engine::DrainSubmissions(ClientState& c, bool* did) {
 
 void Engine::Take(Tenant& t, Request r) {
   if (r.kind == abi::OpKind::kTimeline) {  // not a collective: this daemon answers at once
-    Complete(r, r.text.empty() ? timeline_.Stop() : timeline_.Start(r.text, 0, 0));
+    Complete(r, r.text.empty() ? t.timeline->Stop() : t.timeline->Start(r.text, 0, 0));
     return;
   }
   // What a refusal needs to complete the request (not its name, shape or memory: a full copy
@@ -379,7 +378,7 @@ void Engine::Settle() {
   outcomes_.Clear(&request_pool_);
   FlushClients();
   for (const auto& [id, t] : tenants_)
-    for (const ControlNotice& n : t->job->TakeNotices()) timeline_.Receive(n.from, n.message);
+    for (const ControlNotice& n : t->job->TakeNotices()) t->timeline->Receive(n.from, n.message);
 }
 
 void Engine::ApplyOutcome(const std::vector<Request>& requests, const Status& status) {
@@ -400,8 +399,7 @@ void Engine::ApplyOutcome(const std::vector<Request>& requests, const Status& st
   for (const Request& r : requests) Complete(r, status);
 }
 
-void Engine::Trace(const std::vector<Request>& requests, const Status& status) {
-  Timeline* tl = timeline_.recorder();
+void Engine::Trace(Timeline* tl, const std::vector<Request>& requests, const Status& status) {
   const Request& f = requests.front();
   TraceEvent tensor;
   tensor.kind = TraceKind::kTensor;
@@ -437,11 +435,11 @@ void Engine::Trace(const std::vector<Request>& requests, const Status& status) {
 
 void Engine::Count(const std::vector<Request>& requests, const Status& status) {
   const Request& f = requests.front();
-  if (timeline_.recorder()->on()) Trace(requests, status);
   // A stand-in's tensor alone names no rank: it is the job's when the daemon serves one.
   const Tenant* tenant = TenantOf(requests);
   if (tenant == nullptr && tenants_.size() == 1) tenant = Only();
   if (tenant == nullptr) return;
+  if (tenant->timeline->recorder()->on()) Trace(tenant->timeline->recorder(), requests, status);
   CompletionEvent t;
   t.job = tenant->slot;
   t.t_ns = abi::MonotonicNs();

@@ -199,7 +199,9 @@ class Engine {
   void ApplyOutcome(const std::vector<Request>& requests, const Status& status);
   void Count(const std::vector<Request>& requests, const Status& status);  // into metrics_
   // A completed tensor into the timeline: each rank's submission and its life on this node.
-  void Trace(const std::vector<Request>& requests, const Status& status);
+  void Trace(Timeline* tl, const std::vector<Request>& requests, const Status& status);
+  // syncctl timeline: the named job's (0: the daemon's one job).
+  Status RunTimelineCommand(const TimelineCommand& c);
   void Complete(const Request& r, const Status& status);
   void Disconnect(uint32_t client_id, const std::string& reason, bool clean = false);
   void FlushClients();
@@ -241,7 +243,6 @@ class Engine {
   ExecutionCounters counters_;
   CompletionLog completions_;  // Count()'s events, folded by the status builder
   mutable StatusBuilder builder_{&completions_};  // off the engine thread (FreshSnapshot, the observer)
-  JobTimeline timeline_;
   SpscQueue<EngineEvent> inbox_{256};
   std::atomic<bool> stop_{false};
   EngineDrain drain_;

@@ -256,7 +256,8 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
     s->membership_changes = only->job->membership().changes();
     if (f->reports_health) f->peer_health = only->job->PeerHealth(now_ns);
   }
-  s->timeline = timeline_.State();
+  if (tenants_.size() == 1) s->timeline = only->timeline->State();
+  for (const auto& [id, t] : tenants_) s->job_timelines[id] = t->timeline->State();
   s->engine_busy_ns = tally_.busy_ns;
   s->engine_wakeups = tally_.wakeups;
   // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.

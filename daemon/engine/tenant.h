@@ -16,6 +16,7 @@
 #include "daemon/base/config.h"
 #include "daemon/core/residual_store.h"
 #include "daemon/engine/job.h"
+#include "daemon/engine/job_timeline.h"
 #include "daemon/transport/transport.h"
 
 namespace syncd {
@@ -68,6 +69,9 @@ struct Tenant {
   uint64_t pass_ns = 0;  // engine time on it in the current pass (jobs side by side)
   // Its share against the other jobs: slices while others are served, its weight's worth per poll.
   EngineShare share;
+  // Its timeline (node 0 of the job writes it): started and stopped by its ranks, syncctl timeline
+  // --job, or the daemon's --timeline for a daemon's first job; over its own links.
+  std::unique_ptr<JobTimeline> timeline;
 };
 
 }  // namespace syncd

@@ -167,7 +167,8 @@ struct StatusSnapshot {
     std::string why;
   };
   std::vector<MembershipChange> membership_changes;
-  TimelineState timeline;
+  TimelineState timeline;  // the daemon's one job's (jobs side by side: a job's view takes its own)
+  std::map<uint64_t, TimelineState> job_timelines;  // every job's
 
   bool has_gpu = false;
   GpuStats gpu;

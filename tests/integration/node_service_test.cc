@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <optional>
 #include <regex>
@@ -359,6 +360,102 @@ TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnVie
     if (!l.empty() && l[0] != '#') {
       EXPECT_TRUE(series.insert(l.substr(0, l.rfind(' '))).second) << "twice: " << l;
     }
+}
+
+// The file a timeline wrote, once complete (its writer closes it a moment after the stop).
+std::string CompleteTimeline(const std::string& path) {
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    text = s.str();
+    if (text.size() > 3 && text.substr(text.size() - 3) == "\n]\n") break;
+    usleep(50'000);
+  }
+  return text;
+}
+
+// Each job of a node service has a timeline of its own: one started by the administrator for
+// that job (syncctl timeline --job), one by a rank of the other job (hvd.start_timeline); each
+// file holds its own job's tensors and none of the other's, and a start that names no job is
+// refused while two run, naming both.
+TEST_F(NodeService, EachJobsTimelineIsItsOwnStartedByItsRanksOrForItByTheAdministrator) {
+  Daemon d(2, {"--node-service", "on", "--log-level", "error"});
+  for (const char* add : {"job add --job 7301 --uid 0", "job add --job 7302 --uid nobody"}) {
+    auto [rc, out] = Shell(Syncctl(d, add));
+    ASSERT_EQ(rc, 0) << out;
+  }
+  const std::string stem = ::testing::TempDir() + "syncd_tl_" + std::to_string(getpid());
+  const std::string file_a = stem + "_a.json", file_b = stem + "_b.json";
+  unlink(file_a.c_str());
+  unlink(file_b.c_str());
+  int go[2], hold[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  std::vector<pid_t> pids;
+  for (const auto& [job, uid, name] : {std::tuple{7301ul, 0u, "a.grad"}, std::tuple{7302ul, kNobody, "b.grad"}})
+    for (int r = 0; r < 2; ++r)
+      pids.push_back(Spawn([&, job = job, uid = uid, name = name, r] {
+        close(go[1]);
+        close(hold[1]);
+        CHILD_CHECK(BecomeUser(uid), "cannot become uid %u", uid);
+        syncd_client* c = AttachToJob(d.run_dir(), job, r, 2, r, 2);
+        CHILD_CHECK(c != nullptr, "job %lu rank %d did not attach: %s", job, r, syncd_last_error());
+        CHILD_CHECK(Await(go[0]), "no go");
+        if (job == 7302 && r == 0)
+          CHILD_CHECK(syncd_start_timeline(c, file_b.c_str()) == SYNCD_OK, "%s", syncd_last_error());
+        syncd_handle h;
+        CHILD_CHECK(syncd_barrier_async(c, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK, "%s",
+                    syncd_last_error());
+        for (int step = 0; step < 10; ++step) {
+          double v = r + 1;
+          int64_t count = 1;
+          syncd_tensor t{name, &v, SYNCD_FLOAT64, 1, &count, 0};
+          CHILD_CHECK(syncd_allreduce_async(c, &t, SYNCD_SUM, 1.0, 1.0, &h) == SYNCD_OK &&
+                          syncd_wait(c, h, 10'000) == SYNCD_OK && v == 3,
+                      "job %lu rank %d step %d: %s (%g)", job, r, step, syncd_last_error(), v);
+        }
+        CHILD_CHECK(Await(hold[0]), "no hold");
+        syncd_shutdown(c);
+        return 0;
+      }));
+  close(go[0]);
+  close(hold[0]);
+  ASSERT_TRUE(WaitForRanks(d, 7301, 2) && WaitForRanks(d, 7302, 2));
+  auto [rc, out] = Shell(Syncctl(d, "timeline start " + file_a + " 2>&1"));
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_TRUE(Contains(out, "7301, 7302") && Contains(out, "--job")) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "timeline start --job 7309 " + file_a + " 2>&1"));
+  EXPECT_TRUE(rc != 0 && Contains(out, "job 7309")) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "timeline start --job 7301 " + file_a + " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_EQ(write(go[1], "xxxx", 4), 4);
+  close(go[1]);
+  // Both jobs ran their steps (each rank waits on `hold`): the administrator stops job 7301's.
+  const auto requests_of_7301 = [&d] {
+    const std::string json = Shell(Syncctl(d, "job list --json")).second;
+    const size_t at = json.find("\"job\":\"7301\"");
+    return at == std::string::npos ? std::string() : json.substr(at, json.find('}', at) - at);
+  };
+  for (int i = 0; i < 200 && !Contains(requests_of_7301(), "\"requests\":\"22\""); ++i) usleep(50'000);
+  EXPECT_TRUE(Contains(requests_of_7301(), "\"requests\":\"22\"")) << requests_of_7301();
+  std::tie(rc, out) = Shell(Syncctl(d, "timeline stop --job 7301 2>&1"));
+  EXPECT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Shell(Syncctl(d, "status --job 7302"));
+  EXPECT_TRUE(Contains(out, "timeline   RECORDING " + file_b)) << out;
+  ASSERT_EQ(write(hold[1], "xxxx", 4), 4);
+  close(hold[1]);
+  ExpectAllSucceeded(Finish(pids));
+  // Job 7302's file is finished with its job (its ranks left).
+  for (const auto& [file, mine, other] : {std::tuple{file_a, "a.grad", "b.grad"}, std::tuple{file_b, "b.grad", "a.grad"}}) {
+    const std::string text = CompleteTimeline(file);
+    ASSERT_TRUE(text.size() > 3 && text.substr(text.size() - 3) == "\n]\n") << file << " is not complete: " << text;
+    EXPECT_EQ(Occurrences(text, std::string("\"name\":\"submit ") + mine + "\""), 20u) << file;
+    EXPECT_EQ(Occurrences(text, other), 0u) << file;
+  }
+  unlink(file_a.c_str());
+  unlink(file_b.c_str());
 }
 
 TEST_F(NodeService, LargeAllreducesOfOneJobRunInSlicesAndStayExactWhileAnotherJobsSmallOnesGoOn) {
