@@ -26,6 +26,18 @@ grpc::Status NotANodeService() {
                       "--node-service on (syncd.service)");
 }
 
+// What the engine takes of a registered job: its settings, its user, its links (nullptr: one node).
+AdoptJobCommand AdoptionOf(const JobAdmission& a, std::shared_ptr<Transport> links) {
+  AdoptJobCommand c;
+  c.job = a.job;
+  c.transport = std::move(links);
+  c.nodes = a.nodes;
+  c.node_rank = a.node_rank;
+  c.settings = a.settings;
+  c.owner = FileOwner{a.uid, a.gid};
+  return c;
+}
+
 }  // namespace
 
 StatusOr<JobAdmission> AdmissionOf(const control::RegisteredJob& j) {
@@ -57,7 +69,7 @@ grpc::Status ControlService::AddJob(grpc::ServerContext*, const control::AddJobR
                a.nodes > 1 ? ", node " + std::to_string(a.node_rank) + " of " + std::to_string(a.nodes) : std::string(),
                SettingsText(a.settings));
   // The engine takes the job's settings, and its links to its other nodes where it has several.
-  syncd::Status adopted = a.nodes > 1 ? Link(a) : Adopt(AdoptJobCommand{a.job, nullptr, 1, 0, a.settings});
+  syncd::Status adopted = a.nodes > 1 ? Link(a) : Adopt(AdoptionOf(a, nullptr));
   if (!adopted.ok()) {
     (void)jobs_->Remove(a.job);
     return ToGrpc(adopted);
@@ -97,8 +109,7 @@ syncd::Status ControlService::Link(const JobAdmission& a) {
   if (syncd::Status st = JoinPeers(spec, links.get()); !st.ok())
     return syncd::Status(st.code(), JobName(a.job) + ": cannot link node " + std::to_string(a.node_rank) + " of its " +
                                         std::to_string(a.nodes) + " nodes: " + st.message());
-  SYNCD_RETURN_IF_ERROR(Adopt(AdoptJobCommand{a.job, std::shared_ptr<Transport>(std::move(links->transport)),
-                                              a.nodes, a.node_rank, a.settings}));
+  SYNCD_RETURN_IF_ERROR(Adopt(AdoptionOf(a, std::shared_ptr<Transport>(std::move(links->transport)))));
   // Node 0 takes back a node whose daemon was restarted under the job; a restarted daemon starts
   // the job where node 0 has it, when it goes on (--on-loss continue, restore).
   if (links->rendezvous) links->rendezvous->set_rejoin(RejoinHook(engine_, a.job));
@@ -137,7 +148,7 @@ void ControlService::RestoreJobs() {
       st = syncd::Status(SYNCD_ERR_INVALID, "this node served its rendezvous, which its other nodes no longer reach; "
                                             "register it again on every node");
     if (st.ok()) st = jobs_->Add(*admission);
-    if (st.ok() && admission->nodes == 1) st = Adopt(AdoptJobCommand{j.job(), nullptr, 1, 0, admission->settings});
+    if (st.ok() && admission->nodes == 1) st = Adopt(AdoptionOf(*admission, nullptr));
     if (!st.ok()) {
       spdlog::error("{}: not taken back after this daemon's restart: {}", JobName(j.job()), st.message());
       (void)jobs_->Remove(j.job());

@@ -194,7 +194,9 @@ Tenant& Engine::BeginJob(uint64_t job, uint32_t local_size, const JobResume* res
   links.counters = &counters_;
   links.resume = resume;
   ProcessSetHooks& hooks = links.hooks;
-  t.timeline = std::make_unique<JobTimeline>(uint64_t(config_.timeline_max_mb) << 20);
+  const auto owner = job_owner_.find(job);
+  t.timeline = std::make_unique<JobTimeline>(uint64_t(config_.timeline_max_mb) << 20,
+                                             owner == job_owner_.end() ? std::nullopt : std::optional(owner->second));
   hooks.timeline = t.timeline->recorder();
   hooks.pool = &request_pool_;
   hooks.outcomes = &outcomes_;

@@ -27,6 +27,7 @@ void Engine::RunCommands() {
       // From the job's next start here (a registration that changes them is refused while it stands).
       if (l->settings.empty()) job_settings_.erase(l->job);
       else job_settings_[l->job] = std::move(l->settings);
+      job_owner_[l->job] = l->owner;
       e.reply.set_value(Status::Ok());
     } else if (auto* r = std::get_if<RejoinCommand>(&e.command)) {
       e.reply.set_value(TakeNodeBack(*r));
@@ -159,6 +160,7 @@ Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   if (t == nullptr) {
     links_.Forget(job);
     job_settings_.erase(job);
+    job_owner_.erase(job);
     return Status(SYNCD_OK, "0 ranks attached");
   }
   // Its ranks are told (each request in flight fails naming why), then disconnected: the
@@ -177,6 +179,7 @@ Status Engine::RemoveJob(uint64_t job, const std::string& why) {
   DropTenant(*t);
   links_.Forget(job);  // its links and settings go with it (a job that never ran here keeps none either)
   job_settings_.erase(job);
+  job_owner_.erase(job);
   spdlog::warn("{}: {} of its ranks attached here were disconnected", why, ranks.size());
   return Status(SYNCD_OK, std::to_string(ranks.size()) + " ranks attached");
 }

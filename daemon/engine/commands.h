@@ -89,6 +89,7 @@ struct AdoptJobCommand {
   std::shared_ptr<Transport> transport;  // null: it runs on this node alone
   uint32_t nodes = 1, node_rank = 0;
   std::map<std::string, std::string> settings;  // its own over the daemon's (JobConfig)
+  FileOwner owner;  // its user: what the daemon writes for it (its timeline) is written as theirs
 };
 using EngineCommand = std::variant<FactsCommand, TimelineCommand, SendHealthCommand, RejoinCommand, ResumeJobCommand,
                                    StartVacantJobCommand, RemoveJobCommand, DrainJobCommand, AdoptJobCommand>;

@@ -230,6 +230,7 @@ class Engine {
   EngineLinks links_;  // to other nodes' daemons: the daemon's own job's, and jobs' own
   // A node service's registered jobs' own settings over the daemon's (AdoptJobCommand), by job.
   std::map<uint64_t, std::map<std::string, std::string>> job_settings_;
+  std::map<uint64_t, FileOwner> job_owner_;  // a node service's registered jobs' users
   std::unique_ptr<GpuExecutor> gpu_;
   uint32_t held_gpu_ = 0;  // clients holding a request back (ClientState::held): the engine polls
   std::string gpu_unavailable_ = "none was found at startup";

@@ -90,7 +90,7 @@ Status JobTimeline::StartHere(const std::string& path, double seconds, uint64_t 
       closing_.clear();
       if (writer_) writer_.reset();
     }
-    StatusOr<std::unique_ptr<TimelineWriter>> w = TimelineWriter::Open(path, max_bytes_, now);
+    StatusOr<std::unique_ptr<TimelineWriter>> w = TimelineWriter::Open(path, max_bytes_, now, owner_);
     if (!w.ok()) return w.status();
     writer_ = std::move(*w);
     stop_at_ns_ = seconds > 0 ? now + uint64_t(seconds * 1e9) : 0;

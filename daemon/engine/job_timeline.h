@@ -49,8 +49,9 @@ class JobTimeline {
     uint64_t job = 0;
   };
 
-  // `max_bytes`: node 0's file cap.
-  explicit JobTimeline(uint64_t max_bytes) : max_bytes_(max_bytes) {}
+  // `max_bytes`: node 0's file cap; `owner`: a node service's job's user (obs/timeline_writer.h).
+  explicit JobTimeline(uint64_t max_bytes, std::optional<FileOwner> owner = std::nullopt)
+      : max_bytes_(max_bytes), owner_(std::move(owner)) {}
   ~JobTimeline();
 
   // A new job: what the previous one recorded is finished; `links` reach the new one's daemons.
@@ -85,6 +86,7 @@ class JobTimeline {
   void Forward();
 
   const uint64_t max_bytes_;
+  const std::optional<FileOwner> owner_;
   Links links_;
   Timeline recorder_;
   std::unique_ptr<TimelineWriter> writer_;   // node 0, while a file is open

@@ -1,7 +1,10 @@
 #include "daemon/obs/timeline_writer.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -41,9 +44,62 @@ std::string Kind(uint8_t k) { return k ? OpKindName(abi::OpKind(k)) : "?"; }
 
 }  // namespace
 
+namespace {
+
+// FileOwner's rule: the file `path` opened for writing (truncated) as `owner` could, or why not.
+StatusOr<int> OpenAsOwner(const std::string& path, const FileOwner& owner) {
+  const auto refused = [&](const std::string& why) {
+    return Status(SYNCD_ERR_INVALID, "timeline file '" + path + "': " + why);
+  };
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base.empty() || base == "." || base == "..") return refused("not a file name");
+  const int dfd = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return refused("its directory cannot be opened: " + std::string(strerror(errno)));
+  struct stat ds {};
+  if (fstat(dfd, &ds) != 0 || ds.st_uid != owner.uid) {
+    close(dfd);
+    return refused("a node service writes a job's timeline only into a directory of the job's user (uid " +
+                   std::to_string(owner.uid) + "); " + dir + " is uid " + std::to_string(ds.st_uid) + "'s");
+  }
+  bool made = true;
+  int fd = openat(dfd, base.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (fd < 0 && errno == EEXIST) {
+    made = false;
+    fd = openat(dfd, base.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  }
+  const int err = errno;
+  close(dfd);
+  if (fd < 0) return refused(err == ELOOP ? "a symbolic link (not followed)" : "cannot be created: " + std::string(strerror(err)));
+  struct stat fs {};
+  if (fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode) || (!made && fs.st_uid != owner.uid) || fs.st_nlink != 1) {
+    close(fd);
+    return refused("it exists and is not a plain file of the job's user (uid " + std::to_string(owner.uid) + ")");
+  }
+  // Handed to the user (root can; a daemon of its own user leaves it its own, readable by the group).
+  if (made && fchown(fd, owner.uid, owner.gid ? *owner.gid : gid_t(-1)) != 0) (void)fchmod(fd, 0644);
+  if (!made && ftruncate(fd, 0) != 0) {
+    close(fd);
+    return refused("cannot be truncated: " + std::string(strerror(errno)));
+  }
+  (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<TimelineWriter>> TimelineWriter::Open(const std::string& path, uint64_t max_bytes,
-                                                               uint64_t start_ns) {
-  FILE* f = fopen(path.c_str(), "w");
+                                                               uint64_t start_ns, const std::optional<FileOwner>& owner) {
+  FILE* f = nullptr;
+  if (owner) {
+    StatusOr<int> fd = OpenAsOwner(path, *owner);
+    if (!fd.ok()) return fd.status();
+    f = fdopen(*fd, "w");
+    if (f == nullptr) close(*fd);
+  } else {
+    f = fopen(path.c_str(), "w");
+  }
   if (f == nullptr)
     return Status(SYNCD_ERR_INVALID, "timeline file '" + path + "' cannot be created: " + strerror(errno));
   return std::unique_ptr<TimelineWriter>(new TimelineWriter(path, f, max_bytes, start_ns));

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -44,13 +45,22 @@ struct TimelineState {
   std::vector<std::pair<double, double>> clocks;  // node 0: per node, offset and error bound (us)
 };
 
+// A node service's job: the user its timeline is written for. The daemon (root, or its own
+// user) writes the file only where that user could, as theirs: into a directory the user owns,
+// a new file or one of the user's own (never through a symbolic link), handed to the user.
+struct FileOwner {
+  uint32_t uid = 0;
+  std::optional<uint32_t> gid;  // the registration's group, or the file stays in the daemon's
+};
+
 class TimelineWriter {
  public:
   static constexpr size_t kQueueChunks = 256;  // 16 MiB of events
 
   // Creates `path` (truncating it) and starts the writer thread. `start_ns`: node 0's clock at
-  // the start (time 0 in the file).
-  static StatusOr<std::unique_ptr<TimelineWriter>> Open(const std::string& path, uint64_t max_bytes, uint64_t start_ns);
+  // the start (time 0 in the file). `owner`: a node service's job's user (FileOwner).
+  static StatusOr<std::unique_ptr<TimelineWriter>> Open(const std::string& path, uint64_t max_bytes, uint64_t start_ns,
+                                                        const std::optional<FileOwner>& owner = std::nullopt);
   ~TimelineWriter();  // Finish(), then waits for the thread to write what is queued
 
   // A chunk of node chunk->header().node; false: the queue is full (the chunk is dropped).

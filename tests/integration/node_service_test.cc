@@ -362,14 +362,18 @@ TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnVie
     }
 }
 
+std::string ReadText(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
 // The file a timeline wrote, once complete (its writer closes it a moment after the stop).
 std::string CompleteTimeline(const std::string& path) {
   std::string text;
   for (int i = 0; i < 100; ++i) {
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    text = s.str();
+    text = ReadText(path);
     if (text.size() > 3 && text.substr(text.size() - 3) == "\n]\n") break;
     usleep(50'000);
   }
@@ -379,7 +383,8 @@ std::string CompleteTimeline(const std::string& path) {
 // Each job of a node service has a timeline of its own: one started by the administrator for
 // that job (syncctl timeline --job), one by a rank of the other job (hvd.start_timeline); each
 // file holds its own job's tensors and none of the other's, and a start that names no job is
-// refused while two run, naming both.
+// refused while two run, naming both. The daemon (root) writes a job's file only as its user
+// could: into a directory of the user's, never through a symbolic link, the file the user's.
 TEST_F(NodeService, EachJobsTimelineIsItsOwnStartedByItsRanksOrForItByTheAdministrator) {
   Daemon d(2, {"--node-service", "on", "--log-level", "error"});
   for (const char* add : {"job add --job 7301 --uid 0", "job add --job 7302 --uid nobody"}) {
@@ -387,9 +392,13 @@ TEST_F(NodeService, EachJobsTimelineIsItsOwnStartedByItsRanksOrForItByTheAdminis
     ASSERT_EQ(rc, 0) << out;
   }
   const std::string stem = ::testing::TempDir() + "syncd_tl_" + std::to_string(getpid());
-  const std::string file_a = stem + "_a.json", file_b = stem + "_b.json";
-  unlink(file_a.c_str());
-  unlink(file_b.c_str());
+  const std::string dir_b = stem + "_nobody";  // job 7302's user's own directory
+  const std::string file_a = stem + "_a.json", file_b = dir_b + "/b.json";
+  const std::string roots = stem + "_roots", link = dir_b + "/link.json";  // a file nobody must not touch
+  ASSERT_EQ(system(("rm -rf " + dir_b + " && mkdir -m 755 " + dir_b + " && chown 65534 " + dir_b + " && echo keep > " +
+                    roots + " && ln -s " + roots + " " + link + " && rm -f " + file_a)
+                       .c_str()),
+            0);
   int go[2], hold[2];
   ASSERT_EQ(pipe(go), 0);
   ASSERT_EQ(pipe(hold), 0);
@@ -403,8 +412,16 @@ TEST_F(NodeService, EachJobsTimelineIsItsOwnStartedByItsRanksOrForItByTheAdminis
         syncd_client* c = AttachToJob(d.run_dir(), job, r, 2, r, 2);
         CHILD_CHECK(c != nullptr, "job %lu rank %d did not attach: %s", job, r, syncd_last_error());
         CHILD_CHECK(Await(go[0]), "no go");
-        if (job == 7302 && r == 0)
+        if (job == 7302 && r == 0) {
+          for (const std::string& bad : {roots, link, stem + "_b.json"}) {
+            CHILD_CHECK(syncd_start_timeline(c, bad.c_str()) == SYNCD_ERR_INVALID, "%s: %s", bad.c_str(),
+                        syncd_last_error());
+            CHILD_CHECK(Contains(syncd_last_error(), bad) && (Contains(syncd_last_error(), "directory of the job's user") ||
+                                                              Contains(syncd_last_error(), "symbolic link")),
+                        "%s", syncd_last_error());
+          }
           CHILD_CHECK(syncd_start_timeline(c, file_b.c_str()) == SYNCD_OK, "%s", syncd_last_error());
+        }
         syncd_handle h;
         CHILD_CHECK(syncd_barrier_async(c, &h) == SYNCD_OK && syncd_wait(c, h, 10'000) == SYNCD_OK, "%s",
                     syncd_last_error());
@@ -454,8 +471,11 @@ TEST_F(NodeService, EachJobsTimelineIsItsOwnStartedByItsRanksOrForItByTheAdminis
     EXPECT_EQ(Occurrences(text, std::string("\"name\":\"submit ") + mine + "\""), 20u) << file;
     EXPECT_EQ(Occurrences(text, other), 0u) << file;
   }
-  unlink(file_a.c_str());
-  unlink(file_b.c_str());
+  struct stat st {};
+  ASSERT_EQ(stat(file_b.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody) << "job 7302's timeline is its user's";
+  EXPECT_EQ(ReadText(roots), "keep\n") << "a file of root's, through a link of nobody's";
+  EXPECT_EQ(system(("rm -rf " + dir_b + " " + roots + " " + file_a).c_str()), 0);
 }
 
 TEST_F(NodeService, LargeAllreducesOfOneJobRunInSlicesAndStayExactWhileAnotherJobsSmallOnesGoOn) {
