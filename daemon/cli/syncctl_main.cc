@@ -124,10 +124,12 @@ void PrintPartial(const syncd::control::PartialOp& op) {
          (unsigned long)op.late(), (unsigned long)op.waiting(), absent.empty() ? "none" : absent.c_str());
 }
 
-void PrintProcessSet(const syncd::control::ProcessSetStatus& p) {
+// `of_job`: the node-wide view of a node service names each set's job.
+void PrintProcessSet(const syncd::control::ProcessSetStatus& p, bool of_job) {
   std::string ranks;
   if (p.id() != 0)
     for (int i = 0; i < p.ranks_size(); ++i) ranks += (i ? "," : " (") + std::to_string(p.ranks(i)) + (i + 1 == p.ranks_size() ? ")" : "");
+  if (of_job) printf("job %lu: ", (unsigned long)p.job());
   printf("process set %d%s   %u ranks%s on %u node%s   pending tensors %lu\n", p.id(), p.id() == 0 ? " (global)" : "",
          p.size(), ranks.c_str(), p.nodes(), p.nodes() == 1 ? "" : "s", (unsigned long)p.pending_tensors());
   uint64_t in_flight = 0;
@@ -251,11 +253,15 @@ void PrintClients(const syncd::control::StatusReply& s) {
            s.on_loss() == "restore" ? " after its collective in flight fails on every rank (hvd.elastic.run restores)"
                                     : "");
   if (s.clients_size() > 0) {
+    // The node-wide view of a node service: each rank's job first (every job has a rank 0).
+    const bool jobs = s.node_service() && s.job_id() == 0;
+    if (jobs) printf("  %-12s", "JOB");
     printf("  %5s %5s %8s %-9s %10s %12s %7s %5s %5s %10s %-10s\n", "RANK", "LOCAL", "PID", "STATE", "OPS", "BYTES",
            "ERRORS", "SUBQ", "COMPQ", "LAST SEEN", "PROCESS");
     for (const auto& c : s.clients()) {
       char seen[32] = "-";
       if (c.last_seen_s() >= 0) snprintf(seen, sizeof(seen), "%.1f s", c.last_seen_s());
+      if (jobs) printf("  %-12lu", (unsigned long)c.job());
       printf("  %5u %5u %8d %-9s %10lu %12s %7lu %5u %5u %10s %-10s\n", c.rank(), c.local_rank(), c.pid(),
              c.state().c_str(), (unsigned long)c.ops(), Bytes(c.bytes()).c_str(), (unsigned long)c.errors(),
              c.submit_depth(), c.completion_depth(), seen, c.process().c_str());
@@ -267,8 +273,12 @@ void PrintClients(const syncd::control::StatusReply& s) {
 }
 
 void PrintTable(const syncd::control::StatusReply& s) {
-  printf("syncd %s   node %u of %u   up %.1f s   %s%s\n", s.version().c_str(), s.node_rank(), s.node_count(),
-         s.uptime_s(), s.run_dir().c_str(), s.draining() ? "   DRAINING (no new clients)" : "");
+  // A node service's own view: each job has its node rank (JOB's NODE); one job's view, that job's.
+  char where[48];
+  if (s.node_service() && s.job_id() == 0) snprintf(where, sizeof(where), "node service");
+  else snprintf(where, sizeof(where), "node %u of %u", s.node_rank(), s.node_count());
+  printf("syncd %s   %s   up %.1f s   %s%s\n", s.version().c_str(), where, s.uptime_s(), s.run_dir().c_str(),
+         s.draining() ? "   DRAINING (no new clients)" : "");
   printf("cores      daemon %s   workers %s\n",
          s.pinned_cores().empty() ? "(not pinned)" : syncd::FormatCoreList(Cores(s.pinned_cores())).c_str(),
          syncd::FormatCoreList(Cores(s.worker_cores())).c_str());
@@ -325,7 +335,7 @@ void PrintTable(const syncd::control::StatusReply& s) {
     printf("peers     %s\n", peers.c_str());
   }
   if (s.job_size() > 0) PrintJob(s);
-  for (const auto& p : s.process_sets()) PrintProcessSet(p);
+  for (const auto& p : s.process_sets()) PrintProcessSet(p, s.node_service() && s.job_id() == 0);
 }
 
 // syncctl report: share/syncd/timeline_report.py (beside bin/, as installed and in the build tree)

@@ -206,6 +206,7 @@ void FillPeers(const StatusSnapshot& s, control::Coordination* c) {
 
 void FillProcessSet(const ProcessSetSnapshot& p, const std::string& mode, control::ProcessSetStatus* out) {
   out->set_id(p.id);
+  out->set_job(p.job_id);
   out->set_size(p.size);
   for (uint32_t r : p.ranks) out->add_ranks(r);
   out->set_nodes(p.nodes);

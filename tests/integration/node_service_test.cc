@@ -334,6 +334,14 @@ TEST_F(NodeService, TwoJobsOfTwoUsersRunSideBySideEachWithItsOwnSumsAndItsOwnVie
   EXPECT_TRUE(Contains(out, "\"job_id\":\"7102\"")) << out;
   EXPECT_EQ(Occurrences(out, "\"pid\":"), 2u) << out;
   EXPECT_EQ(Occurrences(out, "\"job\":\"7101\""), 1u) << "7101 only in the registrations: " << out;
+  // The node's own view names each rank's job (both have a rank 0) and each process set's.
+  std::tie(rc, out) = Shell(Syncctl(d, "status"));
+  EXPECT_TRUE(Contains(out, "   node service   ") && Contains(out, "job 7101: process set 0 (global)") &&
+              Contains(out, "job 7102: process set 0 (global)"))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("\n  7101 +  +0 +0 +[0-9]+ attached")) &&
+              std::regex_search(out, std::regex("\n  7102 +  +0 +0 +[0-9]+ attached")))
+      << out;
   ASSERT_EQ(write(hold[1], "xxxx", 4), 4);
   close(hold[1]);
   ExpectAllSucceeded(Finish(pids));
