@@ -301,6 +301,10 @@ void PrintTable(const syncd::control::StatusReply& s) {
            (unsigned long)r.evicted(), (unsigned long)r.refused(), (unsigned long)r.cleared());
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
+  if (const uint64_t n = s.collectives_completed(); n > 0)
+    printf("           per collective (%lu): %.1f us engine cpu   %.2f wake-ups   %.2f turns with work\n", (unsigned long)n,
+           s.engine_cpu_s() * 1e6 / double(n), double(s.engine_wakeups()) / double(n),
+           double(s.engine_work_turns()) / double(n));
   printf("requests   %lu in flight", (unsigned long)s.open_requests());
   if (s.requests_finished_twice() > 0)
     printf("   %lu SECOND COMPLETIONS REFUSED (a bug: see the log)", (unsigned long)s.requests_finished_twice());

@@ -124,6 +124,8 @@ void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control:
   r->set_fusion_threshold_bytes(fusion_threshold);
   r->set_engine_busy_pct(s.uptime_s > 0 ? 100.0 * double(s.engine_busy_ns) / 1e9 / s.uptime_s : 0.0);
   r->set_engine_wakeups(s.engine_wakeups);
+  r->set_engine_work_turns(s.engine_work_turns);
+  r->set_collectives_completed(s.collectives_completed);
   r->set_open_requests(s.open_requests);
   r->set_requests_finished_twice(s.requests_finished_twice);
   r->set_engine_cpu_s(s.engine_cpu_s);

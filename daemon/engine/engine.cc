@@ -178,6 +178,7 @@ void Engine::Run() {
     const bool did = Poll();
     const uint64_t t1 = abi::MonotonicNs();
     if (did) {
+      ++tally_.work_turns;
       tally_.busy_ns += t1 - t0;
       if (tenants_.size() == 1) Only()->usage.engine_ns += t1 - t0;  // side by side: Poll shares it out
       last_work = t1;
@@ -394,6 +395,7 @@ void Engine::ApplyOutcome(const std::vector<Request>& requests, const Status& st
     ++tally_.error_ops;
     spdlog::warn("{}", status.message());
   }
+  if (first != requests.end() && FindCollective(requests.front().kind) != nullptr) ++tally_.collectives;
   if (!requests.empty() && (FindCollective(requests.front().kind) != nullptr || abi::IsPointToPoint(requests.front().kind)))
     Count(requests, status);
   for (const Request& r : requests) Complete(r, status);

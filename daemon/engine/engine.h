@@ -265,6 +265,8 @@ class Engine {
     uint64_t stall_warnings = 0;
     uint64_t error_ops = 0;            // requests refused at submission
     uint64_t busy_ns = 0, wakeups = 0;
+    uint64_t work_turns = 0;   // turns of the engine's loop that did work
+    uint64_t collectives = 0;  // collectives completed with a rank of this node in them
   };
   Tally tally_;
 };

@@ -260,6 +260,8 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   for (const auto& [id, t] : tenants_) s->job_timelines[id] = t->timeline->State();
   s->engine_busy_ns = tally_.busy_ns;
   s->engine_wakeups = tally_.wakeups;
+  s->engine_work_turns = tally_.work_turns;
+  s->collectives_completed = tally_.collectives;
   // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

@@ -392,6 +392,11 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
   e->Metric("syncd_engine_cpu_seconds_total", "counter", "CPU time of the engine thread.", s.engine_cpu_s);
   e->Metric("syncd_daemon_cpu_seconds_total", "counter", "CPU time of the whole daemon.", s.daemon_cpu_s);
   e->Metric("syncd_engine_wakeups_total", "counter", "Times the engine woke from sleep.", s.engine_wakeups);
+  e->Metric("syncd_engine_work_turns_total", "counter", "Turns of the engine's loop that did work.", s.engine_work_turns);
+  e->Metric("syncd_collectives_completed_total", "counter",
+            "Collectives completed with a rank of this node in them (the engine's cost per collective: its CPU, "
+            "wake-ups and work turns over this).",
+            s.collectives_completed);
   if (!s.has_gpu) return;
   e->Metric("syncd_gpu_devices", "gauge", "GPUs this daemon drives.", uint64_t(s.gpu.devices));
   e->Metric("syncd_gpu_collectives_total", "counter", "GPU collectives whose work completed.", s.gpu.completed);

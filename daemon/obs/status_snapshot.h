@@ -144,6 +144,9 @@ struct StatusSnapshot {
   // metrics and straggler figures (0 unless nobody folded them for a long time).
   uint64_t dropped_completion_events = 0;
   uint64_t engine_busy_ns = 0, engine_wakeups = 0;
+  // The engine's cost per collective (issue: one wake-up per collective): its loop's turns that
+  // did work, and the collectives completed here (with a rank of this node in them).
+  uint64_t engine_work_turns = 0, collectives_completed = 0;
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)
   std::vector<StallSnapshot> stalls;  // every set's, longest waiting first

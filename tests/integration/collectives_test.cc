@@ -231,6 +231,10 @@ TEST(Collectives, StatusReportsClientsCoresAndCounters) {
                           "\"mean_tensors_per_fusion\"", "\"submit_depth\"", "\"node_count\""})
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   EXPECT_EQ(JsonNumber(json, "bytes_reduced"), 5u * 64 * 4);
+  // The engine's cost per collective: over the collectives completed here (each once, not per rank).
+  EXPECT_EQ(JsonNumber(json, "collectives_completed"), 5u) << json;
+  EXPECT_GE(JsonNumber(json, "engine_work_turns"), 1u) << json;
+  EXPECT_NE(SyncctlStatus(d.run_dir()).find("per collective (5): "), std::string::npos) << SyncctlStatus(d.run_dir());
 }
 
 // Scrapes run on civetweb's threads while the engine completes collectives: counts come out exact.
@@ -266,6 +270,7 @@ TEST(Collectives, MetricsEndpointCountsWhileScrapedConcurrently) {
   ExpectAllSucceeded(RunRanks(d.run_dir(), 2, [](syncd_client* c, int rank, int n) { return ManyInFlight(c, rank, n, 5); }));
   const std::string next = HttpGet(port, "/metrics").second;
   EXPECT_EQ(Sample(next, "syncd_collectives_total{", "process_set=\"0\",kind=\"allreduce\""), 5) << next;
+  EXPECT_EQ(Sample(next, "syncd_collectives_completed_total{", ""), 305) << "over the daemon's life: " << next;
   EXPECT_NE(next.find("job_id=\"" + std::to_string(CurrentJobId()) + "\""), std::string::npos) << next;
   EXPECT_EQ(next.find("job_id=\"" + std::to_string(CurrentJobId() - 1) + "\""), std::string::npos);
 }
