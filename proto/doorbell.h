@@ -37,12 +37,13 @@ inline void FutexWakeAll(std::atomic<uint32_t>* word) {
 }
 
 // Waker side: call after publishing work.
-inline void Ring(Doorbell* bell) {
+// Returns whether it woke the sleeper (a futex wake: the cost the engine counts per collective).
+inline bool Ring(Doorbell* bell) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (bell->sleeping.load(std::memory_order_relaxed) != 0) {
-    bell->seq.fetch_add(1, std::memory_order_relaxed);
-    FutexWakeAll(&bell->seq);
-  }
+  if (bell->sleeping.load(std::memory_order_relaxed) == 0) return false;
+  bell->seq.fetch_add(1, std::memory_order_relaxed);
+  FutexWakeAll(&bell->seq);
+  return true;
 }
 
 // Waker side of a doorbell whose sleeper waits on the eventfd `fd` (the engine's).

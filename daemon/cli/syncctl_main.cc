@@ -302,9 +302,11 @@ void PrintTable(const syncd::control::StatusReply& s) {
   printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
          s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
   if (const uint64_t n = s.collectives_completed(); n > 0)
-    printf("           per collective (%lu): %.1f us engine cpu   %.2f wake-ups   %.2f turns with work\n", (unsigned long)n,
-           s.engine_cpu_s() * 1e6 / double(n), double(s.engine_wakeups()) / double(n),
-           double(s.engine_work_turns()) / double(n));
+    printf("           per collective (%lu): %.1f us engine cpu   %.2f wake-ups   %.2f turns with work   %.2f messages   "
+           "%.2f client wakes\n",
+           (unsigned long)n, s.engine_cpu_s() * 1e6 / double(n), double(s.engine_wakeups()) / double(n),
+           double(s.engine_work_turns()) / double(n), double(s.engine_messages()) / double(n),
+           double(s.client_wakes()) / double(n));
   printf("requests   %lu in flight", (unsigned long)s.open_requests());
   if (s.requests_finished_twice() > 0)
     printf("   %lu SECOND COMPLETIONS REFUSED (a bug: see the log)", (unsigned long)s.requests_finished_twice());

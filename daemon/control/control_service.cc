@@ -126,6 +126,8 @@ void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control:
   r->set_engine_wakeups(s.engine_wakeups);
   r->set_engine_work_turns(s.engine_work_turns);
   r->set_collectives_completed(s.collectives_completed);
+  r->set_client_wakes(s.client_wakes);
+  r->set_engine_messages(s.engine_messages);
   r->set_open_requests(s.open_requests);
   r->set_requests_finished_twice(s.requests_finished_twice);
   r->set_engine_cpu_s(s.engine_cpu_s);

@@ -505,7 +505,7 @@ void Engine::Complete(const Request& r, const Status& status) {
 
 void Engine::FlushClients() {
   // Completions a full ring held back stay queued in the segment and go out on a later pass.
-  for (auto& [id, c] : clients_) c.info->segment.Flush();
+  for (auto& [id, c] : clients_) tally_.client_wakes += c.info->segment.Flush();
 }
 
 StatusOr<EngineReply> Engine::Ask(EngineCommand command, int timeout_ms) const {

@@ -267,6 +267,7 @@ class Engine {
     uint64_t busy_ns = 0, wakeups = 0;
     uint64_t work_turns = 0;   // turns of the engine's loop that did work
     uint64_t collectives = 0;  // collectives completed with a rank of this node in them
+    uint64_t client_wakes = 0;  // futex wakes of clients asleep on their doorbells
   };
   Tally tally_;
 };

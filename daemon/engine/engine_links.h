@@ -30,6 +30,7 @@ class EngineLinks {
     own_.store(jobs_.size(), std::memory_order_relaxed);
   }
   void Forget(uint64_t job) {
+    if (const auto it = jobs_.find(job); it != jobs_.end()) gone_messages_ += it->second.transport->messages_sent();
     jobs_.erase(job);
     own_.store(jobs_.size(), std::memory_order_relaxed);
   }
@@ -41,6 +42,12 @@ class EngineLinks {
   // Whether any job here has other nodes to hear from. Any thread (the observer's: how often to
   // report; it read the map while a job's removal erased from it, ThreadSanitizer).
   bool any() const { return daemons_ != nullptr || own_.load(std::memory_order_relaxed) != 0; }
+  // Messages every transport of the engine sent (a removed job's links' included).
+  uint64_t messages_sent() const {
+    uint64_t n = gone_messages_ + (daemons_ ? daemons_->messages_sent() : 0);
+    for (const auto& [job, links] : jobs_) n += links.transport->messages_sent();
+    return n;
+  }
   // Sleeps on every transport at once (Transport::WaitForEvents); false where one cannot.
   bool WaitForEvents(uint64_t timeout_ns, int wake_fd) {
     all_.clear();
@@ -54,6 +61,7 @@ class EngineLinks {
   std::map<uint64_t, OwnLinks> jobs_;
   std::atomic<size_t> own_{0};  // jobs_.size(), for any()
   std::vector<Transport*> all_;  // WaitForEvents's, kept for its storage
+  uint64_t gone_messages_ = 0;   // of removed jobs' links
 };
 
 }  // namespace syncd

@@ -262,6 +262,8 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->engine_wakeups = tally_.wakeups;
   s->engine_work_turns = tally_.work_turns;
   s->collectives_completed = tally_.collectives;
+  s->client_wakes = tally_.client_wakes;
+  s->engine_messages = links_.messages_sent();
   // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

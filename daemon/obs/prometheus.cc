@@ -397,6 +397,8 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
             "Collectives completed with a rank of this node in them (the engine's cost per collective: its CPU, "
             "wake-ups and work turns over this).",
             s.collectives_completed);
+  e->Metric("syncd_client_wakes_total", "counter", "Futex wakes of clients asleep on their doorbells.", s.client_wakes);
+  e->Metric("syncd_engine_messages_total", "counter", "Messages the engine sent to other nodes' daemons.", s.engine_messages);
   if (!s.has_gpu) return;
   e->Metric("syncd_gpu_devices", "gauge", "GPUs this daemon drives.", uint64_t(s.gpu.devices));
   e->Metric("syncd_gpu_collectives_total", "counter", "GPU collectives whose work completed.", s.gpu.completed);

@@ -147,6 +147,7 @@ struct StatusSnapshot {
   // The engine's cost per collective (issue: one wake-up per collective): its loop's turns that
   // did work, and the collectives completed here (with a rank of this node in them).
   uint64_t engine_work_turns = 0, collectives_completed = 0;
+  uint64_t client_wakes = 0, engine_messages = 0;  // futex wakes of its clients; messages to other nodes
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)
   std::vector<StallSnapshot> stalls;  // every set's, longest waiting first

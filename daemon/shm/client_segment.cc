@@ -140,7 +140,7 @@ void ClientSegment::Publish(abi::CompletionEntry* slot, uint64_t handle, int sta
   unrung_ = true;
 }
 
-void ClientSegment::Flush() {
+bool ClientSegment::Flush() {
   while (!overflow_.empty()) {
     abi::CompletionEntry* slot = completion_.Reserve();
     if (slot == nullptr) break;
@@ -148,8 +148,9 @@ void ClientSegment::Flush() {
     Publish(slot, p.handle, p.status, p.message, p.result_offset);
     overflow_.pop_front();
   }
-  if (unrung_) abi::Ring(&header()->client_doorbell);
+  const bool woke = unrung_ && abi::Ring(&header()->client_doorbell);
   unrung_ = false;
+  return woke;
 }
 
 }  // namespace syncd

@@ -56,7 +56,8 @@ class ClientSegment {
   // out on a later Flush().
   void Complete(uint64_t handle, int status, const std::string& message, uint64_t result_offset = abi::kNoResult);
   // Publishes what fits and rings the client's doorbell if anything was published.
-  void Flush();
+  // Returns whether it woke the client (it slept on its doorbell).
+  bool Flush();
 
   // The job membership the client acknowledged (abi::SegmentHeader::membership_seen); the
   // daemon sets it when the client attaches.

@@ -53,6 +53,7 @@ class Transport {
   virtual bool Progress() = 0;
   // Bytes it was given to send to other nodes so far (the link bytes of the job it carries).
   virtual uint64_t bytes_sent() const { return 0; }
+  virtual uint64_t messages_sent() const { return 0; }  // Send's, posted
   // Sleeps until the network may have something for Progress(), `wake_fd` (when >= 0) is
   // readable, or `timeout_ns` passed; returns whether it could wait at all (false at once: the
   // caller polls instead). For a thread with nothing but the network (and its doorbell) to wait for.

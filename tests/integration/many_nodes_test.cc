@@ -176,6 +176,9 @@ TEST_P(CoordModes, ExactResultsAndTheModeShowsInStatus) {
     EXPECT_GT(JsonNumber(json, "cycles"), 0u) << json;
     EXPECT_EQ(JsonNumber(json, "completion_events_dropped"), 0u) << "every completion counted: " << json;
     EXPECT_GT(JsonNumber(json, "straggler_collectives"), 0u) << "folded from the completion events: " << json;
+    // The engine's cost per collective: what it completed here and the messages it sent for it.
+    EXPECT_GT(JsonNumber(json, "collectives_completed"), 0u) << json;
+    EXPECT_GT(JsonNumber(json, "engine_messages"), 0u) << json;
     const double blocked = JsonDouble(json, "blocked_ms_total");
     if (coord == "nbcs") EXPECT_EQ(blocked, 0.0) << "nbcs never blocks the engine: " << json;
     else EXPECT_GT(blocked, 0.0) << coord << " blocks in its collectives: " << json;

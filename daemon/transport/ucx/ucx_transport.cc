@@ -354,7 +354,10 @@ CommHandle UcxTransport::Send(uint32_t peer, uint64_t tag, const void* data, siz
   p.cb.send = SendDone;
   p.user_data = s;
   ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[peer], data, bytes, WireTag(rank_, tag), &p);
-  if (!UCS_PTR_IS_ERR(r)) bytes_sent_ += bytes;
+  if (!UCS_PTR_IS_ERR(r)) {
+    bytes_sent_ += bytes;
+    ++messages_sent_;
+  }
   if (r == nullptr) {
     s->state = CommState::kDone;
   } else if (UCS_PTR_IS_ERR(r)) {

@@ -74,6 +74,7 @@ class UcxTransport final : public Transport {
   CommHandle Recv(uint32_t peer, uint64_t tag, void* data, size_t bytes, BufferOwner owner) override;
   bool Progress() override;
   uint64_t bytes_sent() const override { return bytes_sent_; }
+  uint64_t messages_sent() const override { return messages_sent_; }
   Arm ArmForSleep(std::vector<pollfd>* fds) override;
   void Woken(const pollfd* fds, size_t n) override;
   CommState Test(CommHandle h, Status* error) override;
@@ -146,6 +147,7 @@ class UcxTransport final : public Transport {
   std::vector<Status> peer_why_;        // per lost peer
   bool closing_started_ = false;
   uint64_t bytes_sent_ = 0;  // Send's, posted
+  uint64_t messages_sent_ = 0;
   std::vector<void*> closing_;
   std::deque<Slot> slots_;  // stable addresses: UCX callbacks hold Slot*
   std::vector<uint32_t> free_slots_;
