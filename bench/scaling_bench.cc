@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/daemon_status.h"
 
 namespace syncd::bench {
 namespace {
@@ -34,19 +35,6 @@ void Barrier(syncd_client* c) {
   Check(syncd_wait(c, h, -1), "barrier");
 }
 
-// The sum of every `"key": N` (or "N": uint64 fields are strings in proto3 JSON) in `json` from
-// `from` on.
-double SumField(const std::string& json, const std::string& key, size_t from = 0) {
-  double sum = 0;
-  const std::string needle = "\"" + key + "\":";
-  for (size_t at = json.find(needle, from); at != std::string::npos; at = json.find(needle, at + 1)) {
-    size_t v = at + needle.size();
-    while (v < json.size() && (json[v] == ' ' || json[v] == '"')) ++v;
-    sum += strtod(json.c_str() + v, nullptr);
-  }
-  return sum;
-}
-
 struct Counters {
   double messages = 0, bytes = 0, cpu_s = 0, cycles = 0, health_messages = 0, health_bytes = 0;
   double at_s = 0;  // when it was read
@@ -57,14 +45,7 @@ Counters Snapshot(syncd_client* c, const ScalingOptions& o) {
   Barrier(c);
   Counters k;
   if (syncd_local_rank(c) == 0) {
-    const char* dir = getenv("SYNCD_RUN_DIR");
-    const std::string cmd = o.syncctl + " --run-dir '" + (dir ? dir : "") + "' status --json";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) Die("running " + cmd);
-    std::string json;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) json.append(buf, n);
-    if (pclose(p) != 0 || json.empty()) Die("no status from " + cmd);
+    const std::string json = ReadDaemonStatus(o.syncctl);
     // The coordination counters once per process set: in "process_sets" (the top level's
     // "coordination" repeats the global set's and is not summed).
     const size_t sets = json.find("\"process_sets\":");

@@ -6,6 +6,8 @@
 #include <syncd/client.h>
 
 #include "bench/bench_util.h"
+#include "bench/daemon_status.h"
+#include "bench/engine_cost_bench.h"
 #include "bench/memcpy_bench.h"
 #include "bench/partial_bench.h"
 #include "bench/plan_bench.h"
@@ -378,6 +380,14 @@ int main(int argc, char** argv) {
   sg->add_option("--partial-names", so.partial_names,
                  "Steps of this many partial allreduces (solo, quorum: every rank) instead of one allreduce");
   sg->add_flag("--json", so.json, "One JSON object");
+  CLI::App* co = app.add_subcommand("cost", "Allreduces back to back with each daemon's engine CPU, wake-ups, turns, "
+                                    "messages and client wakes per collective, and the ranks' CPU");
+  syncd::bench::EngineCostOptions eo;
+  co->add_option("--sizes", o.sizes, "Bytes per allreduce (8,64K)")->delimiter(',');
+  co->add_option("--iters", eo.iters, "Timed allreduces per size");
+  co->add_option("--warmup", eo.warmup, "Warm-up allreduces per size");
+  co->add_option("--label", eo.label, "Free text carried into the output");
+  co->add_flag("--json", eo.json, "One JSON object per size");
   CLI::App* mc = app.add_subcommand("memcpy", "The machine's memory-copy bandwidth per size (no daemon needed)");
   syncd::bench::MemcpyBenchOptions mo;
   mc->add_option("--sizes", o.sizes, "Bytes each thread copies per call (8,1K,64M)")->delimiter(',');
@@ -406,9 +416,16 @@ int main(int argc, char** argv) {
   syncd_client* c = nullptr;
   Check(syncd_init(nullptr, &c), "attach");
   if (sg->parsed()) {
-    const std::string self = argv[0];
-    so.syncctl = (self.find('/') == std::string::npos ? std::string() : self.substr(0, self.rfind('/') + 1)) + "syncctl";
+    so.syncctl = syncd::bench::SyncctlBeside(argv[0]);
     syncd::bench::RunScaling(c, so, uint64_t(init_start.tv_sec) * 1'000'000'000ull + uint64_t(init_start.tv_nsec));
+    syncd_shutdown(c);
+    return 0;
+  }
+  if (co->parsed()) {
+    for (const auto& sz : o.sizes) eo.sizes.push_back(ParseSize(sz));
+    if (eo.sizes.empty()) eo.sizes = {8, 64 << 10};
+    eo.syncctl = syncd::bench::SyncctlBeside(argv[0]);
+    syncd::bench::RunEngineCost(c, eo);
     syncd_shutdown(c);
     return 0;
   }

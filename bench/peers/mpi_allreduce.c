@@ -3,9 +3,11 @@
  * is the mean of back-to-back calls after warm-up, averaged across ranks; lat_p50_us the median of
  * individually timed calls with a barrier outside the timed region, averaged across ranks;
  * algbw = bytes / time, busbw = algbw * 2(n-1)/n. One JSON line per size from rank 0, with the
- * same fields as syncd-bench's.
+ * same fields as syncd-bench's, and ranks_cpu_us: every rank's CPU (getrusage) over the back-to-back
+ * calls, summed, per call (bench/engine_cost.sh sets it beside syncd's).
  *   mpirun -np 4 syncd-mpi-allreduce [--sizes 8,1K,64M] [--seconds 1] [--iters 1000] [--warmup 5] */
 #include <mpi.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,12 @@ static double MeanAcrossRanks(double v, int size) {
   double sum = 0;
   MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return sum / size;
+}
+
+static double ProcessCpuS(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 static long ParseSize(const char* s) {
@@ -67,9 +75,11 @@ int main(int argc, char** argv) {
     if (iters > max_iters) iters = max_iters;
     for (int i = 0; i < warmup; ++i) MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
+    const double cpu0 = ProcessCpuS();
     t0 = MPI_Wtime();
     for (int i = 0; i < iters; ++i) MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     const double mean_s = (MPI_Wtime() - t0) / iters;
+    const double ranks_cpu_us = MeanAcrossRanks(ProcessCpuS() - cpu0, size) * size / iters * 1e6;
     double* lat = malloc(sizeof(double) * (size_t)iters);
     for (int i = 0; i < iters; ++i) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -86,8 +96,9 @@ int main(int argc, char** argv) {
     const double busbw = algbw * 2.0 * (size - 1) / size;
     if (rank == 0)
       printf("{\"op\":\"allreduce\",\"peer\":\"mpi\",\"bytes\":%ld,\"ranks\":%d,\"dtype\":\"float32\",\"time_us\":%.3f,"
-             "\"lat_p50_us\":%.3f,\"algbw_GBps\":%.7f,\"busbw_GBps\":%.7f,\"iters\":%d,\"wrong\":%ld}\n",
-             bytes, size, time_us, p50_us, algbw, busbw, iters, wrong_total);
+             "\"lat_p50_us\":%.3f,\"algbw_GBps\":%.7f,\"busbw_GBps\":%.7f,\"iters\":%d,\"wrong\":%ld,"
+             "\"ranks_cpu_us\":%.2f}\n",
+             bytes, size, time_us, p50_us, algbw, busbw, iters, wrong_total, ranks_cpu_us);
     fflush(stdout);
     free(lat);
     free(buf);

@@ -1,0 +1,31 @@
+// syncd-bench cost: what a collective costs each daemon's engine (issue 64). Per size, back-to-
+// back allreduces between two reads of every daemon's status (one rank per daemon reads its
+// own): per collective the daemon completed, its engine thread's CPU, its wake-ups (sleeps that
+// ended), its loop's turns that did work, its messages to other daemons and its futex wakes of
+// clients; beside them the ranks' own CPU (getrusage of every rank, summed) per collective and
+// the wall time per collective, the figures `syncd-mpi-allreduce` gives for MPI.
+#ifndef SYNCD_BENCH_ENGINE_COST_BENCH_H_
+#define SYNCD_BENCH_ENGINE_COST_BENCH_H_
+
+#include <syncd/client.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace syncd::bench {
+
+struct EngineCostOptions {
+  std::vector<uint64_t> sizes;  // bytes of each allreduce (float32)
+  int iters = 2000;             // timed allreduces per size
+  int warmup = 100;
+  std::string syncctl;  // its path (the status of this rank's daemon)
+  std::string label;    // carried into the output
+  bool json = false;
+};
+
+void RunEngineCost(syncd_client* c, const EngineCostOptions& o);
+
+}  // namespace syncd::bench
+
+#endif  // SYNCD_BENCH_ENGINE_COST_BENCH_H_
