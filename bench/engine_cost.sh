@@ -43,20 +43,22 @@ touch "$out/mpi.jsonl"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 mpi = {(r["label"], r["bytes"]): r for r in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
-print("# %-6s %8s %9s %9s %9s %9s %9s %8s %8s %8s %9s %10s %9s %10s %10s" % (
-    "layout", "size(B)", "time us", "MPI us", "vs MPI", "engine us", "max eng", "wakeups", "max wk", "turns",
+print("# %-6s %8s %9s %9s %9s %9s %9s %8s %8s %8s %8s %9s %10s %9s %10s %10s" % (
+    "layout", "size(B)", "time us", "MPI us", "vs MPI", "engine us", "max eng", "busy us", "wakeups", "max wk", "turns",
     "messages", "cl.wakes", "ranks cpu", "total cpu", "MPI cpu"))
 for r in rows:
     m = mpi.get((r["label"], r["bytes"]))
     r["total_cpu_us"] = r["ranks_cpu_us"] + r["engine_cpu_us"] * r["daemons"]
     r["mpi_time_us"] = m["time_us"] if m else None
     r["mpi_ranks_cpu_us"] = m["ranks_cpu_us"] if m else None
-    print("  %-6s %8d %9.2f %9s %9s %9.2f %9.2f %8.3f %8.3f %8.3f %9.3f %10.3f %9.2f %10.2f %10s" % (
+    print("  %-6s %8d %9.2f %9s %9s %9.2f %9.2f %8.2f %8.3f %8.3f %8.3f %9.3f %10.3f %9.2f %10.2f %10s" % (
         r["label"], r["bytes"], r["time_us"], "%.2f" % m["time_us"] if m else "-",
         "%.2fx" % (r["time_us"] / m["time_us"]) if m else "-", r["engine_cpu_us"], r["engine_cpu_us_max"],
+        r["engine_busy_us"],
         r["wakeups"], r["wakeups_max"], r["work_turns"], r["messages"], r["client_wakes"], r["ranks_cpu_us"],
         r["total_cpu_us"], "%.2f" % m["ranks_cpu_us"] if m else "-"))
-print("# per daemon and collective it completed (mean over daemons; max: the costliest): engine CPU us, wake-ups, turns")
+print("# per daemon and collective it completed (mean over daemons; max: the costliest): engine CPU us, busy us (its turns")
+print("# that did work), wake-ups, turns")
 print("# with work, messages to other daemons, futex wakes of clients; ranks cpu: every rank's CPU summed per collective;")
 print("# total cpu: the ranks' plus every engine's; MPI cpu: MPI's ranks' summed; time: mean of back-to-back calls")
 print(json.dumps({"bench": "engine_cost", "rows": rows}))

@@ -15,9 +15,11 @@ namespace syncd::bench {
 namespace {
 
 // The daemon's counters this benchmark divides, in the order of kFields.
-constexpr std::array<const char*, 6> kFields = {"engine_cpu_s",   "engine_wakeups", "engine_work_turns",
-                                                "engine_messages", "client_wakes",   "collectives_completed"};
-constexpr size_t kCpu = 0, kCollectives = 5;
+// engine_busy_s is not a status field: the busy share times the uptime (Read).
+constexpr std::array<const char*, 7> kFields = {"engine_cpu_s",    "engine_wakeups", "engine_work_turns",
+                                                "engine_messages", "client_wakes",   "collectives_completed",
+                                                "engine_busy_s"};
+constexpr size_t kCpu = 0, kCollectives = 5, kBusy = 6;
 using Counters = std::array<double, kFields.size()>;
 
 void Allreduce(syncd_client* c, const char* name, void* data, int64_t count, syncd_dtype dtype, syncd_reduce_op op) {
@@ -38,7 +40,8 @@ Counters Read(syncd_client* c, const EngineCostOptions& o) {
   Counters k{};
   if (syncd_local_rank(c) != 0) return k;
   const std::string json = ReadDaemonStatus(o.syncctl);
-  for (size_t i = 0; i < kFields.size(); ++i) k[i] = SumField(json, kFields[i]);
+  for (size_t i = 0; i < kBusy; ++i) k[i] = SumField(json, kFields[i]);
+  k[kBusy] = SumField(json, "engine_busy_pct") / 100 * SumField(json, "uptime_s");
   return k;
 }
 
@@ -80,7 +83,7 @@ void RunEngineCost(syncd_client* c, const EngineCostOptions& o) {
       const double* k = &per[size_t(d) * kFields.size()];
       const double done = std::max(1.0, k[kCollectives]);
       for (size_t i = 0; i < kFields.size(); ++i) {
-        each[size_t(d)][i] = i == kCollectives ? k[i] : k[i] / done * (i == kCpu ? 1e6 : 1.0);
+        each[size_t(d)][i] = i == kCollectives ? k[i] : k[i] / done * (i == kCpu || i == kBusy ? 1e6 : 1.0);
         mean[i] += each[size_t(d)][i] / daemons;
         max[i] = std::max(max[i], each[size_t(d)][i]);
       }
@@ -92,15 +95,16 @@ void RunEngineCost(syncd_client* c, const EngineCostOptions& o) {
         char row[320];
         snprintf(row, sizeof(row),
                  "%s{\"node\":%d,\"engine_cpu_us\":%.2f,\"wakeups\":%.3f,\"work_turns\":%.3f,\"messages\":%.3f,"
-                 "\"client_wakes\":%.3f,\"collectives\":%.0f}",
-                 d ? "," : "", d, k[0], k[1], k[2], k[3], k[4], k[5]);
+                 "\"client_wakes\":%.3f,\"collectives\":%.0f,\"engine_busy_us\":%.2f}",
+                 d ? "," : "", d, k[0], k[1], k[2], k[3], k[4], k[5], k[6]);
         rows += row;
       }
       printf("{\"op\":\"engine_cost\",\"label\":\"%s\",\"bytes\":%llu,\"daemons\":%d,\"ranks\":%d,\"iters\":%d,"
              "\"time_us\":%.3f,\"engine_cpu_us\":%.2f,\"engine_cpu_us_max\":%.2f,\"wakeups\":%.3f,\"wakeups_max\":%.3f,"
-             "\"work_turns\":%.3f,\"messages\":%.3f,\"client_wakes\":%.3f,\"ranks_cpu_us\":%.2f,\"nodes\":[%s]}\n",
+             "\"work_turns\":%.3f,\"messages\":%.3f,\"client_wakes\":%.3f,\"engine_busy_us\":%.2f,\"ranks_cpu_us\":%.2f,"
+             "\"nodes\":[%s]}\n",
              o.label.c_str(), (unsigned long long)bytes, daemons, n, o.iters, time_us, mean[0], max[0], mean[1], max[1],
-             mean[2], mean[3], mean[4], ranks_cpu_us, rows.c_str());
+             mean[2], mean[3], mean[4], mean[kBusy], ranks_cpu_us, rows.c_str());
     } else {
       printf("  %10llu %7d %5d %10.2f %11.2f %11.2f %9.3f %9.3f %9.3f %9.3f %12.2f\n", (unsigned long long)bytes, daemons,
              n, time_us, mean[0], max[0], mean[1], mean[2], mean[3], mean[4], ranks_cpu_us);

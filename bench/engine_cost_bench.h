@@ -1,7 +1,8 @@
 // syncd-bench cost: what a collective costs each daemon's engine (issue 64). Per size, back-to-
 // back allreduces between two reads of every daemon's status (one rank per daemon reads its
-// own): per collective the daemon completed, its engine thread's CPU, its wake-ups (sleeps that
-// ended), its loop's turns that did work, its messages to other daemons and its futex wakes of
+// own): per collective the daemon completed, its engine thread's CPU, the part of it in turns that
+// did work (its busy time: what the work costs, without the spinning), its wake-ups (sleeps
+// that ended), its loop's turns that did work, its messages to other daemons and its futex wakes of
 // clients; beside them the ranks' own CPU (getrusage of every rank, summed) per collective and
 // the wall time per collective, the figures `syncd-mpi-allreduce` gives for MPI.
 #ifndef SYNCD_BENCH_ENGINE_COST_BENCH_H_

@@ -1,11 +1,16 @@
 #include "daemon/base/affinity.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <hwloc.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 namespace syncd {
 
@@ -58,6 +63,32 @@ CoreSet AllowedCores(int pid) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cores.push_back(uint32_t(c));
   return cores;
+}
+
+uint32_t ProcessesSharingCores(const char* comm, const CoreSet& cores) {
+  const std::string want = std::string(comm) + "\n";
+  const int self = getpid();
+  uint32_t n = 0;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  while (dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == self) continue;
+    char path[64], name[32] = {};
+    snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const ssize_t len = read(fd, name, sizeof(name) - 1);
+    close(fd);
+    if (len <= 0 || want != std::string(name, size_t(len))) continue;
+    const CoreSet theirs = AllowedCores(int(pid));
+    std::vector<uint32_t> both;
+    std::set_intersection(cores.begin(), cores.end(), theirs.begin(), theirs.end(), std::back_inserter(both));
+    n += both.empty() ? 0 : 1;
+  }
+  closedir(proc);
+  return n;
 }
 
 namespace {

@@ -25,6 +25,10 @@ inline std::string FormatCoreList(const CoreSet& cores) { return FormatNumberLis
 // CPUs this process (or process `pid`) may run on now; empty when `pid` does not exist.
 CoreSet AllowedCores(int pid = 0);
 
+// Other processes named `comm` (as /proc/PID/comm has it: "syncd") that may run on one of
+// `cores`: the daemons whose engines would take turns on them.
+uint32_t ProcessesSharingCores(const char* comm, const CoreSet& cores);
+
 struct CorePartition {
   CoreSet daemon;   // empty: not pinned
   CoreSet workers;  // what remains for framework processes

@@ -149,12 +149,14 @@ std::vector<ConfigEntry> NodeEntries() {
     {"spin-us", "SYNCD_SPIN_US", "200",
      "Microseconds the engine keeps polling after its last work before it sleeps on its doorbell and the network",
      Unsigned(&Config::spin_us, "spin-us")},
-    {"network-wait", "SYNCD_NETWORK_WAIT", "poll",
-     "poll: a non-blocking cycle (nbcs) waiting on other nodes is polled, yielding the core between looks (fastest "
-     "with a core of its own); sleep: after --spin-us it sleeps until the network's next event (for daemons that "
-     "share cores; syncrun sets it when it puts more nodes than cores on one machine). Data on the move is polled "
-     "either way",
-     OneOf<NetworkWait>(&Config::network_wait, "network-wait", {{"poll", NetworkWait::kPoll}, {"sleep", NetworkWait::kSleep}})},
+    {"network-wait", "SYNCD_NETWORK_WAIT", "auto",
+     "auto: the engine counts the other syncd daemons that may run on its cores (at start and once a second, shown "
+     "by syncctl status): with none it spins --spin-us after its last work and polls a non-blocking cycle (nbcs) "
+     "waiting on other nodes, yielding the core between looks; with one or more it sleeps on the network until its "
+     "next event instead; with two or more it also yields the core at each look while it spins. poll and sleep fix the network's "
+     "choice (--spin-us then holds). Data on the move is polled either way",
+     OneOf<NetworkWait>(&Config::network_wait, "network-wait",
+                        {{"auto", NetworkWait::kAuto}, {"poll", NetworkWait::kPoll}, {"sleep", NetworkWait::kSleep}})},
     {"host-allreduce", "SYNCD_HOST_ALLREDUCE", "auto",
      "The inter-node algorithm of a host allreduce: auto (up to 64 KiB rd below 16 nodes and tree from 16; above, "
      "halving on a power of two nodes and ring otherwise), rd (recursive doubling), halving (recursive halving and "

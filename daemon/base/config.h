@@ -18,7 +18,7 @@ namespace syncd {
 // The settings that pick one of a few behaviours (parsed once, never compared as strings).
 enum class CycleStart { kTimer, kWork };            // --cycle-start
 enum class PeerErrors { kAuto, kOn, kOff };         // --ucx-peer-errors
-enum class NetworkWait { kPoll, kSleep };          // --network-wait
+enum class NetworkWait { kAuto, kPoll, kSleep };          // --network-wait
 // --host-allreduce: the inter-node algorithm of a host allreduce (kAuto: by size and node count).
 enum class HostAllreduce { kAuto, kRecursiveDoubling, kRecursiveHalving, kRing, kTree };
 // --on-loss: what a job does when it loses a rank. kFail: the job ends with the error on every
@@ -41,7 +41,7 @@ struct Config {
   uint64_t result_bytes = 0;
   uint32_t ring_entries = 0;
   uint32_t spin_us = 0;       // engine polls this long after its last work before sleeping
-  NetworkWait network_wait = NetworkWait::kPoll;  // data on the network: polled, or slept on
+  NetworkWait network_wait = NetworkWait::kAuto;  // a cycle on the network: polled, slept on, or by the core
   HostAllreduce host_allreduce = HostAllreduce::kAuto;
   syncd_compression compression = SYNCD_COMPRESSION_NONE;  // --compression: the default for allreduces
   uint64_t compression_min_bytes = 0;                       // --compression-min-bytes

@@ -299,8 +299,11 @@ void PrintTable(const syncd::control::StatusReply& s) {
     printf("residuals  %lu tensors' error feedback, %s of %s   evicted %lu, refused %lu, cleared %lu\n",
            (unsigned long)r.tensors(), Bytes(r.bytes()).c_str(), Bytes(r.capacity_bytes()).c_str(),
            (unsigned long)r.evicted(), (unsigned long)r.refused(), (unsigned long)r.cleared());
-  printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu\n", s.engine_busy_pct(), s.engine_cpu_s(),
-         s.daemon_cpu_s(), (unsigned long)s.engine_wakeups());
+  printf("engine     busy %.2f %%   cpu %.2f s (daemon %.2f s)   wake-ups %lu   waits: %s", s.engine_busy_pct(),
+         s.engine_cpu_s(), s.daemon_cpu_s(), (unsigned long)s.engine_wakeups(),
+         s.engine_wait().empty() ? "-" : s.engine_wait().c_str());
+  if (s.engine_core_wait_pct() >= 0) printf(" (%.0f %% of its time waiting for a core)", s.engine_core_wait_pct());
+  printf("\n");
   if (const uint64_t n = s.collectives_completed(); n > 0)
     printf("           per collective (%lu): %.1f us engine cpu   %.2f wake-ups   %.2f turns with work   %.2f messages   "
            "%.2f client wakes\n",

@@ -128,6 +128,9 @@ void FillThroughput(const StatusSnapshot& s, uint64_t fusion_threshold, control:
   r->set_collectives_completed(s.collectives_completed);
   r->set_client_wakes(s.client_wakes);
   r->set_engine_messages(s.engine_messages);
+  r->set_engine_wait(s.engine_wait);
+  r->set_engine_core_wait_pct(s.engine_core_wait_pct);
+  r->set_engine_core_sharers(s.engine_core_sharers);
   r->set_open_requests(s.open_requests);
   r->set_requests_finished_twice(s.requests_finished_twice);
   r->set_engine_cpu_s(s.engine_cpu_s);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "daemon/base/affinity.h"
 #include "daemon/plan/fusion.h"
 #include "daemon/engine/engine_timing.h"
 #include "daemon/engine/submission.h"
@@ -142,7 +143,7 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
     // No spin after a wake-up by itself: one that brings work counts as work in Run, a timer's
     // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle
     // timer followed by 200 us of spinning was 20 % of a core).
-  } else if (sleep_ns == 0 && !data_waits && config_.network_wait == NetworkWait::kSleep && HasNetwork() &&
+  } else if (sleep_ns == 0 && !data_waits && SleepsOnNetwork() && HasNetwork() &&
              !(gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0))) {
     // Daemons that share cores (--network-wait sleep): a cycle waiting on other nodes (nbcs)
     // sleeps until the network's next event; polling, it took the slice of the daemon whose
@@ -162,17 +163,61 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
     const bool nap = !data_waits && since_work > kCycleSpinNs && HasNetwork() &&
                      !(gpu_ && gpu_->in_flight() > 0) && RanksShareEngineCore() && Sleep(kCycleNapNs, true);
     if (!nap) sched_yield();
+  } else if (contention_.crowded()) {
+    // Other engines wait for this core (CoreContention): spin, but let them have it at each look.
+    sched_yield();
   } else {
     __builtin_ia32_pause();
   }
 }
 
+void Engine::CountOtherDaemons() {
+  contention_.SetOtherDaemons(ProcessesSharingCores("syncd", AllowedCores()));
+}
+
+bool Engine::SleepsOnNetwork() const {
+  return config_.network_wait == NetworkWait::kSleep ||
+         (config_.network_wait == NetworkWait::kAuto && contention_.contended());
+}
+
+// A change of verdict on the engine's core (CoreContention), said in the log.
+void Engine::SayContention() const {
+  spdlog::info("engine: {}", EngineWait());
+}
+
+std::string Engine::EngineWait() const {
+  switch (config_.network_wait) {
+    case NetworkWait::kPoll: return "poll";
+    case NetworkWait::kSleep: return "sleep";
+    case NetworkWait::kAuto: break;
+  }
+  const uint32_t n = contention_.other_daemons();
+  const std::string others = std::to_string(n) + (n == 1 ? " other daemon" : " other daemons") + " on its cores)";
+  return contention_.crowded()      ? "auto: sleeps on the network, yields while it spins (" + others
+         : contention_.contended() ? "auto: sleeps on the network, spins after work (" + others
+                                   : "auto: spins (no other daemon on its cores)";
+}
+
 void Engine::Run() {
   node_page_->SetState(abi::DaemonState::kRunning);
-  const uint64_t spin_ns = uint64_t(config_.spin_us) * 1000;
+  const uint64_t configured_spin_ns = uint64_t(config_.spin_us) * 1000;
+  // --network-wait auto: the other daemons on its cores, now and (the observer) once a second
+  // after; this thread's run delay.
+  const bool automatic = config_.network_wait == NetworkWait::kAuto;
+  if (automatic) CountOtherDaemons();
+  contention_.Open();
+  uint32_t others = contention_.other_daemons();
+  if (others > 0) SayContention();
   uint64_t last_work = abi::MonotonicNs(), last_beat = 0;
   pthread_setname_np(pthread_self(), "syncd-engine");  // as `top -H`, perf and gdb show it
-  observer_.Start("syncd-observer", kFoldPeriod, [this, next_report = uint64_t{0}]() mutable { Observe(&next_report); });
+  observer_.Start("syncd-observer", kFoldPeriod, [this, automatic, next_report = uint64_t{0},
+                                                 next_count = uint64_t{0}]() mutable {
+    if (const uint64_t now = abi::MonotonicNs(); automatic && now >= next_count) {
+      next_count = now + CoreContention::kWindowNs;
+      CountOtherDaemons();
+    }
+    Observe(&next_report);
+  });
   while (!stop_.load(std::memory_order_acquire)) {
     const uint64_t t0 = abi::MonotonicNs();
     const bool did = Poll();
@@ -190,7 +235,12 @@ void Engine::Run() {
     if (commands_.pending()) RunCommands();
     for (const auto& [id, t] : tenants_) t->timeline->Poll(t1);
     if (t1 - tally_.last_stall_check_ns > kStallCheckPeriodNs) CheckStalls(t1);
-    if (!did) Idle(t1, t1 - last_work, spin_ns);
+    contention_.Sample(t1);
+    if (contention_.other_daemons() != others) {
+      others = contention_.other_daemons();
+      SayContention();
+    }
+    if (!did) Idle(t1, t1 - last_work, configured_spin_ns);
     if (const uint64_t deadline = drain_.deadline_ns(); deadline != 0) {
       const bool drained = Drained();
       if (!outcomes_.empty()) Settle();

@@ -38,6 +38,7 @@
 #include "daemon/core/request_ledger.h"
 #include "daemon/core/request_pool.h"
 #include "daemon/engine/commands.h"
+#include "daemon/engine/core_contention.h"
 #include "daemon/engine/engine_drain.h"
 #include "daemon/engine/engine_links.h"
 #include "daemon/engine/observer_thread.h"
@@ -129,6 +130,14 @@ class Engine {
   void SettleShares();
   // Whether any attached rank may run where the engine runs (unpinned, or a shared core).
   bool RanksShareEngineCore() const;
+  // Whether a cycle waiting on other nodes sleeps on the network (--network-wait, or auto and a
+  // contended core) rather than polls.
+  bool SleepsOnNetwork() const;
+  void SayContention() const;
+  // StatusReply.engine_wait: how the idle engine waits, and why.
+  std::string EngineWait() const;
+  // Counts the other syncd daemons that may run on this one's cores (CoreContention).
+  void CountOtherDaemons();
   // Sleeps on the doorbell (with `network`, the transport's descriptors too); see engine.cc.
   bool Sleep(uint64_t timeout_ns, bool network);
   // Run's turn that did nothing: sleep, nap on the network, yield or pause.
@@ -270,6 +279,9 @@ class Engine {
     uint64_t client_wakes = 0;  // futex wakes of clients asleep on their doorbells
   };
   Tally tally_;
+  // Whether the engine's core is its own (measured; --network-wait auto): it spins and polls
+  // where it is, sleeps at once where its core is contended.
+  CoreContention contention_;
 };
 
 }  // namespace syncd

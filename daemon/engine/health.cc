@@ -264,6 +264,9 @@ std::shared_ptr<EngineFacts> Engine::CaptureFacts() const {
   s->collectives_completed = tally_.collectives;
   s->client_wakes = tally_.client_wakes;
   s->engine_messages = links_.messages_sent();
+  s->engine_wait = EngineWait();
+  s->engine_core_sharers = contention_.other_daemons();
+  s->engine_core_wait_pct = contention_.measured() ? contention_.wait_pct() : -1;
   // Captured on the engine thread (or before it runs), so this thread's clock is the engine's.
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

@@ -154,17 +154,14 @@ bool Job::StartDaemon(int node) {
   if (opts_.nodes > 1) {
     argv.insert(argv.end(), {"--nodes", std::to_string(opts_.nodes), "--node-rank", std::to_string(node),
                              "--rendezvous", rendezvous_, "--job-token", token_});
-    bool cores_given = false, wait_given = false;
-    for (const auto& a : opts_.daemon_args) {
-      cores_given |= a.rfind("--cores", 0) == 0;
-      wait_given |= a.rfind("--network-wait", 0) == 0;
-    }
+    bool cores_given = false;
+    for (const auto& a : opts_.daemon_args) cores_given |= a.rfind("--cores", 0) == 0;
     if (!cores_given) {
       d.cores = PlanSimulatedNodes(AllowedCores(), opts_.nodes)[size_t(node)];
       if (!d.cores.daemon.empty()) argv.push_back("--cores=" + FormatCoreList(d.cores.daemon));
     }
-    // More daemons than cores: a daemon polling the network takes the core of the one it waits for.
-    if (!wait_given && AllowedCores().size() < size_t(opts_.nodes)) argv.push_back("--network-wait=sleep");
+    // More daemons than cores: each daemon measures that its core is contended and sleeps
+    // (--network-wait auto), rather than poll the core the one it waits for needs.
   }
   if (!opts_.on_loss.empty()) argv.insert(argv.end(), {"--on-loss", opts_.on_loss});
   argv.insert(argv.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());

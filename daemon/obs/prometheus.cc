@@ -399,6 +399,14 @@ void EngineMetrics(const StatusSnapshot& s, Exposition* e) {
             s.collectives_completed);
   e->Metric("syncd_client_wakes_total", "counter", "Futex wakes of clients asleep on their doorbells.", s.client_wakes);
   e->Metric("syncd_engine_messages_total", "counter", "Messages the engine sent to other nodes' daemons.", s.engine_messages);
+  e->Metric("syncd_engine_core_sharers", "gauge",
+            "Other syncd daemons that may run on the engine's cores (--network-wait auto: 1 or more, it sleeps on the "
+            "network; 2 or more, it yields while it spins).",
+            s.engine_core_sharers);
+  if (s.engine_core_wait_pct >= 0)
+    e->Metric("syncd_engine_core_wait_ratio", "gauge",
+              "Share of the engine thread's runnable time spent waiting for a CPU (last measured window).",
+              s.engine_core_wait_pct / 100);
   if (!s.has_gpu) return;
   e->Metric("syncd_gpu_devices", "gauge", "GPUs this daemon drives.", uint64_t(s.gpu.devices));
   e->Metric("syncd_gpu_collectives_total", "counter", "GPU collectives whose work completed.", s.gpu.completed);

@@ -148,6 +148,9 @@ struct StatusSnapshot {
   // did work, and the collectives completed here (with a rank of this node in them).
   uint64_t engine_work_turns = 0, collectives_completed = 0;
   uint64_t client_wakes = 0, engine_messages = 0;  // futex wakes of its clients; messages to other nodes
+  std::string engine_wait;            // StatusReply.engine_wait
+  double engine_core_wait_pct = -1;  // StatusReply.engine_core_wait_pct
+  uint32_t engine_core_sharers = 0;  // StatusReply.engine_core_sharers
   double engine_cpu_s = 0;  // CPU time of the engine thread
   double daemon_cpu_s = 0;  // CPU time of the whole daemon (engine, control plane, gRPC)
   std::vector<StallSnapshot> stalls;  // every set's, longest waiting first
