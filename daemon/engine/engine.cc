@@ -33,6 +33,7 @@ constexpr uint64_t kCycleNapNs = 50'000;
 // --network-wait sleep: the longest sleep on the network, a safety bound (every wait there is
 // signalled by UCX's event descriptor or the doorbell).
 constexpr uint64_t kNetworkSleepNs = 1'000'000;
+constexpr uint64_t kBlindSleepNs = 10'000'000;
 using engine_timing::kLeaveNoticeNs;
 using engine_timing::kStallCheckPeriodNs;
 
@@ -138,7 +139,9 @@ void Engine::Idle(uint64_t now, uint64_t since_work, uint64_t spin_ns) {
   // GPU work completes, and clients' events fire, without ringing anything.
   if (gpu_ && (gpu_->in_flight() > 0 || held_gpu_ > 0)) sleep_ns = 0;
   if (since_work > spin_ns && sleep_ns > 0) {
-    if (!Sleep(sleep_ns, HasNetwork())) Sleep(sleep_ns, false);  // no network sleep: timers only
+    // A transport the engine cannot sleep on: timers only, and a look at the network every
+    // kBlindSleepNs (an on-demand cycle another node asks for has no timer here).
+    if (!Sleep(sleep_ns, HasNetwork())) Sleep(HasNetwork() ? std::min(sleep_ns, kBlindSleepNs) : sleep_ns, false);
     node_page_->Heartbeat();
     // No spin after a wake-up by itself: one that brings work counts as work in Run, a timer's
     // (cycles, partial rounds, the heartbeat) goes back to sleep (an idle daemon's 1 ms cycle

@@ -27,7 +27,7 @@ TEST(CycleClock, HorovodsTimerStartsACycleOneCycleTimeAfterTheLastStarted) {
   EXPECT_FALSE(c.Due(101 * kMs + 300'000, false));
 }
 
-TEST(CycleClock, StartOnWorkStartsAtOnceAndAnIdleJobSlowsToTenMilliseconds) {
+TEST(CycleClock, StartOnWorkStartsAtOnceAndAnIdleJobSlowsToTenThenFiftyMilliseconds) {
   CycleClock c({kMs, 0, true, false});
   c.Joined(0);
   c.Fresh();
@@ -48,6 +48,16 @@ TEST(CycleClock, StartOnWorkStartsAtOnceAndAnIdleJobSlowsToTenMilliseconds) {
   c.Start(t, true);
   c.End(t + 1);
   EXPECT_EQ(c.NextNs(t + 2, true), t + 10 * kMs);
+  // Five seconds of quiet (from the end of the first idle cycle, at 2 + kMs + 1): 50 ms.
+  const uint64_t quiet_from = 2 + kMs + 1;
+  t = quiet_from + 4'900 * kMs;
+  c.Start(t, true);
+  c.End(t + 1);
+  EXPECT_EQ(c.NextNs(t + 2, true), t + 10 * kMs);
+  t = quiet_from + 5'000 * kMs;
+  c.Start(t, true);
+  c.End(t + 1);
+  EXPECT_EQ(c.NextNs(t + 2, true), t + 50 * kMs);
   // The first tensor after the quiet spell starts its node's cycle at once and ends the back-off.
   c.Fresh();
   EXPECT_TRUE(c.Due(t + 2, false));
@@ -61,6 +71,7 @@ TEST(CycleClock, OnDemandRunsOnlyWhenANodeAsksAndAsksForTheNextCycleItself) {
   CycleClock c({kMs, 0, false, true});
   c.Joined(0);
   EXPECT_FALSE(c.Due(10 * kMs, true));  // an idle job runs no cycles at all
+  EXPECT_EQ(c.NextNs(10 * kMs, true), UINT64_MAX) << "nor wakes for them: work or another node's request wakes it";
   c.Wanted(1);                          // another node asked for cycle 1
   EXPECT_TRUE(c.Due(10 * kMs, true));
   EXPECT_FALSE(c.MustAsk());            // it was asked for: nobody needs asking
