@@ -72,7 +72,7 @@ echo "== ThreadSanitizer (build-tsan)"
 configure build-tsan thread "syncd_unit_tests syncd_integration_tests" -DSYNCD_BUILD_BENCH=ON
 rm -f "$reports"/*
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:log_path=$reports/tsan"
-threaded='TransportConformance|SpscQueue|CommandQueue|CompletionLogTest|TimelineWriterTest|Timeline\.|Attach\.|Drain|Errors\.|Faults|Stalls\.|Ending\.|Collectives\.StatusReports|Collectives\.MetricsEndpoint|ManyNodes|NodeService'
+threaded='TransportConformance|SpscQueue|CommandQueue|CompletionLogTest|TimelineWriterTest|Timeline\.|Attach\.|Drain|Errors\.|Faults|Stalls\.|Ending\.|Collectives\.StatusReports|Collectives\.MetricsEndpoint|ManyNodes|NodeService|EngineCost|CoreContention'
 (cd build-tsan && ctest --output-on-failure -j"$jobs" --timeout 600 -R "$threaded") || status=1
 check_reports "TSan suite" || status=1
 rm -rf "$reports"
