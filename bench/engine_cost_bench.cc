@@ -47,22 +47,28 @@ Counters Read(syncd_client* c, const EngineCostOptions& o) {
 
 }  // namespace
 
-void RunEngineCost(syncd_client* c, const EngineCostOptions& o) {
+void RunEngineCost(syncd_client* c, const EngineCostOptions& o, const RunCollective& run) {
   const int n = syncd_size(c), daemons = syncd_cross_size(c), node = syncd_cross_rank(c);
   if (syncd_rank(c) == 0 && !o.json)
-    printf("# %10s %7s %5s %10s %11s %11s %9s %9s %9s %9s %12s\n", "size(B)", "daemons", "ranks", "time(us)",
+    printf("# %-13s %10s %7s %5s %10s %11s %11s %9s %9s %9s %9s %12s\n", "kind", "size(B)", "daemons", "ranks", "time(us)",
            "engine us", "max eng us", "wake-ups", "turns", "messages", "cl.wakes", "ranks cpu us");
+  for (const std::string& op : o.ops)
   for (uint64_t bytes : o.sizes) {
-    const int64_t count = int64_t(std::max<uint64_t>(1, bytes / sizeof(float)));
+    // nccl-tests' sizes (as `syncd-bench <kind>`): the gathers' output, the others' input.
+    const bool gathers = op == "allgather" || op == "gather";
+    const int64_t unit = op == "allreduce" || op == "reduce" || op == "broadcast" ? 1 : n;
+    int64_t count = std::max<int64_t>(unit, int64_t(bytes / sizeof(float)) / unit * unit);
+    if (gathers) count = std::max<int64_t>(1, count / n);
     float* buf = static_cast<float*>(syncd_alloc(c, size_t(count) * sizeof(float)));
     if (buf == nullptr) Die("allocating " + std::to_string(bytes) + " bytes in the arena");
     std::fill(buf, buf + count, 1.0f);
-    for (int i = 0; i < o.warmup; ++i) Allreduce(c, "cost.step", buf, count, SYNCD_FLOAT32, SYNCD_SUM);
+    const std::string name = "cost." + op;
+    for (int i = 0; i < o.warmup; ++i) run(op, name.c_str(), buf, count);
     float check[1] = {1};
     Allreduce(c, "cost.before", check, 1, SYNCD_FLOAT32, SYNCD_SUM);  // every rank is here
     const Counters a = Read(c, o);
     const double cpu0 = ProcessCpuS(), t0 = Now();
-    for (int i = 0; i < o.iters; ++i) Allreduce(c, "cost.step", buf, count, SYNCD_FLOAT32, SYNCD_SUM);
+    for (int i = 0; i < o.iters; ++i) run(op, name.c_str(), buf, count);
     const double wall = Now() - t0, cpu = ProcessCpuS() - cpu0;
     const Counters b = Read(c, o);
     // One value per daemon (its slot: its node), summed into every rank; the ranks' CPU summed.
@@ -99,15 +105,15 @@ void RunEngineCost(syncd_client* c, const EngineCostOptions& o) {
                  d ? "," : "", d, k[0], k[1], k[2], k[3], k[4], k[5], k[6]);
         rows += row;
       }
-      printf("{\"op\":\"engine_cost\",\"label\":\"%s\",\"bytes\":%llu,\"daemons\":%d,\"ranks\":%d,\"iters\":%d,"
+      printf("{\"op\":\"engine_cost\",\"kind\":\"%s\",\"label\":\"%s\",\"bytes\":%llu,\"daemons\":%d,\"ranks\":%d,\"iters\":%d,"
              "\"time_us\":%.3f,\"engine_cpu_us\":%.2f,\"engine_cpu_us_max\":%.2f,\"wakeups\":%.3f,\"wakeups_max\":%.3f,"
              "\"work_turns\":%.3f,\"messages\":%.3f,\"client_wakes\":%.3f,\"engine_busy_us\":%.2f,\"ranks_cpu_us\":%.2f,"
              "\"nodes\":[%s]}\n",
-             o.label.c_str(), (unsigned long long)bytes, daemons, n, o.iters, time_us, mean[0], max[0], mean[1], max[1],
+             op.c_str(), o.label.c_str(), (unsigned long long)bytes, daemons, n, o.iters, time_us, mean[0], max[0], mean[1], max[1],
              mean[2], mean[3], mean[4], mean[kBusy], ranks_cpu_us, rows.c_str());
     } else {
-      printf("  %10llu %7d %5d %10.2f %11.2f %11.2f %9.3f %9.3f %9.3f %9.3f %12.2f\n", (unsigned long long)bytes, daemons,
-             n, time_us, mean[0], max[0], mean[1], mean[2], mean[3], mean[4], ranks_cpu_us);
+      printf("  %-13s %10llu %7d %5d %10.2f %11.2f %11.2f %9.3f %9.3f %9.3f %9.3f %12.2f\n", op.c_str(),
+             (unsigned long long)bytes, daemons, n, time_us, mean[0], max[0], mean[1], mean[2], mean[3], mean[4], ranks_cpu_us);
     }
     fflush(stdout);
   }

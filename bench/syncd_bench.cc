@@ -66,6 +66,8 @@ class Bench {
  public:
   Bench(syncd_client* c, const Options& o) : c_(c), o_(o), dtype_(ParseDtype(o.dtype)) {}
 
+  void SetOp(const std::string& op) { op_ = op; }
+
   void Barrier() {
     syncd_handle h;
     Check(syncd_barrier_async(c_, &h), "barrier");
@@ -383,7 +385,9 @@ int main(int argc, char** argv) {
   CLI::App* co = app.add_subcommand("cost", "Allreduces back to back with each daemon's engine CPU, wake-ups, turns, "
                                     "messages and client wakes per collective, and the ranks' CPU");
   syncd::bench::EngineCostOptions eo;
-  co->add_option("--sizes", o.sizes, "Bytes per allreduce (8,64K)")->delimiter(',');
+  co->add_option("--sizes", o.sizes, "Bytes per collective (8,64K)")->delimiter(',');
+  co->add_option("--ops", eo.ops, "Kinds, each in turn (allreduce,allgather,alltoall,reducescatter,broadcast,reduce,"
+                                  "gather,scatter)")->delimiter(',');
   co->add_option("--iters", eo.iters, "Timed allreduces per size");
   co->add_option("--warmup", eo.warmup, "Warm-up allreduces per size");
   co->add_option("--label", eo.label, "Free text carried into the output");
@@ -425,7 +429,11 @@ int main(int argc, char** argv) {
     for (const auto& sz : o.sizes) eo.sizes.push_back(ParseSize(sz));
     if (eo.sizes.empty()) eo.sizes = {8, 64 << 10};
     eo.syncctl = syncd::bench::SyncctlBeside(argv[0]);
-    syncd::bench::RunEngineCost(c, eo);
+    Bench b(c, o);
+    syncd::bench::RunEngineCost(c, eo, [&b](const std::string& op, const char* name, void* data, int64_t count) {
+      b.SetOp(op);
+      b.Collective(name, data, count);
+    });
     syncd_shutdown(c);
     return 0;
   }
