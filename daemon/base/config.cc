@@ -150,8 +150,8 @@ std::vector<ConfigEntry> NodeEntries() {
      "Microseconds the engine keeps polling after its last work before it sleeps on its doorbell and the network",
      Unsigned(&Config::spin_us, "spin-us")},
     {"network-wait", "SYNCD_NETWORK_WAIT", "auto",
-     "auto: the engine counts the other syncd daemons that may run on its cores (at start and once a second, shown "
-     "by syncctl status): with none it spins --spin-us after its last work and polls a non-blocking cycle (nbcs) "
+     "auto: the engine counts the other syncd daemons that may run on its cores (at start, every second for 10 s, "
+     "then every 10 s; shown by syncctl status): with none it spins --spin-us after its last work and polls a non-blocking cycle (nbcs) "
      "waiting on other nodes, yielding the core between looks; with one or more it sleeps on the network until its "
      "next event instead; with two or more it also yields the core at each look while it spins. poll and sleep fix the network's "
      "choice (--spin-us then holds). Data on the move is polled either way",

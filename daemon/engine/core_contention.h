@@ -1,5 +1,5 @@
-// Whether the engine's core is its own (--network-wait auto), measured at start and once a
-// second after: the other syncd daemons that may run on its cores (/proc), and the share of the
+// Whether the engine's core is its own (--network-wait auto), measured at start, once a second
+// for 10 s and every 10 s after: the other syncd daemons that may run on its cores (/proc), and the share of the
 // engine thread's runnable time spent waiting for a CPU (its run delay, /proc/thread-self/
 // schedstat) over windows of kWindowNs, shown in the status.
 //
@@ -30,6 +30,11 @@ namespace syncd {
 class CoreContention {
  public:
   static constexpr uint64_t kWindowNs = 1'000'000'000;
+  // The other daemons are counted every kWindowNs for the daemon's first kEarlyNs (a job's
+  // daemons start together), every kRecountNs after (a count reads every process's name in
+  // /proc: on a node of a thousand processes a few ms).
+  static constexpr uint64_t kEarlyNs = 10'000'000'000;
+  static constexpr uint64_t kRecountNs = 10'000'000'000;
   static constexpr uint64_t kMinRunnableNs = 2'000'000;
 
   CoreContention() = default;

@@ -204,8 +204,8 @@ std::string Engine::EngineWait() const {
 void Engine::Run() {
   node_page_->SetState(abi::DaemonState::kRunning);
   const uint64_t configured_spin_ns = uint64_t(config_.spin_us) * 1000;
-  // --network-wait auto: the other daemons on its cores, now and (the observer) once a second
-  // after; this thread's run delay.
+  // --network-wait auto: the other daemons on its cores, now and (the observer) every second for
+  // 10 s, every 10 s after; this thread's run delay.
   const bool automatic = config_.network_wait == NetworkWait::kAuto;
   if (automatic) CountOtherDaemons();
   contention_.Open();
@@ -216,7 +216,8 @@ void Engine::Run() {
   observer_.Start("syncd-observer", kFoldPeriod, [this, automatic, next_report = uint64_t{0},
                                                  next_count = uint64_t{0}]() mutable {
     if (const uint64_t now = abi::MonotonicNs(); automatic && now >= next_count) {
-      next_count = now + CoreContention::kWindowNs;
+      next_count = now + (now - tally_.start_ns < CoreContention::kEarlyNs ? CoreContention::kWindowNs
+                                                                          : CoreContention::kRecountNs);
       CountOtherDaemons();
     }
     Observe(&next_report);
