@@ -22,13 +22,6 @@ constexpr std::array<const char*, 7> kFields = {"engine_cpu_s",    "engine_wakeu
 constexpr size_t kCpu = 0, kCollectives = 5, kBusy = 6;
 using Counters = std::array<double, kFields.size()>;
 
-void Allreduce(syncd_client* c, const char* name, void* data, int64_t count, syncd_dtype dtype, syncd_reduce_op op) {
-  syncd_tensor t{name, data, dtype, 1, &count, 0};
-  syncd_handle h;
-  Check(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h), name);
-  Check(syncd_wait(c, h, -1), name);
-}
-
 double ProcessCpuS() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -22,13 +22,6 @@ uint64_t MonotonicNs() {
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
-void Allreduce(syncd_client* c, const char* name, void* data, int64_t count, syncd_dtype dtype, syncd_reduce_op op) {
-  syncd_tensor t{name, data, dtype, 1, &count, 0};
-  syncd_handle h;
-  Check(syncd_allreduce_async(c, &t, op, 1.0, 1.0, &h), name);
-  Check(syncd_wait(c, h, -1), name);
-}
-
 void Barrier(syncd_client* c) {
   syncd_handle h;
   Check(syncd_barrier_async(c, &h), "barrier");
