@@ -245,7 +245,9 @@ def report(path, out):
         v = late[i] if late else []
         rows.append((r, sum(v) / len(v) if v else 0, max(v) if v else 0,
                      sum(1 for k in range(len(v)) if v[k] == max(late[j][k] for j in range(len(late))) and v[k] > 0)))
-    rows.sort(key=lambda x: -x[1])
+    # The straggler is the rank the others wait for most often: one long stall of another rank (a
+    # page-in, a descheduled process) raises its mean, not the steps it was last in.
+    rows.sort(key=lambda x: (-x[3], -x[1]))
     clocks = "".join("<li>%s: %+.1f &micro;s &plusmn; %.1f &micro;s</li>" % (html.escape(t.nodes.get(n, "node %d" % n)), o, e)
                      for n, (o, e) in sorted(t.clocks.items()))
     table = "".join("<tr><td>%d</td><td>%.2f</td><td>%.2f</td><td>%d</td></tr>" % row for row in rows)

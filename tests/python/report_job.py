@@ -51,7 +51,8 @@ def check_page(page, screenshot):
             "return performance.getEntriesByType('resource').map(e => e.name).filter(n => !n.startsWith('file:'));")
         assert not outside, "the page loads %s" % outside
         first = driver.execute_script("return document.querySelector('#stragglers tr:nth-child(2) td').textContent;")
-        assert first.strip() == str(hvd.size() - 1), "the stragglers table names rank %s first" % first
+        table = driver.execute_script("return document.querySelector('#stragglers').innerText;")
+        assert first.strip() == str(hvd.size() - 1), "the stragglers table names rank %s first:\n%s" % (first, table)
         if screenshot:
             height = driver.execute_script("return document.body.scrollHeight;")
             driver.set_window_size(1200, height + 100)
