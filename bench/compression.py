@@ -10,8 +10,9 @@ step (SGD). So the step time is the exchange plus a small, equal amount of compu
 Methods (--method):
   none            syncd.torch DistributedOptimizer, Compression.none (gradients in the arena)
   fp16, bf16      the same, Compression.fp16 / .bf16: cast by the daemons on the inter-node hop
-  topk, randomk   syncd's Compression.topk / .randomk at --ratio, error feedback in the daemons
-  onebit          syncd's Compression.onebit (sign and scale), error feedback in the daemons
+  topk            syncd's Compression.topk at --ratio, error feedback in the daemons
+  onebit          syncd's Compression.onebit (signs, two values per 32 elements), error feedback in
+                  the daemons
   powersgd        syncd's Compression.powersgd (rank --powersgd-rank, warm start, error feedback in
                   the daemons; tensors of one dimension uncompressed, as torch's hook)
   fp16-framework  Horovod's fp16: cast in this process before and after (a Compressor the daemon
@@ -33,7 +34,7 @@ import torchvision
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--method", required=True,
-                    choices=["none", "fp16", "bf16", "topk", "randomk", "onebit", "powersgd", "fp16-framework",
+                    choices=["none", "fp16", "bf16", "topk", "onebit", "powersgd", "fp16-framework",
                              "ddp", "ddp-powersgd"])
 parser.add_argument("--ratio", type=float, default=0.01, help="top-k's and random-k's share of the elements")
 parser.add_argument("--model", default="resnet18", choices=["resnet18", "resnet50"])
@@ -64,8 +65,7 @@ def syncd_step_fn(net):
 
     hvd.init()
     compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16, "bf16": hvd.Compression.bf16,
-                   "topk": hvd.Compression.topk(args.ratio), "randomk": hvd.Compression.randomk(args.ratio),
-                   "onebit": hvd.Compression.onebit, "powersgd": hvd.Compression.powersgd(args.powersgd_rank)}
+                   "topk": hvd.Compression.topk(args.ratio), "onebit": hvd.Compression.onebit, "powersgd": hvd.Compression.powersgd(args.powersgd_rank)}
     if args.method == "fp16-framework":
         class FrameworkFP16(hvd.Compression.fp16):  # Horovod's: compress() here, nothing for the daemon
             daemon = None

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "proto/status_names.h"
+
 namespace syncd {
 namespace {
 
@@ -168,22 +170,24 @@ std::vector<ConfigEntry> NodeEntries() {
     {"compression", "SYNCD_COMPRESSION", "none",
      "How an allreduce's inter-node hop travels when its ranks leave the choice to the daemon (the default of "
      "syncd_allreduce_async and hvd.allreduce): none, fp16 or bf16 (cast by the daemon after the node's exact "
-     "reduction, summed in that type between nodes, cast back), or with error feedback topk, randomk (at "
-     "--compression-ratio), onebit or powersgd (at --compression-rank); float32 and float64 host tensors only. Every "
-     "daemon of the job must have the same",
-     OneOf<syncd_compression>(&Config::compression, "compression",
-                              {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
-                               {"bf16", SYNCD_COMPRESSION_BF16}, {"topk", SYNCD_COMPRESSION_TOPK},
-                               {"randomk", SYNCD_COMPRESSION_RANDOMK}, {"onebit", SYNCD_COMPRESSION_ONEBIT},
-                               {"powersgd", SYNCD_COMPRESSION_POWERSGD}})},
+     "reduction, summed in that type between nodes, cast back), or with error feedback topk (at "
+     "--compression-ratio), onebit or powersgd (at --compression-rank); float32 and float64 host tensors only "
+     "(randomk is withdrawn: refused, naming why). Every daemon of the job must have the same",
+     [](Config& c, const std::string& t) -> Status {
+       if (t == "randomk") return InvalidArgument(std::string("compression: ") + abi::CompressionWithdrawn(SYNCD_COMPRESSION_RANDOMK));
+       return OneOf<syncd_compression>(&Config::compression, "compression",
+                                       {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
+                                        {"bf16", SYNCD_COMPRESSION_BF16}, {"topk", SYNCD_COMPRESSION_TOPK},
+                                        {"onebit", SYNCD_COMPRESSION_ONEBIT}, {"powersgd", SYNCD_COMPRESSION_POWERSGD}})(c, t);
+     }},
     {"compression-ratio", "SYNCD_COMPRESSION_RATIO", "0.01",
-     "Top-k's and random-k's share of the elements that cross the nodes, when the ranks do not say (0 < ratio <= 1)",
+     "Top-k's share of the elements that cross the nodes, when the ranks do not say (0 < ratio <= 1)",
      Ratio(&Config::compression_ppm, "compression-ratio")},
     {"compression-rank", "SYNCD_COMPRESSION_RANK", "4",
      "PowerSGD's rank when the ranks do not say: the columns of the two factors a matrix travels as (1..1024)",
      Unsigned(&Config::compression_rank, "compression-rank", 1, 1024)},
     {"compression-residual-bytes", "SYNCD_COMPRESSION_RESIDUAL_BYTES", "1G",
-     "The most memory the error-feedback residuals of top-k, random-k, 1-bit and PowerSGD take (per tensor, what "
+     "The most memory the error-feedback residuals of top-k, 1-bit and PowerSGD take (per tensor, what "
      "compression left out so far, and PowerSGD's factor for the next step's warm start); beyond it the least "
      "recently used are dropped",
      Bytes(&Config::compression_residual_bytes, "compression-residual-bytes")},

@@ -24,8 +24,10 @@ inline constexpr const char* kVersionString = SYNCD_VERSION_STRING;
 // joined stand in for TOPO groups (kTopoJoined, kTopoRun), and adds PowerSGD (compression 7); 9
 // marks a join made for ranks the job goes on without (TensorMeta::absent: they stand in for
 // process set changes); 10 adds Adasum (reduce op 5) to what the nodes agree on and run; 11 joins
-// the rendezvous with a proof of the job's token (an HMAC over the join, for one job), not the token.
-inline constexpr uint32_t kWireVersion = 11;
+// the rendezvous with a proof of the job's token (an HMAC over the join, for one job), not the token;
+// 12 sends 1-bit as two values per 32 elements and a word per node's block of top-k and 1-bit saying
+// whether its inputs were finite (random-k withdrawn).
+inline constexpr uint32_t kWireVersion = 12;
 
 // What `<program> --version` prints (syncd, syncctl, syncrun, the benchmarks): the release and the
 // two protocols it speaks, so that an operator sees at once whether two builds can work together.

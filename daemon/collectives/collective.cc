@@ -55,8 +55,7 @@ void ResolveCompression(uint32_t fallback, uint64_t min_bytes, uint32_t fallback
 
 uint32_t ResolvedCompressionPpm(uint8_t compression, uint32_t asked, uint32_t fallback_ppm, uint32_t fallback_rank) {
   if (compression == SYNCD_COMPRESSION_POWERSGD) return asked != 0 ? asked : fallback_rank;
-  const bool ratio = compression == SYNCD_COMPRESSION_TOPK || compression == SYNCD_COMPRESSION_RANDOMK;
-  return !ratio ? 0 : asked != 0 ? asked : fallback_ppm;
+  return compression != SYNCD_COMPRESSION_TOPK ? 0 : asked != 0 ? asked : fallback_ppm;
 }
 
 std::string CompressionText(uint32_t compression, uint32_t ppm) {

@@ -66,7 +66,7 @@ struct AcrossNodes {
   // (Request::absent), per member, summed over every node (the same on every node); nullptr: none
   // counted (no loss policy, or a kind that needs no count). AVERAGE divides by the tensors summed.
   std::shared_ptr<const std::vector<int64_t>> absent;
-  // Top-k, random-k and 1-bit: this daemon's error-feedback residuals (nullptr: none kept).
+  // Top-k, 1-bit and PowerSGD: this daemon's error-feedback residuals (nullptr: none kept).
   ResidualStore* residuals = nullptr;
   // A pipelined run's segment (0: the kind's own). The same on every node of the set (the wire
   // carries segments): it may depend on nothing one node alone knows.
@@ -82,6 +82,10 @@ struct AcrossNodes {
     std::function<bool(uint64_t bytes)> may_post;
   };
   const SideBySide* side_by_side = nullptr;
+  // A failure every node reaches alike from the data, not the network (a compressed sum that
+  // overflowed): the kind sets it and returns Ok once its exchanges are done, and the group's tensors
+  // fail with it on every rank while the job goes on. nullptr: the kind returns it as a failure.
+  Status* refused = nullptr;
 
   uint32_t nodes() const { return uint32_t(offsets->size() - 1); }
   uint32_t first() const { return (*offsets)[node_rank]; }  // this node's first set rank

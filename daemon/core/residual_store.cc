@@ -17,6 +17,8 @@ char* ResidualStore::Pin::data() const {
   return entry_ != nullptr ? reinterpret_cast<char*>(entry_->data.get()) : nullptr;
 }
 
+uint64_t ResidualStore::Pin::uses() const { return entry_ != nullptr ? entry_->uses : 0; }
+
 void ResidualStore::Pin::Unpin() {
   if (entry_ == nullptr) return;
   Entry* e = std::exchange(entry_, nullptr);
@@ -50,6 +52,7 @@ ResidualStore::Pin ResidualStore::Acquire(int32_t set, const std::string& name, 
     order_.splice(order_.end(), order_, it->second.at);  // now the most recently used
   }
   ++it->second.pins;
+  ++it->second.uses;
   return Pin(this, &it->second);
 }
 

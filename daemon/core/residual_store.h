@@ -1,5 +1,5 @@
 // The error-feedback residuals a daemon keeps for the allreduces it compresses with top-k,
-// random-k or 1-bit: per tensor (its process set and name), what compression has left out of this
+// 1-bit or PowerSGD: per tensor (its process set and name), what compression has left out of this
 // node's sums so far, added to the tensor's next sum before it is compressed again.
 //
 // Bounded: at most `capacity_bytes` in all. A residual that does not fit evicts those used least
@@ -59,6 +59,9 @@ class ResidualStore {
     Pin& operator=(Pin&& o) noexcept;
     ~Pin() { Unpin(); }
     char* data() const;
+    // How many times the residual was acquired since it was made (this one included): the
+    // tensor's compressed exchanges, for the errors that name one.
+    uint64_t uses() const;
     explicit operator bool() const { return entry_ != nullptr; }
 
    private:
@@ -82,6 +85,7 @@ class ResidualStore {
     std::unique_ptr<double[]> data;
     size_t bytes = 0;
     uint32_t pins = 0;
+    uint64_t uses = 0;
     bool cleared = false;  // Clear() came while pinned: dropped at the last unpin
     Order::iterator at;
   };

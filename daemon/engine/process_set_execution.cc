@@ -195,10 +195,18 @@ CommTask ProcessSet::ExecuteAgreed(std::vector<ReadyTensor>* agreed, uint64_t ta
       // A node service's job (on every node of it): segments that leave the engine to the others soon.
       if (config_.node_service) across.segment_bytes = kNodeServiceSegmentBytes;
       if (hooks_.share != nullptr && hooks_.share->others) across.side_by_side = &side_by_side_;
+      Status refused;  // the data's failure, the same on every node: the job goes on
+      across.refused = &refused;
       PlaceResults(ready, g);
       CommTask run = kind->RunAcross(Members(ready, g), std::move(across));
       Status st = co_await Await(&run);
       if (!st.ok()) co_return st;
+      if (!refused.ok()) {
+        for (size_t i : g)
+          if (!ready[i].requests.empty()) Finish(ready[i].requests, Status(refused.code(), refused.message()));
+        for (size_t i : g) Recycle(ready[i].requests);
+        continue;
+      }
       RecordGroup(ready, g, t0, id);
     }
     CountExecuted(ready, g, !f.gpu);

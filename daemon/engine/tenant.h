@@ -53,7 +53,7 @@ struct Tenant {
   // A node service's job of several nodes that ended with a node lost (--on-loss fail) whose
   // daemon came back: its next run here starts afresh, once this run's ranks have left.
   bool fresh_next_run = false;
-  // Top-k, random-k, 1-bit: dropped when the job ends and when its membership changes.
+  // Top-k, 1-bit, PowerSGD: dropped when the job ends and when its membership changes.
   ResidualStore residuals;
   // What the job had of the engine (syncctl status's jobs, the metrics' syncd_job_* series).
   struct Usage {

@@ -113,6 +113,8 @@ StatusOr<TopoPlan> PlanTopo(const Graph& graph, uint64_t fusion_threshold) {
     if (op.dtype >= SYNCD_DTYPE_COUNT || op.op >= SYNCD_REDUCE_OP_COUNT)
       return Status(SYNCD_ERR_INVALID, "graph: collective " + OpName(graph, v) + " (tensor '" + op.tensor +
                                            "') has an unknown dtype or reduce op");
+    if (const char* why = abi::CompressionWithdrawn(op.compression))
+      return Status(SYNCD_ERR_INVALID, "graph: collective " + OpName(graph, v) + " (tensor '" + op.tensor + "'): " + why);
     if (!abi::CompressionReduces(op.compression, op.op))
       return Status(SYNCD_ERR_INVALID, "graph: collective " + OpName(graph, v) + " (tensor '" + op.tensor + "'): " +
                                            abi::CompressionName(op.compression) + " compression sums, so it cannot "

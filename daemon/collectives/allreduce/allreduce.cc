@@ -60,6 +60,7 @@ class AllreduceCollective final : public Collective {
     if (!abi::IsCompressionRequest(e.compression))
       return ProtocolError("malformed ring entry: " + what + " has unknown compression " +
                            std::to_string(e.compression));
+    if (const char* why = abi::CompressionWithdrawn(e.compression)) return InvalidArgument(what + ": " + why);
     if ((e.flags & abi::kSubmitGpu) && e.compression > SYNCD_COMPRESSION_NONE && e.compression < SYNCD_COMPRESSION_COUNT)
       return InvalidArgument(what + ": " + abi::CompressionName(e.compression) +
                              " compression of GPU tensors is not supported yet (NCCL moves them as they are)");
@@ -105,7 +106,7 @@ class AllreduceCollective final : public Collective {
     return run.gpu->Allreduce(group, run.world_size);
   }
 
-  // Top-k, random-k and 1-bit: feedback.h. The others: RunPipelined.
+  // Top-k and 1-bit: feedback.h. The others: RunPipelined.
   CommTask RunAcross(CollectiveGroup group, AcrossNodes run) const override {
     if (group.front()->first().op == SYNCD_ADASUM) return RunAdasumAcross(std::move(group), std::move(run));
     if (IsFeedbackCompression(group.front()->first().compression))

@@ -193,8 +193,9 @@ typedef enum syncd_compression {
    * and adds it to the tensor's next sum (bounded by syncd --compression-residual-bytes; dropped
    * at the job's end and when its membership changes). */
   SYNCD_COMPRESSION_TOPK = 4,    /* each node's largest `ratio` of the elements, by magnitude */
-  SYNCD_COMPRESSION_RANDOMK = 5, /* `ratio` of the elements, the same random ones on every node */
-  SYNCD_COMPRESSION_ONEBIT = 6,  /* each element's sign, times the mean magnitude */
+  SYNCD_COMPRESSION_RANDOMK = 5, /* withdrawn: refused (SYNCD_ERR_INVALID, saying why); use TOPK */
+  SYNCD_COMPRESSION_ONEBIT = 6,  /* each element's sign; per 64 elements the mean of those >= 0 and
+                                  * of the others (Seide et al.'s 1-bit SGD) */
   /* PowerSGD (Vogels et al.): a tensor of two or more dimensions, as a matrix of its first
    * dimension's rows, travels as two thin factors of `rank` columns (one power iteration per step,
    * warm-started from the last step's); other tensors, and those the factors would not make

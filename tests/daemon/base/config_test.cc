@@ -84,7 +84,14 @@ TEST(Config, CompressionIsParsedWithItsMinimumAndTakenUnderTopo) {
   EXPECT_EQ(c->compression_min_bytes, 1u << 20);
   auto bad = BuildConfig({{"compression", "int8"}}, {});
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16, bf16, topk, randomk, onebit or powersgd, got 'int8'");
+  EXPECT_EQ(bad.status().message(), "compression: expected none, fp16, bf16, topk, onebit or powersgd, got 'int8'");
+  // Random-k is withdrawn: refused, saying why.
+  auto withdrawn = BuildConfig({{"compression", "randomk"}}, {});
+  ASSERT_FALSE(withdrawn.ok());
+  EXPECT_NE(withdrawn.status().message().find("compression: random-k compression is withdrawn: with error feedback it "
+                                              "does not train under momentum"),
+            std::string::npos)
+      << withdrawn.status().message();
   // TOPO plans carry each tensor's compression, the daemon's default resolved as for a submission.
   auto topo = BuildConfig({{"compression", "fp16"}, {"coord", "topo"}}, {});
   ASSERT_TRUE(topo.ok()) << topo.status().ToString();

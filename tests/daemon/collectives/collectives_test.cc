@@ -155,8 +155,8 @@ TEST(Collectives, AllreduceCompressionIsParsedResolvedAgreedAndFused) {
   EXPECT_EQ(r.compression_ppm, 500u);
   r.compression = SYNCD_COMPRESSION_DEFAULT;
   r.compression_ppm = 0;
-  ResolveCompression(SYNCD_COMPRESSION_RANDOMK, 0, 2'000, 4, false, &r);
-  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_RANDOMK);
+  ResolveCompression(SYNCD_COMPRESSION_TOPK, 0, 2'000, 4, false, &r);
+  EXPECT_EQ(r.compression, SYNCD_COMPRESSION_TOPK);
   EXPECT_EQ(r.compression_ppm, 2'000u);
   r.compression = SYNCD_COMPRESSION_ONEBIT;
   ResolveCompression(SYNCD_COMPRESSION_NONE, 0, 2'000, 4, false, &r);

@@ -88,57 +88,70 @@ TEST(Sparsify, TopKIsExactWhenTheSampleMisleads) {
   CheckTopK(v, 2000);
 }
 
-TEST(Sparsify, RandomIndicesAreDistinctAscendingTheSameForASeedAndUniform) {
-  const size_t n = 1000, k = 100;
-  std::vector<uint32_t> a(k), b(k), c(k);
-  std::vector<uint64_t> bitmap((n + 63) / 64);
-  RandomIndices(7, n, k, a.data(), bitmap.data());
-  RandomIndices(7, n, k, b.data(), bitmap.data());
-  RandomIndices(8, n, k, c.data(), bitmap.data());
-  EXPECT_EQ(a, b);
-  EXPECT_NE(a, c);
-  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
-  EXPECT_EQ(std::set<uint32_t>(a.begin(), a.end()).size(), k);
-  EXPECT_LT(a.back(), n);
-  // 2000 draws of 100 of 1000: each index about 200 times; none far off.
-  std::vector<int> seen(n, 0);
-  for (uint64_t seed = 0; seed < 2000; ++seed) {
-    RandomIndices(seed, n, k, a.data(), bitmap.data());
-    for (uint32_t i : a) ++seen[i];
-  }
-  const auto [lo, hi] = std::minmax_element(seen.begin(), seen.end());
-  EXPECT_GT(*lo, 140);
-  EXPECT_LT(*hi, 260);
-  RandomIndices(1, 5, 5, a.data(), bitmap.data());  // all of them
-  EXPECT_EQ(std::vector<uint32_t>(a.begin(), a.begin() + 5), (std::vector<uint32_t>{0, 1, 2, 3, 4}));
-}
-
-TEST(Sparsify, ScaledSignSendsTheMeanMagnitudeAndKeepsTheRest) {
-  std::vector<double> v = {1.5, -0.5, 0.0, -2.0};  // mean magnitude 1
+TEST(Sparsify, OneBitSendsEachBlocksMeanOfEachSignAndKeepsTheRest) {
+  std::vector<double> v = {1.5, -0.5, 0.0, -2.5};  // >= 0: 1.5 and 0.0 (mean 0.75); < 0: mean -1.5
   const std::vector<double> before = v;
   std::vector<uint8_t> bits(1);
-  EXPECT_EQ(TakeScaledSign(v.data(), v.size(), bits.data()), 1.0);
-  EXPECT_EQ(bits[0], 0b0101);  // 1.5 and 0.0 are >= 0
-  EXPECT_EQ(v, (std::vector<double>{0.5, 0.5, -1.0, -1.0}));
-  AddScaledSign(bits.data(), 1.0, v.size(), v.data());
+  std::vector<double> scales(2);
+  EXPECT_TRUE(TakeOneBit(v.data(), v.size(), bits.data(), scales.data()));
+  EXPECT_EQ(bits[0], 0b0101);
+  EXPECT_EQ(scales, (std::vector<double>{0.75, -1.5}));
+  EXPECT_EQ(v, (std::vector<double>{0.75, 1.0, -0.75, -1.0}));
+  AddOneBit(bits.data(), scales.data(), v.size(), v.data());
   EXPECT_EQ(v, before);
+}
+
+// Blocks of kOneBitBlock: each its own two values, and its sum crosses as it is; a block of one
+// sign sends 0 for the other; the last block may be short.
+TEST(Sparsify, OneBitKeepsEachBlocksSumAndItsOwnValues) {
+  constexpr size_t B = kOneBitBlock;
+  const size_t n = B * 3 + 5;
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = i < B ? float(i % 7) + 1.0f : (i < 2 * B ? -0.001f * float(i) : float(i % 5) - 2.0f);
+  const std::vector<float> before = v;
+  std::vector<uint8_t> bits((n + 7) / 8);
+  std::vector<float> scales(2 * OneBitBlocks(n));
+  ASSERT_EQ(scales.size(), 8u);
+  EXPECT_TRUE(TakeOneBit(v.data(), n, bits.data(), scales.data()));
+  EXPECT_EQ(scales[1], 0.0f);  // block 0: no negatives
+  EXPECT_EQ(scales[2], 0.0f);  // block 1: no element >= 0
+  EXPECT_NE(scales[4], scales[6]);  // blocks 2 and 3: their own values
+  std::vector<float> sent(n, 0.0f);
+  AddOneBit(bits.data(), scales.data(), n, sent.data());
+  for (size_t b = 0; b < OneBitBlocks(n); ++b) {
+    double want = 0, got = 0;
+    for (size_t i = b * B; i < std::min(n, b * B + B); ++i) want += before[i], got += sent[i];
+    EXPECT_NEAR(got, want, 1e-4 * (1 + std::fabs(want))) << "block " << b;
+  }
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sent[i] + v[i], before[i], 1e-5) << i;
+}
+
+TEST(Sparsify, OneBitSaysWhenABlockHeldANanOrAnInfinity) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> v(200, 1.0f);
+    v[130] = bad;
+    std::vector<uint8_t> bits(25);
+    std::vector<float> scales(2 * OneBitBlocks(v.size()));
+    EXPECT_FALSE(TakeOneBit(v.data(), v.size(), bits.data(), scales.data())) << bad;
+    EXPECT_TRUE(std::isfinite(scales[0]) && std::isfinite(scales[1])) << "block 0 holds no " << bad;
+  }
 }
 
 // Error feedback over many steps, two nodes, float64 with integer gradients: each step a node
 // compresses its gradient plus its residual, the nodes sum what crossed; the sum of what was
-// applied plus the residuals left equals the sum of every gradient, exactly for top-k and
-// random-k (1-bit rounds its scale: within 1e-9).
+// applied plus the residuals left equals the sum of every gradient, exactly for top-k (1-bit
+// rounds its values: within 1e-9).
 TEST(Sparsify, WhatWasAppliedPlusTheResidualsIsEveryGradient) {
   const size_t n = 5000, k = SparseCount(n, 10'000);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> grad(-1000, 1000);
-  for (int method = 0; method < 3; ++method) {
-    SCOPED_TRACE(method == 0 ? "top-k" : method == 1 ? "random-k" : "1-bit");
+  for (int method = 0; method < 2; ++method) {
+    SCOPED_TRACE(method == 0 ? "top-k" : "1-bit");
     std::vector<std::vector<double>> residual(2, std::vector<double>(n, 0.0));
     std::vector<double> applied(n, 0.0), expected(n, 0.0);
     std::vector<uint32_t> idx(k), scratch(n);
-    std::vector<uint64_t> bitmap((n + 63) / 64);
-    std::vector<double> val(k);
+    std::vector<double> val(k), scales(2 * OneBitBlocks(n));
     std::vector<uint8_t> bits((n + 7) / 8);
     for (uint64_t step = 0; step < 50; ++step)
       for (int node = 0; node < 2; ++node) {
@@ -151,18 +164,14 @@ TEST(Sparsify, WhatWasAppliedPlusTheResidualsIsEveryGradient) {
         if (method == 0) {
           TakeTopK(v.data(), n, k, idx.data(), val.data(), scratch.data());
           AddAt(idx.data(), val.data(), k, applied.data());
-        } else if (method == 1) {
-          RandomIndices(step, n, k, idx.data(), bitmap.data());  // the same on both nodes
-          TakeAt(v.data(), idx.data(), k, val.data());
-          AddAt(idx.data(), val.data(), k, applied.data());
         } else {
-          const double scale = TakeScaledSign(v.data(), n, bits.data());
-          AddScaledSign(bits.data(), scale, n, applied.data());
+          ASSERT_TRUE(TakeOneBit(v.data(), n, bits.data(), scales.data()));
+          AddOneBit(bits.data(), scales.data(), n, applied.data());
         }
       }
     for (size_t i = 0; i < n; ++i) {
       const double total = applied[i] + residual[0][i] + residual[1][i];
-      if (method < 2) ASSERT_EQ(total, expected[i]) << i;
+      if (method == 0) ASSERT_EQ(total, expected[i]) << i;
       else ASSERT_NEAR(total, expected[i], 1e-9 * (1 + std::fabs(expected[i]))) << i;
     }
   }

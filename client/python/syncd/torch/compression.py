@@ -4,9 +4,9 @@ Compression.fp16 and Compression.bf16 on host float32/float64 tensors are done b
 their own cores and on the inter-node hop only: the ranks of a node reduce exactly, the sum
 crosses the nodes in half precision and comes back in the tensor's dtype (under --coord topo too:
 the plan carries each tensor's compression). Elsewhere (CUDA tensors, other dtypes) the framework
-process casts before and after, as Horovod does. Compression.topk(ratio), Compression.randomk(ratio)
-and Compression.onebit, Compression.powersgd(rank) (syncd's) keep error feedback in the daemons: host
-float tensors only."""
+process casts before and after, as Horovod does. Compression.topk(ratio), Compression.onebit and
+Compression.powersgd(rank) (syncd's) keep error feedback in the daemons: host float tensors only.
+Compression.randomk is withdrawn: it raises ValueError saying why."""
 import torch
 
 
@@ -97,8 +97,11 @@ class Compression:
 
     @staticmethod
     def randomk(ratio=None):
-        """The same random `ratio` of the elements from every node, drawn afresh each step."""
-        return _feedback("randomk", RANDOMK, ratio)
+        """Withdrawn: random-k with error feedback does not train under momentum (docs/pages/compression.md)."""
+        raise ValueError("Compression.randomk(%r): random-k compression is withdrawn: with error feedback it does not "
+                         "train under momentum (the digits network with SGD momentum 0.9 ended in NaN or at chance at "
+                         "ratios 0.01 to 0.25); use Compression.topk(%r), which trains within a point of "
+                         "uncompressed" % (ratio, ratio))
 
     @staticmethod
     def powersgd(rank=None):

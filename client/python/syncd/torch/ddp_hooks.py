@@ -6,7 +6,7 @@
     ddp.register_comm_hook(Compression.topk(0.01), compression_hook)
 
 Each bucket is averaged over the group by the daemons, the inter-node hop compressed as the state
-asks: `Compression.fp16`, `.bf16`, `.topk(ratio)`, `.randomk(ratio)`, `.onebit` (error feedback kept
+asks: `Compression.fp16`, `.bf16`, `.topk(ratio)`, `.onebit` (error feedback kept
 by the daemons, per bucket), `.powersgd(rank)` (per gradient: each of two or more dimensions crosses
 as two factors, as torch's powerSGD_hook does), `Compression.none` (the daemon's --compression). Unlike torch's
 fp16_compress_hook and powerSGD_hook, nothing is cast or compressed in the training process, and
