@@ -7,7 +7,9 @@
 #     Python benchmark scripts run in the plain suite only: the daemon paths they take (ranks and
 #     nodes lost, replacements, restarts, growth) run instrumented in the C++ integration tests
 #     (Elastic*, LostNode*, Policies/*, VacantRanks*). Under ASan they took 1,600 s of CI's 5,400;
-#     the 1 x 4 repeats about 200 s more.
+#     the 1 x 4 repeats about 200 s more. The Python end-to-end checks that run once per
+#     coordination mode (report, timeline, straggler, metrics, unresponsive ranks) run under topo
+#     only: negotiate's daemon paths run instrumented in the C++ suites (CI took 5,358 s of 5,400).
 #  2. every libFuzzer harness for FUZZ_SECONDS (default 30) each (deploy/fuzz.sh).
 #  3. clang with ThreadSanitizer: the tests of the threaded parts (build-tsan): the engine inbox and
 #     attach server, the completion events folded off the engine thread, the control service, the
@@ -58,6 +60,7 @@ export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$reports/asan"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
 status=0
 plain_only='^python\.torch_jobs_|^python\.torch_[a-z0-9_]+_on_1x4$|^bench\.(partial_training|elastic)_script'
+plain_only+='|^python\.(report_rendered_in_headless_chromium|timeline_of_2x2|straggler_named_on_2x2|metrics_scraped_by_prometheus|unresponsive_rank_and_daemon_named_on_2x2)_negotiate$'
 (cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 600 -E "$plain_only") || status=1
 check_reports "ASan/UBSan suite" || status=1
 
