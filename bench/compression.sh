@@ -106,7 +106,7 @@ trained = [json.loads(l) for l in open(sys.argv[3])]
 ratio = float(sys.argv[4])
 refused = {"randomk": sys.argv[5]} if sys.argv[5] else {}
 print(f"# 2 nodes x 2 ranks on emulated links; median step ms over the repeats (each a median of its steps); "
-      f"top-k and random-k at ratio {ratio:g}")
+      f"top-k at ratio {ratio:g}")
 print(f"{'link':>6} {'model':>9} {'method':>15} {'MiB':>6} {'step ms':>9} {'vs none':>8} {'rank CPU ms':>12}")
 table = []
 for key in dict.fromkeys((r["label"], r["model"]) for r in runs):
