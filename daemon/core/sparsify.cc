@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <type_traits>
 
 namespace syncd {
 namespace {
@@ -95,41 +96,96 @@ void Add(const uint32_t* idx, const T* val, size_t k, T* out) {
   for (size_t i = 0; i < k; ++i) out[idx[i]] += val[i];
 }
 
+// Each byte value's eight bits as 0 or 1 in T: a byte of bits adds its eight values as one row
+// the compiler vectorizes (bit by bit was 5x slower on ResNet-50's gradients).
+template <typename T>
+const std::array<std::array<T, 8>, 256>& BitRows() {
+  static const auto rows = [] {
+    std::array<std::array<T, 8>, 256> r{};
+    for (size_t b = 0; b < 256; ++b)
+      for (size_t j = 0; j < 8; ++j) r[b][j] = T((b >> j) & 1);
+    return r;
+  }();
+  return rows;
+}
+
+// a where `take`, else b, by the bits (a compare and two masks: the compiler turned every ternary
+// and 0/1 product into a branch, mispredicted half the time on gradients' signs).
+template <typename T>
+T Select(bool take, T a, T b) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  U ua, ub;
+  memcpy(&ua, &a, sizeof(T));
+  memcpy(&ub, &b, sizeof(T));
+  const U mask = U(0) - U(take);
+  const U r = (ua & mask) | (ub & ~mask);
+  T out;
+  memcpy(&out, &r, sizeof(T));
+  return out;
+}
+
 template <typename T>
 bool OneBit(T* v, size_t n, uint8_t* bits, T* scales) {
   bool finite = true;
   for (size_t b = 0; b < OneBitBlocks(n); ++b) {
     T* const x = v + b * kOneBitBlock;
     const size_t m = std::min(kOneBitBlock, n - b * kOneBitBlock);
-    double sum_pos = 0, sum_neg = 0;
-    size_t pos = 0;
-    uint64_t word = 0;
-    for (size_t j = 0; j < m; ++j) {  // without branches: the signs are unpredictable
-      const bool p = x[j] >= T(0);
-      sum_pos += p ? double(x[j]) : 0.0;
-      sum_neg += p ? 0.0 : double(x[j]);
-      pos += p;
-      word |= uint64_t(p) << j;
+    // Eight lanes of sums, so that the additions vectorize without reordering one chain; of each
+    // value over the block's size (a power of two: exact), so that finite values never sum to an
+    // infinity in T.
+    // Without branches (the signs are unpredictable).
+    constexpr T kScale = T(1) / T(kOneBitBlock);
+    T up_sum[8] = {}, down_sum[8] = {}, ups[8] = {};
+    size_t j = 0;
+    for (; j + 8 <= m; j += 8)
+      for (size_t l = 0; l < 8; ++l) {
+        const T y = x[j + l] * kScale;
+        const bool keep = y >= T(0);
+        up_sum[l] += Select(keep, y, T(0));
+        down_sum[l] += Select(keep, T(0), y);
+        ups[l] += Select(keep, T(1), T(0));
+      }
+    for (; j < m; ++j) {
+      const T y = x[j] * kScale;
+      const bool keep = y >= T(0);
+      up_sum[0] += Select(keep, y, T(0));
+      down_sum[0] += Select(keep, T(0), y);
+      ups[0] += Select(keep, T(1), T(0));
     }
-    const T up = pos == 0 ? T(0) : T(sum_pos / double(pos)), down = pos == m ? T(0) : T(sum_neg / double(m - pos));
+    T sum_up = 0, sum_down = 0, count_up = 0;
+    for (size_t l = 0; l < 8; ++l) sum_up += up_sum[l], sum_down += down_sum[l], count_up += ups[l];
+    const T up = count_up == T(0) ? T(0) : sum_up / count_up * T(kOneBitBlock);
+    const T down = count_up == T(m) ? T(0) : sum_down / (T(m) - count_up) * T(kOneBitBlock);
     finite = finite && std::isfinite(up) && std::isfinite(down);
-    for (size_t j = 0; j < m; ++j) x[j] -= ((word >> j) & 1) ? up : down;
+    for (size_t k = 0; k < (m + 7) / 8; ++k) {
+      uint8_t mask = 0;
+      for (size_t j = 0; j < std::min<size_t>(8, m - k * 8); ++j) mask = uint8_t(mask | (uint32_t(x[k * 8 + j] >= T(0)) << j));
+      bits[b * (kOneBitBlock / 8) + k] = mask;
+    }
+    for (size_t i = 0; i < m; ++i) x[i] -= Select(x[i] >= T(0), up, down);
     scales[2 * b] = up;
     scales[2 * b + 1] = down;
-    memcpy(bits + b * (kOneBitBlock / 8), &word, (m + 7) / 8);  // little-endian: bit j of byte j / 8
   }
   return finite;
 }
 
 template <typename T>
 void AddBits(const uint8_t* bits, const T* scales, size_t n, T* out) {
+  const auto& rows = BitRows<T>();
   for (size_t b = 0; b < OneBitBlocks(n); ++b) {
     T* const o = out + b * kOneBitBlock;
     const size_t m = std::min(kOneBitBlock, n - b * kOneBitBlock);
-    uint64_t word = 0;
-    memcpy(&word, bits + b * (kOneBitBlock / 8), (m + 7) / 8);
     const T up = scales[2 * b], down = scales[2 * b + 1];
-    for (size_t j = 0; j < m; ++j) o[j] += ((word >> j) & 1) ? up : down;
+    const uint8_t* const mine = bits + b * (kOneBitBlock / 8);
+    if (m == kOneBitBlock) {
+      for (size_t k = 0; k < kOneBitBlock / 8; ++k) {
+        const T* row = rows[mine[k]].data();
+        T* ok = o + k * 8;
+        for (size_t j = 0; j < 8; ++j) ok[j] += row[j] != T(0) ? up : down;
+      }
+      continue;
+    }
+    for (size_t j = 0; j < m; ++j) o[j] += ((mine[j / 8] >> (j % 8)) & 1) ? up : down;
   }
 }
 

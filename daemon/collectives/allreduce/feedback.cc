@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "daemon/core/residual_store.h"
@@ -173,6 +174,7 @@ size_t SumNodes(const Shared& sh, Segment<T>* s) {
   const size_t m = s->end - s->begin;
   std::fill(s->slot, s->slot + m, T(0));
   bool inputs_finite = true;
+  double bound = 0;  // 1-bit: the nodes' largest values summed
   for (uint32_t n = 0; n < sh.nodes; ++n) {
     const char* theirs = s->gather + n * s->block;
     uint64_t not_finite;
@@ -184,12 +186,16 @@ size_t SumNodes(const Shared& sh, Segment<T>* s) {
             s->slot);
       continue;
     }
+    double most = 0;  // this node's largest value
     ForEachPart(sh.members, s->begin, s->end, [&](size_t lo, size_t hi, size_t) {
-      const size_t scales = 2 * OneBitBlocks(hi - lo) * sizeof(T);
-      AddOneBit(reinterpret_cast<const uint8_t*>(theirs + scales), reinterpret_cast<const T*>(theirs), hi - lo,
+      const size_t values = 2 * OneBitBlocks(hi - lo);
+      const T* const scales = reinterpret_cast<const T*>(theirs);
+      for (size_t j = 0; j < values; ++j) most = std::max(most, std::fabs(double(scales[j])));
+      AddOneBit(reinterpret_cast<const uint8_t*>(theirs + values * sizeof(T)), scales, hi - lo,
                 s->slot + (lo - s->begin));
       theirs += OneBitBytes(hi - lo, sizeof(T));
     });
+    bound += most;
   }
   if (!inputs_finite) return SIZE_MAX;  // a NaN in, a NaN out: as an uncompressed sum would carry it
   // Only the elements some node sent can have overflowed (top-k); 1-bit's every element.
@@ -201,6 +207,8 @@ size_t SumNodes(const Shared& sh, Segment<T>* s) {
     }
     return SIZE_MAX;
   }
+  // 1-bit: no element's sum can exceed the nodes' largest values summed; only then is it looked at.
+  if (bound <= double(std::numeric_limits<T>::max())) return SIZE_MAX;
   for (size_t j = 0; j < m; ++j)
     if (!std::isfinite(s->slot[j])) return j;
   return SIZE_MAX;
