@@ -75,6 +75,16 @@ std::function<Status(Config&, const std::string&)> OneOf(T Config::*field, const
   };
 }
 
+// --compression: the methods offered; a withdrawn one is refused saying why.
+Status CompressionMethod(Config& c, const std::string& text) {
+  if (text == "randomk")
+    return InvalidArgument(std::string("compression: ") + abi::CompressionWithdrawn(SYNCD_COMPRESSION_RANDOMK));
+  return OneOf<syncd_compression>(&Config::compression, "compression",
+                                  {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
+                                   {"bf16", SYNCD_COMPRESSION_BF16}, {"topk", SYNCD_COMPRESSION_TOPK},
+                                   {"onebit", SYNCD_COMPRESSION_ONEBIT}, {"powersgd", SYNCD_COMPRESSION_POWERSGD}})(c, text);
+}
+
 std::function<Status(Config&, const std::string&)> Text(std::string Config::*field) {
   return [field](Config& c, const std::string& text) -> Status {
     c.*field = text;
@@ -173,13 +183,7 @@ std::vector<ConfigEntry> NodeEntries() {
      "reduction, summed in that type between nodes, cast back), or with error feedback topk (at "
      "--compression-ratio), onebit or powersgd (at --compression-rank); float32 and float64 host tensors only "
      "(randomk is withdrawn: refused, naming why). Every daemon of the job must have the same",
-     [](Config& c, const std::string& t) -> Status {
-       if (t == "randomk") return InvalidArgument(std::string("compression: ") + abi::CompressionWithdrawn(SYNCD_COMPRESSION_RANDOMK));
-       return OneOf<syncd_compression>(&Config::compression, "compression",
-                                       {{"none", SYNCD_COMPRESSION_NONE}, {"fp16", SYNCD_COMPRESSION_FP16},
-                                        {"bf16", SYNCD_COMPRESSION_BF16}, {"topk", SYNCD_COMPRESSION_TOPK},
-                                        {"onebit", SYNCD_COMPRESSION_ONEBIT}, {"powersgd", SYNCD_COMPRESSION_POWERSGD}})(c, t);
-     }},
+     CompressionMethod},
     {"compression-ratio", "SYNCD_COMPRESSION_RATIO", "0.01",
      "Top-k's share of the elements that cross the nodes, when the ranks do not say (0 < ratio <= 1)",
      Ratio(&Config::compression_ppm, "compression-ratio")},
