@@ -12,8 +12,9 @@ all four ranks, each rank's 60 submissions, every tensor's life on each node wit
 partial rounds with their NAP on both nodes, node 1's
 clock offset with its error bound, and the two nodes' events on one time line: a step's allreduce
 ends on both nodes within 8 ms plus the clock's error bound (median over the steps; 0.01 ms on an
-idle machine), never before the job's last submission of it, and the sleeping rank submits 20 ms after rank 0
-(median; at least 10, at most 30 on a loaded machine).
+idle machine), never before the job's last submission of it, and the sleeping rank submits after
+rank 0 by what the two ranks' own clocks say (CLOCK_MONOTONIC, one clock on one machine: within
+5 ms plus the clock's bound, median over the steps), at least half its 20 ms sleep.
 Part 2, syncctl on node 1: `syncctl timeline start DIR/ctl.json --cycles 5` (node 0 writes it):
 the file stops by itself after 5 cycles that ran tensors though the ranks go on.
 Every rank exits with rank 0's verdict.
@@ -45,7 +46,8 @@ def load_when_complete(path, timeout=10):
             time.sleep(0.1)
 
 
-def check_hvd_file(events, size, mode):
+def check_hvd_file(events, size, mode, stamps):
+    """stamps[r][k]: rank r's CLOCK_MONOTONIC (ns) as it submitted step k's grad0."""
     by = collections.defaultdict(list)
     for e in events:
         by[(e["ph"], e["name"])].append(e)
@@ -78,9 +80,12 @@ def check_hvd_file(events, size, mode):
     assert {e["pid"] for e in rounds} == {0, 1}, "partial rounds on nodes %s" % {e["pid"] for e in rounds}
     clock = [e for e in by[("i", "clock sync")] if e["pid"] == 1]
     assert clock, "no clock estimate for node 1"
-    bound_ms = clock[-1]["args"]["error_bound_us"] / 1e3
-    assert 0 <= bound_ms < 10, clock[-1]  # loopback; a loaded machine (ctest -j) delays pongs
-    assert abs(clock[-1]["args"]["offset_us"]) <= clock[-1]["args"]["error_bound_us"] + 100, clock[-1]  # one machine: 0
+    assert 0 <= clock[-1]["args"]["error_bound_us"] < 10e3, clock[-1]  # loopback; a loaded machine delays pongs
+    # One machine, one clock: the true offset is 0, and a min-RTT ping's estimate is within its bound.
+    assert all(abs(c["args"]["offset_us"]) <= c["args"]["error_bound_us"] + 1 for c in clock), clock
+    # Node 1's events are corrected by the estimate in force when the writer took them, not only
+    # the last: what follows allows the largest bound of any.
+    bound_ms = max(c["args"]["error_bound_us"] for c in clock) / 1e3
     # One time line: each step's allreduce ends at about the same time on both nodes (each daemon
     # sees its end when its engine next runs: on a loaded machine one may be descheduled a while).
     ends = {node: sorted(e["ts"] for e in by[("e", "allreduce.timeline.grad2")] if e["pid"] == node) for node in (0, 1)}
@@ -90,34 +95,46 @@ def check_hvd_file(events, size, mode):
     assert skew < 8.0 + bound_ms, "the nodes' ends of one allreduce differ by %.2f ms (median; clock bound %.2f ms)" % (
         skew, bound_ms)
     # Causality, whatever the load: no node ends a step's allreduce before the job's last rank
-    # submitted it (both on node 0's clock, within the clock's bound).
+    # submitted it (both on node 0's clock, each within a bound: node 1's end and its submissions
+    # may be corrected by two estimates).
     subs = {r: sorted(e["ts"] for e in submits[(r, "submit allreduce.timeline.grad2")]) for r in range(size)}
     for node in (0, 1):
         for k, end in enumerate(ends[node]):
             last = max(subs[r][k] for r in range(size))
-            assert end >= last - clock[-1]["args"]["error_bound_us"], (
+            assert end >= last - 2e3 * bound_ms, (
                 "step %d: node %d ended the allreduce %.3f ms before rank submissions ended" % (k, node, (last - end) / 1e3))
-    # The sleeping rank (on node 1) submits SLEEP_MS after rank 0 (on node 0), clocks corrected.
+    # The sleeping rank (on node 1) submits after rank 0 (on node 0), clocks corrected, by what the
+    # two ranks' own clocks say. A loaded machine wakes the sleeper late (30.6 ms seen in CI's
+    # AddressSanitizer run) or schedules rank 0 late (16.9 ms seen): both show in the ranks' own
+    # stamps too. What is left is each daemon's delay in reading a submission off its ring (a
+    # scheduler slice at worst) and the clocks' error; a correction gone wrong is off by far more.
     first = sorted(e["ts"] for e in submits[(0, "submit allreduce.timeline.grad0")])
     last = sorted(e["ts"] for e in submits[(size - 1, "submit allreduce.timeline.grad0")])
     late = sorted((b - a) / 1e3 for a, b in zip(first, last))[STEPS // 2]
-    # About the sleep: a loaded machine wakes the sleeper late (25 ms with two CPU hogs on the two
-    # cores), and schedules rank 0 late too, which shortens the gap (16.9 ms seen in CI with a
-    # build beside it). A clock correction gone wrong is off by far more than either.
-    assert SLEEP_MS / 2 - bound_ms < late < SLEEP_MS + 10, "rank %d submits %.1f ms after rank 0 (median), expected %.0f" % (
+    own = [(stamps[size - 1][k] - stamps[0][k]) / 1e6 for k in range(STEPS)]
+    off = sorted(abs((b - a) / 1e3 - o) for a, b, o in zip(first, last, own))[STEPS // 2]
+    assert off < 5.0 + bound_ms, (
+        "rank %d submits %.1f ms after rank 0 in the file but %.1f ms by the ranks' own clocks (median of the "
+        "differences %.2f ms; clock bound %.2f ms)" % (size - 1, late, sorted(own)[STEPS // 2], off, bound_ms))
+    assert late > SLEEP_MS / 2 - bound_ms, "rank %d submits %.1f ms after rank 0 (median), it slept %.0f" % (
         size - 1, late, SLEEP_MS)
-    print("timeline: %d events, nodes' end skew %.2f ms (median), rank %d late %.1f ms, clock %+.1f us +- %.1f us" % (
-        len(events), skew, size - 1, late, clock[-1]["args"]["offset_us"], clock[-1]["args"]["error_bound_us"]),
+    print("timeline: %d events, nodes' end skew %.2f ms (median), rank %d late %.1f ms (its own clock: %.2f ms off), "
+          "clock %+.1f us +- %.1f us" % (len(events), skew, size - 1, late, off, clock[-1]["args"]["offset_us"],
+                                         clock[-1]["args"]["error_bound_us"]),
         flush=True)
 
 
 def steps(tag, n):
+    """Returns this rank's CLOCK_MONOTONIC (ns) as it submits each step."""
+    stamps = []
     for step in range(n):
         if hvd.rank() == hvd.size() - 1:
             time.sleep(SLEEP_MS / 1000.0)
+        stamps.append(time.monotonic_ns())
         hs = [hvd.allreduce_async(torch.ones(1000) * hvd.rank(), name="%s.grad%d" % (tag, k)) for k in range(3)]
         for h in hs:
             hvd.synchronize(h)
+    return stamps
 
 
 def main():
@@ -130,14 +147,15 @@ def main():
     hvd_file = os.path.join(out_dir, "hvd.json")
     hvd.start_timeline(hvd_file)
     hvd.barrier()
-    steps("timeline", STEPS)
+    stamps = steps("timeline", STEPS)
     for _ in range(5):  # partial rounds, with their NAP
         hvd.partial_allreduce(torch.ones(100), name="timeline.partial", mode="solo")
     hvd.barrier()
     hvd.stop_timeline()
+    stamps = hvd.allgather_object(stamps, name="timeline.stamps")
     if hvd.rank() == 0:
         try:
-            check_hvd_file(load_when_complete(hvd_file), hvd.size(), mode)
+            check_hvd_file(load_when_complete(hvd_file), hvd.size(), mode, stamps)
         except AssertionError as e:
             ok, error = 0, "hvd.start_timeline: %s" % e
     hvd.barrier()
