@@ -126,6 +126,31 @@ TEST(Sparsify, OneBitKeepsEachBlocksSumAndItsOwnValues) {
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sent[i] + v[i], before[i], 1e-5) << i;
 }
 
+// float32's whole blocks take a vector path, float64's and the last short block the generic one:
+// the same bits (-0.0 and 0.0 count as >= 0), the same values but for float32's rounding, and
+// what was sent plus what stayed is the input.
+TEST(Sparsify, OneBitOfFloat32AgreesWithFloat64) {
+  const size_t n = kOneBitBlock * 40 + 7;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1e-3f);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = i % 11 == 0 ? (i % 2 == 0 ? 0.0f : -0.0f) : g(rng);
+  for (size_t i = 2 * kOneBitBlock; i < 3 * kOneBitBlock; ++i) f[i] = std::fabs(f[i]);  // one sign only
+  std::vector<double> d(f.begin(), f.end());
+  const std::vector<float> before = f;
+  std::vector<uint8_t> fbits((n + 7) / 8), dbits((n + 7) / 8);
+  std::vector<float> fscales(2 * OneBitBlocks(n));
+  std::vector<double> dscales(2 * OneBitBlocks(n));
+  ASSERT_TRUE(TakeOneBit(f.data(), n, fbits.data(), fscales.data()));
+  ASSERT_TRUE(TakeOneBit(d.data(), n, dbits.data(), dscales.data()));
+  EXPECT_EQ(fbits, dbits);
+  for (size_t j = 0; j < fscales.size(); ++j) ASSERT_NEAR(fscales[j], dscales[j], 1e-6 * std::fabs(dscales[j])) << j;
+  EXPECT_EQ(fscales[5], 0.0f);  // block 2: nothing below zero
+  std::vector<float> sent(n, 1.0f);
+  AddOneBit(fbits.data(), fscales.data(), n, sent.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sent[i] - 1.0f + f[i], before[i], 1e-6f) << i;
+}
+
 TEST(Sparsify, OneBitSaysWhenABlockHeldANanOrAnInfinity) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
