@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # Heap allocations per iteration in the daemon: syncd-bench (one timed collective, a barrier and
 # one more per iteration) runs twice under an LD_PRELOAD malloc/calloc/realloc counter that
-# counts only in processes named syncd, with 2000 and 22000 iterations; the difference over
-# 20000 is the steady state (start-up and shutdown cancel out). allocations_per_iteration counts
+# counts only in processes named syncd, with 2000 and 2000 + N iterations (--extra N, default
+# 20000); the difference over N is the steady state (start-up and shutdown cancel out). allocations_per_iteration counts
 # the engine threads (collectives run there); all_threads_per_iteration adds the observer's
 # status and health reports, which come a few times a second however many collectives run, so
-# on a loaded machine, where the 20000 iterations take longer, they count for more per
-# iteration. Prints one JSON line.
-#   bench/alloc_count.sh [--nodes 1] [--ranks 4] [--op allreduce] [--size 8] [--build build]
+# on a loaded machine, where the N iterations take longer, they count for more per iteration.
+# Prints one JSON line.
+#   bench/alloc_count.sh [--nodes 1] [--ranks 4] [--op allreduce] [--size 8] [--extra 20000] [--build build]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-nodes=1 ranks=4 op=allreduce size=8 build="$here/../build"
+nodes=1 ranks=4 op=allreduce size=8 extra=20000 build="$here/../build"
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --op) op=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
+    --extra) extra=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) echo "alloc_count.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -82,17 +83,17 @@ count() {  # the engine threads' and every thread's, over the job's daemons, and
   cat "$dir"/* | awk -v t0="$t0" -v t1="$t1" '{e += $1; a += $2} END {print e, a, t1 - t0}'
 }
 short=$(count 2000)
-long=$(count 22000)
-/usr/bin/python3 - "$short" "$long" "$nodes" "$ranks" "$op" "$size" <<'PY'
+long=$(count $((2000 + extra)))
+/usr/bin/python3 - "$short" "$long" "$nodes" "$ranks" "$op" "$size" "$extra" <<'PY'
 import json, sys
 short, long_ = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
-nodes, ranks, op, size = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
-engine = (long_[0] - short[0]) / 20000
-every = (long_[1] - short[1]) / 20000
+nodes, ranks, op, size, extra = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7])
+engine = (long_[0] - short[0]) / extra
+every = (long_[1] - short[1]) / extra
 seconds = long_[2] - short[2]
 print(f"# daemon heap allocations per iteration of syncd-bench {op} --sizes {size}, {nodes} node(s) x {ranks} ranks "
       f"(all daemons): {engine:.2f} in the engine threads, {every:.2f} in every thread "
-      f"(the 20000 more iterations took {seconds:.1f} s more, with their periodic status and health reports)")
+      f"(the {extra} more iterations took {seconds:.1f} s more, with their periodic status and health reports)")
 print(json.dumps({"bench": "alloc_count", "op": op, "size": size, "nodes": nodes, "ranks": ranks,
                   "allocations_per_iteration": round(engine, 2), "all_threads_per_iteration": round(every, 2),
                   "extra_seconds": round(seconds, 1)}))
