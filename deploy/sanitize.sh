@@ -14,7 +14,8 @@
 #     suite's 843 in a clean-clone run); the admission it drives runs instrumented in NodeService*.
 #     A clean clone's CI here (2026-12-07, 5,372 s of CI's 5,400): plain build 804 s, its suite
 #     1,473, ASan build 1,065, its suite 843, fuzzers 190, TSan build 742, its suite 254. The
-#     tests' own code now builds at -O0 (tests/CMakeLists.txt), the fuzzers run 15 s each.
+#     tests' own code now builds at -O0 but under TSan (tests/CMakeLists.txt), the fuzzers run
+#     15 s each.
 #  2. every libFuzzer harness for FUZZ_SECONDS (default 15; `deploy/fuzz.sh 600` for a longer
 #     look) each (deploy/fuzz.sh); every harness's corpus replays in both ctest suites too.
 #  3. clang with ThreadSanitizer: the tests of the threaded parts (build-tsan): the engine inbox and
