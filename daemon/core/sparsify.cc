@@ -166,20 +166,17 @@ bool OneBitBlock(float* x, uint8_t* bits, float* scales) {
   return std::isfinite(up) && std::isfinite(down);
 }
 
-// out += a whole block's values by its bits, four lanes at a time (one mask per four bits): 0.5 ns
-// per element where the byte rows below took 6.4 (their select became a branch on every bit).
+// out += a whole block's values by its bits, four lanes at a time (each lane's bit tested in
+// place): 0.5 ns per element where the byte rows below took 6.4 (their select became a branch on
+// every bit).
 void AddBitsBlock(const uint8_t* bits, float up, float down, float* out) {
-  static const auto masks = [] {
-    std::array<std::array<uint32_t, 4>, 16> m{};
-    for (size_t b = 0; b < 16; ++b)
-      for (size_t j = 0; j < 4; ++j) m[b][j] = ((b >> j) & 1) != 0 ? ~0u : 0u;
-    return m;
-  }();
   uint32_t word;
   memcpy(&word, bits, sizeof(word));
+  const __m128i lane_bit = _mm_set_epi32(8, 4, 2, 1);
   const __m128 up4 = _mm_set1_ps(up), down4 = _mm_set1_ps(down);
   for (int k = 0; k < 8; ++k) {
-    const __m128 keep = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks[(word >> (4 * k)) & 15].data())));
+    const __m128i nibble = _mm_and_si128(_mm_set1_epi32(int((word >> (4 * k)) & 15)), lane_bit);
+    const __m128 keep = _mm_castsi128_ps(_mm_cmpeq_epi32(nibble, lane_bit));
     const __m128 sent = _mm_or_ps(_mm_and_ps(keep, up4), _mm_andnot_ps(keep, down4));
     _mm_storeu_ps(out + 4 * k, _mm_add_ps(_mm_loadu_ps(out + 4 * k), sent));
   }
